@@ -68,6 +68,8 @@ class Field:
     tagged: VersionRange
     default: Any
     fields: tuple[Field, ...]
+    # A field-level "flexibleVersions" override (RequestHeader's ClientId: "none").
+    flexible_versions: VersionRange | None = None
 
     @property
     def is_array(self) -> bool:
@@ -91,6 +93,7 @@ def F(
     tag: int | None = None,
     tagged: str | None = None,
     default: Any = None,
+    flexible: str | None = None,
 ) -> Field:
     """Declare one field.  Nested fields (for struct and struct-array types) follow positionally."""
     if tag is not None and tagged is None:
@@ -104,6 +107,7 @@ def F(
         tagged=VersionRange.parse(tagged or "none"),
         default=default,
         fields=tuple(fields),
+        flexible_versions=VersionRange.parse(flexible) if flexible is not None else None,
     )
 
 
@@ -174,7 +178,7 @@ REQUEST_HEADER = Message(
         F("request_api_key", "int16"),
         F("request_api_version", "int16"),
         F("correlation_id", "int32"),
-        F("client_id", "string", "1+", nullable="1+"),
+        F("client_id", "string", "1+", nullable="1+", flexible="none"),
     ),
 )
 RESPONSE_HEADER = Message(

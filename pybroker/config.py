@@ -1,0 +1,235 @@
+"""Broker configuration under Kafka's own names (server.properties + --override key=value).
+
+Every key below is honoured with Kafka's meaning and default.  Unknown keys are reported as
+warnings (Kafka logs them as unused); a value that does not parse fails start-up with a
+message naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _bool(s: str) -> bool:
+    v = s.strip().lower()
+    if v in ("true", "false"):
+        return v == "true"
+    raise ValueError("expected true or false")
+
+
+def _int(s: str) -> int:
+    return int(s.strip())
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    listener: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.listener}://{self.host}:{self.port}"
+
+
+def _listeners(s: str) -> tuple[Endpoint, ...]:
+    out = []
+    for item in s.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):(\d+)", item)
+        if not m:
+            raise ValueError(f"expected LISTENER://host:port, got {item!r}")
+        host = m.group(2).strip("[]")
+        port = int(m.group(3))
+        if not 0 <= port <= 65535:
+            raise ValueError(f"port {port} out of range")
+        out.append(Endpoint(m.group(1).upper(), host, port))
+    if not out:
+        raise ValueError("no listener given")
+    return tuple(out)
+
+
+# key -> (field name, parser, default)
+_KEYS: dict[str, tuple[str, Any, Any]] = {
+    "broker.id": ("broker_id", _int, 0),
+    "listeners": ("listeners", _listeners, _listeners("PLAINTEXT://127.0.0.1:9092")),
+    "advertised.listeners": ("advertised_listeners", _listeners, None),
+    "log.dirs": ("log_dirs", str, None),
+    "log.dir": ("log_dir", str, None),
+    "zookeeper.connect": ("zookeeper_connect", str, None),
+    "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", _int, 18000),
+    "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", _int, None),
+    "broker.rack": ("broker_rack", str, None),
+    "num.partitions": ("num_partitions", _int, 1),
+    "default.replication.factor": ("default_replication_factor", _int, 1),
+    "auto.create.topics.enable": ("auto_create_topics_enable", _bool, True),
+    "log.segment.bytes": ("log_segment_bytes", _int, 1024 * 1024 * 1024),
+    "log.roll.ms": ("log_roll_ms", _int, None),
+    "log.roll.hours": ("log_roll_hours", _int, 168),
+    "log.retention.ms": ("log_retention_ms", _int, None),
+    "log.retention.minutes": ("log_retention_minutes", _int, None),
+    "log.retention.hours": ("log_retention_hours", _int, 168),
+    "log.retention.bytes": ("log_retention_bytes", _int, -1),
+    "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int, 300000),
+    "log.index.interval.bytes": ("log_index_interval_bytes", _int, 4096),
+    "log.index.size.max.bytes": ("log_index_size_max_bytes", _int, 10 * 1024 * 1024),
+    "log.flush.interval.messages": ("log_flush_interval_messages", _int, None),
+    "log.flush.interval.ms": ("log_flush_interval_ms", _int, None),
+    "log.message.timestamp.type": ("log_message_timestamp_type", str, "CreateTime"),
+    "message.max.bytes": ("message_max_bytes", _int, 1048588),
+    "socket.request.max.bytes": ("socket_request_max_bytes", _int, 104857600),
+    "min.insync.replicas": ("min_insync_replicas", _int, 1),
+    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int, 3000),
+    "offsets.retention.minutes": ("offsets_retention_minutes", _int, 10080),
+    "max.connections": ("max_connections", _int, 2**31 - 1),
+    "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool, False),
+    "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int, 30000),
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    broker_id: int = 0
+    listeners: tuple[Endpoint, ...] = _KEYS["listeners"][2]
+    advertised_listeners: tuple[Endpoint, ...] | None = None
+    log_dirs: str | None = None
+    log_dir: str | None = None
+    zookeeper_connect: str | None = None
+    zookeeper_session_timeout_ms: int = 18000
+    zookeeper_connection_timeout_ms: int | None = None
+    broker_rack: str | None = None
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    auto_create_topics_enable: bool = True
+    log_segment_bytes: int = 1024 * 1024 * 1024
+    log_roll_ms: int | None = None
+    log_roll_hours: int = 168
+    log_retention_ms: int | None = None
+    log_retention_minutes: int | None = None
+    log_retention_hours: int = 168
+    log_retention_bytes: int = -1
+    log_retention_check_interval_ms: int = 300000
+    log_index_interval_bytes: int = 4096
+    log_index_size_max_bytes: int = 10 * 1024 * 1024
+    log_flush_interval_messages: int | None = None
+    log_flush_interval_ms: int | None = None
+    log_message_timestamp_type: str = "CreateTime"
+    message_max_bytes: int = 1048588
+    socket_request_max_bytes: int = 104857600
+    min_insync_replicas: int = 1
+    group_initial_rebalance_delay_ms: int = 3000
+    offsets_retention_minutes: int = 10080
+    max_connections: int = 2**31 - 1
+    unclean_leader_election_enable: bool = False
+    replica_lag_time_max_ms: int = 30000
+    warnings: tuple[str, ...] = ()
+
+    # -- derived values, with Kafka's precedence (ms > minutes > hours) ---------------------
+    @property
+    def data_dir(self) -> Path:
+        d = self.log_dirs or self.log_dir
+        if d is None:
+            raise ConfigError("log.dirs is not set")
+        first = d.split(",")[0].strip()
+        return Path(first)
+
+    @property
+    def roll_ms(self) -> int:
+        return self.log_roll_ms if self.log_roll_ms is not None else self.log_roll_hours * 3600_000
+
+    @property
+    def retention_ms(self) -> int:
+        if self.log_retention_ms is not None:
+            return self.log_retention_ms
+        if self.log_retention_minutes is not None:
+            return self.log_retention_minutes * 60_000
+        return self.log_retention_hours * 3600_000
+
+    @property
+    def advertised(self) -> tuple[Endpoint, ...]:
+        return self.advertised_listeners or self.listeners
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java .properties: key=value or key:value or key value; # and ! comments; \\ continues."""
+    out: dict[str, str] = {}
+    logical = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            logical += line[:-1]
+            continue
+        logical += line
+        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", logical)
+        if m:
+            out[m.group(1)] = m.group(2)
+        elif logical:
+            out[logical] = ""
+        logical = ""
+    return out
+
+
+def build_config(settings: dict[str, str]) -> Config:
+    values: dict[str, Any] = {}
+    warnings = []
+    for key, raw in settings.items():
+        spec = _KEYS.get(key)
+        if spec is None:
+            warnings.append(f"unknown configuration key {key!r} ignored")
+            continue
+        field, parse, _ = spec
+        try:
+            values[field] = parse(raw)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"invalid value {raw!r} for configuration key {key!r}: {e}") from None
+    cfg = Config(**values, warnings=tuple(warnings))
+    _validate(cfg)
+    return cfg
+
+
+def _validate(cfg: Config) -> None:
+    def need(cond: bool, key: str, why: str) -> None:
+        if not cond:
+            raise ConfigError(f"invalid value for configuration key {key!r}: {why}")
+
+    need(cfg.broker_id >= 0, "broker.id", "must be >= 0")
+    need(cfg.num_partitions >= 1, "num.partitions", "must be >= 1")
+    need(cfg.default_replication_factor >= 1, "default.replication.factor", "must be >= 1")
+    need(cfg.log_segment_bytes >= 14, "log.segment.bytes", "must be >= 14")
+    need(cfg.message_max_bytes >= 0, "message.max.bytes", "must be >= 0")
+    need(cfg.socket_request_max_bytes >= 1, "socket.request.max.bytes", "must be >= 1")
+    need(cfg.min_insync_replicas >= 1, "min.insync.replicas", "must be >= 1")
+    need(cfg.log_retention_check_interval_ms >= 1, "log.retention.check.interval.ms", ">= 1")
+    need(cfg.roll_ms >= 1, "log.roll.ms", "must be >= 1")
+    need(
+        cfg.log_message_timestamp_type in ("CreateTime", "LogAppendTime"),
+        "log.message.timestamp.type",
+        "must be CreateTime or LogAppendTime",
+    )
+    need(cfg.group_initial_rebalance_delay_ms >= 0, "group.initial.rebalance.delay.ms", ">= 0")
+    names = [e.listener for e in cfg.listeners]
+    need(len(set(names)) == len(names), "listeners", "listener names must be unique")
+    if cfg.zookeeper_connect is not None:
+        for hp in cfg.zookeeper_connect.split("/")[0].split(","):
+            u = urlsplit("//" + hp.strip())
+            need(bool(u.hostname) and u.port is not None, "zookeeper.connect", "host:port[,..][/chroot]")
+
+
+def with_defaults_for_cli(cfg: Config, default_dir: str) -> Config:
+    """`pybroker serve` with no log.dirs keeps data in a local directory it names on start."""
+    if cfg.log_dirs is None and cfg.log_dir is None:
+        return dataclasses.replace(cfg, log_dirs=os.path.abspath(default_dir))
+    return cfg

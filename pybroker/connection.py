@@ -1,0 +1,191 @@
+"""One client connection: frames in, responses out in request order.
+
+An asyncio Protocol feeds received bytes to the sans-I/O FrameDecoder; complete frames queue
+up (pipelining) and one task per connection handles them one at a time, as Kafka does, so
+responses leave in request order.  Reading pauses while too much is queued, so a fast sender
+cannot grow our memory without bound.  Out-of-band response parts (log file regions) go out
+with ``loop.sendfile`` (os.sendfile under the hood) after the bytes before them are flushed.
+
+Only framing and decoding violations close the connection (as Kafka does for an unknown API
+key or an unsupported version of anything but ApiVersions); errors a handler can express
+become error codes in its response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from typing import Any
+
+from pybroker import handlers  # noqa: F401  (registers every handler)
+from pybroker.errors import ErrorCode
+from pybroker.handlers.context import RequestContext
+from pybroker.registry import HANDLERS
+from pybroker.wire import codec
+from pybroker.wire.framing import FrameDecoder, FrameError
+from pybroker.wire.primitives import DecodeError
+
+log = logging.getLogger("pybroker.connection")
+
+MAX_QUEUED_FRAMES = 16
+
+
+class KafkaConnection(asyncio.Protocol):
+    def __init__(self, services: Any, max_request_bytes: int, on_close: Any = None) -> None:
+        self.services = services
+        self.decoder = FrameDecoder(max_request_bytes)
+        self.max_request_bytes = max_request_bytes
+        self.frames: collections.deque[bytearray] = collections.deque()
+        self.queued_bytes = 0
+        self.transport: asyncio.Transport | None = None
+        self.peer = None
+        self.reading_paused = False
+        self.closed = False
+        self._wakeup = asyncio.Event()
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self._task: asyncio.Task | None = None
+        self._on_close = on_close
+
+    # -- asyncio.Protocol -----------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.peer = transport.get_extra_info("peername")
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            self.decoder.feed(data)
+            while (frame := self.decoder.next_frame()) is not None:
+                self.frames.append(frame)
+                self.queued_bytes += len(frame)
+        except FrameError as e:
+            log.warning("closing connection from %s: %s", self.peer, e)
+            self.abort()
+            return
+        if self.frames:
+            self._wakeup.set()
+        if (
+            len(self.frames) >= MAX_QUEUED_FRAMES or self.queued_bytes > self.max_request_bytes
+        ) and not self.reading_paused:
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._wakeup.set()
+        self._can_write.set()
+        if self._on_close:
+            self._on_close(self)
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    # -- the request loop -------------------------------------------------------------------
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+        self._wakeup.set()
+
+    def close(self) -> None:
+        """Graceful: stop reading, let the task finish the current request and flush."""
+        self.closed = True
+        self._wakeup.set()
+        if self.transport is not None:
+            self.transport.close()
+
+    async def _run(self) -> None:
+        try:
+            while not self.closed:
+                if not self.frames:
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                    continue
+                frame = self.frames.popleft()
+                self.queued_bytes -= len(frame)
+                if self.reading_paused and len(self.frames) < MAX_QUEUED_FRAMES // 2:
+                    self.reading_paused = False
+                    self.transport.resume_reading()
+                parts = await self._handle(frame)
+                if parts is None:
+                    continue
+                if parts is False:
+                    self.abort()
+                    return
+                await self._send(parts)
+        except asyncio.CancelledError:
+            raise
+        except (ConnectionError, OSError) as e:
+            log.debug("connection %s lost while sending: %s", self.peer, e)
+            self.abort()
+        except Exception:
+            log.exception("unexpected error on connection %s; closing it", self.peer)
+            self.abort()
+
+    async def _handle(self, frame: bytearray) -> list[Any] | None | bool:
+        try:
+            api_key, api_version, correlation_id = codec.peek_api(frame)
+        except DecodeError:
+            return False
+        try:
+            header, body = codec.decode_request(memoryview(frame))
+        except codec.UnsupportedVersionError:
+            if api_key == 18:  # tell the client which ApiVersions versions we speak (KIP-511)
+                reg = HANDLERS[18]
+                return codec.encode_response(
+                    18,
+                    0,
+                    correlation_id,
+                    {
+                        "error_code": ErrorCode.UNSUPPORTED_VERSION,
+                        "api_keys": [
+                            {"api_key": 18, "min_version": reg.min_version, "max_version": reg.max_version}
+                        ],
+                    },
+                )
+            log.warning("closing %s: api %d v%d not supported", self.peer, api_key, api_version)
+            return False
+        except DecodeError as e:
+            log.warning("closing %s: cannot decode api %d v%d: %s", self.peer, api_key, api_version, e)
+            return False
+        reg = HANDLERS.get(api_key)
+        if reg is None or not reg.min_version <= api_version <= reg.max_version:
+            if api_key == 18:
+                raise AssertionError("ApiVersions must be registered")
+            log.warning("closing %s: api %d v%d not served", self.peer, api_key, api_version)
+            return False
+        ctx = RequestContext(
+            services=self.services,
+            api_key=api_key,
+            api_version=api_version,
+            correlation_id=correlation_id,
+            client_id=header.get("client_id"),
+            peer=self.peer,
+        )
+        response = await reg.fn(ctx, body)
+        if response is None:
+            return None
+        return codec.encode_response(api_key, api_version, correlation_id, response)
+
+    async def _send(self, parts: list[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        transport = self.transport
+        for part in parts:
+            if self.closed:
+                return
+            if isinstance(part, bytes | bytearray | memoryview):
+                transport.write(part)
+                continue
+            # The region's file object is a read-only handle of its own: sendfile seeks it.
+            sent = await loop.sendfile(transport, part.file, part.position, part.size)
+            if sent != part.size:  # the file shrank under us: the frame is broken, drop the peer
+                raise ConnectionError(f"sent {sent} of {part.size} bytes of a log region")
+        if not self._can_write.is_set():
+            await self._can_write.wait()

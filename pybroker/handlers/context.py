@@ -1,0 +1,26 @@
+"""What a handler receives: the request's header facts and the broker's services.
+
+``services`` is the composed broker (pybroker.broker.Broker); handlers use only these of its
+attributes: ``config`` (pybroker.config.Config), ``cluster`` (pybroker.coord.cluster.Cluster),
+``logs`` (pybroker.log.manager.LogManager), ``purgatory`` (pybroker.purgatory.Purgatory),
+``clock`` (pybroker.clock.Clock).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    services: Any
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    peer: Any = None
+
+    @property
+    def version(self) -> int:
+        return self.api_version

@@ -1,0 +1,369 @@
+"""The one generic codec: every API and version, driven by the declarations in schema.py.
+
+For a (message, version) pair we compile a plan once (cached): the list of fields present in
+that version with a reader and a writer closure each, chosen by type, nullability and whether
+the version is flexible (compact encodings plus a tagged-field section closing every struct).
+Decoding yields plain dicts; encoding takes dicts and fills absent keys with defaults.
+
+A ``records`` value being encoded may be bytes-like or an out-of-band chunk (any object with
+a ``size`` attribute, e.g. a log file region); the latter is emitted as a separate part so the
+connection can send it with sendfile.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+from pybroker.wire import messages as _messages  # noqa: F401  (registers the declarations)
+from pybroker.wire.primitives import ZERO_UUID, DecodeError, Reader, Writer
+from pybroker.wire.schema import REQUEST_HEADER, RESPONSE_HEADER, SCHEMAS, Field, Message
+
+ReadFn = Callable[[Reader], Any]
+WriteFn = Callable[[Writer, Any], None]
+
+# Minimum encoded size of one element, used to refuse absurd array lengths early.
+_MIN_SIZE = {"int8": 1, "int16": 2, "uint16": 2, "int32": 4, "int64": 8, "float64": 8, "bool": 1}
+_MIN_SIZE["uuid"] = 16
+
+
+class UnknownApiError(DecodeError):
+    pass
+
+
+class UnsupportedVersionError(DecodeError):
+    def __init__(self, api_key: int, version: int) -> None:
+        super().__init__(f"api {api_key} version {version} is not supported")
+        self.api_key = api_key
+        self.version = version
+
+
+def _zero_default(f: Field, version: int) -> Any:
+    if f.default is not None:
+        return f.default
+    if version in f.nullable:
+        return None
+    if f.is_array:
+        return []
+    t = f.type
+    if t == "bool":
+        return False
+    if t == "float64":
+        return 0.0
+    if t == "string":
+        return ""
+    if t in ("bytes", "records"):
+        return b""
+    if t == "uuid":
+        return ZERO_UUID
+    if f.is_struct:
+        return {}
+    return 0
+
+
+def _scalar(t: str) -> tuple[ReadFn, WriteFn]:
+    return {
+        "int8": (Reader.int8, Writer.int8),
+        "int16": (Reader.int16, Writer.int16),
+        "uint16": (Reader.uint16, Writer.uint16),
+        "int32": (Reader.int32, Writer.int32),
+        "int64": (Reader.int64, Writer.int64),
+        "float64": (Reader.float64, Writer.float64),
+        "bool": (Reader.bool, Writer.bool),
+        "uuid": (Reader.uuid, _write_uuid),
+    }[t]
+
+
+def _write_uuid(w: Writer, v: Any) -> None:
+    if isinstance(v, str):
+        v = uuid.UUID(v)
+    w.uuid(v)
+
+
+def _write_records_classic(w: Writer, v: Any) -> None:
+    if v is None:
+        w.int32(-1)
+    elif hasattr(v, "size"):
+        w.int32(v.size)
+        w.chunk(v)
+    else:
+        w.bytes_(v)
+
+
+def _write_records_compact(w: Writer, v: Any) -> None:
+    if v is None:
+        w.uvarint(0)
+    elif hasattr(v, "size"):
+        w.uvarint(v.size + 1)
+        w.chunk(v)
+    else:
+        w.compact_bytes(v)
+
+
+def _blob(t: str, nullable: bool, flexible: bool) -> tuple[ReadFn, WriteFn]:
+    if t == "string":
+        if flexible:
+            return (Reader.compact_nullable_string if nullable else Reader.compact_string), (
+                Writer.compact_string
+            )
+        return (Reader.nullable_string if nullable else Reader.string), Writer.string
+    if t == "records":
+        if flexible:
+            return Reader.compact_nullable_bytes, _write_records_compact
+        return Reader.nullable_bytes, _write_records_classic
+    # bytes
+    if flexible:
+        return (Reader.compact_nullable_bytes if nullable else Reader.compact_bytes), (
+            Writer.compact_bytes
+        )
+    return (Reader.nullable_bytes if nullable else Reader.bytes_), Writer.bytes_
+
+
+def _element(f: Field, version: int, flexible: bool) -> tuple[ReadFn, WriteFn, int]:
+    """Reader/writer of one element of an array field (or of the field itself)."""
+    if f.is_struct:
+        dec, enc = _compile_struct(f.fields, version, flexible)
+        return dec, enc, 1
+    t = f.element_type
+    if t in _MIN_SIZE:
+        r, w = _scalar(t)
+        return r, w, _MIN_SIZE[t]
+    r, w = _blob(t, (not f.is_array) and version in f.nullable, flexible)
+    return r, w, 1
+
+
+def _field_codec(f: Field, version: int, flexible: bool) -> tuple[ReadFn, WriteFn]:
+    if f.flexible_versions is not None:
+        flexible = version in f.flexible_versions
+    nullable = version in f.nullable
+    if f.is_array:
+        er, ew, min_size = _element(f, version, flexible)
+
+        if flexible:
+
+            def read_array(r: Reader) -> Any:
+                n = r.compact_array_length(min_size)
+                if n < 0:
+                    if nullable:
+                        return None
+                    raise DecodeError(f"null array {f.name}")
+                return [er(r) for _ in range(n)]
+
+            def write_array(w: Writer, v: Any) -> None:
+                if v is None:
+                    w.uvarint(0)
+                    return
+                w.uvarint(len(v) + 1)
+                for item in v:
+                    ew(w, item)
+
+        else:
+
+            def read_array(r: Reader) -> Any:
+                n = r.array_length(min_size)
+                if n < 0:
+                    if nullable:
+                        return None
+                    raise DecodeError(f"null array {f.name}")
+                return [er(r) for _ in range(n)]
+
+            def write_array(w: Writer, v: Any) -> None:
+                if v is None:
+                    w.int32(-1)
+                    return
+                w.int32(len(v))
+                for item in v:
+                    ew(w, item)
+
+        return read_array, write_array
+    if f.is_struct:
+        sr, sw, _ = _element(f, version, flexible)
+        if not nullable:
+            return sr, sw
+
+        def read_opt(r: Reader) -> Any:
+            return None if r.int8() < 0 else sr(r)
+
+        def write_opt(w: Writer, v: Any) -> None:
+            if v is None:
+                w.int8(-1)
+            else:
+                w.int8(1)
+                sw(w, v)
+
+        return read_opt, write_opt
+    r, w, _ = _element(f, version, flexible)
+    return r, w
+
+
+def _compile_struct(
+    fields: tuple[Field, ...], version: int, flexible: bool
+) -> tuple[Callable[[Reader], dict], Callable[[Writer, dict], None]]:
+    regular: list[tuple[str, ReadFn, WriteFn, Any]] = []
+    tagged: dict[int, tuple[str, ReadFn, WriteFn, Any]] = {}
+    defaults: dict[str, Any] = {}
+    for f in fields:
+        if version not in f.versions:
+            continue
+        r, w = _field_codec(f, version, flexible)
+        d = _zero_default(f, version)
+        if flexible and f.tag is not None and version in f.tagged:
+            tagged[f.tag] = (f.name, r, w, d)
+            defaults[f.name] = d
+        else:
+            regular.append((f.name, r, w, d))
+    tag_order = sorted(tagged)
+
+    def decode(r: Reader) -> dict:
+        out = {}
+        for name, rd, _, _ in regular:
+            out[name] = rd(r)
+        if flexible:
+            for name, d in defaults.items():
+                out[name] = d
+            for _ in range(r.uvarint()):
+                tag = r.uvarint()
+                size = r.uvarint()
+                sub_end = r.pos + size
+                if sub_end > r.end:
+                    raise DecodeError("tagged field exceeds the frame")
+                entry = tagged.get(tag)
+                if entry is not None:
+                    sub = Reader(r.buf, r.pos, sub_end)
+                    out[entry[0]] = entry[1](sub)
+                r.pos = sub_end
+        return out
+
+    def encode(w: Writer, obj: dict) -> None:
+        get = obj.get
+        for name, _, wr, d in regular:
+            v = get(name)
+            wr(w, d if v is None else v)
+        if flexible:
+            present = []
+            for tag in tag_order:
+                name, _, wr, d = tagged[tag]
+                v = get(name, d)
+                if v is None or v == d:
+                    continue
+                sub = Writer()
+                wr(sub, v)
+                present.append((tag, sub.getvalue()))
+            w.uvarint(len(present))
+            for tag, data in present:
+                w.uvarint(tag)
+                w.uvarint(len(data))
+                w.raw(data)
+
+    return decode, encode
+
+
+@cache
+def _plan(message: Message, version: int) -> tuple[Callable, Callable]:
+    return _compile_struct(message.fields, version, version in message.flexible)
+
+
+# -- public API ---------------------------------------------------------------------------
+
+
+def decode_message(message: Message, version: int, data: bytes | memoryview | Reader) -> dict:
+    r = data if isinstance(data, Reader) else Reader(data)
+    return _plan(message, version)[0](r)
+
+
+def encode_message(message: Message, version: int, obj: dict, w: Writer | None = None) -> Writer:
+    w = w or Writer()
+    _plan(message, version)[1](w, obj)
+    return w
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    a = SCHEMAS.by_key.get(api_key)
+    if a is not None and api_version in a.request.flexible:
+        return 2
+    return 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    if api_key == 18:  # ApiVersions answers with header v0 always (KIP-511)
+        return 0
+    a = SCHEMAS.by_key.get(api_key)
+    return 1 if a is not None and api_version in a.response.flexible else 0
+
+
+def peek_api(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id) from a request frame's first 8 bytes."""
+    r = Reader(frame)
+    return r.int16(), r.int16(), r.int32()
+
+
+def decode_request(frame: bytes | memoryview) -> tuple[dict, dict]:
+    """Decode a whole request frame (without its size prefix) into (header, body).
+
+    Raises UnknownApiError / UnsupportedVersionError (the caller decides: ApiVersions gets an
+    error answer, anything else closes the connection) and DecodeError for bad bytes.
+    """
+    r = Reader(frame)
+    api_key, api_version = r.int16(), r.int16()
+    r.pos = 0
+    a = SCHEMAS.by_key.get(api_key)
+    if a is None:
+        raise UnknownApiError(f"unknown api key {api_key}")
+    if api_version not in a.request.versions:
+        raise UnsupportedVersionError(api_key, api_version)
+    header = _plan(REQUEST_HEADER, request_header_version(api_key, api_version))[0](r)
+    body = _plan(a.request, api_version)[0](r)
+    if r.remaining():
+        raise DecodeError(f"{r.remaining()} unexpected bytes after the request body")
+    return header, body
+
+
+def encode_request(
+    api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: dict
+) -> bytes:
+    """Whole request frame including its size prefix (used by tests and tools)."""
+    a = SCHEMAS.by_key[api_key]
+    w = Writer()
+    w.int32(0)
+    hv = request_header_version(api_key, api_version)
+    header = {
+        "request_api_key": api_key,
+        "request_api_version": api_version,
+        "correlation_id": correlation_id,
+        "client_id": client_id,
+    }
+    encode_message(REQUEST_HEADER, hv, header, w)
+    encode_message(a.request, api_version, body, w)
+    out = w.getvalue()
+    return (len(out) - 4).to_bytes(4, "big", signed=True) + out[4:]
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, body: dict) -> list[Any]:
+    """Response frame parts (size prefix included): bytes, and out-of-band chunks in order."""
+    a = SCHEMAS.by_key[api_key]
+    w = Writer()
+    w.int32(0)  # size, patched below
+    encode_message(
+        RESPONSE_HEADER,
+        response_header_version(api_key, api_version),
+        {"correlation_id": correlation_id},
+        w,
+    )
+    encode_message(a.response, api_version, body, w)
+    parts = w.parts()
+    size = sum(p.size if hasattr(p, "size") else len(p) for p in parts) - 4
+    first = bytearray(parts[0])
+    first[0:4] = size.to_bytes(4, "big", signed=True)
+    parts[0] = bytes(first)
+    return parts
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes | memoryview) -> tuple[int, dict]:
+    """(correlation_id, body) of a response frame without its size prefix (tests and tools)."""
+    a = SCHEMAS.by_key[api_key]
+    r = Reader(frame)
+    header = _plan(RESPONSE_HEADER, response_header_version(api_key, api_version))[0](r)
+    body = _plan(a.response, api_version)[0](r)
+    return header["correlation_id"], body
