@@ -9,7 +9,7 @@ from enum import IntEnum
 
 class ErrorCode(IntEnum):
     UNKNOWN = -1
-    NO_ERROR = 0
+    NONE = 0
     OFFSET_OUT_OF_RANGE = 1
     CORRUPT_MESSAGE = 2
     UNKNOWN_TOPIC_OR_PARTITION = 3
