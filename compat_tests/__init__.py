@@ -1,0 +1,1 @@
+"""Real clients against a real pybroker process (see docs/testing.md)."""
