@@ -172,8 +172,13 @@ APIS = sorted(SCHEMAS.by_key.values(), key=lambda a: a.key)
 
 def test_all_expected_apis_declared() -> None:
     expected = {
-        0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 18: "ApiVersions",
-        19: "CreateTopics", 22: "InitProducerId",
+        0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
+        9: "OffsetFetch", 10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat",
+        13: "LeaveGroup", 14: "SyncGroup", 15: "DescribeGroups", 16: "ListGroups",
+        18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId",
+        23: "OffsetForLeaderEpoch", 32: "DescribeConfigs", 35: "DescribeLogDirs",
+        37: "CreatePartitions", 42: "DeleteGroups", 60: "DescribeCluster",
+        75: "DescribeTopicPartitions",
     }  # fmt: skip
     declared = {a.key: a.name for a in APIS}
     missing = {k: n for k, n in expected.items() if declared.get(k) != n}
@@ -358,7 +363,16 @@ _BELOW_SPEC = [
 def test_below_spec_versions_exist() -> None:
     # The APIs whose old versions Kafka 4.0 dropped from the specs but we still declare.
     got = sorted({(a.name, v) for a, _, v in _BELOW_SPEC})
-    assert got == [("Produce", 0), ("Produce", 1), ("Produce", 2)]
+    assert got == [
+        ("DeleteTopics", 0),
+        ("DescribeConfigs", 0),
+        ("DescribeLogDirs", 0),
+        ("OffsetForLeaderEpoch", 0),
+        ("OffsetForLeaderEpoch", 1),
+        ("Produce", 0),
+        ("Produce", 1),
+        ("Produce", 2),
+    ]
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # importing kafka-python
