@@ -1,0 +1,524 @@
+"""Kafka record batches, format v2 (magic 2): a sans-I/O view over the 61-byte batch header.
+
+Byte layout of one batch (all integers big-endian)::
+
+    offset  size  field
+         0     8  baseOffset            int64   assigned by the broker (patched in place)
+         8     4  batchLength           int32   bytes after this field; whole batch = 12 + batchLength
+        12     4  partitionLeaderEpoch  int32   set by the broker, NOT covered by the CRC
+        16     1  magic                 int8    2 (v0/v1 messages have their magic at 16 too)
+        17     4  crc                   uint32  CRC-32C (Castagnoli) of bytes 21 .. end of batch
+        21     2  attributes            int16   bits 0-2 compression (0 none, 1 gzip, 2 snappy,
+                                                3 lz4, 4 zstd), bit 3 timestamp type (1 =
+                                                LogAppendTime), bit 4 transactional, bit 5 control
+        23     4  lastOffsetDelta       int32
+        27     8  baseTimestamp         int64
+        35     8  maxTimestamp          int64
+        43     8  producerId            int64   -1 = not idempotent
+        51     2  producerEpoch         int16
+        53     4  baseSequence          int32
+        57     4  recordsCount          int32
+        61     -  records (compressed as one blob when the codec is not 0)
+
+One record (inside the possibly compressed records section)::
+
+    length varint | attributes int8 | timestampDelta varlong | offsetDelta varint |
+    keyLength varint (-1 = null) | key | valueLength varint | value |
+    headerCount varint | headers: (keyLength varint | key utf-8 | valueLength varint | value)*
+
+Varints are zig-zag encoded (protobuf style).  The broker's append path never decompresses:
+``parse_batches`` reads headers and checks CRCs only; ``build_batch`` and ``decode_records``
+implement the record format and all four codecs for tests and tools (and ListOffsets by
+timestamp, which needs record timestamps).
+
+Validation follows Kafka (ProduceRequest.validateRecords, UnifiedLog.analyzeAndValidateRecords,
+LogValidator.validateBatch), with these error codes:
+
+* torn or trailing bytes, batchLength < 49 or past the buffer, bad CRC, magic > 2 or < 0:
+  CORRUPT_MESSAGE (2)
+* magic 0 or 1: UNSUPPORTED_FOR_MESSAGE_FORMAT (43)
+* compression codec 5..7: UNSUPPORTED_COMPRESSION_TYPE (76).  (Java Kafka fails with an
+  IllegalArgumentException there, which surfaces as UNKNOWN_SERVER_ERROR; 76 names the problem.)
+* recordsCount <= 0, lastOffsetDelta < 0 or recordsCount != lastOffsetDelta + 1, a control
+  batch from a client, a producer id with a negative base sequence, an empty record set:
+  INVALID_RECORD (87), as Kafka's InvalidRecordException.
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import time
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+from pybroker.errors import ErrorCode
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # 49
+MAGIC = 2
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+MAX_TIMESTAMP_OFFSET = 35
+PARTITION_LEADER_EPOCH_OFFSET = 12
+
+COMPRESSION_NONE = 0
+COMPRESSION_GZIP = 1
+COMPRESSION_SNAPPY = 2
+COMPRESSION_LZ4 = 3
+COMPRESSION_ZSTD = 4
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_TIMESTAMP = -1
+INT32_MAX = 2**31 - 1
+
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+_INT16 = struct.Struct(">h")
+_LEN = struct.Struct(">qi")
+
+
+class InvalidRecordError(Exception):
+    """A record set a broker must refuse; ``code`` is the Kafka error code to answer with."""
+
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        super().__init__(message or code.name)
+        self.code = code
+
+
+class BatchHeader(NamedTuple):
+    """The 61-byte v2 header of one batch, and where it sits in the buffer it came from."""
+
+    position: int
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def timestamp_type(self) -> int:
+        return LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id > NO_PRODUCER_ID
+
+    @property
+    def last_sequence(self) -> int:
+        """The sequence of the last record; wraps past 2**31 - 1 to 0 as Kafka does."""
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return increment_sequence(self.base_sequence, self.last_offset_delta)
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
+    return sequence + increment
+
+
+def unpack_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+    """Unpack the header at ``position`` with no checks (caller made sure 61 bytes are there)."""
+    return BatchHeader(position, *HEADER.unpack_from(buf, position))
+
+
+def _check_batch(
+    mv: memoryview, pos: int, end: int, verify_crc: bool, allow_control: bool
+) -> BatchHeader:
+    remaining = end - pos
+    if remaining < 17:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, f"{remaining} trailing bytes at {pos}")
+    _, batch_length = _LEN.unpack_from(mv, pos)
+    magic = mv[pos + 16]
+    if magic in (0, 1):
+        raise InvalidRecordError(
+            ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, f"message format v{magic} is not supported"
+        )
+    if magic != MAGIC:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, f"unknown magic {magic} at {pos}")
+    if batch_length < MIN_BATCH_LENGTH:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, f"batch length {batch_length} < 49")
+    if batch_length > remaining - LOG_OVERHEAD:
+        raise InvalidRecordError(
+            ErrorCode.CORRUPT_MESSAGE, f"batch at {pos} needs {batch_length + 12} bytes"
+        )
+    h = BatchHeader(pos, *HEADER.unpack_from(mv, pos))
+    batch_end = pos + LOG_OVERHEAD + batch_length
+    if verify_crc and crc32c(mv[pos + ATTRIBUTES_OFFSET : batch_end]) != h.crc:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, f"CRC mismatch in batch at {pos}")
+    if h.attributes & COMPRESSION_MASK > COMPRESSION_ZSTD:
+        raise InvalidRecordError(
+            ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"compression codec {h.compression}"
+        )
+    if (
+        h.records_count <= 0
+        or h.last_offset_delta < 0
+        or h.records_count != h.last_offset_delta + 1
+    ):
+        raise InvalidRecordError(
+            ErrorCode.INVALID_RECORD,
+            f"records count {h.records_count} vs last offset delta {h.last_offset_delta}",
+        )
+    if h.attributes & CONTROL_MASK and not allow_control:
+        raise InvalidRecordError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
+    if h.producer_id > NO_PRODUCER_ID and h.base_sequence < 0:
+        raise InvalidRecordError(
+            ErrorCode.INVALID_RECORD, f"producer {h.producer_id} with sequence {h.base_sequence}"
+        )
+    return h
+
+
+def parse_batches(
+    buf: bytes | bytearray | memoryview, *, verify_crc: bool = True, allow_control: bool = False
+) -> list[BatchHeader]:
+    """Validate a record set of whole v2 batches back to back and return their headers.
+
+    Raises InvalidRecordError (see the module docstring for the codes).  ``allow_control``
+    admits control batches (transaction markers written by the broker itself)."""
+    mv = memoryview(buf).cast("B")
+    end = len(mv)
+    if end == 0:
+        raise InvalidRecordError(ErrorCode.INVALID_RECORD, "empty record set")
+    out: list[BatchHeader] = []
+    pos = 0
+    while pos < end:
+        h = _check_batch(mv, pos, end, verify_crc, allow_control)
+        out.append(h)
+        pos += LOG_OVERHEAD + h.batch_length
+    return out
+
+
+def scan_batches(buf: bytes | bytearray | memoryview, start: int = 0) -> Iterator[BatchHeader]:
+    """Lenient walk for recovery: yield valid batches (CRC checked) from ``start`` and stop
+    silently at the first incomplete or invalid one."""
+    mv = memoryview(buf).cast("B")
+    end = len(mv)
+    pos = start
+    while pos < end:
+        try:
+            h = _check_batch(mv, pos, end, True, True)
+        except InvalidRecordError:
+            return
+        yield h
+        pos += LOG_OVERHEAD + h.batch_length
+
+
+def set_base_offset(buf: bytearray | memoryview, position: int, base_offset: int) -> None:
+    """Assign the batch's base offset in place (not covered by the CRC)."""
+    _INT64.pack_into(buf, position, base_offset)
+
+
+def set_partition_leader_epoch(buf: bytearray | memoryview, position: int, epoch: int) -> None:
+    _INT32.pack_into(buf, position + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+
+def set_max_timestamp(
+    buf: bytearray | memoryview, position: int, timestamp_type: int, timestamp: int
+) -> None:
+    """Set the timestamp type bit and maxTimestamp (LogAppendTime topics) and recompute the
+    CRC, as Kafka's DefaultRecordBatch.setMaxTimestamp does.  Both fields are CRC-covered."""
+    (batch_length,) = _INT32.unpack_from(buf, position + 8)
+    (attributes,) = _INT16.unpack_from(buf, position + ATTRIBUTES_OFFSET)
+    if timestamp_type == LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_MASK
+    else:
+        attributes &= ~TIMESTAMP_TYPE_MASK
+    _INT16.pack_into(buf, position + ATTRIBUTES_OFFSET, attributes)
+    _INT64.pack_into(buf, position + MAX_TIMESTAMP_OFFSET, timestamp)
+    end = position + LOG_OVERHEAD + batch_length
+    crc = crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET : end])
+    _UINT32.pack_into(buf, position + CRC_OFFSET, crc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Record format and codecs: test/tool helpers, never on the broker's append path.
+
+
+class Record(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+def _write_varint(out: bytearray, value: int) -> None:
+    v = (value << 1) ^ (value >> 63)  # zig-zag (64-bit)
+    v &= 0xFFFFFFFFFFFFFFFF
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def _read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    shift = 0
+    result = 0
+    while True:
+        if shift > 63:
+            raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "varint too long")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+    return (result >> 1) ^ -(result & 1), pos
+
+
+_XERIAL_HEADER = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK = 32 * 1024
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    """Compress a records section the way Kafka clients do."""
+    if codec == COMPRESSION_NONE:
+        return data
+    if codec == COMPRESSION_GZIP:
+        return gzip.compress(data)
+    if codec == COMPRESSION_SNAPPY:
+        # Java's producer (snappy-java SnappyOutputStream) and kafka-python write xerial framing:
+        # a 16-byte header then (int32 length, raw snappy block) per 32 KiB of input.
+        import cramjam
+
+        out = bytearray(_XERIAL_HEADER)
+        for i in range(0, len(data), _XERIAL_BLOCK):
+            block = bytes(cramjam.snappy.compress_raw(data[i : i + _XERIAL_BLOCK]))
+            out += struct.pack(">i", len(block)) + block
+        return bytes(out)
+    if codec == COMPRESSION_LZ4:
+        import lz4.frame
+
+        # Kafka only supports independent LZ4 blocks (KafkaLZ4BlockOutputStream).
+        return lz4.frame.compress(data, block_linked=False, store_size=False)
+    if codec == COMPRESSION_ZSTD:
+        import zstandard
+
+        return zstandard.ZstdCompressor().compress(data)
+    raise InvalidRecordError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"codec {codec}")
+
+
+def decompress(codec: int, data: bytes) -> bytes:
+    """Inverse of :func:`compress`; also accepts raw (unframed) snappy as librdkafka sends."""
+    if codec == COMPRESSION_NONE:
+        return data
+    try:
+        if codec == COMPRESSION_GZIP:
+            return gzip.decompress(data)
+        if codec == COMPRESSION_SNAPPY:
+            import cramjam
+
+            if len(data) > 16 and data[:8] == _XERIAL_HEADER[:8]:
+                out = bytearray()
+                pos, end = 16, len(data)
+                while pos < end:
+                    (n,) = struct.unpack_from(">i", data, pos)
+                    pos += 4
+                    if n < 0 or pos + n > end:
+                        raise ValueError("torn xerial block")
+                    out += bytes(cramjam.snappy.decompress_raw(data[pos : pos + n]))
+                    pos += n
+                return bytes(out)
+            return bytes(cramjam.snappy.decompress_raw(data))
+        if codec == COMPRESSION_LZ4:
+            import lz4.frame
+
+            return lz4.frame.decompress(data)
+        if codec == COMPRESSION_ZSTD:
+            import zstandard
+
+            # Java's zstd-jni stream omits the content size, so decompress as a stream.
+            return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+    except InvalidRecordError:
+        raise
+    except Exception as e:  # every codec library has its own error types
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, f"cannot decompress: {e}") from e
+    raise InvalidRecordError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"codec {codec}")
+
+
+RecordSpec = tuple  # (key, value, headers) or (key, value, headers, timestamp)
+
+
+def build_batch(
+    records: Sequence[RecordSpec],
+    *,
+    base_offset: int = 0,
+    timestamp: int | None = None,
+    compression: int = COMPRESSION_NONE,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    timestamp_type: int = CREATE_TIME,
+    partition_leader_epoch: int = -1,
+) -> bytes:
+    """Build one v2 batch.  Each record is ``(key, value, headers)`` with headers a list of
+    ``(str, bytes | None)``; a 4th element sets that record's timestamp (default: ``timestamp``,
+    or now).  Offset deltas are 0..n-1."""
+    if not records:
+        raise ValueError("a batch needs at least one record")
+    if timestamp is None:
+        timestamp = int(time.time() * 1000)
+    stamps = [r[3] if len(r) > 3 and r[3] is not None else timestamp for r in records]
+    first_ts = stamps[0]
+    body = bytearray()
+    for delta, (rec, ts) in enumerate(zip(records, stamps, strict=True)):
+        key, value, headers = rec[0], rec[1], rec[2] or []
+        r = bytearray(b"\x00")
+        _write_varint(r, ts - first_ts)
+        _write_varint(r, delta)
+        for blob in (key, value):
+            if blob is None:
+                _write_varint(r, -1)
+            else:
+                _write_varint(r, len(blob))
+                r += blob
+        _write_varint(r, len(headers))
+        for hk, hv in headers:
+            hkb = hk.encode()
+            _write_varint(r, len(hkb))
+            r += hkb
+            if hv is None:
+                _write_varint(r, -1)
+            else:
+                _write_varint(r, len(hv))
+                r += hv
+        _write_varint(body, len(r))
+        body += r
+    payload = compress(compression, bytes(body))
+    attributes = compression
+    if timestamp_type == LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_MASK
+    if is_transactional:
+        attributes |= TRANSACTIONAL_MASK
+    if is_control:
+        attributes |= CONTROL_MASK
+    buf = bytearray(HEADER_SIZE) + payload
+    HEADER.pack_into(
+        buf,
+        0,
+        base_offset,
+        len(buf) - LOG_OVERHEAD,
+        partition_leader_epoch,
+        MAGIC,
+        0,
+        attributes,
+        len(records) - 1,
+        first_ts,
+        max(stamps),
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(records),
+    )
+    _UINT32.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)
+
+
+def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
+    """Decode the records of one whole batch (decompressing it).  Raises InvalidRecordError
+    (CORRUPT_MESSAGE) on malformed data."""
+    data = bytes(batch)
+    if len(data) < HEADER_SIZE:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "short batch")
+    h = unpack_header(data)
+    if h.magic != MAGIC:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, f"magic {h.magic}")
+    end = LOG_OVERHEAD + h.batch_length
+    if end > len(data) or h.batch_length < MIN_BATCH_LENGTH:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "batch length")
+    payload = decompress(h.compression, data[HEADER_SIZE:end])
+    log_append = h.timestamp_type == LOG_APPEND_TIME
+    out: list[Record] = []
+    pos = 0
+    try:
+        for _ in range(h.records_count):
+            length, pos = _read_varint(payload, pos)
+            start = pos
+            pos += 1  # record attributes, unused
+            ts_delta, pos = _read_varint(payload, pos)
+            off_delta, pos = _read_varint(payload, pos)
+            blobs: list[bytes | None] = []
+            for _kv in range(2):
+                n, pos = _read_varint(payload, pos)
+                if n < 0:
+                    blobs.append(None)
+                else:
+                    if pos + n > len(payload):
+                        raise IndexError
+                    blobs.append(payload[pos : pos + n])
+                    pos += n
+            count, pos = _read_varint(payload, pos)
+            if count < 0:
+                raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "negative header count")
+            headers: list[tuple[str, bytes | None]] = []
+            for _h in range(count):
+                n, pos = _read_varint(payload, pos)
+                if n < 0 or pos + n > len(payload):
+                    raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "header key")
+                hk = payload[pos : pos + n].decode()
+                pos += n
+                n, pos = _read_varint(payload, pos)
+                hv = None
+                if n >= 0:
+                    if pos + n > len(payload):
+                        raise IndexError
+                    hv = payload[pos : pos + n]
+                    pos += n
+                headers.append((hk, hv))
+            if pos - start != length:
+                raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "record length mismatch")
+            ts = h.max_timestamp if log_append else h.base_timestamp + ts_delta
+            out.append(Record(h.base_offset + off_delta, ts, blobs[0], blobs[1], headers))
+    except (IndexError, UnicodeDecodeError) as e:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "truncated record") from e
+    if pos != len(payload):
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "bytes after the last record")
+    return out
