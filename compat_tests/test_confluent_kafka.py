@@ -1,0 +1,122 @@
+"""confluent-kafka (librdkafka, bundled in the wheel) against a pybroker process.
+
+No consumer-group APIs are needed: the consumer uses assign() with explicit offsets and
+enable.auto.commit=False (librdkafka still wants group.id in its config).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+
+from compat_tests.helpers import create_topic, unique_topic
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _produce(bootstrap, topic, partitions, n, **extra):
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "linger.ms": 5,
+        "message.timeout.ms": 30000,
+    }
+    conf.update(extra)
+    producer = Producer(conf)
+    acked, errors = [], []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(err)
+        else:
+            acked.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
+
+    sent = []
+    for i in range(n):
+        p = i % partitions
+        key, value = f"k{i}".encode(), f"v{i}-".encode() + b"y" * (i % 40)
+        producer.produce(
+            topic,
+            key=key,
+            value=value,
+            partition=p,
+            headers=[("i", str(i).encode())],
+            on_delivery=on_delivery,
+        )
+        sent.append((p, key, value, i))
+        producer.poll(0)
+    remaining = producer.flush(30)
+    assert remaining == 0, f"{remaining} messages not delivered"
+    assert not errors, errors[:5]
+    assert len(acked) == n
+    return sent, acked
+
+
+def _consume(bootstrap, topic, partitions, n, timeout=30.0):
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "compat-unused-group",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    got = []
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        deadline = time.monotonic() + timeout
+        while len(got) < n and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                raise KafkaException(msg.error())
+            got.append(msg)
+    finally:
+        consumer.close()
+    return got
+
+
+@pytest.mark.parametrize("compression", ["none", "lz4", "zstd"])
+def test_idempotent_producer_and_assign_consumer(broker, compression):
+    topic = unique_topic("ck")
+    partitions = 3
+    create_topic(broker.bootstrap, topic, partitions)
+    n = 300
+    sent, acked = _produce(
+        broker.bootstrap, topic, partitions, n, **{"compression.type": compression}
+    )
+    print(f"[{broker.backend}/{compression}] confluent-kafka produced {len(acked)} acknowledged")
+    for p in range(partitions):
+        offsets = sorted(o for (pp, o, _, _) in acked if pp == p)
+        assert offsets == list(range(len(offsets)))
+    got = _consume(broker.bootstrap, topic, partitions, n)
+    print(f"[{broker.backend}/{compression}] confluent-kafka consumed {len(got)}")
+    assert len(got) == n
+    for p in range(partitions):
+        expected = [(k, v, i) for (pp, k, v, i) in sent if pp == p]
+        msgs = [m for m in got if m.partition() == p]
+        assert [m.offset() for m in msgs] == list(range(len(expected)))
+        assert [(m.key(), m.value()) for m in msgs] == [(k, v) for k, v, _ in expected]
+        assert [m.headers() for m in msgs] == [[("i", str(i).encode())] for _, _, i in expected]
+
+
+def test_list_topics_metadata(broker):
+    topic = unique_topic("meta")
+    create_topic(broker.bootstrap, topic, 2)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    md = producer.list_topics(timeout=10)
+    assert md.cluster_id, "cluster_id must be set"
+    assert md.controller_id == 0
+    assert list(md.brokers) == [0]
+    assert md.brokers[0].host == "127.0.0.1" and md.brokers[0].port == broker.port
+    t = md.topics[topic]
+    assert t.error is None
+    assert sorted(t.partitions) == [0, 1]
+    for p in t.partitions.values():
+        assert p.leader == 0 and p.replicas == [0] and p.isrs == [0]
+    one = producer.list_topics(topic, timeout=10)
+    assert topic in one.topics
+    print(f"[{broker.backend}] list_topics: {len(md.topics)} topics, {topic} has 2 partitions")
