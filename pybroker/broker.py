@@ -1,0 +1,145 @@
+"""The composition root: builds the broker's parts and starts and stops them in order.
+
+start: data dir -> log recovery (LogManager) -> metadata store (ZooKeeper when
+zookeeper.connect is set, else the embedded store under log.dirs) -> Cluster (cluster id,
+registration, controller) -> logs for the partitions this broker leads -> listeners ->
+periodic retention and recovery-point checkpoints.  stop runs the same steps backwards; a
+clean stop leaves the logs marked clean so the next start skips recovery scans.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+from pybroker.clock import SYSTEM_CLOCK, Clock
+from pybroker.config import Config
+from pybroker.coord.cluster import Cluster
+from pybroker.coord.local import LocalStore
+from pybroker.coord.store import MetadataStore
+from pybroker.handlers._topics import log_config
+from pybroker.log.manager import LogManager
+from pybroker.log.partition_log import PartitionLog
+from pybroker.purgatory import Purgatory
+from pybroker.server import KafkaServer
+
+log = logging.getLogger("pybroker.broker")
+
+METADATA_DIR = "__cluster_metadata"
+CHECKPOINT_INTERVAL_S = 60.0
+
+
+def make_store(config: Config, data_dir: Path, clock: Clock) -> MetadataStore:
+    if config.zookeeper_connect:
+        from pybroker.coord.zk import ZooKeeperStore
+
+        return ZooKeeperStore(
+            config.zookeeper_connect,
+            session_timeout_ms=config.zookeeper_session_timeout_ms,
+            connection_timeout_ms=config.zookeeper_connection_timeout_ms
+            or config.zookeeper_session_timeout_ms,
+        )
+    return LocalStore(data_dir / METADATA_DIR, clock=clock)
+
+
+class Broker:
+    def __init__(self, config: Config, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.config = config
+        self.clock = clock
+        self.purgatory = Purgatory()
+        self.store: MetadataStore | None = None
+        self.cluster: Cluster | None = None
+        self.logs: LogManager | None = None
+        self.server: KafkaServer | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    @property
+    def metadata_backend(self) -> str:
+        return "zookeeper" if self.config.zookeeper_connect else "embedded"
+
+    async def start(self) -> None:
+        cfg = self.config
+        data_dir = cfg.data_dir
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.logs = LogManager(data_dir, log_config(cfg, {}), self.clock)
+        await asyncio.to_thread(self.logs.load_all)
+        self.store = make_store(cfg, data_dir, self.clock)
+        await self.store.start()
+        endpoints = [(e.listener, e.host, e.port) for e in cfg.advertised]
+        self.cluster = Cluster(
+            self.store, cfg.broker_id, endpoints, self.clock, rack=cfg.broker_rack
+        )
+        await self.cluster.start()
+        self.cluster.add_listener(lambda *_: self._sync_partitions())
+        self._sync_partitions()
+        self.server = KafkaServer(
+            self,
+            cfg.listeners,
+            max_request_bytes=cfg.socket_request_max_bytes,
+            max_connections=cfg.max_connections,
+        )
+        await self.server.start()
+        self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
+        self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="checkpoint"))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self.server is not None:
+            await self.server.stop()
+        if self.cluster is not None:
+            await self.cluster.stop()
+        if self.store is not None:
+            await self.store.close()
+        if self.logs is not None:
+            await asyncio.to_thread(self.logs.close)
+
+    # -- services used by the handlers -----------------------------------------------------
+    def partition_log(self, topic: str, partition: int) -> PartitionLog:
+        existing = self.logs.get(topic, partition)
+        if existing is not None:
+            return existing
+        info = self.cluster.topics[topic]
+        return self.logs.get_or_create(topic, partition, log_config(self.config, info.configs))
+
+    def _sync_partitions(self) -> None:
+        """Open (creating if needed) the log of every partition this broker is a replica of."""
+        me = self.config.broker_id
+        for name, info in list(self.cluster.topics.items()):
+            for index, state in info.partitions.items():
+                if me in state.replicas and self.logs.get(name, index) is None:
+                    self.logs.get_or_create(name, index, log_config(self.config, info.configs))
+
+    async def _retention_loop(self) -> None:
+        interval = self.config.log_retention_check_interval_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.logs.run_retention()
+            except Exception:
+                log.exception("retention check failed")
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(CHECKPOINT_INTERVAL_S)
+            try:
+                await asyncio.to_thread(self.logs.checkpoint)
+            except Exception:
+                log.exception("recovery point checkpoint failed")
+
+
+def describe(broker: Broker) -> dict[str, Any]:
+    cfg = broker.config
+    return {
+        "broker.id": cfg.broker_id,
+        "listeners": ",".join(str(e) for e in cfg.listeners),
+        "log.dirs": str(cfg.data_dir),
+        "metadata": broker.metadata_backend,
+    }

@@ -1,0 +1,118 @@
+"""Fetch (key 1), versions 4-12.
+
+A real long poll: the answer leaves as soon as ``min_bytes`` are available across the
+requested partitions or ``max_wait_ms`` has passed; appends wake parked fetches through the
+purgatory (no timer loop).  ``max_bytes`` bounds the response and ``partition_max_bytes`` each
+partition, except that the first batch of the first non-empty partition is always returned
+whole, as in KIP-74.  Data never passes through Python objects: each partition's records are
+a region of a segment file, sent with sendfile.
+
+Every answer carries high watermark, last stable offset (= high watermark: no transactions)
+and log start offset.  Consumers never read above the high watermark.  Errors per partition:
+UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE, FENCED_LEADER_EPOCH /
+UNKNOWN_LEADER_EPOCH (v9+ current_leader_epoch), UNSUPPORTED_COMPRESSION_TYPE is not needed
+(batches are served as stored; zstd producers already required v7+).
+
+Fetch sessions (KIP-227, v7+): the broker creates none.  A request with session_id 0 is
+answered as a full fetch with session_id 0, which tells the client to keep sending full fetch
+requests; an unknown non-zero session id gets FETCH_SESSION_ID_NOT_FOUND.  Left out: fetches
+from follower replicas (replica_id >= 0) arrive with the cluster issue; preferred read
+replicas (v11) are always -1.
+"""
+
+from __future__ import annotations
+
+from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers._topics import leader_log
+from pybroker.handlers.context import RequestContext
+from pybroker.registry import handler
+
+READ_COMMITTED = 1
+
+
+def _empty(index: int, code: int, hw: int = -1, lso: int = -1, start: int = -1) -> dict:
+    return {
+        "partition_index": index,
+        "error_code": code,
+        "high_watermark": hw,
+        "last_stable_offset": lso,
+        "log_start_offset": start,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": None,
+    }
+
+
+def _read_all(ctx: RequestContext, req: dict) -> tuple[list[dict], int, bool]:
+    """One pass over the requested partitions: (responses, bytes found, any error)."""
+    remaining = req.get("max_bytes", 0x7FFFFFFF)
+    read_committed = req.get("isolation_level", 0) == READ_COMMITTED
+    total = 0
+    errors = False
+    responses = []
+    for t in req["topics"]:
+        topic = t["topic"]
+        parts = []
+        for p in t["partitions"]:
+            index = p["partition"]
+            try:
+                log = leader_log(ctx, topic, index, p.get("current_leader_epoch", -1))
+                hw = log.high_watermark
+                offset = p["fetch_offset"]
+                if offset < log.log_start_offset or offset > log.log_end_offset:
+                    raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+                region = None
+                if offset < hw and remaining > 0:
+                    limit = min(p["partition_max_bytes"], remaining)
+                    region = log.read(offset, limit, min_one_batch=total == 0, max_offset=hw)
+                    if region is not None and region.size:
+                        total += region.size
+                        remaining -= region.size
+                    else:
+                        region = None
+                parts.append(
+                    {
+                        "partition_index": index,
+                        "error_code": ErrorCode.NONE,
+                        "high_watermark": hw,
+                        "last_stable_offset": hw,
+                        "log_start_offset": log.log_start_offset,
+                        "aborted_transactions": [] if read_committed else None,
+                        "preferred_read_replica": -1,
+                        "records": region,
+                    }
+                )
+            except KafkaError as e:
+                errors = True
+                parts.append(_empty(index, e.code))
+        responses.append({"topic": t["topic"], "partitions": parts})
+    return responses, total, errors
+
+
+@handler(1, 4, 12)
+async def fetch(ctx: RequestContext, req: dict) -> dict:
+    session_id = req.get("session_id", 0)
+    if session_id != 0:
+        return {
+            "throttle_time_ms": 0,
+            "error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+            "session_id": 0,
+            "responses": [],
+        }
+    clock = ctx.services.clock
+    deadline = clock.monotonic() + max(req["max_wait_ms"], 0) / 1000.0
+    keys = [(t["topic"], p["partition"]) for t in req["topics"] for p in t["partitions"]]
+    while True:
+        responses, total, errors = _read_all(ctx, req)
+        if total >= req["min_bytes"] or errors:
+            break
+        left = deadline - clock.monotonic()
+        if left <= 0 or not keys:
+            break
+        await ctx.services.purgatory.wait_any(keys, left)
+    return {
+        "throttle_time_ms": 0,
+        "error_code": ErrorCode.NONE,
+        "session_id": 0,
+        "responses": responses,
+    }

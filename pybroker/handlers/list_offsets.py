@@ -1,0 +1,79 @@
+"""ListOffsets (key 2), versions 1-7.
+
+timestamp -2: the log start offset; -1: the high watermark (read_uncommitted) or the last
+stable offset (read_committed; equal without transactions); -3 (v7, KIP-734): the offset and
+timestamp of the record with the largest timestamp; any other timestamp: the first offset
+whose timestamp is at or after it, found through the time index, or offset -1 / timestamp -1
+when there is none.  current_leader_epoch (v4+) is checked (FENCED_LEADER_EPOCH /
+UNKNOWN_LEADER_EPOCH) and leader_epoch answered.  Left out: v0 (old_style_offsets) and
+follower requests (replica_id >= 0), which no client pybroker targets sends.
+"""
+
+from __future__ import annotations
+
+from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers._topics import leader_log, partition_state
+from pybroker.handlers.context import RequestContext
+from pybroker.registry import handler
+
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+
+
+def _lookup(ctx: RequestContext, topic: str, p: dict) -> dict:
+    index = p["partition_index"]
+    try:
+        log = leader_log(ctx, topic, index, p.get("current_leader_epoch", -1))
+        epoch = partition_state(ctx, topic, index).leader_epoch
+        ts = p["timestamp"]
+        if ts == EARLIEST:
+            found = (log.log_start_offset, -1)
+        elif ts == LATEST:
+            found = (log.high_watermark, -1)
+        elif ts == MAX_TIMESTAMP and ctx.version >= 7:
+            found = log.offset_of_max_timestamp() or (-1, -1)
+        elif ts < 0:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"invalid timestamp {ts}")
+        else:
+            found = log.offset_for_timestamp(ts) or (-1, -1)
+            if found[0] >= log.high_watermark:
+                found = (-1, -1)
+        offset, timestamp = found
+        return {
+            "partition_index": index,
+            "error_code": ErrorCode.NONE,
+            "timestamp": timestamp,
+            "offset": offset,
+            "leader_epoch": epoch if offset >= 0 else -1,
+        }
+    except KafkaError as e:
+        return {
+            "partition_index": index,
+            "error_code": e.code,
+            "timestamp": -1,
+            "offset": -1,
+            "leader_epoch": -1,
+        }
+
+
+@handler(2, 1, 7)
+async def list_offsets(ctx: RequestContext, req: dict) -> dict:
+    topics = []
+    for t in req["topics"]:
+        seen = set()
+        parts = []
+        for p in t["partitions"]:
+            if p["partition_index"] in seen:
+                parts.append(
+                    {
+                        "partition_index": p["partition_index"],
+                        "error_code": ErrorCode.INVALID_REQUEST,
+                        "timestamp": -1,
+                        "offset": -1,
+                        "leader_epoch": -1,
+                    }
+                )
+                continue
+            seen.add(p["partition_index"])
+            parts.append(_lookup(ctx, t["name"], p))
+        topics.append({"name": t["name"], "partitions": parts})
+    return {"throttle_time_ms": 0, "topics": topics}

@@ -1,0 +1,122 @@
+"""Metadata (key 3), versions 0-12.
+
+Brokers with their advertised endpoints and racks, the cluster id, the controller (always a
+live broker), and per topic its id, partitions with leader, leader epoch, replicas, ISR and
+offline replicas.  Topics are requested by name (v10+ may send topic ids; ids resolve to
+names, an unknown id is UNKNOWN_TOPIC_ID).  Auto-creation follows auto.create.topics.enable
+and the request's allow_auto_topic_creation (v4+; always allowed before v4).  With no ACLs
+every operation is authorized: the authorized-operations bit fields say so when asked (v8+).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers._topics import auto_create, validate_topic_name
+from pybroker.handlers.context import RequestContext
+from pybroker.registry import handler
+
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+# AclOperation codes: READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8,
+# DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11 (topic); CREATE, ALTER, DESCRIBE, CLUSTER_ACTION 9,
+# DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE 12 (cluster).
+TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def topic_metadata(ctx: RequestContext, info, include_ops: bool) -> dict:
+    live = ctx.services.cluster.brokers
+    partitions = []
+    for index in sorted(info.partitions):
+        p = info.partitions[index]
+        leader_error = ErrorCode.NONE if p.leader in live else ErrorCode.LEADER_NOT_AVAILABLE
+        partitions.append(
+            {
+                "error_code": leader_error,
+                "partition_index": index,
+                "leader_id": p.leader if p.leader in live else -1,
+                "leader_epoch": p.leader_epoch,
+                "replica_nodes": list(p.replicas),
+                "isr_nodes": list(p.isr),
+                "offline_replicas": [r for r in p.replicas if r not in live],
+            }
+        )
+    return {
+        "error_code": ErrorCode.NONE,
+        "name": info.name,
+        "topic_id": info.topic_id,
+        "is_internal": False,
+        "partitions": partitions,
+        "topic_authorized_operations": TOPIC_OPERATIONS
+        if include_ops
+        else AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+@handler(3, 0, 12)
+async def metadata(ctx: RequestContext, req: dict) -> dict:
+    services = ctx.services
+    cluster = services.cluster
+    v = ctx.version
+    include_ops = bool(req.get("include_topic_authorized_operations"))
+    requested = req["topics"]
+    if v == 0 and requested == []:
+        requested = None  # v0: an empty list means all topics
+    allow_auto = services.config.auto_create_topics_enable and (
+        v < 4 or req.get("allow_auto_topic_creation", True)
+    )
+
+    topics = []
+    if requested is None:
+        for name in sorted(cluster.topics):
+            topics.append(topic_metadata(ctx, cluster.topics[name], include_ops))
+    else:
+        by_id = {t.topic_id: t for t in cluster.topics.values()}
+        for t in requested:
+            name = t.get("name")
+            topic_id = t.get("topic_id") or ZERO_UUID
+            if name is None and topic_id != ZERO_UUID:
+                info = by_id.get(topic_id)
+                if info is None:
+                    topics.append(_error_topic(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id))
+                    continue
+                topics.append(topic_metadata(ctx, info, include_ops))
+                continue
+            info = cluster.topics.get(name)
+            if info is None:
+                try:
+                    validate_topic_name(name)
+                    if not allow_auto:
+                        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    info = await auto_create(ctx, name)
+                except KafkaError as e:
+                    topics.append(_error_topic(name, e.code))
+                    continue
+            topics.append(topic_metadata(ctx, info, include_ops))
+
+    advertised = {}
+    for b in cluster.brokers.values():
+        advertised[b.id] = {"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
+    return {
+        "throttle_time_ms": 0,
+        "brokers": [advertised[i] for i in sorted(advertised)],
+        "cluster_id": cluster.cluster_id,
+        "controller_id": cluster.controller_id if cluster.controller_id in cluster.brokers else -1,
+        "topics": topics,
+        "cluster_authorized_operations": CLUSTER_OPERATIONS
+        if req.get("include_cluster_authorized_operations")
+        else AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+def _error_topic(name: str | None, code: int, topic_id: uuid.UUID = ZERO_UUID) -> dict:
+    return {
+        "error_code": code,
+        "name": name,
+        "topic_id": topic_id,
+        "is_internal": False,
+        "partitions": [],
+        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
