@@ -1,0 +1,163 @@
+"""pytest plugin that runs kafka-python's integration suite against a pybroker process.
+
+Loaded with `-p compat_tests.kafka_python_suite.plugin` by scripts/run-kafka-python-suite.
+
+- Unless KAFKA_URI is already set, starts `python -m pybroker serve` on a free loopback port
+  (backend from PYBROKER_SUITE_BACKEND: "embedded" (default) or "zookeeper", which starts a
+  throwaway ZooKeeper too) and sets KAFKA_URI=tcp://127.0.0.1:<port>.
+- Unless KAFKA_VERSION is set, sets it to the version kafka-python infers from pybroker's
+  ApiVersions answer (their fixtures pass api_version=KAFKA_VERSION to every client and gate
+  tests on it).
+- KAFKA_ROOT must name an existing directory for their Fixture class: a temp dir is used.
+- Deselects the tests listed in deselected.txt (`nodeid  # reason`), printing each reason.
+- Stops the broker (SIGTERM, exit 0 expected) at the end; its stderr is kept in the work dir
+  and its tail printed when the session failed.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+DESELECT_FILE = HERE / "deselected.txt"
+
+_state: dict = {}
+
+
+def read_deselected(path: Path = DESELECT_FILE) -> dict[str, str]:
+    entries: dict[str, str] = {}
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        nodeid, _, reason = line.partition("#")
+        nodeid, reason = nodeid.strip(), reason.strip()
+        if not reason:
+            raise pytest.UsageError(f"{path}: no reason given for {nodeid!r}")
+        entries[nodeid] = reason
+    return entries
+
+
+def _infer_kafka_version(bootstrap: str) -> str:
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="suite-version-probe")
+    try:
+        version = admin._manager.broker_version  # what kafka-python inferred
+    finally:
+        admin.close()
+    return ".".join(str(v) for v in version)
+
+
+def pytest_configure(config):
+    workdir = Path(tempfile.mkdtemp(prefix="kafka-python-suite-"))
+    _state["workdir"] = workdir
+    os.environ.setdefault("KAFKA_ROOT", str(workdir))
+    if "KAFKA_URI" not in os.environ:
+        from compat_tests.broker_process import BrokerProcess
+
+        backend = os.environ.get("PYBROKER_SUITE_BACKEND", "embedded")
+        zk_connect = None
+        if backend == "zookeeper":
+            from compat_tests.zk import ZooKeeperServer
+
+            zk = ZooKeeperServer(workdir / "zookeeper")
+            zk.start()
+            _state["zk"] = zk
+            zk_connect = zk.connect
+        elif backend != "embedded":
+            raise pytest.UsageError(f"PYBROKER_SUITE_BACKEND={backend!r}")
+        # their `topic` fixture creates topics with 4 partitions; auto-created ones get 4 too
+        broker = BrokerProcess(
+            workdir / "broker",
+            zookeeper_connect=zk_connect,
+            overrides={"num.partitions": 4},
+        )
+        _state["broker"] = broker
+        broker.start()
+        os.environ["KAFKA_URI"] = f"tcp://{broker.bootstrap}"
+    if "KAFKA_VERSION" not in os.environ:
+        bootstrap = os.environ["KAFKA_URI"].split("://", 1)[-1]
+        os.environ["KAFKA_VERSION"] = _infer_kafka_version(bootstrap)
+    _state["deselected"] = read_deselected()
+
+
+def pytest_report_header(config):
+    b = _state.get("broker")
+    where = f"pybroker {b.backend} pid {b.pid}" if b else "external broker"
+    return [
+        f"kafka-python suite against {os.environ.get('KAFKA_URI')} ({where}), "
+        f"KAFKA_VERSION={os.environ.get('KAFKA_VERSION')}",
+        f"deselect list: {DESELECT_FILE} ({len(_state.get('deselected', {}))} entries)",
+    ]
+
+
+def _matches(nodeid: str, entry: str) -> bool:
+    # an entry without [params] covers every parametrization; a trailing '::' covers a class
+    return nodeid == entry or nodeid.startswith(entry + "[") or nodeid.startswith(entry + "::")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    entries = _state.get("deselected", {})
+    used: set[str] = set()
+    keep, drop = [], []
+    for item in items:
+        hit = next((e for e in entries if _matches(item.nodeid, e)), None)
+        if hit is None:
+            keep.append(item)
+        else:
+            used.add(hit)
+            drop.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+    _state["deselected_items"] = [
+        (i.nodeid, entries[next(e for e in entries if _matches(i.nodeid, e))]) for i in drop
+    ]
+    _state["stale"] = sorted(set(entries) - used)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    tr = terminalreporter
+    dropped = _state.get("deselected_items", [])
+    if dropped:
+        tr.section(f"deselected ({len(dropped)}, from {DESELECT_FILE.name})")
+        for nodeid, reason in dropped:
+            tr.line(f"{nodeid}  # {reason}")
+    if _state.get("stale"):
+        tr.section("deselect entries matching no test (stale?)")
+        for e in _state["stale"]:
+            tr.line(e)
+    b = _state.get("broker")
+    if b is not None and exitstatus not in (0, 5):
+        tr.section(f"pybroker stderr ({b.stderr_path})")
+        tr.line(b.output(300))
+
+
+def pytest_unconfigure(config):
+    """Safety net: nothing we started survives the session."""
+    b = _state.pop("broker", None)
+    zk = _state.pop("zk", None)
+    if b is not None:
+        b.cleanup()
+    if zk is not None:
+        zk.stop()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    b = _state.get("broker")
+    if b is None:
+        return
+    try:
+        if b.is_running():
+            b.stop()
+    except AssertionError as e:
+        print(f"\npybroker did not shut down cleanly: {e}")
+        if session.exitstatus == 0:
+            session.exitstatus = 1
