@@ -17,6 +17,7 @@ Loaded with `-p compat_tests.kafka_python_suite.plugin` by scripts/run-kafka-pyt
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def pytest_configure(config):
     _state["workdir"] = workdir
     os.environ.setdefault("KAFKA_ROOT", str(workdir))
     if "KAFKA_URI" not in os.environ:
-        from compat_tests.broker_process import BrokerProcess
+        from compat_tests.broker_process import BrokerProcess, BrokerStartError
 
         backend = os.environ.get("PYBROKER_SUITE_BACKEND", "embedded")
         zk_connect = None
@@ -78,7 +79,10 @@ def pytest_configure(config):
             overrides={"num.partitions": 4},
         )
         _state["broker"] = broker
-        broker.start()
+        try:
+            broker.start()
+        except BrokerStartError as e:
+            raise pytest.UsageError(f"could not start pybroker for the suite: {e}") from None
         os.environ["KAFKA_URI"] = f"tcp://{broker.bootstrap}"
     if "KAFKA_VERSION" not in os.environ:
         bootstrap = os.environ["KAFKA_URI"].split("://", 1)[-1]
@@ -147,10 +151,14 @@ def pytest_unconfigure(config):
         b.cleanup()
     if zk is not None:
         zk.stop()
+    workdir = _state.pop("workdir", None)
+    if workdir is not None and _state.get("exitstatus") == 0:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
+    _state["exitstatus"] = exitstatus
     b = _state.get("broker")
     if b is None:
         return
