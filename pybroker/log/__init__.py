@@ -1,0 +1,16 @@
+"""The segmented partition log, in Kafka's on-disk layout (see docs/internals.md)."""
+
+from pybroker.log.manager import LogManager
+from pybroker.log.partition_log import AppendInfo, LogConfig, PartitionLog
+from pybroker.log.producer_state import ProducerStateManager
+from pybroker.log.segment import FileSlice, LogSegment
+
+__all__ = [
+    "AppendInfo",
+    "FileSlice",
+    "LogConfig",
+    "LogManager",
+    "LogSegment",
+    "PartitionLog",
+    "ProducerStateManager",
+]

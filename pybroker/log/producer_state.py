@@ -1,0 +1,275 @@
+"""Idempotent-producer state of one partition (Kafka's ProducerStateManager, no transactions).
+
+Per producer id: its epoch and the metadata of its last 5 batches.  Validation follows
+Kafka's ProducerAppendInfo/ProducerStateEntry (client origin):
+
+* duplicate: same epoch and the exact (first, last) sequence of a retained batch: the append
+  is skipped and the ORIGINAL offsets are answered (checked first, as UnifiedLog does);
+* epoch older than the known one: INVALID_PRODUCER_EPOCH;
+* new epoch (or a producer we know nothing of) must start at sequence 0, except that a
+  producer with no known epoch may start anywhere (state lost to retention);
+* same epoch: the first sequence must follow the last one (2**31-1 wraps to 0), else
+  OUT_OF_ORDER_SEQUENCE_NUMBER.
+
+Several batches of one producer in one append are checked in order against the state as the
+earlier ones would leave it.
+
+Snapshot file ``<20-digit offset>.snapshot`` in the partition directory, where offset is the
+log end offset the state reflects.  Byte layout (big-endian)::
+
+    offset  size  field
+         0     4  magic            b"PBPS"
+         4     2  version          int16 = 1
+         6     4  crc              uint32  CRC-32C of every byte after this field
+        10     8  end offset       int64   same as the file name
+        18     4  entry count      int32
+        22     -  entries:
+                    producer id     int64
+                    producer epoch  int16
+                    last timestamp  int64
+                    batch count     int8    (<= 5)
+                    batches:        first seq int32, last seq int32, first offset int64,
+                                    last offset int64, max timestamp int64
+
+Snapshots are written atomically (temporary file, rename); a torn or corrupt one is ignored
+(and deleted) on load, and the state is rebuilt from the log batches after the newest good one.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+from pybroker.errors import ErrorCode, KafkaError
+from pybroker.wire.records import INT32_MAX, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+
+NUM_BATCHES_TO_RETAIN = 5
+SNAPSHOT_SUFFIX = ".snapshot"
+_MAGIC = b"PBPS"
+_VERSION = 1
+_HEAD = struct.Struct(">4shI")
+_BODY_HEAD = struct.Struct(">qi")
+_ENTRY = struct.Struct(">qhqb")
+_BATCH = struct.Struct(">iiqqq")
+
+
+class BatchMetadata(NamedTuple):
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+
+
+@dataclass
+class ProducerStateEntry:
+    producer_id: int
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    batches: deque[BatchMetadata] = field(default_factory=deque)
+    last_timestamp: int = -1
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.producer_epoch:
+            return None
+        for b in self.batches:
+            if b.first_seq == first_seq and b.last_seq == last_seq:
+                return b
+        return None
+
+    def add_batch(self, epoch: int, batch: BatchMetadata) -> None:
+        if epoch != self.producer_epoch:
+            self.batches.clear()
+            self.producer_epoch = epoch
+        if len(self.batches) == NUM_BATCHES_TO_RETAIN:
+            self.batches.popleft()
+        self.batches.append(batch)
+        self.last_timestamp = batch.max_timestamp
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+def snapshot_path(directory: Path, offset: int) -> Path:
+    return directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+class ProducerStateManager:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self.map_end_offset = 0  # the state reflects the log below this offset
+
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        return self.producers.get(producer_id)
+
+    # -- validation and update ----------------------------------------------------------------
+
+    def check(self, batches: Iterable[BatchHeader]) -> BatchMetadata | None:
+        """Validate the idempotent batches of one append, in order.  Returns the original
+        metadata if a batch duplicates a retained one (append nothing, answer its offsets);
+        raises KafkaError(INVALID_PRODUCER_EPOCH | OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+        pending: dict[int, tuple[int, int]] = {}  # pid -> (epoch, last seq) within this append
+        for h in batches:
+            if not h.has_producer_id:
+                continue
+            pid, epoch, first_seq = h.producer_id, h.producer_epoch, h.base_sequence
+            current = self.producers.get(pid)
+            if current is not None:
+                dup = current.find_duplicate(epoch, first_seq, h.last_sequence)
+                if dup is not None:
+                    return dup
+            current_epoch = current.producer_epoch if current else NO_PRODUCER_EPOCH
+            upd_epoch, upd_last = pending.get(pid, (current_epoch, None))
+            if epoch < upd_epoch:
+                raise KafkaError(
+                    ErrorCode.INVALID_PRODUCER_EPOCH,
+                    f"producer {pid} epoch {epoch} is older than {upd_epoch}",
+                )
+            if epoch != upd_epoch:
+                if first_seq != 0 and upd_epoch != NO_PRODUCER_EPOCH:
+                    raise KafkaError(
+                        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                        f"producer {pid} new epoch {epoch} starts at sequence {first_seq}",
+                    )
+            else:
+                if upd_last is not None:
+                    last = upd_last
+                elif current is not None and epoch == current.producer_epoch:
+                    last = current.last_seq
+                else:
+                    last = NO_SEQUENCE
+                if current_epoch != NO_PRODUCER_EPOCH and not in_sequence(last, first_seq):
+                    raise KafkaError(
+                        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                        f"producer {pid}: sequence {first_seq} after {last}",
+                    )
+            pending[pid] = (epoch, h.last_sequence)
+        return None
+
+    def update(
+        self, header: BatchHeader, first_offset: int, max_timestamp: int | None = None
+    ) -> None:
+        """Record an appended batch (``first_offset`` is its assigned base offset)."""
+        last_offset = first_offset + header.last_offset_delta
+        if header.has_producer_id and not header.is_control:
+            pid = header.producer_id
+            entry = self.producers.get(pid)
+            if entry is None:
+                entry = self.producers[pid] = ProducerStateEntry(pid)
+            ts = header.max_timestamp if max_timestamp is None else max_timestamp
+            entry.add_batch(
+                header.producer_epoch,
+                BatchMetadata(
+                    header.base_sequence, header.last_sequence, first_offset, last_offset, ts
+                ),
+            )
+        self.map_end_offset = max(self.map_end_offset, last_offset + 1)
+
+    def reset(self, offset: int) -> None:
+        self.producers.clear()
+        self.map_end_offset = offset
+
+    # -- snapshots ----------------------------------------------------------------------------
+
+    def snapshot_offsets(self) -> list[int]:
+        out = []
+        for name in os.listdir(self.directory):
+            stem, _, suffix = name.partition(".")
+            if "." + suffix == SNAPSHOT_SUFFIX and len(stem) == 20 and stem.isdigit():
+                out.append(int(stem))
+        return sorted(out)
+
+    def encode(self) -> bytes:
+        body = bytearray(_BODY_HEAD.pack(self.map_end_offset, len(self.producers)))
+        for e in self.producers.values():
+            body += _ENTRY.pack(e.producer_id, e.producer_epoch, e.last_timestamp, len(e.batches))
+            for b in e.batches:
+                body += _BATCH.pack(*b)
+        return _HEAD.pack(_MAGIC, _VERSION, crc32c(bytes(body))) + body
+
+    def take_snapshot(self, *, fsync: bool = False) -> Path:
+        """Write ``<map_end_offset>.snapshot`` atomically.  Without fsync a crash may leave it
+        torn, which load() detects by CRC and ignores."""
+        path = snapshot_path(self.directory, self.map_end_offset)
+        tmp = path.with_name(path.name + ".tmp")
+        data = self.encode()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        return path
+
+    @staticmethod
+    def decode(data: bytes) -> tuple[int, dict[int, ProducerStateEntry]]:
+        """Parse a snapshot; raises ValueError if torn or corrupt."""
+        if len(data) < _HEAD.size + _BODY_HEAD.size:
+            raise ValueError("short snapshot")
+        magic, version, crc = _HEAD.unpack_from(data)
+        if magic != _MAGIC or version != _VERSION or crc32c(data[_HEAD.size :]) != crc:
+            raise ValueError("bad snapshot header or CRC")
+        end_offset, count = _BODY_HEAD.unpack_from(data, _HEAD.size)
+        pos = _HEAD.size + _BODY_HEAD.size
+        producers: dict[int, ProducerStateEntry] = {}
+        try:
+            for _ in range(count):
+                pid, epoch, last_ts, n = _ENTRY.unpack_from(data, pos)
+                pos += _ENTRY.size
+                batches: deque[BatchMetadata] = deque()
+                for _b in range(n):
+                    batches.append(BatchMetadata(*_BATCH.unpack_from(data, pos)))
+                    pos += _BATCH.size
+                producers[pid] = ProducerStateEntry(pid, epoch, batches, last_ts)
+        except struct.error as e:
+            raise ValueError("truncated snapshot") from e
+        if pos != len(data):
+            raise ValueError("trailing bytes in snapshot")
+        return end_offset, producers
+
+    def load_latest_snapshot(self, max_offset: int) -> int | None:
+        """Delete snapshots above ``max_offset`` (the recovered log end) and tmp files, load
+        the newest valid one at or below it.  Returns its offset (state must be rebuilt from
+        the log from there), or None (empty state: rebuild from the log start)."""
+        for name in os.listdir(self.directory):
+            if name.endswith(SNAPSHOT_SUFFIX + ".tmp"):
+                os.unlink(self.directory / name)
+        self.producers.clear()
+        for off in reversed(self.snapshot_offsets()):
+            path = snapshot_path(self.directory, off)
+            if off > max_offset:
+                path.unlink(missing_ok=True)
+                continue
+            try:
+                end_offset, producers = self.decode(path.read_bytes())
+                if end_offset != off:
+                    raise ValueError("offset mismatch")
+            except (OSError, ValueError):
+                path.unlink(missing_ok=True)
+                continue
+            self.producers = producers
+            self.map_end_offset = off
+            return off
+        return None
+
+    def delete_snapshots_before(self, offset: int) -> None:
+        """Delete snapshots below ``offset`` but always keep the newest one, so retention
+        never loses the state of producers that are still alive."""
+        offsets = self.snapshot_offsets()
+        for off in offsets[:-1]:
+            if off < offset:
+                snapshot_path(self.directory, off).unlink(missing_ok=True)

@@ -1,0 +1,353 @@
+"""One log segment: ``<20-digit base offset>.log`` plus its ``.index`` and ``.timeindex``.
+
+``.log`` byte layout: record batches v2 exactly as Kafka stores them, back to back, with their
+absolute base offsets patched in (layout in pybroker/wire/records.py).  There is no other
+framing: the file is a concatenation of whole batches, and anything after the last whole
+batch with a valid CRC is a torn write that recovery truncates.
+
+The index layouts are documented in pybroker/log/index.py.  An offset-index entry (batch last
+offset -> batch position) and a time-index entry (max timestamp so far -> its offset) are
+added before a batch once more than ``index_interval_bytes`` were appended since the last
+entry, as Kafka's LogSegment.append does.
+
+Files of a segment scheduled for deletion are renamed to ``*.deleted`` (Kafka's suffix) and
+unlinked later by :meth:`LogSegment.delete_files`, which may run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO, NamedTuple
+
+from pybroker.errors import ErrorCode, KafkaError
+from pybroker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
+from pybroker.wire.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+    decode_records,
+    scan_batches,
+    unpack_header,
+)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+RECOVERY_CHUNK = 1 << 20
+_LEN = struct.Struct(">qi")
+
+
+class FileSlice(NamedTuple):
+    """Whole batches of a segment file: send ``size`` bytes of ``file`` from ``position``."""
+
+    file: BinaryIO
+    position: int
+    size: int
+
+
+def segment_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+class LogSegment:
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int = 4096,
+        max_index_bytes: int = 10 * 1024 * 1024,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.log_path = directory / segment_name(base_offset, LOG_SUFFIX)
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.file: BinaryIO = open(self.log_path, "rb", buffering=0)  # noqa: SIM115 (read side)
+        self.size = os.fstat(self._fd).st_size
+        self.offset_index = OffsetIndex(
+            directory / segment_name(base_offset, INDEX_SUFFIX), base_offset, max_index_bytes
+        )
+        self.time_index = TimeIndex(
+            directory / segment_name(base_offset, TIME_INDEX_SUFFIX), base_offset, max_index_bytes
+        )
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self.bytes_since_last_index_entry = 0
+        # clock time of the first append (roll.ms); for a loaded segment, the first batch's
+        # timestamp, as Kafka's rollingBasedTimestamp
+        self.rolling_base_ms: int | None = None
+
+    # -- loading ------------------------------------------------------------------------------
+
+    def load(self, now_ms: int) -> None:
+        """Open a segment we trust (below the recovery point or after a clean shutdown):
+        sanity-check the indexes and read only the tail after the last index entry.  Falls back
+        to a full :meth:`recover` (CRC scan and index rebuild) if anything does not add up."""
+        try:
+            self.offset_index.sanity_check(self.size)
+            self._load_tail()
+            self.time_index.sanity_check(self.next_offset - 1)
+        except (CorruptIndexError, ValueError):
+            self.recover(now_ms)
+            return
+        self._set_rolling_base(now_ms)
+
+    def _load_tail(self) -> None:
+        last = self.time_index.last_entry
+        if last is not None:
+            self.max_timestamp, self.offset_of_max_timestamp = last
+        pos = self.offset_index.last_position
+        next_offset = self.base_offset
+        for h in self.headers_from(pos):
+            if h.position == pos and self.offset_index.entries:
+                if h.last_offset != self.offset_index.last_offset:
+                    raise ValueError("offset index does not match the log")
+            elif h.base_offset < next_offset:
+                raise ValueError("offsets go backwards")
+            if h.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = h.max_timestamp, h.last_offset
+            next_offset = h.next_offset
+            pos = h.position + h.size
+        if pos != self.size:
+            raise ValueError("torn batch in a trusted segment")
+        self.next_offset = next_offset
+        self.bytes_since_last_index_entry = self.size - self.offset_index.last_position
+
+    def _set_rolling_base(self, now_ms: int) -> None:
+        self.rolling_base_ms = None
+        if self.size:
+            h = self.read_header(0)
+            ts = h.max_timestamp if h is not None else -1
+            self.rolling_base_ms = ts if 0 <= ts <= now_ms else now_ms
+
+    def recover(self, now_ms: int) -> int:
+        """Scan the whole segment batch by batch with CRC checks, rebuild both indexes, and
+        truncate the first invalid batch and everything after it.  Returns the number of bytes
+        truncated."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
+        self.bytes_since_last_index_entry = 0
+        expected = self.base_offset
+        pos = 0
+        want = RECOVERY_CHUNK
+        while pos < self.size:
+            chunk = os.pread(self._fd, min(want, self.size - pos), pos)
+            consumed = 0
+            for h in scan_batches(chunk):
+                if h.base_offset < expected:
+                    break
+                self._index_batch(pos + h.position, h.last_offset, h.max_timestamp, h.size)
+                expected = h.next_offset
+                consumed = h.position + h.size
+            if consumed == 0:
+                # the first batch did not fit in the chunk, or is invalid
+                if len(chunk) >= 17 and chunk[16] == MAGIC:
+                    _, length = _LEN.unpack_from(chunk)
+                    total = LOG_OVERHEAD + length
+                    if (
+                        length >= MIN_BATCH_LENGTH
+                        and total > len(chunk)
+                        and pos + total <= self.size
+                    ):
+                        want = total
+                        continue
+                break
+            pos += consumed
+            want = RECOVERY_CHUNK
+        truncated = self.size - pos
+        if truncated:
+            os.ftruncate(self._fd, pos)
+            self.size = pos
+        self.next_offset = expected
+        self._set_rolling_base(now_ms)
+        return truncated
+
+    # -- appending ----------------------------------------------------------------------------
+
+    def _index_batch(self, position: int, last_offset: int, max_timestamp: int, size: int) -> None:
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, last_offset
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += size
+
+    def append(
+        self,
+        data: memoryview,
+        batches: list[BatchHeader],
+        first_offset: int,
+        now_ms: int,
+        max_timestamp: int | None = None,
+    ) -> None:
+        """Write ``data`` (the batches, offsets already patched) with one os.write and index
+        them.  ``batches`` positions are relative to the buffer ``data`` was cut from, whose
+        first batch starts ``data``.  ``max_timestamp`` overrides the batches' (LogAppendTime)."""
+        physical = self.size
+        try:
+            written = os.write(self._fd, data)
+            while written < len(data):  # regular files write everything; be safe anyway
+                written += os.write(self._fd, data[written:])
+        except OSError as e:
+            os.ftruncate(self._fd, physical)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(e)) from e
+        if self.size == 0 and self.rolling_base_ms is None:
+            self.rolling_base_ms = now_ms
+        start = batches[0].position
+        offset = first_offset
+        for h in batches:
+            last = offset + h.last_offset_delta
+            ts = h.max_timestamp if max_timestamp is None else max_timestamp
+            self._index_batch(physical + h.position - start, last, ts, h.size)
+            offset = last + 1
+        self.size = physical + len(data)
+        self.next_offset = offset
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def read_header(self, position: int) -> BatchHeader | None:
+        data = os.pread(self._fd, HEADER_SIZE, position)
+        if len(data) < HEADER_SIZE:
+            return None
+        h = unpack_header(data)
+        if h.batch_length < MIN_BATCH_LENGTH or h.magic != MAGIC:
+            return None
+        return h._replace(position=position)
+
+    def headers_from(self, position: int, end: int | None = None) -> Iterator[BatchHeader]:
+        """Batch headers from ``position`` (a batch boundary) to ``end`` via pread (no CRC)."""
+        end = self.size if end is None else end
+        while position < end:
+            h = self.read_header(position)
+            if h is None or position + h.size > end:
+                return
+            yield h
+            position += h.size
+
+    def translate_offset(self, offset: int) -> BatchHeader | None:
+        """Header (absolute position) of the first batch whose last offset >= ``offset``."""
+        _, pos = self.offset_index.lookup(offset)
+        for h in self.headers_from(pos):
+            if h.last_offset >= offset:
+                return h
+        return None
+
+    def _boundary_at_or_before(self, limit: int, start: int) -> int:
+        """The greatest batch boundary <= ``limit``, searching from boundary ``start``."""
+        pos = max(start, self.offset_index.lookup_position(limit))
+        for h in self.headers_from(pos):
+            if h.position + h.size > limit:
+                return h.position
+            pos = h.position + h.size
+        return pos
+
+    def read(
+        self, offset: int, max_bytes: int, min_one_batch: bool = True, max_offset: int | None = None
+    ) -> FileSlice | None:
+        """Whole batches from the one containing ``offset``, at most ``max_bytes`` (but one
+        whole batch if ``min_one_batch``), only batches whose base offset < ``max_offset``."""
+        first = self.translate_offset(offset)
+        if first is None:
+            return None
+        if max_offset is not None and first.base_offset >= max_offset:
+            return None
+        cap = self.size
+        if max_offset is not None:
+            h = self.translate_offset(max_offset)
+            if h is not None:
+                cap = h.position + (h.size if h.base_offset < max_offset else 0)
+        start = first.position
+        end = self._boundary_at_or_before(min(cap, start + max(max_bytes, 0)), start)
+        if end == start:
+            if not min_one_batch:
+                return None
+            end = start + first.size
+        return FileSlice(self.file, start, end - start)
+
+    def read_batch(self, header: BatchHeader) -> bytes:
+        return os.pread(self._fd, header.size, header.position)
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, starting_offset: int
+    ) -> tuple[int, int] | None:
+        """Kafka's LogSegment.findOffsetByTimestamp: (offset, timestamp) of the first record
+        with timestamp >= ``timestamp`` and offset >= ``starting_offset`` (decompresses)."""
+        _, ts_offset = self.time_index.lookup(timestamp)
+        _, pos = self.offset_index.lookup(max(ts_offset, starting_offset))
+        for h in self.headers_from(pos):
+            if h.max_timestamp >= timestamp and h.last_offset >= starting_offset:
+                for r in decode_records(self.read_batch(h)):
+                    if r.timestamp >= timestamp and r.offset >= starting_offset:
+                        return r.offset, r.timestamp
+        return None
+
+    # -- truncation, durability, deletion -----------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batch containing ``offset`` and everything after it; returns bytes cut."""
+        h = self.translate_offset(offset)
+        if h is None:
+            return 0
+        cut = self.size - h.position
+        os.ftruncate(self._fd, h.position)
+        self.size = h.position
+        self.offset_index.truncate_to(h.base_offset)
+        self.time_index.truncate_to(h.base_offset)
+        self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
+        self._load_tail()
+        if self.size == 0:
+            self.rolling_base_ms = None
+        return cut
+
+    def should_roll_for_index(self) -> bool:
+        return self.offset_index.is_full or self.time_index.is_full
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.file.close()
+        self.offset_index.close()
+        self.time_index.close()
+
+    def paths(self) -> list[Path]:
+        return [self.log_path, self.offset_index.path, self.time_index.path]
+
+    def rename_for_delete(self) -> None:
+        """Rename the files to ``*.deleted``; open descriptors (and in-flight reads) stay valid."""
+        for obj, attr in (
+            (self, "log_path"),
+            (self.offset_index, "path"),
+            (self.time_index, "path"),
+        ):
+            old: Path = getattr(obj, attr)
+            new = old.with_name(old.name + DELETED_SUFFIX)
+            try:
+                os.rename(old, new)
+            except FileNotFoundError:
+                continue
+            setattr(obj, attr, new)
+
+    def delete_files(self) -> None:
+        """Close and unlink; safe to run in a worker thread once no reader needs the files."""
+        self.close()
+        for p in self.paths():
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
