@@ -1,0 +1,236 @@
+"""The metadata-store interface: ZooKeeper's data model, asynchronous, with two backends.
+
+* ``pybroker.coord.zk.ZooKeeperStore``: a real ZooKeeper ensemble through kazoo.
+* ``pybroker.coord.local.LocalStore``: in process, persisted under a directory (one node).
+
+The data model is ZooKeeper's:
+
+* A tree of znodes named by absolute paths (``/brokers/ids/1``); every node has ``bytes`` data
+  and a :class:`Stat`.  The root ``/`` always exists.
+* ``version`` counts ``set`` calls on a node (starting at 0); a write with ``version=N`` is a
+  compare-and-set that fails with :class:`BadVersionError` unless the node is at version N
+  (``-1`` matches any version).  ``cversion`` counts creations and deletions of children.
+* Ephemeral nodes belong to the session that created them and vanish when it ends (close,
+  session expiry, or process end for the local store).  Ephemerals cannot have children.
+* Sequential nodes get ``%010d`` of the parent's ``cversion`` appended to their name, so the
+  suffix is unique and increasing under one parent.
+* Watches are one-shot callbacks ``cb(WatchedEvent)`` run on the asyncio event loop that made
+  the call.  ``get``/``exists`` on an existing node set a data watch (fires ``CHANGED`` on set,
+  ``DELETED`` on delete); ``exists`` on a missing node sets an existence watch (fires
+  ``CREATED``); ``get_children`` sets a child watch (fires ``CHILD`` when a child is created or
+  deleted, ``DELETED`` when the node itself goes).  A call that raises sets no watch.
+  Spurious events are allowed: after a lost connection the ZooKeeper backend fires every
+  pending watch (``CHANGED`` for data/existence watches, ``CHILD`` for child watches) because
+  the server-side watch may be gone; so a watcher re-reads (and re-watches) the node instead
+  of trusting the event type, as every ZooKeeper recipe does.
+* ``multi`` applies a list of :data:`Op` atomically: all or nothing.  On failure it raises the
+  error of the first failing operation, with ``op_index`` set on the exception.
+
+Session states reported to ``add_session_listener`` callbacks (on the loop):
+``CONNECTED`` (usable), ``SUSPENDED`` (connection lost, session may still be alive; calls queue),
+``LOST`` (session expired: ephemerals and watches are gone; a new session follows with
+``CONNECTED``).  The local store's session never ends while it is open.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+
+class Stat(NamedTuple):
+    version: int
+    ephemeral_owner: int  # session id of the owner, 0 for persistent nodes
+    ctime: int  # ms since the epoch
+    mtime: int
+    num_children: int
+    cversion: int = 0  # (addition to the docs/internals.md contract) child create/delete count
+
+
+class EventType(enum.Enum):
+    CREATED = "CREATED"
+    DELETED = "DELETED"
+    CHANGED = "CHANGED"
+    CHILD = "CHILD"
+
+
+class WatchedEvent(NamedTuple):
+    type: EventType
+    path: str
+
+
+WatchCallback = Callable[[WatchedEvent], object]
+SessionListener = Callable[[str], object]
+
+CONNECTED = "CONNECTED"
+SUSPENDED = "SUSPENDED"
+LOST = "LOST"
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class StoreError(Exception):
+    """Base class of the store's errors.  ``path`` names the node concerned (when known);
+    ``op_index`` is the index of the failing operation inside a ``multi``."""
+
+    def __init__(self, message: str = "", path: str | None = None) -> None:
+        super().__init__(message or (f"{type(self).__name__}: {path}" if path else ""))
+        self.path = path
+        self.op_index: int | None = None
+
+
+class NoNodeError(StoreError):
+    """The node (or, for create, its parent) does not exist."""
+
+
+class NodeExistsError(StoreError):
+    """create of a node that already exists."""
+
+
+class BadVersionError(StoreError):
+    """The compare-and-set version did not match."""
+
+
+class NotEmptyError(StoreError):
+    """delete of a node that has children (without recursive=True)."""
+
+
+class NoChildrenForEphemeralsError(StoreError):
+    """create under an ephemeral node."""
+
+
+class ConnectionLossError(StoreError):
+    """The store cannot be reached (or could not be reached in time at start); the outcome of
+    an in-flight write is unknown."""
+
+
+class SessionExpiredError(ConnectionLossError):
+    """The session ended: its ephemeral nodes and watches are gone."""
+
+
+# --------------------------------------------------------------------------- multi operations
+
+
+@dataclass(frozen=True)
+class Create:
+    path: str
+    data: bytes = b""
+    ephemeral: bool = False
+    sequence: bool = False
+
+
+@dataclass(frozen=True)
+class SetData:
+    path: str
+    data: bytes
+    version: int = -1
+
+
+@dataclass(frozen=True)
+class Delete:
+    path: str
+    version: int = -1
+
+
+@dataclass(frozen=True)
+class Check:
+    path: str
+    version: int
+
+
+Op = Create | SetData | Delete | Check
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def validate_path(path: str) -> None:
+    """ZooKeeper's path rules: absolute, no empty, '.' or '..' component, no trailing slash
+    (except the root), no NUL.  Raises ValueError."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ValueError(f"path must be absolute: {path!r}")
+    if path == "/":
+        return
+    if path.endswith("/"):
+        raise ValueError(f"path must not end with '/': {path!r}")
+    if "\0" in path:
+        raise ValueError(f"path must not contain NUL: {path!r}")
+    for part in path[1:].split("/"):
+        if part in ("", ".", ".."):
+            raise ValueError(f"invalid path component {part!r} in {path!r}")
+
+
+def parent_of(path: str) -> str:
+    i = path.rfind("/")
+    return "/" if i <= 0 else path[:i]
+
+
+def join(parent: str, child: str) -> str:
+    return parent + child if parent.endswith("/") else parent + "/" + child
+
+
+# --------------------------------------------------------------------------- interface
+
+
+class MetadataStore(ABC):
+    """All methods are coroutines except the listener registration; see the module docstring
+    for the semantics.  Implementations never block the event loop."""
+
+    @abstractmethod
+    async def start(self) -> None: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    @property
+    @abstractmethod
+    def session_id(self) -> int:
+        """The current session's id (the ``ephemeral_owner`` of the nodes it creates)."""
+
+    @abstractmethod
+    async def create(
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+    ) -> str:
+        """Create a node; returns its actual path (with the sequence suffix).  ``makepath``
+        creates missing (persistent, empty) ancestors first."""
+
+    @abstractmethod
+    async def get(self, path: str, watch: WatchCallback | None = None) -> tuple[bytes, Stat]: ...
+
+    @abstractmethod
+    async def set(self, path: str, data: bytes, version: int = -1) -> Stat: ...
+
+    @abstractmethod
+    async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
+        """Delete a node.  ``recursive`` deletes the subtree first (not atomic on ZooKeeper;
+        ``version`` then applies to ``path`` itself)."""
+
+    @abstractmethod
+    async def exists(self, path: str, watch: WatchCallback | None = None) -> Stat | None: ...
+
+    @abstractmethod
+    async def get_children(self, path: str, watch: WatchCallback | None = None) -> list[str]:
+        """Children names, sorted."""
+
+    @abstractmethod
+    async def multi(self, ops: list[Op]) -> None: ...
+
+    @abstractmethod
+    async def ensure_path(self, path: str) -> None:
+        """Create ``path`` and its ancestors as empty persistent nodes where missing."""
+
+    @abstractmethod
+    def add_session_listener(self, cb: SessionListener) -> None: ...
+
+    @abstractmethod
+    def remove_session_listener(self, cb: SessionListener) -> None: ...

@@ -1,0 +1,377 @@
+"""ZooKeeperStore: the metadata store on a ZooKeeper ensemble through kazoo.
+
+The only module of pybroker that imports kazoo.  Rules kept here:
+
+* Never block the event loop: every call uses kazoo's ``*_async`` method (``transaction()
+  .commit_async()`` for ``multi``) and the ``IAsyncResult`` is bridged into an asyncio future
+  with ``loop.call_soon_threadsafe``.  Blocking kazoo calls (``stop``/``close``) run in a thread.
+* kazoo's watch callbacks and connection-state listeners run on kazoo's threads; they only hop
+  onto the loop with ``call_soon_threadsafe`` and never call kazoo themselves.
+* kazoo exceptions become the store's errors (see ``_map_error``).
+* kazoo drops every watch when the connection is lost (it does not re-send them to the server)
+  and fires them with an event of type NONE; those are delivered as ``CHANGED`` (data or
+  existence watch) or ``CHILD`` (child watch) on the watched path, so the watcher re-reads.
+* Session states: kazoo's CONNECTED / SUSPENDED / LOST map one to one.  After LOST kazoo opens a
+  new session by itself; the ephemerals of the old one are gone (the Cluster re-registers).
+* ``connect`` is Kafka's ``zookeeper.connect``: ``host:port[,host:port...][/chroot]``.  The
+  chroot is created if missing (as Kafka does), by connecting without it first.
+* ``start()`` gives up after ``connect_timeout_s`` with ConnectionLossError naming the servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from kazoo import exceptions as kz
+from kazoo.client import KazooClient, KazooState
+from kazoo.protocol.states import EventType as KzEventType
+from kazoo.retry import KazooRetry
+
+from pybroker.coord.store import (
+    CONNECTED,
+    LOST,
+    SUSPENDED,
+    BadVersionError,
+    Check,
+    ConnectionLossError,
+    Create,
+    Delete,
+    EventType,
+    MetadataStore,
+    NoChildrenForEphemeralsError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    Op,
+    SessionExpiredError,
+    SessionListener,
+    SetData,
+    Stat,
+    StoreError,
+    WatchCallback,
+    WatchedEvent,
+    join,
+    parent_of,
+    validate_path,
+)
+
+log = logging.getLogger(__name__)
+
+_ERRORS: list[tuple[type[BaseException], type[StoreError]]] = [
+    (kz.NoNodeError, NoNodeError),
+    (kz.NodeExistsError, NodeExistsError),
+    (kz.BadVersionError, BadVersionError),
+    (kz.NotEmptyError, NotEmptyError),
+    (kz.NoChildrenForEphemeralsError, NoChildrenForEphemeralsError),
+    (kz.SessionExpiredError, SessionExpiredError),
+    (kz.ConnectionClosedError, ConnectionLossError),
+    (kz.ConnectionLoss, ConnectionLossError),
+    (kz.OperationTimeoutError, ConnectionLossError),
+]
+
+_EVENT_TYPES = {
+    KzEventType.CREATED: EventType.CREATED,
+    KzEventType.DELETED: EventType.DELETED,
+    KzEventType.CHANGED: EventType.CHANGED,
+    KzEventType.CHILD: EventType.CHILD,
+}
+
+_STATES = {KazooState.CONNECTED: CONNECTED, KazooState.SUSPENDED: SUSPENDED, KazooState.LOST: LOST}
+
+
+def _map_error(exc: BaseException, path: str | None = None) -> BaseException:
+    if isinstance(exc, StoreError):
+        return exc
+    for kz_type, ours in _ERRORS:
+        if isinstance(exc, kz_type):
+            err = ours(f"{ours.__name__}: {path}" if path else str(exc) or ours.__name__, path)
+            err.__cause__ = exc
+            return err
+    if isinstance(exc, kz.KazooException):
+        err = StoreError(f"ZooKeeper error {type(exc).__name__} on {path}: {exc}", path)
+        err.__cause__ = exc
+        return err
+    return exc
+
+
+def _stat(zstat: Any) -> Stat:
+    return Stat(
+        zstat.version,
+        zstat.ephemeralOwner,
+        zstat.ctime,
+        zstat.mtime,
+        zstat.numChildren,
+        zstat.cversion,
+    )
+
+
+def split_connect(connect: str) -> tuple[str, str]:
+    """'h1:2181,h2:2181/kafka' -> ('h1:2181,h2:2181', '/kafka'); chroot '' when absent."""
+    i = connect.find("/")
+    if i < 0:
+        return connect, ""
+    hosts, chroot = connect[:i], connect[i:].rstrip("/")
+    if chroot:
+        validate_path(chroot)
+    return hosts, chroot
+
+
+class ZooKeeperStore(MetadataStore):
+    def __init__(
+        self,
+        connect: str,
+        session_timeout_ms: int = 18000,
+        *,
+        connect_timeout_s: float = 18.0,
+        max_reconnect_delay_s: float = 2.0,
+    ) -> None:
+        self.connect = connect
+        self._hosts, self._chroot = split_connect(connect)
+        self._session_timeout_ms = session_timeout_ms
+        self._connect_timeout_s = connect_timeout_s
+        self._max_reconnect_delay_s = max_reconnect_delay_s
+        self._client: KazooClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._listeners: list[SessionListener] = []
+        self._connected: asyncio.Future[None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _new_client(self, hosts: str) -> KazooClient:
+        return KazooClient(
+            hosts=hosts,
+            timeout=self._session_timeout_ms / 1000.0,
+            connection_retry=KazooRetry(
+                max_tries=-1, delay=0.05, backoff=2, max_delay=self._max_reconnect_delay_s
+            ),
+            command_retry=KazooRetry(max_tries=0),
+        )
+
+    async def start(self) -> None:
+        if self._client is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        if self._chroot:
+            await self._ensure_chroot()
+        client = self._new_client(self._hosts + self._chroot)
+        self._client = client
+        self._connected = self._loop.create_future()
+        client.add_listener(self._on_state)
+        client.start_async()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._connected), self._connect_timeout_s)
+        except TimeoutError:
+            self._client = None
+            await self._loop.run_in_executor(None, _stop_and_close, client)
+            raise ConnectionLossError(
+                f"could not connect to ZooKeeper at {self._hosts} within "
+                f"{self._connect_timeout_s:g}s (zookeeper.connect={self.connect})"
+            ) from None
+
+    async def _ensure_chroot(self) -> None:
+        """Kafka creates a missing chroot: connect without it, ensure it, disconnect."""
+        bare = ZooKeeperStore(
+            self._hosts,
+            self._session_timeout_ms,
+            connect_timeout_s=self._connect_timeout_s,
+        )
+        await bare.start()
+        try:
+            await bare.ensure_path(self._chroot)
+        finally:
+            await bare.close()
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is None:
+            return
+        client.remove_listener(self._on_state)
+        await asyncio.get_running_loop().run_in_executor(None, _stop_and_close, client)
+
+    @property
+    def session_id(self) -> int:
+        if self._client is None or self._client.client_id is None:
+            return 0
+        return self._client.client_id[0]
+
+    def _on_state(self, state: str) -> None:
+        """kazoo's thread: hop onto the loop, nothing else."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._deliver_state, _STATES.get(state, state))
+            except RuntimeError:  # the loop closed meanwhile
+                pass
+
+    def _deliver_state(self, state: str) -> None:
+        if state == CONNECTED and self._connected is not None and not self._connected.done():
+            self._connected.set_result(None)
+        log.info("ZooKeeper session %s (%s)", state, self.connect)
+        for cb in list(self._listeners):
+            try:
+                cb(state)
+            except Exception:
+                log.exception("session listener %r failed", cb)
+
+    def add_session_listener(self, cb: SessionListener) -> None:
+        self._listeners.append(cb)
+
+    def remove_session_listener(self, cb: SessionListener) -> None:
+        if cb in self._listeners:
+            self._listeners.remove(cb)
+
+    # ------------------------------------------------------------------ bridging
+
+    def _kz(self) -> KazooClient:
+        if self._client is None:
+            raise ConnectionLossError("the ZooKeeper store is not started")
+        return self._client
+
+    async def _await(self, async_result: Any, path: str | None = None) -> Any:
+        """Bridge a kazoo IAsyncResult into the loop."""
+        loop = self._loop
+        fut: asyncio.Future[Any] = loop.create_future()
+
+        def settle(ok: bool, value: Any) -> None:
+            if fut.done():
+                return
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(_map_error(value, path))
+
+        def done(result: Any) -> None:  # kazoo's thread
+            if result.successful():
+                args = (True, result.value)
+            else:
+                args = (False, result.exception)
+            try:
+                loop.call_soon_threadsafe(settle, *args)
+            except RuntimeError:
+                pass
+
+        async_result.rawlink(done)
+        return await fut
+
+    def _watcher(self, cb: WatchCallback, path: str, dropped_type: EventType) -> Callable:
+        loop = self._loop
+
+        def on_event(event: Any) -> None:  # kazoo's thread
+            etype = _EVENT_TYPES.get(event.type)
+            wpath = event.path if etype is not None and event.path else path
+            ev = WatchedEvent(etype or dropped_type, wpath)
+            try:
+                loop.call_soon_threadsafe(_run_watch, cb, ev)
+            except RuntimeError:
+                pass
+
+        return on_event
+
+    # ------------------------------------------------------------------ the interface
+
+    async def create(
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+    ) -> str:
+        validate_path(path)
+        return await self._await(
+            self._kz().create_async(
+                path, bytes(data), ephemeral=ephemeral, sequence=sequence, makepath=makepath
+            ),
+            path,
+        )
+
+    async def get(self, path: str, watch: WatchCallback | None = None) -> tuple[bytes, Stat]:
+        validate_path(path)
+        w = self._watcher(watch, path, EventType.CHANGED) if watch else None
+        data, zstat = await self._await(self._kz().get_async(path, watch=w), path)
+        return (data or b""), _stat(zstat)
+
+    async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
+        validate_path(path)
+        return _stat(await self._await(self._kz().set_async(path, bytes(data), version), path))
+
+    async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
+        validate_path(path)
+        if recursive:
+            try:
+                children = await self.get_children(path)
+            except NoNodeError:
+                children = []
+            for child in children:
+                try:
+                    await self.delete(join(path, child), recursive=True)
+                except NoNodeError:
+                    pass
+        await self._await(self._kz().delete_async(path, version), path)
+
+    async def exists(self, path: str, watch: WatchCallback | None = None) -> Stat | None:
+        validate_path(path)
+        w = self._watcher(watch, path, EventType.CHANGED) if watch else None
+        zstat = await self._await(self._kz().exists_async(path, watch=w), path)
+        return None if zstat is None else _stat(zstat)
+
+    async def get_children(self, path: str, watch: WatchCallback | None = None) -> list[str]:
+        validate_path(path)
+        w = self._watcher(watch, path, EventType.CHILD) if watch else None
+        return sorted(await self._await(self._kz().get_children_async(path, watch=w), path))
+
+    async def multi(self, ops: list[Op]) -> None:
+        tx = self._kz().transaction()
+        for op in ops:
+            validate_path(op.path)
+            if isinstance(op, Create):
+                tx.create(op.path, bytes(op.data), ephemeral=op.ephemeral, sequence=op.sequence)
+            elif isinstance(op, SetData):
+                tx.set_data(op.path, bytes(op.data), op.version)
+            elif isinstance(op, Delete):
+                tx.delete(op.path, op.version)
+            elif isinstance(op, Check):
+                tx.check(op.path, op.version)
+            else:
+                raise TypeError(f"not a store operation: {op!r}")
+        if not ops:
+            return
+        results = await self._await(tx.commit_async())
+        for i, res in enumerate(results):
+            if isinstance(res, BaseException) and not isinstance(res, kz.RolledBackError):
+                err = _map_error(res, ops[i].path)
+                if isinstance(err, StoreError):
+                    err.op_index = i
+                raise err
+        if any(isinstance(r, BaseException) for r in results):
+            raise StoreError("multi rolled back")
+
+    async def ensure_path(self, path: str) -> None:
+        validate_path(path)
+        if path == "/":
+            return
+        if await self.exists(path) is not None:
+            return
+        await self.ensure_path(parent_of(path))
+        try:
+            await self.create(path)
+        except NodeExistsError:
+            pass
+
+
+def _run_watch(cb: WatchCallback, event: WatchedEvent) -> None:
+    try:
+        cb(event)
+    except Exception:
+        log.exception("metadata watch callback %r failed for %s", cb, event)
+
+
+def _stop_and_close(client: KazooClient) -> None:
+    try:
+        client.stop()
+    finally:
+        client.close()

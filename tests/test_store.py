@@ -1,0 +1,581 @@
+"""The MetadataStore contract, run against both backends (LocalStore and a real ZooKeeper),
+plus backend-specific tests: LocalStore persistence/crash safety, ZooKeeper reconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from pybroker.clock import ManualClock
+from pybroker.coord.local import LocalStore
+from pybroker.coord.store import (
+    CONNECTED,
+    SUSPENDED,
+    BadVersionError,
+    Check,
+    ConnectionLossError,
+    Create,
+    Delete,
+    EventType,
+    MetadataStore,
+    NoChildrenForEphemeralsError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    SetData,
+    StoreError,
+    WatchedEvent,
+)
+from pybroker.coord.zk import ZooKeeperStore
+
+try:
+    from tests.zk_server import ZooKeeperServer, require_zookeeper, zk_connect, zk_server
+except ImportError:  # tests/ is on sys.path (rootdir-less import mode)
+    from zk_server import ZooKeeperServer, require_zookeeper, zk_connect, zk_server
+
+__all__ = ["zk_connect", "zk_server"]  # fixtures
+
+
+def run_async(fn):
+    """Run an async test with asyncio.run(debug=True) (pytest-asyncio is not used)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(asyncio.wait_for(fn(*args, **kwargs), 60), debug=True)
+
+    return wrapper
+
+
+async def settle(n: int = 3, delay: float = 0.0) -> None:
+    """Let callbacks scheduled on the loop run."""
+    for _ in range(n):
+        await asyncio.sleep(delay)
+
+
+async def wait_until(pred, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)
+
+
+class Backend:
+    """Opens stores of one kind on one shared namespace."""
+
+    def __init__(self, kind: str, tmp_path: Path, connect: str | None) -> None:
+        self.kind = kind
+        self.tmp_path = tmp_path
+        self.connect = connect
+        self.clock = ManualClock()
+        self.opened: list[MetadataStore] = []
+
+    async def open(self) -> MetadataStore:
+        if self.kind == "local":
+            store: MetadataStore = LocalStore(self.tmp_path / "meta", self.clock)
+        else:
+            store = ZooKeeperStore(self.connect, 6000, connect_timeout_s=10)
+        await store.start()
+        self.opened.append(store)
+        return store
+
+    async def close_all(self) -> None:
+        for s in self.opened:
+            await s.close()
+
+
+@pytest.fixture(params=["local", "zookeeper"])
+def backend(request, tmp_path):
+    if request.param == "zookeeper":
+        require_zookeeper()
+        connect = request.getfixturevalue("zk_connect")
+    else:
+        connect = None
+    return Backend(request.param, tmp_path, connect)
+
+
+def with_store(fn):
+    """Test body gets (store, backend); the stores are closed afterwards."""
+
+    async def body(backend):
+        store = await backend.open()
+        try:
+            await fn(store, backend)
+        finally:
+            await backend.close_all()
+
+    def test(backend):
+        asyncio.run(asyncio.wait_for(body(backend), 60), debug=True)
+
+    test.__name__ = test.__qualname__ = fn.__name__
+    test.__doc__ = fn.__doc__
+    return test
+
+
+# --------------------------------------------------------------------------- the contract
+
+
+@with_store
+async def test_create_get_set_versions(store, backend):
+    assert await store.create("/a", b"one") == "/a"
+    data, stat = await store.get("/a")
+    assert data == b"one" and stat.version == 0 and stat.ephemeral_owner == 0
+    assert stat.num_children == 0
+    stat2 = await store.set("/a", b"two")
+    assert stat2.version == 1
+    stat3 = await store.set("/a", b"three", version=1)
+    assert stat3.version == 2
+    with pytest.raises(BadVersionError):
+        await store.set("/a", b"stale", version=1)
+    assert (await store.get("/a"))[0] == b"three"
+    with pytest.raises(BadVersionError):
+        await store.delete("/a", version=0)
+    await store.delete("/a", version=2)
+    assert await store.exists("/a") is None
+
+
+@with_store
+async def test_errors(store, backend):
+    with pytest.raises(NoNodeError):
+        await store.get("/missing")
+    with pytest.raises(NoNodeError):
+        await store.set("/missing", b"")
+    with pytest.raises(NoNodeError):
+        await store.delete("/missing")
+    with pytest.raises(NoNodeError):
+        await store.get_children("/missing")
+    with pytest.raises(NoNodeError):
+        await store.create("/no/parent")
+    await store.create("/p")
+    with pytest.raises(NodeExistsError):
+        await store.create("/p")
+    await store.create("/p/c")
+    with pytest.raises(NotEmptyError):
+        await store.delete("/p")
+    with pytest.raises(ValueError):
+        await store.get("relative")
+    with pytest.raises(ValueError):
+        await store.create("/p/")
+    await store.create("/p/c/d/e", b"x", makepath=True)
+    assert await store.get_children("/p/c/d") == ["e"]
+    await store.delete("/p", recursive=True)
+    assert await store.exists("/p") is None
+    assert isinstance(NoNodeError(), StoreError)
+
+
+@with_store
+async def test_children_and_stat(store, backend):
+    await store.ensure_path("/x/y")
+    await store.ensure_path("/x/y")  # idempotent
+    for name in ("b", "a", "c"):
+        await store.create(f"/x/y/{name}")
+    assert await store.get_children("/x/y") == ["a", "b", "c"]
+    stat = await store.exists("/x/y")
+    assert stat.num_children == 3 and stat.cversion == 3
+    await store.delete("/x/y/b")
+    stat = await store.exists("/x/y")
+    assert stat.num_children == 2 and stat.cversion == 4
+
+
+@with_store
+async def test_sequential_names(store, backend):
+    await store.create("/seq")
+    await store.create("/seq/other")
+    a = await store.create("/seq/n-", b"", sequence=True)
+    b = await store.create("/seq/n-", b"", sequence=True)
+    assert a == "/seq/n-0000000001"  # the parent's cversion, %010d, as in ZooKeeper
+    assert b == "/seq/n-0000000002"
+    await store.delete(b)
+    c = await store.create("/seq/n-", b"", sequence=True, ephemeral=True)
+    # ZooKeeper takes the suffix from the parent's cversion, but its delete bookkeeping lags
+    # (the pending change record is not bumped), so only "increasing and unique" is contract
+    assert c > b and len(c) == len(b)
+
+
+@with_store
+async def test_ephemeral_nodes(store, backend):
+    await store.create("/eph", b"me", ephemeral=True)
+    _, stat = await store.get("/eph")
+    assert stat.ephemeral_owner == store.session_id != 0
+    with pytest.raises(NoChildrenForEphemeralsError):
+        await store.create("/eph/child")
+    await store.close()
+    backend.opened.remove(store)
+    other = await backend.open()
+    assert await other.exists("/eph") is None
+
+
+@pytest.mark.parametrize("backend", ["zookeeper"], indirect=True)
+@with_store
+async def test_ephemeral_removed_when_session_closes_seen_by_other(store, backend):
+    other = await backend.open()
+    events: list[WatchedEvent] = []
+    await store.create("/eph2", ephemeral=True)
+    assert await other.exists("/eph2", watch=events.append) is not None
+    await store.close()
+    backend.opened.remove(store)
+    await wait_until(lambda: events)
+    assert events == [WatchedEvent(EventType.DELETED, "/eph2")]
+    assert await other.exists("/eph2") is None
+
+
+@with_store
+async def test_watches_fire_once(store, backend):
+    data_ev: list[WatchedEvent] = []
+    await store.create("/w", b"0")
+    await store.get("/w", watch=data_ev.append)
+    await store.set("/w", b"1")
+    await store.set("/w", b"2")
+    await wait_until(lambda: data_ev)
+    await asyncio.sleep(0.05)
+    assert data_ev == [WatchedEvent(EventType.CHANGED, "/w")]
+
+    exist_ev: list[WatchedEvent] = []
+    assert await store.exists("/w2", watch=exist_ev.append) is None
+    await store.create("/w2")
+    await wait_until(lambda: exist_ev)
+    assert exist_ev == [WatchedEvent(EventType.CREATED, "/w2")]
+
+    child_ev: list[WatchedEvent] = []
+    assert await store.get_children("/w", watch=child_ev.append) == []
+    await store.create("/w/a")
+    await store.create("/w/b")
+    await wait_until(lambda: child_ev)
+    await asyncio.sleep(0.05)
+    assert child_ev == [WatchedEvent(EventType.CHILD, "/w")]
+
+    del_ev: list[WatchedEvent] = []
+    await store.get("/w/a", watch=del_ev.append)
+    await store.get_children("/w", watch=del_ev.append)
+    await store.delete("/w/a")
+    await wait_until(lambda: len(del_ev) == 2)
+    assert sorted(e.type.value for e in del_ev) == ["CHILD", "DELETED"]
+
+    gone: list[WatchedEvent] = []
+    await store.get_children("/w/b", watch=gone.append)
+    await store.delete("/w/b")
+    await wait_until(lambda: gone)
+    assert gone == [WatchedEvent(EventType.DELETED, "/w/b")]
+
+    # a failing call sets no watch
+    none: list[WatchedEvent] = []
+    with pytest.raises(NoNodeError):
+        await store.get("/nope", watch=none.append)
+    await store.create("/nope")
+    await asyncio.sleep(0.05)
+    assert none == []
+
+
+@with_store
+async def test_multi_atomic(store, backend):
+    await store.create("/m", b"v0")
+    await store.multi(
+        [
+            Create("/m/a", b"A"),
+            Create("/m/a/b", b"B"),
+            SetData("/m", b"v1", version=0),
+            Check("/m", 1),
+        ]
+    )
+    assert (await store.get("/m/a/b"))[0] == b"B"
+    assert (await store.get("/m"))[1].version == 1
+
+    watched: list[WatchedEvent] = []
+    await store.get_children("/m", watch=watched.append)
+    with pytest.raises(BadVersionError) as ei:
+        await store.multi([Create("/m/c"), SetData("/m", b"v2"), Delete("/m/a/b"), Check("/m", 7)])
+    assert ei.value.op_index == 3
+    assert await store.exists("/m/c") is None
+    assert await store.exists("/m/a/b") is not None
+    data, stat = await store.get("/m")
+    assert data == b"v1" and stat.version == 1
+    with pytest.raises(NodeExistsError) as ei:
+        await store.multi([Create("/m/d"), Create("/m/a")])
+    assert ei.value.op_index == 1
+    assert await store.exists("/m/d") is None
+    with pytest.raises(NoNodeError):
+        await store.multi([Delete("/m/zzz")])
+    await asyncio.sleep(0.05)
+    assert watched == []  # nothing happened, nothing fired
+    await store.multi([Delete("/m/a/b"), Delete("/m/a")])
+    assert await store.get_children("/m") == []
+    await wait_until(lambda: watched)
+    assert watched == [WatchedEvent(EventType.CHILD, "/m")]
+
+
+@with_store
+async def test_concurrent_cas_one_winner(store, backend):
+    await store.create("/counter", b"0")
+
+    async def bump() -> int:
+        conflicts = 0
+        while True:
+            data, stat = await store.get("/counter")
+            try:
+                await store.set("/counter", str(int(data) + 1).encode(), version=stat.version)
+                return conflicts
+            except BadVersionError:
+                conflicts += 1
+
+    await asyncio.gather(*(bump() for _ in range(10)))
+    assert (await store.get("/counter"))[0] == b"10"
+
+
+# --------------------------------------------------------------------------- LocalStore only
+
+
+def test_local_persistence_across_reopen(tmp_path):
+    async def main():
+        clock = ManualClock(1_000)
+        s = LocalStore(tmp_path, clock)
+        await s.start()
+        await s.create("/a", b"A")
+        clock.advance(5)
+        await s.set("/a", b"A2")
+        await s.multi([Create("/b", b"B"), Create("/b/c", b"C")])
+        await s.create("/b/s-", sequence=True)
+        await s.create("/b/eph", ephemeral=True)
+        await s.delete("/b/c")
+        await s.close()
+
+        s = LocalStore(tmp_path, clock)
+        await s.start()
+        data, stat = await s.get("/a")
+        assert data == b"A2" and stat.version == 1
+        assert stat.ctime == 1_000 and stat.mtime == 1_005
+        assert await s.get_children("/b") == ["s-0000000001"]
+        assert (await s.exists("/b")).cversion == 5  # c, s-1, eph, -eph, -c
+        assert await s.create("/b/s-", sequence=True) == "/b/s-0000000005"
+        await s.close()
+
+    asyncio.run(main(), debug=True)
+
+
+def test_local_crash_keeps_writes_drops_ephemerals(tmp_path):
+    async def main():
+        s = LocalStore(tmp_path, fsync_interval_ms=60_000)
+        await s.start()
+        await s.create("/keep", b"k")
+        await s.create("/keep/eph", b"e", ephemeral=True)
+        await s.create("/keep/seq-", sequence=True, ephemeral=True)
+        s._crash_for_tests()  # no close, no fsync
+
+        s = LocalStore(tmp_path)
+        await s.start()
+        assert (await s.get("/keep"))[0] == b"k"
+        assert await s.get_children("/keep") == []
+        # sequence numbers never go backwards after ephemerals are expired
+        assert await s.create("/keep/seq-", sequence=True) == "/keep/seq-0000000004"
+        s._crash_for_tests()
+        s = LocalStore(tmp_path)
+        await s.start()
+        assert await s.get_children("/keep") == ["seq-0000000004"]
+        await s.close()
+
+    asyncio.run(main(), debug=True)
+
+
+def test_local_torn_journal_tail_is_ignored(tmp_path):
+    async def main():
+        s = LocalStore(tmp_path)
+        await s.start()
+        await s.create("/a", b"A")
+        await s.multi([Create("/b"), Create("/b/c"), SetData("/a", b"A2")])
+        s._crash_for_tests()
+        (journal,) = tmp_path.glob("journal-*")
+        size = journal.stat().st_size
+        with open(journal, "r+b") as f:  # tear the last entry (the multi)
+            f.truncate(size - 3)
+        s = LocalStore(tmp_path)
+        await s.start()
+        assert (await s.get("/a"))[0] == b"A"  # the multi is all-or-nothing on replay too
+        assert await s.exists("/b") is None
+        await s.create("/after")
+        s._crash_for_tests()
+        (journal,) = tmp_path.glob("journal-*")
+        with open(journal, "ab") as f:  # garbage after a good entry
+            f.write(b"\x00\x00\x00\x10garbage")
+        s = LocalStore(tmp_path)
+        await s.start()
+        assert await s.exists("/after") is not None
+        await s.close()
+
+    asyncio.run(main(), debug=True)
+
+
+def test_local_corrupt_entry_crc(tmp_path):
+    async def main():
+        s = LocalStore(tmp_path)
+        await s.start()
+        await s.create("/a", b"AAAA")
+        await s.create("/b", b"BBBB")
+        s._crash_for_tests()
+        (journal,) = tmp_path.glob("journal-*")
+        raw = bytearray(journal.read_bytes())
+        raw[raw.rindex(b"BBBB")] ^= 0xFF
+        journal.write_bytes(bytes(raw))
+        s = LocalStore(tmp_path)
+        await s.start()
+        assert await s.exists("/a") is not None
+        assert await s.exists("/b") is None
+        await s.close()
+
+    asyncio.run(main(), debug=True)
+
+
+def test_local_snapshot_rotation(tmp_path):
+    async def main():
+        s = LocalStore(tmp_path, snapshot_bytes=2000)
+        await s.start()
+        await s.create("/t")
+        for i in range(300):
+            await s.create(f"/t/n{i:03d}", b"x" * 20)
+            if i % 3 == 0:
+                await s.set("/t/n000", str(i).encode())
+        assert s._snapshot_job is not None
+        await asyncio.wrap_future(s._snapshot_job)
+        await s.create("/t/last")  # the journal is over the limit again: rotate once more
+        await asyncio.wrap_future(s._snapshot_job)
+        journals = list(tmp_path.glob("journal-*"))
+        assert sum(j.stat().st_size for j in journals) < 4000  # truncated by snapshots
+        s._crash_for_tests()
+        s = LocalStore(tmp_path)
+        await s.start()
+        children = await s.get_children("/t")
+        assert len(children) == 301
+        data, stat = await s.get("/t/n000")
+        assert data == b"297" and stat.version == 100
+        await s.close()
+
+    asyncio.run(main(), debug=True)
+
+
+def test_local_write_cost_is_proportional_to_change(tmp_path):
+    async def main():
+        s = LocalStore(tmp_path)
+        await s.start()
+        for i in range(200):
+            await s.create(f"/n{i}", b"y" * 100)
+        (journal,) = tmp_path.glob("journal-*")
+        before = journal.stat().st_size
+        await s.set("/n5", b"z")
+        assert journal.stat().st_size - before < 64
+        await s.close()
+
+    asyncio.run(main(), debug=True)
+
+
+def test_local_directory_lock(tmp_path):
+    async def main():
+        s = LocalStore(tmp_path)
+        await s.start()
+        with pytest.raises(StoreError, match="in use"):
+            await LocalStore(tmp_path).start()
+        await s.close()
+        s2 = LocalStore(tmp_path)
+        await s2.start()
+        await s2.close()
+
+    asyncio.run(main(), debug=True)
+
+
+def test_local_strict_fsync_mode(tmp_path):
+    async def main():
+        s = LocalStore(tmp_path, fsync_interval_ms=0)
+        await s.start()
+        await s.create("/a", b"1")
+        await s.set("/a", b"2")
+        await s.close()
+        s = LocalStore(tmp_path)
+        await s.start()
+        assert (await s.get("/a"))[0] == b"2"
+        await s.close()
+
+    asyncio.run(main(), debug=True)
+
+
+# --------------------------------------------------------------------------- ZooKeeper only
+
+
+def test_zk_start_times_out_when_unreachable():
+    async def main():
+        store = ZooKeeperStore("127.0.0.1:1", connect_timeout_s=0.5)
+        t0 = time.monotonic()
+        with pytest.raises(ConnectionLossError, match="could not connect to ZooKeeper"):
+            await store.start()
+        assert time.monotonic() - t0 < 5
+
+    asyncio.run(main(), debug=True)
+
+
+def test_zk_chroot_is_created_and_isolates(zk_server):
+    async def main():
+        a = ZooKeeperStore(zk_server.connect + "/kafka/one", 6000)
+        root = ZooKeeperStore(zk_server.connect, 6000)
+        await a.start()
+        await root.start()
+        try:
+            await a.create("/brokers")
+            assert await root.exists("/kafka/one/brokers") is not None
+            assert await a.exists("/kafka") is None
+        finally:
+            await a.close()
+            await root.close()
+
+    asyncio.run(main(), debug=True)
+
+
+def test_zk_survives_server_restart(tmp_path):
+    require_zookeeper()
+    server = ZooKeeperServer(tmp_path / "zk")
+    server.start()
+
+    async def main():
+        store = ZooKeeperStore(server.connect + "/r", 20_000, connect_timeout_s=30)
+        states: list[str] = []
+        store.add_session_listener(states.append)
+        await store.start()
+        await store.create("/eph", b"e", ephemeral=True)
+        await store.create("/p", b"p")
+        session = store.session_id
+        watched: list[WatchedEvent] = []
+        await store.get("/p", watch=watched.append)
+        await asyncio.get_running_loop().run_in_executor(None, server.stop)
+        await wait_until(lambda: SUSPENDED in states)
+        # the watch was dropped with the connection: it fires so the watcher re-reads
+        await wait_until(lambda: watched)
+        await asyncio.get_running_loop().run_in_executor(None, server.start)
+        # a call made while suspended is queued and completes after the reconnect
+        data, _ = await store.get("/p")
+        assert data == b"p"
+        assert states[-1] == CONNECTED
+        assert store.session_id == session
+        assert (await store.get("/eph"))[1].ephemeral_owner == session
+        await store.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 60), debug=True)
+    finally:
+        server.cleanup()
+
+
+def test_no_kazoo_import_outside_zk():
+    root = Path(__file__).resolve().parent.parent / "pybroker"
+    offenders = [
+        str(p)
+        for p in root.rglob("*.py")
+        if p.name != "zk.py"
+        and "kazoo" in p.read_text()
+        and "import" in p.read_text()
+        and any(
+            line.lstrip().startswith(("import kazoo", "from kazoo"))
+            for line in p.read_text().splitlines()
+        )
+    ]
+    assert offenders == []
+    assert os.path.exists(root / "coord" / "zk.py")
