@@ -81,8 +81,7 @@ class LogSegment:
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
         self.bytes_since_last_index_entry = 0
-        # clock time of the first append (roll.ms); for a loaded segment, the first batch's
-        # timestamp, as Kafka's rollingBasedTimestamp
+        # clock time of the first append (segment.ms / roll_ms); load time for a loaded segment
         self.rolling_base_ms: int | None = None
 
     # -- loading ------------------------------------------------------------------------------
@@ -122,11 +121,10 @@ class LogSegment:
         self.bytes_since_last_index_entry = self.size - self.offset_index.last_position
 
     def _set_rolling_base(self, now_ms: int) -> None:
-        self.rolling_base_ms = None
-        if self.size:
-            h = self.read_header(0)
-            ts = h.max_timestamp if h is not None else -1
-            self.rolling_base_ms = ts if 0 <= ts <= now_ms else now_ms
+        # segment.ms counts clock time since the first append; for a segment loaded from
+        # disk that moment is unknown, so the clock restarts at load (Kafka's ``created``
+        # fallback).  Client timestamps are not used: a skewed producer clock must not roll.
+        self.rolling_base_ms = now_ms if self.size else None
 
     def recover(self, now_ms: int) -> int:
         """Scan the whole segment batch by batch with CRC checks, rebuild both indexes, and
