@@ -171,7 +171,7 @@ class PartitionLog:
                 seg.flush()
             self.segments.append(seg)
         if not self.segments:
-            self.segments.append(self._new_segment(max(0, recovery_point if bases else 0)))
+            self.segments.append(self._new_segment(0))
         self._bases = [s.base_offset for s in self.segments]
         self.log_start_offset = self.segments[0].base_offset
         self.log_end_offset = self.segments[-1].next_offset
