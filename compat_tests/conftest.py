@@ -1,6 +1,7 @@
 """Fixtures: a real ZooKeeper and real pybroker processes on free loopback ports.
 
-- `zookeeper` (session): a throwaway Debian ZooKeeper server; `.connect` is "host:port".
+- `zookeeper` (session): a throwaway Debian ZooKeeper server (tests/zk_server.py);
+  `.connect` is "host:port".
 - `backend` ("embedded" | "zookeeper"): every test that uses a broker runs on both.
   Pick one with `-k embedded` / `-k zookeeper` or PYBROKER_BACKENDS=embedded.
 - `start_broker(**overrides)` (function): starts `python -m pybroker serve` with
@@ -19,11 +20,7 @@ import os
 import pytest
 
 from compat_tests.broker_process import BrokerProcess
-
-try:  # the coord layer's helper for unit tests, if it exists
-    from tests.zk_server import ZooKeeperServer  # type: ignore[import-not-found]
-except ImportError:
-    from compat_tests.zk import ZooKeeperServer
+from tests.zk_server import ZK_SERVER_SH, ZooKeeperServer, zookeeper_available
 
 ALL_BACKENDS = ["embedded", "zookeeper"]
 
@@ -47,6 +44,13 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory):
+    """The coord layer's ZooKeeperServer (tests/zk_server.py), one per session."""
+    if not zookeeper_available():
+        pytest.fail(
+            f"ZooKeeper not installed ({ZK_SERVER_SH} or java missing): "
+            "run scripts/install-test-deps",
+            pytrace=False,
+        )
     server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
     server.start()
     try:

@@ -64,7 +64,7 @@ def pytest_configure(config):
         backend = os.environ.get("PYBROKER_SUITE_BACKEND", "embedded")
         zk_connect = None
         if backend == "zookeeper":
-            from compat_tests.zk import ZooKeeperServer
+            from tests.zk_server import ZooKeeperServer
 
             zk = ZooKeeperServer(workdir / "zookeeper")
             zk.start()
