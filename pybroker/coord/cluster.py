@@ -1,0 +1,848 @@
+"""Cluster: broker registration, controller election, topic creation, producer-id blocks and a
+metadata cache kept current by watches.  The same code runs on both stores (LocalStore for the
+one-node default, ZooKeeperStore for a real ensemble), through the MetadataStore interface only.
+
+Start (``await cluster.start()``; the store must be started already, the Cluster does not own
+it):
+
+1. ensure Kafka's persistent paths (``paths.PERSISTENT_PATHS``);
+2. ``/cluster/id``: keep an existing one, or create a fresh 22-char base64url uuid;
+3. register the ephemeral ``/brokers/ids/<id>``; if it exists and belongs to another session
+   (a live broker with the same broker.id) raise :class:`BrokerIdInUseError`;
+4. controller election: Kafka's ``registerControllerAndIncrementControllerEpoch`` in one store
+   ``multi``: create the ephemeral ``/controller`` and compare-and-set ``/controller_epoch`` to
+   epoch + 1.  Losing (NodeExists) means someone else is controller: we watch ``/controller``
+   and run the election again when it goes away;
+5. load the cache (brokers; topics with partition states and configs), setting watches.
+
+Watches and refreshes: every watch callback only marks a key dirty (``("brokers",)``,
+``("topic", name)``, ``("partition", name, p)`` ...); one task (``_sync_loop``) owns the cache
+and re-reads dirty keys, re-setting their watches (one-shot).  A key has at most one pending
+watch at a time (``_watching``), so watches do not pile up.  A read that fails with a lost
+connection is retried with backoff.  After a LOST session (ZooKeeper), the next CONNECTED
+re-registers the broker, re-runs the election and reloads everything.
+
+Listeners (``add_listener``) get a :class:`ClusterEvent` on the loop whenever the broker set,
+the controller or a topic changes; the broker uses it to create the partition logs it leads.
+
+Controller design (room to grow).  Today the controller only holds the election and the epoch:
+topic creation writes the partition states itself (leader = first replica, ISR = replicas,
+stamped with the current controller epoch), which is all a single broker needs.  The
+multi-broker issue adds, inside ``_on_become_controller`` / ``_on_resign`` and the broker
+refresh:
+
+* broker failure (a child of /brokers/ids disappears): for each partition whose leader died,
+  choose the first live replica in the ISR (unclean election only if the topic allows it), bump
+  leader_epoch, shrink the ISR, and write the state znode with compare-and-set on its version
+  plus a ``Check`` of /controller_epoch in the same multi (so a deposed controller cannot write);
+* broker return: nothing to elect; followers catch up and the leader expands the ISR;
+* ISR changes by leaders (AlterPartition): the leader writes its state znode with CAS and the
+  controller watches state znodes (already cached here), so no controller RPC is needed: every
+  broker reacts to state-znode watches (``ClusterEvent("TOPIC_CHANGED", ...)``);
+* topics created without states (by an external admin tool writing only /brokers/topics/<t>):
+  the controller creates the missing state znodes;
+* deletion: /admin/delete_topics/<t> children, handled by the controller.
+All controller writes go through one task (like ``_sync_loop``), so there is one owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import random
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from pybroker.clock import SYSTEM_CLOCK, Clock
+from pybroker.coord import paths
+from pybroker.coord.store import (
+    LOST,
+    BadVersionError,
+    ConnectionLossError,
+    Create,
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+    Op,
+    SetData,
+    StoreError,
+    WatchedEvent,
+)
+from pybroker.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+PRODUCER_ID_BLOCK_SIZE = (
+    1000  # kafka.server.ProducerIdManager / ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
+)
+MAX_TOPIC_NAME_LENGTH = 249
+
+
+# --------------------------------------------------------------------------- cache types
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    id: int
+    host: str
+    port: int
+    rack: str | None = None
+    endpoints: list[tuple[str, str, int]] = field(default_factory=list)  # (listener, host, port)
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    leader: int  # -1: no leader
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    controller_epoch: int = 0
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionState]
+    configs: dict[str, str]
+
+
+class ClusterEvent(NamedTuple):
+    kind: str  # "BROKERS_CHANGED" | "CONTROLLER_CHANGED" | "TOPIC_CHANGED" | "TOPIC_DELETED"
+    topic: str | None = None
+
+
+class ClusterError(Exception):
+    pass
+
+
+class BrokerIdInUseError(ClusterError):
+    """broker.id is registered by another live broker (another store session)."""
+
+
+# --------------------------------------------------------------------------- validation
+
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def validate_topic_name(name: str) -> None:
+    """org.apache.kafka.common.internals.Topic.validate: raises INVALID_TOPIC_EXCEPTION."""
+
+    def bad(msg: str) -> KafkaError:
+        return KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, msg)
+
+    if not name:
+        raise bad("Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise bad('Topic name cannot be "." or ".."')
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise bad(
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} "
+            f"characters, topic name: {name}"
+        )
+    if not _LEGAL_TOPIC.match(name):
+        raise bad(
+            f'Topic name "{name}" is illegal, it contains a character other than '
+            "ASCII alphanumerics, '.', '_' and '-'"
+        )
+
+
+def has_collision_chars(name: str) -> bool:
+    return "." in name or "_" in name
+
+
+def unify_collision_chars(name: str) -> str:
+    return name.replace(".", "_")
+
+
+_I32 = (-(2**31), 2**31 - 1)
+_I64 = (-(2**63), 2**63 - 1)
+# name -> (type, constraint): Kafka's topic-level configs (LogConfig / TopicConfig, 3.x)
+TOPIC_CONFIGS: dict[str, tuple[str, Any]] = {
+    "cleanup.policy": ("list", {"compact", "delete"}),
+    "compression.type": (
+        "choice",
+        {"uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"},
+    ),
+    "compression.gzip.level": ("int", (-1, 9)),
+    "compression.lz4.level": ("int", (1, 17)),
+    "compression.zstd.level": ("int", (-131072, 22)),
+    "delete.retention.ms": ("long", (0, None)),
+    "file.delete.delay.ms": ("long", (0, None)),
+    "flush.messages": ("long", (1, None)),
+    "flush.ms": ("long", (0, None)),
+    "follower.replication.throttled.replicas": ("list", None),
+    "index.interval.bytes": ("int", (0, None)),
+    "leader.replication.throttled.replicas": ("list", None),
+    "local.retention.bytes": ("long", (-2, None)),
+    "local.retention.ms": ("long", (-2, None)),
+    "max.compaction.lag.ms": ("long", (1, None)),
+    "max.message.bytes": ("int", (0, None)),
+    "message.downconversion.enable": ("bool", None),
+    "message.format.version": ("string", None),
+    "message.timestamp.after.max.ms": ("long", (0, None)),
+    "message.timestamp.before.max.ms": ("long", (0, None)),
+    "message.timestamp.difference.max.ms": ("long", (0, None)),
+    "message.timestamp.type": ("choice", {"CreateTime", "LogAppendTime"}),
+    "min.cleanable.dirty.ratio": ("double", (0.0, 1.0)),
+    "min.compaction.lag.ms": ("long", (0, None)),
+    "min.insync.replicas": ("int", (1, None)),
+    "preallocate": ("bool", None),
+    "remote.storage.enable": ("bool", None),
+    "remote.log.copy.disable": ("bool", None),
+    "remote.log.delete.on.disable": ("bool", None),
+    "retention.bytes": ("long", (None, None)),
+    "retention.ms": ("long", (-1, None)),
+    "segment.bytes": ("int", (14, None)),
+    "segment.index.bytes": ("int", (4, None)),
+    "segment.jitter.ms": ("long", (0, None)),
+    "segment.ms": ("long", (1, None)),
+    "unclean.leader.election.enable": ("bool", None),
+}
+
+
+def validate_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
+    """Kafka's checks for CreateTopics configs; raises INVALID_CONFIG.  Returns the configs as
+    given (Kafka stores the strings the client sent)."""
+
+    def bad(msg: str) -> KafkaError:
+        return KafkaError(ErrorCode.INVALID_CONFIG, msg)
+
+    nulls = [k for k, v in configs.items() if v is None]
+    if nulls:
+        raise bad(f"Null value not supported for topic configs: {','.join(nulls)}")
+    for key, value in configs.items():
+        if key not in TOPIC_CONFIGS:
+            raise bad(f"Unknown topic config name: {key}")
+        kind, constraint = TOPIC_CONFIGS[key]
+        v = str(value).strip()
+
+        def invalid(reason: str, key: str = key, value: Any = value) -> KafkaError:
+            return bad(f"Invalid value {value} for configuration {key}: {reason}")
+
+        if kind in ("int", "long"):
+            try:
+                n = int(v)
+            except ValueError:
+                raise invalid(f"Not a number of type {kind.upper()}") from None
+            lo_type, hi_type = _I32 if kind == "int" else _I64
+            if not lo_type <= n <= hi_type:
+                raise invalid(f"Not a number of type {kind.upper()}")
+            lo, hi = constraint
+            if lo is not None and n < lo:
+                raise invalid(f"Value must be at least {lo}")
+            if hi is not None and n > hi:
+                raise invalid(f"Value must be no more than {hi}")
+        elif kind == "double":
+            try:
+                d = float(v)
+            except ValueError:
+                raise invalid("Not a number of type DOUBLE") from None
+            lo, hi = constraint
+            if not lo <= d <= hi:
+                raise invalid(f"Value must be between {lo} and {hi}")
+        elif kind == "bool":
+            if v.lower() not in ("true", "false"):
+                raise invalid("Expected value to be either true or false")
+        elif kind == "choice":
+            if v not in constraint:
+                raise invalid(f"String must be one of: {', '.join(sorted(constraint))}")
+        elif kind == "list" and constraint is not None:
+            items = [s.strip() for s in v.split(",") if s.strip()]
+            wrong = [s for s in items if s not in constraint]
+            if wrong:
+                raise invalid(f"[{', '.join(wrong)}] are not in [{', '.join(sorted(constraint))}]")
+    return {k: str(v) for k, v in configs.items()}
+
+
+def assign_replicas_to_brokers(
+    broker_ids: list[int],
+    num_partitions: int,
+    replication_factor: int,
+    rng: random.Random | None = None,
+    *,
+    fixed_start_index: int = -1,
+    start_partition_id: int = -1,
+) -> dict[int, list[int]]:
+    """kafka.admin.AdminUtils.assignReplicasToBrokersRackUnaware: the first replica of
+    partition p is broker[(p + start) % n]; followers are shifted by nextReplicaShift, which
+    grows by one every n partitions, so replicas spread evenly."""
+    if num_partitions <= 0:
+        raise KafkaError(
+            ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
+        )
+    if replication_factor <= 0:
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0."
+        )
+    if replication_factor > len(broker_ids):
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"Replication factor: {replication_factor} larger than available brokers: "
+            f"{len(broker_ids)}.",
+        )
+    rng = rng or random.Random()
+    brokers = sorted(broker_ids)
+    n = len(brokers)
+    start_index = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
+    next_replica_shift = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
+    current = max(0, start_partition_id)
+    result: dict[int, list[int]] = {}
+    for _ in range(num_partitions):
+        if current > 0 and current % n == 0:
+            next_replica_shift += 1
+        first = (current + start_index) % n
+        replicas = [brokers[first]]
+        for j in range(replication_factor - 1):
+            shift = 1 + (next_replica_shift + j) % (n - 1)
+            replicas.append(brokers[(first + shift) % n])
+        result[current] = replicas
+        current += 1
+    return result
+
+
+# --------------------------------------------------------------------------- the cluster
+
+Listener = Callable[[ClusterEvent], object]
+
+
+class Cluster:
+    def __init__(
+        self,
+        store: MetadataStore,
+        broker_id: int,
+        endpoints: list[tuple[str, str, int]],
+        clock: Clock = SYSTEM_CLOCK,
+        *,
+        rack: str | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.broker_id = broker_id
+        self.endpoints = list(endpoints)
+        self.rack = rack
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.cluster_id: str = ""
+        self.controller_id: int = -1
+        self.controller_epoch: int = 0
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.topics: dict[str, TopicInfo] = {}
+        self._listeners: list[Listener] = []
+        self._dirty: dict[tuple, None] = {}  # insertion-ordered set of keys to re-read
+        self._wake = asyncio.Event()
+        self._watching: set[tuple] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._session_lost = False
+        self._local_gen = 0  # bumped by local topic writes (see _refresh_topics)
+        self._locally_written: dict[str, int] = {}
+        self._pid_next = 0
+        self._pid_end = -1  # inclusive end of the block in hand
+        self._pid_claim: asyncio.Future[None] | None = None
+        self._started = False
+
+    @property
+    def is_controller(self) -> bool:
+        return self.controller_id == self.broker_id
+
+    def add_listener(self, cb: Listener) -> None:
+        self._listeners.append(cb)
+
+    def remove_listener(self, cb: Listener) -> None:
+        if cb in self._listeners:
+            self._listeners.remove(cb)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self.store.add_session_listener(self._on_session_state)
+        for path in paths.PERSISTENT_PATHS:
+            await self.store.ensure_path(path)
+        self.cluster_id = await self._ensure_cluster_id()
+        await self._register_broker()
+        await self._elect()
+        await self._refresh_brokers()
+        await self._refresh_topics(load_all=True)
+        self._started = True
+        self._task = asyncio.create_task(self._sync_loop(), name=f"cluster-sync-{self.broker_id}")
+
+    async def stop(self) -> None:
+        """Leave the cluster: stop the watches' work and delete our ephemerals (the controller
+        znode if we hold it, our registration) so other brokers react at once."""
+        self._started = False
+        self.store.remove_session_listener(self._on_session_state)
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        for path in (paths.CONTROLLER, paths.broker(self.broker_id)):
+            try:
+                stat = await self.store.exists(path)
+                if stat is not None and stat.ephemeral_owner == self.store.session_id:
+                    await self.store.delete(path, stat.version)
+            except StoreError as e:
+                log.warning("could not delete %s at shutdown: %s", path, e)
+        self.controller_id = -1
+
+    async def _ensure_cluster_id(self) -> str:
+        while True:
+            try:
+                data, _ = await self.store.get(paths.CLUSTER_ID)
+                return paths.decode_cluster_id(data)
+            except NoNodeError:
+                pass
+            cluster_id = paths.kafka_uuid_str(paths.random_kafka_uuid())
+            try:
+                await self.store.create(
+                    paths.CLUSTER_ID, paths.encode_cluster_id(cluster_id), makepath=True
+                )
+                return cluster_id
+            except NodeExistsError:
+                continue
+
+    async def _register_broker(self) -> None:
+        path = paths.broker(self.broker_id)
+        data = paths.encode_broker(self.endpoints, self.clock.time_ms(), self.rack)
+        for _ in range(3):
+            try:
+                await self.store.create(path, data, ephemeral=True)
+                return
+            except NodeExistsError:
+                pass
+            try:
+                _, stat = await self.store.get(path)
+            except NoNodeError:
+                continue  # it just went away: try again
+            if stat.ephemeral_owner == self.store.session_id:
+                await self.store.set(path, data)  # ours already (same session)
+                return
+            raise BrokerIdInUseError(
+                f"broker.id {self.broker_id} is already registered at {path} by another live "
+                f"broker (session 0x{stat.ephemeral_owner:x}, ours is "
+                f"0x{self.store.session_id:x}); if that broker died, its registration goes away "
+                f"when its session times out"
+            )
+        raise BrokerIdInUseError(f"could not register {path}: it keeps reappearing")
+
+    # ------------------------------------------------------------------ controller
+
+    async def _elect(self) -> None:
+        """Kafka's KafkaController.elect(): become controller or learn who is, and watch."""
+        before = self.controller_id
+        while True:
+            watch = self._watch(("controller",))
+            try:
+                data, stat = await self.store.get(paths.CONTROLLER, watch=watch)
+            except NoNodeError:
+                self._unwatch(("controller",), watch)
+            else:
+                self.controller_id = paths.decode_controller(data)
+                if self.controller_id != self.broker_id or stat.ephemeral_owner != (
+                    self.store.session_id
+                ):
+                    self.controller_epoch = await self._read_controller_epoch()
+                break
+            try:
+                epoch_data, epoch_stat = await self.store.get(paths.CONTROLLER_EPOCH)
+                epoch, epoch_version = paths.decode_controller_epoch(epoch_data), epoch_stat.version
+            except NoNodeError:
+                try:
+                    await self.store.create(
+                        paths.CONTROLLER_EPOCH, paths.encode_controller_epoch(0)
+                    )
+                except NodeExistsError:
+                    continue
+                epoch, epoch_version = 0, 0
+            ops: list[Op] = [
+                Create(
+                    paths.CONTROLLER,
+                    paths.encode_controller(self.broker_id, self.clock.time_ms()),
+                    ephemeral=True,
+                ),
+                SetData(
+                    paths.CONTROLLER_EPOCH,
+                    paths.encode_controller_epoch(epoch + 1),
+                    version=epoch_version,
+                ),
+            ]
+            try:
+                await self.store.multi(ops)
+            except (NodeExistsError, BadVersionError):
+                continue  # lost the race: read the winner and watch it
+            self.controller_id = self.broker_id
+            self.controller_epoch = epoch + 1
+            log.info("broker %d is the controller (epoch %d)", self.broker_id, epoch + 1)
+            watch = self._watch(("controller",))
+            if await self.store.exists(paths.CONTROLLER, watch=watch) is None:
+                self._unwatch(("controller",), watch)
+                continue
+            await self._on_become_controller()
+            break
+        if before != self.controller_id:
+            if before == self.broker_id:
+                await self._on_resign()
+            self._notify(ClusterEvent("CONTROLLER_CHANGED"))
+
+    async def _read_controller_epoch(self) -> int:
+        try:
+            data, _ = await self.store.get(paths.CONTROLLER_EPOCH)
+            return paths.decode_controller_epoch(data)
+        except NoNodeError:
+            return 0
+
+    async def _on_become_controller(self) -> None:
+        """Controller duties start here (see the module docstring); none are needed yet."""
+
+    async def _on_resign(self) -> None:
+        """Controller duties stop here."""
+
+    # ------------------------------------------------------------------ watches + refresh
+
+    def _watch(self, key: tuple) -> Callable[[WatchedEvent], None] | None:
+        """A watch callback for key, or None if one is already pending for it."""
+        if key in self._watching:
+            return None
+        self._watching.add(key)
+        return functools.partial(self._on_watch, key)
+
+    def _unwatch(self, key: tuple, watch: Callable | None) -> None:
+        """The read that was to set this watch failed: no watch is pending."""
+        if watch is not None:
+            self._watching.discard(key)
+
+    def _on_watch(self, key: tuple, event: WatchedEvent) -> None:
+        self._watching.discard(key)
+        self._mark(key)
+
+    def _mark(self, key: tuple) -> None:
+        self._dirty[key] = None
+        self._wake.set()
+
+    def _on_session_state(self, state: str) -> None:
+        if state == LOST:
+            self._session_lost = True
+            self._watching.clear()  # the session's watches are gone with it
+        elif state == "CONNECTED" and self._session_lost:
+            self._session_lost = False
+            self._mark(("session",))
+
+    async def _sync_loop(self) -> None:
+        backoff = 0.05
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._dirty:
+                key = next(iter(self._dirty))
+                del self._dirty[key]
+                try:
+                    await self._refresh(key)
+                    backoff = 0.05
+                except ConnectionLossError as e:
+                    log.info("metadata refresh of %s deferred: %s", key, e)
+                    self._dirty[key] = None
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 2.0)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("metadata refresh of %s failed", key)
+
+    async def _refresh(self, key: tuple) -> None:
+        kind = key[0]
+        if kind == "session":
+            self._watching.clear()
+            try:
+                await self._register_broker()
+            except BrokerIdInUseError:
+                log.error("after a new ZooKeeper session, broker.id %d is taken", self.broker_id)
+            await self._elect()
+            await self._refresh_brokers()
+            await self._refresh_topics(load_all=True)
+        elif kind == "controller":
+            await self._elect()
+        elif kind == "brokers" or kind == "broker":
+            await self._refresh_brokers()
+        elif kind == "topics":
+            await self._refresh_topics()
+        elif kind == "topic":
+            await self._refresh_topic(key[1])
+        elif kind == "partition":
+            await self._refresh_partition(key[1], key[2])
+        elif kind == "config":
+            await self._refresh_config(key[1])
+
+    async def _refresh_brokers(self) -> None:
+        watch = self._watch(("brokers",))
+        ids = await self.store.get_children(paths.BROKER_IDS, watch=watch)
+        brokers: dict[int, BrokerInfo] = {}
+        for child in ids:
+            try:
+                bid = int(child)
+            except ValueError:
+                continue
+            key = ("broker", bid)
+            watch = self._watch(key)
+            try:
+                data, _ = await self.store.get(paths.broker(bid), watch=watch)
+            except NoNodeError:
+                self._unwatch(key, watch)
+                continue
+            try:
+                reg = paths.decode_broker(data)
+            except (ValueError, KeyError, TypeError):
+                log.warning("unreadable registration of broker %d: %r", bid, data)
+                continue
+            first = reg["endpoints"][0] if reg["endpoints"] else ("", reg["host"] or "", -1)
+            brokers[bid] = BrokerInfo(bid, first[1], first[2], reg["rack"], reg["endpoints"])
+        if brokers != self.brokers:
+            self.brokers = brokers
+            self._notify(ClusterEvent("BROKERS_CHANGED"))
+
+    async def _refresh_topics(self, *, load_all: bool = False) -> None:
+        gen = self._local_gen
+        names = await self.store.get_children(paths.TOPICS, watch=self._watch(("topics",)))
+        for name in names:
+            if load_all or name not in self.topics:
+                await self._refresh_topic(name)
+        present = set(names)
+        for name in list(self.topics):
+            if name not in present and self._locally_written.get(name, -1) <= gen:
+                del self.topics[name]
+                self._notify(ClusterEvent("TOPIC_DELETED", name))
+
+    async def _refresh_topic(self, name: str) -> None:
+        gen = self._local_gen
+        key = ("topic", name)
+        watch = self._watch(key)
+        try:
+            data, _ = await self.store.get(paths.topic(name), watch=watch)
+        except NoNodeError:
+            self._unwatch(key, watch)
+            if name in self.topics and self._locally_written.get(name, -1) <= gen:
+                del self.topics[name]
+                self._notify(ClusterEvent("TOPIC_DELETED", name))
+            return
+        topic_id, assignment = paths.decode_topic(data)
+        partitions = {}
+        for p, replicas in sorted(assignment.items()):
+            partitions[p] = await self._read_partition(name, p, replicas)
+        configs = await self._read_config(name)
+        old = self.topics.get(name)
+        info = TopicInfo(
+            name, topic_id or (old.topic_id if old else uuid.UUID(int=0)), partitions, configs
+        )
+        self._update_topic(info)
+
+    async def _read_partition(self, name: str, p: int, replicas: list[int]) -> PartitionState:
+        key = ("partition", name, p)
+        watch = self._watch(key)
+        try:
+            data, _ = await self.store.get(paths.partition_state(name, p), watch=watch)
+        except NoNodeError:
+            self._unwatch(key, watch)
+            # watch for its creation (by the controller, or a slow creator)
+            watch = self._watch(key)
+            if await self.store.exists(paths.partition_state(name, p), watch=watch) is not None:
+                return await self._read_partition(name, p, replicas)
+            return PartitionState(-1, -1, list(replicas), [], -1)
+        st = paths.decode_partition_state(data)
+        return PartitionState(
+            st["leader"], st["leader_epoch"], list(replicas), st["isr"], st["controller_epoch"]
+        )
+
+    async def _read_config(self, name: str) -> dict[str, str]:
+        key = ("config", name)
+        watch = self._watch(key)
+        try:
+            data, _ = await self.store.get(paths.topic_config(name), watch=watch)
+        except NoNodeError:
+            self._unwatch(key, watch)
+            watch = self._watch(key)
+            if await self.store.exists(paths.topic_config(name), watch=watch) is not None:
+                return await self._read_config(name)
+            return {}
+        return paths.decode_topic_config(data)
+
+    async def _refresh_partition(self, name: str, p: int) -> None:
+        info = self.topics.get(name)
+        if info is None or p not in info.partitions:
+            await self._refresh_topic(name)
+            return
+        state = await self._read_partition(name, p, info.partitions[p].replicas)
+        info = self.topics.get(name)
+        if info is not None:
+            self._update_topic(
+                TopicInfo(info.name, info.topic_id, {**info.partitions, p: state}, info.configs)
+            )
+
+    async def _refresh_config(self, name: str) -> None:
+        configs = await self._read_config(name)
+        info = self.topics.get(name)
+        if info is not None:
+            self._update_topic(TopicInfo(info.name, info.topic_id, info.partitions, configs))
+
+    def _update_topic(self, info: TopicInfo) -> None:
+        if self.topics.get(info.name) != info:
+            self.topics[info.name] = info
+            self._notify(ClusterEvent("TOPIC_CHANGED", info.name))
+
+    def _notify(self, event: ClusterEvent) -> None:
+        if self._loop is None:
+            return
+        for cb in list(self._listeners):
+            self._loop.call_soon(self._call_listener, cb, event)
+
+    @staticmethod
+    def _call_listener(cb: Listener, event: ClusterEvent) -> None:
+        try:
+            cb(event)
+        except Exception:
+            log.exception("cluster listener %r failed on %s", cb, event)
+
+    # ------------------------------------------------------------------ topics
+
+    async def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: dict[str, str | None] | None = None,
+        *,
+        validate_only: bool = False,
+    ) -> TopicInfo:
+        """Create a topic the way Kafka's ZkAdminManager.createTopics does (same checks, same
+        order, same error codes and messages), in one store multi.  Raises KafkaError."""
+        configs = dict(configs or {})
+        if name in self.topics:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        nulls = [k for k, v in configs.items() if v is None]
+        if nulls:
+            raise KafkaError(
+                ErrorCode.INVALID_CONFIG,
+                f"Null value not supported for topic configs: {','.join(nulls)}",
+            )
+        assignment = assign_replicas_to_brokers(
+            list(self.brokers), num_partitions, replication_factor, self.rng
+        )
+        validate_topic_name(name)
+        try:
+            if await self.store.exists(paths.delete_topic(name)) is not None:
+                raise KafkaError(
+                    ErrorCode.TOPIC_ALREADY_EXISTS, f'Topic "{name}" is already marked for deletion'
+                )
+            existing = await self.store.get_children(paths.TOPICS)
+        except ConnectionLossError as e:
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, str(e)) from e
+        if has_collision_chars(name):
+            unified = unify_collision_chars(name)
+            colliding = [t for t in existing if t != name and unify_collision_chars(t) == unified]
+            if colliding:
+                raise KafkaError(
+                    ErrorCode.INVALID_TOPIC_EXCEPTION,
+                    f"Topic '{name}' collides with existing topics: {', '.join(colliding)}",
+                )
+        if name in existing:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        clean_configs = validate_topic_configs(configs)
+
+        topic_id = paths.random_kafka_uuid()
+        epoch = self.controller_epoch
+        partitions = {
+            p: PartitionState(replicas[0], 0, list(replicas), list(replicas), epoch)
+            for p, replicas in assignment.items()
+        }
+        info = TopicInfo(name, topic_id, partitions, clean_configs)
+        if validate_only:
+            return info
+
+        ops: list[Op] = [
+            Create(paths.topic(name), paths.encode_topic(topic_id, assignment)),
+            Create(paths.partitions(name)),
+        ]
+        for p, st in partitions.items():
+            ops.append(Create(paths.partition(name, p)))
+            ops.append(
+                Create(
+                    paths.partition_state(name, p),
+                    paths.encode_partition_state(st.leader, st.leader_epoch, st.isr, epoch),
+                )
+            )
+        config_data = paths.encode_topic_config(clean_configs)
+        try:
+            config_exists = await self.store.exists(paths.topic_config(name)) is not None
+            if config_exists:  # left over from an earlier attempt: Kafka overwrites it
+                ops.append(SetData(paths.topic_config(name), config_data))
+            else:
+                ops.append(Create(paths.topic_config(name), config_data))
+            await self.store.multi(ops)
+        except NodeExistsError as e:
+            if e.path == paths.topic(name):
+                raise KafkaError(
+                    ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."
+                ) from e
+            raise KafkaError(ErrorCode.UNKNOWN, f"could not create topic {name}: {e}") from e
+        except ConnectionLossError as e:
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"creating {name}: {e}") from e
+        except StoreError as e:
+            raise KafkaError(ErrorCode.UNKNOWN, f"could not create topic {name}: {e}") from e
+        self._local_gen += 1
+        self._locally_written[name] = self._local_gen
+        self._update_topic(info)
+        return info
+
+    # ------------------------------------------------------------------ producer ids
+
+    async def allocate_producer_id(self) -> int:
+        """The next producer id: from the block in hand, claiming a new block of 1000 from
+        /latest_producer_id_block with compare-and-set when it is used up (Kafka's
+        ZkProducerIdManager)."""
+        while self._pid_next > self._pid_end:
+            if self._pid_claim is None:
+                self._pid_claim = asyncio.ensure_future(self._claim_producer_id_block())
+            claim = self._pid_claim
+            try:
+                await asyncio.shield(claim)
+            finally:
+                if self._pid_claim is claim and claim.done():
+                    self._pid_claim = None
+        pid = self._pid_next
+        self._pid_next += 1
+        return pid
+
+    async def _claim_producer_id_block(self) -> None:
+        while True:
+            try:
+                data, stat = await self.store.get(paths.PRODUCER_ID_BLOCK)
+            except NoNodeError:
+                await self.store.ensure_path(paths.PRODUCER_ID_BLOCK)
+                continue
+            current = paths.decode_producer_id_block(data)
+            start = 0 if current is None else current[2] + 1
+            if start > 2**63 - 1 - PRODUCER_ID_BLOCK_SIZE:
+                raise KafkaError(
+                    ErrorCode.UNKNOWN,
+                    "Exhausted all producerIds as the next block's end "
+                    "producerId has exceeded the int64 type limit",
+                )
+            end = start + PRODUCER_ID_BLOCK_SIZE - 1
+            try:
+                await self.store.set(
+                    paths.PRODUCER_ID_BLOCK,
+                    paths.encode_producer_id_block(self.broker_id, start, end),
+                    version=stat.version,
+                )
+            except BadVersionError:
+                continue  # another broker claimed a block meanwhile: retry on its result
+            self._pid_next, self._pid_end = start, end
+            return

@@ -1,0 +1,288 @@
+"""Kafka's ZooKeeper layout (kafka.zk.ZkData in Apache Kafka 3.x) in one place: the znode paths
+and the JSON Kafka writes into them, byte for byte the same keys, so a Kafka tool or broker
+reading our ZooKeeper sees familiar data.
+
+    /cluster/id                                  {"version":"1","id":"<22-char base64url uuid>"}
+    /controller                    (ephemeral)   {"version":2,"brokerid":1,"timestamp":"<ms>","kraftControllerEpoch":-1}
+    /controller_epoch                            "<int>" (plain decimal text)
+    /brokers/ids/<id>              (ephemeral)   broker registration v5, see encode_broker()
+    /brokers/topics/<t>                          {"partitions":{"0":[1,2]},"topic_id":"..","adding_replicas":{},"removing_replicas":{},"version":3}
+    /brokers/topics/<t>/partitions/<p>/state     {"controller_epoch":1,"leader":1,"version":1,"leader_epoch":0,"isr":[1]}
+    /config/topics/<t>                           {"version":1,"config":{"k":"v"}}
+    /config/changes, /admin/delete_topics        (notification parents, not used yet)
+    /latest_producer_id_block                    {"version":1,"broker":1,"block_start":"0","block_end":"999"}
+    /consumers/<group>/offsets/<topic>/<p>       "<offset>" (the old consumer's layout)
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import uuid
+from typing import Any
+
+CLUSTER_ID = "/cluster/id"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+BROKERS = "/brokers"
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONFIG = "/config"
+CONFIG_TOPICS = "/config/topics"
+CONFIG_CHANGES = "/config/changes"
+ADMIN = "/admin"
+DELETE_TOPICS = "/admin/delete_topics"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+CONSUMERS = "/consumers"
+
+# kafka.zk.ZkData.PersistentZkPaths: the persistent paths a Kafka broker ensures at startup
+PERSISTENT_PATHS: tuple[str, ...] = (
+    CONSUMERS,
+    BROKER_IDS,
+    TOPICS,
+    CONFIG_CHANGES,
+    DELETE_TOPICS,
+    "/brokers/seqid",
+    "/isr_change_notification",
+    PRODUCER_ID_BLOCK,
+    "/log_dir_event_notification",
+    CONFIG_TOPICS,
+    "/config/clients",
+    "/config/users",
+    "/config/brokers",
+    "/config/ips",
+)
+
+
+def broker(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic(name: str) -> str:
+    return f"{TOPICS}/{name}"
+
+
+def partitions(name: str) -> str:
+    return f"{TOPICS}/{name}/partitions"
+
+
+def partition(name: str, p: int) -> str:
+    return f"{TOPICS}/{name}/partitions/{p}"
+
+
+def partition_state(name: str, p: int) -> str:
+    return f"{TOPICS}/{name}/partitions/{p}/state"
+
+
+def topic_config(name: str) -> str:
+    return f"{CONFIG_TOPICS}/{name}"
+
+
+def delete_topic(name: str) -> str:
+    return f"{DELETE_TOPICS}/{name}"
+
+
+def consumer_offset(group: str, topic_name: str, p: int) -> str:
+    return f"{CONSUMERS}/{group}/offsets/{topic_name}/{p}"
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _loads(data: bytes) -> Any:
+    return json.loads(data.decode() if data else "null")
+
+
+def kafka_uuid_str(u: uuid.UUID) -> str:
+    """org.apache.kafka.common.Uuid.toString: base64url of the 16 bytes, no padding."""
+    return base64.urlsafe_b64encode(u.bytes).decode().rstrip("=")
+
+
+def parse_kafka_uuid(s: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)))
+
+
+def random_kafka_uuid() -> uuid.UUID:
+    """Uuid.randomUuid: never the zero or one ("metadata topic") uuid, never a string that
+    starts with '-' (it would read as a command-line flag)."""
+    while True:
+        u = uuid.uuid4()
+        if u.int > 1 and not kafka_uuid_str(u).startswith("-"):
+            return u
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dumps({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes) -> str:
+    return _loads(data)["id"]
+
+
+def encode_controller(broker_id: int, timestamp_ms: int, kraft_controller_epoch: int = -1) -> bytes:
+    return _dumps(
+        {
+            "version": 2,
+            "brokerid": broker_id,
+            "timestamp": str(timestamp_ms),
+            "kraftControllerEpoch": kraft_controller_epoch,
+        }
+    )
+
+
+def decode_controller(data: bytes) -> int:
+    return int(_loads(data)["brokerid"])
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(epoch).encode()
+
+
+def decode_controller_epoch(data: bytes) -> int:
+    return int(data.decode())
+
+
+_KNOWN_PROTOCOLS = {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}
+
+
+def format_endpoint(listener: str, host: str, port: int) -> str:
+    """EndPoint.connectionString: LISTENER://host:port, IPv6 hosts in brackets."""
+    shown = f"[{host}]" if ":" in host else host
+    return f"{listener}://{shown}:{port}"
+
+
+_ENDPOINT = re.compile(r"^([^:/]+)://\[?([0-9a-zA-Z\-%._:]*?)\]?:(-?[0-9]+)$")
+
+
+def parse_endpoint(s: str) -> tuple[str, str, int]:
+    m = _ENDPOINT.match(s)
+    if not m:
+        raise ValueError(f"not an endpoint: {s!r}")
+    return m.group(1), m.group(2), int(m.group(3))
+
+
+def encode_broker(
+    endpoints: list[tuple[str, str, int]],
+    timestamp_ms: int,
+    rack: str | None = None,
+    security_protocols: dict[str, str] | None = None,
+) -> bytes:
+    """BrokerIdZNode.encode, version 5.  Top-level host/port are the PLAINTEXT endpoint's
+    (null/-1 without one), as Kafka writes them for old clients."""
+    protocols = {
+        name: (security_protocols or {}).get(
+            name, name if name in _KNOWN_PROTOCOLS else "PLAINTEXT"
+        )
+        for name, _, _ in endpoints
+    }
+    plaintext = next(
+        ((h, p) for name, h, p in endpoints if protocols[name] == "PLAINTEXT"), (None, -1)
+    )
+    obj: dict[str, Any] = {
+        "listener_security_protocol_map": protocols,
+        "endpoints": [format_endpoint(*e) for e in endpoints],
+        "jmx_port": -1,
+        "features": {},
+        "host": plaintext[0],
+        "timestamp": str(timestamp_ms),
+        "port": plaintext[1],
+        "version": 5,
+    }
+    if rack is not None:
+        obj["rack"] = rack
+    return _dumps(obj)
+
+
+def decode_broker(data: bytes) -> dict[str, Any]:
+    """-> {"endpoints": [(listener, host, port)], "rack": str|None, "host", "port"}"""
+    obj = _loads(data)
+    if obj.get("version", 1) >= 2 and obj.get("endpoints"):
+        endpoints = [parse_endpoint(e) for e in obj["endpoints"]]
+    else:
+        endpoints = [("PLAINTEXT", obj["host"], int(obj["port"]))]
+    return {
+        "endpoints": endpoints,
+        "rack": obj.get("rack"),
+        "host": obj.get("host"),
+        "port": obj.get("port", -1),
+    }
+
+
+def encode_topic(topic_id: uuid.UUID | None, assignment: dict[int, list[int]]) -> bytes:
+    """TopicZNode.encode, version 3."""
+    obj: dict[str, Any] = {
+        "partitions": {str(p): list(r) for p, r in sorted(assignment.items())},
+    }
+    if topic_id is not None:
+        obj["topic_id"] = kafka_uuid_str(topic_id)
+    obj["adding_replicas"] = {}
+    obj["removing_replicas"] = {}
+    obj["version"] = 3
+    return _dumps(obj)
+
+
+def decode_topic(data: bytes) -> tuple[uuid.UUID | None, dict[int, list[int]]]:
+    obj = _loads(data) or {}
+    tid = obj.get("topic_id")
+    assignment = {int(p): [int(b) for b in r] for p, r in (obj.get("partitions") or {}).items()}
+    return (parse_kafka_uuid(tid) if tid else None), assignment
+
+
+def encode_partition_state(
+    leader: int, leader_epoch: int, isr: list[int], controller_epoch: int
+) -> bytes:
+    """TopicPartitionStateZNode.encode (leader_recovery_state only when not RECOVERED)."""
+    return _dumps(
+        {
+            "controller_epoch": controller_epoch,
+            "leader": leader,
+            "version": 1,
+            "leader_epoch": leader_epoch,
+            "isr": list(isr),
+        }
+    )
+
+
+def decode_partition_state(data: bytes) -> dict[str, Any]:
+    obj = _loads(data)
+    return {
+        "leader": int(obj["leader"]),
+        "leader_epoch": int(obj["leader_epoch"]),
+        "isr": [int(b) for b in obj["isr"]],
+        "controller_epoch": int(obj["controller_epoch"]),
+    }
+
+
+def encode_topic_config(configs: dict[str, str]) -> bytes:
+    """ConfigEntityZNode.encode."""
+    return _dumps({"version": 1, "config": dict(configs)})
+
+
+def decode_topic_config(data: bytes) -> dict[str, str]:
+    obj = _loads(data) or {}
+    return {k: str(v) for k, v in (obj.get("config") or {}).items()}
+
+
+def encode_producer_id_block(broker_id: int, block_start: int, block_end: int) -> bytes:
+    """ProducerIdBlockZNode.generateProducerIdBlockJson (block_end inclusive)."""
+    return _dumps(
+        {
+            "version": 1,
+            "broker": broker_id,
+            "block_start": str(block_start),
+            "block_end": str(block_end),
+        }
+    )
+
+
+def decode_producer_id_block(data: bytes) -> tuple[int, int, int] | None:
+    """-> (broker, block_start, block_end), None for the empty znode Kafka starts with."""
+    if not data:
+        return None
+    obj = _loads(data)
+    return int(obj["broker"]), int(obj["block_start"]), int(obj["block_end"])
