@@ -20,8 +20,7 @@ from pybroker.coord.cluster import Cluster
 from pybroker.coord.local import LocalStore
 from pybroker.coord.store import MetadataStore
 from pybroker.handlers._topics import log_config
-from pybroker.log.manager import LogManager
-from pybroker.log.partition_log import PartitionLog
+from pybroker.log import LogManager, PartitionLog
 from pybroker.purgatory import Purgatory
 from pybroker.server import KafkaServer
 
@@ -38,8 +37,10 @@ def make_store(config: Config, data_dir: Path, clock: Clock) -> MetadataStore:
         return ZooKeeperStore(
             config.zookeeper_connect,
             session_timeout_ms=config.zookeeper_session_timeout_ms,
-            connection_timeout_ms=config.zookeeper_connection_timeout_ms
-            or config.zookeeper_session_timeout_ms,
+            connect_timeout_s=(
+                config.zookeeper_connection_timeout_ms or config.zookeeper_session_timeout_ms
+            )
+            / 1000.0,
         )
     return LocalStore(data_dir / METADATA_DIR, clock=clock)
 
@@ -122,15 +123,21 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             try:
+                # Retention only detaches and renames segments (cheap, on the loop, the
+                # appends' owner); unlinking files happens in a thread, after a delay that
+                # lets in-flight sendfile reads finish.
                 self.logs.run_retention()
+                await asyncio.to_thread(self.logs.delete_pending_files)
             except Exception:
                 log.exception("retention check failed")
 
     async def _checkpoint_loop(self) -> None:
+        # Flushing moves each log's recovery point, which bounds how much of the tail a
+        # start after a crash must scan (the OS page cache already survives a process kill).
         while True:
             await asyncio.sleep(CHECKPOINT_INTERVAL_S)
             try:
-                await asyncio.to_thread(self.logs.checkpoint)
+                await asyncio.to_thread(self.logs.flush_all)
             except Exception:
                 log.exception("recovery point checkpoint failed")
 

@@ -225,7 +225,11 @@ def _validate(cfg: Config) -> None:
     if cfg.zookeeper_connect is not None:
         for hp in cfg.zookeeper_connect.split("/")[0].split(","):
             u = urlsplit("//" + hp.strip())
-            need(bool(u.hostname) and u.port is not None, "zookeeper.connect", "host:port[,..][/chroot]")
+            need(
+                bool(u.hostname) and u.port is not None,
+                "zookeeper.connect",
+                "host:port[,..][/chroot]",
+            )
 
 
 def with_defaults_for_cli(cfg: Config, default_dir: str) -> Config:

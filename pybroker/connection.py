@@ -146,14 +146,20 @@ class KafkaConnection(asyncio.Protocol):
                     {
                         "error_code": ErrorCode.UNSUPPORTED_VERSION,
                         "api_keys": [
-                            {"api_key": 18, "min_version": reg.min_version, "max_version": reg.max_version}
+                            {
+                                "api_key": 18,
+                                "min_version": reg.min_version,
+                                "max_version": reg.max_version,
+                            }
                         ],
                     },
                 )
             log.warning("closing %s: api %d v%d not supported", self.peer, api_key, api_version)
             return False
         except DecodeError as e:
-            log.warning("closing %s: cannot decode api %d v%d: %s", self.peer, api_key, api_version, e)
+            log.warning(
+                "closing %s: cannot decode api %d v%d: %s", self.peer, api_key, api_version, e
+            )
             return False
         reg = HANDLERS.get(api_key)
         if reg is None or not reg.min_version <= api_version <= reg.max_version:

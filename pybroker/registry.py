@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pybroker.wire import messages as _messages  # noqa: F401  (registers the declarations)
 from pybroker.wire.schema import SCHEMAS
 
 Handler = Callable[[Any, dict], Awaitable[dict | None]]

@@ -720,9 +720,13 @@ class Cluster:
         configs: dict[str, str | None] | None = None,
         *,
         validate_only: bool = False,
+        assignments: dict[int, list[int]] | None = None,
     ) -> TopicInfo:
         """Create a topic the way Kafka's ZkAdminManager.createTopics does (same checks, same
-        order, same error codes and messages), in one store multi.  Raises KafkaError."""
+        order, same error codes and messages), in one store multi.  Raises KafkaError.
+
+        ``assignments`` (partition -> replica broker ids, already validated by the caller)
+        replaces the computed replica assignment."""
         configs = dict(configs or {})
         if name in self.topics:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
@@ -732,9 +736,12 @@ class Cluster:
                 ErrorCode.INVALID_CONFIG,
                 f"Null value not supported for topic configs: {','.join(nulls)}",
             )
-        assignment = assign_replicas_to_brokers(
-            list(self.brokers), num_partitions, replication_factor, self.rng
-        )
+        if assignments is not None:
+            assignment = {p: list(r) for p, r in sorted(assignments.items())}
+        else:
+            assignment = assign_replicas_to_brokers(
+                list(self.brokers), num_partitions, replication_factor, self.rng
+            )
         validate_topic_name(name)
         try:
             if await self.store.exists(paths.delete_topic(name)) is not None:

@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import uuid
 
+from pybroker.coord.cluster import validate_topic_name
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.handlers._topics import (
-    effective_topic_configs,
-    validate_topic_configs,
-    validate_topic_name,
-)
+from pybroker.handlers._topics import check_supported_configs, effective_topic_configs
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 
@@ -45,7 +42,7 @@ async def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict
     name = t["name"]
     try:
         validate_topic_name(name)
-        configs = validate_topic_configs({c["name"]: c["value"] for c in t["configs"]})
+        configs = check_supported_configs({c["name"]: c["value"] for c in t["configs"]})
         assignments = None
         if t["assignments"]:
             if t["num_partitions"] != -1 or t["replication_factor"] != -1:

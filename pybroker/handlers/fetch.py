@@ -39,7 +39,7 @@ def _empty(index: int, code: int, hw: int = -1, lso: int = -1, start: int = -1) 
         "log_start_offset": start,
         "aborted_transactions": None,
         "preferred_read_replica": -1,
-        "records": None,
+        "records": b"",
     }
 
 
@@ -79,7 +79,7 @@ def _read_all(ctx: RequestContext, req: dict) -> tuple[list[dict], int, bool]:
                         "log_start_offset": log.log_start_offset,
                         "aborted_transactions": [] if read_committed else None,
                         "preferred_read_replica": -1,
-                        "records": region,
+                        "records": region if region is not None else b"",
                     }
                 )
             except KafkaError as e:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import uuid
 
+from pybroker.coord.cluster import validate_topic_name
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.handlers._topics import auto_create, validate_topic_name
+from pybroker.handlers._topics import auto_create
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 
