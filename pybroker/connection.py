@@ -160,6 +160,7 @@ class KafkaConnection(asyncio.Protocol):
             log.warning(
                 "closing %s: cannot decode api %d v%d: %s", self.peer, api_key, api_version, e
             )
+            log.debug("undecodable frame: %s", bytes(frame[:512]).hex())
             return False
         reg = HANDLERS.get(api_key)
         if reg is None or not reg.min_version <= api_version <= reg.max_version:

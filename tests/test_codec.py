@@ -179,10 +179,12 @@ def test_unknown_api_and_unsupported_version() -> None:
         codec.decode_request(struct.pack(">hhih", 18, 99, 1, -1))
 
 
-def test_trailing_bytes_are_refused() -> None:
-    frame = codec.encode_request(18, 0, 1, "c", {})[4:] + b"x"
-    with pytest.raises(DecodeError):
-        codec.decode_request(frame)
+def test_trailing_bytes_are_ignored_like_kafka() -> None:
+    # Captured from confluent-kafka 2.16 (librdkafka): Metadata v12, all topics, 3 pad bytes.
+    frame = bytes.fromhex("0003000c00000003000772646b61666b610000000000000000")
+    header, body = codec.decode_request(frame)
+    assert header["client_id"] == "rdkafka"
+    assert body["topics"] is None and body["allow_auto_topic_creation"] is False
 
 
 def test_varints() -> None:
