@@ -20,7 +20,7 @@ from typing import Any
 
 from pybroker import handlers  # noqa: F401  (registers every handler)
 from pybroker.errors import ErrorCode
-from pybroker.handlers.context import RequestContext
+from pybroker.handlers.context import CloseConnection, RequestContext
 from pybroker.registry import HANDLERS
 from pybroker.wire import codec
 from pybroker.wire.framing import FrameDecoder, FrameError
@@ -176,7 +176,11 @@ class KafkaConnection(asyncio.Protocol):
             client_id=header.get("client_id"),
             peer=self.peer,
         )
-        response = await reg.fn(ctx, body)
+        try:
+            response = await reg.fn(ctx, body)
+        except CloseConnection as e:
+            log.info("closing %s: %s", self.peer, e)
+            return False
         if response is None:
             return None
         return codec.encode_response(api_key, api_version, correlation_id, response)

@@ -24,3 +24,8 @@ class RequestContext:
     @property
     def version(self) -> int:
         return self.api_version
+
+
+class CloseConnection(Exception):
+    """Raised by a handler when Kafka would answer by closing the connection (e.g. an error
+    on an acks=0 produce, which has no response to carry it)."""

@@ -5,7 +5,7 @@ against the idempotent producer's sequence state, and appended exactly as receiv
 the base offset and the partition leader epoch (both outside the CRC) are patched, in the
 request's own buffer, which the log writes once.  No decompression on this path.
 
-acks: 0 (no response), 1 and -1 (on one broker -1 means written to the leader's log; with
+acks: 0 (no response; an error closes the connection, as Kafka does), 1 and -1 (on one broker -1 means written to the leader's log; with
 replication the wait moves to the purgatory).  Errors per partition, as Kafka answers:
 UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, CORRUPT_MESSAGE, MESSAGE_TOO_LARGE
 (a batch above max.message.bytes / message.max.bytes), UNSUPPORTED_COMPRESSION_TYPE (zstd
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers._topics import leader_log, max_message_bytes, partition_state
-from pybroker.handlers.context import RequestContext
+from pybroker.handlers.context import CloseConnection, RequestContext
 from pybroker.registry import handler
 from pybroker.wire.records import InvalidRecordError, parse_batches, set_partition_leader_epoch
 
@@ -100,5 +100,15 @@ async def produce(ctx: RequestContext, req: dict) -> dict | None:
                 parts.append(_append(ctx, topic, p["index"], p["records"]))
         responses.append({"name": topic, "partition_responses": parts})
     if acks == 0:
+        # No response carries errors for acks=0: Kafka closes the connection instead, so the
+        # client notices and refreshes its metadata.
+        failed = [
+            (r["name"], p["index"], p["error_code"])
+            for r in responses
+            for p in r["partition_responses"]
+            if p["error_code"]
+        ]
+        if failed:
+            raise CloseConnection(f"acks=0 produce failed: {failed[:5]}")
         return None
     return {"responses": responses, "throttle_time_ms": 0}
