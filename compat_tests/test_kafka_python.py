@@ -28,7 +28,9 @@ def test_producer_defaults_roundtrip(broker, compression):
     n = 600
     for i in range(n):
         key = None if i % 7 == 0 else f"key-{i}".encode()
-        value = None if i % 11 == 0 else (f"value-{i}-" + "x" * (i % 50)).encode()
+        value = (f"value-{i}-" + "x" * (i % 50)).encode()
+        if i % 11 == 5 and key is not None:
+            value = None
         headers = [("h1", f"{i}".encode()), ("empty", b"")] if i % 3 else []
         p = i % partitions
         fut = producer.send(
