@@ -2,7 +2,8 @@
 
 start: data dir -> log recovery (LogManager) -> metadata store (ZooKeeper when
 zookeeper.connect is set, else the embedded store under log.dirs) -> Cluster (cluster id,
-registration, controller) -> logs for the partitions this broker leads -> listeners ->
+registration, controller) -> logs for the partitions this broker leads -> group coordinator
+(groups known from committed offsets) -> listeners ->
 periodic retention and recovery-point checkpoints.  stop runs the same steps backwards; a
 clean stop leaves the logs marked clean so the next start skips recovery scans.
 """
@@ -17,7 +18,10 @@ from typing import Any
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.config import Config
 from pybroker.coord.cluster import Cluster
+from pybroker.coord.group_coordinator import GroupCoordinator
+from pybroker.coord.groups import GroupConfig
 from pybroker.coord.local import LocalStore
+from pybroker.coord.offsets import OffsetStore
 from pybroker.coord.store import MetadataStore
 from pybroker.handlers._topics import log_config
 from pybroker.log import LogManager, PartitionLog
@@ -53,6 +57,7 @@ class Broker:
         self.store: MetadataStore | None = None
         self.cluster: Cluster | None = None
         self.logs: LogManager | None = None
+        self.groups: GroupCoordinator | None = None
         self.server: KafkaServer | None = None
         self._tasks: list[asyncio.Task] = []
 
@@ -75,6 +80,19 @@ class Broker:
         await self.cluster.start()
         self.cluster.add_listener(lambda *_: self._sync_partitions())
         self._sync_partitions()
+        self.groups = GroupCoordinator(
+            OffsetStore(self.store, self.clock),
+            self.clock,
+            GroupConfig(
+                min_session_timeout_ms=cfg.group_min_session_timeout_ms,
+                max_session_timeout_ms=cfg.group_max_session_timeout_ms,
+                initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
+            ),
+            offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
+            offsets_retention_check_interval_ms=cfg.offsets_retention_check_interval_ms,
+            offset_metadata_max_bytes=cfg.offset_metadata_max_bytes,
+        )
+        await self.groups.start()
         self.server = KafkaServer(
             self,
             cfg.listeners,
@@ -95,6 +113,8 @@ class Broker:
                 pass
         if self.server is not None:
             await self.server.stop()
+        if self.groups is not None:
+            await self.groups.stop()
         if self.cluster is not None:
             await self.cluster.stop()
         if self.store is not None:

@@ -92,6 +92,10 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
     "min.insync.replicas": ("min_insync_replicas", _int, 1),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int, 3000),
     "offsets.retention.minutes": ("offsets_retention_minutes", _int, 10080),
+    "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", _int, 600000),
+    "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int, 4096),
+    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", _int, 6000),
+    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", _int, 1800000),
     "max.connections": ("max_connections", _int, 2**31 - 1),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool, False),
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int, 30000),
@@ -130,6 +134,10 @@ class Config:
     min_insync_replicas: int = 1
     group_initial_rebalance_delay_ms: int = 3000
     offsets_retention_minutes: int = 10080
+    offsets_retention_check_interval_ms: int = 600000
+    offset_metadata_max_bytes: int = 4096
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1800000
     max_connections: int = 2**31 - 1
     unclean_leader_election_enable: bool = False
     replica_lag_time_max_ms: int = 30000
@@ -220,6 +228,15 @@ def _validate(cfg: Config) -> None:
         "must be CreateTime or LogAppendTime",
     )
     need(cfg.group_initial_rebalance_delay_ms >= 0, "group.initial.rebalance.delay.ms", ">= 0")
+    need(
+        0 < cfg.group_min_session_timeout_ms <= cfg.group_max_session_timeout_ms,
+        "group.min.session.timeout.ms",
+        "must be > 0 and <= group.max.session.timeout.ms",
+    )
+    need(cfg.offsets_retention_minutes >= 1, "offsets.retention.minutes", "must be >= 1")
+    need(
+        cfg.offsets_retention_check_interval_ms >= 1, "offsets.retention.check.interval.ms", ">= 1"
+    )
     names = [e.listener for e in cfg.listeners]
     need(len(set(names)) == len(names), "listeners", "listener names must be unique")
     if cfg.zookeeper_connect is not None:

@@ -1,0 +1,280 @@
+"""The group coordinator: the asyncio shell around the pure group state machine.
+
+Ownership: the event loop thread owns every Group.  A call into the state machine never
+awaits, so each request is applied atomically; parked JoinGroup/SyncGroup requests are
+futures used as the machine's reply tokens, and each group has at most one timer
+(loop.call_later) set to the machine's next deadline.  That gives the "one owner per group"
+rule without a task and queue per group: the loop is the queue.
+
+Which broker coordinates a group.  Every broker computes the same answer from the same input,
+the live brokers registered under /brokers/ids: rendezvous hashing (the live broker id with the
+highest hash of (group id, broker id)).  It needs no extra state, and when a broker joins or
+leaves, only the groups it wins or held move.  A broker answers requests for groups it does
+not coordinate with NOT_COORDINATOR, and clients look the coordinator up again.  While the
+broker set changes, two brokers can both believe they coordinate a group for a moment.
+Membership is then rebuilt by the clients' rejoin on the new coordinator, and committed
+offsets stay safe because the store writes them with compare-and-set on their znode
+versions (see offsets.py).  Group membership is held in memory only, as on a Kafka
+coordinator that has just loaded a group: after a coordinator change or a restart, members
+get UNKNOWN_MEMBER_ID and rejoin, and consumption resumes from the committed offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from collections.abc import Iterable
+from typing import Any
+
+from pybroker.clock import Clock
+from pybroker.coord.groups import Group, GroupConfig, GroupState, JoinRequest, Output
+from pybroker.coord.offsets import CommittedOffset, OffsetStore
+from pybroker.coord.store import StoreError
+from pybroker.errors import ErrorCode
+
+log = logging.getLogger("pybroker.coord.groups")
+
+TopicPartition = tuple[str, int]
+
+
+def coordinator_for(group_id: str, broker_ids: Iterable[int]) -> int:
+    """Rendezvous hashing over the live brokers; -1 when none is live."""
+    best, best_id = -1, -1
+    for b in broker_ids:
+        h = zlib.crc32(f"{group_id}\x00{b}".encode())
+        if (h, b) > (best, best_id):
+            best, best_id = h, b
+    return best_id
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        offsets: OffsetStore,
+        clock: Clock,
+        config: GroupConfig,
+        *,
+        offsets_retention_ms: int,
+        offsets_retention_check_interval_ms: int,
+        offset_metadata_max_bytes: int,
+    ) -> None:
+        self.offsets = offsets
+        self.clock = clock
+        self.config = config
+        self.offsets_retention_ms = offsets_retention_ms
+        self.offsets_retention_check_interval_ms = offsets_retention_check_interval_ms
+        self.offset_metadata_max_bytes = offset_metadata_max_bytes
+        self.groups: dict[str, Group] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._expiry_task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        now = self.clock.time_ms()
+        for gid in await self.offsets.groups():
+            g = self.groups.setdefault(gid, Group(gid, self.config))
+            g.state_timestamp_ms = now  # the group has been empty at least since now
+        self._expiry_task = asyncio.create_task(self._expire_loop(), name="offset-expiry")
+
+    async def stop(self) -> None:
+        if self._expiry_task is not None:
+            self._expiry_task.cancel()
+            try:
+                await self._expiry_task
+            except (asyncio.CancelledError, Exception):
+                pass
+        for t in self._timers.values():
+            t.cancel()
+        self._timers.clear()
+
+    # -- plumbing --------------------------------------------------------------------------
+    def _get(self, group_id: str, create: bool) -> Group | None:
+        g = self.groups.get(group_id)
+        if g is None and create:
+            g = Group(group_id, self.config, state_timestamp_ms=self.clock.time_ms())
+            self.groups[group_id] = g
+        return g
+
+    def _deliver(self, group_id: str, outputs: list[Output]) -> None:
+        for fut, response in outputs:
+            if isinstance(fut, asyncio.Future) and not fut.done():
+                fut.set_result(response)
+        self._schedule(group_id)
+
+    def _schedule(self, group_id: str) -> None:
+        old = self._timers.pop(group_id, None)
+        if old is not None:
+            old.cancel()
+        g = self.groups.get(group_id)
+        if g is None:
+            return
+        deadline = g.next_deadline()
+        if deadline is None:
+            return
+        delay = max(deadline - self.clock.time_ms(), 0) / 1000.0
+        self._timers[group_id] = asyncio.get_running_loop().call_later(
+            delay, self._on_timer, group_id
+        )
+
+    def _on_timer(self, group_id: str) -> None:
+        self._timers.pop(group_id, None)
+        g = self.groups.get(group_id)
+        if g is not None:
+            self._deliver(group_id, g.tick(self.clock.time_ms()))
+
+    # -- the protocol ------------------------------------------------------------------------
+    async def join(self, group_id: str, req: JoinRequest) -> dict:
+        g = self._get(group_id, create=True)
+        fut = asyncio.get_running_loop().create_future()
+        self._deliver(group_id, g.join(fut, self.clock.time_ms(), req))
+        return await fut
+
+    async def sync(
+        self,
+        group_id: str,
+        member_id: str,
+        instance_id: str | None,
+        generation_id: int,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: dict[str, bytes],
+    ) -> dict:
+        g = self._get(group_id, create=False)
+        if g is None:
+            return {"error_code": ErrorCode.UNKNOWN_MEMBER_ID, "assignment": b""}
+        fut = asyncio.get_running_loop().create_future()
+        outputs = g.sync(
+            fut,
+            self.clock.time_ms(),
+            member_id,
+            instance_id,
+            generation_id,
+            protocol_type,
+            protocol_name,
+            assignments,
+        )
+        self._deliver(group_id, outputs)
+        return await fut
+
+    def heartbeat(
+        self, group_id: str, member_id: str, instance_id: str | None, generation_id: int
+    ) -> int:
+        g = self._get(group_id, create=False)
+        if g is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        code = g.heartbeat(self.clock.time_ms(), member_id, instance_id, generation_id)
+        self._schedule(group_id)
+        return code
+
+    def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[int]:
+        g = self._get(group_id, create=False)
+        if g is None:
+            return [ErrorCode.UNKNOWN_MEMBER_ID] * len(leaving)
+        errors, outputs = g.leave(self.clock.time_ms(), leaving)
+        self._deliver(group_id, outputs)
+        return errors
+
+    # -- offsets -------------------------------------------------------------------------------
+    async def commit(
+        self,
+        group_id: str,
+        member_id: str,
+        instance_id: str | None,
+        generation_id: int,
+        offsets: dict[TopicPartition, tuple[int, int, str | None]],
+        *,
+        retention_ms: int | None = None,
+    ) -> dict[TopicPartition, int]:
+        """Commit (offset, leader epoch, metadata) per partition; an error code per partition.
+        ``retention_ms`` (OffsetCommit v2-4) gives these commits an explicit expiry time."""
+        g = self._get(group_id, create=True)
+        code = g.validate_commit(member_id, instance_id, generation_id)
+        if code != ErrorCode.NONE:
+            return dict.fromkeys(offsets, code)
+        now = self.clock.time_ms()
+        results: dict[TopicPartition, int] = {}
+        to_write: dict[TopicPartition, CommittedOffset] = {}
+        for tp, (offset, epoch, metadata) in offsets.items():
+            metadata = metadata or ""
+            if len(metadata.encode()) > self.offset_metadata_max_bytes:
+                results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                continue
+            expire = now + retention_ms if retention_ms is not None else None
+            to_write[tp] = CommittedOffset(offset, epoch, metadata, now, expire)
+        if to_write:
+            try:
+                await self.offsets.commit(group_id, to_write)
+                code = ErrorCode.NONE
+            except StoreError as e:
+                log.warning("offset commit for group %s failed: %s", group_id, e)
+                code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            for tp in to_write:
+                results[tp] = code
+        return results
+
+    async def fetch(
+        self, group_id: str, partitions: list[TopicPartition] | None
+    ) -> dict[TopicPartition, CommittedOffset | None]:
+        committed = await self.offsets.load(group_id)
+        if partitions is None:
+            return dict(committed)
+        return {tp: committed.get(tp) for tp in partitions}
+
+    # -- admin -----------------------------------------------------------------------------------
+    def list_groups(self) -> list[Group]:
+        return [g for g in self.groups.values() if g.state != GroupState.DEAD]
+
+    def describe(self, group_id: str) -> dict[str, Any] | None:
+        g = self.groups.get(group_id)
+        return None if g is None else g.describe()
+
+    async def delete(self, group_id: str) -> int:
+        g = self.groups.get(group_id)
+        if g is None:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if g.state != GroupState.EMPTY:
+            return ErrorCode.NON_EMPTY_GROUP
+        try:
+            await self.offsets.delete_group(group_id)
+        except StoreError as e:
+            log.warning("deleting group %s failed: %s", group_id, e)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if self.groups.get(group_id) is g and g.state == GroupState.EMPTY:
+            g.mark_dead(self.clock.time_ms())
+            del self.groups[group_id]
+            self._schedule(group_id)
+        return ErrorCode.NONE
+
+    async def expire_offsets(self) -> int:
+        """Drop the offsets of groups that have been empty for offsets.retention.minutes, and
+        offsets whose explicit expiry time (OffsetCommit v2-4) has passed."""
+        now = self.clock.time_ms()
+        dropped = 0
+        for gid, g in list(self.groups.items()):
+            empty_long_enough = (
+                g.state == GroupState.EMPTY
+                and now - g.state_timestamp_ms >= self.offsets_retention_ms
+            )
+            cached = self.offsets.cached(gid) or {}
+            explicit = any(co.expire_timestamp is not None for co in cached.values())
+            if not empty_long_enough and not explicit:
+                continue
+            older_than = now - self.offsets_retention_ms + 1 if empty_long_enough else -(2**63)
+            try:
+                dropped += await self.offsets.expire(gid, older_than)
+                if not await self.offsets.load(gid) and g.state == GroupState.EMPTY:
+                    g.mark_dead(now)
+                    self.groups.pop(gid, None)
+            except StoreError as e:
+                log.warning("offset expiry for group %s failed: %s", gid, e)
+        return dropped
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.offsets_retention_check_interval_ms / 1000.0)
+            try:
+                n = await self.expire_offsets()
+                if n:
+                    log.info("expired %d committed offsets of empty groups", n)
+            except Exception:
+                log.exception("offset expiry failed")

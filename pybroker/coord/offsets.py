@@ -1,0 +1,527 @@
+"""Committed consumer-group offsets in the metadata store: they survive consumer and broker
+restarts on both backends (LocalStore, ZooKeeper).
+
+Znode layout (Kafka's old-consumer layout, ``paths.consumer_offset``; JSON written by us)::
+
+    /consumers/<group>                           ""  (created with the group's first commit)
+    /consumers/<group>/offsets                   ""
+    /consumers/<group>/offsets/<topic>           ""
+    /consumers/<group>/offsets/<topic>/<p>       {"version":1,"offset":N,"leader_epoch":E,"metadata":"...","commit_timestamp":T}
+                                                 (+ "expire_timestamp":T when the commit had one, OffsetCommit v2-v4)
+                                                 or, as Kafka's old consumer wrote it, "<offset>": plain decimal text,
+                                                 read as leader_epoch -1, metadata "", commit_timestamp = the znode's mtime
+
+``<p>`` is the partition number in decimal.  ``<group>`` and ``<topic>`` are used as they are
+when they are valid znode names (every legal Kafka topic name is); otherwise (a group id
+containing ``/``, ``%``, characters ZooKeeper refuses, or equal to ``""``, ``.``, ``..``) the
+offending characters are percent-encoded as UTF-8 (``a/b`` -> ``a%2Fb``, ``.`` -> ``%2E``,
+``""`` -> ``%``), so any group id a client sends maps to exactly one znode name and back.
+
+Design (performance: "a consumer committing after every poll must not turn the store into the
+bottleneck"):
+
+* A group is read from the store once (``load``, concurrent reads: children of the group, of
+  ``offsets``, of each topic, then every partition znode); afterwards OffsetFetch (``load``,
+  ``cached``) is served from memory with no store read.  The cache holds each partition znode's
+  version and which parent znodes exist.
+* A commit is ONE ``multi`` round trip: ``Create`` for new partition znodes (preceded by
+  ``Create`` of the parents the cache knows to be missing) and ``SetData`` with the cached
+  version (compare-and-set) for existing ones; all or nothing.  If another writer got there
+  first (NodeExists, BadVersion, NoNode, NotEmpty for deletions) the group is re-read and the
+  operation retried, at most ``max_attempts`` times in all; then the conflict is raised.  Other
+  StoreErrors (ConnectionLossError: the outcome is unknown) are raised at once and mark the
+  group's cache stale, so the next call re-reads it.
+* Unchanged offsets are skipped: a partition whose offset, leader epoch, metadata and expire
+  timestamp equal the cached ones is not written if the stored commit timestamp is less than
+  ``timestamp_refresh_ms`` (default 60 s) older than the new one.  Kafka records every commit's
+  timestamp and expires offsets by it; we let the stored timestamp lag by at most
+  ``timestamp_refresh_ms``, which makes retention (``offsets.retention.minutes``, 7 days by
+  default) at most that much early and saves a store write per poll for idle consumers.  The
+  cache mirrors the store, so ``load`` then shows the stored (older) commit timestamp.
+  ``timestamp_refresh_ms=0`` writes every commit.
+* Deleting offsets (``delete_offsets``, ``expire``) is one ``multi`` of version-checked
+  ``Delete``s that also removes the topic, ``offsets`` and group znodes left empty, so a group
+  with no offsets has no znode and ``groups`` lists only groups with committed offsets.
+
+Concurrency: one OffsetStore per broker; different groups may be used concurrently.  Writes to
+one group (commit, delete_group, delete_offsets, expire) must not overlap: the group
+coordinator, the single owner of each group's state, serializes them; an overlapping write
+raises RuntimeError instead of silently racing (no lock is held across an await).  ``load`` may
+run at any time; concurrent first loads of a group share one store read.
+
+The coordinator enforces Kafka's limits before calling (offset.metadata.max.bytes, valid
+partitions); this module stores what it is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TypeVar
+from urllib.parse import unquote
+
+from pybroker.clock import Clock
+from pybroker.coord import paths
+from pybroker.coord.store import (
+    BadVersionError,
+    Create,
+    Delete,
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    Op,
+    SetData,
+    StoreError,
+)
+
+log = logging.getLogger(__name__)
+
+OFFSET_FORMAT_VERSION = 1
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_TIMESTAMP_REFRESH_MS = 60_000
+
+# conflicts with another writer: re-read the group and try again
+_RETRYABLE = (NodeExistsError, BadVersionError, NoNodeError, NotEmptyError)
+
+TopicPartition = tuple[str, int]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int  # -1: unknown
+    metadata: str
+    commit_timestamp: int  # ms since the epoch
+    expire_timestamp: int | None = None  # ms; only from OffsetCommit v2-v4 retention_time
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def encode_offset(co: CommittedOffset) -> bytes:
+    obj: dict[str, object] = {
+        "version": OFFSET_FORMAT_VERSION,
+        "offset": co.offset,
+        "leader_epoch": co.leader_epoch,
+        "metadata": co.metadata,
+        "commit_timestamp": co.commit_timestamp,
+    }
+    if co.expire_timestamp is not None:
+        obj["expire_timestamp"] = co.expire_timestamp
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def decode_offset(data: bytes, mtime: int) -> CommittedOffset:
+    """JSON as written by encode_offset, or a legacy decimal offset (commit timestamp = the
+    znode's ``mtime``).  Raises ValueError when the data is neither."""
+    text = data.decode().strip()
+    if not text.startswith("{"):
+        return CommittedOffset(int(text), -1, "", mtime)
+    obj = json.loads(text)
+    if not isinstance(obj, dict) or "offset" not in obj:
+        raise ValueError(f"not an offset: {text[:100]!r}")
+    expire = obj.get("expire_timestamp")
+    return CommittedOffset(
+        offset=int(obj["offset"]),
+        leader_epoch=int(obj.get("leader_epoch", -1)),
+        metadata=obj.get("metadata") or "",
+        commit_timestamp=int(obj.get("commit_timestamp", mtime)),
+        expire_timestamp=None if expire is None else int(expire),
+    )
+
+
+# characters that may not appear in a znode name (ZooKeeper's PathUtils), plus '/' and the
+# escape character itself
+_UNSAFE = re.compile(r"[%/\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
+
+
+def _escape_char(m: re.Match[str]) -> str:
+    return "".join(f"%{b:02X}" for b in m.group().encode("utf-8", "surrogatepass"))
+
+
+def name_to_component(name: str) -> str:
+    """A group id or topic name -> the znode name it is stored under (bijective)."""
+    if name == "":
+        return "%"  # never produced otherwise: an escape is always '%' + two hex digits
+    if name in (".", ".."):
+        return "%2E" * len(name)
+    return _UNSAFE.sub(_escape_char, name)
+
+
+def component_to_name(component: str) -> str:
+    if component == "%":
+        return ""
+    if "%" not in component:
+        return component
+    return unquote(component, errors="surrogatepass")
+
+
+def _group_path(gc: str) -> str:
+    return f"{paths.CONSUMERS}/{gc}"
+
+
+def _offsets_path(gc: str) -> str:
+    return f"{paths.CONSUMERS}/{gc}/offsets"
+
+
+def _topic_path(gc: str, tc: str) -> str:
+    return f"{paths.CONSUMERS}/{gc}/offsets/{tc}"
+
+
+def _partition_component(child: str) -> int | None:
+    """Partition znode name -> partition number; None for names we did not write."""
+    try:
+        p = int(child)
+    except ValueError:
+        return None
+    return p if str(p) == child else None
+
+
+# --------------------------------------------------------------------------- the cache
+
+
+@dataclass
+class _Group:
+    """What the store holds for one group, as last read or written by us."""
+
+    offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
+    # every partition znode that exists (also ones whose data did not decode) -> its version
+    versions: dict[TopicPartition, int] = field(default_factory=dict)
+    # existing topic znodes (by znode name) -> the names of their children
+    topics: dict[str, set[str]] = field(default_factory=dict)
+    # children of /consumers/<group>; None when that znode does not exist
+    group_children: set[str] | None = None
+    stale: bool = False  # the last write's outcome is unknown: re-read before the next one
+
+    @property
+    def has_offsets_node(self) -> bool:
+        return self.group_children is not None and "offsets" in self.group_children
+
+
+def _unchanged(old: CommittedOffset, new: CommittedOffset, refresh_ms: int) -> bool:
+    return (
+        old.offset == new.offset
+        and old.leader_epoch == new.leader_epoch
+        and old.metadata == new.metadata
+        and old.expire_timestamp == new.expire_timestamp
+        and 0 <= new.commit_timestamp - old.commit_timestamp < refresh_ms
+    )
+
+
+class OffsetStore:
+    def __init__(
+        self,
+        store: MetadataStore,
+        clock: Clock,
+        *,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timestamp_refresh_ms: int = DEFAULT_TIMESTAMP_REFRESH_MS,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        self._store = store
+        self._clock = clock
+        self._max_attempts = max_attempts
+        self._refresh_ms = timestamp_refresh_ms
+        self._groups: dict[str, _Group] = {}
+        self._loading: dict[str, asyncio.Future[_Group]] = {}
+        self._writing: set[str] = set()
+        self._consumers_exists = False
+
+    # ------------------------------------------------------------------ reads
+
+    async def load(self, group: str) -> dict[TopicPartition, CommittedOffset]:
+        """The group's committed offsets (a copy).  Read from the store the first time (and
+        after a write whose outcome is unknown), from memory afterwards."""
+        g = self._groups.get(group)
+        if g is None or g.stale:
+            g = await self._reload(group)
+        return dict(g.offsets)
+
+    def cached(self, group: str) -> dict[TopicPartition, CommittedOffset] | None:
+        """The cached offsets (a copy), None if the group was not loaded yet."""
+        g = self._groups.get(group)
+        return None if g is None else dict(g.offsets)
+
+    async def groups(self) -> list[str]:
+        """Groups that have committed offsets (in the store; read, not cached)."""
+        try:
+            children = await self._store.get_children(paths.CONSUMERS)
+        except NoNodeError:
+            return []
+        names = [component_to_name(c) for c in children]
+
+        async def has_offsets(name: str) -> bool:
+            g = self._groups.get(name)
+            if g is not None and not g.stale:
+                return bool(g.versions)
+            stat = await self._store.exists(_offsets_path(name_to_component(name)))
+            return stat is not None and stat.num_children > 0
+
+        found = await asyncio.gather(*(has_offsets(n) for n in names))
+        return sorted(n for n, ok in zip(names, found, strict=True) if ok)
+
+    async def _reload(self, group: str) -> _Group:
+        """Read the group from the store and install it in the cache; concurrent callers
+        share one read."""
+        fut = self._loading.get(group)
+        if fut is None:
+            fut = asyncio.ensure_future(self._read_group(group))
+            self._loading[group] = fut
+
+            def installed(f: asyncio.Future[_Group]) -> None:
+                if self._loading.get(group) is f:
+                    del self._loading[group]
+                if not f.cancelled() and f.exception() is None:
+                    self._groups[group] = f.result()
+
+            fut.add_done_callback(installed)
+        return await asyncio.shield(fut)
+
+    async def _read_group(self, group: str) -> _Group:
+        store = self._store
+        gc = name_to_component(group)
+        g = _Group()
+        try:
+            g.group_children = set(await store.get_children(_group_path(gc)))
+        except NoNodeError:
+            return g
+        if "offsets" not in g.group_children:
+            return g
+        try:
+            topic_names = await store.get_children(_offsets_path(gc))
+        except NoNodeError:
+            g.group_children.discard("offsets")
+            return g
+
+        async def children(tc: str) -> list[str] | None:
+            try:
+                return await store.get_children(_topic_path(gc, tc))
+            except NoNodeError:
+                return None
+
+        listed = await asyncio.gather(*(children(tc) for tc in topic_names))
+        wanted: list[tuple[str, int]] = []
+        for tc, kids in zip(topic_names, listed, strict=True):
+            if kids is None:
+                continue
+            g.topics[tc] = set(kids)
+            for kid in kids:
+                p = _partition_component(kid)
+                if p is None:
+                    log.warning("ignoring znode %s/%s", _topic_path(gc, tc), kid)
+                else:
+                    wanted.append((tc, p))
+
+        async def read(tc: str, p: int):
+            try:
+                return await store.get(paths.consumer_offset(gc, tc, p))
+            except NoNodeError:
+                return None
+
+        results = await asyncio.gather(*(read(tc, p) for tc, p in wanted))
+        for (tc, p), res in zip(wanted, results, strict=True):
+            if res is None:
+                g.topics[tc].discard(str(p))
+                continue
+            data, stat = res
+            key = (component_to_name(tc), p)
+            g.versions[key] = stat.version  # known, so a commit overwrites it with SetData
+            try:
+                g.offsets[key] = decode_offset(data, stat.mtime)
+            except (ValueError, UnicodeDecodeError, TypeError) as e:
+                log.warning(
+                    "undecodable committed offset at %s: %s", paths.consumer_offset(gc, tc, p), e
+                )
+        return g
+
+    # ------------------------------------------------------------------ writes
+
+    async def commit(self, group: str, offsets: dict[TopicPartition, CommittedOffset]) -> None:
+        """Store the offsets in one atomic multi (see the module docstring).  Raises a
+        StoreError (ConnectionLossError, or the last conflict after max_attempts)."""
+        if not offsets:
+            return
+        with self._write_guard(group):
+            await self._with_retries(group, lambda g: self._commit_once(group, g, offsets))
+
+    async def delete_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> None:
+        """Delete these partitions' offsets (one multi); missing ones are ignored."""
+        wanted = set(partitions)
+        if not wanted:
+            return
+        with self._write_guard(group):
+            await self._with_retries(
+                group, lambda g: self._delete_once(group, g, [k for k in g.versions if k in wanted])
+            )
+
+    async def expire(self, group: str, older_than_ms: int) -> int:
+        """Delete offsets committed before ``older_than_ms`` (one multi); an offset committed
+        with an explicit expire timestamp (OffsetCommit v2-v4) expires when the clock reaches
+        it instead, as in Kafka.  Returns how many were deleted."""
+        now = self._clock.time_ms()
+
+        def expired(co: CommittedOffset) -> bool:
+            if co.expire_timestamp is not None:
+                return co.expire_timestamp <= now
+            return co.commit_timestamp < older_than_ms
+
+        with self._write_guard(group):
+            return await self._with_retries(
+                group,
+                lambda g: self._delete_once(
+                    group, g, [k for k, co in g.offsets.items() if expired(co)]
+                ),
+            )
+
+    async def delete_group(self, group: str) -> None:
+        """Delete /consumers/<group> and everything under it (recursively; not atomic on
+        ZooKeeper, but idempotent: call it again after an error)."""
+        with self._write_guard(group):
+            try:
+                await self._store.delete(_group_path(name_to_component(group)), recursive=True)
+            except NoNodeError:
+                pass
+            except StoreError:
+                self._mark_stale(group)
+                raise
+            self._groups[group] = _Group()
+
+    # ------------------------------------------------------------------ write machinery
+
+    @contextlib.contextmanager
+    def _write_guard(self, group: str) -> Iterator[None]:
+        if group in self._writing:
+            raise RuntimeError(
+                f"overlapping writes to the offsets of group {group!r}: "
+                "the group's owner must serialize them"
+            )
+        self._writing.add(group)
+        try:
+            yield
+        finally:
+            self._writing.discard(group)
+
+    def _mark_stale(self, group: str) -> None:
+        g = self._groups.get(group)
+        if g is not None:
+            g.stale = True
+
+    async def _with_retries(self, group: str, attempt: Callable[[_Group], Awaitable[T]]) -> T:
+        g = self._groups.get(group)
+        if g is None or g.stale:
+            g = await self._reload(group)
+        for n in range(1, self._max_attempts + 1):
+            try:
+                return await attempt(g)
+            except _RETRYABLE as e:
+                if isinstance(e, NoNodeError):
+                    self._consumers_exists = False
+                self._mark_stale(group)
+                if n == self._max_attempts:
+                    raise
+                log.debug("offsets of group %r changed behind our back (%s); re-reading", group, e)
+                g = await self._reload(group)
+            except StoreError:
+                self._mark_stale(group)
+                raise
+        raise AssertionError("unreachable")
+
+    async def _multi(self, group: str, g: _Group, ops: list[Op]) -> bool:
+        """Run the multi; True if ``g`` is still the group's cache entry to update."""
+        await self._store.multi(ops)
+        if self._groups.get(group) is g:
+            return True
+        self._mark_stale(group)  # replaced meanwhile: its read may predate our write
+        return False
+
+    async def _commit_once(
+        self, group: str, g: _Group, offsets: dict[TopicPartition, CommittedOffset]
+    ) -> None:
+        gc = name_to_component(group)
+        creates: list[Op] = []
+        sets: list[Op] = []
+        new_topics: set[str] = set()
+        changes: list[tuple[TopicPartition, str, CommittedOffset, int | None]] = []
+        for key, co in offsets.items():
+            old = g.offsets.get(key)
+            if old is not None and _unchanged(old, co, self._refresh_ms):
+                continue
+            topic, p = key
+            tc = name_to_component(topic)
+            path = paths.consumer_offset(gc, tc, p)
+            version = g.versions.get(key)
+            if version is None:
+                creates.append(Create(path, encode_offset(co)))
+                if tc not in g.topics:
+                    new_topics.add(tc)
+            else:
+                sets.append(SetData(path, encode_offset(co), version))
+            changes.append((key, tc, co, version))
+        if not changes:
+            return
+        parents: list[Op] = []
+        if creates:
+            if g.group_children is None:
+                if not self._consumers_exists:
+                    await self._store.ensure_path(paths.CONSUMERS)
+                    self._consumers_exists = True
+                parents.append(Create(_group_path(gc)))
+            if not g.has_offsets_node:
+                parents.append(Create(_offsets_path(gc)))
+            parents.extend(Create(_topic_path(gc, tc)) for tc in sorted(new_topics))
+        if not await self._multi(group, g, parents + creates + sets):
+            return
+        if creates:
+            if g.group_children is None:
+                g.group_children = set()
+            g.group_children.add("offsets")
+            for tc in new_topics:
+                g.topics[tc] = set()
+        for key, tc, co, version in changes:
+            g.offsets[key] = co
+            if version is None:
+                g.versions[key] = 0
+                g.topics[tc].add(str(key[1]))
+            else:
+                g.versions[key] = version + 1
+
+    async def _delete_once(self, group: str, g: _Group, keys: list[TopicPartition]) -> int:
+        if not keys:
+            return 0
+        gc = name_to_component(group)
+        ops: list[Op] = []
+        removed: dict[str, set[str]] = {}
+        for topic, p in keys:
+            tc = name_to_component(topic)
+            ops.append(Delete(paths.consumer_offset(gc, tc, p), g.versions[(topic, p)]))
+            removed.setdefault(tc, set()).add(str(p))
+        emptied = sorted(tc for tc, gone in removed.items() if not g.topics.get(tc, set()) - gone)
+        ops.extend(Delete(_topic_path(gc, tc)) for tc in emptied)
+        drop_offsets = len(emptied) == len(g.topics)
+        drop_group = drop_offsets and g.group_children == {"offsets"}
+        if drop_offsets:
+            ops.append(Delete(_offsets_path(gc)))
+        if drop_group:
+            ops.append(Delete(_group_path(gc)))
+        if not await self._multi(group, g, ops):
+            return len(keys)
+        for key in keys:
+            g.offsets.pop(key, None)
+            del g.versions[key]
+        for tc, gone in removed.items():
+            g.topics[tc] -= gone
+        for tc in emptied:
+            del g.topics[tc]
+        if drop_group:
+            g.group_children = None
+        elif drop_offsets and g.group_children is not None:
+            g.group_children.discard("offsets")
+        return len(keys)

@@ -1,0 +1,19 @@
+"""Shared by the group handlers: is this broker the group's coordinator?"""
+
+from __future__ import annotations
+
+from pybroker.coord.group_coordinator import coordinator_for
+from pybroker.errors import ErrorCode
+from pybroker.handlers.context import RequestContext
+
+
+def coordinator_error(ctx: RequestContext, group_id: str | None) -> int | None:
+    """INVALID_GROUP_ID, NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE, or None if we serve it."""
+    if not group_id:
+        return ErrorCode.INVALID_GROUP_ID
+    services = ctx.services
+    if services.groups is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if coordinator_for(group_id, services.cluster.brokers) != services.config.broker_id:
+        return ErrorCode.NOT_COORDINATOR
+    return None

@@ -1,0 +1,19 @@
+"""DeleteGroups (key 42), versions 0-2: deletes empty groups and their committed offsets;
+NON_EMPTY_GROUP while members remain, GROUP_ID_NOT_FOUND for an unknown group."""
+
+from __future__ import annotations
+
+from pybroker.handlers._groups import coordinator_error
+from pybroker.handlers.context import RequestContext
+from pybroker.registry import handler
+
+
+@handler(42, 0, 2)
+async def delete_groups(ctx: RequestContext, req: dict) -> dict:
+    results = []
+    for gid in req["groups_names"]:
+        code = coordinator_error(ctx, gid)
+        if code is None:
+            code = await ctx.services.groups.delete(gid)
+        results.append({"group_id": gid, "error_code": code})
+    return {"throttle_time_ms": 0, "results": results}

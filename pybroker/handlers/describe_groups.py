@@ -1,0 +1,37 @@
+"""DescribeGroups (key 15), versions 0-5.
+
+State, protocol type, the chosen protocol and (when Stable) each member's metadata and
+assignment, as Kafka's group summary gives them; v4+ group_instance_id.  A group this broker
+does not know is reported as Dead with no error, as Kafka does before v6.  With no ACLs every
+group operation is authorized (v3+ bit field when asked).
+"""
+
+from __future__ import annotations
+
+from pybroker.handlers._groups import coordinator_error
+from pybroker.handlers.context import RequestContext
+from pybroker.registry import handler
+
+OMITTED = -(2**31)
+GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))  # READ, DELETE, DESCRIBE
+
+
+@handler(15, 0, 5)
+async def describe_groups(ctx: RequestContext, req: dict) -> dict:
+    ops = GROUP_OPERATIONS if req.get("include_authorized_operations") else OMITTED
+    out = []
+    for gid in req["groups"]:
+        code = coordinator_error(ctx, gid)
+        desc = None if code is not None else ctx.services.groups.describe(gid)
+        if desc is None:
+            desc = {
+                "error_code": code or 0,
+                "group_id": gid,
+                "group_state": "Dead",
+                "protocol_type": "",
+                "protocol_data": "",
+                "members": [],
+            }
+        desc["authorized_operations"] = ops
+        out.append(desc)
+    return {"throttle_time_ms": 0, "groups": out}

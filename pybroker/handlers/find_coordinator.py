@@ -1,0 +1,61 @@
+"""FindCoordinator (key 10), versions 0-4.
+
+Group keys (key_type 0) map to the live broker chosen by rendezvous hashing over
+/brokers/ids (see pybroker.coord.group_coordinator).  v4 batches several keys.  Transaction
+coordinators (key_type 1) do not exist in pybroker: COORDINATOR_NOT_AVAILABLE.  Unknown key
+types get INVALID_REQUEST, as in Kafka.
+"""
+
+from __future__ import annotations
+
+from pybroker.coord.group_coordinator import coordinator_for
+from pybroker.errors import ErrorCode
+from pybroker.handlers.context import RequestContext
+from pybroker.registry import handler
+
+GROUP, TRANSACTION = 0, 1
+
+
+def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict:
+    cluster = ctx.services.cluster
+    if key_type == TRANSACTION:
+        code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported"
+    elif key_type != GROUP:
+        code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
+    elif not key:
+        code, message = ErrorCode.INVALID_REQUEST, "empty group id"
+    else:
+        node = coordinator_for(key, cluster.brokers)
+        broker = cluster.brokers.get(node)
+        if broker is not None:
+            return {
+                "key": key,
+                "error_code": ErrorCode.NONE,
+                "error_message": None,
+                "node_id": broker.id,
+                "host": broker.host,
+                "port": broker.port,
+            }
+        code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "no live broker"
+    return {
+        "key": key,
+        "error_code": code,
+        "error_message": message,
+        "node_id": -1,
+        "host": "",
+        "port": -1,
+    }
+
+
+@handler(10, 0, 4)
+async def find_coordinator(ctx: RequestContext, req: dict) -> dict:
+    key_type = req.get("key_type", GROUP)
+    if ctx.version >= 4:
+        return {
+            "throttle_time_ms": 0,
+            "coordinators": [_lookup(ctx, k, key_type) for k in req["coordinator_keys"]],
+        }
+    result = _lookup(ctx, req["key"], key_type)
+    result.pop("key")
+    result["throttle_time_ms"] = 0
+    return result
