@@ -34,6 +34,7 @@ from typing import Any
 
 from pybroker.broker import Broker
 from pybroker.config import build_config
+from pybroker.coord import paths
 from pybroker.wire import codec
 from pybroker.wire.records import LOG_OVERHEAD, build_batch, decode_records, unpack_header
 
@@ -414,6 +415,24 @@ class BrokerHarness:
 
     def client(self) -> Client:
         return Client(self.host, self.port)
+
+    def set_leader_epoch(self, topic: str, partition: int, epoch: int) -> None:
+        """Write a new leader epoch into the partition's state znode in the metadata store,
+        as a controller (another broker, or an admin tool) does on a leader election."""
+        path = paths.partition_state(topic, partition)
+        store = self.broker.store
+
+        async def bump() -> None:
+            data, _ = await store.get(path)
+            st = paths.decode_partition_state(data)
+            await store.set(
+                path,
+                paths.encode_partition_state(
+                    st["leader"], epoch, st["isr"], st["controller_epoch"]
+                ),
+            )
+
+        self.run(bump())
 
 
 class BrokerFactory:

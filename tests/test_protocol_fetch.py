@@ -23,8 +23,6 @@ from broker_fixture import (
     wait_until,
 )
 
-from pybroker.coord import paths
-
 
 @pytest.fixture
 def start_broker(tmp_path):
@@ -302,21 +300,6 @@ def test_full_fetch_gets_session_id_zero(client, topic):
     assert body["session_id"] == 0
 
 
-def set_leader_epoch(broker, topic, partition, epoch):
-    """What a controller does on leader election: bump the epoch in the partition state."""
-    path = paths.partition_state(topic, partition)
-
-    async def bump():
-        data, _ = await broker.broker.store.get(path)
-        st = paths.decode_partition_state(data)
-        await broker.broker.store.set(
-            path,
-            paths.encode_partition_state(st["leader"], epoch, st["isr"], st["controller_epoch"]),
-        )
-
-    broker.run(bump())
-
-
 def test_current_leader_epoch_fenced_and_unknown(broker, topic):
     with broker.client() as c:
         fill(c, topic, 0, 1)
@@ -324,7 +307,7 @@ def test_current_leader_epoch_fenced_and_unknown(broker, topic):
     # (see test_protocol_metadata.py::test_leader_epoch_change_of_a_topic_created_here).
     broker.restart()
     client = broker.client()
-    set_leader_epoch(broker, topic, 0, 5)
+    broker.set_leader_epoch(topic, 0, 5)
 
     def epoch_seen():
         meta = client.metadata([topic], version=9)
