@@ -78,7 +78,7 @@ class Broker:
             self.store, cfg.broker_id, endpoints, self.clock, rack=cfg.broker_rack
         )
         await self.cluster.start()
-        self.cluster.add_listener(lambda *_: self._sync_partitions())
+        self.cluster.add_listener(self._on_cluster_event)
         self._sync_partitions()
         self.groups = GroupCoordinator(
             OffsetStore(self.store, self.clock),
@@ -129,6 +129,13 @@ class Broker:
             return existing
         info = self.cluster.topics[topic]
         return self.logs.get_or_create(topic, partition, log_config(self.config, info.configs))
+
+    def _on_cluster_event(self, event: Any) -> None:
+        if event.kind == "TOPIC_DELETED":
+            for topic, partition, _ in list(self.logs.partitions()):
+                if topic == event.topic:
+                    self.logs.delete(topic, partition)
+        self._sync_partitions()
 
     def _sync_partitions(self) -> None:
         """Open (creating if needed) the log of every partition this broker is a replica of."""

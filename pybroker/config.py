@@ -142,6 +142,7 @@ class Config:
     unclean_leader_election_enable: bool = False
     replica_lag_time_max_ms: int = 30000
     warnings: tuple[str, ...] = ()
+    explicit_keys: frozenset[str] = frozenset()  # keys set in the file or by --override
 
     # -- derived values, with Kafka's precedence (ms > minutes > hours) ---------------------
     @property
@@ -203,7 +204,8 @@ def build_config(settings: dict[str, str]) -> Config:
             values[field] = parse(raw)
         except (ValueError, TypeError) as e:
             raise ConfigError(f"invalid value {raw!r} for configuration key {key!r}: {e}") from None
-    cfg = Config(**values, warnings=tuple(warnings))
+    explicit = frozenset(k for k in settings if k in _KEYS)
+    cfg = Config(**values, warnings=tuple(warnings), explicit_keys=explicit)
     _validate(cfg)
     return cfg
 
@@ -254,3 +256,21 @@ def with_defaults_for_cli(cfg: Config, default_dir: str) -> Config:
     if cfg.log_dirs is None and cfg.log_dir is None:
         return dataclasses.replace(cfg, log_dirs=os.path.abspath(default_dir))
     return cfg
+
+
+def _render(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def describe_settings(cfg: Config) -> list[tuple[str, str | None, bool]]:
+    """(Kafka key, value as Kafka prints it, set explicitly?) for every honoured key."""
+    return [
+        (key, _render(getattr(cfg, field)), key in cfg.explicit_keys)
+        for key, (field, _, _) in _KEYS.items()
+    ]

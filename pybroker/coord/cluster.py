@@ -64,6 +64,7 @@ from pybroker.coord.store import (
     BadVersionError,
     ConnectionLossError,
     Create,
+    Delete,
     MetadataStore,
     NodeExistsError,
     NoNodeError,
@@ -807,6 +808,129 @@ class Cluster:
         self._locally_written[name] = self._local_gen
         self._update_topic(info)
         return info
+
+    async def delete_topic(self, name: str) -> None:
+        """Delete a topic's znodes (assignment, partition states, config) in one multi.  Kafka's
+        ZooKeeper controller does this after /admin/delete_topics/<t> appears; pybroker's
+        controller deletes at once.  Brokers drop the partition logs on the TOPIC_DELETED event."""
+        if name not in self.topics:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}")
+        try:
+            ops: list[Op] = []
+            try:
+                partitions = await self.store.get_children(paths.partitions(name))
+            except NoNodeError:
+                partitions = []
+            for child in partitions:
+                p = int(child)
+                for leaf in await self.store.get_children(paths.partition(name, p)):
+                    ops.append(Delete(paths.partition(name, p) + "/" + leaf))
+                ops.append(Delete(paths.partition(name, p)))
+            if partitions or await self.store.exists(paths.partitions(name)) is not None:
+                ops.append(Delete(paths.partitions(name)))
+            ops.append(Delete(paths.topic(name)))
+            if await self.store.exists(paths.topic_config(name)) is not None:
+                ops.append(Delete(paths.topic_config(name)))
+            await self.store.multi(ops)
+        except NoNodeError as e:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name} vanished") from e
+        except ConnectionLossError as e:
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"deleting {name}: {e}") from e
+        except StoreError as e:
+            raise KafkaError(ErrorCode.UNKNOWN, f"could not delete topic {name}: {e}") from e
+        self._local_gen += 1
+        self._locally_written[name] = self._local_gen
+        if self.topics.pop(name, None) is not None:
+            self._notify(ClusterEvent("TOPIC_DELETED", name))
+
+    async def create_partitions(
+        self,
+        name: str,
+        count: int,
+        assignments: list[list[int]] | None = None,
+        *,
+        validate_only: bool = False,
+    ) -> TopicInfo:
+        """Grow a topic to ``count`` partitions (Kafka's AdminZkClient.addPartitions): new
+        replicas spread over live brokers unless ``assignments`` names them; the topic znode is
+        rewritten with compare-and-set and the new partition states created in one multi."""
+        info = self.topics.get(name)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}")
+        current = len(info.partitions)
+        if count <= current:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"Topic currently has {current} partitions, {count} is not enough to increase it.",
+            )
+        rf = len(next(iter(info.partitions.values())).replicas)
+        if assignments is not None:
+            if len(assignments) != count - current:
+                raise KafkaError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"Increasing the number of partitions by {count - current} but "
+                    f"{len(assignments)} assignments provided.",
+                )
+            for replicas in assignments:
+                if len(replicas) != rf or len(set(replicas)) != rf:
+                    raise KafkaError(
+                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                        f"Inconsistent replication factor between partitions, expected {rf}.",
+                    )
+                unknown = set(replicas) - set(self.brokers)
+                if unknown:
+                    raise KafkaError(
+                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                        f"Unknown broker(s) in replica assignment: {sorted(unknown)}.",
+                    )
+            added = {current + i: list(r) for i, r in enumerate(assignments)}
+        else:
+            added = assign_replicas_to_brokers(
+                list(self.brokers),
+                count - current,
+                rf,
+                self.rng,
+                start_partition_id=current,
+            )
+            added = {current + i: r for i, (_, r) in enumerate(sorted(added.items()))}
+        epoch = self.controller_epoch
+        partitions = dict(info.partitions)
+        for p, replicas in added.items():
+            partitions[p] = PartitionState(replicas[0], 0, list(replicas), list(replicas), epoch)
+        new_info = TopicInfo(name, info.topic_id, partitions, info.configs)
+        if validate_only:
+            return new_info
+        try:
+            _, stat = await self.store.get(paths.topic(name))
+            assignment = {p: list(st.replicas) for p, st in partitions.items()}
+            ops: list[Op] = [
+                SetData(
+                    paths.topic(name), paths.encode_topic(info.topic_id, assignment), stat.version
+                )
+            ]
+            for p, replicas in added.items():
+                ops.append(Create(paths.partition(name, p)))
+                ops.append(
+                    Create(
+                        paths.partition_state(name, p),
+                        paths.encode_partition_state(replicas[0], 0, list(replicas), epoch),
+                    )
+                )
+            await self.store.multi(ops)
+        except (BadVersionError, NodeExistsError) as e:
+            raise KafkaError(
+                ErrorCode.REASSIGNMENT_IN_PROGRESS, f"topic {name} changed concurrently: {e}"
+            ) from e
+        except NoNodeError as e:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name} vanished") from e
+        except ConnectionLossError as e:
+            raise KafkaError(
+                ErrorCode.REQUEST_TIMED_OUT, f"adding partitions to {name}: {e}"
+            ) from e
+        self._local_gen += 1
+        self._locally_written[name] = self._local_gen
+        self._update_topic(new_info)
+        return new_info
 
     # ------------------------------------------------------------------ producer ids
 

@@ -105,17 +105,20 @@ class CommittedOffset:
 # --------------------------------------------------------------------------- encoding
 
 
+_json_str = json.encoder.encode_basestring_ascii  # the C implementation when available
+
+
 def encode_offset(co: CommittedOffset) -> bytes:
-    obj: dict[str, object] = {
-        "version": OFFSET_FORMAT_VERSION,
-        "offset": co.offset,
-        "leader_epoch": co.leader_epoch,
-        "metadata": co.metadata,
-        "commit_timestamp": co.commit_timestamp,
-    }
+    """The znode data: compact JSON, keys in this order (formatted directly: json.dumps with
+    custom separators builds a new encoder per call, ten times slower on the commit path)."""
+    text = (
+        f'{{"version":{OFFSET_FORMAT_VERSION},"offset":{int(co.offset)},'
+        f'"leader_epoch":{int(co.leader_epoch)},"metadata":{_json_str(co.metadata)},'
+        f'"commit_timestamp":{int(co.commit_timestamp)}'
+    )
     if co.expire_timestamp is not None:
-        obj["expire_timestamp"] = co.expire_timestamp
-    return json.dumps(obj, separators=(",", ":")).encode()
+        text += f',"expire_timestamp":{int(co.expire_timestamp)}'
+    return (text + "}").encode()
 
 
 def decode_offset(data: bytes, mtime: int) -> CommittedOffset:

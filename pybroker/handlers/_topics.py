@@ -9,6 +9,7 @@ INVALID_CONFIG rather than silently ignored.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pybroker.config import Config
@@ -16,24 +17,52 @@ from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers.context import RequestContext
 from pybroker.log import LogConfig, PartitionLog
 
-# The topic configs whose behaviour pybroker implements: name -> (broker default, allowed
-# values or None for "any value Kafka accepts").  Kafka's own value checks run in
+# Kafka's ConfigType codes (DescribeConfigs v3+).
+BOOLEAN, STRING, INT, LONG, LIST = 1, 2, 3, 5, 7
+
+
+@dataclass(frozen=True)
+class TopicConfigDef:
+    default: Callable[[Config], str]  # the broker setting it falls back to
+    broker_key: str  # that setting's name (the synonym DescribeConfigs reports)
+    config_type: int
+    allowed: frozenset[str] | None = None  # None: any value Kafka accepts
+
+
+# The topic configs whose behaviour pybroker implements.  Kafka's own value checks run in
 # pybroker.coord.cluster.validate_topic_configs when the topic is created.
-TOPIC_CONFIGS: dict[str, tuple[Callable[[Config], str], frozenset[str] | None]] = {
-    "cleanup.policy": (lambda c: "delete", frozenset({"delete"})),
-    "compression.type": (lambda c: "producer", frozenset({"producer"})),
-    "retention.ms": (lambda c: str(c.retention_ms), None),
-    "retention.bytes": (lambda c: str(c.log_retention_bytes), None),
-    "segment.bytes": (lambda c: str(c.log_segment_bytes), None),
-    "segment.ms": (lambda c: str(c.roll_ms), None),
-    "segment.index.bytes": (lambda c: str(c.log_index_size_max_bytes), None),
-    "index.interval.bytes": (lambda c: str(c.log_index_interval_bytes), None),
-    "max.message.bytes": (lambda c: str(c.message_max_bytes), None),
-    "message.timestamp.type": (lambda c: "CreateTime", frozenset({"CreateTime"})),
-    "min.insync.replicas": (lambda c: str(c.min_insync_replicas), None),
-    "unclean.leader.election.enable": (
+TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
+    "cleanup.policy": TopicConfigDef(
+        lambda c: "delete", "log.cleanup.policy", LIST, frozenset({"delete"})
+    ),
+    "compression.type": TopicConfigDef(
+        lambda c: "producer", "compression.type", STRING, frozenset({"producer"})
+    ),
+    "retention.ms": TopicConfigDef(lambda c: str(c.retention_ms), "log.retention.ms", LONG),
+    "retention.bytes": TopicConfigDef(
+        lambda c: str(c.log_retention_bytes), "log.retention.bytes", LONG
+    ),
+    "segment.bytes": TopicConfigDef(lambda c: str(c.log_segment_bytes), "log.segment.bytes", INT),
+    "segment.ms": TopicConfigDef(lambda c: str(c.roll_ms), "log.roll.ms", LONG),
+    "segment.index.bytes": TopicConfigDef(
+        lambda c: str(c.log_index_size_max_bytes), "log.index.size.max.bytes", INT
+    ),
+    "index.interval.bytes": TopicConfigDef(
+        lambda c: str(c.log_index_interval_bytes), "log.index.interval.bytes", INT
+    ),
+    "max.message.bytes": TopicConfigDef(
+        lambda c: str(c.message_max_bytes), "message.max.bytes", INT
+    ),
+    "message.timestamp.type": TopicConfigDef(
+        lambda c: "CreateTime", "log.message.timestamp.type", STRING, frozenset({"CreateTime"})
+    ),
+    "min.insync.replicas": TopicConfigDef(
+        lambda c: str(c.min_insync_replicas), "min.insync.replicas", INT
+    ),
+    "unclean.leader.election.enable": TopicConfigDef(
         lambda c: str(c.unclean_leader_election_enable).lower(),
-        None,
+        "unclean.leader.election.enable",
+        BOOLEAN,
     ),
 }
 
@@ -44,7 +73,7 @@ def check_supported_configs(configs: dict[str, str | None]) -> dict[str, str | N
         spec = TOPIC_CONFIGS.get(name)
         if spec is None:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"topic config {name} is not supported")
-        allowed = spec[1]
+        allowed = spec.allowed
         if allowed is not None and value is not None and value not in allowed:
             raise KafkaError(
                 ErrorCode.INVALID_CONFIG,
@@ -58,8 +87,8 @@ def effective_topic_configs(
 ) -> dict[str, tuple[str, bool]]:
     """Every topic config: (value, is_default)."""
     return {
-        name: (topic_configs[name], False) if name in topic_configs else (default(config), True)
-        for name, (default, _) in TOPIC_CONFIGS.items()
+        name: (topic_configs[name], False) if name in topic_configs else (d.default(config), True)
+        for name, d in TOPIC_CONFIGS.items()
     }
 
 
