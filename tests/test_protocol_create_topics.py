@@ -33,9 +33,16 @@ def start_broker(tmp_path):
         yield factory
 
 
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory):
+    """One broker for the tests that need no special settings (each uses its own topics)."""
+    with BrokerFactory(tmp_path_factory.mktemp("shared")) as factory:
+        yield factory()
+
+
 @pytest.fixture
-def broker(start_broker):
-    return start_broker()
+def broker(shared_broker):
+    return shared_broker
 
 
 @pytest.fixture
@@ -265,7 +272,8 @@ def test_invalid_explicit_assignment(broker, assignments):
         assert partitions_of(c, bad) is None
 
 
-def test_created_topics_survive_a_restart(broker):
+def test_created_topics_survive_a_restart(start_broker):
+    broker = start_broker()
     name = unique_topic()
     with broker.client() as c:
         assert create_one(c, 7, name, partitions=3)["error_code"] == NONE
@@ -289,7 +297,8 @@ def test_init_producer_id_distinct_ids(client, version):
     assert len(seen) == 5
 
 
-def test_init_producer_id_distinct_across_connections_and_restarts(broker):
+def test_init_producer_id_distinct_across_connections_and_restarts(start_broker):
+    broker = start_broker()
     seen = []
     for _ in range(3):
         for v in range(0, 5):

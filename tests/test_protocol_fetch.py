@@ -30,9 +30,16 @@ def start_broker(tmp_path):
         yield factory
 
 
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory):
+    """One broker for the tests that need no special settings (each uses its own topics)."""
+    with BrokerFactory(tmp_path_factory.mktemp("shared")) as factory:
+        yield factory()
+
+
 @pytest.fixture
-def broker(start_broker):
-    return start_broker()
+def broker(shared_broker):
+    return shared_broker
 
 
 @pytest.fixture
@@ -300,8 +307,11 @@ def test_full_fetch_gets_session_id_zero(client, topic):
     assert body["session_id"] == 0
 
 
-def test_current_leader_epoch_fenced_and_unknown(broker, topic):
+def test_current_leader_epoch_fenced_and_unknown(start_broker):
+    broker = start_broker()
+    topic = unique_topic()
     with broker.client() as c:
+        c.create_topic(topic)
         fill(c, topic, 0, 1)
     # A restart loads the topic from the store, so the broker watches its partition state
     # (see test_protocol_metadata.py::test_leader_epoch_change_of_a_topic_created_here).

@@ -24,9 +24,16 @@ def start_broker(tmp_path):
         yield factory
 
 
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory):
+    """One broker for the tests that need no special settings (each uses its own topics)."""
+    with BrokerFactory(tmp_path_factory.mktemp("shared")) as factory:
+        yield factory()
+
+
 @pytest.fixture
-def broker(start_broker):
-    return start_broker()
+def broker(shared_broker):
+    return shared_broker
 
 
 @pytest.fixture
