@@ -43,11 +43,16 @@ bottleneck"):
   ``Delete``s that also removes the topic, ``offsets`` and group znodes left empty, so a group
   with no offsets has no znode and ``groups`` lists only groups with committed offsets.
 
-Concurrency: one OffsetStore per broker; different groups may be used concurrently.  Writes to
-one group (commit, delete_group, delete_offsets, expire) must not overlap: the group
-coordinator, the single owner of each group's state, serializes them; an overlapping write
-raises RuntimeError instead of silently racing (no lock is held across an await).  ``load`` may
-run at any time; concurrent first loads of a group share one store read.
+Concurrency: one OffsetStore per broker; any coroutine may call it at any time.  The writes of
+one group (commit, delete_offsets, expire, delete_group) go through a queue drained by one
+writer task per group (alive only while the group has queued writes), so they apply in call
+order and never race each other; no lock is held across an await.  Commits that queue up while
+a multi is in flight (the members of one group committing at the same moment, or a consumer
+pipelining async commits) are merged into the next multi: later commits win per partition, as
+if applied in turn, and all merged callers get that multi's outcome (group commit: one round
+trip for many commits).  Different groups write concurrently.  ``load`` never waits for
+queued writes (it answers what is stored); concurrent first loads of a group share one store
+read, and a read that overlapped one of our writes to the group is used once and marked stale.
 
 The coordinator enforces Kafka's limits before calling (offset.metadata.max.bytes, valid
 partitions); this module stores what it is given.
@@ -56,13 +61,13 @@ partitions); this module stores what it is given.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import collections
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from pybroker.clock import Clock
@@ -134,7 +139,7 @@ def decode_offset(data: bytes, mtime: int) -> CommittedOffset:
     return CommittedOffset(
         offset=int(obj["offset"]),
         leader_epoch=int(obj.get("leader_epoch", -1)),
-        metadata=obj.get("metadata") or "",
+        metadata=obj["metadata"] if isinstance(obj.get("metadata"), str) else "",
         commit_timestamp=int(obj.get("commit_timestamp", mtime)),
         expire_timestamp=None if expire is None else int(expire),
     )
@@ -208,6 +213,21 @@ class _Group:
         return self.group_children is not None and "offsets" in self.group_children
 
 
+class _Write:
+    """A queued write: a commit (``offsets``) or another operation (``run``)."""
+
+    __slots__ = ("offsets", "run", "done")
+
+    def __init__(
+        self,
+        offsets: dict[TopicPartition, CommittedOffset] | None,
+        run: Callable[[], Awaitable[Any]] | None = None,
+    ) -> None:
+        self.offsets = offsets
+        self.run = run
+        self.done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+
 def _unchanged(old: CommittedOffset, new: CommittedOffset, refresh_ms: int) -> bool:
     return (
         old.offset == new.offset
@@ -235,7 +255,11 @@ class OffsetStore:
         self._refresh_ms = timestamp_refresh_ms
         self._groups: dict[str, _Group] = {}
         self._loading: dict[str, asyncio.Future[_Group]] = {}
-        self._writing: set[str] = set()
+        self._queues: dict[str, collections.deque[_Write]] = {}
+        self._writers: dict[str, asyncio.Task[None]] = {}
+        # per group: store writes issued by us (done, or with unknown outcome); a read that
+        # overlapped one is installed as stale, since it may predate the write
+        self._writes: collections.Counter[str] = collections.Counter()
         self._consumers_exists = False
 
     # ------------------------------------------------------------------ reads
@@ -252,6 +276,11 @@ class OffsetStore:
         """The cached offsets (a copy), None if the group was not loaded yet."""
         g = self._groups.get(group)
         return None if g is None else dict(g.offsets)
+
+    def forget(self, group: str) -> None:
+        """Drop the group's cache (its coordinator moved to another broker: when it comes
+        back, the offsets must be read again)."""
+        self._groups.pop(group, None)
 
     async def groups(self) -> list[str]:
         """Groups that have committed offsets (in the store; read, not cached)."""
@@ -278,12 +307,15 @@ class OffsetStore:
         if fut is None:
             fut = asyncio.ensure_future(self._read_group(group))
             self._loading[group] = fut
+            writes = self._writes[group]
 
             def installed(f: asyncio.Future[_Group]) -> None:
                 if self._loading.get(group) is f:
                     del self._loading[group]
                 if not f.cancelled() and f.exception() is None:
-                    self._groups[group] = f.result()
+                    g = f.result()
+                    g.stale = self._writes[group] != writes
+                    self._groups[group] = g
 
             fut.add_done_callback(installed)
         return await asyncio.shield(fut)
@@ -348,46 +380,50 @@ class OffsetStore:
     # ------------------------------------------------------------------ writes
 
     async def commit(self, group: str, offsets: dict[TopicPartition, CommittedOffset]) -> None:
-        """Store the offsets in one atomic multi (see the module docstring).  Raises a
+        """Store the offsets atomically in one multi (see the module docstring).  Raises a
         StoreError (ConnectionLossError, or the last conflict after max_attempts)."""
-        if not offsets:
-            return
-        with self._write_guard(group):
-            await self._with_retries(group, lambda g: self._commit_once(group, g, offsets))
+        if offsets:
+            await self._submit(group, _Write(dict(offsets)))
 
     async def delete_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> None:
         """Delete these partitions' offsets (one multi); missing ones are ignored."""
         wanted = set(partitions)
         if not wanted:
             return
-        with self._write_guard(group):
+
+        async def run() -> None:
             await self._with_retries(
                 group, lambda g: self._delete_once(group, g, [k for k in g.versions if k in wanted])
             )
+
+        await self._submit(group, _Write(None, run))
 
     async def expire(self, group: str, older_than_ms: int) -> int:
         """Delete offsets committed before ``older_than_ms`` (one multi); an offset committed
         with an explicit expire timestamp (OffsetCommit v2-v4) expires when the clock reaches
         it instead, as in Kafka.  Returns how many were deleted."""
-        now = self._clock.time_ms()
 
-        def expired(co: CommittedOffset) -> bool:
+        def expired(co: CommittedOffset, now: int) -> bool:
             if co.expire_timestamp is not None:
                 return co.expire_timestamp <= now
             return co.commit_timestamp < older_than_ms
 
-        with self._write_guard(group):
+        async def run() -> int:
+            now = self._clock.time_ms()
             return await self._with_retries(
                 group,
                 lambda g: self._delete_once(
-                    group, g, [k for k, co in g.offsets.items() if expired(co)]
+                    group, g, [k for k, co in g.offsets.items() if expired(co, now)]
                 ),
             )
+
+        return await self._submit(group, _Write(None, run))
 
     async def delete_group(self, group: str) -> None:
         """Delete /consumers/<group> and everything under it (recursively; not atomic on
         ZooKeeper, but idempotent: call it again after an error)."""
-        with self._write_guard(group):
+
+        async def run() -> None:
             try:
                 await self._store.delete(_group_path(name_to_component(group)), recursive=True)
             except NoNodeError:
@@ -395,22 +431,63 @@ class OffsetStore:
             except StoreError:
                 self._mark_stale(group)
                 raise
+            finally:
+                self._writes[group] += 1
             self._groups[group] = _Group()
+
+        await self._submit(group, _Write(None, run))
 
     # ------------------------------------------------------------------ write machinery
 
-    @contextlib.contextmanager
-    def _write_guard(self, group: str) -> Iterator[None]:
-        if group in self._writing:
-            raise RuntimeError(
-                f"overlapping writes to the offsets of group {group!r}: "
-                "the group's owner must serialize them"
+    async def _submit(self, group: str, write: _Write) -> Any:
+        """Queue a write of the group.  One writer task per group (alive while the group has
+        queued writes) applies them in order, merging consecutive commits into one multi."""
+        queue = self._queues.get(group)
+        if queue is None:
+            queue = self._queues[group] = collections.deque()
+        queue.append(write)
+        if group not in self._writers:
+            self._writers[group] = asyncio.create_task(
+                self._write_loop(group, queue), name=f"offsets-writer-{group}"
             )
-        self._writing.add(group)
+        # the write goes ahead even if the caller is cancelled (like a request already sent)
+        return await asyncio.shield(write.done)
+
+    async def _write_loop(self, group: str, queue: collections.deque[_Write]) -> None:
+        batch: list[_Write] = []
         try:
-            yield
+            while queue:
+                batch = [queue.popleft()]
+                if batch[0].offsets is None:
+                    run = batch[0].run
+                else:
+                    merged = dict(batch[0].offsets)
+                    while queue and queue[0].offsets is not None:
+                        batch.append(queue.popleft())
+                        merged.update(batch[-1].offsets)  # later commits win, as if run in turn
+
+                    def run(merged=merged) -> Awaitable[None]:
+                        return self._with_retries(
+                            group, lambda g: self._commit_once(group, g, merged)
+                        )
+
+                try:
+                    result = await run()
+                except Exception as e:
+                    for w in batch:
+                        if not w.done.done():
+                            w.done.set_exception(e)
+                else:
+                    for w in batch:
+                        if not w.done.done():
+                            w.done.set_result(result)
         finally:
-            self._writing.discard(group)
+            del self._writers[group]
+            if self._queues.get(group) is queue:
+                del self._queues[group]
+            for w in (*batch, *queue):  # only when this task is cancelled (the loop closing)
+                if not w.done.done():
+                    w.done.cancel()
 
     def _mark_stale(self, group: str) -> None:
         g = self._groups.get(group)
@@ -439,7 +516,14 @@ class OffsetStore:
 
     async def _multi(self, group: str, g: _Group, ops: list[Op]) -> bool:
         """Run the multi; True if ``g`` is still the group's cache entry to update."""
-        await self._store.multi(ops)
+        try:
+            await self._store.multi(ops)
+        except _RETRYABLE:
+            raise  # a conflict: nothing was written
+        except BaseException:
+            self._writes[group] += 1  # the outcome is unknown
+            raise
+        self._writes[group] += 1
         if self._groups.get(group) is g:
             return True
         self._mark_stale(group)  # replaced meanwhile: its read may predate our write
