@@ -348,3 +348,15 @@ def test_fetched_batches_carry_the_leader_epoch(client, topic):
     fill(client, topic, 0, 2)
     for b in split_batches(client.fetch(topic, 0, 0)["records"]):
         assert header(b).partition_leader_epoch == 0
+
+
+def test_first_non_empty_partition_gets_its_first_batch_whole(client, topic):
+    """KIP-74: the exception is for the first partition that has data, not the first listed."""
+    sent = fill(client, topic, 1, 2, size=300)
+    body = client.request(
+        FETCH, 11, fetch_body([(topic, 0, 0, 10), (topic, 1, 0, 10)], max_bytes=10)
+    )
+    parts = {p["partition_index"]: p for p in body["responses"][0]["partitions"]}
+    assert split_batches(parts[0]["records"]) == []
+    got = split_batches(parts[1]["records"])
+    assert [g[16:] for g in got] == [sent[0][16:]]

@@ -206,3 +206,30 @@ def test_read_committed_latest_is_the_last_stable_offset(client, topic):
         },
     )
     assert body["topics"][0]["partitions"][0]["offset"] == 2
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: Kafka (KafkaApis.handleListOffsetRequestV1AndAbove) answers INVALID_REQUEST "
+    "for every occurrence of a duplicated partition; pybroker answers the first one normally",
+)
+def test_same_partition_twice_is_invalid_request(client, topic):
+    body = client.request(
+        LIST_OFFSETS,
+        5,
+        {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {"partition_index": 0, "timestamp": LATEST},
+                        {"partition_index": 0, "timestamp": EARLIEST},
+                    ],
+                }
+            ],
+        },
+    )
+    codes = [p["error_code"] for p in body["topics"][0]["partitions"]]
+    assert codes == [42, 42]  # INVALID_REQUEST for each occurrence

@@ -381,3 +381,32 @@ def test_transactional_batch_is_refused(client, topic):
     p = client.produce(topic, 0, tb)
     assert p["error_code"] != NONE
     assert log_end(client, topic) == 0
+
+
+def test_new_epoch_must_start_at_sequence_zero(client, topic):
+    pid = client.init_producer_id()["producer_id"]
+    assert client.produce(topic, 0, idem(pid, 0, 0, [b"a"]))["error_code"] == NONE
+    p = client.produce(topic, 0, idem(pid, 1, 3, [b"b"]))
+    assert p["error_code"] == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert log_end(client, topic) == 1
+
+
+def test_retry_of_a_batch_older_than_the_last_five_is_out_of_order(client, topic):
+    """Kafka keeps the metadata of a producer's last 5 batches per partition; an older
+    sequence is neither a known duplicate nor in sequence."""
+    pid = client.init_producer_id()["producer_id"]
+    first = idem(pid, 0, 0, [b"s0"])
+    assert client.produce(topic, 0, first)["base_offset"] == 0
+    for seq in range(1, 7):
+        assert client.produce(topic, 0, idem(pid, 0, seq, [b"s"]))["base_offset"] == seq
+    p = client.produce(topic, 0, first)
+    assert p["error_code"] == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert log_end(client, topic) == 7
+
+
+def test_batch_above_segment_bytes_is_record_list_too_large(client):
+    name = unique_topic()
+    client.create_topic(name, configs={"segment.bytes": "1024", "max.message.bytes": "100000"})
+    p = client.produce(name, 0, batch([b"x" * 2000]))
+    assert p["error_code"] == 18  # RECORD_LIST_TOO_LARGE
+    assert log_end(client, name) == 0
