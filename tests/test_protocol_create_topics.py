@@ -248,12 +248,6 @@ def test_explicit_assignment(broker, client):
     assert partitions_of(client, name) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: handlers/create_topics.py raises ErrorCode.INVALID_REPLICA_ASSIGNMENT, which "
-    "pybroker.errors.ErrorCode does not define (it has INVALID_REPLICATION_ASSIGNMENT = 39): "
-    "AttributeError in the handler, the connection is closed instead of answering 39",
-)
 @pytest.mark.parametrize(
     "assignments",
     [

@@ -208,11 +208,6 @@ def test_read_committed_latest_is_the_last_stable_offset(client, topic):
     assert body["topics"][0]["partitions"][0]["offset"] == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Kafka (KafkaApis.handleListOffsetRequestV1AndAbove) answers INVALID_REQUEST "
-    "for every occurrence of a duplicated partition; pybroker answers the first one normally",
-)
 def test_same_partition_twice_is_invalid_request(client, topic):
     body = client.request(
         LIST_OFFSETS,

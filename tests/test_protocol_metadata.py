@@ -229,12 +229,6 @@ def test_leader_epoch_change_of_a_topic_loaded_at_start(broker):
         wait_until(lambda: leader_epoch(c, name) == 3)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the metadata cache sets no watch on the partition state znodes of a topic "
-    "this broker created itself (Cluster.create_topic caches it; _refresh_topics skips known "
-    "names), so a later leader/epoch change in the store is never seen until a restart",
-)
 def test_leader_epoch_change_of_a_topic_created_here(broker):
     with broker.client() as c:
         name = unique_topic()

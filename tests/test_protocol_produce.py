@@ -101,11 +101,6 @@ def test_offsets_are_dense_across_requests(client, topic, acks, version):
     assert log_end(client, topic, 1) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Kafka (ProduceRequest.validateRecords) answers INVALID_RECORD (87) to a v3+ "
-    "Produce whose partition data holds more than one record batch; pybroker appends them all",
-)
 def test_several_batches_in_one_partition_is_invalid_record(client, topic):
     records = batch([b"a", b"b"]) + batch([b"c"])
     p = client.produce(topic, 0, records)

@@ -807,6 +807,7 @@ class Cluster:
         self._local_gen += 1
         self._locally_written[name] = self._local_gen
         self._update_topic(info)
+        self._mark(("topic", name))  # read it back once, which sets the watches on its znodes
         return info
 
     async def delete_topic(self, name: str) -> None:
@@ -930,6 +931,7 @@ class Cluster:
         self._local_gen += 1
         self._locally_written[name] = self._local_gen
         self._update_topic(new_info)
+        self._mark(("topic", name))
         return new_info
 
     # ------------------------------------------------------------------ producer ids

@@ -59,10 +59,10 @@ def _lookup(ctx: RequestContext, topic: str, p: dict) -> dict:
 async def list_offsets(ctx: RequestContext, req: dict) -> dict:
     topics = []
     for t in req["topics"]:
-        seen = set()
+        indexes = [p["partition_index"] for p in t["partitions"]]
         parts = []
         for p in t["partitions"]:
-            if p["partition_index"] in seen:
+            if indexes.count(p["partition_index"]) > 1:  # Kafka refuses every occurrence
                 parts.append(
                     {
                         "partition_index": p["partition_index"],
@@ -72,8 +72,7 @@ async def list_offsets(ctx: RequestContext, req: dict) -> dict:
                         "leader_epoch": -1,
                     }
                 )
-                continue
-            seen.add(p["partition_index"])
-            parts.append(_lookup(ctx, t["name"], p))
+            else:
+                parts.append(_lookup(ctx, t["name"], p))
         topics.append({"name": t["name"], "partitions": parts})
     return {"throttle_time_ms": 0, "topics": topics}

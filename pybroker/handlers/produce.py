@@ -51,6 +51,11 @@ def _append(ctx: RequestContext, topic: str, index: int, records) -> dict:
             batches = parse_batches(records)
         except InvalidRecordError as e:
             raise KafkaError(e.code, str(e)) from None
+        if len(batches) != 1 and ctx.version >= 3:  # as Kafka's ProduceRequest.validateRecords
+            raise KafkaError(
+                ErrorCode.INVALID_RECORD,
+                f"Produce requests with version {ctx.version} must contain exactly one record batch",
+            )
         limit = max_message_bytes(services.config, services.cluster.topics[topic].configs)
         for b in batches:
             if b.size > limit:
