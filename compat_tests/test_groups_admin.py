@@ -1,0 +1,147 @@
+"""Kafka admin views of consumer groups, through kafka-python 3.0's KafkaAdminClient.
+
+kafka-python 3.0 names them list_groups / describe_groups / list_group_offsets /
+delete_groups (2.x: list_consumer_groups / describe_consumer_groups /
+list_consumer_group_offsets / delete_consumer_groups): ListGroups, DescribeGroups,
+OffsetFetch (all topics: null topic list, v2+) and DeleteGroups on the wire.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from kafka import KafkaAdminClient, TopicPartition
+
+from compat_tests.group_member import (
+    GROUP_BROKER_OVERRIDES,
+    ThreadMember,
+    close_all,
+    produce,
+    wait_stable,
+    wait_until,
+)
+from compat_tests.helpers import create_topic, unique_topic
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.broker_overrides(GROUP_BROKER_OVERRIDES)]
+
+PARTITIONS = 4
+
+
+def _admin(broker) -> KafkaAdminClient:
+    return KafkaAdminClient(bootstrap_servers=broker.bootstrap, client_id="compat-group-admin")
+
+
+def _assigned(member: dict) -> set[tuple[str, int]]:
+    assignment = member.get("member_assignment") or {}
+    if not isinstance(assignment, dict):  # undecodable bytes
+        return set()
+    return {
+        (tp["topic"], p)
+        for tp in assignment.get("assigned_partitions", [])
+        for p in tp["partitions"]
+    }
+
+
+def _consume_and_commit(broker, topic, group, n):
+    """Two members consume n records, commit them, then leave (close). Returns the end
+    offset of every partition."""
+    members = [ThreadMember(broker.bootstrap, topic, group, f"adm{i}") for i in range(2)]
+    try:
+        wait_stable(members, PARTITIONS, 60)
+        sent = produce(broker.bootstrap, topic, PARTITIONS, n, "adm")
+        wait_until(
+            lambda: set(sent) <= {(p, o) for m in members for p, o, _ in m.records()},
+            60,
+            what="records consumed",
+        )
+        # every batch is committed synchronously right after poll() returned it; the member
+        # thread has committed the last batch once it polls again, which close() waits for
+        for m in members:
+            m.close()
+            m.check()
+            assert not m.commit_failures, m.commit_failures
+    finally:
+        close_all(members)
+    ends: dict[int, int] = {}
+    for p, o in sent:
+        ends[p] = max(ends.get(p, 0), o + 1)
+    return ends
+
+
+def test_admin_views_of_an_empty_group(broker):
+    topic, group = unique_topic("grp"), f"adm-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    ends = _consume_and_commit(broker, topic, group, 200)
+    admin = _admin(broker)
+    try:
+        listed = admin.list_groups()
+        mine = [g for g in listed if g["group_id"] == group]
+        print(f"[{broker.backend}] list_groups: {len(listed)} groups, ours: {mine}")
+        assert len(mine) == 1
+        assert mine[0]["protocol_type"] == "consumer"
+        if "group_state" in mine[0]:  # ListGroups v4+
+            assert mine[0]["group_state"] == "Empty"
+
+        desc = admin.describe_groups([group])[group]
+        print(f"[{broker.backend}] describe_groups: {desc}")
+        assert desc["error"] is None
+        assert desc["group_state"] == "Empty"
+        assert desc["protocol_type"] == "consumer"
+        assert desc["members"] == []
+
+        offsets = admin.list_group_offsets(group)[group]
+        print(f"[{broker.backend}] list_group_offsets: {offsets}")
+        assert {tp: om.offset for tp, om in offsets.items()} == {
+            TopicPartition(topic, p): end for p, end in ends.items()
+        }
+        assert sum(om.offset for om in offsets.values()) == 200
+
+        deleted = admin.delete_groups([group])
+        print(f"[{broker.backend}] delete_groups: {deleted}")
+        assert deleted == {group: "OK"}
+
+        after = [g for g in admin.list_groups() if g["group_id"] == group]
+        gone = admin.describe_groups([group])[group]
+        left = admin.list_group_offsets(group)[group]
+        print(
+            f"[{broker.backend}] after delete: listed {after}, state {gone['group_state']!r} "
+            f"(error {gone['error']}), offsets {left}"
+        )
+        assert after == []
+        # Kafka answers a group it does not know with state Dead (DescribeGroups v0-5) or
+        # GROUP_ID_NOT_FOUND (v6+), and no committed offsets
+        assert gone["group_state"] == "Dead" or "GroupIdNotFound" in str(gone["error"])
+        assert left == {}
+    finally:
+        admin.close()
+
+
+def test_admin_describe_stable_group_and_refuse_delete(broker):
+    """DescribeGroups of a live group: Stable, both members, their decoded assignments;
+    DeleteGroups of a non-empty group is refused (NON_EMPTY_GROUP)."""
+    topic, group = unique_topic("grp"), f"adm-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    members = [ThreadMember(broker.bootstrap, topic, group, f"live{i}") for i in range(2)]
+    admin = _admin(broker)
+    try:
+        sets = wait_stable(members, PARTITIONS, 60)
+        desc = admin.describe_groups([group])[group]
+        print(f"[{broker.backend}] describe_groups (live): {desc}")
+        assert desc["error"] is None
+        assert desc["group_state"] == "Stable"
+        assert desc["protocol_type"] == "consumer"
+        assert desc["protocol_data"] in ("range", "roundrobin", "sticky")
+        assert sorted(m["client_id"] for m in desc["members"]) == ["live0", "live1"]
+        described = sorted(sorted(p for _, p in _assigned(m)) for m in desc["members"])
+        assert described == sorted(sorted(s) for s in sets)
+        for m in desc["members"]:
+            assert {t for t, _ in _assigned(m)} == {topic}
+            assert m["member_metadata"]["topics"] == [topic]
+
+        deleted = admin.delete_groups([group])
+        print(f"[{broker.backend}] delete_groups on a live group: {deleted}")
+        assert deleted == {group: "NonEmptyGroupError"}
+    finally:
+        admin.close()
+        close_all(members)
