@@ -7,7 +7,8 @@ forceSync=yes, data dir under /tmp) and an embedded LocalStore (default fsync po
 os.write per commit, fsync at most every 1000 ms), then for 1 and 10 partitions per commit and
 1 and 8 concurrent groups (each a consumer committing after every poll: one commit awaited
 before the next) commits N times per group with a new offset each time, so every commit is a
-store write (one multi).  Prints commits/s, partitions/s and commit latency p50/p99.  Last, the
+store write; then one group of 8 members, each committing its own partition at the same time
+(commits queued behind an in-flight multi are merged into one: group commit).  Prints commits/s, partitions/s and commit latency p50/p99.  Last, the
 "idle consumer" rows: the same offsets again (skipped within timestamp_refresh_ms: no store
 write) and OffsetFetch (load) from the cache.
 """
@@ -33,32 +34,38 @@ from pybroker.coord.zk import ZooKeeperStore  # noqa: E402
 from tests.zk_server import ZooKeeperServer, zookeeper_available  # noqa: E402
 
 
-def offsets_for(n: int, partitions: int, ts: int) -> dict[tuple[str, int], CommittedOffset]:
-    return {("bench-topic", p): CommittedOffset(n, 0, "", ts) for p in range(partitions)}
+def offsets_for(
+    n: int, partitions: int, ts: int, first: int = 0
+) -> dict[tuple[str, int], CommittedOffset]:
+    return {
+        ("bench-topic", p): CommittedOffset(n, 0, "", ts) for p in range(first, first + partitions)
+    }
 
 
 async def run_case(
-    store: MetadataStore, groups: int, partitions: int, commits: int
+    store: MetadataStore, groups: int, partitions: int, commits: int, members: int = 1
 ) -> tuple[float, list[float]]:
+    """``groups`` groups of ``members`` consumers each; a member commits its own partitions."""
     offsets = OffsetStore(store, SYSTEM_CLOCK)
     names = [f"bench-{uuid.uuid4().hex[:8]}-{i}" for i in range(groups)]
     for g in names:  # create the znodes first: the loop measures steady-state commits
-        await offsets.commit(g, offsets_for(0, partitions, SYSTEM_CLOCK.time_ms()))
+        await offsets.commit(g, offsets_for(0, partitions * members, SYSTEM_CLOCK.time_ms()))
     latencies: list[float] = []
 
-    async def consumer(group: str) -> None:
+    async def consumer(group: str, member: int) -> None:
+        first = member * partitions
         for n in range(1, commits + 1):
             t = time.perf_counter()
-            await offsets.commit(group, offsets_for(n, partitions, SYSTEM_CLOCK.time_ms()))
+            ts = SYSTEM_CLOCK.time_ms()
+            await offsets.commit(group, offsets_for(n, partitions, ts, first))
             latencies.append(time.perf_counter() - t)
 
     start = time.perf_counter()
-    await asyncio.gather(*(consumer(g) for g in names))
+    await asyncio.gather(*(consumer(g, m) for g in names for m in range(members)))
     elapsed = time.perf_counter() - start
     for g in names:
-        assert (await OffsetStore(store, SYSTEM_CLOCK).load(g))[
-            ("bench-topic", 0)
-        ].offset == commits
+        got = await OffsetStore(store, SYSTEM_CLOCK).load(g)
+        assert all(co.offset == commits for co in got.values()), "commits lost"
     return elapsed, latencies
 
 
@@ -96,20 +103,21 @@ def pct(values: list[float], q: float) -> float:
 async def bench_backend(name: str, open_store, commits: int) -> None:
     print(f"\n{name}")
     print(
-        f"  {'partitions':>10} {'groups':>6} {'commits':>8} {'commits/s':>10} {'partitions/s':>13} {'p50 ms':>7} {'p99 ms':>7}"
+        f"  {'partitions':>10} {'groups':>6} {'members':>7} {'commits':>8} {'commits/s':>10} "
+        f"{'partitions/s':>13} {'p50 ms':>7} {'p99 ms':>7}"
     )
-    for partitions in (1, 10):
-        for groups in (1, 8):
-            store = await open_store()
-            try:
-                elapsed, lat = await run_case(store, groups, partitions, commits)
-            finally:
-                await store.close()
-            total = groups * commits
-            print(
-                f"  {partitions:>10} {groups:>6} {total:>8} {total / elapsed:>10.0f} "
-                f"{total * partitions / elapsed:>13.0f} {pct(lat, 50):>7.2f} {pct(lat, 99):>7.2f}"
-            )
+    cases = [(p, g, 1) for p in (1, 10) for g in (1, 8)] + [(1, 1, 8)]
+    for partitions, groups, members in cases:
+        store = await open_store()
+        try:
+            elapsed, lat = await run_case(store, groups, partitions, commits, members)
+        finally:
+            await store.close()
+        total = groups * members * commits
+        print(
+            f"  {partitions:>10} {groups:>6} {members:>7} {total:>8} {total / elapsed:>10.0f} "
+            f"{total * partitions / elapsed:>13.0f} {pct(lat, 50):>7.2f} {pct(lat, 99):>7.2f}"
+        )
     for partitions in (1, 10):
         store = await open_store()
         try:

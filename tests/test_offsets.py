@@ -543,14 +543,22 @@ async def test_forget_drops_the_cache(store, backend):
 
 
 @with_store
-async def test_cancelled_caller_still_commits(store, backend):
+async def test_cancelled_callers(store, backend):
     spy = Spy(store)
     offsets = OffsetStore(spy, backend.clock)
+    await offsets.commit("g", {("t", 0): co(1)})
     gate = spy.hold_before["multi"] = asyncio.Event()
-    task = asyncio.ensure_future(offsets.commit("g", {("t", 0): co(5)}))
+    in_flight = asyncio.ensure_future(offsets.commit("g", {("t", 0): co(2)}))
     await asyncio.sleep(0.01)
-    task.cancel()
+    queued = asyncio.ensure_future(offsets.commit("g", {("t", 1): co(5)}))
+    await asyncio.sleep(0.01)
+    queued.cancel()  # queued: it still goes ahead
+    in_flight.cancel()  # its multi in flight: outcome unknown (here: never sent)
     del spy.hold_before["multi"]
     gate.set()
-    await offsets.commit("g", {("t", 1): co(6)})  # queued behind it: done after it
-    assert await OffsetStore(store, backend.clock).load("g") == {("t", 0): co(5), ("t", 1): co(6)}
+    with pytest.raises(asyncio.CancelledError):
+        await in_flight
+    await offsets.commit("g", {("t", 2): co(6)})  # queued behind the others: done after them
+    expected = {("t", 0): co(1), ("t", 1): co(5), ("t", 2): co(6)}
+    assert await OffsetStore(store, backend.clock).load("g") == expected
+    assert await offsets.load("g") == expected

@@ -50,7 +50,9 @@ order and never race each other; no lock is held across an await.  Commits that 
 a multi is in flight (the members of one group committing at the same moment, or a consumer
 pipelining async commits) are merged into the next multi: later commits win per partition, as
 if applied in turn, and all merged callers get that multi's outcome (group commit: one round
-trip for many commits).  Different groups write concurrently.  ``load`` never waits for
+trip for many commits).  An uncontended write runs in its caller (no task).  A caller cancelled
+while its write is queued does not withdraw it; one cancelled while its own multi is in flight
+leaves the outcome unknown, like a lost connection (the group is re-read before its next use).  Different groups write concurrently.  ``load`` never waits for
 queued writes (it answers what is stored); concurrent first loads of a group share one store
 read, and a read that overlapped one of our writes to the group is used once and marked stale.
 
@@ -226,6 +228,11 @@ class _Write:
         self.offsets = offsets
         self.run = run
         self.done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+
+def _mark_retrieved(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _unchanged(old: CommittedOffset, new: CommittedOffset, refresh_ms: int) -> bool:
@@ -440,18 +447,33 @@ class OffsetStore:
     # ------------------------------------------------------------------ write machinery
 
     async def _submit(self, group: str, write: _Write) -> Any:
-        """Queue a write of the group.  One writer task per group (alive while the group has
-        queued writes) applies them in order, merging consecutive commits into one multi."""
+        """Apply a write of the group after the ones before it.  ``_queues[group]`` exists
+        while a write of the group is in flight.  If none is, the caller applies its write
+        itself (no task, no queue: the common case costs nothing extra); writes arriving
+        meanwhile queue up, and a writer task applies them in order when it is done, merging
+        consecutive commits into one multi."""
         queue = self._queues.get(group)
-        if queue is None:
-            queue = self._queues[group] = collections.deque()
-        queue.append(write)
-        if group not in self._writers:
-            self._writers[group] = asyncio.create_task(
-                self._write_loop(group, queue), name=f"offsets-writer-{group}"
-            )
-        # the write goes ahead even if the caller is cancelled (like a request already sent)
-        return await asyncio.shield(write.done)
+        if queue is not None:
+            queue.append(write)
+            # a queued write goes ahead even if its caller is cancelled meanwhile (then nobody
+            # reads its outcome: mark it read, or asyncio logs "exception never retrieved")
+            write.done.add_done_callback(_mark_retrieved)
+            return await asyncio.shield(write.done)
+        queue = self._queues[group] = collections.deque()
+        try:
+            if write.offsets is not None:
+                offsets = write.offsets
+                return await self._with_retries(
+                    group, lambda g: self._commit_once(group, g, offsets)
+                )
+            return await write.run()
+        finally:
+            if queue:
+                self._writers[group] = asyncio.create_task(
+                    self._write_loop(group, queue), name=f"offsets-writer-{group}"
+                )
+            else:
+                del self._queues[group]
 
     async def _write_loop(self, group: str, queue: collections.deque[_Write]) -> None:
         batch: list[_Write] = []
@@ -520,8 +542,9 @@ class OffsetStore:
             await self._store.multi(ops)
         except _RETRYABLE:
             raise  # a conflict: nothing was written
-        except BaseException:
-            self._writes[group] += 1  # the outcome is unknown
+        except BaseException:  # connection lost, or the caller cancelled: outcome unknown
+            self._writes[group] += 1
+            self._mark_stale(group)
             raise
         self._writes[group] += 1
         if self._groups.get(group) is g:
