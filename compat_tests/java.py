@@ -1,0 +1,299 @@
+"""Run Apache Kafka's Java tools (kafka-tools 3.9.x from Maven Central) against a broker.
+
+    cp = java.classpath()                   # runs scripts/fetch-java-deps once (cached)
+    r = java.run_main("org.apache.kafka.tools.TopicCommand",
+                      ["--bootstrap-server", broker.bootstrap, "--list"], timeout=60)
+    r.returncode, r.stdout, r.stderr, r.timed_out
+    p = java.start_main("org.apache.kafka.tools.VerifiableConsumer", [...], workdir=tmp_path)
+    p.wait(timeout=60) / p.stop()           # background process (own process group)
+
+The jars live under .cache/java/ (git-ignored); scripts/fetch-java-deps resolves them with
+Maven and prints the classpath file. PYBROKER_JAVA_CLASSPATH overrides the classpath (a
+':'-joined string, or a path to a file holding one). Tools log WARN and above to stderr through
+java/log4j/tools.properties (reload4j is the binding kafka-tools 3.9 depends on).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FETCH_SCRIPT = ROOT / "scripts" / "fetch-java-deps"
+CLASSPATH_FILE = ROOT / ".cache" / "java" / "classpath.txt"
+VERSION_FILE = ROOT / ".cache" / "java" / "kafka-version.txt"
+TOOLS_LOG4J = ROOT / "java" / "log4j" / "tools.properties"
+BROKER_LOG4J = ROOT / "java" / "log4j" / "broker.properties"
+DEFAULT_HEAP = "256m"
+
+# Main classes (Apache Kafka 3.9: the CLI tools live in org.apache.kafka.tools).
+CLIENT_COMPATIBILITY_TEST = "org.apache.kafka.tools.ClientCompatibilityTest"
+VERIFIABLE_PRODUCER = "org.apache.kafka.tools.VerifiableProducer"
+VERIFIABLE_CONSUMER = "org.apache.kafka.tools.VerifiableConsumer"
+PRODUCER_PERFORMANCE = "org.apache.kafka.tools.ProducerPerformance"
+CONSUMER_PERFORMANCE = "org.apache.kafka.tools.ConsumerPerformance"
+END_TO_END_LATENCY = "org.apache.kafka.tools.EndToEndLatency"
+TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"
+CONSUMER_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+KAFKA_SERVER = "kafka.Kafka"
+STORAGE_TOOL = "kafka.tools.StorageTool"
+
+
+class JavaDepsError(RuntimeError):
+    pass
+
+
+def java_executable() -> str | None:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").exists():
+        return str(Path(java_home) / "bin" / "java")
+    return shutil.which("java")
+
+
+def java_available() -> bool:
+    return java_executable() is not None
+
+
+@lru_cache(maxsize=1)
+def classpath() -> str:
+    """The ':'-joined classpath of the Kafka jars; fetches them (once) if needed."""
+    override = os.environ.get("PYBROKER_JAVA_CLASSPATH")
+    if override:
+        p = Path(override)
+        return p.read_text().strip() if p.is_file() else override
+    proc = subprocess.run(
+        ["bash", str(FETCH_SCRIPT)], capture_output=True, text=True, timeout=900, cwd=ROOT
+    )
+    if proc.returncode != 0 or not CLASSPATH_FILE.is_file():
+        raise JavaDepsError(
+            f"scripts/fetch-java-deps failed (exit {proc.returncode}):\n"
+            f"{proc.stderr[-4000:]}{proc.stdout[-2000:]}"
+        )
+    cp = CLASSPATH_FILE.read_text().strip()
+    missing = [j for j in cp.split(":") if not Path(j).exists()]
+    if missing:
+        raise JavaDepsError(f"classpath lists missing jars (rerun with --force): {missing[:3]}")
+    return cp
+
+
+def kafka_version() -> str:
+    classpath()
+    return VERSION_FILE.read_text().strip() if VERSION_FILE.exists() else "unknown"
+
+
+def java_command(
+    main_class: str,
+    args: list[str],
+    *,
+    heap: str = DEFAULT_HEAP,
+    log4j: Path | str | None = TOOLS_LOG4J,
+    jvm_args: list[str] | None = None,
+) -> list[str]:
+    java = java_executable()
+    if java is None:
+        raise JavaDepsError("java not found")
+    cmd = [java, f"-Xmx{heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+    cmd += ["-Djava.awt.headless=true"]
+    if log4j is not None:
+        cmd.append(f"-Dlog4j.configuration=file:{log4j}")
+    cmd += list(jvm_args or [])
+    cmd += ["-cp", classpath(), main_class, *[str(a) for a in args]]
+    return cmd
+
+
+@dataclass
+class JavaResult:
+    cmd: list[str]
+    returncode: int | None
+    stdout: str
+    stderr: str
+    elapsed: float
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def describe(self, max_chars: int = 6000) -> str:
+        """The tool's outcome for an assertion message (main class, exit code, output tails)."""
+        main = next((a for a in self.cmd if "." in a and a[0].isalpha() and "/" not in a), "?")
+        state = "timed out" if self.timed_out else f"exit {self.returncode}"
+        return (
+            f"{main} {state} after {self.elapsed:.1f}s\n"
+            f"--- stdout ---\n{self.stdout[-max_chars:]}\n"
+            f"--- stderr ---\n{self.stderr[-max_chars:]}"
+        )
+
+    def json_lines(self) -> list[dict]:
+        """stdout lines that parse as JSON objects (VerifiableProducer/Consumer events)."""
+        out = []
+        for line in self.stdout.splitlines():
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+        return out
+
+
+def _kill_group(proc: subprocess.Popen, sig: int) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def run_main(
+    main_class: str,
+    args: list[str],
+    *,
+    timeout: float = 120.0,
+    heap: str = DEFAULT_HEAP,
+    log4j: Path | str | None = TOOLS_LOG4J,
+    jvm_args: list[str] | None = None,
+    input: str | None = None,
+    cwd: Path | str | None = None,
+) -> JavaResult:
+    """Run a main class to completion; on timeout its process group is killed (no raise)."""
+    cmd = java_command(main_class, args, heap=heap, log4j=log4j, jvm_args=jvm_args)
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        start_new_session=True,
+    )
+    timed_out = False
+    try:
+        out, err = proc.communicate(input=input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc, signal.SIGKILL)
+        out, err = proc.communicate()
+    return JavaResult(cmd, proc.returncode, out, err, time.monotonic() - start, timed_out)
+
+
+@dataclass
+class JavaProcess:
+    """A main class running in the background; stdout/stderr go to files in `workdir`."""
+
+    cmd: list[str]
+    proc: subprocess.Popen
+    stdout_path: Path
+    stderr_path: Path
+    started: float = field(default_factory=time.monotonic)
+
+    def is_running(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait(self, timeout: float) -> JavaResult:
+        """Wait for exit; on timeout kill the group and mark the result timed out."""
+        timed_out = False
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(self.proc, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        return self.result(timed_out)
+
+    def stop(self, timeout: float = 15.0) -> JavaResult:
+        """SIGTERM (the tools' shutdown hooks close their clients), then SIGKILL."""
+        _kill_group(self.proc, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(self.proc, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        return self.result(False)
+
+    def result(self, timed_out: bool = False) -> JavaResult:
+        return JavaResult(
+            self.cmd,
+            self.proc.returncode,
+            self.stdout_path.read_text(errors="replace"),
+            self.stderr_path.read_text(errors="replace"),
+            time.monotonic() - self.started,
+            timed_out,
+        )
+
+    def stdout_text(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+
+def start_main(
+    main_class: str,
+    args: list[str],
+    *,
+    workdir: Path | str,
+    name: str | None = None,
+    heap: str = DEFAULT_HEAP,
+    log4j: Path | str | None = TOOLS_LOG4J,
+    jvm_args: list[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> JavaProcess:
+    cmd = java_command(main_class, args, heap=heap, log4j=log4j, jvm_args=jvm_args)
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    name = name or main_class.rsplit(".", 1)[-1]
+    out_path, err_path = workdir / f"{name}.out", workdir / f"{name}.err"
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            cwd=workdir,
+            env=dict(os.environ, **(env or {})),
+            start_new_session=True,
+        )
+    return JavaProcess(cmd, proc, out_path, err_path)
+
+
+# -- reading the broker's side ----------------------------------------------------------------
+
+_REFUSED = re.compile(
+    r"closing (?P<peer>\S+): (?:api (?P<key>\d+) v(?P<ver>\d+) (?P<why>not served|not supported)"
+    r"|cannot decode api (?P<dkey>\d+) v(?P<dver>\d+): (?P<err>.*))"
+)
+
+
+def refused_requests(broker_output: str) -> list[tuple[int, int, str]]:
+    """(api_key, version, reason) for every request the broker closed a connection over."""
+    found = []
+    for m in _REFUSED.finditer(broker_output):
+        if m.group("key") is not None:
+            found.append((int(m.group("key")), int(m.group("ver")), m.group("why")))
+        else:
+            found.append((int(m.group("dkey")), int(m.group("dver")), f"decode: {m.group('err')}"))
+    return sorted(set(found))
+
+
+_JAVA_EXC = re.compile(
+    r"((?:org\.apache\.kafka|java\.util\.concurrent|java\.lang)[\w.$]*(?:Exception|Error))"
+    r"(?::\s*([^\n]*))?"
+)
+
+
+def java_errors(text: str, limit: int = 8) -> list[str]:
+    """Distinct 'ExceptionClass: message' lines from a tool's output, first seen first."""
+    seen: dict[str, None] = {}
+    for m in _JAVA_EXC.finditer(text):
+        line = m.group(1) + (f": {m.group(2).strip()}" if m.group(2) else "")
+        seen.setdefault(line[:300], None)
+        if len(seen) >= limit:
+            break
+    return list(seen)
