@@ -43,18 +43,19 @@ bottleneck"):
   ``Delete``s that also removes the topic, ``offsets`` and group znodes left empty, so a group
   with no offsets has no znode and ``groups`` lists only groups with committed offsets.
 
-Concurrency: one OffsetStore per broker; any coroutine may call it at any time.  The writes of
-one group (commit, delete_offsets, expire, delete_group) go through a queue drained by one
-writer task per group (alive only while the group has queued writes), so they apply in call
-order and never race each other; no lock is held across an await.  Commits that queue up while
-a multi is in flight (the members of one group committing at the same moment, or a consumer
-pipelining async commits) are merged into the next multi: later commits win per partition, as
-if applied in turn, and all merged callers get that multi's outcome (group commit: one round
-trip for many commits).  An uncontended write runs in its caller (no task).  A caller cancelled
-while its write is queued does not withdraw it; one cancelled while its own multi is in flight
-leaves the outcome unknown, like a lost connection (the group is re-read before its next use).  Different groups write concurrently.  ``load`` never waits for
-queued writes (it answers what is stored); concurrent first loads of a group share one store
-read, and a read that overlapped one of our writes to the group is used once and marked stale.
+Concurrency: one OffsetStore per broker; any coroutine may call it at any time, and different
+groups write concurrently.  The writes of one group (commit, delete_offsets, expire,
+delete_group) apply one at a time in call order, without a lock held across an await: an
+uncontended write runs in its caller (no task, no queue); writes arriving while one is in
+flight queue up, and a writer task (alive only while the group has queued writes) applies them
+after it.  Consecutive queued commits (the members of a group committing at the same moment, a
+consumer pipelining async commits) are merged into one multi: later commits win per partition,
+as if applied in turn, and every merged caller gets that multi's outcome (group commit: one
+round trip for many commits).  A caller cancelled while its write is queued does not withdraw
+it; one cancelled while its own multi is in flight leaves the outcome unknown, like a lost
+connection (the group is re-read before its next use).  ``load`` never waits for queued writes
+(it answers what is stored); concurrent first loads of a group share one store read, and a read
+that overlapped one of our writes to the group is used once and marked stale.
 
 The coordinator enforces Kafka's limits before calling (offset.metadata.max.bytes, valid
 partitions); this module stores what it is given.
