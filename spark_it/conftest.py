@@ -79,7 +79,9 @@ def pytest_configure(config):
 
 # -- the SparkSession -----------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def spark():
+def spark(spark_broker):
+    """(Depends on spark_broker only so the session stops before the broker does: Spark's
+    cached producers would otherwise log reconnect warnings at the very end.)"""
     try:
         import pyspark
     except ImportError:
