@@ -359,8 +359,8 @@ class Group:
         self.in_initial_delay = False
         self.generation_id += 1
         if not self.members:
+            # Kafka keeps the protocol type of a group that became empty (ListGroups shows it)
             self.protocol_name = None
-            self.protocol_type = None
             self.leader_id = None
             self._transition(GroupState.EMPTY, now)
             return out
