@@ -25,6 +25,7 @@ from compat_tests.procutil import free_port, tail
 
 HOST = "127.0.0.1"
 START_TIMEOUT = float(os.environ.get("PYBROKER_TEST_START_TIMEOUT", "30"))
+ZK_SESSION_TIMEOUT_MS = "8000"
 
 
 class BrokerStartError(RuntimeError):
@@ -91,6 +92,9 @@ class BrokerProcess:
         }
         if self.zookeeper_connect:
             settings["zookeeper.connect"] = f"{self.zookeeper_connect}{self.chroot}"
+            # shorter than Kafka's 18 s so a restart after kill -9 waits less for the old
+            # session's ephemeral /brokers/ids/<id> to go; a test may override it
+            settings["zookeeper.session.timeout.ms"] = ZK_SESSION_TIMEOUT_MS
         settings.update(self.overrides)
         cmd = [sys.executable, "-m", "pybroker", "serve"]
         for k, v in settings.items():
@@ -153,8 +157,16 @@ class BrokerProcess:
                     raise
                 time.sleep(0.5)
 
+    def _mark(self, what: str) -> None:
+        """Note in the broker's output what the harness did, and when (to tell our signals
+        from anyone else's when reading a log)."""
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S") + f",{int(time.time() * 1000) % 1000:03d}"
+        with open(self.stderr_path, "ab") as out:
+            out.write(f"===== harness {stamp}: {what}\n".encode())
+
     def _terminate_hard(self) -> None:
         if self.proc and self.proc.poll() is None:
+            self._mark(f"SIGKILL to process group {self.proc.pid}")
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -166,6 +178,7 @@ class BrokerProcess:
         proc = self.proc
         assert proc is not None, "broker was never started"
         if proc.poll() is None:
+            self._mark(f"SIGTERM to pid {proc.pid}")
             proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(timeout=timeout)
@@ -175,12 +188,14 @@ class BrokerProcess:
                     f"broker did not exit within {timeout}s of SIGTERM (killed)\n{self.output()}"
                 ) from None
         code = proc.returncode
+        self._mark(f"pid {proc.pid} exited with {code}")
         self.exit_codes.append(code)
         assert code == 0, f"broker exited with {code} after SIGTERM\n{self.output()}"
         return code
 
     def kill9(self) -> None:
         assert self.proc is not None and self.proc.poll() is None, "broker is not running"
+        self._mark(f"SIGKILL to pid {self.proc.pid}")
         os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=10)
         self.exit_codes.append(self.proc.returncode)

@@ -103,6 +103,18 @@ def pytest_report_header(config):
     ]
 
 
+def pytest_runtest_setup(item):
+    """Stop at once if our broker died: every later test would only wait out its timeouts."""
+    b = _state.get("broker")
+    if b is not None and not b.is_running():
+        code = b.proc.returncode if b.proc else None
+        pytest.exit(
+            f"pybroker (pid {b.pid}) is gone (exit {code}) before {item.nodeid}\n"
+            f"--- {b.stderr_path} ---\n{b.output(100)}",
+            returncode=1,
+        )
+
+
 def _matches(nodeid: str, entry: str) -> bool:
     # an entry without [params] covers every parametrization; a trailing '::' covers a class
     return nodeid == entry or nodeid.startswith(entry + "[") or nodeid.startswith(entry + "::")
