@@ -70,6 +70,27 @@ class _Writer:
         self._f.close()
 
 
+def _await_topic_metadata(consumer: KafkaConsumer, topic: str, timeout: float = 30.0) -> None:
+    """Work around a kafka-python 3.0.12 join hang: subscribe, then fetch the topic's
+    metadata BEFORE the first poll.
+
+    If the first JoinGroup completes before the consumer knows the topic's partitions, the
+    leader assigns nothing, and the metadata arriving afterwards triggers a rejoin that is
+    driven only by `_assignment_snapshot != _metadata_snapshot`. The leader's
+    _perform_assignment for that rejoin makes the two snapshots equal again, so once
+    poll(timeout_ms) gives up waiting for the in-flight JoinGroup/SyncGroup task,
+    need_rejoin() is False on every later poll: the finished task is never consumed, the
+    member stays REBALANCING with heartbeats disabled, and the broker expires it after
+    the session timeout (client-side; seen with group.initial.rebalance.delay.ms=0, where
+    JoinGroup answers faster than the first Metadata request).
+    """
+    deadline = time.monotonic() + timeout
+    while not consumer.partitions_for_topic(topic):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no metadata for topic {topic} after {timeout}s")
+        time.sleep(0.05)
+
+
 def _member_main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bootstrap", required=True)
@@ -83,6 +104,13 @@ def _member_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--delay-ms", type=int, default=0, help="processing time per batch")
     args = ap.parse_args(argv)
 
+    level = os.environ.get("GROUP_MEMBER_LOG_LEVEL")  # e.g. DEBUG: kafka-python's log to stderr
+    if level:
+        import logging
+
+        logging.basicConfig(
+            level=level.upper(), format="%(asctime)s %(threadName)s %(name)s: %(message)s"
+        )
     out = _Writer(args.out)
     out.write("start", pid=os.getpid())
     stop = threading.Event()
@@ -111,6 +139,7 @@ def _member_main(argv: list[str] | None = None) -> int:
             )
 
     consumer.subscribe([args.topic], listener=Listener())
+    _await_topic_metadata(consumer, args.topic)
     try:
         while not stop.is_set():
             batch = consumer.poll(timeout_ms=200)
@@ -346,6 +375,7 @@ class ThreadMember:
                         member.assign_events.append((time.monotonic(), parts))
 
             consumer.subscribe([self.topic], listener=Listener())
+            _await_topic_metadata(consumer, self.topic)
             while not self._stop.is_set():
                 batch = consumer.poll(timeout_ms=100)
                 got = [

@@ -70,36 +70,61 @@ def _consume_and_commit(broker, topic, group, n):
 
 
 def test_admin_views_of_an_empty_group(broker):
+    """After both members left: ListGroups, DescribeGroups, OffsetFetch (all topics), then
+    DeleteGroups and the same views again. Every mismatch is collected, then reported at once.
+
+    Kafka keeps the protocol type "consumer" when the last member leaves (GroupMetadata /
+    ClassicGroup.initNextGeneration clear only the protocol name), so ListGroups and
+    DescribeGroups still say "consumer" for the Empty group.
+    """
     topic, group = unique_topic("grp"), f"adm-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap, topic, PARTITIONS)
     ends = _consume_and_commit(broker, topic, group, 200)
+    problems: list[str] = []
+
+    def expect(ok: bool, what: str) -> None:
+        if not ok:
+            problems.append(what)
+
     admin = _admin(broker)
     try:
         listed = admin.list_groups()
         mine = [g for g in listed if g["group_id"] == group]
         print(f"[{broker.backend}] list_groups: {len(listed)} groups, ours: {mine}")
-        assert len(mine) == 1
-        assert mine[0]["protocol_type"] == "consumer"
+        assert len(mine) == 1, f"group {group} not listed exactly once: {listed}"
+        expect(
+            mine[0]["protocol_type"] == "consumer",
+            f"list_groups protocol_type {mine[0]['protocol_type']!r}, want 'consumer'",
+        )
         if "group_state" in mine[0]:  # ListGroups v4+
-            assert mine[0]["group_state"] == "Empty"
+            expect(
+                mine[0]["group_state"] == "Empty",
+                f"list_groups group_state {mine[0]['group_state']!r}, want 'Empty'",
+            )
 
         desc = admin.describe_groups([group])[group]
         print(f"[{broker.backend}] describe_groups: {desc}")
-        assert desc["error"] is None
-        assert desc["group_state"] == "Empty"
-        assert desc["protocol_type"] == "consumer"
-        assert desc["members"] == []
+        expect(desc["error"] is None, f"describe_groups error {desc['error']}")
+        expect(
+            desc["group_state"] == "Empty",
+            f"describe_groups group_state {desc['group_state']!r}, want 'Empty'",
+        )
+        expect(
+            desc["protocol_type"] == "consumer",
+            f"describe_groups protocol_type {desc['protocol_type']!r}, want 'consumer'",
+        )
+        expect(desc["members"] == [], f"describe_groups members {desc['members']}, want []")
 
         offsets = admin.list_group_offsets(group)[group]
         print(f"[{broker.backend}] list_group_offsets: {offsets}")
-        assert {tp: om.offset for tp, om in offsets.items()} == {
-            TopicPartition(topic, p): end for p, end in ends.items()
-        }
-        assert sum(om.offset for om in offsets.values()) == 200
+        got = {tp: om.offset for tp, om in offsets.items()}
+        want = {TopicPartition(topic, p): end for p, end in ends.items()}
+        expect(got == want, f"list_group_offsets {got}, want {want}")
+        print(f"[{broker.backend}] committed total {sum(got.values())} of 200 records")
 
         deleted = admin.delete_groups([group])
         print(f"[{broker.backend}] delete_groups: {deleted}")
-        assert deleted == {group: "OK"}
+        expect(deleted == {group: "OK"}, f"delete_groups {deleted}, want {{{group!r}: 'OK'}}")
 
         after = [g for g in admin.list_groups() if g["group_id"] == group]
         gone = admin.describe_groups([group])[group]
@@ -108,13 +133,18 @@ def test_admin_views_of_an_empty_group(broker):
             f"[{broker.backend}] after delete: listed {after}, state {gone['group_state']!r} "
             f"(error {gone['error']}), offsets {left}"
         )
-        assert after == []
+        expect(after == [], f"deleted group still listed: {after}")
         # Kafka answers a group it does not know with state Dead (DescribeGroups v0-5) or
         # GROUP_ID_NOT_FOUND (v6+), and no committed offsets
-        assert gone["group_state"] == "Dead" or "GroupIdNotFound" in str(gone["error"])
-        assert left == {}
+        expect(
+            gone["group_state"] == "Dead" or "GroupIdNotFound" in str(gone["error"]),
+            f"deleted group described as {gone['group_state']!r} (error {gone['error']})",
+        )
+        expect(left == {}, f"deleted group still has offsets {left}")
     finally:
         admin.close()
+    print(f"[{broker.backend}] {len(problems)} mismatches")
+    assert not problems, "\n".join(problems)
 
 
 def test_admin_describe_stable_group_and_refuse_delete(broker):

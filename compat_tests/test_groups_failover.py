@@ -60,6 +60,17 @@ def _stable(members: list[MemberProcess], partitions: int = PARTITIONS):
     return sets
 
 
+def _wait_stable(members: list[MemberProcess], timeout: float = JOIN_TIMEOUT):
+    try:
+        return wait_until(lambda: _stable(members), timeout, 0.1, "members stable")
+    except AssertionError as e:
+        views = "\n".join(
+            f"{m.name}: last events {[x for x in m.events() if x['ev'] != 'records'][-4:]}"
+            for m in members
+        )
+        raise AssertionError(f"{e}\n{views}") from None
+
+
 def _uncommitted(m: MemberProcess) -> set[tuple[int, int]]:
     """Records the member consumed whose batch commit did not (visibly) succeed: a batch
     followed by commit_failed, or the last batch of a killed member."""
@@ -134,7 +145,7 @@ def test_kill9_member_partitions_move_after_session_timeout(broker, tmp_path):
     )
     victim, survivor = members
     try:
-        sets = wait_until(lambda: _stable(members), JOIN_TIMEOUT, 0.1, "two members stable")
+        sets = _wait_stable(members)
         victim_parts = set(sets[0])
         print(f"[{broker.backend}] victim owns {sorted(victim_parts)}, survivor {sorted(sets[1])}")
         n = 800
