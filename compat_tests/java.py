@@ -96,11 +96,17 @@ def java_command(
     heap: str = DEFAULT_HEAP,
     log4j: Path | str | None = TOOLS_LOG4J,
     jvm_args: list[str] | None = None,
+    fast_start: bool = True,
 ) -> list[str]:
+    """The java command line. fast_start picks a small-heap, quick-to-start JVM (serial GC, C1
+    only) for short-lived tools; pass False for long runs (a benchmark broker) and give the GC
+    flags in jvm_args."""
     java = java_executable()
     if java is None:
         raise JavaDepsError("java not found")
-    cmd = [java, f"-Xmx{heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+    cmd = [java, f"-Xmx{heap}"]
+    if fast_start:
+        cmd += ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
     cmd += ["-Djava.awt.headless=true"]
     if log4j is not None:
         cmd.append(f"-Dlog4j.configuration=file:{log4j}")
@@ -244,8 +250,11 @@ def start_main(
     log4j: Path | str | None = TOOLS_LOG4J,
     jvm_args: list[str] | None = None,
     env: dict[str, str] | None = None,
+    fast_start: bool = True,
 ) -> JavaProcess:
-    cmd = java_command(main_class, args, heap=heap, log4j=log4j, jvm_args=jvm_args)
+    cmd = java_command(
+        main_class, args, heap=heap, log4j=log4j, jvm_args=jvm_args, fast_start=fast_start
+    )
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     name = name or main_class.rsplit(".", 1)[-1]

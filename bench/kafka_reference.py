@@ -1,0 +1,395 @@
+"""A real Apache Kafka 3.9 (KRaft) on loopback, from the jars of scripts/fetch-java-deps.
+
+For side-by-side runs against pybroker:
+
+    from bench.kafka_reference import start_kafka, start_kafka_cluster
+    with start_kafka() as kafka:                 # one node: broker + controller
+        kafka.bootstrap                          # "127.0.0.1:<port>"
+    with start_kafka_cluster(3) as cluster:      # node 1 broker+controller, nodes 2-3 brokers
+        cluster.bootstrap                        # all three brokers' listeners
+
+    python -m bench.kafka_reference [--brokers 3] [--smoke] [--workdir DIR]
+        starts it, prints the bootstrap servers, and runs until Ctrl-C; --smoke instead
+        produces and consumes with kafka-python and stops.
+
+Each node gets free loopback ports, a server.properties and data dir under the work dir (a
+temp dir unless given), its storage formatted with kafka.tools.StorageTool (`format -t
+<cluster id> -c server.properties`), then runs kafka.Kafka with -Xmx512m and G1 (Kafka's own
+GC flags) and java/log4j/broker.properties; its output goes to <workdir>/node<id>/kafka.out.
+start_* return once the PLAINTEXT listener answers Metadata listing every broker. stop() sends
+SIGTERM (Kafka's controlled shutdown), brokers first and the controller last, and waits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from compat_tests import java, rawkafka  # noqa: E402
+from compat_tests.procutil import free_port, tail  # noqa: E402
+
+HOST = "127.0.0.1"
+HEAP = "512m"
+# Kafka's kafka-run-class.sh defaults (KAFKA_JVM_PERFORMANCE_OPTS), minus the GC log.
+JVM_PERFORMANCE_OPTS = [
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.net.preferIPv4Stack=true",
+]
+
+
+def new_cluster_id() -> str:
+    """A Kafka Uuid in its base64url form (22 chars), not starting with '-' (as Kafka's)."""
+    while True:
+        s = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not s.startswith("-"):
+            return s
+
+
+def metadata_brokers(host: str, port: int, timeout: float = 2.0) -> tuple[list[int], int]:
+    """(broker ids, controller id) from a Metadata v1 round trip with no topics."""
+    with rawkafka.Conn(host, port, timeout=timeout) as c:
+        _corr, body = c.roundtrip(rawkafka.metadata_v1(11, topics=[]))
+    r = rawkafka.Reader(body)
+    n = r.take(">i")
+    ids = []
+    for _ in range(n):
+        node_id = r.take(">i")
+        r.string()  # host
+        r.take(">i")  # port
+        r.string()  # rack
+        ids.append(node_id)
+    controller = r.take(">i")
+    return sorted(ids), controller
+
+
+@dataclass
+class KafkaNode:
+    node_id: int
+    workdir: Path
+    port: int
+    controller_port: int | None  # set on the node that runs the controller
+    voters: str  # controller.quorum.voters
+    overrides: dict[str, object] = field(default_factory=dict)
+    heap: str = HEAP
+    proc: subprocess.Popen | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def properties_path(self) -> Path:
+        return self.workdir / "server.properties"
+
+    @property
+    def out_path(self) -> Path:
+        return self.workdir / "kafka.out"
+
+    def properties(self) -> dict[str, object]:
+        controller = self.controller_port is not None
+        listeners = [f"PLAINTEXT://{HOST}:{self.port}"]
+        if controller:
+            listeners.append(f"CONTROLLER://{HOST}:{self.controller_port}")
+        props: dict[str, object] = {
+            "process.roles": "broker,controller" if controller else "broker",
+            "node.id": self.node_id,
+            "controller.quorum.voters": self.voters,
+            "listeners": ",".join(listeners),
+            "advertised.listeners": f"PLAINTEXT://{HOST}:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": self.workdir / "data",
+            "num.partitions": 1,
+            "offsets.topic.replication.factor": 1,
+            "transaction.state.log.replication.factor": 1,
+            "transaction.state.log.min.isr": 1,
+            "group.initial.rebalance.delay.ms": 0,
+            "num.network.threads": 2,
+            "num.io.threads": 4,
+        }
+        props.update(self.overrides)
+        return props
+
+    def write_properties(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        text = "".join(f"{k}={v}\n" for k, v in self.properties().items())
+        self.properties_path.write_text(text)
+
+    def format_storage(self, cluster_id: str, timeout: float = 120) -> None:
+        r = java.run_main(
+            java.STORAGE_TOOL,
+            ["format", "-t", cluster_id, "-c", self.properties_path, "--ignore-formatted"],
+            timeout=timeout,
+            log4j=java.TOOLS_LOG4J,
+        )
+        if not r.ok:
+            raise RuntimeError(f"StorageTool format failed for node {self.node_id}\n{r.describe()}")
+
+    def start(self) -> None:
+        cmd = java.java_command(
+            java.KAFKA_SERVER,
+            [self.properties_path],
+            heap=self.heap,
+            log4j=java.BROKER_LOG4J,
+            jvm_args=[f"-Xms{self.heap}", *JVM_PERFORMANCE_OPTS],
+            fast_start=False,
+        )
+        with open(self.out_path, "ab") as out:
+            out.write(f"\n===== start: {' '.join(map(str, cmd))}\n".encode())
+            out.flush()
+            self.proc = subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.workdir,
+                start_new_session=True,
+            )
+
+    def is_running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.is_running():
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def wait(self, timeout: float) -> int | None:
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def output(self, max_lines: int = 80) -> str:
+        return tail(self.out_path, max_lines)
+
+
+class KafkaReference:
+    """A running Apache Kafka (one or more nodes); a context manager that stops it."""
+
+    def __init__(self, nodes: list[KafkaNode], workdir: Path, cluster_id: str, owns_dir: bool):
+        self.nodes = nodes
+        self.workdir = workdir
+        self.cluster_id = cluster_id
+        self._owns_dir = owns_dir
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    @property
+    def version(self) -> str:
+        return java.kafka_version()
+
+    def wait_ready(self, timeout: float) -> None:
+        want = sorted(n.node_id for n in self.nodes)
+        deadline = time.monotonic() + timeout
+        last: object = None
+        while time.monotonic() < deadline:
+            for n in self.nodes:
+                if not n.is_running():
+                    raise RuntimeError(
+                        f"Kafka node {n.node_id} exited with {n.proc.returncode} during start\n"
+                        f"--- {n.out_path} ---\n{n.output()}"
+                    )
+            try:
+                seen = [metadata_brokers(HOST, n.port) for n in self.nodes]
+                if all(ids == want and ctrl in want for ids, ctrl in seen):
+                    return
+                last = seen
+            except (OSError, struct.error, AssertionError, TypeError, ValueError) as e:
+                last = e
+            time.sleep(0.2)
+        self.stop(check=False)
+        raise TimeoutError(
+            f"Kafka did not list brokers {want} within {timeout}s (last: {last})\n"
+            + "\n".join(f"--- node {n.node_id} ---\n{n.output(40)}" for n in self.nodes)
+        )
+
+    def stop(self, timeout: float = 60.0, *, check: bool = True) -> None:
+        """SIGTERM brokers first, the controller node last; SIGKILL after `timeout`."""
+        order = sorted(self.nodes, key=lambda n: n.controller_port is not None)
+        codes = {}
+        for n in order:
+            n.signal(signal.SIGTERM)
+            code = n.wait(timeout)
+            if code is None:
+                n.signal(signal.SIGKILL)
+                n.wait(10)
+            codes[n.node_id] = code
+        if self._owns_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        if check:
+            bad = {k: c for k, c in codes.items() if c not in (0, 143)}  # 143: killed by TERM
+            if bad:
+                raise RuntimeError(f"Kafka nodes did not shut down cleanly: {bad}")
+
+    def __enter__(self) -> KafkaReference:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop(check=exc[0] is None)
+
+
+def _start(
+    brokers: int,
+    workdir: Path | str | None,
+    overrides: dict[str, object] | None,
+    heap: str,
+    timeout: float,
+) -> KafkaReference:
+    java.classpath()  # fetch the jars first (cached), so the timeout covers start-up only
+    owns = workdir is None
+    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kafka-ref-"))
+    root.mkdir(parents=True, exist_ok=True)
+    cport = free_port(HOST)
+    voters = f"1@{HOST}:{cport}"
+    nodes = []
+    used = {cport}
+    for node_id in range(1, brokers + 1):
+        port = free_port(HOST)
+        while port in used:
+            port = free_port(HOST)
+        used.add(port)
+        node_overrides = dict(overrides or {})
+        if brokers > 1:
+            rf = min(3, brokers)
+            node_overrides.setdefault("offsets.topic.replication.factor", rf)
+            node_overrides.setdefault("transaction.state.log.replication.factor", rf)
+            node_overrides.setdefault("default.replication.factor", rf)
+            node_overrides.setdefault("min.insync.replicas", max(1, rf - 1))
+        nodes.append(
+            KafkaNode(
+                node_id=node_id,
+                workdir=root / f"node{node_id}",
+                port=port,
+                controller_port=cport if node_id == 1 else None,
+                voters=voters,
+                overrides=node_overrides,
+                heap=heap,
+            )
+        )
+    cluster_id = new_cluster_id()
+    for n in nodes:
+        n.write_properties()
+        n.format_storage(cluster_id)
+    ref = KafkaReference(nodes, root, cluster_id, owns)
+    try:
+        for n in nodes:
+            n.start()
+        ref.wait_ready(timeout)
+    except BaseException:
+        ref.stop(check=False)
+        raise
+    return ref
+
+
+def start_kafka(
+    workdir: Path | str | None = None,
+    *,
+    overrides: dict[str, object] | None = None,
+    heap: str = HEAP,
+    timeout: float = 120.0,
+) -> KafkaReference:
+    """One KRaft node (process.roles=broker,controller, node.id=1) on free loopback ports."""
+    return _start(1, workdir, overrides, heap, timeout)
+
+
+def start_kafka_cluster(
+    brokers: int = 3,
+    workdir: Path | str | None = None,
+    *,
+    overrides: dict[str, object] | None = None,
+    heap: str = HEAP,
+    timeout: float = 180.0,
+) -> KafkaReference:
+    """`brokers` KRaft nodes: node 1 runs broker+controller (a one-voter quorum), the rest are
+    brokers only. Internal topics and default.replication.factor use min(3, brokers) replicas,
+    min.insync.replicas one less."""
+    return _start(brokers, workdir, overrides, heap, timeout)
+
+
+def smoke(ref: KafkaReference, count: int = 1000) -> None:
+    """kafka-python: create a topic, produce `count` records (acks=all), read them back."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    topic = f"smoke-{uuid.uuid4().hex[:8]}"
+    rf = min(3, len(ref.nodes))
+    admin = KafkaAdminClient(bootstrap_servers=ref.bootstrap)
+    admin.create_topics([NewTopic(topic, 3, rf)])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=ref.bootstrap, acks="all")
+    futures = [producer.send(topic, key=b"%d" % (i % 7), value=b"v%d" % i) for i in range(count)]
+    producer.flush()
+    for f in futures:
+        f.get(timeout=30)
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=ref.bootstrap, enable_auto_commit=False)
+    parts = [TopicPartition(topic, p) for p in range(3)]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < count and time.monotonic() < deadline:
+        for recs in consumer.poll(timeout_ms=500).values():
+            got += [r.value for r in recs]
+    consumer.close()
+    assert sorted(got) == sorted(b"v%d" % i for i in range(count)), f"read {len(got)} of {count}"
+    print(f"smoke: {count} records produced (acks=all) and read back from {topic} (rf={rf})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--brokers", type=int, default=1)
+    ap.add_argument("--workdir", help="keep data here (default: a temp dir, removed at stop)")
+    ap.add_argument("--heap", default=HEAP)
+    ap.add_argument("--smoke", action="store_true", help="produce/consume with kafka-python, stop")
+    args = ap.parse_args(argv)
+    t0 = time.monotonic()
+    if args.brokers == 1:
+        ref = start_kafka(args.workdir, heap=args.heap)
+    else:
+        ref = start_kafka_cluster(args.brokers, args.workdir, heap=args.heap)
+    with ref:
+        print(
+            f"Apache Kafka {ref.version} ({len(ref.nodes)} node(s), cluster {ref.cluster_id}) "
+            f"ready in {time.monotonic() - t0:.1f}s: bootstrap {ref.bootstrap}; "
+            f"work dir {ref.workdir}",
+            flush=True,
+        )
+        if args.smoke:
+            smoke(ref)
+        else:
+            try:
+                signal.pause()
+            except KeyboardInterrupt:
+                pass
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    sys.exit(main())
