@@ -1,5 +1,6 @@
 """The segmented partition log, in Kafka's on-disk layout (see docs/internals.md)."""
 
+from pybroker.log.leader_epoch import EpochEntry, LeaderEpochCache
 from pybroker.log.manager import LogManager
 from pybroker.log.partition_log import AppendInfo, LogConfig, PartitionLog
 from pybroker.log.producer_state import ProducerStateManager
@@ -7,7 +8,9 @@ from pybroker.log.segment import FileSlice, LogSegment
 
 __all__ = [
     "AppendInfo",
+    "EpochEntry",
     "FileSlice",
+    "LeaderEpochCache",
     "LogConfig",
     "LogManager",
     "LogSegment",

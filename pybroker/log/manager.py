@@ -3,7 +3,7 @@
     <log.dir>/
         <topic>-<partition>/                     one PartitionLog each
         recovery-point-offset-checkpoint         text, see below
-        log-start-offset-checkpoint              text, same format (informational for now)
+        log-start-offset-checkpoint              text, same format: each log's start offset
         .kafka_cleanshutdown                     present only after a clean shutdown
         <topic>-<partition>.<hex>-delete/        deleted partitions awaiting removal
 
@@ -14,6 +14,8 @@ Checkpoint file format (Kafka's OffsetCheckpointFile), UTF-8 text::
     <topic> <partition> <offset>    n lines
 
 Checkpoints are written atomically: temporary file, fsync, rename, fsync of the directory.
+The log start offset checkpoint keeps a start moved by DeleteRecords (inside a segment) across
+restarts; on open a log starts at max(its first segment's base offset, the checkpointed value).
 At start the clean-shutdown marker decides whether logs are scanned at all; it is removed
 once the logs are loaded (so a crash afterwards means an unclean start) and written again by
 :meth:`LogManager.close` after every log was flushed and the checkpoint written.
@@ -102,6 +104,7 @@ class LogManager:
         clean = marker.exists()
         self.had_clean_shutdown = clean
         points = read_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT)
+        starts = read_checkpoint(self.log_dir / LOG_START_OFFSET_CHECKPOINT)
         for entry in sorted(os.listdir(self.log_dir)):
             path = self.log_dir / entry
             if not path.is_dir():
@@ -118,6 +121,7 @@ class LogManager:
                 self.clock,
                 recovery_point=points.get(parsed, 0),
                 clean_shutdown=clean,
+                log_start_offset=starts.get(parsed, 0),
             )
         marker.unlink(missing_ok=True)
         _fsync_dir(self.log_dir)
@@ -153,6 +157,17 @@ class LogManager:
     def partitions(self) -> Iterator[tuple[str, int, PartitionLog]]:
         for (topic, partition), log in list(self.logs.items()):
             yield topic, partition, log
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """DeleteRecords on one partition (PartitionLog.delete_records_before), then write the
+        log start offset checkpoint so the new start survives a crash.  Returns the new log
+        start offset; KeyError if the partition has no log here."""
+        log = self.logs[(topic, partition)]
+        before = log.log_start_offset
+        start = log.delete_records_before(offset)
+        if start != before:
+            self.checkpoint()
+        return start
 
     def run_retention(self) -> int:
         """Apply retention to every log (cheap: renames only).  Returns segments removed."""

@@ -5,11 +5,18 @@ Directory ``<log.dir>/<topic>-<partition>/`` holds, as Kafka's does:
 * ``<20-digit base offset>.log / .index / .timeindex``: segments (pybroker/log/segment.py,
   pybroker/log/index.py)
 * ``<20-digit offset>.snapshot``: producer state (pybroker/log/producer_state.py)
+* ``leader-epoch-checkpoint``: the leader epoch cache (pybroker/log/leader_epoch.py)
 * ``*.deleted``: segment files waiting to be unlinked (file.delete.delay.ms after retention)
 
-Offsets: log start offset (first segment's base offset), log end offset (LEO, next offset to
-assign), high watermark (a separate attribute: == LEO after each append on a single node;
-replication will move it), recovery point (everything below it has been fsynced).
+Offsets: log start offset (first offset a reader may see: the first segment's base offset, or
+more after DeleteRecords; LogManager checkpoints it and passes it back on open), log end offset
+(LEO, next offset to assign), high watermark (a separate attribute: == LEO after each leader
+append on a single node; replication moves it, :meth:`PartitionLog.append_as_follower` leaves
+it alone), recovery point (everything below it has been fsynced).
+
+Appends: :meth:`PartitionLog.append` (leader) assigns offsets; :meth:`append_as_follower`
+writes a leader's batches with their offsets as they are.  Both update the producer state and
+the leader epoch cache from the batch headers (partitionLeaderEpoch, -1 ignored).
 
 Recovery on open (Kafka's LogLoader): segments wholly below the recovery point, or every
 segment after a clean shutdown, are trusted: their indexes are sanity-checked (rebuilt if
@@ -17,7 +24,12 @@ missing or corrupt) and only the batch headers after the last index entry are re
 from the recovery point on are scanned batch by batch with CRC checks; the first torn or
 corrupt batch and everything after it are truncated and later segments deleted.  Recovery cost
 thus grows with the unflushed tail, not with the log.  Producer state comes from the newest
-snapshot at or below the recovered LEO plus the batch headers after it.
+snapshot at or below the recovered LEO plus the batch headers after it.  The leader epoch cache
+comes from its checkpoint, minus entries at or beyond the recovered LEO, plus the epochs of the
+batch headers from the recovery point on (the checkpoint is written right after each append
+that changes it, before the LEO moves, so a flushed offset never lacks its entry); a missing or
+corrupt checkpoint is rebuilt from every batch header.  A checkpointed log start offset beyond
+the recovered LEO (the tail holding it was lost) empties the log at that offset, as Kafka does.
 
 Threading: one owner (the event loop) calls append/read/roll/retention/truncate.  ``flush``
 and ``delete_pending_files`` only fsync or unlink files and may run in a worker thread.
@@ -28,12 +40,15 @@ from __future__ import annotations
 import bisect
 import os
 import re
+import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.log.leader_epoch import LeaderEpochCache
 from pybroker.log.producer_state import ProducerStateManager
 from pybroker.log.segment import (
     DELETED_SUFFIX,
@@ -45,13 +60,16 @@ from pybroker.log.segment import (
 )
 from pybroker.wire.records import (
     LOG_APPEND_TIME,
+    PARTITION_LEADER_EPOCH_OFFSET,
     BatchHeader,
     decode_records,
     set_base_offset,
     set_max_timestamp,
+    set_partition_leader_epoch,
 )
 
 INT32_MAX = 2**31 - 1
+_INT32 = struct.Struct(">i")
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 
 
@@ -100,6 +118,7 @@ class PartitionLog:
         self.high_watermark = 0
         self.recovery_point = 0
         self.producer_state = ProducerStateManager(directory)
+        self.leader_epochs = LeaderEpochCache.for_directory(directory)
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self.closed = False
 
@@ -114,13 +133,15 @@ class PartitionLog:
         *,
         recovery_point: int = 0,
         clean_shutdown: bool = False,
+        log_start_offset: int = 0,
     ) -> PartitionLog:
         """Open (creating if needed) and recover a partition log.  ``recovery_point`` comes
-        from the log dir's recovery-point-offset-checkpoint; ``clean_shutdown`` from its
-        ``.kafka_cleanshutdown`` marker (LogManager passes both)."""
+        from the log dir's recovery-point-offset-checkpoint, ``log_start_offset`` from its
+        log-start-offset-checkpoint, ``clean_shutdown`` from its ``.kafka_cleanshutdown``
+        marker (LogManager passes all three)."""
         directory.mkdir(parents=True, exist_ok=True)
         log = cls(directory, config, clock)
-        log._load(recovery_point, clean_shutdown)
+        log._load(recovery_point, clean_shutdown, log_start_offset)
         return log
 
     def _new_segment(self, base_offset: int) -> LogSegment:
@@ -131,7 +152,7 @@ class PartitionLog:
             max_index_bytes=self.config.max_index_bytes,
         )
 
-    def _load(self, recovery_point: int, clean_shutdown: bool) -> None:
+    def _load(self, recovery_point: int, clean_shutdown: bool, log_start_offset: int = 0) -> None:
         now = self.clock.time_ms()
         bases: set[int] = set()
         orphans: list[Path] = []
@@ -173,11 +194,24 @@ class PartitionLog:
         if not self.segments:
             self.segments.append(self._new_segment(0))
         self._bases = [s.base_offset for s in self.segments]
-        self.log_start_offset = self.segments[0].base_offset
+        if log_start_offset > self.segments[-1].next_offset:
+            # the tail holding the checkpointed log start was lost: start empty there
+            self.truncate_fully_and_start_at(log_start_offset)
+            return
+        self.log_start_offset = max(self.segments[0].base_offset, log_start_offset)
         self.log_end_offset = self.segments[-1].next_offset
         self.high_watermark = self.log_end_offset
         self.recovery_point = self.log_end_offset
         self._load_producer_state()
+        self._load_leader_epochs(self.log_end_offset if clean_shutdown else recovery_point)
+
+    def _headers_from(self, start: int) -> Iterator[BatchHeader]:
+        """Headers of every batch from the one containing offset ``start`` to the LEO."""
+        for seg in self.segments[self._segment_index(start) :]:
+            if seg.next_offset <= start:
+                continue
+            h0 = seg.translate_offset(start) if seg.base_offset < start else None
+            yield from seg.headers_from(h0.position if h0 else 0)
 
     def _load_producer_state(self) -> None:
         ps = self.producer_state
@@ -187,14 +221,28 @@ class PartitionLog:
             start = self.log_start_offset
         start = max(start, self.log_start_offset)
         if start < self.log_end_offset:
-            for seg in self.segments:
-                if seg.next_offset <= start:
-                    continue
-                h0 = seg.translate_offset(start) if seg.base_offset < start else None
-                for h in seg.headers_from(h0.position if h0 else 0):
-                    if h.base_offset >= start:
-                        ps.update(h, h.base_offset)
+            for h in self._headers_from(start):
+                if h.base_offset >= start:
+                    ps.update(h, h.base_offset)
         ps.map_end_offset = self.log_end_offset
+
+    def _load_leader_epochs(self, recovery_point: int) -> None:
+        """Checkpoint minus entries beyond the LEO, plus epochs of the headers from the
+        recovery point; every header if the checkpoint is missing or corrupt."""
+        cache = self.leader_epochs
+        valid = cache.load()
+        before = cache.entries()
+        cache.truncate_from_end(self.log_end_offset, flush=False)
+        scan_from = self.log_start_offset
+        if valid:
+            scan_from = max(scan_from, min(recovery_point, self.log_end_offset))
+        if scan_from < self.log_end_offset:
+            for h in self._headers_from(scan_from):
+                if h.partition_leader_epoch > cache.latest_epoch():
+                    cache.assign(h.partition_leader_epoch, h.base_offset, flush=False)
+        cache.truncate_from_start(self.log_start_offset, flush=False)
+        if not valid or cache.entries() != before:
+            cache.flush()
 
     # -- appending ----------------------------------------------------------------------------
 
@@ -226,43 +274,99 @@ class PartitionLog:
         self.producer_state.take_snapshot()
         return seg
 
-    def append(self, buf: bytearray, batches: list[BatchHeader]) -> AppendInfo:
-        """Append validated batches (parse_batches) held in ``buf``: assign offsets by patching
-        base offsets in place and write the bytes once.  Idempotent retries are answered with
-        the original offsets and not written again."""
+    def append(
+        self, buf: bytearray, batches: list[BatchHeader], *, leader_epoch: int | None = None
+    ) -> AppendInfo:
+        """Append validated batches (parse_batches) held in ``buf`` as the leader: assign
+        offsets by patching base offsets in place and write the bytes once.  Idempotent retries
+        are answered with the original offsets and not written again.  The batches'
+        partitionLeaderEpoch (patched by the produce handler, or here if ``leader_epoch`` is
+        given) feeds the leader epoch cache; -1 is ignored."""
         if not batches:
             raise ValueError("nothing to append")
         dup = self.producer_state.check(batches)
         if dup is not None:
             return AppendInfo(dup.first_offset, dup.last_offset, -1, self.log_start_offset, True)
-        start = batches[0].position
-        end = batches[-1].position + batches[-1].size
-        size = end - start
-        if size > self.config.segment_bytes:
-            raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE, f"{size} bytes > segment.bytes")
+        size = self._check_size(batches)
         now = self.clock.time_ms()
         first = self.log_end_offset
         offset = first
         for h in batches:
             set_base_offset(buf, h.position, offset)
+            if leader_epoch is not None:
+                set_partition_leader_epoch(buf, h.position, leader_epoch)
             offset += h.last_offset_delta + 1
         append_time = -1
         if self.config.message_timestamp_type == "LogAppendTime":
             append_time = now
             for h in batches:
                 set_max_timestamp(buf, h.position, LOG_APPEND_TIME, now)
-        if self._should_roll(size, offset - 1 - first, now):
-            self.roll()
-        self.active_segment.append(
-            memoryview(buf)[start:end], batches, first, now, None if append_time < 0 else now
-        )
-        offset = first
-        for h in batches:
-            self.producer_state.update(h, offset, None if append_time < 0 else now)
-            offset += h.last_offset_delta + 1
-        self.log_end_offset = offset
+        self._write(buf, batches, size, first, offset, now, None if append_time < 0 else now)
         self.high_watermark = offset
         return AppendInfo(first, offset - 1, append_time, self.log_start_offset)
+
+    def append_as_follower(self, buf: bytearray, batches: list[BatchHeader]) -> AppendInfo:
+        """Append a leader's batches (parse_batches of a Fetch response) unchanged: they carry
+        their offsets, which must start at the LEO and be contiguous, else
+        KafkaError(OFFSET_OUT_OF_RANGE) and nothing is written.  No sequence checks (the leader
+        made them), but the producer state is updated from the headers, so this replica
+        dedups retries once it leads.  The high watermark is the caller's to move."""
+        if not batches:
+            raise ValueError("nothing to append")
+        expected = self.log_end_offset
+        for h in batches:
+            if h.base_offset != expected:
+                raise KafkaError(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    f"follower append: batch at offset {h.base_offset}, expected {expected}"
+                    f" ({self.topic}-{self.partition} log end {self.log_end_offset})",
+                )
+            expected = h.next_offset
+        size = self._check_size(batches)
+        first = self.log_end_offset
+        self._write(buf, batches, size, first, expected, self.clock.time_ms(), None)
+        return AppendInfo(first, expected - 1, -1, self.log_start_offset)
+
+    def _check_size(self, batches: list[BatchHeader]) -> int:
+        size = batches[-1].position + batches[-1].size - batches[0].position
+        if size > self.config.segment_bytes:
+            raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE, f"{size} bytes > segment.bytes")
+        return size
+
+    def _write(
+        self,
+        buf: bytearray,
+        batches: list[BatchHeader],
+        size: int,
+        first: int,
+        end: int,
+        now: int,
+        append_time: int | None,
+    ) -> None:
+        """Roll if needed, write ``batches`` (offsets ``first`` .. ``end`` - 1, already in
+        ``buf``) with one os.write, then update producer state, epoch cache and LEO."""
+        if self._should_roll(size, end - 1 - first, now):
+            self.roll()
+        start = batches[0].position
+        self.active_segment.append(
+            memoryview(buf)[start : start + size], batches, first, now, append_time
+        )
+        offset = first
+        epochs_changed = False
+        for h in batches:
+            self.producer_state.update(h, offset, append_time)
+            (epoch,) = _INT32.unpack_from(buf, h.position + PARTITION_LEADER_EPOCH_OFFSET)
+            if epoch >= 0:
+                epochs_changed |= self.leader_epochs.assign(epoch, offset, flush=False)
+            offset += h.last_offset_delta + 1
+        if epochs_changed:
+            self.leader_epochs.flush()  # before the LEO moves: see recovery above
+        self.log_end_offset = offset
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: ``(largest epoch <= epoch, its end offset)``, see
+        LeaderEpochCache.end_offset_for; (-1, -1) if unknown."""
+        return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -346,7 +450,30 @@ class PartitionLog:
                 return False
 
             deleted += self._delete_segments(over_size)
+        deleted += self._delete_segments(self._below_log_start)
         return deleted
+
+    def _below_log_start(self, seg: LogSegment, nxt: LogSegment | None) -> bool:
+        """Kafka's log-start-offset breach: every offset of ``seg`` is below the log start."""
+        return nxt is not None and nxt.base_offset <= self.log_start_offset
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: make ``offset`` the log start offset (no-op if it is not above the
+        current one) and delete the segments wholly below it; reads below it fail with
+        OFFSET_OUT_OF_RANGE from now on.  ``offset`` must be in [0, high watermark], else
+        KafkaError(OFFSET_OUT_OF_RANGE).  Returns the log start offset (the response's low
+        watermark).  LogManager's log-start-offset-checkpoint makes it durable."""
+        if offset < 0 or offset > self.high_watermark:
+            raise KafkaError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"cannot delete records before {offset}: high watermark is {self.high_watermark}",
+            )
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self._delete_segments(self._below_log_start)
+            self.leader_epochs.truncate_from_start(offset)
+            self.producer_state.delete_snapshots_before(offset)
+        return self.log_start_offset
 
     def _delete_segments(self, predicate) -> int:  # noqa: ANN001
         deletable: list[LogSegment] = []
@@ -370,6 +497,7 @@ class PartitionLog:
         del self._bases[: len(deletable)]
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         self.producer_state.delete_snapshots_before(self.log_start_offset)
+        self.leader_epochs.truncate_from_start(self.log_start_offset)
         return len(deletable)
 
     def delete_pending_files(self, *, force: bool = False) -> int:
@@ -393,8 +521,10 @@ class PartitionLog:
     # -- truncation, flush, close -------------------------------------------------------------
 
     def truncate_to(self, offset: int) -> None:
-        """Remove everything at and above ``offset`` (whole batches), as a follower does
-        before replicating from a new leader."""
+        """Remove everything at and above ``offset`` (whole batches: the LEO may end below
+        ``offset`` if it falls inside a batch), as a follower does before replicating from a
+        new leader.  The high watermark, recovery point, producer state (newest snapshot at
+        or below the new LEO plus the headers after it) and epoch cache follow."""
         if offset >= self.log_end_offset:
             return
         if offset <= self.log_start_offset:
@@ -408,16 +538,21 @@ class PartitionLog:
         self.log_end_offset = self.active_segment.next_offset
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.leader_epochs.truncate_from_end(self.log_end_offset)
         self._reload_producer_state()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start an empty log at ``offset`` (a follower whose log
+        is wholly below the leader's log start).  As Kafka: producer state and its snapshots
+        and the epoch cache are cleared."""
         for seg in self.segments:
             seg.delete_files()
         self.segments = [self._new_segment(offset)]
         self._bases = [offset]
         self.log_start_offset = self.log_end_offset = self.high_watermark = offset
         self.recovery_point = offset
-        self._reload_producer_state()
+        self.producer_state.truncate_fully_and_start_at(offset)
+        self.leader_epochs.clear()
 
     def _reload_producer_state(self) -> None:
         for off in self.producer_state.snapshot_offsets():
@@ -452,6 +587,7 @@ class PartitionLog:
         for seg in self.segments:
             seg.delete_files()
         self.delete_pending_files(force=True)
+        self.leader_epochs.delete_file()
         self.closed = True
 
 

@@ -181,6 +181,13 @@ class ProducerStateManager:
         self.producers.clear()
         self.map_end_offset = offset
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """The log was emptied and restarts at ``offset``: forget every producer and delete
+        every snapshot (Kafka's truncateFullyAndStartAt)."""
+        for off in self.snapshot_offsets():
+            snapshot_path(self.directory, off).unlink(missing_ok=True)
+        self.reset(offset)
+
     # -- snapshots ----------------------------------------------------------------------------
 
     def snapshot_offsets(self) -> list[int]:

@@ -1,0 +1,254 @@
+"""Leader epoch cache of one partition (Kafka's LeaderEpochFileCache).
+
+The cache maps each leader epoch that wrote to the log to the offset of its first batch:
+a list of ``(epoch, start offset)``, both columns strictly increasing.
+It answers OffsetForLeaderEpoch (:meth:`LeaderEpochCache.end_offset_for`) and lets a follower
+find where its log diverges from a new leader's (docs/replication.md).
+
+File ``leader-epoch-checkpoint`` in the partition directory, Kafka's format (UTF-8 text)::
+
+    0                       version
+    <n>                     number of entries
+    <epoch> <start offset>  n lines, ascending
+
+The file is rewritten whole after every change: temporary file ``leader-epoch-checkpoint.tmp``,
+fsync, rename, fsync of the directory.  PartitionLog keeps it consistent with the log: it
+assigns entries from the batches' partitionLeaderEpoch on every append, truncates it with the
+log, and on open drops entries beyond the recovered log end and re-adds epochs from the batch
+headers of the unflushed tail (or from every batch header if the file is missing or corrupt).
+
+Not thread safe: one owner (the event loop), as PartitionLog.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import NamedTuple
+
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+_VERSION = 0
+
+
+class EpochEntry(NamedTuple):
+    epoch: int
+    start_offset: int
+
+
+def read_leader_epoch_checkpoint(path: Path) -> list[EpochEntry]:
+    """Parse a checkpoint.  Raises FileNotFoundError if absent and ValueError if malformed
+    (bad version, count, syntax, negative values, epochs or offsets out of order)."""
+    try:
+        lines = path.read_text().splitlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not text") from e
+    try:
+        if int(lines[0]) != _VERSION:
+            raise ValueError(f"{path}: version {lines[0]!r}")
+        n = int(lines[1])
+        body = [line for line in lines[2:] if line.strip()]
+        if n < 0 or len(body) != n:
+            raise ValueError(f"{path}: {len(body)} entries, header says {n}")
+        out: list[EpochEntry] = []
+        for line in body:
+            epoch, offset = line.split()
+            entry = EpochEntry(int(epoch), int(offset))
+            if entry.epoch < 0 or entry.start_offset < 0:
+                raise ValueError(f"{path}: negative entry {line!r}")
+            if out and (entry.epoch <= out[-1].epoch or entry.start_offset <= out[-1].start_offset):
+                raise ValueError(f"{path}: entry {line!r} out of order")
+            out.append(entry)
+        return out
+    except IndexError as e:
+        raise ValueError(f"{path}: truncated") from e
+
+
+def write_leader_epoch_checkpoint(path: Path, entries: Iterable[EpochEntry]) -> None:
+    lines = [f"{e.epoch} {e.start_offset}" for e in entries]
+    data = "\n".join([str(_VERSION), str(len(lines)), *lines]) + "\n"
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    try:
+        dfd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+class LeaderEpochCache:
+    """``path`` is the checkpoint file (None: in memory only).  The constructor does not read
+    it: PartitionLog loads and validates it against the log (see :meth:`load`)."""
+
+    def __init__(self, path: Path | None, entries: Iterable[EpochEntry] = ()) -> None:
+        self.path = path
+        self._epochs: list[int] = []
+        self._offsets: list[int] = []
+        for e in entries:
+            self.assign(e.epoch, e.start_offset, flush=False)
+
+    @classmethod
+    def for_directory(cls, directory: Path) -> LeaderEpochCache:
+        return cls(directory / LEADER_EPOCH_CHECKPOINT)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def entries(self) -> list[EpochEntry]:
+        return [EpochEntry(e, o) for e, o in zip(self._epochs, self._offsets, strict=True)]
+
+    def __len__(self) -> int:
+        return len(self._epochs)
+
+    def latest_entry(self) -> EpochEntry | None:
+        return EpochEntry(self._epochs[-1], self._offsets[-1]) if self._epochs else None
+
+    def earliest_entry(self) -> EpochEntry | None:
+        return EpochEntry(self._epochs[0], self._offsets[0]) if self._epochs else None
+
+    def latest_epoch(self) -> int:
+        """The newest epoch with an entry, or -1 (UNDEFINED_EPOCH) if none."""
+        return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
+
+    def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """Kafka's LeaderEpochFileCache.endOffsetFor: ``(epoch, end offset)``.
+
+        * requested epoch -1, empty cache, or an epoch above the latest: ``(-1, -1)``;
+        * the latest epoch: ``(latest, log_end_offset)`` (a leader appends the current epoch
+          when it takes over, so followers asking for it get the LEO);
+        * an epoch below the earliest: ``(requested, start of the earliest)``: data before it
+          is gone (retention), the follower replicates from there;
+        * otherwise ``(largest epoch <= requested, start of the first epoch > requested)``.
+        """
+        if requested_epoch == UNDEFINED_EPOCH or not self._epochs:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if requested_epoch == self._epochs[-1]:
+            return requested_epoch, log_end_offset
+        higher = bisect.bisect_right(self._epochs, requested_epoch)
+        if higher == len(self._epochs):
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if higher == 0:
+            return requested_epoch, self._offsets[0]
+        return self._epochs[higher - 1], self._offsets[higher]
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch that wrote ``offset`` (the last entry starting at or before it), or -1
+        if ``offset`` is before the earliest entry."""
+        i = bisect.bisect_right(self._offsets, offset)
+        return self._epochs[i - 1] if i else UNDEFINED_EPOCH
+
+    # -- updates (each writes the checkpoint if it changed something, unless flush=False) ------
+
+    def assign(self, epoch: int, start_offset: int, *, flush: bool = True) -> bool:
+        """Record that ``epoch`` starts at ``start_offset``, as Kafka's assign:
+
+        * a newer epoch than the latest is appended;
+        * the latest epoch again, at the same or a later offset, changes nothing (every batch
+          of an epoch passes here);
+        * anything else (an older epoch, or the latest one at an earlier offset) conflicts
+          with the cache: entries whose epoch or start offset is >= the new one's are removed
+          first, so both columns stay monotonic and the cache matches what the log says.
+
+        Returns whether the cache changed."""
+        if epoch < 0 or start_offset < 0:
+            raise ValueError(f"invalid leader epoch entry ({epoch}, {start_offset})")
+        if self._epochs and epoch == self._epochs[-1] and start_offset >= self._offsets[-1]:
+            return False
+        while self._epochs and (self._epochs[-1] >= epoch or self._offsets[-1] >= start_offset):
+            self._epochs.pop()
+            self._offsets.pop()
+        self._epochs.append(epoch)
+        self._offsets.append(start_offset)
+        if flush:
+            self.flush()
+        return True
+
+    def truncate_from_end(self, end_offset: int, *, flush: bool = True) -> bool:
+        """Remove the entries starting at or after ``end_offset`` (log truncated there).  A
+        negative offset (undefined) changes nothing."""
+        if end_offset < 0:
+            return False
+        i = bisect.bisect_left(self._offsets, end_offset)
+        if i == len(self._offsets):
+            return False
+        del self._epochs[i:], self._offsets[i:]
+        if flush:
+            self.flush()
+        return True
+
+    def truncate_from_start(self, start_offset: int, *, flush: bool = True) -> bool:
+        """The log now starts at ``start_offset`` (retention, DeleteRecords): remove the
+        entries wholly before it and move the start of the one covering it there.  An entry
+        starting exactly at ``start_offset`` is kept as is; a negative offset changes nothing."""
+        if start_offset < 0:
+            return False
+        i = bisect.bisect_right(self._offsets, start_offset)  # entries starting <= start_offset
+        if i == 0 or (i == 1 and self._offsets[0] == start_offset):
+            return False
+        covering = self._epochs[i - 1]
+        del self._epochs[: i - 1], self._offsets[: i - 1]
+        self._epochs[0], self._offsets[0] = covering, start_offset
+        if flush:
+            self.flush()
+        return True
+
+    def clear(self, *, flush: bool = True) -> None:
+        self._epochs.clear()
+        self._offsets.clear()
+        if flush:
+            self.flush()
+
+    # -- persistence --------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write the checkpoint atomically (no-op for an in-memory cache)."""
+        if self.path is not None:
+            write_leader_epoch_checkpoint(self.path, self.entries())
+
+    def load(self) -> bool:
+        """Replace the entries with the checkpoint's.  Returns False (and empties the cache)
+        if the file is missing or malformed: the caller rebuilds from the log."""
+        self._epochs.clear()
+        self._offsets.clear()
+        if self.path is None:
+            return False
+        try:
+            entries = read_leader_epoch_checkpoint(self.path)
+        except (OSError, ValueError):
+            return False
+        for e in entries:
+            self._epochs.append(e.epoch)
+            self._offsets.append(e.start_offset)
+        return True
+
+    def delete_file(self) -> None:
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+            self.path.with_name(self.path.name + ".tmp").unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LeaderEpochCache({self.entries()})"
+
+
+__all__ = [
+    "LEADER_EPOCH_CHECKPOINT",
+    "UNDEFINED_EPOCH",
+    "UNDEFINED_EPOCH_OFFSET",
+    "EpochEntry",
+    "LeaderEpochCache",
+    "read_leader_epoch_checkpoint",
+    "write_leader_epoch_checkpoint",
+]
