@@ -18,6 +18,7 @@ once more in the terminal summary as "pybroker problems seen by Spark".
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -25,13 +26,20 @@ import pytest
 
 from compat_tests.broker_process import BrokerProcess
 from compat_tests.conftest import zookeeper  # noqa: F401  (session ZooKeeper fixture)
+from spark_it import census
 from spark_it.session import SparkDepsError, build_session, connector_jars
+
+# SPARK_IT_PYBROKER_SRC=<dir>: brokers run the pybroker package found in <dir> (e.g. a
+# `git archive <commit>` snapshot) instead of this working tree, for reproducible runs while
+# others edit pybroker/.
+PYBROKER_SRC = os.environ.get("SPARK_IT_PYBROKER_SRC")
 
 PROBLEM_RE = re.compile(r" (WARNING|ERROR|CRITICAL) |Traceback|not served|not supported")
 
 # every broker any Spark test started, for the end-of-run summary
 _ALL_BROKERS: list[SparkBrokerProcess] = []
 _SHARED: list[SparkBrokerProcess] = []  # the session broker, once started
+_CLIENT_LOG: list[Path] = []  # Spark's Kafka client log (requests/responses), once started
 
 
 class SparkBrokerProcess(BrokerProcess):
@@ -44,7 +52,16 @@ class SparkBrokerProcess(BrokerProcess):
         self.problems: list[str] = []  # (label, line) of every problem line, in order
 
     def command(self) -> list[str]:
-        return super().command() + ["--log-level", self.log_level]
+        cmd = super().command() + ["--log-level", self.log_level]
+        if PYBROKER_SRC:
+            # run pybroker from another checkout (sys.path[0] would otherwise be the cwd)
+            assert cmd[1:3] == ["-m", "pybroker"], cmd
+            boot = (
+                f"import runpy, sys; sys.path.insert(0, {PYBROKER_SRC!r}); "
+                "sys.argv[0] = 'pybroker'; runpy.run_module('pybroker', run_name='__main__')"
+            )
+            cmd = [cmd[0], "-c", boot] + cmd[3:]
+        return cmd
 
     def output(self, max_lines: int = 200) -> str:
         """The log's tail without asyncio's debug chatter (PYTHONASYNCIODEBUG + DEBUG level)."""
@@ -79,7 +96,7 @@ def pytest_configure(config):
 
 # -- the SparkSession -----------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def spark(spark_broker):
+def spark(spark_broker, tmp_path_factory):
     """(Depends on spark_broker only so the session stops before the broker does: Spark's
     cached producers would otherwise log reconnect warnings at the very end.)"""
     try:
@@ -90,8 +107,16 @@ def spark(spark_broker):
         jars = connector_jars()
     except SparkDepsError as e:
         pytest.fail(str(e), pytrace=False)
-    session = build_session()
+    client_log = Path(
+        os.environ.get("SPARK_IT_CLIENT_LOG")
+        or tmp_path_factory.mktemp("spark-clients") / "kafka-clients.log"
+    )
+    _CLIENT_LOG.append(client_log)
+    session = build_session(client_log=client_log)
     print(f"\n[spark] pyspark {pyspark.__version__}, jars: {[Path(j).name for j in jars]}")
+    print(f"[spark] Kafka client log: {client_log}")
+    if PYBROKER_SRC:
+        print(f"[spark] brokers run pybroker from {PYBROKER_SRC}")
     try:
         yield session
     finally:
@@ -204,6 +229,10 @@ def pytest_terminal_summary(terminalreporter):
         for ln in b.problems:
             key = f"[{b.backend}] {_normalize(ln)}"
             counts[key] = counts.get(key, 0) + 1
+    for log in _CLIENT_LOG:
+        terminalreporter.section("Spark's Kafka clients (spark_it/census.py)")
+        for line in census.report_lines(log):
+            terminalreporter.write_line(line)
     terminalreporter.section("pybroker problems seen by Spark (broker logs, --log-level DEBUG)")
     if not counts:
         terminalreporter.write_line("none")

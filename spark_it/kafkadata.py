@@ -68,21 +68,30 @@ def wait_for_topic(bootstrap: str, name: str, partitions: int, timeout: float = 
         c.close()
 
 
-def produce(bootstrap: str, topic: str, records: list[Rec], **config) -> list[Rec]:
-    """Send every record (acks=all, idempotent) and fill in topic/partition/offset."""
+def produce(
+    bootstrap: str, topic: str, records: list[Rec], *, batch_per_record: bool = False, **config
+) -> list[Rec]:
+    """Send every record (acks=all, idempotent) and fill in topic/partition/offset.
+
+    batch_per_record: flush after each send, so each record is a batch of its own (segment
+    rolls and retention then work at record granularity).
+    """
     p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, **config)
     try:
-        futures = [
-            p.send(
-                topic,
-                key=r.key,
-                value=r.value,
-                partition=r.partition,
-                timestamp_ms=r.timestamp_ms,
-                headers=list(r.headers) or None,
+        futures = []
+        for r in records:
+            futures.append(
+                p.send(
+                    topic,
+                    key=r.key,
+                    value=r.value,
+                    partition=r.partition,
+                    timestamp_ms=r.timestamp_ms,
+                    headers=list(r.headers) or None,
+                )
             )
-            for r in records
-        ]
+            if batch_per_record:
+                p.flush()
         p.flush()
         out = []
         for r, f in zip(records, futures, strict=True):

@@ -49,8 +49,21 @@ def connector_jars(fetch: bool = True) -> list[str]:
     return jars
 
 
-def build_session(app_name: str = "pybroker-spark-it", master: str = "local[2]", **conf):
-    """A small local SparkSession with the connector jars (extra `conf` as dotted keys)."""
+CENSUS_LOG4J = Path(__file__).resolve().parent / "log4j2-kafka-census.properties"
+
+
+def build_session(
+    app_name: str = "pybroker-spark-it",
+    master: str = "local[2]",
+    client_log: str | os.PathLike | None = None,
+    **conf,
+):
+    """A small local SparkSession with the connector jars (extra `conf` as dotted keys).
+
+    client_log: a file that receives every request/response of Spark's Kafka clients
+    (NetworkClient DEBUG) and their INFO+ messages (log4j2-kafka-census.properties);
+    census.py summarizes it.
+    """
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -66,6 +79,11 @@ def build_session(app_name: str = "pybroker-spark-it", master: str = "local[2]",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
     }
+    if client_log is not None:
+        settings["spark.driver.extraJavaOptions"] = (
+            f"-Dlog4j2.configurationFile=file:{CENSUS_LOG4J} "
+            f"-Dspark_it.kafka_client_log={Path(client_log).resolve()}"
+        )
     settings.update(conf)
     builder = SparkSession.builder.master(master).appName(app_name)
     for k, v in settings.items():
