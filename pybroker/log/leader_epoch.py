@@ -214,9 +214,15 @@ class LeaderEpochCache:
     # -- persistence --------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Write the checkpoint atomically (no-op for an in-memory cache)."""
-        if self.path is not None:
+        """Write the checkpoint atomically (no-op for an in-memory cache, or once the
+        partition directory is gone: a deleted partition, as Kafka's writeIfDirExists)."""
+        if self.path is None:
+            return
+        try:
             write_leader_epoch_checkpoint(self.path, self.entries())
+        except FileNotFoundError:
+            if self.path.parent.exists():
+                raise
 
     def load(self) -> bool:
         """Replace the entries with the checkpoint's.  Returns False (and empties the cache)
