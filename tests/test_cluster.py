@@ -327,7 +327,8 @@ def test_zk_controller_election_and_cache(zk_connect):
         assert all(sorted(p.replicas) == [1, 2] for p in info.partitions.values())
         await wait_until(lambda: "shared" in c2.topics)
         assert c2.topics["shared"] == info
-        assert ClusterEvent("TOPIC_CHANGED", "shared") in events
+        # listeners are called soon after the cache changes, not within the same step
+        await wait_until(lambda: ClusterEvent("TOPIC_CHANGED", "shared") in events)
 
         # a partition state written by someone else reaches the cache via its watch
         follower = info.partitions[0].replicas[1]

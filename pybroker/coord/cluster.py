@@ -48,6 +48,7 @@ All controller writes go through one task (like ``_sync_loop``), so there is one
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import random
@@ -59,8 +60,11 @@ from typing import Any, NamedTuple
 
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.coord import paths
+from pybroker.coord.controller import Controller, ElectionResult, TopicPartition
 from pybroker.coord.store import (
+    CONNECTED,
     LOST,
+    SUSPENDED,
     BadVersionError,
     ConnectionLossError,
     Create,
@@ -102,6 +106,10 @@ class PartitionState:
     replicas: list[int]
     isr: list[int]
     controller_epoch: int = 0
+    # the state znode's version as read (the partition epoch; -1: unknown / no znode).  Left out
+    # of equality: two states with the same content compare equal whatever version they were
+    # read at (the cache still tracks it: see _update_topic).
+    zk_version: int = field(default=-1, compare=False)
 
 
 @dataclass(frozen=True)
@@ -307,6 +315,10 @@ def assign_replicas_to_brokers(
     return result
 
 
+def _zk_versions(info: TopicInfo | None) -> dict[int, int] | None:
+    return None if info is None else {p: s.zk_version for p, s in info.partitions.items()}
+
+
 # --------------------------------------------------------------------------- the cluster
 
 Listener = Callable[[ClusterEvent], object]
@@ -322,6 +334,7 @@ class Cluster:
         *,
         rack: str | None = None,
         rng: random.Random | None = None,
+        unclean_leader_election_enable: bool = False,
     ) -> None:
         self.store = store
         self.broker_id = broker_id
@@ -347,10 +360,30 @@ class Cluster:
         self._pid_end = -1  # inclusive end of the block in hand
         self._pid_claim: asyncio.Future[None] | None = None
         self._started = False
+        # the broker default of unclean.leader.election.enable (topic configs override it)
+        self.unclean_leader_election_enable = unclean_leader_election_enable
+        self._controller: Controller | None = None
+        self._controller_epoch_zk_version = -1  # /controller_epoch's version when we won
+        self._registered = False  # our /brokers/ids/<id> is held by the current session
+        self._connected = True
 
     @property
     def is_controller(self) -> bool:
         return self.controller_id == self.broker_id
+
+    @property
+    def session_ok(self) -> bool:
+        """True while our store session is usable and our registration is held by it: False
+        from SUSPENDED or LOST until the connection is back (SUSPENDED) or the broker has
+        re-registered in the new session (LOST).  The replica manager refuses acks=all appends
+        while it is False."""
+        return self._started and self._registered and self._connected
+
+    @property
+    def controller(self) -> Controller | None:
+        """The running Controller while this broker is the controller, else None."""
+        c = self._controller
+        return c if c is not None and c.active else None
 
     def add_listener(self, cb: Listener) -> None:
         self._listeners.append(cb)
@@ -380,6 +413,7 @@ class Cluster:
         znode if we hold it, our registration) so other brokers react at once."""
         self._started = False
         self.store.remove_session_listener(self._on_session_state)
+        await self._stop_controller()
         if self._task is not None:
             self._task.cancel()
             try:
@@ -389,12 +423,22 @@ class Cluster:
             self._task = None
         for path in (paths.CONTROLLER, paths.broker(self.broker_id)):
             try:
-                stat = await self.store.exists(path)
-                if stat is not None and stat.ephemeral_owner == self.store.session_id:
+                data, stat = await self.store.get(path)
+                # ours: our session's, and naming us (several brokers may share one LocalStore
+                # session in tests)
+                mine = (
+                    paths.decode_controller(data) == self.broker_id
+                    if path == paths.CONTROLLER
+                    else True
+                )
+                if mine and stat.ephemeral_owner == self.store.session_id:
                     await self.store.delete(path, stat.version)
-            except StoreError as e:
+            except NoNodeError:
+                pass
+            except (StoreError, ValueError, KeyError) as e:
                 log.warning("could not delete %s at shutdown: %s", path, e)
         self.controller_id = -1
+        self._registered = False
 
     async def _ensure_cluster_id(self) -> str:
         while True:
@@ -418,6 +462,7 @@ class Cluster:
         for _ in range(3):
             try:
                 await self.store.create(path, data, ephemeral=True)
+                self._registered = True
                 return
             except NodeExistsError:
                 pass
@@ -427,6 +472,7 @@ class Cluster:
                 continue  # it just went away: try again
             if stat.ephemeral_owner == self.store.session_id:
                 await self.store.set(path, data)  # ours already (same session)
+                self._registered = True
                 return
             raise BrokerIdInUseError(
                 f"broker.id {self.broker_id} is already registered at {path} by another live "
@@ -442,11 +488,10 @@ class Cluster:
         """Kafka's KafkaController.elect(): become controller or learn who is, and watch."""
         before = self.controller_id
         while True:
-            watch = self._watch(("controller",))
             try:
-                data, stat = await self.store.get(paths.CONTROLLER, watch=watch)
+                data, stat = await self._watched(("controller",), self.store.get, paths.CONTROLLER)
             except NoNodeError:
-                self._unwatch(("controller",), watch)
+                pass
             else:
                 self.controller_id = paths.decode_controller(data)
                 if self.controller_id != self.broker_id or stat.ephemeral_owner != (
@@ -483,16 +528,15 @@ class Cluster:
                 continue  # lost the race: read the winner and watch it
             self.controller_id = self.broker_id
             self.controller_epoch = epoch + 1
+            self._controller_epoch_zk_version = epoch_version + 1
             log.info("broker %d is the controller (epoch %d)", self.broker_id, epoch + 1)
-            watch = self._watch(("controller",))
-            if await self.store.exists(paths.CONTROLLER, watch=watch) is None:
-                self._unwatch(("controller",), watch)
+            if await self._watched(("controller",), self.store.exists, paths.CONTROLLER) is None:
                 continue
             await self._on_become_controller()
             break
+        if self.controller_id != self.broker_id and self._controller is not None:
+            await self._on_resign()
         if before != self.controller_id:
-            if before == self.broker_id:
-                await self._on_resign()
             self._notify(ClusterEvent("CONTROLLER_CHANGED"))
 
     async def _read_controller_epoch(self) -> int:
@@ -503,10 +547,32 @@ class Cluster:
             return 0
 
     async def _on_become_controller(self) -> None:
-        """Controller duties start here (see the module docstring); none are needed yet."""
+        """Controller duties start here: a fresh Controller for our new epoch (see
+        coord/controller.py)."""
+        await self._stop_controller()
+        self._controller = Controller(
+            self, self.controller_epoch, self._controller_epoch_zk_version
+        )
+        self._controller.start()
 
     async def _on_resign(self) -> None:
         """Controller duties stop here."""
+        await self._stop_controller()
+
+    async def _stop_controller(self) -> None:
+        controller, self._controller = self._controller, None
+        if controller is not None:
+            await controller.stop()
+
+    async def elect_leaders(
+        self, partitions: list[TopicPartition], *, preferred: bool = True
+    ) -> dict[TopicPartition, ElectionResult]:
+        """ElectLeaders on this broker: see Controller.elect_leaders.  Raises
+        KafkaError(NOT_CONTROLLER) unless this broker is the (active) controller."""
+        controller = self.controller
+        if controller is None:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "this broker is not the controller")
+        return await controller.elect_leaders(partitions, preferred=preferred)
 
     # ------------------------------------------------------------------ watches + refresh
 
@@ -522,6 +588,17 @@ class Cluster:
         if watch is not None:
             self._watching.discard(key)
 
+    async def _watched(self, key: tuple, call: Callable[..., Any], path: str) -> Any:
+        """``call(path, watch=...)`` with key's watch; a call that raises sets no watch, so the
+        key is free to be watched again by the retry (a lost connection must not leave the
+        key marked as watched forever)."""
+        watch = self._watch(key)
+        try:
+            return await call(path, watch=watch)
+        except BaseException:
+            self._unwatch(key, watch)
+            raise
+
     def _on_watch(self, key: tuple, event: WatchedEvent) -> None:
         self._watching.discard(key)
         self._mark(key)
@@ -533,10 +610,21 @@ class Cluster:
     def _on_session_state(self, state: str) -> None:
         if state == LOST:
             self._session_lost = True
+            self._connected = False
+            self._registered = False  # our ephemerals went with the session
             self._watching.clear()  # the session's watches are gone with it
-        elif state == "CONNECTED" and self._session_lost:
-            self._session_lost = False
-            self._mark(("session",))
+            if self._controller is not None:
+                self._controller.deactivate()  # /controller went too: stop writing at once
+            if self.controller_id == self.broker_id:
+                self.controller_id = -1
+                self._notify(ClusterEvent("CONTROLLER_CHANGED"))
+        elif state == SUSPENDED:
+            self._connected = False
+        elif state == CONNECTED:
+            self._connected = True
+            if self._session_lost:
+                self._session_lost = False
+                self._mark(("session",))
 
     async def _sync_loop(self) -> None:
         backoff = 0.05
@@ -584,20 +672,16 @@ class Cluster:
             await self._refresh_config(key[1])
 
     async def _refresh_brokers(self) -> None:
-        watch = self._watch(("brokers",))
-        ids = await self.store.get_children(paths.BROKER_IDS, watch=watch)
+        ids = await self._watched(("brokers",), self.store.get_children, paths.BROKER_IDS)
         brokers: dict[int, BrokerInfo] = {}
         for child in ids:
             try:
                 bid = int(child)
             except ValueError:
                 continue
-            key = ("broker", bid)
-            watch = self._watch(key)
             try:
-                data, _ = await self.store.get(paths.broker(bid), watch=watch)
+                data, _ = await self._watched(("broker", bid), self.store.get, paths.broker(bid))
             except NoNodeError:
-                self._unwatch(key, watch)
                 continue
             try:
                 reg = paths.decode_broker(data)
@@ -612,7 +696,7 @@ class Cluster:
 
     async def _refresh_topics(self, *, load_all: bool = False) -> None:
         gen = self._local_gen
-        names = await self.store.get_children(paths.TOPICS, watch=self._watch(("topics",)))
+        names = await self._watched(("topics",), self.store.get_children, paths.TOPICS)
         for name in names:
             if load_all or name not in self.topics:
                 await self._refresh_topic(name)
@@ -624,12 +708,9 @@ class Cluster:
 
     async def _refresh_topic(self, name: str) -> None:
         gen = self._local_gen
-        key = ("topic", name)
-        watch = self._watch(key)
         try:
-            data, _ = await self.store.get(paths.topic(name), watch=watch)
+            data, _ = await self._watched(("topic", name), self.store.get, paths.topic(name))
         except NoNodeError:
-            self._unwatch(key, watch)
             if name in self.topics and self._locally_written.get(name, -1) <= gen:
                 del self.topics[name]
                 self._notify(ClusterEvent("TOPIC_DELETED", name))
@@ -640,6 +721,13 @@ class Cluster:
             partitions[p] = await self._read_partition(name, p, replicas)
         configs = await self._read_config(name)
         old = self.topics.get(name)
+        if old is not None and (topic_id is None or topic_id == old.topic_id):
+            for p, st in partitions.items():
+                cached = old.partitions.get(p)
+                if cached is not None and 0 <= st.zk_version < cached.zk_version:
+                    # read before a newer local write (update_isr, the controller) landed
+                    # in the cache: keep the newer one (the watch brings any later change)
+                    partitions[p] = dataclasses.replace(cached, replicas=st.replicas)
         info = TopicInfo(
             name, topic_id or (old.topic_id if old else uuid.UUID(int=0)), partitions, configs
         )
@@ -647,30 +735,30 @@ class Cluster:
 
     async def _read_partition(self, name: str, p: int, replicas: list[int]) -> PartitionState:
         key = ("partition", name, p)
-        watch = self._watch(key)
+        path = paths.partition_state(name, p)
         try:
-            data, _ = await self.store.get(paths.partition_state(name, p), watch=watch)
+            data, stat = await self._watched(key, self.store.get, path)
         except NoNodeError:
-            self._unwatch(key, watch)
             # watch for its creation (by the controller, or a slow creator)
-            watch = self._watch(key)
-            if await self.store.exists(paths.partition_state(name, p), watch=watch) is not None:
+            if await self._watched(key, self.store.exists, path) is not None:
                 return await self._read_partition(name, p, replicas)
             return PartitionState(-1, -1, list(replicas), [], -1)
         st = paths.decode_partition_state(data)
         return PartitionState(
-            st["leader"], st["leader_epoch"], list(replicas), st["isr"], st["controller_epoch"]
+            st["leader"],
+            st["leader_epoch"],
+            list(replicas),
+            st["isr"],
+            st["controller_epoch"],
+            stat.version,
         )
 
     async def _read_config(self, name: str) -> dict[str, str]:
         key = ("config", name)
-        watch = self._watch(key)
         try:
-            data, _ = await self.store.get(paths.topic_config(name), watch=watch)
+            data, _ = await self._watched(key, self.store.get, paths.topic_config(name))
         except NoNodeError:
-            self._unwatch(key, watch)
-            watch = self._watch(key)
-            if await self.store.exists(paths.topic_config(name), watch=watch) is not None:
+            if await self._watched(key, self.store.exists, paths.topic_config(name)) is not None:
                 return await self._read_config(name)
             return {}
         return paths.decode_topic_config(data)
@@ -681,11 +769,20 @@ class Cluster:
             await self._refresh_topic(name)
             return
         state = await self._read_partition(name, p, info.partitions[p].replicas)
+        self._set_partition_state(name, p, state)
+
+    def _set_partition_state(self, name: str, p: int, state: PartitionState) -> None:
+        """Put one partition's state into the cache (from a watch's re-read or a local write),
+        unless the cache already holds a newer znode version."""
         info = self.topics.get(name)
-        if info is not None:
-            self._update_topic(
-                TopicInfo(info.name, info.topic_id, {**info.partitions, p: state}, info.configs)
-            )
+        if info is None or p not in info.partitions:
+            return
+        cached = info.partitions[p]
+        if 0 <= state.zk_version < cached.zk_version:
+            return  # an older read than what a local write already put there
+        self._update_topic(
+            TopicInfo(info.name, info.topic_id, {**info.partitions, p: state}, info.configs)
+        )
 
     async def _refresh_config(self, name: str) -> None:
         configs = await self._read_config(name)
@@ -694,7 +791,8 @@ class Cluster:
             self._update_topic(TopicInfo(info.name, info.topic_id, info.partitions, configs))
 
     def _update_topic(self, info: TopicInfo) -> None:
-        if self.topics.get(info.name) != info:
+        old = self.topics.get(info.name)
+        if old != info or _zk_versions(old) != _zk_versions(info):
             self.topics[info.name] = info
             self._notify(ClusterEvent("TOPIC_CHANGED", info.name))
 
@@ -767,7 +865,7 @@ class Cluster:
         topic_id = paths.random_kafka_uuid()
         epoch = self.controller_epoch
         partitions = {
-            p: PartitionState(replicas[0], 0, list(replicas), list(replicas), epoch)
+            p: PartitionState(replicas[0], 0, list(replicas), list(replicas), epoch, 0)
             for p, replicas in assignment.items()
         }
         info = TopicInfo(name, topic_id, partitions, clean_configs)
@@ -897,7 +995,7 @@ class Cluster:
         epoch = self.controller_epoch
         partitions = dict(info.partitions)
         for p, replicas in added.items():
-            partitions[p] = PartitionState(replicas[0], 0, list(replicas), list(replicas), epoch)
+            partitions[p] = PartitionState(replicas[0], 0, list(replicas), list(replicas), epoch, 0)
         new_info = TopicInfo(name, info.topic_id, partitions, info.configs)
         if validate_only:
             return new_info
@@ -933,6 +1031,101 @@ class Cluster:
         self._update_topic(new_info)
         self._mark(("topic", name))
         return new_info
+
+    # ------------------------------------------------------------------ ISR writes by leaders
+
+    async def update_isr(
+        self,
+        topic: str,
+        partition: int,
+        new_isr: list[int],
+        *,
+        leader: int,
+        leader_epoch: int,
+    ) -> PartitionState | None:
+        """The leader's ISR write (Kafka ZK mode's AlterIsr without the controller hop): read
+        the state znode with its version; if its leader or leader_epoch is not the caller's
+        (the caller was deposed) return None; else compare-and-set the new ISR (same leader,
+        same leader_epoch, controller_epoch kept), re-reading and retrying when another writer
+        got in first.  Updates the cache at once and returns the new state (with its
+        ``zk_version``).  None also when the partition does not exist (any more).
+
+        Raises ValueError when new_isr is empty, lacks the leader, or names a non-replica;
+        ConnectionLossError when the store cannot be reached (the outcome of the last write is
+        then unknown: the caller re-reads through the cache or retries)."""
+        isr = list(dict.fromkeys(new_isr))
+        if leader not in isr:
+            raise ValueError(f"the ISR {new_isr} must contain the leader {leader}")
+        path = paths.partition_state(topic, partition)
+        while True:
+            replicas = await self._replicas_of(topic, partition)
+            if replicas is None:
+                return None
+            unknown = [b for b in isr if b not in replicas]
+            if unknown:
+                raise ValueError(f"{unknown} are not replicas of {topic}-{partition}: {replicas}")
+            try:
+                data, stat = await self.store.get(path)
+            except NoNodeError:
+                return None
+            st = paths.decode_partition_state(data)
+            current = PartitionState(
+                st["leader"],
+                st["leader_epoch"],
+                replicas,
+                st["isr"],
+                st["controller_epoch"],
+                stat.version,
+            )
+            if current.leader != leader or current.leader_epoch != leader_epoch:
+                self._set_partition_state(topic, partition, current)
+                log.info(
+                    "broker %d: ISR update of %s-%d refused: leader %d epoch %d now, not %d/%d",
+                    self.broker_id,
+                    topic,
+                    partition,
+                    current.leader,
+                    current.leader_epoch,
+                    leader,
+                    leader_epoch,
+                )
+                return None
+            if current.isr == isr:
+                self._set_partition_state(topic, partition, current)
+                return current
+            data = paths.encode_partition_state(leader, leader_epoch, isr, current.controller_epoch)
+            try:
+                new_stat = await self.store.set(path, data, version=stat.version)
+            except BadVersionError:
+                continue  # someone wrote meanwhile: re-read, check we still lead, retry
+            except NoNodeError:
+                return None
+            state = dataclasses.replace(current, isr=isr, zk_version=new_stat.version)
+            log.info(
+                "broker %d: %s-%d ISR %s -> %s (leader %d, leader_epoch %d, zk version %d)",
+                self.broker_id,
+                topic,
+                partition,
+                current.isr,
+                isr,
+                leader,
+                leader_epoch,
+                new_stat.version,
+            )
+            self._set_partition_state(topic, partition, state)
+            return state
+
+    async def _replicas_of(self, topic: str, partition: int) -> list[int] | None:
+        info = self.topics.get(topic)
+        if info is not None and partition in info.partitions:
+            return list(info.partitions[partition].replicas)
+        try:
+            data, _ = await self.store.get(paths.topic(topic))
+        except NoNodeError:
+            return None
+        _, assignment = paths.decode_topic(data)
+        r = assignment.get(partition)
+        return None if r is None else list(r)
 
     # ------------------------------------------------------------------ producer ids
 

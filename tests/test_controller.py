@@ -1,0 +1,692 @@
+"""The controller's partition-leadership duties and the leader's ISR write path
+(coord/controller.py, Cluster.update_isr), with several Cluster objects in one process playing
+brokers 1, 2, 3.
+
+Backends: ``zk`` gives every broker its own ZooKeeper session (a crash closes it, so its
+ephemerals vanish at once, as after a session timeout); ``local`` shares one LocalStore
+between the brokers (one session: a crash is emulated by a clean Cluster.stop(), which deletes
+the broker's registration and, for the controller, /controller)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+
+from pybroker.coord import paths
+from pybroker.coord.cluster import Cluster, PartitionState
+from pybroker.coord.controller import (
+    Controller,
+    ControllerFencedError,
+    StoredState,
+    decide_for_live_set,
+    decide_preferred,
+    decide_unclean,
+)
+from pybroker.coord.local import LocalStore
+from pybroker.coord.store import CONNECTED, LOST, BadVersionError, MetadataStore, SetData
+from pybroker.coord.zk import ZooKeeperStore
+from pybroker.errors import ErrorCode, KafkaError
+
+try:
+    from tests.zk_server import require_zookeeper, zk_server
+except ImportError:
+    from zk_server import require_zookeeper, zk_server
+
+__all__ = ["zk_server"]  # fixture
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 90), debug=True)
+
+
+async def wait_until(pred: Callable[[], bool], timeout: float = 15.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not reached in time: {what}")
+        await asyncio.sleep(0.01)
+
+
+def endpoints(port: int) -> list[tuple[str, str, int]]:
+    return [("PLAINTEXT", "127.0.0.1", port)]
+
+
+# --------------------------------------------------------------------------- environments
+
+
+class Env:
+    """Brokers as Cluster objects on one backend."""
+
+    def __init__(self, kind: str, tmp_path, zk_connect: str | None) -> None:
+        self.kind = kind
+        self.tmp_path = tmp_path
+        self.zk_connect = zk_connect
+        self.shared: LocalStore | None = None
+        self.clusters: dict[int, Cluster] = {}
+        self.stores: dict[int, MetadataStore] = {}
+        self.admin: MetadataStore | None = None  # for direct reads
+
+    async def open(self) -> None:
+        if self.kind == "local":
+            self.shared = LocalStore(self.tmp_path / "meta")
+            await self.shared.start()
+            self.admin = self.shared
+        else:
+            self.admin = await self._zk_store()
+
+    async def _zk_store(self) -> ZooKeeperStore:
+        store = ZooKeeperStore(self.zk_connect, 6000, connect_timeout_s=10)
+        await store.start()
+        return store
+
+    async def start_broker(self, bid: int, **kw) -> Cluster:
+        store = self.shared if self.kind == "local" else await self._zk_store()
+        c = Cluster(store, bid, endpoints(9090 + bid), **kw)
+        await c.start()
+        self.clusters[bid] = c
+        self.stores[bid] = store
+        return c
+
+    async def crash(self, bid: int) -> None:
+        """The broker goes away: its registration (and /controller if it held it) vanish."""
+        c = self.clusters.pop(bid)
+        store = self.stores.pop(bid)
+        if self.kind == "local":
+            await c.stop()
+        else:
+            await store.close()  # session closed: ephemerals deleted by the server at once
+            await c.stop()  # cancel its tasks (its store calls now fail, harmlessly)
+
+    async def close(self) -> None:
+        for bid in list(self.clusters):
+            c, store = self.clusters.pop(bid), self.stores.pop(bid)
+            await c.stop()
+            if store is not self.shared:
+                await store.close()
+        if self.admin is not None:
+            await self.admin.close()
+
+    async def read_state(self, topic: str, p: int) -> tuple[dict, int]:
+        data, stat = await self.admin.get(paths.partition_state(topic, p))
+        return json.loads(data), stat.version
+
+    async def controller_epoch(self) -> int:
+        data, _ = await self.admin.get(paths.CONTROLLER_EPOCH)
+        return int(data)
+
+    def controller(self) -> Cluster | None:
+        for c in self.clusters.values():
+            if c.controller is not None:
+                return c
+        return None
+
+    async def wait_cached(self, topic: str, p: int, pred, what: str = "") -> None:
+        """Every live broker's cache shows the state ``pred`` accepts."""
+
+        def ok() -> bool:
+            for c in self.clusters.values():
+                info = c.topics.get(topic)
+                if info is None or p not in info.partitions or not pred(info.partitions[p]):
+                    return False
+            return True
+
+        await wait_until(ok, what=what or f"{topic}-{p}")
+
+
+@pytest.fixture(params=["local", "zk"])
+def env_kind(request) -> str:
+    if request.param == "zk":
+        require_zookeeper()
+    return request.param
+
+
+@pytest.fixture
+def make_env(env_kind, tmp_path, request):
+    def make() -> Env:
+        connect = None
+        if env_kind == "zk":
+            server = request.getfixturevalue("zk_server")
+            connect = f"{server.connect}/t-{uuid.uuid4().hex[:12]}"
+        return Env(env_kind, tmp_path, connect)
+
+    return make
+
+
+async def three_brokers(env: Env, **kw) -> None:
+    await env.open()
+    for bid in (1, 2, 3):
+        await env.start_broker(bid, **kw)
+    for c in env.clusters.values():
+        await wait_until(lambda c=c: set(c.brokers) == {1, 2, 3}, what="brokers seen")
+    assert env.clusters[1].is_controller
+
+
+ASSIGNMENT = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}
+
+
+# --------------------------------------------------------------------------- pure decisions
+
+
+def test_decisions_pure():
+    st = StoredState(leader=2, leader_epoch=4, isr=[2, 3, 1], controller_epoch=1, zk_version=7)
+    # leader dead: first replica in replica order that is live and in the ISR
+    d = decide_for_live_set(st, [2, 1, 3], {1, 3}, False)
+    assert (d.leader, d.leader_epoch, d.isr) == (1, 5, [3, 1])
+    # leader alive, follower dead: ISR shrinks, epoch kept
+    d = decide_for_live_set(st, [2, 1, 3], {1, 2}, False)
+    assert (d.leader, d.leader_epoch, d.isr) == (2, 4, [2, 1])
+    assert decide_for_live_set(st, [2, 1, 3], {1, 2, 3}, False) is None
+    # nobody in the ISR live: offline keeps the ISR, unless unclean
+    st = StoredState(2, 4, [2], 1, 7)
+    d = decide_for_live_set(st, [2, 1, 3], {1, 3}, False)
+    assert (d.leader, d.leader_epoch, d.isr) == (-1, 5, [2])
+    d = decide_for_live_set(st, [2, 1, 3], {3, 1}, True)
+    assert (d.leader, d.leader_epoch, d.isr) == (1, 5, [1])
+    assert decide_for_live_set(StoredState(-1, 5, [2], 1, 8), [2, 1, 3], {1}, False) is None
+    d = decide_for_live_set(StoredState(-1, 5, [2], 1, 8), [2, 1, 3], {1, 2}, False)
+    assert (d.leader, d.leader_epoch, d.isr) == (2, 6, [2])
+    # the leader is never removed from its own ISR
+    d = decide_for_live_set(StoredState(1, 0, [3, 1], 1, 0), [1, 3], {1}, False)
+    assert d.isr == [1]
+    # preferred / unclean ElectLeaders
+    st = StoredState(3, 2, [3, 1], 1, 3)
+    assert decide_preferred(st, [1, 3], {1, 3}).leader == 1
+    assert decide_preferred(st, [3, 1], {1, 3})[0] == ErrorCode.ELECTION_NOT_NEEDED
+    assert decide_preferred(st, [2, 3], {1, 2, 3})[0] == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    assert decide_unclean(st, [1, 3], {1, 3})[0] == ErrorCode.ELECTION_NOT_NEEDED
+    assert decide_unclean(StoredState(-1, 2, [3], 1, 3), [1, 3], {1}).leader == 1
+    assert (
+        decide_unclean(StoredState(-1, 2, [3], 1, 3), [1, 3], {2})[0]
+        == ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+    )
+
+
+# --------------------------------------------------------------------------- broker loss
+
+
+def test_leader_loss_elects_from_isr(make_env, caplog):
+    caplog.set_level(logging.INFO, logger="pybroker.coord.controller")
+
+    async def main():
+        env = make_env()
+        try:
+            await three_brokers(env)
+            c1 = env.clusters[1]
+            await c1.create_topic("t", 3, 3, assignments=ASSIGNMENT)
+            await env.crash(2)  # leads t-1, follows t-0 and t-2
+            await env.wait_cached("t", 1, lambda s: s.leader == 3, "new leader of t-1")
+            st, version = await env.read_state("t", 1)
+            assert st["leader"] == 3 and st["leader_epoch"] == 1
+            assert st["isr"] == [3, 1] and st["controller_epoch"] == 1
+            for c in env.clusters.values():
+                s = c.topics["t"].partitions[1]
+                assert (s.leader, s.leader_epoch, s.isr) == (3, 1, [3, 1])
+                assert s.zk_version == version
+            # followed partitions: the dead follower leaves the ISR, leader_epoch unchanged
+            for p, isr in ((0, [1, 3]), (2, [3, 1])):
+                await env.wait_cached("t", p, lambda s, isr=isr: s.isr == isr, f"t-{p} isr")
+                st, _ = await env.read_state("t", p)
+                assert st["isr"] == isr and st["leader_epoch"] == 0
+                assert st["leader"] == ASSIGNMENT[p][0]
+            assert "t-1 clean election: leader 2 -> 3, leader_epoch 1" in caplog.text
+
+            # broker 2 returns: every partition has a live leader, nothing is elected
+            passes = c1.controller.passes
+            await env.start_broker(2)
+            await wait_until(lambda: set(c1.brokers) == {1, 2, 3})
+            await wait_until(lambda: c1.controller.passes > passes, what="pass after return")
+            st, _ = await env.read_state("t", 1)
+            assert (st["leader"], st["leader_epoch"], st["isr"]) == (3, 1, [3, 1])
+        finally:
+            await env.close()
+
+    run(main())
+
+
+def test_offline_partition_and_return(make_env):
+    async def main():
+        env = make_env()
+        try:
+            await three_brokers(env)
+            c1, c2 = env.clusters[1], env.clusters[2]
+            await c1.create_topic("o", 1, 3, assignments={0: [2, 3, 1]})
+            await env.wait_cached("o", 0, lambda s: s.leader == 2)
+            # the leader shrank the ISR to itself, then dies: nobody in sync is live
+            assert await c2.update_isr("o", 0, [2], leader=2, leader_epoch=0) is not None
+            await env.crash(2)
+            await env.wait_cached("o", 0, lambda s: s.leader == -1, "o-0 offline")
+            st, _ = await env.read_state("o", 0)
+            assert (st["leader"], st["leader_epoch"], st["isr"]) == (-1, 1, [2])
+
+            # another broker comes and goes: still offline (3 and 1 are out of sync)
+            passes = c1.controller.passes
+            await env.crash(3)
+            await wait_until(lambda: c1.controller.passes > passes, what="pass after loss")
+            st, _ = await env.read_state("o", 0)
+            assert (st["leader"], st["leader_epoch"], st["isr"]) == (-1, 1, [2])
+
+            # the last ISR member returns: it leads again, with the next epoch
+            await env.start_broker(2)
+            await env.wait_cached("o", 0, lambda s: s.leader == 2, "o-0 back online")
+            st, _ = await env.read_state("o", 0)
+            assert (st["leader"], st["leader_epoch"], st["isr"]) == (2, 2, [2])
+        finally:
+            await env.close()
+
+    run(main())
+
+
+def test_unclean_election_per_topic_config(make_env):
+    async def main():
+        env = make_env()
+        try:
+            await three_brokers(env)
+            c1, c2 = env.clusters[1], env.clusters[2]
+            await c1.create_topic("clean", 1, 3, assignments={0: [2, 3, 1]})
+            await c1.create_topic(
+                "dirty",
+                1,
+                3,
+                {"unclean.leader.election.enable": "true"},
+                assignments={0: [2, 3, 1]},
+            )
+            for t in ("clean", "dirty"):
+                await env.wait_cached(t, 0, lambda s: s.leader == 2)
+                assert await c2.update_isr(t, 0, [2], leader=2, leader_epoch=0) is not None
+            await env.crash(2)
+            await env.wait_cached("dirty", 0, lambda s: s.leader == 3, "unclean election")
+            st, _ = await env.read_state("dirty", 0)
+            assert (st["leader"], st["leader_epoch"], st["isr"]) == (3, 1, [3])
+            await env.wait_cached("clean", 0, lambda s: s.leader == -1, "clean stays offline")
+            st, _ = await env.read_state("clean", 0)
+            assert (st["leader"], st["leader_epoch"], st["isr"]) == (-1, 1, [2])
+
+            # ElectLeaders UNCLEAN forces it; PREFERRED cannot (2 is not live)
+            res = await c1.elect_leaders([("clean", 0)], preferred=True)
+            assert res[("clean", 0)][0] == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+            res = await c1.elect_leaders([("clean", 0), ("dirty", 0), ("nope", 0)], preferred=False)
+            assert res[("clean", 0)] == (ErrorCode.NONE, None)
+            assert res[("dirty", 0)][0] == ErrorCode.ELECTION_NOT_NEEDED
+            assert res[("nope", 0)][0] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            st, _ = await env.read_state("clean", 0)
+            assert (st["leader"], st["leader_epoch"], st["isr"]) == (3, 2, [3])
+        finally:
+            await env.close()
+
+    run(main())
+
+
+def test_unclean_broker_default(make_env):
+    async def main():
+        env = make_env()
+        try:
+            await three_brokers(env, unclean_leader_election_enable=True)
+            c1, c2 = env.clusters[1], env.clusters[2]
+            await c1.create_topic("a", 1, 3, assignments={0: [2, 3, 1]})
+            await c1.create_topic(
+                "b",
+                1,
+                3,
+                {"unclean.leader.election.enable": "false"},  # the topic override wins
+                assignments={0: [2, 3, 1]},
+            )
+            for t in ("a", "b"):
+                await env.wait_cached(t, 0, lambda s: s.leader == 2)
+                assert await c2.update_isr(t, 0, [2], leader=2, leader_epoch=0) is not None
+            await env.crash(2)
+            await env.wait_cached("a", 0, lambda s: s.leader == 3)
+            await env.wait_cached("b", 0, lambda s: s.leader == -1)
+        finally:
+            await env.close()
+
+    run(main())
+
+
+def test_preferred_election(make_env):
+    async def main():
+        env = make_env()
+        try:
+            await three_brokers(env)
+            c1 = env.clusters[1]
+            await c1.create_topic("t", 3, 3, assignments=ASSIGNMENT)
+            await env.crash(2)
+            await env.wait_cached("t", 1, lambda s: s.leader == 3)
+            await env.start_broker(2)
+            await wait_until(lambda: set(c1.brokers) == {1, 2, 3})
+            res = await c1.elect_leaders([("t", 1)])
+            assert res[("t", 1)][0] == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE  # not in ISR
+            # the leader lets 2 back into the ISR; now 2 can be the preferred leader again
+            c3 = env.clusters[3]
+            assert await c3.update_isr("t", 1, [3, 1, 2], leader=3, leader_epoch=1) is not None
+            await env.wait_cached("t", 1, lambda s: s.isr == [3, 1, 2])
+            res = await c1.elect_leaders([("t", 1), ("t", 0)])
+            assert res == {
+                ("t", 1): (ErrorCode.NONE, None),
+                ("t", 0): (
+                    ErrorCode.ELECTION_NOT_NEEDED,
+                    "the preferred replica is already the leader",
+                ),
+            }
+            await env.wait_cached("t", 1, lambda s: (s.leader, s.leader_epoch) == (2, 2))
+            with pytest.raises(KafkaError) as ei:
+                await env.clusters[2].elect_leaders([("t", 1)])
+            assert ei.value.code == ErrorCode.NOT_CONTROLLER
+        finally:
+            await env.close()
+
+    run(main())
+
+
+def test_many_partitions_batched_in_fenced_multis(make_env):
+    async def main():
+        env = make_env()
+        try:
+            await three_brokers(env)
+            c1 = env.clusters[1]
+            n = 250
+            await c1.create_topic("big", n, 3, assignments={p: [2, 3, 1] for p in range(n)})
+            await env.wait_cached("big", n - 1, lambda s: s.leader == 2)
+            multis: list[list] = []
+            store = c1.store
+            real_multi = store.multi
+
+            async def counting_multi(ops):
+                if any(isinstance(op, SetData) and "/partitions/" in op.path for op in ops):
+                    multis.append(list(ops))
+                return await real_multi(ops)
+
+            store.multi = counting_multi  # instance attribute: only this broker's writes
+            try:
+                await env.crash(2)
+                for p in range(n):
+                    await env.wait_cached("big", p, lambda s: s.leader == 3, f"big-{p}")
+            finally:
+                del store.multi
+            assert sum(len(m) - 1 for m in multis) == n
+            assert all(len(m) <= 100 for m in multis) and len(multis) >= 3
+            assert all(m[0].path == paths.CONTROLLER_EPOCH for m in multis)
+            st, _ = await env.read_state("big", 123)
+            assert (st["leader"], st["leader_epoch"], st["isr"]) == (3, 1, [3, 1])
+        finally:
+            await env.close()
+
+    run(main())
+
+
+def test_controller_retries_after_losing_compare_and_set(make_env):
+    """A leader's ISR write lands between the controller's read and its multi: the multi fails
+    on the state's version, the controller re-reads and decides again."""
+
+    async def main():
+        env = make_env()
+        try:
+            await three_brokers(env)
+            c1, c3 = env.clusters[1], env.clusters[3]
+            await c1.create_topic("r", 1, 3, assignments={0: [2, 3, 1]})
+            await env.wait_cached("r", 0, lambda s: s.leader == 2)
+            store = c1.store
+            real_multi = store.multi
+            failures: list[Exception] = []
+
+            async def racing_multi(ops):
+                if not failures and any("/partitions/" in op.path for op in ops):
+                    # someone else (the old leader's last ISR write) gets in first
+                    data, stat = await store.get(paths.partition_state("r", 0))
+                    st = json.loads(data)
+                    await store.set(
+                        paths.partition_state("r", 0),
+                        paths.encode_partition_state(2, 0, [2, 1], st["controller_epoch"]),
+                        stat.version,
+                    )
+                    try:
+                        return await real_multi(ops)
+                    except BadVersionError as e:
+                        failures.append(e)
+                        raise
+                return await real_multi(ops)
+
+            store.multi = racing_multi
+            try:
+                await env.crash(2)
+                await env.wait_cached("r", 0, lambda s: s.leader >= 0 and s.leader != 2)
+            finally:
+                del store.multi
+            assert failures and failures[0].op_index == 1
+            st, version = await env.read_state("r", 0)
+            # decided on the re-read state: ISR [2, 1] -> leader 1 (3 left the ISR meanwhile)
+            assert (st["leader"], st["leader_epoch"], st["isr"]) == (1, 1, [1])
+            assert version == 2
+            assert c3.topics["r"].partitions[0].leader == 1
+        finally:
+            await env.close()
+
+    run(main())
+
+
+# --------------------------------------------------------------------------- controller failover
+
+
+def test_controller_failover_and_fencing(make_env):
+    async def main():
+        env = make_env()
+        try:
+            await three_brokers(env)
+            c1 = env.clusters[1]
+            await c1.create_topic("t", 3, 3, assignments=ASSIGNMENT)
+            await env.wait_cached("t", 2, lambda s: s.leader == 3)
+            assert await env.controller_epoch() == 1
+            _, epoch_stat = await env.admin.get(paths.CONTROLLER_EPOCH)
+            old_epoch_version = epoch_stat.version
+
+            await env.crash(1)  # the controller, and leader of t-0
+            await wait_until(lambda: env.controller() is not None, what="a new controller")
+            new = env.controller()
+            assert new.broker_id in (2, 3) and new.controller_epoch == 2
+            assert await env.controller_epoch() == 2
+            for c in env.clusters.values():
+                await wait_until(lambda c=c: c.controller_id == new.broker_id)
+            await env.wait_cached("t", 0, lambda s: s.leader == 2, "t-0 led by 2")
+            st, _ = await env.read_state("t", 0)
+            assert (st["leader"], st["leader_epoch"], st["isr"]) == (2, 1, [2, 3])
+            assert st["controller_epoch"] == 2
+            for p in (1, 2):
+                await env.wait_cached("t", p, lambda s: 1 not in s.isr, f"t-{p} without 1")
+
+            # a stale controller (epoch 1, it missed its own demise) tries to write: its multi
+            # fails on the /controller_epoch check, atomically.  t-1 gets a state from epoch 1
+            # in which the preferred replica (2) is live and in the ISR but does not lead.
+            await env.admin.set(
+                paths.partition_state("t", 1), paths.encode_partition_state(3, 5, [3, 2], 1)
+            )
+            await env.wait_cached("t", 1, lambda s: s.leader_epoch == 5)
+            before = await env.read_state("t", 1)
+            other = env.clusters[5 - new.broker_id]  # the broker that is not controller
+            stale = Controller(other, 1, old_epoch_version)
+            res = await stale.elect_leaders([("t", 1)])
+            assert res[("t", 1)][0] == ErrorCode.NOT_CONTROLLER
+            assert not stale.active
+            assert await env.read_state("t", 1) == before
+            with pytest.raises(KafkaError) as ei:
+                await stale.elect_leaders([("t", 1)])
+            assert ei.value.code == ErrorCode.NOT_CONTROLLER
+
+            # a state stamped by a newer controller fences a stale one before it writes
+            stale = Controller(other, 1, old_epoch_version)
+            before = await env.read_state("t", 0)
+            assert before[0]["controller_epoch"] == 2
+            res = await stale.elect_leaders([("t", 0)], preferred=False)
+            assert res[("t", 0)][0] == ErrorCode.NOT_CONTROLLER and not stale.active
+            with pytest.raises(ControllerFencedError):
+                await stale.reconcile(["t"])
+            assert await env.read_state("t", 0) == before
+            assert new.controller is not None and new.controller.active  # unaffected
+        finally:
+            await env.close()
+
+    run(main())
+
+
+def test_new_controller_continues_elections(make_env):
+    async def main():
+        env = make_env()
+        try:
+            await three_brokers(env)
+            c1 = env.clusters[1]
+            await c1.create_topic("t", 3, 3, assignments=ASSIGNMENT)
+            await env.wait_cached("t", 2, lambda s: s.leader == 3)
+            await env.crash(1)
+            await wait_until(lambda: env.controller() is not None)
+            new = env.controller()
+            survivor = 5 - new.broker_id
+            await env.wait_cached("t", 0, lambda s: s.leader == 2)
+            await env.crash(survivor)  # the new controller handles this loss too
+            for p in range(3):
+                await env.wait_cached(
+                    "t", p, lambda s: s.leader == new.broker_id and s.isr == [new.broker_id]
+                )
+            for p in range(3):
+                st, _ = await env.read_state("t", p)
+                assert st["controller_epoch"] == 2
+        finally:
+            await env.close()
+
+    run(main())
+
+
+def test_zk_controller_session_expiry(zk_server, tmp_path):
+    """The controller's ZooKeeper session expires: a controller with the next epoch (another
+    broker, or the same one re-elected in its new session) takes over and keeps electing;
+    session_ok is False from LOST until the broker has re-registered."""
+    require_zookeeper()
+    from kazoo.client import KazooClient
+
+    async def main():
+        env = Env("zk", tmp_path, f"{zk_server.connect}/t-{uuid.uuid4().hex[:12]}")
+        try:
+            await three_brokers(env)
+            c1 = env.clusters[1]
+            s1 = env.stores[1]
+            await c1.create_topic("t", 3, 3, assignments=ASSIGNMENT)
+            await env.wait_cached("t", 2, lambda s: s.leader == 3)
+            assert c1.session_ok
+            seen: list[tuple[str, bool, bool]] = []
+            s1.add_session_listener(lambda st: seen.append((st, c1.session_ok, c1.is_controller)))
+            old_controller = c1.controller
+            sid, passwd = s1._client.client_id
+            old_session = s1.session_id
+
+            def expire() -> None:
+                k = KazooClient(hosts=zk_server.connect, client_id=(sid, passwd))
+                k.start(timeout=10)
+                k.stop()
+                k.close()
+
+            await asyncio.get_running_loop().run_in_executor(None, expire)
+            await wait_until(lambda: s1.session_id not in (0, old_session), timeout=20)
+            assert (LOST, False, False) in seen
+            assert not old_controller.active
+            await wait_until(lambda: c1.session_ok, timeout=20, what="re-registered")
+            assert any(st == CONNECTED for st, *_ in seen)
+            await wait_until(lambda: env.controller() is not None, timeout=20)
+            assert env.controller().controller_epoch == 2
+            assert await env.controller_epoch() == 2
+
+            # elections continue under the new controller (which may have seen broker 1 gone
+            # for a while, and moved t-0 and the ISRs: so only the outcome's shape is fixed)
+            await env.crash(3)
+            await env.wait_cached("t", 2, lambda s: s.leader in (1, 2) and s.leader_epoch >= 1)
+            st, _ = await env.read_state("t", 2)
+            assert st["controller_epoch"] == 2 and 3 not in st["isr"]
+        finally:
+            await env.close()
+
+    run(main())
+
+
+# --------------------------------------------------------------------------- update_isr
+
+
+def test_update_isr_compare_and_set(make_env):
+    async def main():
+        env = make_env()
+        try:
+            await three_brokers(env)
+            c1, c2, c3 = env.clusters[1], env.clusters[2], env.clusters[3]
+            await c1.create_topic("t", 3, 3, assignments=ASSIGNMENT)
+            await env.wait_cached("t", 1, lambda s: s.leader == 2)
+            assert c2.topics["t"].partitions[1].zk_version == 0
+
+            # the leader (2) shrinks; every broker's cache sees it through its watches
+            new = await c2.update_isr("t", 1, [2, 3], leader=2, leader_epoch=0)
+            assert new == PartitionState(2, 0, [2, 3, 1], [2, 3], 1) and new.zk_version == 1
+            assert c2.topics["t"].partitions[1].zk_version == 1  # at once, locally
+            await env.wait_cached("t", 1, lambda s: s.isr == [2, 3] and s.zk_version == 1)
+            st, version = await env.read_state("t", 1)
+            assert (st["leader"], st["leader_epoch"], st["isr"], version) == (2, 0, [2, 3], 1)
+            assert st["controller_epoch"] == 1
+
+            # a change on a topic that broker 2 created (not broker 1) reaches broker 1's cache
+            await c2.create_topic("mine", 1, 3, assignments={0: [2, 1, 3]})
+            await env.wait_cached("mine", 0, lambda s: s.leader == 2)
+            await c3.update_isr("mine", 0, [2, 1], leader=2, leader_epoch=0)
+            await env.wait_cached("mine", 0, lambda s: s.isr == [2, 1], "mine isr via watch")
+            await c1.update_isr("mine", 0, [2, 1, 3], leader=2, leader_epoch=0)
+            await env.wait_cached("mine", 0, lambda s: s.isr == [2, 1, 3], "back via watch")
+
+            # racing writers (same leader): each re-reads and retries; both land, in turn
+            a, b = await asyncio.gather(
+                c2.update_isr("t", 1, [2], leader=2, leader_epoch=0),
+                c2.update_isr("t", 1, [2, 3, 1], leader=2, leader_epoch=0),
+            )
+            assert {a.zk_version, b.zk_version} == {2, 3}
+            last = a if a.zk_version == 3 else b
+            st, version = await env.read_state("t", 1)
+            assert st["isr"] == last.isr and version == 3
+
+            # no change: no write
+            same = await c2.update_isr("t", 1, last.isr, leader=2, leader_epoch=0)
+            assert same.zk_version == 3
+            with pytest.raises(ValueError):
+                await c2.update_isr("t", 1, [3], leader=2, leader_epoch=0)
+            with pytest.raises(ValueError):
+                await c2.update_isr("t", 1, [2, 9], leader=2, leader_epoch=0)
+            assert await c2.update_isr("nope", 0, [2], leader=2, leader_epoch=0) is None
+
+            # the leader is deposed: its ISR write gets None and changes nothing
+            await c2.update_isr("t", 1, [2, 3, 1], leader=2, leader_epoch=0)
+            zombie = c2
+            await env.crash(2)
+            await env.wait_cached("t", 1, lambda s: s.leader == 3 and s.leader_epoch == 1)
+            before = await env.read_state("t", 1)
+            if env.kind == "local":  # the shared store still answers the stopped broker
+                assert await zombie.update_isr("t", 1, [2], leader=2, leader_epoch=0) is None
+            assert await c3.update_isr("t", 1, [2, 3], leader=2, leader_epoch=0) is None
+            assert await c3.update_isr("t", 1, [3], leader=3, leader_epoch=0) is None
+            assert await env.read_state("t", 1) == before
+            ok = await c3.update_isr("t", 1, [3], leader=3, leader_epoch=1)
+            assert ok is not None and ok.isr == [3] and ok.zk_version == before[1] + 1
+        finally:
+            await env.close()
+
+    run(main())
+
+
+def test_session_ok_local(tmp_path):
+    async def main():
+        store = LocalStore(tmp_path / "m")
+        await store.start()
+        c = Cluster(store, 1, endpoints(9092))
+        assert not c.session_ok
+        await c.start()
+        assert c.session_ok and c.controller is not None
+        await c.stop()
+        assert not c.session_ok and c.controller is None
+        await store.close()
+
+    run(main())
