@@ -26,6 +26,8 @@ from pybroker.coord.store import MetadataStore
 from pybroker.handlers._topics import log_config
 from pybroker.log import LogManager, PartitionLog
 from pybroker.purgatory import Purgatory
+from pybroker.replication.fetcher import ReplicaFetcher
+from pybroker.replication.manager import ReplicaManager
 from pybroker.server import KafkaServer
 
 log = logging.getLogger("pybroker.broker")
@@ -58,6 +60,7 @@ class Broker:
         self.cluster: Cluster | None = None
         self.logs: LogManager | None = None
         self.groups: GroupCoordinator | None = None
+        self.replicas: ReplicaManager | None = None
         self.server: KafkaServer | None = None
         self._tasks: list[asyncio.Task] = []
 
@@ -78,8 +81,19 @@ class Broker:
             self.store, cfg.broker_id, endpoints, self.clock, rack=cfg.broker_rack
         )
         await self.cluster.start()
+        self.replicas = ReplicaManager(
+            cfg.broker_id,
+            self.cluster,
+            self.logs,
+            self.purgatory,
+            self.clock,
+            replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
+            min_insync_replicas=self._min_insync_replicas,
+            open_log=self.partition_log,
+            fetcher_factory=ReplicaFetcher,
+        )
+        await self.replicas.start()
         self.cluster.add_listener(self._on_cluster_event)
-        self._sync_partitions()
         self.groups = GroupCoordinator(
             OffsetStore(self.store, self.clock),
             self.clock,
@@ -115,6 +129,8 @@ class Broker:
             await self.server.stop()
         if self.groups is not None:
             await self.groups.stop()
+        if self.replicas is not None:
+            await self.replicas.stop()
         if self.cluster is not None:
             await self.cluster.stop()
         if self.store is not None:
@@ -131,19 +147,16 @@ class Broker:
         return self.logs.get_or_create(topic, partition, log_config(self.config, info.configs))
 
     def _on_cluster_event(self, event: Any) -> None:
+        self.replicas.sync_roles()  # first: stops fetching partitions that are going away
         if event.kind == "TOPIC_DELETED":
             for topic, partition, _ in list(self.logs.partitions()):
                 if topic == event.topic:
                     self.logs.delete(topic, partition)
-        self._sync_partitions()
 
-    def _sync_partitions(self) -> None:
-        """Open (creating if needed) the log of every partition this broker is a replica of."""
-        me = self.config.broker_id
-        for name, info in list(self.cluster.topics.items()):
-            for index, state in info.partitions.items():
-                if me in state.replicas and self.logs.get(name, index) is None:
-                    self.logs.get_or_create(name, index, log_config(self.config, info.configs))
+    def _min_insync_replicas(self, topic: str) -> int:
+        info = self.cluster.topics.get(topic)
+        value = info.configs.get("min.insync.replicas") if info is not None else None
+        return int(value) if value is not None else self.config.min_insync_replicas
 
     async def _retention_loop(self) -> None:
         interval = self.config.log_retention_check_interval_ms / 1000.0

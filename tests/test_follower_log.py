@@ -31,7 +31,9 @@ def records(n=2, value=b"v", **kw) -> bytearray:
 
 def lead(log: PartitionLog, epoch: int, n=2, **kw):
     buf = records(n, **kw)
-    return log.append(buf, parse_batches(buf), leader_epoch=epoch)
+    info = log.append(buf, parse_batches(buf), leader_epoch=epoch)
+    log.high_watermark = log.log_end_offset  # the only replica: committed at once
+    return info
 
 
 def follower_batch(base_offset: int, epoch: int, n=2, **kw) -> bytearray:

@@ -285,9 +285,9 @@ def open_log(tmp_path, clock, **kw):
 def leader_append(log, n=2, epoch=-1, **kw):
     buf = bytearray(build_batch([(None, b"v", [])] * n, timestamp=1, **kw))
     batches = parse_batches(buf)
-    if epoch >= 0:
-        return log.append(buf, batches, leader_epoch=epoch)
-    return log.append(buf, batches)
+    info = log.append(buf, batches, leader_epoch=epoch) if epoch >= 0 else log.append(buf, batches)
+    log.high_watermark = log.log_end_offset  # the only replica: committed at once
+    return info
 
 
 def test_leader_appends_feed_cache(tmp_path, clock):

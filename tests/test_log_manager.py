@@ -19,7 +19,9 @@ from pybroker.wire.records import build_batch, parse_batches
 
 def append(log, n=2):
     buf = bytearray(build_batch([(None, b"v", [])] * n, timestamp=1))
-    return log.append(buf, parse_batches(buf))
+    info = log.append(buf, parse_batches(buf))
+    log.high_watermark = log.log_end_offset  # the only replica: committed at once
+    return info
 
 
 @pytest.fixture

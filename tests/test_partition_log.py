@@ -26,7 +26,10 @@ def batch(n=3, ts=None, value=b"v" * 100, clock=None, **kw) -> bytearray:
 
 
 def append(log: PartitionLog, buf: bytearray):
-    return log.append(buf, parse_batches(buf))
+    """A leader append on a broker that is the only replica: the high watermark follows."""
+    info = log.append(buf, parse_batches(buf))
+    log.high_watermark = log.log_end_offset
+    return info
 
 
 def slice_bytes(s) -> bytes:

@@ -24,7 +24,9 @@ def pbatch(pid, epoch, seq, n=2) -> bytearray:
 
 
 def append(log, buf):
-    return log.append(buf, parse_batches(buf))
+    info = log.append(buf, parse_batches(buf))
+    log.high_watermark = log.log_end_offset  # the only replica: committed at once
+    return info
 
 
 def code_of(log, buf) -> ErrorCode:

@@ -15,7 +15,7 @@ from typing import Any
 from pybroker.config import Config
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers.context import RequestContext
-from pybroker.log import LogConfig, PartitionLog
+from pybroker.log import LogConfig
 
 # Kafka's ConfigType codes (DescribeConfigs v3+).
 BOOLEAN, STRING, INT, LONG, LIST = 1, 2, 3, 5, 7
@@ -107,29 +107,6 @@ def log_config(config: Config, topic_configs: dict[str, str]) -> LogConfig:
 def max_message_bytes(config: Config, topic_configs: dict[str, str]) -> int:
     v = topic_configs.get("max.message.bytes")
     return int(v) if v is not None else config.message_max_bytes
-
-
-def partition_state(ctx: RequestContext, topic: str, partition: int) -> Any:
-    info = ctx.services.cluster.topics.get(topic)
-    if info is None or partition not in info.partitions:
-        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    return info.partitions[partition]
-
-
-def leader_log(
-    ctx: RequestContext, topic: str, partition: int, current_leader_epoch: int = -1
-) -> PartitionLog:
-    """The local log of a partition this broker leads, or the Kafka error a client expects."""
-    services = ctx.services
-    state = partition_state(ctx, topic, partition)
-    if state.leader != services.config.broker_id:
-        raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-    if current_leader_epoch >= 0:
-        if current_leader_epoch < state.leader_epoch:
-            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
-        if current_leader_epoch > state.leader_epoch:
-            raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
-    return services.partition_log(topic, partition)
 
 
 async def auto_create(ctx: RequestContext, topic: str) -> Any:

@@ -15,17 +15,20 @@ UNKNOWN_LEADER_EPOCH (v9+ current_leader_epoch), UNSUPPORTED_COMPRESSION_TYPE is
 
 Fetch sessions (KIP-227, v7+): the broker creates none.  A request with session_id 0 is
 answered as a full fetch with session_id 0, which tells the client to keep sending full fetch
-requests; an unknown non-zero session id gets FETCH_SESSION_ID_NOT_FOUND.  Left out: fetches
-from follower replicas (replica_id >= 0) arrive with the cluster issue; preferred read
-replicas (v11) are always -1.
+requests; an unknown non-zero session id gets FETCH_SESSION_ID_NOT_FOUND.
+
+Follower replicas (replica_id >= 0) read up to the log end and long-poll on appends; their
+fetch offset tells the leader how far they have copied (ISR and high watermark).  v12's
+last_fetched_epoch is checked against the leader-epoch cache: a mismatch answers
+diverging_epoch so the follower truncates.  Preferred read replicas (v11) are always -1.
 """
 
 from __future__ import annotations
 
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.handlers._topics import leader_log
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.replication.manager import consumer_key, leo_key
 
 READ_COMMITTED = 1
 
@@ -43,8 +46,21 @@ def _empty(index: int, code: int, hw: int = -1, lso: int = -1, start: int = -1) 
     }
 
 
+def _diverging(log, p: dict) -> dict | None:
+    """v12+: the fetcher's last fetched epoch disagrees with our log (KIP-595 style check)."""
+    last = p.get("last_fetched_epoch", -1)
+    if last < 0:
+        return None
+    epoch, end = log.leader_epochs.end_offset_for(last, log.log_end_offset)
+    if epoch != last or end < p["fetch_offset"]:
+        return {"epoch": epoch, "end_offset": end}
+    return None
+
+
 def _read_all(ctx: RequestContext, req: dict) -> tuple[list[dict], int, bool]:
     """One pass over the requested partitions: (responses, bytes found, any error)."""
+    replicas = ctx.services.replicas
+    replica_id = req.get("replica_id", -1)
     remaining = req.get("max_bytes", 0x7FFFFFFF)
     read_committed = req.get("isolation_level", 0) == READ_COMMITTED
     total = 0
@@ -56,35 +72,50 @@ def _read_all(ctx: RequestContext, req: dict) -> tuple[list[dict], int, bool]:
         for p in t["partitions"]:
             index = p["partition"]
             try:
-                log = leader_log(ctx, topic, index, p.get("current_leader_epoch", -1))
-                hw = log.high_watermark
+                replica = replicas.leader_replica(topic, index, p.get("current_leader_epoch", -1))
+                log = replica.log
                 offset = p["fetch_offset"]
                 if offset < log.log_start_offset or offset > log.log_end_offset:
                     raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+                diverging = _diverging(log, p) if ctx.version >= 12 else None
+                if replica_id >= 0 and diverging is None:
+                    replicas.record_follower_fetch(replica, replica_id, offset)
+                # Followers copy up to the log end; consumers see only what the ISR holds.
+                upper = log.log_end_offset if replica_id >= 0 else log.high_watermark
+                hw = log.high_watermark
                 region = None
-                if offset < hw and remaining > 0:
+                if diverging is None and offset < upper and remaining > 0:
                     limit = min(p["partition_max_bytes"], remaining)
-                    region = log.read(offset, limit, min_one_batch=total == 0, max_offset=hw)
+                    region = log.read(offset, limit, min_one_batch=total == 0, max_offset=upper)
                     if region is not None and region.size:
                         total += region.size
                         remaining -= region.size
                     else:
                         region = None
-                parts.append(
-                    {
-                        "partition_index": index,
-                        "error_code": ErrorCode.NONE,
-                        "high_watermark": hw,
-                        "last_stable_offset": hw,
-                        "log_start_offset": log.log_start_offset,
-                        "aborted_transactions": [] if read_committed else None,
-                        "preferred_read_replica": -1,
-                        "records": region if region is not None else b"",
-                    }
-                )
+                entry = {
+                    "partition_index": index,
+                    "error_code": ErrorCode.NONE,
+                    "high_watermark": hw,
+                    "last_stable_offset": hw,
+                    "log_start_offset": log.log_start_offset,
+                    "aborted_transactions": [] if read_committed else None,
+                    "preferred_read_replica": -1,
+                    "records": region if region is not None else b"",
+                }
+                if diverging is not None:
+                    entry["diverging_epoch"] = diverging
+                    errors = True  # answer at once
+                parts.append(entry)
             except KafkaError as e:
                 errors = True
-                parts.append(_empty(index, e.code))
+                entry = _empty(index, e.code)
+                if e.code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    entry.update(
+                        high_watermark=log.high_watermark,
+                        last_stable_offset=log.high_watermark,
+                        log_start_offset=log.log_start_offset,
+                    )
+                parts.append(entry)
         responses.append({"topic": t["topic"], "partitions": parts})
     return responses, total, errors
 
@@ -101,7 +132,8 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
         }
     clock = ctx.services.clock
     deadline = clock.monotonic() + max(req["max_wait_ms"], 0) / 1000.0
-    keys = [(t["topic"], p["partition"]) for t in req["topics"] for p in t["partitions"]]
+    wake = leo_key if req.get("replica_id", -1) >= 0 else consumer_key
+    keys = [wake(t["topic"], p["partition"]) for t in req["topics"] for p in t["partitions"]]
     while True:
         responses, total, errors = _read_all(ctx, req)
         if total >= req["min_bytes"] or errors:

@@ -12,7 +12,6 @@ follower requests (replica_id >= 0), which no client pybroker targets sends.
 from __future__ import annotations
 
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.handlers._topics import leader_log, partition_state
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 
@@ -22,8 +21,11 @@ EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 def _lookup(ctx: RequestContext, topic: str, p: dict) -> dict:
     index = p["partition_index"]
     try:
-        log = leader_log(ctx, topic, index, p.get("current_leader_epoch", -1))
-        epoch = partition_state(ctx, topic, index).leader_epoch
+        replica = ctx.services.replicas.leader_replica(
+            topic, index, p.get("current_leader_epoch", -1)
+        )
+        log = replica.log
+        epoch = replica.leader_epoch
         ts = p["timestamp"]
         if ts == EARLIEST:
             found = (log.log_start_offset, -1)

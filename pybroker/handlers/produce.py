@@ -5,8 +5,11 @@ against the idempotent producer's sequence state, and appended exactly as receiv
 the base offset and the partition leader epoch (both outside the CRC) are patched, in the
 request's own buffer, which the log writes once.  No decompression on this path.
 
-acks: 0 (no response; an error closes the connection, as Kafka does), 1 and -1 (on one broker -1 means written to the leader's log; with
-replication the wait moves to the purgatory).  Errors per partition, as Kafka answers:
+acks: 0 (no response; an error closes the connection, as Kafka does), 1 (written to the
+leader's log) and -1 (the ISR must hold at least min.insync.replicas, else NOT_ENOUGH_REPLICAS
+and nothing is appended; the answer waits until the high watermark passes the batch, i.e.
+every ISR member has it, or timeout_ms: REQUEST_TIMED_OUT; NOT_ENOUGH_REPLICAS_AFTER_APPEND
+when the ISR shrank below the minimum meanwhile).  Errors per partition, as Kafka answers:
 UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, CORRUPT_MESSAGE, MESSAGE_TOO_LARGE
 (a batch above max.message.bytes / message.max.bytes), UNSUPPORTED_COMPRESSION_TYPE (zstd
 before v7), OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, INVALID_REQUIRED_ACKS.
@@ -19,8 +22,11 @@ since no transaction coordinator exists); LogAppendTime topics.
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.handlers._topics import leader_log, max_message_bytes, partition_state
+from pybroker.handlers._topics import max_message_bytes
 from pybroker.handlers.context import CloseConnection, RequestContext
 from pybroker.registry import handler
 from pybroker.wire.records import InvalidRecordError, parse_batches, set_partition_leader_epoch
@@ -40,11 +46,13 @@ def _partition_error(index: int, code: int, message: str | None = None) -> dict:
     }
 
 
-def _append(ctx: RequestContext, topic: str, index: int, records) -> dict:
+def _append(ctx: RequestContext, topic: str, index: int, records, acks: int) -> tuple[dict, Any]:
+    """Validate and append one partition's batch; (response entry, (replica, end offset) to
+    wait for when acks=all)."""
     services = ctx.services
     try:
-        log = leader_log(ctx, topic, index)
-        state = partition_state(ctx, topic, index)
+        replica = services.replicas.leader_replica(topic, index)
+        log = replica.log
         if records is None or len(records) == 0:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no record batch in the request")
         try:
@@ -70,13 +78,15 @@ def _append(ctx: RequestContext, topic: str, index: int, records) -> dict:
                     ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     "transactions are not supported by this broker",
                 )
+        if acks == -1:
+            services.replicas.check_enough_replicas(replica)
         for b in batches:
-            set_partition_leader_epoch(records, b.position, state.leader_epoch)
+            set_partition_leader_epoch(records, b.position, replica.leader_epoch)
         info = log.append(records, batches)
     except KafkaError as e:
-        return _partition_error(index, e.code, str(e) if ctx.version >= 8 else None)
-    services.purgatory.notify((topic, index))
-    return {
+        return _partition_error(index, e.code, str(e) if ctx.version >= 8 else None), None
+    services.replicas.after_leader_append(replica)
+    entry = {
         "index": index,
         "error_code": ErrorCode.NONE,
         "base_offset": info.first_offset,
@@ -85,12 +95,23 @@ def _append(ctx: RequestContext, topic: str, index: int, records) -> dict:
         "record_errors": [],
         "error_message": None,
     }
+    return entry, (replica, info.last_offset + 1) if acks == -1 else None
+
+
+async def _await_commit(ctx: RequestContext, entry: dict, wait: Any, timeout_ms: int) -> None:
+    replica, end = wait
+    code = await ctx.services.replicas.wait_for_commit(replica, end, timeout_ms)
+    if code != ErrorCode.NONE:
+        entry["error_code"] = code
+        if code != ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+            entry["base_offset"] = -1
 
 
 @handler(0, 0, 12)
 async def produce(ctx: RequestContext, req: dict) -> dict | None:
     acks = req["acks"]
     responses = []
+    waits = []
     for t in req["topic_data"]:
         topic = t["name"]
         parts = []
@@ -102,8 +123,13 @@ async def produce(ctx: RequestContext, req: dict) -> dict | None:
                     _partition_error(p["index"], ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
                 )
             else:
-                parts.append(_append(ctx, topic, p["index"], p["records"]))
+                entry, wait = _append(ctx, topic, p["index"], p["records"], acks)
+                parts.append(entry)
+                if wait is not None:
+                    waits.append(_await_commit(ctx, entry, wait, req["timeout_ms"]))
         responses.append({"name": topic, "partition_responses": parts})
+    if waits:
+        await asyncio.gather(*waits)
     if acks == 0:
         # No response carries errors for acks=0: Kafka closes the connection instead, so the
         # client notices and refreshes its metadata.

@@ -34,6 +34,10 @@ from pybroker.log.partition_log import LogConfig, PartitionLog, parse_partition_
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+# The high watermarks (Kafka's replication-offset-checkpoint), so that a restarted replica does
+# not expose records the ISR may not hold: it starts from the last checkpointed value and the
+# leader (or, for a follower, the leader's fetch answers) moves it on.
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
 
@@ -105,6 +109,7 @@ class LogManager:
         self.had_clean_shutdown = clean
         points = read_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT)
         starts = read_checkpoint(self.log_dir / LOG_START_OFFSET_CHECKPOINT)
+        hws = read_checkpoint(self.log_dir / REPLICATION_OFFSET_CHECKPOINT)
         for entry in sorted(os.listdir(self.log_dir)):
             path = self.log_dir / entry
             if not path.is_dir():
@@ -122,6 +127,10 @@ class LogManager:
                 recovery_point=points.get(parsed, 0),
                 clean_shutdown=clean,
                 log_start_offset=starts.get(parsed, 0),
+            )
+            log = self.logs[parsed]
+            log.high_watermark = max(
+                min(hws.get(parsed, 0), log.log_end_offset), log.log_start_offset
             )
         marker.unlink(missing_ok=True)
         _fsync_dir(self.log_dir)
@@ -202,6 +211,10 @@ class LogManager:
         write_checkpoint(
             self.log_dir / LOG_START_OFFSET_CHECKPOINT,
             [(t, p, log.log_start_offset) for (t, p), log in items],
+        )
+        write_checkpoint(
+            self.log_dir / REPLICATION_OFFSET_CHECKPOINT,
+            [(t, p, log.high_watermark) for (t, p), log in items],
         )
 
     def close(self) -> None:

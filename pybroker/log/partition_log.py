@@ -302,7 +302,8 @@ class PartitionLog:
             for h in batches:
                 set_max_timestamp(buf, h.position, LOG_APPEND_TIME, now)
         self._write(buf, batches, size, first, offset, now, None if append_time < 0 else now)
-        self.high_watermark = offset
+        # The high watermark is not moved here: the replica manager advances it once every ISR
+        # member has the records (at once when this broker is the only one).
         return AppendInfo(first, offset - 1, append_time, self.log_start_offset)
 
     def append_as_follower(self, buf: bytearray, batches: list[BatchHeader]) -> AppendInfo:

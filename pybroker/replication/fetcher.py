@@ -1,0 +1,279 @@
+"""The replica fetcher: one task per leader broker copying its partitions to this broker.
+
+For each partition handed over by the replica manager:
+
+1. Truncation (after every leader change): OffsetForLeaderEpoch v4 for the latest epoch in the
+   local log.  The local log is truncated to Kafka's choice: the leader's end offset for that
+   epoch when the leader knows the epoch, else the local end offset of the largest epoch the
+   leader has, capped at the local log end.  A replica therefore never keeps records that the
+   current leader's log does not have.
+2. Fetching: Fetch v12 with replica_id = this broker and the last fetched epoch, from the local
+   log end.  The leader's batches are appended unchanged (append_as_follower) and the local
+   high watermark becomes min(leader's high watermark, local log end).  A diverging epoch in
+   the answer sends the partition back to step 1; OFFSET_OUT_OF_RANGE below the leader's log
+   start restarts the local log there.
+
+Connection failures back off and retry; a partition the manager takes away (role change) is
+dropped at once, and answers that arrive for it afterwards are ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from pybroker.errors import ErrorCode
+from pybroker.replication.client import BrokerConnection
+from pybroker.wire.records import InvalidRecordError, parse_batches
+
+log = logging.getLogger("pybroker.replication.fetcher")
+
+FETCH_VERSION = 12
+EPOCH_VERSION = 4
+MAX_WAIT_MS = 500
+PARTITION_MAX_BYTES = 1024 * 1024
+MAX_BYTES = 16 * 1024 * 1024
+
+
+@dataclass
+class _Fetching:
+    replica: Any  # manager.Replica
+    leader_epoch: int
+    truncated: bool = False
+
+
+class ReplicaFetcher:
+    def __init__(self, manager: Any, leader_id: int) -> None:
+        self.manager = manager
+        self.leader_id = leader_id
+        self.partitions: dict[tuple[str, int], _Fetching] = {}
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._conn: BrokerConnection | None = None
+        self._addr: tuple[str, int] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.leader_id}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self._conn is not None:
+            self._conn.close()
+
+    def add(self, replica: Any) -> None:
+        self.partitions[(replica.topic, replica.partition)] = _Fetching(
+            replica, replica.leader_epoch
+        )
+        self._changed.set()
+
+    def remove(self, topic: str, partition: int) -> None:
+        if self.partitions.pop((topic, partition), None) is not None:
+            self._changed.set()
+
+    def _current(self, key: tuple[str, int], f: _Fetching) -> bool:
+        return self.partitions.get(key) is f
+
+    # -- the loop ------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        backoff = 0.05
+        while True:
+            if not self.partitions:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            try:
+                conn = self._connection()
+                if conn is None:
+                    await asyncio.sleep(0.2)
+                    continue
+                pending = {k: f for k, f in self.partitions.items() if not f.truncated}
+                if pending:
+                    await self._truncate(conn, pending)
+                ready = {k: f for k, f in self.partitions.items() if f.truncated}
+                if ready:
+                    await self._fetch(conn, ready)
+                backoff = 0.05
+            except asyncio.CancelledError:
+                raise
+            except (ConnectionError, OSError) as e:
+                log.debug("fetcher for leader %d: %s", self.leader_id, e)
+                self._drop_connection()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+            except Exception:
+                log.exception("fetcher for leader %d failed; retrying", self.leader_id)
+                self._drop_connection()
+                await asyncio.sleep(1.0)
+
+    def _connection(self) -> BrokerConnection | None:
+        broker = self.manager.cluster.brokers.get(self.leader_id)
+        if broker is None:
+            return None
+        addr = (broker.host, broker.port)
+        if self._conn is None or self._addr != addr:
+            self._drop_connection()
+            self._conn = BrokerConnection(
+                broker.host, broker.port, f"replica-fetcher-{self.manager.broker_id}"
+            )
+            self._addr = addr
+        return self._conn
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
+
+    # -- truncation ------------------------------------------------------------------------------
+    async def _truncate(
+        self, conn: BrokerConnection, pending: dict[tuple[str, int], _Fetching]
+    ) -> None:
+        by_topic: dict[str, list[dict]] = {}
+        asked: dict[tuple[str, int], int] = {}
+        for (topic, p), f in pending.items():
+            epoch = f.replica.log.leader_epochs.latest_epoch()
+            if epoch < 0:
+                f.truncated = True  # nothing of ours to compare: fetch from our log end
+                continue
+            asked[(topic, p)] = epoch
+            by_topic.setdefault(topic, []).append(
+                {"partition": p, "current_leader_epoch": f.leader_epoch, "leader_epoch": epoch}
+            )
+        if not by_topic:
+            return
+        resp = await conn.request(
+            23,
+            EPOCH_VERSION,
+            {
+                "replica_id": self.manager.broker_id,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+            },
+        )
+        for t in resp["topics"]:
+            for p in t["partitions"]:
+                key = (t["topic"], p["partition"])
+                f = pending.get(key)
+                if f is None or not self._current(key, f):
+                    continue
+                if p["error_code"] != ErrorCode.NONE:
+                    log.debug("%s-%d: OffsetForLeaderEpoch error %d", *key, p["error_code"])
+                    await asyncio.sleep(0.1)
+                    continue
+                self._truncate_to_leader(f, asked[key], p["leader_epoch"], p["end_offset"])
+
+    def _truncate_to_leader(
+        self, f: _Fetching, asked: int, leader_epoch: int, end_offset: int
+    ) -> None:
+        r = f.replica
+        plog = r.log
+        leo = plog.log_end_offset
+        if leader_epoch < 0 or end_offset < 0:
+            target = min(plog.high_watermark, leo)  # the leader knows nothing of our epochs
+        elif leader_epoch == asked:
+            target = min(end_offset, leo)
+        else:
+            _, local_end = plog.leader_epochs.end_offset_for(leader_epoch, leo)
+            target = min(end_offset, local_end if local_end >= 0 else leo, leo)
+        if target < leo:
+            log.info(
+                "%s-%d: truncating divergent tail %d..%d (leader %d epoch %d)",
+                r.topic,
+                r.partition,
+                target,
+                leo,
+                self.leader_id,
+                f.leader_epoch,
+            )
+            plog.truncate_to(target)
+        f.truncated = True
+
+    # -- fetching ----------------------------------------------------------------------------------
+    async def _fetch(self, conn: BrokerConnection, ready: dict[tuple[str, int], _Fetching]) -> None:
+        by_topic: dict[str, list[dict]] = {}
+        for (topic, p), f in ready.items():
+            plog = f.replica.log
+            by_topic.setdefault(topic, []).append(
+                {
+                    "partition": p,
+                    "current_leader_epoch": f.leader_epoch,
+                    "fetch_offset": plog.log_end_offset,
+                    "last_fetched_epoch": plog.leader_epochs.latest_epoch(),
+                    "log_start_offset": plog.log_start_offset,
+                    "partition_max_bytes": PARTITION_MAX_BYTES,
+                }
+            )
+        resp = await conn.request(
+            1,
+            FETCH_VERSION,
+            {
+                "replica_id": self.manager.broker_id,
+                "max_wait_ms": MAX_WAIT_MS,
+                "min_bytes": 1,
+                "max_bytes": MAX_BYTES,
+                "isolation_level": 0,
+                "session_id": 0,
+                "session_epoch": -1,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+                "forgotten_topics_data": [],
+                "rack_id": "",
+            },
+            timeout_s=MAX_WAIT_MS / 1000.0 + 30,
+        )
+        if resp["error_code"] != ErrorCode.NONE:
+            raise ConnectionError(f"fetch error {resp['error_code']}")
+        for t in resp["responses"]:
+            for p in t["partitions"]:
+                key = (t["topic"], p["partition_index"])
+                f = ready.get(key)
+                if f is None or not self._current(key, f):
+                    continue
+                self._apply(f, p)
+
+    def _apply(self, f: _Fetching, p: dict) -> None:
+        r = f.replica
+        plog = r.log
+        code = p["error_code"]
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            start = p.get("log_start_offset", -1)
+            if start > plog.log_end_offset:
+                log.info(
+                    "%s-%d: leader's log starts at %d; restarting there",
+                    r.topic,
+                    r.partition,
+                    start,
+                )
+                plog.truncate_fully_and_start_at(start)
+            else:
+                f.truncated = False  # our log end is beyond the leader's: truncate again
+            return
+        if code != ErrorCode.NONE:
+            log.debug("%s-%d: fetch error %d", r.topic, r.partition, code)
+            return
+        diverging = p.get("diverging_epoch") or {}
+        if diverging.get("epoch", -1) >= 0:
+            self._truncate_to_leader(
+                f, plog.leader_epochs.latest_epoch(), diverging["epoch"], diverging["end_offset"]
+            )
+            return
+        records = p["records"]
+        if records:
+            buf = bytearray(records)
+            try:
+                batches = parse_batches(buf, allow_control=True)
+            except InvalidRecordError as e:
+                log.warning("%s-%d: leader sent invalid records: %s", r.topic, r.partition, e)
+                f.truncated = False
+                return
+            if batches:
+                plog.append_as_follower(buf, batches)
+        leader_start = p.get("log_start_offset", -1)
+        plog.high_watermark = min(max(p["high_watermark"], 0), plog.log_end_offset)
+        if plog.log_start_offset < leader_start <= plog.high_watermark:
+            plog.delete_records_before(leader_start)
+        self.manager.purgatory.notify((r.topic, r.partition))

@@ -1,0 +1,349 @@
+"""The replica manager: what this broker does for each partition it holds a replica of.
+
+Roles follow the partition state in the metadata store (see docs/replication.md): the broker
+named as leader leads, the other replicas follow, and a partition without a live leader is
+offline.  The manager reacts to every metadata change by comparing each partition's
+(leader, leader epoch) with the role it is playing.
+
+As leader it owns the partition's high watermark (the smallest log end offset over the ISR,
+never moving backwards), records each follower's fetch position, expands the ISR when a
+follower has caught up to the high watermark and shrinks it when a follower has not caught up
+to the log end within replica.lag.time.max.ms (ISR changes are written to the store with
+compare-and-set by Cluster.update_isr), and completes acks=all produces once the high
+watermark passes their records.  As follower it hands the partition to the fetcher for its
+leader (fetcher.py), which truncates a divergent tail and then copies the leader's batches.
+
+Everything here runs on the event loop, which owns the partitions' state; store writes are
+awaited in tasks of their own so no request waits on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pybroker.clock import Clock
+from pybroker.errors import ErrorCode, KafkaError
+from pybroker.log import LogManager, PartitionLog
+from pybroker.purgatory import Purgatory
+
+log = logging.getLogger("pybroker.replication")
+
+LEADER, FOLLOWER, OFFLINE = "leader", "follower", "offline"
+
+
+def hw_key(topic: str, partition: int) -> tuple:
+    """Purgatory key notified when a partition's high watermark advances (acks=all waits)."""
+    return ("hw", topic, partition)
+
+
+def leo_key(topic: str, partition: int) -> tuple:
+    """Purgatory key notified on every leader append (follower fetches long-poll on it)."""
+    return ("leo", topic, partition)
+
+
+def consumer_key(topic: str, partition: int) -> tuple:
+    """Purgatory key notified when records become visible to consumers (the HW moved)."""
+    return (topic, partition)
+
+
+@dataclass
+class FollowerState:
+    log_end_offset: int = -1
+    last_caught_up_ms: int = 0
+    last_fetch_ms: int = 0
+
+
+@dataclass
+class Replica:
+    """This broker's replica of one partition."""
+
+    topic: str
+    partition: int
+    log: PartitionLog
+    role: str = OFFLINE
+    leader: int = -1
+    leader_epoch: int = -1
+    isr: list[int] = field(default_factory=list)
+    replicas: list[int] = field(default_factory=list)
+    followers: dict[int, FollowerState] = field(default_factory=dict)
+    isr_change_in_flight: bool = False
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        broker_id: int,
+        cluster: Any,
+        logs: LogManager,
+        purgatory: Purgatory,
+        clock: Clock,
+        *,
+        replica_lag_time_max_ms: int,
+        min_insync_replicas: Callable[[str], int],
+        open_log: Callable[[str, int], PartitionLog],
+        fetcher_factory: Callable[[ReplicaManager, int], Any],
+    ) -> None:
+        self.broker_id = broker_id
+        self.cluster = cluster
+        self.logs = logs
+        self.purgatory = purgatory
+        self.clock = clock
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.min_insync_replicas = min_insync_replicas
+        self.open_log = open_log
+        self.fetcher_factory = fetcher_factory
+        self.replicas: dict[tuple[str, int], Replica] = {}
+        self.fetchers: dict[int, Any] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._isr_task: asyncio.Task | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.sync_roles()
+        self._isr_task = asyncio.create_task(self._isr_loop(), name="isr-shrink")
+
+    async def stop(self) -> None:
+        if self._isr_task is not None:
+            self._isr_task.cancel()
+        for f in list(self.fetchers.values()):
+            await f.stop()
+        self.fetchers.clear()
+        for t in list(self._tasks) + ([self._isr_task] if self._isr_task else []):
+            t.cancel()
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        t = asyncio.create_task(coro, name=name)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    # -- roles ----------------------------------------------------------------------------
+    def sync_roles(self) -> None:
+        """Bring every local replica in line with the partition states in the metadata cache."""
+        me = self.broker_id
+        seen = set()
+        for name, info in list(self.cluster.topics.items()):
+            for index, state in info.partitions.items():
+                if me not in state.replicas:
+                    continue
+                key = (name, index)
+                seen.add(key)
+                r = self.replicas.get(key)
+                if r is None:
+                    r = Replica(name, index, self.open_log(name, index))
+                    self.replicas[key] = r
+                r.replicas = list(state.replicas)
+                if state.leader == me:
+                    if r.role != LEADER or r.leader_epoch != state.leader_epoch:
+                        self._become_leader(r, state)
+                    else:
+                        r.isr = list(state.isr)
+                        self._maybe_advance_hw(r)
+                elif state.leader >= 0 and state.leader in self.cluster.brokers:
+                    if (
+                        r.role != FOLLOWER
+                        or r.leader != state.leader
+                        or r.leader_epoch != state.leader_epoch
+                    ):
+                        self._become_follower(r, state)
+                    r.isr = list(state.isr)
+                else:
+                    if r.role != OFFLINE:
+                        log.info("%s-%d is offline (leader %d)", name, index, state.leader)
+                    self._detach(r)
+                    r.role, r.leader, r.leader_epoch = OFFLINE, state.leader, state.leader_epoch
+                    r.isr = list(state.isr)
+        for key in [k for k in self.replicas if k not in seen]:
+            self._detach(self.replicas.pop(key))
+
+    def _detach(self, r: Replica) -> None:
+        for f in self.fetchers.values():
+            f.remove(r.topic, r.partition)
+        self._wake(r)
+
+    def _become_leader(self, r: Replica, state: Any) -> None:
+        self._detach(r)
+        now = self.clock.time_ms()
+        r.role, r.leader, r.leader_epoch = LEADER, self.broker_id, state.leader_epoch
+        r.isr = list(state.isr)
+        r.followers = {
+            b: FollowerState(last_caught_up_ms=now if b in r.isr else 0)
+            for b in r.replicas
+            if b != self.broker_id
+        }
+        r.log.leader_epochs.assign(state.leader_epoch, r.log.log_end_offset)
+        log.info(
+            "%s-%d: leader (epoch %d, isr %s, log end %d, hw %d)",
+            r.topic,
+            r.partition,
+            state.leader_epoch,
+            r.isr,
+            r.log.log_end_offset,
+            r.log.high_watermark,
+        )
+        self._maybe_advance_hw(r)
+
+    def _become_follower(self, r: Replica, state: Any) -> None:
+        self._detach(r)
+        r.role, r.leader, r.leader_epoch = FOLLOWER, state.leader, state.leader_epoch
+        r.followers = {}
+        fetcher = self.fetchers.get(state.leader)
+        if fetcher is None:
+            fetcher = self.fetcher_factory(self, state.leader)
+            self.fetchers[state.leader] = fetcher
+            fetcher.start()
+        fetcher.add(r)
+        log.info(
+            "%s-%d: follower of %d (epoch %d, log end %d)",
+            r.topic,
+            r.partition,
+            state.leader,
+            state.leader_epoch,
+            r.log.log_end_offset,
+        )
+
+    # -- leader side ------------------------------------------------------------------------
+    def leader_replica(self, topic: str, partition: int, current_leader_epoch: int = -1) -> Replica:
+        r = self.replicas.get((topic, partition))
+        if r is None:
+            info = self.cluster.topics.get(topic)
+            if info is None or partition not in info.partitions:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            if self.broker_id in info.partitions[partition].replicas:
+                self.sync_roles()  # created a moment ago: the change event is still queued
+                r = self.replicas.get((topic, partition))
+            if r is None:
+                raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if current_leader_epoch >= 0:
+            if current_leader_epoch < r.leader_epoch:
+                raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
+            if current_leader_epoch > r.leader_epoch:
+                raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
+        if r.role != LEADER:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return r
+
+    def check_enough_replicas(self, r: Replica) -> None:
+        """acks=all precondition: the ISR is at least min.insync.replicas and the store session
+        that lets us guarantee it is alive."""
+        if not getattr(self.cluster, "session_ok", True):
+            raise KafkaError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                "this broker has lost its metadata-store session",
+            )
+        need = self.min_insync_replicas(r.topic)
+        if len(r.isr) < need:
+            raise KafkaError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"ISR {r.isr} is smaller than min.insync.replicas={need}",
+            )
+
+    def after_leader_append(self, r: Replica) -> None:
+        self.purgatory.notify(leo_key(r.topic, r.partition))
+        self._maybe_advance_hw(r)
+
+    def _maybe_advance_hw(self, r: Replica) -> None:
+        if r.role != LEADER:
+            return
+        leo = r.log.log_end_offset
+        candidate = leo
+        for b in r.isr:
+            if b == self.broker_id:
+                continue
+            st = r.followers.get(b)
+            candidate = min(candidate, st.log_end_offset if st is not None else -1)
+        if candidate > r.log.high_watermark:
+            r.log.high_watermark = candidate
+            self._wake(r)
+
+    def _wake(self, r: Replica) -> None:
+        self.purgatory.notify(hw_key(r.topic, r.partition))
+        self.purgatory.notify(consumer_key(r.topic, r.partition))
+
+    def record_follower_fetch(self, r: Replica, replica_id: int, fetch_offset: int) -> None:
+        """A follower fetched from ``fetch_offset``: everything before it is on its log."""
+        if replica_id not in r.followers:
+            if replica_id not in r.replicas:
+                raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{replica_id} is no replica")
+            r.followers[replica_id] = FollowerState()
+        st = r.followers[replica_id]
+        now = self.clock.time_ms()
+        st.log_end_offset = fetch_offset
+        st.last_fetch_ms = now
+        if fetch_offset >= r.log.log_end_offset:
+            st.last_caught_up_ms = now
+        if replica_id not in r.isr and fetch_offset >= r.log.high_watermark:
+            self._change_isr(r, sorted(set(r.isr) | {replica_id}), "caught up")
+        self._maybe_advance_hw(r)
+
+    def _change_isr(self, r: Replica, new_isr: list[int], why: str) -> None:
+        if r.isr_change_in_flight or new_isr == r.isr:
+            return
+        r.isr_change_in_flight = True
+        self._spawn(self._write_isr(r, new_isr, why), f"isr-{r.topic}-{r.partition}")
+
+    async def _write_isr(self, r: Replica, new_isr: list[int], why: str) -> None:
+        epoch = r.leader_epoch
+        try:
+            state = await self.cluster.update_isr(
+                r.topic, r.partition, new_isr, leader=self.broker_id, leader_epoch=epoch
+            )
+        except Exception as e:
+            log.warning("%s-%d: ISR change to %s failed: %s", r.topic, r.partition, new_isr, e)
+            state = None
+        finally:
+            r.isr_change_in_flight = False
+        if state is None or r.role != LEADER or r.leader_epoch != epoch:
+            return
+        log.info("%s-%d: ISR %s -> %s (%s)", r.topic, r.partition, r.isr, state.isr, why)
+        r.isr = list(state.isr)
+        self._maybe_advance_hw(r)
+        self._wake(r)
+
+    def shrink_isrs(self) -> None:
+        now = self.clock.time_ms()
+        for r in list(self.replicas.values()):
+            if r.role != LEADER:
+                continue
+            lagging = [
+                b
+                for b in r.isr
+                if b != self.broker_id
+                and now - r.followers.get(b, FollowerState()).last_caught_up_ms
+                > self.replica_lag_time_max_ms
+            ]
+            if lagging:
+                self._change_isr(r, [b for b in r.isr if b not in lagging], f"{lagging} lagging")
+
+    async def _isr_loop(self) -> None:
+        interval = max(self.replica_lag_time_max_ms / 2000.0, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.shrink_isrs()
+            except Exception:
+                log.exception("ISR check failed")
+
+    async def wait_for_commit(self, r: Replica, end_offset: int, timeout_ms: int) -> int:
+        """acks=all: wait until the high watermark reaches ``end_offset``; the error code."""
+        deadline = self.clock.monotonic() + max(timeout_ms, 0) / 1000.0
+        epoch = r.leader_epoch
+        key = hw_key(r.topic, r.partition)
+        while True:
+            if r.role != LEADER or r.leader_epoch != epoch:
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER
+            if r.log.high_watermark >= end_offset:
+                if len(r.isr) < self.min_insync_replicas(r.topic):
+                    return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                return ErrorCode.NONE
+            left = deadline - self.clock.monotonic()
+            if left <= 0:
+                return ErrorCode.REQUEST_TIMED_OUT
+            await self.purgatory.wait_any([key], left)
