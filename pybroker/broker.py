@@ -92,6 +92,7 @@ class Broker:
             open_log=self.partition_log,
             fetcher_factory=ReplicaFetcher,
         )
+        self._apply_topic_configs()
         await self.replicas.start()
         self.cluster.add_listener(self._on_cluster_event)
         self.groups = GroupCoordinator(
@@ -148,10 +149,22 @@ class Broker:
 
     def _on_cluster_event(self, event: Any) -> None:
         self.replicas.sync_roles()  # first: stops fetching partitions that are going away
+        if event.kind == "TOPIC_CHANGED":
+            self._apply_topic_configs(event.topic)
         if event.kind == "TOPIC_DELETED":
             for topic, partition, _ in list(self.logs.partitions()):
                 if topic == event.topic:
                     self.logs.delete(topic, partition)
+
+    def _apply_topic_configs(self, topic: str | None = None) -> None:
+        """Give open logs their topic's configs (logs recovered at start open with defaults)."""
+        for name, _partition, plog in list(self.logs.partitions()):
+            info = self.cluster.topics.get(name)
+            if info is None or (topic is not None and name != topic):
+                continue
+            wanted = log_config(self.config, info.configs)
+            if plog.config != wanted:
+                plog.config = wanted
 
     def _min_insync_replicas(self, topic: str) -> int:
         info = self.cluster.topics.get(topic)
