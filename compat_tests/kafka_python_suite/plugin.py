@@ -74,11 +74,15 @@ def pytest_load_initial_conftests(early_config, parser, args):
             zk_connect = zk.connect
         elif backend != "embedded":
             raise pytest.UsageError(f"PYBROKER_SUITE_BACKEND={backend!r}")
-        # their `topic` fixture creates topics with 4 partitions; auto-created ones get 4 too
+        # the settings of their servers/resources/default/kafka.properties that pybroker knows
         broker = BrokerProcess(
             workdir / "broker",
             zookeeper_connect=zk_connect,
-            overrides={"num.partitions": 4},
+            overrides={
+                "num.partitions": 4,
+                "group.min.session.timeout.ms": 1000,  # "Allow shorter session timeouts for tests"
+                "group.initial.rebalance.delay.ms": 0,
+            },
         )
         _state["broker"] = broker
         try:
