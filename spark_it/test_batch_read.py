@@ -165,3 +165,21 @@ def test_every_record_exactly_once_all_columns(spark, spark_broker, isolation):
     for p, offs in by_partition.items():
         assert offs == list(range(len(offs))), f"partition {p}: offsets not dense from 0"
     print(f"per partition: { {p: len(o) for p, o in sorted(by_partition.items())} }")
+
+
+def test_small_fetches_many_rounds(spark, spark_broker):
+    """kafka.max.partition.fetch.bytes far below the data: executors need many Fetch rounds
+    per partition, each continuing where the last one stopped."""
+    bs = spark_broker.bootstrap
+    t = unique_topic("spark-small-fetch")
+    create_topic(bs, t, 2)
+    sent = produce(bs, t, [Rec(b"k%d" % i, bytes([i % 251]) * 1000, i % 2) for i in range(400)])
+    got = batch_read(
+        spark,
+        bs,
+        subscribe=t,
+        **{"kafka.max.partition.fetch.bytes": "4096", "kafka.fetch.max.bytes": "8192"},
+    )
+    print(f"\nmax.partition.fetch.bytes=4096: {len(got)} of {len(sent)} (400 KB)")
+    assert len(got) == len(set(idents(got)))
+    assert comparable(got) == comparable(sent)

@@ -108,3 +108,23 @@ def test_write_partition_and_topic_columns(spark, spark_broker):
     got3 = read_all(bs, t3)
     print(f"topic option over the column: {len(got3)} of {N} in {t3}")
     assert len(got3) == N and all(r.partition == int(r.key[2:]) % 4 for r in got3)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_write_compressed_read_back(spark, spark_broker, codec):
+    """The sink's producer compresses (kafka.compression.type); the broker stores the batches
+    as sent and Spark's consumers decompress them on read."""
+    bs = spark_broker.bootstrap
+    t = unique_topic(f"spark-w-{codec}")
+    create_topic(bs, t, 2)
+    df = spark.range(200).selectExpr(
+        "CAST(concat('k-', id) AS BINARY) AS key",
+        "CAST(repeat(concat('value-', id, '-'), 20) AS BINARY) AS value",
+    )
+    _write(df, bs, topic=t, **{"kafka.compression.type": codec, "kafka.linger.ms": "20"})
+    again = batch_read(spark, bs, subscribe=t)
+    print(f"\n{codec}: {len(again)} of 200 read back by Spark")
+    assert sorted((r.key, r.value) for r in again) == sorted(
+        (b"k-%d" % i, (b"value-%d-" % i) * 20) for i in range(200)
+    )
+    assert len(read_all(bs, t)) == 200
