@@ -176,9 +176,12 @@ def test_all_expected_apis_declared() -> None:
         9: "OffsetFetch", 10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat",
         13: "LeaveGroup", 14: "SyncGroup", 15: "DescribeGroups", 16: "ListGroups",
         18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId",
-        23: "OffsetForLeaderEpoch", 32: "DescribeConfigs", 35: "DescribeLogDirs",
-        37: "CreatePartitions", 42: "DeleteGroups", 60: "DescribeCluster",
-        75: "DescribeTopicPartitions",
+        21: "DeleteRecords", 23: "OffsetForLeaderEpoch", 29: "DescribeAcls",
+        30: "CreateAcls", 31: "DeleteAcls", 32: "DescribeConfigs", 33: "AlterConfigs",
+        35: "DescribeLogDirs", 37: "CreatePartitions", 42: "DeleteGroups",
+        43: "ElectLeaders", 44: "IncrementalAlterConfigs", 46: "ListPartitionReassignments",
+        47: "OffsetDelete", 60: "DescribeCluster", 61: "DescribeProducers",
+        66: "ListTransactions", 75: "DescribeTopicPartitions",
     }  # fmt: skip
     declared = {a.key: a.name for a in APIS}
     missing = {k: n for k, n in expected.items() if declared.get(k) != n}
@@ -364,7 +367,10 @@ def test_below_spec_versions_exist() -> None:
     # The APIs whose old versions Kafka 4.0 dropped from the specs but we still declare.
     got = sorted({(a.name, v) for a, _, v in _BELOW_SPEC})
     assert got == [
+        ("CreateAcls", 0),
+        ("DeleteAcls", 0),
         ("DeleteTopics", 0),
+        ("DescribeAcls", 0),
         ("DescribeConfigs", 0),
         ("DescribeLogDirs", 0),
         ("OffsetForLeaderEpoch", 0),

@@ -1,0 +1,45 @@
+"""IncrementalAlterConfigs (key 44): request and response layouts, versions 0-1.
+
+Kafka's spec: validVersions 0-1.
+"""
+
+from pybroker.wire.schema import F, api, declare
+
+INCREMENTAL_ALTER_CONFIGS = declare(
+    api(
+        44,
+        "IncrementalAlterConfigs",
+        versions="0-1",
+        flexible="1+",
+        request=[
+            F(
+                "resources",
+                "[]AlterConfigsResource",
+                "0+",
+                F("resource_type", "int8", "0+"),
+                F("resource_name", "string", "0+"),
+                F(
+                    "configs",
+                    "[]AlterableConfig",
+                    "0+",
+                    F("name", "string", "0+"),
+                    F("config_operation", "int8", "0+"),
+                    F("value", "string", "0+", nullable="0+"),
+                ),
+            ),
+            F("validate_only", "bool", "0+"),
+        ],
+        response=[
+            F("throttle_time_ms", "int32", "0+"),
+            F(
+                "responses",
+                "[]AlterConfigsResourceResponse",
+                "0+",
+                F("error_code", "int16", "0+"),
+                F("error_message", "string", "0+", nullable="0+"),
+                F("resource_type", "int8", "0+"),
+                F("resource_name", "string", "0+"),
+            ),
+        ],
+    )
+)
