@@ -227,6 +227,19 @@ def test_commit_validation() -> None:
     assert d.g.validate_commit("", None, -1) == E.UNKNOWN_MEMBER_ID
 
 
+def test_commit_renews_the_session() -> None:
+    d = Driver()
+    a = d.new_member(session=6000)
+    d.ready.pop(d.last_join)
+    d.ready.pop(d.sync(a, 1, {}))
+    d.tick(5000)
+    assert d.g.validate_commit(a, None, 1, d.now) == E.NONE
+    d.tick(5000)  # 10 s after the last heartbeat, 5 s after the commit: still a member
+    assert a in d.g.members
+    d.tick(1001)
+    assert a not in d.g.members
+
+
 def test_illegal_transition_is_refused() -> None:
     d = Driver()
     with pytest.raises(AssertionError):

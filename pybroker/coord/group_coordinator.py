@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from pybroker.clock import Clock
+from pybroker.coord.consumer_protocol import PROTOCOL_TYPE, subscription_topics
 from pybroker.coord.groups import Group, GroupConfig, GroupState, JoinRequest, Output
 from pybroker.coord.offsets import CommittedOffset, OffsetStore
 from pybroker.coord.store import StoreError
@@ -46,6 +47,22 @@ def coordinator_for(group_id: str, broker_ids: Iterable[int]) -> int:
         if (h, b) > (best, best_id):
             best, best_id = h, b
     return best_id
+
+
+def _subscribed_topics(g: Group) -> set[str] | None:
+    """The topics the members of a "consumer" group subscribe to (Kafka's
+    GroupMetadata.computeSubscribedTopics), read from each member's metadata for the group's
+    protocol; None (unknown) before the group has chosen a protocol or when a member's
+    metadata does not follow the consumer protocol."""
+    if g.protocol_name is None or not g.members:
+        return None
+    topics: set[str] = set()
+    for m in g.members.values():
+        try:
+            topics.update(subscription_topics(m.metadata(g.protocol_name)))
+        except ValueError:  # UnicodeDecodeError included
+            return None
+    return topics
 
 
 class GroupCoordinator:
@@ -188,10 +205,11 @@ class GroupCoordinator:
         """Commit (offset, leader epoch, metadata) per partition; an error code per partition.
         ``retention_ms`` (OffsetCommit v2-4) gives these commits an explicit expiry time."""
         g = self._get(group_id, create=True)
-        code = g.validate_commit(member_id, instance_id, generation_id)
+        now = self.clock.time_ms()
+        code = g.validate_commit(member_id, instance_id, generation_id, now)
+        self._schedule(group_id)
         if code != ErrorCode.NONE:
             return dict.fromkeys(offsets, code)
-        now = self.clock.time_ms()
         results: dict[TopicPartition, int] = {}
         to_write: dict[TopicPartition, CommittedOffset] = {}
         for tp, (offset, epoch, metadata) in offsets.items():
@@ -244,6 +262,50 @@ class GroupCoordinator:
             del self.groups[group_id]
             self._schedule(group_id)
         return ErrorCode.NONE
+
+    async def delete_offsets(
+        self, group_id: str, partitions: list[TopicPartition]
+    ) -> tuple[int, dict[TopicPartition, int]]:
+        """OffsetDelete (Kafka's GroupCoordinator.handleDeleteOffsets): (group error, error per
+        partition).  An empty group loses the offsets of every partition asked for; a non-empty
+        "consumer" group only those of topics no member subscribes to (the others answer
+        GROUP_SUBSCRIBED_TO_TOPIC; when the subscriptions cannot be read, every topic counts
+        as subscribed); any other non-empty group is NON_EMPTY_GROUP.  An unknown (or dead)
+        group is GROUP_ID_NOT_FOUND.  A partition without a committed offset answers NONE.
+        An empty group left without offsets is removed (it becomes Dead), as in Kafka."""
+        g = self.groups.get(group_id)
+        if g is None or g.state == GroupState.DEAD:
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
+        results: dict[TopicPartition, int] = {}
+        if g.state == GroupState.EMPTY:
+            eligible = list(dict.fromkeys(partitions))
+        elif g.protocol_type == PROTOCOL_TYPE:
+            subscribed = _subscribed_topics(g)
+            eligible = []
+            for tp in dict.fromkeys(partitions):
+                if subscribed is None or tp[0] in subscribed:
+                    results[tp] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+                else:
+                    eligible.append(tp)
+        else:
+            return ErrorCode.NON_EMPTY_GROUP, {}
+        if eligible:
+            try:
+                await self.offsets.delete_offsets(group_id, eligible)
+            except StoreError as e:
+                log.warning("deleting offsets of group %s failed: %s", group_id, e)
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE, {}
+            results.update(dict.fromkeys(eligible, ErrorCode.NONE))
+            log.info("deleted the offsets of group %s for %s", group_id, eligible)
+            try:
+                none_left = not await self.offsets.load(group_id)
+            except StoreError:
+                none_left = False
+            if none_left and self.groups.get(group_id) is g and g.state == GroupState.EMPTY:
+                g.mark_dead(self.clock.time_ms())
+                del self.groups[group_id]
+                self._schedule(group_id)
+        return ErrorCode.NONE, results
 
     async def expire_offsets(self) -> int:
         """Drop the offsets of groups that have been empty for offsets.retention.minutes, and

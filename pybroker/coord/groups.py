@@ -574,9 +574,12 @@ class Group:
         return out
 
     # -- offsets and admin ---------------------------------------------------------------------
-    def validate_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> int:
+    def validate_commit(
+        self, member_id: str, instance_id: str | None, generation_id: int, now: int | None = None
+    ) -> int:
         """Kafka's checks before an OffsetCommit (generation -1 from a non-member is a
-        simple consumer storing offsets, allowed while the group has no members)."""
+        simple consumer storing offsets, allowed while the group has no members).  A valid
+        commit from a member renews its session, as in Kafka."""
         if self.state == GroupState.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if self._fenced(member_id, instance_id):
@@ -589,6 +592,8 @@ class Group:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if generation_id != self.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
+        if now is not None:
+            self.members[member_id].last_heartbeat_ms = now
         return ErrorCode.NONE
 
     def mark_dead(self, now: int) -> None:
