@@ -4,6 +4,8 @@ AlterConfigs, ElectLeaders, ListPartitionReassignments, DescribeProducers, ListT
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from broker_fixture import (
     NONE,
@@ -17,11 +19,14 @@ from broker_fixture import (
 )
 
 from pybroker.coord import paths
+from pybroker.coord.consumer_protocol import subscription_topics
 
 SECURITY_DISABLED = 54
 NOT_LEADER_OR_FOLLOWER = 6
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 DELETE_RECORDS = 21
+OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, SYNC_GROUP, OFFSET_DELETE = 8, 9, 11, 14, 47
+INVALID_GROUP_ID, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC = 24, 68, 69, 86
 EARLIEST = -2
 
 
@@ -210,3 +215,171 @@ def test_delete_records_survives_a_restart(start_broker):
         wait_until(lambda: c.list_offset(topic, 0, EARLIEST)["error_code"] == NONE)
         assert c.list_offset(topic, 0, EARLIEST)["offset"] == 4
         assert [v for _, v in fetched_values(c.fetch(topic, 0, 4)["records"])] == [b"v4", b"v5"]
+
+
+# --------------------------------------------------------------------------- OffsetDelete
+
+
+def unique_group() -> str:
+    return unique_topic("group")
+
+
+def commit(client, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """A simple consumer's commit (generation -1, no member id)."""
+    by_topic: dict[str, list[dict]] = {}
+    for (topic, p), o in offsets.items():
+        by_topic.setdefault(topic, []).append(
+            {"partition_index": p, "committed_offset": o, "committed_metadata": ""}
+        )
+    body = client.request(
+        OFFSET_COMMIT,
+        2,
+        {
+            "group_id": group,
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "retention_time_ms": -1,
+            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+        },
+    )
+    assert all(p["error_code"] == NONE for t in body["topics"] for p in t["partitions"]), body
+
+
+def committed(client, group: str) -> dict[tuple[str, int], int]:
+    body = client.request(OFFSET_FETCH, 2, {"group_id": group, "topics": None})
+    return {
+        (t["name"], p["partition_index"]): p["committed_offset"]
+        for t in body["topics"]
+        for p in t["partitions"]
+    }
+
+
+def offset_delete(client, group: str, wanted: dict[str, list[int]]) -> tuple[int, dict]:
+    body = client.request(
+        OFFSET_DELETE,
+        0,
+        {
+            "group_id": group,
+            "topics": [
+                {"name": t, "partitions": [{"partition_index": p} for p in ps]}
+                for t, ps in wanted.items()
+            ],
+        },
+    )
+    return body["error_code"], {
+        (t["name"], p["partition_index"]): p["error_code"]
+        for t in body["topics"]
+        for p in t["partitions"]
+    }
+
+
+def subscription(*topics: str) -> bytes:
+    """ConsumerProtocolSubscription v1: topics, null user data, no owned partitions."""
+    out = struct.pack(">hi", 1, len(topics))
+    for t in topics:
+        out += struct.pack(">h", len(t)) + t.encode()
+    return out + struct.pack(">i", -1) + struct.pack(">i", 0)
+
+
+def join_and_sync(broker, group: str, protocol_type: str, metadata: bytes) -> None:
+    """One member joins (JoinGroup v1) and, as leader, syncs (SyncGroup v1): the group is
+    Stable with that member.  Its connection stays open (the member is not heartbeating, but
+    its session timeout is long)."""
+    c = broker.client()
+    joined = c.request(
+        JOIN_GROUP,
+        1,
+        {
+            "group_id": group,
+            "session_timeout_ms": 30000,
+            "rebalance_timeout_ms": 30000,
+            "member_id": "",
+            "protocol_type": protocol_type,
+            "protocols": [{"name": "range", "metadata": metadata}],
+        },
+    )
+    assert joined["error_code"] == NONE, joined
+    synced = c.request(
+        SYNC_GROUP,
+        1,
+        {
+            "group_id": group,
+            "generation_id": joined["generation_id"],
+            "member_id": joined["member_id"],
+            "assignments": [{"member_id": joined["member_id"], "assignment": b""}],
+        },
+    )
+    assert synced["error_code"] == NONE, synced
+    c.close()
+
+
+def test_offset_delete_unknown_and_invalid_groups(client):
+    topic = unique_topic("od")
+    client.create_topic(topic)
+    assert offset_delete(client, unique_group(), {topic: [0]}) == (GROUP_ID_NOT_FOUND, {})
+    assert offset_delete(client, "", {topic: [0]}) == (INVALID_GROUP_ID, {})
+
+
+def test_offset_delete_on_an_empty_group(client):
+    a, b = unique_topic("od"), unique_topic("od")
+    client.create_topic(a, partitions=2)
+    client.create_topic(b)
+    group = unique_group()
+    commit(client, group, {(a, 0): 5, (a, 1): 6, (b, 0): 7})
+    absent = unique_topic("absent")
+    code, results = offset_delete(client, group, {a: [0, 7], absent: [0]})
+    assert code == NONE
+    assert results == {
+        (a, 0): NONE,
+        (a, 7): UNKNOWN_TOPIC_OR_PARTITION,
+        (absent, 0): UNKNOWN_TOPIC_OR_PARTITION,
+    }
+    assert committed(client, group) == {(a, 1): 6, (b, 0): 7}
+    # a partition without a commit: nothing to delete, no error
+    assert offset_delete(client, group, {a: [0]}) == (NONE, {(a, 0): NONE})
+    # the last offsets go: the empty group goes with them (Kafka: Empty -> Dead)
+    assert offset_delete(client, group, {a: [1], b: [0]}) == (NONE, {(a, 1): NONE, (b, 0): NONE})
+    assert committed(client, group) == {}
+    assert offset_delete(client, group, {a: [1]}) == (GROUP_ID_NOT_FOUND, {})
+
+
+def test_offset_delete_refuses_subscribed_topics_of_a_live_consumer_group(broker, client):
+    a, b = unique_topic("od"), unique_topic("od")
+    client.create_topic(a)
+    client.create_topic(b)
+    group = unique_group()
+    commit(client, group, {(a, 0): 1, (b, 0): 2})
+    join_and_sync(broker, group, "consumer", subscription(a))
+    code, results = offset_delete(client, group, {a: [0], b: [0]})
+    assert code == NONE
+    assert results == {(a, 0): GROUP_SUBSCRIBED_TO_TOPIC, (b, 0): NONE}
+    assert committed(client, group) == {(a, 0): 1}
+
+
+def test_offset_delete_with_unreadable_subscriptions_counts_every_topic_subscribed(broker, client):
+    a = unique_topic("od")
+    client.create_topic(a)
+    group = unique_group()
+    commit(client, group, {(a, 0): 1})
+    join_and_sync(broker, group, "consumer", b"\x00")
+    assert offset_delete(client, group, {a: [0]}) == (NONE, {(a, 0): GROUP_SUBSCRIBED_TO_TOPIC})
+    assert committed(client, group) == {(a, 0): 1}
+
+
+def test_offset_delete_on_a_live_group_of_another_protocol_type(broker, client):
+    a = unique_topic("od")
+    client.create_topic(a)
+    group = unique_group()
+    commit(client, group, {(a, 0): 1})
+    join_and_sync(broker, group, "connect", b"whatever")
+    assert offset_delete(client, group, {a: [0]}) == (NON_EMPTY_GROUP, {})
+    assert committed(client, group) == {(a, 0): 1}
+
+
+def test_subscription_topics_reads_the_v0_prefix_of_any_version():
+    assert subscription_topics(subscription("a", "bc")) == ["a", "bc"]
+    v3 = struct.pack(">hi", 3, 1) + struct.pack(">h", 1) + b"x" + struct.pack(">i", 2) + b"ud"
+    assert subscription_topics(v3 + b"owned partitions, generation, rack") == ["x"]
+    for bad in (b"", b"\x00", subscription("a")[:9], struct.pack(">hi", -1, 0)):
+        with pytest.raises(ValueError):
+            subscription_topics(bad)
