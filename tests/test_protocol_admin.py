@@ -24,7 +24,7 @@ from pybroker.coord.consumer_protocol import subscription_topics
 SECURITY_DISABLED = 54
 NOT_LEADER_OR_FOLLOWER = 6
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
-DELETE_RECORDS = 21
+DELETE_RECORDS, DESCRIBE_LOG_DIRS = 21, 35
 OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, SYNC_GROUP, OFFSET_DELETE = 8, 9, 11, 14, 47
 INVALID_GROUP_ID, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC = 24, 68, 69, 86
 EARLIEST = -2
@@ -383,3 +383,47 @@ def test_subscription_topics_reads_the_v0_prefix_of_any_version():
     for bad in (b"", b"\x00", subscription("a")[:9], struct.pack(">hi", -1, 0)):
         with pytest.raises(ValueError):
             subscription_topics(bad)
+
+
+# --------------------------------------------------------------------------- DescribeLogDirs
+
+
+@pytest.mark.parametrize("version", range(0, 5))
+def test_describe_log_dirs(broker, client, version):
+    a, b = unique_topic("ld"), unique_topic("ld")
+    client.create_topic(a, partitions=2)
+    client.create_topic(b)
+    fill(client, a, 1, 5)
+    wait_until(lambda: broker.broker.logs.get(b, 0) is not None)
+    body = client.request(DESCRIBE_LOG_DIRS, version, {"topics": None})
+    assert body.get("error_code", NONE) == NONE
+    (result,) = body["results"]
+    assert result["error_code"] == NONE
+    assert result["log_dir"] == str(broker.log_dir.absolute())
+    parts = {
+        (t["name"], p["partition_index"]): p for t in result["topics"] for p in t["partitions"]
+    }
+    assert {(a, 0), (a, 1), (b, 0)} <= set(parts)
+    log = broker.broker.logs.get(a, 1)
+    assert parts[(a, 1)]["partition_size"] == log.size > 0
+    assert parts[(a, 0)]["partition_size"] == 0
+    assert all(p["offset_lag"] == 0 and p["is_future_key"] is False for p in parts.values())
+    if version >= 4:
+        assert result["total_bytes"] >= result["usable_bytes"] > 0
+    # a filter: only the partitions asked for that have a log here; other topics vanish
+    body = client.request(
+        DESCRIBE_LOG_DIRS,
+        version,
+        {
+            "topics": [
+                {"topic": a, "partitions": [1, 9]},
+                {"topic": unique_topic("absent"), "partitions": [0]},
+            ]
+        },
+    )
+    (result,) = body["results"]
+    assert [
+        (t["name"], [p["partition_index"] for p in t["partitions"]]) for t in result["topics"]
+    ] == [(a, [1])]
+    body = client.request(DESCRIBE_LOG_DIRS, version, {"topics": []})
+    assert body["results"][0]["topics"] == []
