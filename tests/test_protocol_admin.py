@@ -8,6 +8,8 @@ import struct
 
 import pytest
 from broker_fixture import (
+    INVALID_CONFIG,
+    INVALID_REQUEST,
     NONE,
     OFFSET_OUT_OF_RANGE,
     UNKNOWN_TOPIC_OR_PARTITION,
@@ -25,6 +27,9 @@ SECURITY_DISABLED = 54
 NOT_LEADER_OR_FOLLOWER = 6
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 DELETE_RECORDS, DESCRIBE_LOG_DIRS = 21, 35
+DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, SYNC_GROUP, OFFSET_DELETE = 8, 9, 11, 14, 47
 INVALID_GROUP_ID, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC = 24, 68, 69, 86
 EARLIEST = -2
@@ -427,3 +432,215 @@ def test_describe_log_dirs(broker, client, version):
     ] == [(a, [1])]
     body = client.request(DESCRIBE_LOG_DIRS, version, {"topics": []})
     assert body["results"][0]["topics"] == []
+
+
+# --------------------------------------------------------------------------- configs
+
+
+def topic_overrides(client, topic: str) -> dict[str, str]:
+    body = client.request(
+        DESCRIBE_CONFIGS,
+        4,
+        {
+            "resources": [
+                {
+                    "resource_type": TOPIC_RESOURCE,
+                    "resource_name": topic,
+                    "configuration_keys": None,
+                }
+            ]
+        },
+    )
+    (r,) = body["results"]
+    assert r["error_code"] == NONE, r
+    return {c["name"]: c["value"] for c in r["configs"] if c["config_source"] == 1}
+
+
+def incremental(client, version, resources, validate_only=False) -> list[tuple[int, str | None]]:
+    """resources: (type, name, [(config, op, value)]) -> [(error code, message)]."""
+    body = client.request(
+        INCREMENTAL_ALTER_CONFIGS,
+        version,
+        {
+            "resources": [
+                {
+                    "resource_type": rtype,
+                    "resource_name": name,
+                    "configs": [
+                        {"name": k, "config_operation": op, "value": v} for k, op, v in ops
+                    ],
+                }
+                for rtype, name, ops in resources
+            ],
+            "validate_only": validate_only,
+        },
+    )
+    assert [(r["resource_type"], r["resource_name"]) for r in body["responses"]] == [
+        (rtype, name) for rtype, name, _ in resources
+    ]
+    return [(r["error_code"], r["error_message"]) for r in body["responses"]]
+
+
+def legacy_alter(client, version, resources, validate_only=False) -> list[int]:
+    """resources: (type, name, {config: value}) -> [error code]."""
+    body = client.request(
+        ALTER_CONFIGS,
+        version,
+        {
+            "resources": [
+                {
+                    "resource_type": rtype,
+                    "resource_name": name,
+                    "configs": [{"name": k, "value": v} for k, v in configs.items()],
+                }
+                for rtype, name, configs in resources
+            ],
+            "validate_only": validate_only,
+        },
+    )
+    return [r["error_code"] for r in body["responses"]]
+
+
+@pytest.mark.parametrize("version", range(0, 2))
+def test_incremental_alter_configs_set_and_delete(broker, client, version):
+    topic = unique_topic("cfg")
+    client.create_topic(topic, configs={"segment.bytes": "100000"})
+    got = incremental(
+        client,
+        version,
+        [
+            (
+                TOPIC_RESOURCE,
+                topic,
+                [("retention.ms", SET, "123456"), ("segment.bytes", DELETE, None)],
+            )
+        ],
+    )
+    assert got == [(NONE, None)]
+    assert topic_overrides(client, topic) == {"retention.ms": "123456"}
+    log = broker.broker.logs.get(topic, 0)
+    wait_until(lambda: log.config.retention_ms == 123456)
+    assert log.config.segment_bytes == broker.broker.config.log_segment_bytes
+    data, _ = broker.run(broker.broker.store.get(paths.topic_config(topic)))
+    assert paths.decode_topic_config(data) == {"retention.ms": "123456"}
+    # validate_only: checked, not written
+    got = incremental(
+        client, version, [(TOPIC_RESOURCE, topic, [("retention.ms", SET, "5")])], True
+    )
+    assert got == [(NONE, None)]
+    assert topic_overrides(client, topic) == {"retention.ms": "123456"}
+    # deleting an override that is not there is fine
+    got = incremental(
+        client, version, [(TOPIC_RESOURCE, topic, [("retention.bytes", DELETE, None)])]
+    )
+    assert got == [(NONE, None)]
+
+
+@pytest.mark.parametrize("version", range(0, 2))
+def test_incremental_alter_configs_list_operations(client, version):
+    topic = unique_topic("cfg")
+    client.create_topic(topic)
+
+    def one(*ops):
+        (r,) = incremental(client, version, [(TOPIC_RESOURCE, topic, list(ops))])
+        return r[0]
+
+    assert one(("cleanup.policy", APPEND, "delete")) == NONE  # the default already
+    assert topic_overrides(client, topic) == {"cleanup.policy": "delete"}
+    assert one(("cleanup.policy", APPEND, "compact")) == INVALID_CONFIG  # not implemented
+    assert one(("cleanup.policy", SUBTRACT, "delete")) == INVALID_CONFIG  # nothing left
+    assert one(("cleanup.policy", SUBTRACT, "compact")) == NONE  # not in the list
+    assert one(("retention.ms", APPEND, "5")) == INVALID_CONFIG  # not a list
+    assert one(("no.such.config", APPEND, "5")) == INVALID_CONFIG
+    assert topic_overrides(client, topic) == {"cleanup.policy": "delete"}
+
+
+@pytest.mark.parametrize("version", range(0, 2))
+def test_incremental_alter_configs_errors(client, version):
+    topic, other = unique_topic("cfg"), unique_topic("cfg")
+    client.create_topic(topic)
+    client.create_topic(other)
+    got = incremental(
+        client,
+        version,
+        [
+            (TOPIC_RESOURCE, topic, [("compression.type", SET, "gzip")]),  # not implemented
+            (TOPIC_RESOURCE, other, [("retention.ms", SET, "soon")]),  # Kafka's check
+            (TOPIC_RESOURCE, unique_topic("absent"), [("retention.ms", SET, "1")]),
+            (BROKER_RESOURCE, "0", [("log.retention.ms", SET, "1")]),
+            (TOPIC_RESOURCE, "", [("retention.ms", SET, "1")]),
+        ],
+    )
+    assert [code for code, _ in got] == [
+        INVALID_CONFIG,
+        INVALID_CONFIG,
+        UNKNOWN_TOPIC_OR_PARTITION,
+        INVALID_REQUEST,
+        INVALID_REQUEST,
+    ]
+    assert "static" in got[3][1]
+    got = incremental(
+        client,
+        version,
+        [
+            (TOPIC_RESOURCE, topic, [("retention.ms", SET, "1"), ("retention.ms", DELETE, None)]),
+            (TOPIC_RESOURCE, other, [("retention.ms", SET, None)]),
+        ],
+    )
+    assert [code for code, _ in got] == [INVALID_REQUEST, INVALID_REQUEST]
+    got = incremental(
+        client,
+        version,
+        [
+            (TOPIC_RESOURCE, topic, [("retention.ms", 7, "1")]),  # unknown operation
+            (TOPIC_RESOURCE, other, [("retention.ms", SET, "1")]),
+            (TOPIC_RESOURCE, other, [("retention.bytes", SET, "1")]),  # twice
+        ],
+    )
+    assert [code for code, _ in got] == [INVALID_REQUEST] * 3
+    assert topic_overrides(client, topic) == {} and topic_overrides(client, other) == {}
+    # one bad resource does not stop the others
+    got = incremental(
+        client,
+        version,
+        [
+            (TOPIC_RESOURCE, topic, [("retention.ms", SET, "-5")]),
+            (TOPIC_RESOURCE, other, [("retention.ms", SET, "1000")]),
+        ],
+    )
+    assert [code for code, _ in got] == [INVALID_CONFIG, NONE]
+    assert topic_overrides(client, other) == {"retention.ms": "1000"}
+
+
+@pytest.mark.parametrize("version", range(0, 3))
+def test_alter_configs_replaces_every_override(broker, client, version):
+    topic = unique_topic("cfg")
+    client.create_topic(topic, configs={"retention.ms": "100000", "segment.bytes": "100000"})
+    assert legacy_alter(
+        client, version, [(TOPIC_RESOURCE, topic, {"retention.bytes": "9999"})]
+    ) == [NONE]
+    assert topic_overrides(client, topic) == {"retention.bytes": "9999"}
+    log = broker.broker.logs.get(topic, 0)
+    wait_until(lambda: log.config.retention_bytes == 9999)
+    assert legacy_alter(client, version, [(TOPIC_RESOURCE, topic, {})], validate_only=True) == [
+        NONE
+    ]
+    assert topic_overrides(client, topic) == {"retention.bytes": "9999"}
+    assert legacy_alter(
+        client,
+        version,
+        [
+            (TOPIC_RESOURCE, topic, {"cleanup.policy": "compact"}),  # the topic twice: both
+            (TOPIC_RESOURCE, unique_topic("absent"), {}),
+            (BROKER_RESOURCE, "0", {"log.retention.ms": "1"}),
+            (TOPIC_RESOURCE, topic, {"retention.ms": None}),
+        ],
+    ) == [INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST, INVALID_REQUEST]
+    assert legacy_alter(client, version, [(TOPIC_RESOURCE, topic, {"retention.ms": None})]) == [
+        INVALID_REQUEST
+    ]
+    assert legacy_alter(client, version, [(TOPIC_RESOURCE, topic, {"flush.ms": "5"})]) == [
+        INVALID_CONFIG
+    ]
+    assert legacy_alter(client, version, [(TOPIC_RESOURCE, topic, {})]) == [NONE]
+    assert topic_overrides(client, topic) == {}

@@ -908,6 +908,63 @@ class Cluster:
         self._mark(("topic", name))  # read it back once, which sets the watches on its znodes
         return info
 
+    async def alter_topic_configs(
+        self,
+        name: str,
+        new_configs: dict[str, str] | Callable[[dict[str, str]], dict[str, str]],
+        *,
+        validate_only: bool = False,
+    ) -> dict[str, str]:
+        """Replace a topic's config overrides in /config/topics/<t> (Kafka's
+        AdminZkClient.changeTopicConfig): ``new_configs`` is the new set, or a function from the
+        stored set to the new one (incremental changes; it may raise KafkaError).  The result
+        goes through Kafka's checks (:func:`validate_topic_configs`, INVALID_CONFIG) and is
+        written with compare-and-set on the znode version, re-reading and re-applying the
+        function when another writer got in first.  validate_only: everything but the write.
+        Returns the configs written (or that would be).  Raises KafkaError:
+        UNKNOWN_TOPIC_OR_PARTITION for an unknown topic, INVALID_CONFIG, REQUEST_TIMED_OUT when
+        the store cannot be reached."""
+        path = paths.topic_config(name)
+        for _ in range(50):
+            if name not in self.topics:
+                raise KafkaError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
+                )
+            try:
+                try:
+                    data, stat = await self.store.get(path)
+                    current, version = paths.decode_topic_config(data), stat.version
+                except NoNodeError:
+                    current, version = {}, None
+                wanted = new_configs(dict(current)) if callable(new_configs) else new_configs
+                clean = validate_topic_configs(dict(wanted))
+                if validate_only:
+                    return clean
+                encoded = paths.encode_topic_config(clean)
+                if version is None:
+                    await self.store.create(path, encoded, makepath=True)
+                else:
+                    await self.store.set(path, encoded, version=version)
+            except (BadVersionError, NodeExistsError):
+                continue  # written meanwhile: re-read and apply again
+            except ConnectionLossError as e:
+                raise KafkaError(
+                    ErrorCode.REQUEST_TIMED_OUT, f"altering configs of {name}: {e}"
+                ) from e
+            except StoreError as e:
+                raise KafkaError(
+                    ErrorCode.UNKNOWN, f"could not alter configs of {name}: {e}"
+                ) from e
+            log.info("topic %s: configs %s -> %s", name, current, clean)
+            info = self.topics.get(name)
+            if info is not None:
+                self._update_topic(TopicInfo(info.name, info.topic_id, info.partitions, clean))
+            self._mark(("config", name))  # read it back (and keep its watch set)
+            return clean
+        raise KafkaError(
+            ErrorCode.UNKNOWN, f"configs of {name} keep changing concurrently; try again"
+        )
+
     async def delete_topic(self, name: str) -> None:
         """Delete a topic's znodes (assignment, partition states, config) in one multi.  Kafka's
         ZooKeeper controller does this after /admin/delete_topics/<t> appears; pybroker's

@@ -1,0 +1,32 @@
+"""AlterConfigs (key 33), versions 0-2: the legacy, full-replace form of
+IncrementalAlterConfigs.
+
+Topics: the configs given become the topic's whole set of overrides in /config/topics/<t>
+(anything not named goes back to its default), after the same checks as CreateTopics (only
+configs pybroker implements, Kafka's value checks), written with compare-and-set;
+validate_only writes nothing.  Per resource errors: INVALID_REQUEST for a resource named twice,
+a config named twice, a null value, the default topic resource, and every resource type but
+topics (broker configs are static in pybroker); UNKNOWN_TOPIC_OR_PARTITION; INVALID_CONFIG.
+"""
+
+from __future__ import annotations
+
+from pybroker.handlers._topics import check_supported_configs
+from pybroker.handlers.context import RequestContext
+from pybroker.handlers.incremental_alter_configs import alter_topic, preprocess
+from pybroker.registry import handler
+
+
+@handler(33, 0, 2)
+async def alter_configs(ctx: RequestContext, req: dict) -> dict:
+    resources = req["resources"]
+    results = preprocess(resources, lambda c: False)
+    for i, r in enumerate(resources):
+        if i not in results:
+            wanted = {c["name"]: c["value"] for c in r["configs"]}
+
+            def replace(current: dict[str, str], wanted: dict[str, str] = wanted) -> dict[str, str]:
+                return dict(check_supported_configs(wanted))
+
+            results[i] = await alter_topic(ctx, r, replace, req["validate_only"])
+    return {"throttle_time_ms": 0, "responses": [results[i] for i in range(len(resources))]}
