@@ -30,6 +30,8 @@ DELETE_RECORDS, DESCRIBE_LOG_DIRS = 21, 35
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+ELECT_LEADERS = 43
+NOT_CONTROLLER, PREFERRED_LEADER_NOT_AVAILABLE, ELECTION_NOT_NEEDED = 41, 80, 84
 OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, SYNC_GROUP, OFFSET_DELETE = 8, 9, 11, 14, 47
 INVALID_GROUP_ID, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC = 24, 68, 69, 86
 EARLIEST = -2
@@ -644,3 +646,87 @@ def test_alter_configs_replaces_every_override(broker, client, version):
     ]
     assert legacy_alter(client, version, [(TOPIC_RESOURCE, topic, {})]) == [NONE]
     assert topic_overrides(client, topic) == {}
+
+
+# --------------------------------------------------------------------------- ElectLeaders
+
+
+def elect(client, version, election_type, wanted: dict[str, list[int]] | None) -> dict:
+    body = client.request(
+        ELECT_LEADERS,
+        version,
+        {
+            "election_type": election_type,
+            "topic_partitions": None
+            if wanted is None
+            else [{"topic": t, "partitions": ps} for t, ps in wanted.items()],
+            "timeout_ms": 10000,
+        },
+    )
+    assert body.get("error_code", NONE) == NONE, body
+    return {
+        (r["topic"], p["partition_id"]): p["error_code"]
+        for r in body["replica_election_results"]
+        for p in r["partition_result"]
+    }
+
+
+def leader_of(broker, topic: str, partition: int) -> tuple[int, int]:
+    st = broker.broker.cluster.topics[topic].partitions[partition]
+    return st.leader, st.leader_epoch
+
+
+@pytest.mark.parametrize("version", range(0, 3))
+def test_elect_leaders_preferred(start_broker, version):
+    b = start_broker()
+    topic = unique_topic("el")
+    with b.client() as c:
+        c.create_topic(topic, partitions=2)
+        absent = unique_topic("absent")
+        got = elect(c, version, 0, {topic: [0, 1, 7], absent: [0]})
+        assert got == {
+            (topic, 0): ELECTION_NOT_NEEDED,
+            (topic, 1): ELECTION_NOT_NEEDED,
+            (topic, 7): UNKNOWN_TOPIC_OR_PARTITION,
+            (absent, 0): UNKNOWN_TOPIC_OR_PARTITION,
+        }
+        assert elect(c, version, 0, None) == {}  # not needed anywhere: nothing to report
+        take_offline(b, topic, 1)  # no leader, empty ISR: the preferred replica cannot lead
+        assert elect(c, version, 0, {topic: [1]}) == {(topic, 1): PREFERRED_LEADER_NOT_AVAILABLE}
+        assert elect(c, version, 0, None) == {(topic, 1): PREFERRED_LEADER_NOT_AVAILABLE}
+
+
+@pytest.mark.parametrize("version", range(1, 3))
+def test_elect_leaders_unclean(start_broker, version):
+    b = start_broker()
+    topic = unique_topic("el")
+    with b.client() as c:
+        c.create_topic(topic)
+        fill(c, topic, 0, 3)
+        assert elect(c, version, 1, {topic: [0]}) == {(topic, 0): ELECTION_NOT_NEEDED}
+        take_offline(b, topic, 0)
+        _, epoch = leader_of(b, topic, 0)
+        assert elect(c, version, 1, {topic: [0]}) == {(topic, 0): NONE}
+        assert leader_of(b, topic, 0) == (0, epoch + 1)
+        assert b.broker.cluster.topics[topic].partitions[0].isr == [0]
+        wait_until(lambda: c.produce(topic, 0, batch([b"after"]))["error_code"] == NONE)
+        body = c.request(ELECT_LEADERS, version, {"election_type": 5, "topic_partitions": None})
+        assert body["error_code"] == INVALID_REQUEST
+
+
+def test_elect_leaders_elsewhere_than_on_the_controller(start_broker):
+    b = start_broker()
+    topic = unique_topic("el")
+    cluster = b.broker.cluster
+    with b.client() as c:
+        c.create_topic(topic)
+
+        async def pretend(controller_id: int) -> None:
+            cluster.controller_id = controller_id
+
+        b.run(pretend(7))
+        try:
+            assert elect(c, 2, 0, {topic: [0]}) == {(topic, 0): NOT_CONTROLLER}
+            assert elect(c, 2, 0, None) == {}
+        finally:
+            b.run(pretend(b.broker_id))
