@@ -30,7 +30,7 @@ DELETE_RECORDS, DESCRIBE_LOG_DIRS = 21, 35
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-ELECT_LEADERS = 43
+ELECT_LEADERS, LIST_PARTITION_REASSIGNMENTS = 43, 46
 NOT_CONTROLLER, PREFERRED_LEADER_NOT_AVAILABLE, ELECTION_NOT_NEEDED = 41, 80, 84
 OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, SYNC_GROUP, OFFSET_DELETE = 8, 9, 11, 14, 47
 INVALID_GROUP_ID, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC = 24, 68, 69, 86
@@ -728,5 +728,35 @@ def test_elect_leaders_elsewhere_than_on_the_controller(start_broker):
         try:
             assert elect(c, 2, 0, {topic: [0]}) == {(topic, 0): NOT_CONTROLLER}
             assert elect(c, 2, 0, None) == {}
+        finally:
+            b.run(pretend(b.broker_id))
+
+
+# --------------------------------------------------------------------------- reassignments
+
+
+def test_list_partition_reassignments_is_always_empty(start_broker):
+    b = start_broker()
+    topic = unique_topic("lr")
+    with b.client() as c:
+        c.create_topic(topic, partitions=2)
+        for topics in (
+            None,
+            [{"name": topic, "partition_indexes": [0, 1, 9]}],
+            [{"name": unique_topic("absent"), "partition_indexes": [0]}],
+        ):
+            body = c.request(
+                LIST_PARTITION_REASSIGNMENTS, 0, {"timeout_ms": 1000, "topics": topics}
+            )
+            assert (body["error_code"], body["error_message"], body["topics"]) == (NONE, None, [])
+        cluster = b.broker.cluster
+
+        async def pretend(controller_id: int) -> None:
+            cluster.controller_id = controller_id
+
+        b.run(pretend(7))
+        try:
+            body = c.request(LIST_PARTITION_REASSIGNMENTS, 0, {"timeout_ms": 1000, "topics": None})
+            assert body["error_code"] == NOT_CONTROLLER and body["topics"] == []
         finally:
             b.run(pretend(b.broker_id))
