@@ -10,6 +10,7 @@ import pytest
 from broker_fixture import (
     INVALID_CONFIG,
     INVALID_REQUEST,
+    INVALID_TOPIC_EXCEPTION,
     NONE,
     OFFSET_OUT_OF_RANGE,
     UNKNOWN_TOPIC_OR_PARTITION,
@@ -31,6 +32,7 @@ DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 ELECT_LEADERS, LIST_PARTITION_REASSIGNMENTS = 43, 46
+DESCRIBE_PRODUCERS, LIST_TRANSACTIONS = 61, 66
 NOT_CONTROLLER, PREFERRED_LEADER_NOT_AVAILABLE, ELECTION_NOT_NEEDED = 41, 80, 84
 OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, SYNC_GROUP, OFFSET_DELETE = 8, 9, 11, 14, 47
 INVALID_GROUP_ID, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC = 24, 68, 69, 86
@@ -760,3 +762,96 @@ def test_list_partition_reassignments_is_always_empty(start_broker):
             assert body["error_code"] == NOT_CONTROLLER and body["topics"] == []
         finally:
             b.run(pretend(b.broker_id))
+
+
+# --------------------------------------------------------------------------- transactions
+
+
+def describe_producers(client, wanted: dict[str, list[int]]) -> dict:
+    body = client.request(
+        DESCRIBE_PRODUCERS,
+        0,
+        {"topics": [{"name": t, "partition_indexes": ps} for t, ps in wanted.items()]},
+    )
+    return {(t["name"], p["partition_index"]): p for t in body["topics"] for p in t["partitions"]}
+
+
+def test_describe_producers(start_broker):
+    b = start_broker()
+    topic = unique_topic("dp")
+    with b.client() as c:
+        c.create_topic(topic, partitions=2)
+        pid = c.init_producer_id()["producer_id"]
+        other = c.init_producer_id()["producer_id"]
+        for seq, ts in ((0, 1_700_000_000_000), (3, 1_700_000_000_500)):
+            records = batch(
+                [b"a", b"b", b"c"],
+                producer_id=pid,
+                producer_epoch=0,
+                base_sequence=seq,
+                timestamp=ts,
+            )
+            assert c.produce(topic, 0, records)["error_code"] == NONE
+        records = batch([b"x"], producer_id=other, producer_epoch=0, base_sequence=0, timestamp=5)
+        assert c.produce(topic, 0, records)["error_code"] == NONE
+        fill(c, topic, 1, 2)  # not idempotent: no producer state
+        absent = unique_topic("absent")
+        got = describe_producers(c, {topic: [0, 1, 5], absent: [0], "bad name!": [0]})
+        p0 = got[(topic, 0)]
+        assert p0["error_code"] == NONE
+        assert p0["active_producers"] == [
+            {
+                "producer_id": pid,
+                "producer_epoch": 0,
+                "last_sequence": 5,
+                "last_timestamp": 1_700_000_000_500,
+                "coordinator_epoch": -1,
+                "current_txn_start_offset": -1,
+            },
+            {
+                "producer_id": other,
+                "producer_epoch": 0,
+                "last_sequence": 0,
+                "last_timestamp": 5,
+                "coordinator_epoch": -1,
+                "current_txn_start_offset": -1,
+            },
+        ]
+        assert (got[(topic, 1)]["error_code"], got[(topic, 1)]["active_producers"]) == (NONE, [])
+        assert got[(topic, 5)]["error_code"] == UNKNOWN_TOPIC_OR_PARTITION
+        assert got[(absent, 0)]["error_code"] == UNKNOWN_TOPIC_OR_PARTITION
+        assert got[("bad name!", 0)]["error_code"] == INVALID_TOPIC_EXCEPTION
+        # a replica that does not lead still hosts the state (as a Kafka follower does)
+        take_offline(b, topic, 0)
+        got = describe_producers(c, {topic: [0]})
+        assert [p["producer_id"] for p in got[(topic, 0)]["active_producers"]] == [pid, other]
+    b.restart()  # rebuilt from the snapshot and the log
+    with b.client() as c:
+        got = describe_producers(c, {topic: [0]})
+        assert [p["last_sequence"] for p in got[(topic, 0)]["active_producers"]] == [5, 0]
+
+
+@pytest.mark.parametrize("version", range(0, 2))
+def test_list_transactions_is_always_empty(client, version):
+    body = client.request(
+        LIST_TRANSACTIONS,
+        version,
+        {"state_filters": [], "producer_id_filters": [], "duration_filter": -1},
+    )
+    assert (body["error_code"], body["unknown_state_filters"], body["transaction_states"]) == (
+        NONE,
+        [],
+        [],
+    )
+    body = client.request(
+        LIST_TRANSACTIONS,
+        version,
+        {
+            "state_filters": ["Ongoing", "Bogus", "CompleteAbort"],
+            "producer_id_filters": [1, 2],
+            "duration_filter": 1000,
+        },
+    )
+    assert body["error_code"] == NONE
+    assert body["unknown_state_filters"] == ["Bogus"]
+    assert body["transaction_states"] == []
