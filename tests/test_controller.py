@@ -599,10 +599,17 @@ def test_zk_controller_session_expiry(zk_server, tmp_path):
 
             # elections continue under the new controller (which may have seen broker 1 gone
             # for a while, and moved t-0 and the ISRs: so only the outcome's shape is fixed)
-            await env.crash(3)
-            await env.wait_cached("t", 2, lambda s: s.leader in (1, 2) and s.leader_epoch >= 1)
-            st, _ = await env.read_state("t", 2)
-            assert st["controller_epoch"] == 2 and 3 not in st["isr"]
+            controller = env.controller()
+            victim = next(b for b in (3, 2) if b != controller.broker_id)
+            await env.crash(victim)
+            for p in range(3):
+                await env.wait_cached(
+                    "t", p, lambda s: s.leader not in (victim, -1) and victim not in s.isr
+                )
+            assert env.controller() is controller and controller.controller_epoch == 2
+            for p in range(3):
+                st, _ = await env.read_state("t", p)
+                assert st["controller_epoch"] == 2
         finally:
             await env.close()
 
