@@ -406,3 +406,48 @@ def test_zk_session_loss_reregisters(zk_connect, zk_server):
         await s1.close()
 
     run(main())
+
+
+def test_watch_survives_failed_reread(tmp_path):
+    """A watch fires and the re-read fails with a lost connection: the retry must set the
+    watch again, or the partition's later changes never reach the cache."""
+    from pybroker.coord.store import ConnectionLossError
+
+    async def main():
+        store = LocalStore(tmp_path)
+        await store.start()
+        c1 = Cluster(store, 1, endpoints(9092))
+        await c1.start()
+        c2 = Cluster(store, 2, endpoints(9093))
+        await c2.start()
+        await c1.create_topic("w", 1, 2, assignments={0: [1, 2]})
+        await wait_until(lambda: "w" in c2.topics)
+        path = paths.partition_state("w", 0)
+        real_get = store.get
+        failed: list[str] = []
+
+        async def flaky_get(p, watch=None):
+            if p == path and watch is not None and len(failed) < 2:
+                failed.append(p)  # both brokers' re-reads fail once
+                raise ConnectionLossError("injected", p)
+            return await real_get(p, watch=watch)
+
+        store.get = flaky_get
+        try:
+            await c1.update_isr("w", 0, [1], leader=1, leader_epoch=0)
+            await wait_until(lambda: c2.topics["w"].partitions[0].isr == [1])
+            assert len(failed) == 2
+            # the next change is still seen: the retried re-read set the watch again
+            await c1.update_isr("w", 0, [1, 2], leader=1, leader_epoch=0)
+            await wait_until(lambda: c2.topics["w"].partitions[0].isr == [1, 2])
+            await store.set(path, paths.encode_partition_state(1, 0, [1], 1))
+            for c in (c1, c2):
+                await wait_until(lambda c=c: c.topics["w"].partitions[0].isr == [1])
+                assert c.topics["w"].partitions[0].zk_version == 3
+        finally:
+            del store.get
+        await c2.stop()
+        await c1.stop()
+        await store.close()
+
+    run(main())
