@@ -18,31 +18,35 @@ it):
 Watches and refreshes: every watch callback only marks a key dirty (``("brokers",)``,
 ``("topic", name)``, ``("partition", name, p)`` ...); one task (``_sync_loop``) owns the cache
 and re-reads dirty keys, re-setting their watches (one-shot).  A key has at most one pending
-watch at a time (``_watching``), so watches do not pile up.  A read that fails with a lost
-connection is retried with backoff.  After a LOST session (ZooKeeper), the next CONNECTED
-re-registers the broker, re-runs the election and reloads everything.
+watch at a time (``_watching``), so watches do not pile up.  A read that fails sets no watch
+(``_watched`` frees the key), and one that fails with a lost connection is retried with
+backoff, so the retry sets the watch again.  After a LOST session (ZooKeeper), the next
+CONNECTED re-registers the broker, re-runs the election and reloads everything.
 
 Listeners (``add_listener``) get a :class:`ClusterEvent` on the loop whenever the broker set,
 the controller or a topic changes; the broker uses it to create the partition logs it leads.
 
-Controller design (room to grow).  Today the controller only holds the election and the epoch:
-topic creation writes the partition states itself (leader = first replica, ISR = replicas,
-stamped with the current controller epoch), which is all a single broker needs.  The
-multi-broker issue adds, inside ``_on_become_controller`` / ``_on_resign`` and the broker
-refresh:
+Controller (multi-broker replication, docs/replication.md).  While this broker holds
+/controller, a :class:`pybroker.coord.controller.Controller` runs (created in
+``_on_become_controller`` with our epoch and the znode version of /controller_epoch we wrote;
+stopped in ``_on_resign``, on a LOST session, at ``stop()``, or when its writes find the
+epoch moved).  It elects partition leaders when brokers go and come back and drops dead
+followers from ISRs, writing state znodes with compare-and-set inside multis that check
+/controller_epoch (see its module docstring for the rules).  ``elect_leaders`` is the hook for
+the ElectLeaders API.  Topic creation still writes the initial states itself (leader = first
+replica, ISR = replicas, stamped with the controller epoch this broker knows).
 
-* broker failure (a child of /brokers/ids disappears): for each partition whose leader died,
-  choose the first live replica in the ISR (unclean election only if the topic allows it), bump
-  leader_epoch, shrink the ISR, and write the state znode with compare-and-set on its version
-  plus a ``Check`` of /controller_epoch in the same multi (so a deposed controller cannot write);
-* broker return: nothing to elect; followers catch up and the leader expands the ISR;
-* ISR changes by leaders (AlterPartition): the leader writes its state znode with CAS and the
-  controller watches state znodes (already cached here), so no controller RPC is needed: every
-  broker reacts to state-znode watches (``ClusterEvent("TOPIC_CHANGED", ...)``);
-* topics created without states (by an external admin tool writing only /brokers/topics/<t>):
-  the controller creates the missing state znodes;
-* deletion: /admin/delete_topics/<t> children, handled by the controller.
-All controller writes go through one task (like ``_sync_loop``), so there is one owner.
+ISR changes by leaders: ``update_isr`` compare-and-sets the state znode, keeping leader and
+leader_epoch, and gives up (None) when the caller no longer leads at that epoch; no controller
+RPC.  Every broker, controller included, learns of state changes through the state znodes'
+watches (``ClusterEvent("TOPIC_CHANGED", ...)``); ``PartitionState.zk_version`` is the znode
+version last seen, and the cache never goes back to an older version than a local write put
+there.  ``session_ok`` tells the replica manager whether our store session and registration
+are intact (acks=all is refused while it is False).
+
+Not yet: topics created without states by an external tool (the controller could create the
+missing state znodes), deletion via /admin/delete_topics (pybroker deletes at once), preferred
+leader rebalancing.
 """
 
 from __future__ import annotations
