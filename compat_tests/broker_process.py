@@ -104,6 +104,17 @@ class BrokerProcess:
     def output(self, max_lines: int = 200) -> str:
         return tail(self.stderr_path, max_lines)
 
+    def traceback_excerpt(self, context: int = 12) -> str:
+        """The first Python traceback in the broker's output with the lines around it, or ""."""
+        try:
+            lines = self.stderr_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        for i, line in enumerate(lines):
+            if line.startswith("Traceback (most recent call last)"):
+                return "\n".join(lines[max(0, i - 2) : i + context])
+        return ""
+
     # -- lifecycle --------------------------------------------------------------------------
     def _spawn(self) -> None:
         with open(self.stderr_path, "ab") as out:

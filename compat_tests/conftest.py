@@ -10,7 +10,9 @@
 - `broker`: start_broker() with the overrides of a `@pytest.mark.broker_overrides({...})`.
 
 Every broker a test started is killed at teardown; a broker still running is first stopped
-with SIGTERM and must exit 0. A failing test gets each broker's stderr appended to its report.
+with SIGTERM and must exit 0, and a broker that logged a Python traceback fails the test
+(unless marked `allow_broker_tracebacks`): clients retry, so an internal error would otherwise
+pass unseen. A failing test gets each broker's stderr appended to its report.
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ def _backends() -> list[str]:
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "broker_overrides(dict): Kafka-named settings for the `broker` fixture"
+    )
+    config.addinivalue_line(
+        "markers",
+        "allow_broker_tracebacks: do not fail the test when the broker logs a Python traceback",
     )
 
 
@@ -94,6 +100,15 @@ def start_broker(request, backend, tmp_path):
             b.cleanup()
     if errors:
         pytest.fail("broker did not shut down cleanly:\n" + "\n".join(errors), pytrace=False)
+    if request.node.get_closest_marker("allow_broker_tracebacks") is None:
+        for b in started:
+            excerpt = b.traceback_excerpt()
+            if excerpt:
+                pytest.fail(
+                    f"the broker logged a traceback (an unexpected error inside pybroker; mark "
+                    f"the test allow_broker_tracebacks if intended):\n{excerpt}",
+                    pytrace=False,
+                )
 
 
 @pytest.fixture
