@@ -37,7 +37,6 @@ from pathlib import Path
 
 from compat_tests import rawkafka
 from compat_tests.broker_process import BrokerProcess
-from compat_tests.procutil import tail
 from tests.zk_server import ZooKeeperServer
 
 # settings every cluster broker gets (the brief's manual run; faster failure detection)
@@ -446,6 +445,7 @@ class _Load(threading.Thread):
         self.stats = LoadStats(name)
         self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
         self.interval = interval
+        self.flush_timeout = 150.0  # at stop(); what is still unacknowledged then counts as failed
         self._halt = threading.Event()
         self.error: BaseException | None = None
 
@@ -471,6 +471,7 @@ class KafkaPythonLoad(_Load):
 
     def run(self) -> None:
         from kafka import KafkaProducer
+        from kafka.errors import KafkaTimeoutError
 
         try:
             producer = KafkaProducer(
@@ -506,11 +507,17 @@ class KafkaPythonLoad(_Load):
                 seq += 1
                 if self.interval:
                     time.sleep(self.interval)
-            producer.flush(timeout=150)
+            try:
+                producer.flush(timeout=self.flush_timeout)
+            except KafkaTimeoutError:
+                self.stats.failed[f"unacknowledged after {self.flush_timeout:.0f} s flush"] += 1
         except BaseException as e:  # noqa: BLE001
             self.error = e
         finally:
-            producer.close(timeout=10)
+            try:
+                producer.close(timeout=5)
+            except KafkaTimeoutError:
+                pass
 
 
 class ConfluentLoad(_Load):
@@ -564,9 +571,11 @@ class ConfluentLoad(_Load):
                 producer.poll(0)
                 if self.interval:
                     time.sleep(self.interval)
-            remaining = producer.flush(150)
+            remaining = producer.flush(self.flush_timeout)
             if remaining:
-                self.stats.failed[f"unflushed after 150 s: {remaining}"] += 1
+                self.stats.failed[f"unacknowledged after {self.flush_timeout:.0f} s flush"] += (
+                    remaining
+                )
         except BaseException as e:  # noqa: BLE001
             self.error = e
 
@@ -799,8 +808,37 @@ def compare_replicas(cluster: Cluster, topic: str, partition: int) -> ReplicaChe
 
 
 def broker_log_excerpt(b: BrokerProcess, patterns: Iterable[str], max_lines: int = 40) -> str:
-    """Lines of a broker's output containing any pattern (last max_lines)."""
-    text = tail(b.stderr_path, 100000)
+    """Lines of a broker's output containing any pattern (first max_lines)."""
+    try:
+        text = Path(b.stderr_path).read_text(errors="replace")
+    except OSError:
+        return ""
     pats = list(patterns)
     lines = [ln for ln in text.splitlines() if any(p in ln for p in pats)]
-    return "\n".join(lines[-max_lines:])
+    return "\n".join(lines[:max_lines])
+
+
+# Broker errors already reported as bugs: signature -> short reason.  Tests that hit one of
+# these (and nothing else) xfail with the reason instead of failing.
+KNOWN_BUGS = {
+    "offset index does not match the log": (
+        "BUG: LogSegment._load_tail reuses `pos` as its loop cursor, so truncate_to raises "
+        "'offset index does not match the log' when >= 2 batches follow the last offset-index "
+        "entry; the follower's LEO then stays above its file end and its fetcher loops on "
+        "'truncating divergent tail' forever (never rejoins the ISR, acks=all stalls)"
+    ),
+}
+
+
+def known_bugs_seen(cluster: Cluster) -> dict[str, str]:
+    """{signature: reason} for every KNOWN_BUGS signature in any broker's output."""
+    seen = {}
+    for b in cluster.brokers.values():
+        try:
+            text = Path(b.stderr_path).read_text(errors="replace")
+        except OSError:
+            continue
+        for sig, reason in KNOWN_BUGS.items():
+            if sig in text:
+                seen[sig] = reason
+    return seen
