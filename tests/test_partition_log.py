@@ -356,3 +356,20 @@ def test_truncate_to(tmp_path, clock):
     log.truncate_to(0)
     assert (log.log_start_offset, log.log_end_offset) == (0, 0)
     log.close()
+
+
+def test_trusted_segment_with_several_batches_after_the_last_index_entry(tmp_path, clock):
+    """Regression: loading a segment's tail compared each batch with the last index entry
+    (a reused cursor), so >= 2 batches after that entry made truncate_to and clean reopen
+    fail with 'offset index does not match the log'."""
+    cfg = LogConfig(index_interval_bytes=150)
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
+    for i in range(10):
+        append(log, bytearray(build_batch([(None, b"v%d" % i, [])], timestamp=1)))
+    assert log.segments[-1].offset_index.entries >= 1
+    log.truncate_to(8)
+    assert log.log_end_offset == 8
+    log.close()
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock, clean_shutdown=True)
+    assert log.log_end_offset == 8
+    log.close()

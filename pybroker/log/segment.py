@@ -103,10 +103,10 @@ class LogSegment:
         last = self.time_index.last_entry
         if last is not None:
             self.max_timestamp, self.offset_of_max_timestamp = last
-        pos = self.offset_index.last_position
+        start = pos = self.offset_index.last_position
         next_offset = self.base_offset
-        for h in self.headers_from(pos):
-            if h.position == pos and self.offset_index.entries:
+        for h in self.headers_from(start):
+            if h.position == start and self.offset_index.entries:
                 if h.last_offset != self.offset_index.last_offset:
                     raise ValueError("offset index does not match the log")
             elif h.base_offset < next_offset:
