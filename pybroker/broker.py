@@ -78,7 +78,12 @@ class Broker:
         await self.store.start()
         endpoints = [(e.listener, e.host, e.port) for e in cfg.advertised]
         self.cluster = Cluster(
-            self.store, cfg.broker_id, endpoints, self.clock, rack=cfg.broker_rack
+            self.store,
+            cfg.broker_id,
+            endpoints,
+            self.clock,
+            rack=cfg.broker_rack,
+            unclean_leader_election_enable=cfg.unclean_leader_election_enable,
         )
         await self.cluster.start()
         self.replicas = ReplicaManager(
