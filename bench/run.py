@@ -1,0 +1,1195 @@
+"""Apache Kafka 3.9.2 vs pybroker, side by side, on this machine: one command, one table.
+
+    python -m bench.run [--workloads W1,W2,...] [--runs 3] [--scale small|full] [--smoke]
+                        [--results-dir bench/results] [--no-write] [--keep-logs DIR]
+
+For each workload: start Apache Kafka (bench/kafka_reference.py: KRaft, -Xmx512m), set the
+workload up, run it `--runs` times, record the broker processes' peak RSS (VmHWM), stop; then
+the same against pybroker (`python -m pybroker serve`, embedded metadata store; W6 uses
+ZooKeeper + 3 brokers, compat_tests/cluster.py). Both run on loopback, log dirs under one temp
+dir on the same disk, no fsync (Kafka's default; pybroker's too), and
+group.initial.rebalance.delay.ms=0. The table gives the median of the runs per metric and the
+ratio pybroker / Kafka; results go to bench/results/<YYYY-MM-DD>.md with the machine, the
+versions, the commands and every run's figure. docs/bench.md describes the workloads.
+
+--smoke: both brokers start, W1 with 2,000 records runs once on each, the table prints and
+nothing is written (CI: compat_tests/test_bench_smoke.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import os
+import platform
+import re
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import kafka_reference  # noqa: E402
+from compat_tests import java, rawkafka  # noqa: E402
+from compat_tests.broker_process import BrokerProcess  # noqa: E402
+
+HOST = "127.0.0.1"
+KAFKA, PYBROKER = "kafka", "pybroker"
+CLIENT_HEAP = "512m"  # the Java perf tools' heap
+CLIENT_FAST_START = False  # --smoke: quick-starting client JVMs (serial GC, C1 only)
+MIB = 1024 * 1024
+
+# Both brokers: no initial rebalance delay (as the brief's "same settings where they map").
+PYBROKER_OVERRIDES: dict[str, object] = {"group.initial.rebalance.delay.ms": 0}
+KAFKA_OVERRIDES: dict[str, object] = {"group.initial.rebalance.delay.ms": 0}
+
+# record counts etc. per scale; each full-scale run lasts roughly 5-30 s on a 2-core machine
+SIZES = {
+    "full": {
+        "w1_records": 300_000,
+        "w2_records": 500_000,
+        "w3_records": 300_000,
+        "w4_messages": 1_500,
+        "w5_records": 50_000,
+        "w6_records": 60_000,
+        "w7_members": 10,
+        "w8_topics": 100,
+        "w8_parts_per_topic": 100,
+        "w8_connections": 1_000,
+    },
+    "small": {
+        "w1_records": 30_000,
+        "w2_records": 100_000,
+        "w3_records": 30_000,
+        "w4_messages": 300,
+        "w5_records": 10_000,
+        "w6_records": 20_000,
+        "w7_members": 10,
+        "w8_topics": 10,
+        "w8_parts_per_topic": 100,
+        "w8_connections": 100,
+    },
+    "smoke": {"w1_records": 2_000},
+}
+
+
+# ------------------------------------------------------------------------------------------
+# RSS of broker processes
+# ------------------------------------------------------------------------------------------
+
+
+def _status_kb(pid: int, key: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def rss_mib(pids: list[int], key: str = "VmRSS") -> float:
+    """Sum of `key` (VmRSS now, or VmHWM: the peak) over the processes and their children."""
+    return sum(_status_kb(p, key) for pid in pids for p in _descendants(pid)) / 1024
+
+
+class RssSampler:
+    """Samples the summed VmRSS every `interval` s; `peak` is the largest sum seen. With
+    `hwm()` (per-process VmHWM, summed) it gives the peak over the broker's whole life."""
+
+    def __init__(self, pids: list[int], interval: float = 0.25):
+        self.pids = pids
+        self.interval = interval
+        self.peak = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_mib(self.pids))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def hwm(self) -> float:
+        return rss_mib(self.pids, "VmHWM")
+
+
+# ------------------------------------------------------------------------------------------
+# the brokers under test
+# ------------------------------------------------------------------------------------------
+
+
+class BenchBroker(BrokerProcess):
+    """compat_tests' BrokerProcess without PYTHONASYNCIODEBUG (asyncio debug mode is a test
+    aid that slows the event loop down)."""
+
+    def _spawn(self) -> None:
+        with open(self.stderr_path, "ab") as out:
+            out.write(f"\n===== start: {' '.join(self.command())}\n".encode())
+            out.flush()
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONASYNCIODEBUG"}
+            env["PYTHONUNBUFFERED"] = "1"
+            self.proc = subprocess.Popen(
+                self.command(),
+                stdout=out,
+                stderr=out,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+
+
+@dataclass
+class Target:
+    kind: str  # KAFKA or PYBROKER
+    bootstrap: str
+    pids: list[int]
+    stop: Callable[[], None]
+    logs: Callable[[], str]  # tail of the broker output(s), for failure reports
+    brokers: int = 1
+    extra_rss: Callable[[], dict[str, float]] = lambda: {}  # e.g. ZooKeeper's, not counted
+
+    @property
+    def first(self) -> tuple[str, int]:
+        host, port = self.bootstrap.split(",")[0].rsplit(":", 1)
+        return host, int(port)
+
+
+def start_target(kind: str, brokers: int, workdir: Path) -> Target:
+    workdir.mkdir(parents=True, exist_ok=True)
+    if kind == KAFKA:
+        if brokers == 1:
+            ref = kafka_reference.start_kafka(workdir, overrides=KAFKA_OVERRIDES)
+        else:
+            ref = kafka_reference.start_kafka_cluster(brokers, workdir, overrides=KAFKA_OVERRIDES)
+        return Target(
+            KAFKA,
+            ref.bootstrap,
+            [n.proc.pid for n in ref.nodes],
+            lambda: ref.stop(check=False),
+            lambda: "\n".join(f"--- node {n.node_id} ---\n{n.output(60)}" for n in ref.nodes),
+            brokers,
+        )
+    if brokers == 1:
+        b = BenchBroker(workdir / "pybroker", overrides=PYBROKER_OVERRIDES)
+        b.start()
+
+        def stop_one() -> None:
+            try:
+                b.stop(timeout=60)
+            finally:
+                b.cleanup()
+
+        return Target(PYBROKER, b.bootstrap, [b.pid], stop_one, lambda: b.output(80))
+    from compat_tests.cluster import Cluster
+    from tests.zk_server import ZooKeeperServer
+
+    zk = ZooKeeperServer(workdir / "zookeeper")
+    zk.start()
+    overrides = dict(PYBROKER_OVERRIDES, **{"min.insync.replicas": 2})
+    overrides["default.replication.factor"] = min(3, brokers)
+    cluster = Cluster(workdir, zk, brokers, overrides)
+    for b in cluster.brokers.values():
+        b.__class__ = BenchBroker
+    try:
+        cluster.start()
+    except BaseException:
+        cluster.cleanup()
+        zk.stop()
+        raise
+
+    def stop_cluster() -> None:
+        try:
+            cluster.stop()
+        finally:
+            cluster.cleanup()
+            zk.stop()
+
+    return Target(
+        PYBROKER,
+        cluster.bootstrap,
+        [b.pid for b in cluster.brokers.values()],
+        stop_cluster,
+        lambda: cluster.outputs(60),
+        brokers,
+        lambda: {"ZooKeeper": rss_mib([zk.proc.pid], "VmHWM")} if zk.proc else {},
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# client helpers
+# ------------------------------------------------------------------------------------------
+
+
+class WorkloadError(RuntimeError):
+    pass
+
+
+def run_java(main_class: str, args: list[object], timeout: float) -> java.JavaResult:
+    """A Java tool with a benchmark JVM (512 MiB heap, default GC and JIT, not the fast-start
+    flags compat_tests uses for short tools)."""
+    cmd = java.java_command(
+        main_class, [str(a) for a in args], heap=CLIENT_HEAP, fast_start=CLIENT_FAST_START
+    )
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        java._kill_group(proc, 9)
+        out, err = proc.communicate()
+    r = java.JavaResult(cmd, proc.returncode, out, err, time.monotonic() - start, timed_out)
+    if not r.ok:
+        raise WorkloadError(r.describe(3000))
+    return r
+
+
+def show_cmd(main_class: str, args: list[object]) -> str:
+    short = main_class.rsplit(".", 1)[-1]
+    return f"java -Xmx{CLIENT_HEAP} -cp $CP {short} " + " ".join(map(str, args))
+
+
+def create_topics(
+    target: Target, names: list[str], partitions: int, rf: int = 1, configs=None, batch=10
+):
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=target.bootstrap, request_timeout_ms=300_000)
+    try:
+        for i in range(0, len(names), batch):
+            admin.create_topics(
+                [
+                    NewTopic(n, partitions, rf, topic_configs=configs or {})
+                    for n in names[i : i + batch]
+                ],
+                timeout_ms=300_000,
+            )
+    finally:
+        admin.close()
+    wait_topics_ready(target, names, partitions, timeout=600)
+
+
+def metadata_v7(host: str, port: int, topics: list[str] | None, timeout: float = 30.0):
+    from compat_tests.cluster import metadata_v7_request, parse_metadata_v7
+
+    with rawkafka.Conn(host, port, timeout=timeout) as c:
+        _corr, body = c.roundtrip(metadata_v7_request(1, topics))
+    return parse_metadata_v7(body, -1)
+
+
+def wait_topics_ready(target: Target, names: list[str], partitions: int, timeout: float) -> None:
+    """Until Metadata lists every partition with a leader and ISR == replicas."""
+    host, port = target.first
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            md = metadata_v7(host, port, names)
+            ok = all(md.topic_errors.get(n) == 0 for n in names) and all(
+                len(md.topic(n)) == partitions
+                and all(
+                    p.error == 0 and p.leader >= 0 and set(p.isr) == set(p.replicas)
+                    for p in md.topic(n).values()
+                )
+                for n in names
+            )
+            if ok:
+                return
+            last = {n: md.topic_errors.get(n) for n in names[:3]}
+        except (OSError, struct.error, AssertionError) as e:
+            last = e
+        time.sleep(0.3)
+    raise WorkloadError(f"topics {names[:3]}... not ready within {timeout}s (last: {last})")
+
+
+_PP_FINAL = re.compile(
+    r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
+    r"([\d.]+) ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th"
+)
+
+
+def producer_perf(target: Target, topic: str, records: int, size: int, props: list[str]):
+    args = [
+        "--topic",
+        topic,
+        "--num-records",
+        records,
+        "--record-size",
+        size,
+        "--throughput",
+        -1,
+        "--producer-props",
+        f"bootstrap.servers={target.bootstrap}",
+        *props,
+    ]
+    r = run_java(java.PRODUCER_PERFORMANCE, args, timeout=900)
+    found = list(_PP_FINAL.finditer(r.stdout))
+    m = found[-1] if found else None
+    if m is None or int(m.group(1)) != records:
+        raise WorkloadError(f"ProducerPerformance summary missing or short\n{r.describe(3000)}")
+    errors = java.java_errors(r.stderr + r.stdout)
+    if errors:
+        raise WorkloadError(f"ProducerPerformance reported errors: {errors}\n{r.describe(2000)}")
+    return {
+        "records/s": float(m.group(2)),
+        "MB/s": float(m.group(3)),
+        "avg ms": float(m.group(4)),
+        "p99 ms": float(m.group(8)),
+    }
+
+
+def pp_cmd(topic: str, records: int, size: int, props: list[str]) -> str:
+    return show_cmd(
+        java.PRODUCER_PERFORMANCE,
+        [
+            "--topic",
+            topic,
+            "--num-records",
+            records,
+            "--record-size",
+            size,
+            "--throughput",
+            -1,
+            "--producer-props",
+            "bootstrap.servers=<bootstrap>",
+            *props,
+        ],
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# workloads
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Metric:
+    name: str
+    unit: str
+    higher_is_better: bool
+
+
+@dataclass
+class Workload:
+    wid: str
+    title: str
+    metrics: list[Metric]
+    setup: Callable[[Target, dict], dict]  # (target, sizes) -> state
+    run: Callable[[Target, dict, int], dict[str, float]]  # (target, state, run index)
+    commands: Callable[[dict], list[str]]  # (sizes) -> command lines for the results
+    brokers: int = 1
+    repeat: bool = True  # False: run() is called once, its lists are the runs
+
+
+def _no_setup(target: Target, sizes: dict) -> dict:
+    return {"sizes": sizes}
+
+
+# W1 ---------------------------------------------------------------------------------------
+def w1_setup(target: Target, sizes: dict) -> dict:
+    return {"sizes": sizes}
+
+
+def w1_run(target: Target, st: dict, i: int) -> dict[str, float]:
+    topic = f"w1-{i}-{uuid.uuid4().hex[:6]}"
+    create_topics(target, [topic], 6)
+    r = producer_perf(target, topic, st["sizes"]["w1_records"], 1024, ["acks=1"])
+    return {"MB/s": r["MB/s"]}
+
+
+def w1_cmds(sizes: dict) -> list[str]:
+    return [
+        "topic: 6 partitions, RF 1 (fresh topic per run, kafka-python CreateTopics)",
+        pp_cmd("w1-<run>", sizes["w1_records"], 1024, ["acks=1"]),
+    ]
+
+
+# W2 ---------------------------------------------------------------------------------------
+W2_PROPS = ["acks=all", "enable.idempotence=true"]
+
+
+def w2_run(target: Target, st: dict, i: int) -> dict[str, float]:
+    topic = f"w2-{i}-{uuid.uuid4().hex[:6]}"
+    create_topics(target, [topic], 6)
+    r = producer_perf(target, topic, st["sizes"]["w2_records"], 100, W2_PROPS)
+    return {"records/s": r["records/s"]}
+
+
+def w2_cmds(sizes: dict) -> list[str]:
+    return [
+        "topic: 6 partitions, RF 1 (fresh topic per run)",
+        pp_cmd("w2-<run>", sizes["w2_records"], 100, W2_PROPS),
+    ]
+
+
+# W3 ---------------------------------------------------------------------------------------
+def w3_setup(target: Target, sizes: dict) -> dict:
+    topic = "w3"
+    create_topics(target, [topic], 6)
+    producer_perf(target, topic, sizes["w3_records"], 1024, ["acks=1"])
+    return {"sizes": sizes, "topic": topic}
+
+
+def _consumer_perf_args(bootstrap: str, topic: str, n: int, group: str) -> list[object]:
+    return [
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic,
+        "--messages",
+        n,
+        "--group",
+        group,
+        "--timeout",
+        60000,
+    ]
+
+
+def w3_run(target: Target, st: dict, i: int) -> dict[str, float]:
+    n = st["sizes"]["w3_records"]
+    args = _consumer_perf_args(target.bootstrap, st["topic"], n, f"w3-{i}-{uuid.uuid4().hex[:6]}")
+    r = run_java(java.CONSUMER_PERFORMANCE, args, timeout=900)
+    lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
+    head = next((k for k, ln in enumerate(lines) if ln.startswith("start.time")), None)
+    if head is None or head + 1 >= len(lines):
+        raise WorkloadError(f"ConsumerPerformance printed no figures\n{r.describe(3000)}")
+    cols = [c.strip() for c in lines[head].split(",")]
+    vals = [v.strip() for v in lines[head + 1].split(",")]
+    row = dict(zip(cols, vals, strict=False))
+    if int(float(row["data.consumed.in.nMsg"])) < n:
+        raise WorkloadError(f"ConsumerPerformance read {row['data.consumed.in.nMsg']} of {n}")
+    return {"MB/s": float(row["MB.sec"]), "fetch MB/s": float(row["fetch.MB.sec"])}
+
+
+def w3_cmds(sizes: dict) -> list[str]:
+    n = sizes["w3_records"]
+    return [
+        "setup: topic w3, 6 partitions; " + pp_cmd("w3", n, 1024, ["acks=1"]),
+        show_cmd(
+            java.CONSUMER_PERFORMANCE, _consumer_perf_args("<bootstrap>", "w3", n, "w3-<run>")
+        ),
+    ]
+
+
+# W4 ---------------------------------------------------------------------------------------
+_E2E_PCT = re.compile(r"Percentiles: 50th = ([\d.]+), 99th = ([\d.]+), 99\.9th = ([\d.]+)")
+_E2E_AVG = re.compile(r"Avg latency: ([\d.]+) ms")
+
+
+def w4_run(target: Target, st: dict, i: int) -> dict[str, float]:
+    topic = f"w4-{i}-{uuid.uuid4().hex[:6]}"
+    create_topics(target, [topic], 1)
+    n = st["sizes"]["w4_messages"]
+    r = run_java(java.END_TO_END_LATENCY, [target.bootstrap, topic, n, 1, 100], timeout=900)
+    m, a = _E2E_PCT.search(r.stdout), _E2E_AVG.search(r.stdout)
+    if not m:
+        raise WorkloadError(f"EndToEndLatency printed no percentiles\n{r.describe(3000)}")
+    return {"p50 ms": float(m.group(1)), "p99 ms": float(m.group(2)), "avg ms": float(a.group(1))}
+
+
+def w4_cmds(sizes: dict) -> list[str]:
+    return [
+        "topic: 1 partition (fresh per run)",
+        show_cmd(
+            java.END_TO_END_LATENCY, ["<bootstrap>", "w4-<run>", sizes["w4_messages"], 1, 100]
+        ),
+    ]
+
+
+# W5 ---------------------------------------------------------------------------------------
+W5_SIZE = 1024
+
+
+def w5_run(target: Target, st: dict, i: int) -> dict[str, float]:
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    n = st["sizes"]["w5_records"]
+    topic = f"w5-{i}-{uuid.uuid4().hex[:6]}"
+    create_topics(target, [topic], 6)
+    value = os.urandom(W5_SIZE)
+    producer = KafkaProducer(bootstrap_servers=target.bootstrap, acks=1)
+    try:
+        producer.send(topic, value).get(timeout=30)  # metadata + connections before the clock
+        t0 = time.perf_counter()
+        for _ in range(n):
+            producer.send(topic, value)
+        producer.flush(timeout=600)
+        produce_s = time.perf_counter() - t0
+    finally:
+        producer.close()
+    total = n + 1
+    consumer = KafkaConsumer(
+        bootstrap_servers=target.bootstrap, enable_auto_commit=False, group_id=None
+    )
+    try:
+        tps = [TopicPartition(topic, p) for p in range(6)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        end = consumer.end_offsets(tps)
+        if sum(end.values()) != total:
+            raise WorkloadError(f"kafka-python: end offsets {end}, expected {total} records")
+        got = 0
+        t0 = time.perf_counter()
+        deadline = time.monotonic() + 600
+        while got < total:
+            if time.monotonic() > deadline:
+                raise WorkloadError(f"kafka-python consumer read {got} of {total}")
+            for recs in consumer.poll(timeout_ms=500).values():
+                got += len(recs)
+        consume_s = time.perf_counter() - t0
+    finally:
+        consumer.close()
+    return {
+        "produce MB/s": n * W5_SIZE / MIB / produce_s,
+        "consume MB/s": total * W5_SIZE / MIB / consume_s,
+    }
+
+
+def w5_cmds(sizes: dict) -> list[str]:
+    return [
+        f"kafka-python: KafkaProducer(acks=1) sends {sizes['w5_records']} x {W5_SIZE}-byte "
+        "values (no key) to a fresh 6-partition topic, flush(); timed after one warm-up send",
+        "kafka-python: KafkaConsumer(group_id=None) assign + seek_to_beginning, poll() until "
+        "all records are read",
+    ]
+
+
+# W6 ---------------------------------------------------------------------------------------
+W6_PROPS = ["acks=all"]
+
+
+def w6_run(target: Target, st: dict, i: int) -> dict[str, float]:
+    topic = f"w6-{i}-{uuid.uuid4().hex[:6]}"
+    create_topics(target, [topic], 6, rf=3, configs={"min.insync.replicas": "2"})
+    r = producer_perf(target, topic, st["sizes"]["w6_records"], 1024, W6_PROPS)
+    return {"MB/s": r["MB/s"]}
+
+
+def w6_cmds(sizes: dict) -> list[str]:
+    return [
+        "Kafka: 3 KRaft nodes (node 1 broker+controller); pybroker: 3 brokers + ZooKeeper",
+        "topic: 6 partitions, RF 3, min.insync.replicas=2 (fresh per run)",
+        pp_cmd("w6-<run>", sizes["w6_records"], 1024, W6_PROPS),
+    ]
+
+
+# W7 ---------------------------------------------------------------------------------------
+W7_PARTITIONS = 20
+W7_CONSUMER = {"heartbeat_interval_ms": 1000, "session_timeout_ms": 10000}
+
+
+def w7_setup(target: Target, sizes: dict) -> dict:
+    create_topics(target, ["w7"], W7_PARTITIONS)
+    return {"sizes": sizes, "topic": "w7"}
+
+
+def w7_run(target: Target, st: dict, i: int) -> dict[str, float]:
+    from kafka import KafkaConsumer
+
+    members = st["sizes"]["w7_members"]
+    group = f"w7-{i}-{uuid.uuid4().hex[:6]}"
+    all_parts = set(range(W7_PARTITIONS))
+    assignments: list[frozenset[int] | None] = [None] * members
+    stop = [False] * members
+    errors: list[str] = []
+    ready = threading.Barrier(members + 1)
+
+    def member(k: int) -> None:
+        c = None
+        try:
+            c = KafkaConsumer(
+                bootstrap_servers=target.bootstrap,
+                group_id=group,
+                client_id=f"{group}-m{k}",
+                enable_auto_commit=False,
+                **W7_CONSUMER,
+            )
+            ready.wait(60)
+            c.subscribe([st["topic"]])
+            while not stop[k]:
+                c.poll(timeout_ms=100)
+                assignments[k] = frozenset(tp.partition for tp in c.assignment())
+        except Exception as e:  # noqa: BLE001 - reported
+            errors.append(f"member {k}: {type(e).__name__}: {e}")
+            with contextlib.suppress(threading.BrokenBarrierError):
+                ready.abort()
+        finally:
+            assignments[k] = None
+            if c is not None:
+                c.close()
+
+    def complete(live: list[int]) -> bool:
+        got = [assignments[k] for k in live]
+        if any(not a for a in got):
+            return False
+        union = set().union(*got)
+        return union == all_parts and sum(len(a) for a in got) == W7_PARTITIONS
+
+    threads = [threading.Thread(target=member, args=(k,), daemon=True) for k in range(members)]
+    for t in threads:
+        t.start()
+    try:
+        ready.wait(60)
+        t0 = time.perf_counter()  # every member subscribes now (the last join is this moment)
+        deadline = time.monotonic() + 120
+        live = list(range(members))
+        while not complete(live):
+            if errors or time.monotonic() > deadline:
+                raise WorkloadError(f"W7: {members} members never all assigned: {errors}")
+            time.sleep(0.01)
+        join_s = time.perf_counter() - t0
+        time.sleep(1.0)  # settled
+        t1 = time.perf_counter()
+        stop[0] = True  # member 0 leaves: close() sends LeaveGroup
+        threads[0].join(30)
+        live = list(range(1, members))
+        deadline = time.monotonic() + 120
+        # the rest must move to a new assignment that covers all partitions without member 0
+        while not complete(live):
+            if errors or time.monotonic() > deadline:
+                raise WorkloadError(f"W7: no rebalance after a member left: {errors}")
+            time.sleep(0.01)
+        leave_s = time.perf_counter() - t1
+    finally:
+        for k in range(members):
+            stop[k] = True
+        for t in threads:
+            t.join(30)
+    return {"join s": join_s, "leave s": leave_s}
+
+
+def w7_cmds(sizes: dict) -> list[str]:
+    return [
+        f"topic w7: {W7_PARTITIONS} partitions; {sizes['w7_members']} kafka-python "
+        f"KafkaConsumer threads in one fresh group per run ({W7_CONSUMER}, range assignor), "
+        "subscribe together (barrier), poll(100 ms)",
+        "join s: from the common subscribe to all members holding a disjoint assignment "
+        "covering every partition",
+        "leave s: from member 0's close() (LeaveGroup) to the other 9 covering every partition",
+    ]
+
+
+# W8 ---------------------------------------------------------------------------------------
+def metadata_v12_all(correlation_id: int) -> bytes:
+    """Metadata v12 (flexible) for all topics: null topic array, no auto-creation."""
+    body = b"\x00" + b"\x00" + b"\x00" + b"\x00"  # topics=null, auto=false, ops=false, tags
+    return rawkafka.frame(
+        rawkafka.request_header_v2(rawkafka.API_METADATA, 12, correlation_id, "bench") + body
+    )
+
+
+def w8_setup(target: Target, sizes: dict) -> dict:
+    n, per = sizes["w8_topics"], sizes["w8_parts_per_topic"]
+    names = [f"w8-{k:03d}" for k in range(n)]
+    t0 = time.perf_counter()
+    create_topics(target, names, per)
+    return {"sizes": sizes, "create_s": time.perf_counter() - t0, "partitions": n * per}
+
+
+def w8_run(target: Target, st: dict, i: int) -> dict[str, float]:
+    host, port = target.first
+    # Metadata v12, all topics: median of 20 on one connection, after one warm-up
+    times = []
+    size = 0
+    with rawkafka.Conn(host, port, timeout=60) as c:
+        for k in range(21):
+            t = time.perf_counter()
+            c.send(metadata_v12_all(k))
+            got = c.recv_frame()
+            if got is None or got[0] != k:
+                raise WorkloadError(f"Metadata v12: bad answer {got and got[0]}")
+            if k:
+                times.append(time.perf_counter() - t)
+            size = len(got[1])
+    rss_parts = rss_mib(target.pids)
+    # idle connections: each did one ApiVersions v0 exchange, then is held open
+    conns = []
+    n = st["sizes"]["w8_connections"]
+    try:
+        for k in range(n):
+            c = rawkafka.Conn(host, port, timeout=30)
+            conns.append(c)
+            corr, _ = c.roundtrip(rawkafka.api_versions_v0(k))
+            if corr != k:
+                raise WorkloadError(f"ApiVersions on connection {k}: correlation {corr}")
+        time.sleep(1.0)
+        rss_conns = rss_mib(target.pids)
+        t = time.perf_counter()
+        with rawkafka.Conn(host, port, timeout=30) as c:
+            c.roundtrip(metadata_v12_all(1))
+        answer_s = time.perf_counter() - t
+        # and the held connections still answer
+        for k in (0, n // 2, n - 1):
+            corr, _ = conns[k].roundtrip(rawkafka.api_versions_v0(10_000 + k))
+            if corr != 10_000 + k:
+                raise WorkloadError("held connection answered with a wrong correlation id")
+    finally:
+        for c in conns:
+            c.close()
+    return {
+        "metadata ms": statistics.median(times) * 1000,
+        "response KiB": size / 1024,
+        "RSS MiB (partitions)": rss_parts,
+        "RSS MiB (+conns)": rss_conns,
+        "conn RSS KiB each": (rss_conns - rss_parts) * 1024 / n,
+        "metadata ms (+conns)": answer_s * 1000,
+        "create s": st["create_s"],
+    }
+
+
+def w8_cmds(sizes: dict) -> list[str]:
+    n, per, c = sizes["w8_topics"], sizes["w8_parts_per_topic"], sizes["w8_connections"]
+    return [
+        f"setup: {n} topics x {per} partitions = {n * per} partitions, RF 1 (kafka-python "
+        "CreateTopics, 10 topics per request; 'create s' is the time until Metadata shows all)",
+        "metadata ms: Metadata v12 for all topics (null topic list) on one raw socket, median of "
+        "20 round trips after a warm-up (time to the whole response frame; no client decoding)",
+        "RSS MiB (partitions): the broker's VmRSS after that",
+        f"RSS MiB (+conns): VmRSS with {c} more idle TCP connections held open, each after one "
+        "ApiVersions v0 exchange; then one Metadata v12 on a new connection (metadata ms "
+        "(+conns)) and ApiVersions on three held ones",
+    ]
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.wid: w
+    for w in [
+        Workload(
+            "W1",
+            "produce 1 KiB, acks=1, 6 partitions (ProducerPerformance)",
+            [Metric("MB/s", "MB/s", True)],
+            w1_setup,
+            w1_run,
+            w1_cmds,
+        ),
+        Workload(
+            "W2",
+            "produce 100 B, acks=all, idempotent (ProducerPerformance)",
+            [Metric("records/s", "records/s", True)],
+            _no_setup,
+            w2_run,
+            w2_cmds,
+        ),
+        Workload(
+            "W3",
+            "consume 1 KiB records (ConsumerPerformance)",
+            [Metric("MB/s", "MB/s", True), Metric("fetch MB/s", "MB/s", True)],
+            w3_setup,
+            w3_run,
+            w3_cmds,
+        ),
+        Workload(
+            "W4",
+            "end-to-end latency, 100 B, acks=1 (EndToEndLatency)",
+            [Metric("p50 ms", "ms", False), Metric("p99 ms", "ms", False)],
+            _no_setup,
+            w4_run,
+            w4_cmds,
+        ),
+        Workload(
+            "W5",
+            "kafka-python producer / consumer, 1 KiB",
+            [Metric("produce MB/s", "MB/s", True), Metric("consume MB/s", "MB/s", True)],
+            _no_setup,
+            w5_run,
+            w5_cmds,
+        ),
+        Workload(
+            "W6",
+            "3 brokers, RF=3, acks=all produce 1 KiB (ProducerPerformance)",
+            [Metric("MB/s", "MB/s", True)],
+            _no_setup,
+            w6_run,
+            w6_cmds,
+            brokers=3,
+        ),
+        Workload(
+            "W7",
+            "consumer-group rebalance, 10 kafka-python members",
+            [Metric("join s", "s", False), Metric("leave s", "s", False)],
+            w7_setup,
+            w7_run,
+            w7_cmds,
+        ),
+        Workload(
+            "W8",
+            "scale: 10,000 partitions, 1,000 idle connections",
+            [
+                Metric("create s", "s", False),
+                Metric("metadata ms", "ms", False),
+                Metric("response KiB", "KiB", False),
+                Metric("RSS MiB (partitions)", "MiB", False),
+                Metric("RSS MiB (+conns)", "MiB", False),
+                Metric("conn RSS KiB each", "KiB", False),
+                Metric("metadata ms (+conns)", "ms", False),
+            ],
+            w8_setup,
+            w8_run,
+            w8_cmds,
+        ),
+    ]
+}
+
+
+# ------------------------------------------------------------------------------------------
+# running and reporting
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    runs: dict[str, list[float]] = field(default_factory=dict)  # metric -> one value per run
+    peak_rss: float | None = None  # MiB, summed VmHWM of the broker processes
+    sampled_rss: float | None = None  # MiB, largest sampled sum of VmRSS
+    extra_rss: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    start_s: float | None = None
+    wall_s: float | None = None
+    load: list[str] = field(default_factory=list)  # /proc/loadavg 1-min before, after
+
+    def median(self, metric: str) -> float | None:
+        vals = self.runs.get(metric)
+        return statistics.median(vals) if vals else None
+
+
+def log_excerpt(text: str, max_lines: int = 25) -> str:
+    keys = ("ERROR", "WARNING", "Traceback", "Error", "Exception", "WARN")
+    lines = [ln for ln in text.splitlines() if any(k in ln for k in keys)]
+    return "\n".join(lines[-max_lines:]) or "\n".join(text.splitlines()[-max_lines:])
+
+
+def run_workload(w: Workload, kind: str, runs: int, sizes: dict, workdir: Path) -> Outcome:
+    out = Outcome(load=[loadavg()])
+    t_start = time.monotonic()
+    print(f"[{time.strftime('%H:%M:%S')}] {w.wid} {kind}: starting", flush=True)
+    try:
+        target = start_target(kind, w.brokers, workdir)
+    except Exception as e:  # noqa: BLE001 - recorded
+        out.error = f"start failed: {type(e).__name__}: {str(e)[:3000]}"
+        print(f"  {out.error}", flush=True)
+        return out
+    out.start_s = time.monotonic() - t_start
+    try:
+        with RssSampler(target.pids) as sampler:
+            try:
+                state = w.setup(target, sizes)
+                for i in range(runs):
+                    figures = w.run(target, state, i)
+                    for k, v in figures.items():
+                        out.runs.setdefault(k, []).append(v)
+                    shown = ", ".join(f"{k} {v:,.2f}" for k, v in figures.items())
+                    print(f"  {w.wid} {kind} run {i + 1}/{runs}: {shown}", flush=True)
+            except Exception as e:  # noqa: BLE001 - recorded with the broker's log
+                tb = traceback.format_exc(limit=4)
+                out.error = (
+                    f"{type(e).__name__}: {str(e)[:4000]}\n--- traceback ---\n{tb[-2000:]}"
+                    f"\n--- broker log excerpt ---\n{log_excerpt(target.logs())}"
+                )
+                print(f"  {w.wid} {kind} FAILED: {type(e).__name__}: {str(e)[:500]}", flush=True)
+            out.peak_rss = sampler.hwm()
+            out.sampled_rss = sampler.peak
+            out.extra_rss = target.extra_rss()
+    finally:
+        try:
+            target.stop()
+        except Exception as e:  # noqa: BLE001
+            msg = f"stop: {type(e).__name__}: {str(e)[:1000]}"
+            out.error = f"{out.error}\n{msg}" if out.error else msg
+        out.wall_s = time.monotonic() - t_start
+        out.load.append(loadavg())
+    return out
+
+
+def loadavg() -> str:
+    try:
+        return Path("/proc/loadavg").read_text().split()[0]
+    except OSError:
+        return "?"
+
+
+def fmt(v: float | None) -> str:
+    if v is None:
+        return "—"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def ratio(k: float | None, p: float | None) -> str:
+    if k is None or p is None or k == 0:
+        return "—"
+    return f"{p / k:.2f}"
+
+
+def table(selected: list[Workload], results: dict[str, dict[str, Outcome]]) -> str:
+    rows = [
+        "| workload | metric | Kafka | pybroker | ratio pybroker/Kafka |",
+        "|---|---|---|---|---|",
+    ]
+    for w in selected:
+        res = results.get(w.wid, {})
+        k, p = res.get(KAFKA, Outcome()), res.get(PYBROKER, Outcome())
+        for m in w.metrics:
+            better = "higher" if m.higher_is_better else "lower"
+            kv, pv = k.median(m.name), p.median(m.name)
+            kcell = fmt(kv) if kv is not None else ("FAILED" if k.error else "—")
+            pcell = fmt(pv) if pv is not None else ("FAILED" if p.error else "—")
+            rows.append(
+                f"| {w.wid} | {m.name} ({better} is better) | {kcell} | {pcell} | {ratio(kv, pv)} |"
+            )
+        rows.append(
+            f"| {w.wid} | broker peak RSS MiB | {fmt(k.peak_rss)} | {fmt(p.peak_rss)} "
+            f"| {ratio(k.peak_rss, p.peak_rss)} |"
+        )
+    return "\n".join(rows)
+
+
+def _cmd_out(cmd: list[str]) -> str:
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=30, cwd=ROOT)
+        return (r.stdout + r.stderr).strip()
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"<{e}>"
+
+
+def machine_facts() -> dict[str, str]:
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    return {
+        "cores (nproc)": str(os.cpu_count()),
+        "cpu": cpu,
+        "memory": mem,
+        "kernel": platform.release(),
+        "disk (log dirs)": _cmd_out(["df", "-h", "--output=source,fstype", tempfile.gettempdir()])
+        .splitlines()[-1]
+        .strip(),
+    }
+
+
+def versions() -> dict[str, str]:
+    import kafka
+
+    rev = _cmd_out(["git", "rev-parse", "--short", "HEAD"])
+    dirty = _cmd_out(["git", "status", "--porcelain", "--", "pybroker"])
+    if dirty:
+        rev += f" + {len(dirty.splitlines())} uncommitted change(s) under pybroker/"
+    zk = _cmd_out(["dpkg-query", "-W", "-f=${Version}", "zookeeper"])
+    return {
+        "Apache Kafka": f"{java.kafka_version()} (KRaft, org.apache.kafka:kafka_2.13 from Maven "
+        f"Central; -Xms{kafka_reference.HEAP} -Xmx{kafka_reference.HEAP}, G1)",
+        "pybroker": f"git {rev}",
+        "Python": f"{platform.python_implementation()} {platform.python_version()}",
+        "Java": _cmd_out([java.java_executable() or "java", "-version"]).splitlines()[0],
+        "kafka-python": kafka.__version__,
+        "ZooKeeper (pybroker W6)": zk if zk and "no packages" not in zk else "n/a",
+    }
+
+
+def report(
+    selected: list[Workload],
+    results: dict[str, dict[str, Outcome]],
+    args: argparse.Namespace,
+    sizes: dict,
+    wall_s: float,
+) -> str:
+    now = dt.datetime.now()
+    lines = [f"# pybroker vs Apache Kafka — {now:%Y-%m-%d %H:%M}", ""]
+    lines += [
+        f"`python -m bench.run {' '.join(sys.argv[1:])}` (scale {args.scale}, "
+        f"{args.runs} run(s) per workload and broker, median shown; total {wall_s / 60:.1f} min)",
+        "",
+        table(selected, results),
+        "",
+        "Ratio = pybroker / Kafka (above 1 is better for pybroker where higher is better, worse "
+        "where lower is better). MB = MiB (as the Java tools count). Broker peak RSS = VmHWM of "
+        "the broker process(es), summed over the 3 brokers for W6, over the broker's whole life "
+        "in that workload (start, setup, all runs).",
+        "",
+        "## Machine",
+        "",
+    ]
+    lines += [f"- {k}: {v}" for k, v in machine_facts().items()]
+    lines += [
+        "- Client and broker share the machine's cores: every figure includes the client's "
+        "CPU use (the Java tools, kafka-python), on both sides alike.",
+        "- The machine is shared with other work (test suites of concurrent sessions): the "
+        "1-minute load average before and after each broker's part is in 'Every run'. A load "
+        "above 2 means the figures there are depressed by foreign CPU use, and Kafka's and "
+        "pybroker's parts of one workload may have seen different load.",
+        "",
+        "## Versions and settings",
+        "",
+    ]
+    lines += [f"- {k}: {v}" for k, v in versions().items()]
+    lines += [
+        "- Kafka: bench/kafka_reference.py (one KRaft node = broker + controller; W6: 3 nodes, "
+        "node 1 broker+controller). Overrides: "
+        + ", ".join(f"{k}={v}" for k, v in KAFKA_OVERRIDES.items())
+        + ". Its heap is fixed at 512 MiB (-Xms = -Xmx, pages touched as used), which "
+        "dominates its RSS.",
+        "- pybroker: `python -m pybroker serve --override listeners=... --override log.dirs=... "
+        + " ".join(f"--override {k}={v}" for k, v in PYBROKER_OVERRIDES.items())
+        + "` (embedded metadata store; asyncio debug off). W6: 3 brokers on one private "
+        "ZooKeeper (compat_tests/cluster.py settings, min.insync.replicas=2, "
+        "default.replication.factor=3); ZooKeeper's RSS is listed separately, not in the table.",
+        "- Neither broker fsyncs per write (Kafka's default log.flush.* unset; pybroker the "
+        "same). Log dirs: one temp dir on the same disk for both.",
+        f"- Java tools: `java -Xmx{CLIENT_HEAP}` default JVM flags, classpath "
+        "`.cache/java/classpath.txt` (scripts/fetch-java-deps).",
+        "",
+        "## Commands",
+        "",
+    ]
+    for w in selected:
+        lines.append(f"- **{w.wid}** {w.title}")
+        lines += [f"  - `{c}`" if c.startswith("java") else f"  - {c}" for c in w.commands(sizes)]
+    lines += ["", "## Every run", ""]
+    lines += ["| workload | broker | metric | runs | median |", "|---|---|---|---|---|"]
+    for w in selected:
+        for kind in (KAFKA, PYBROKER):
+            o = results.get(w.wid, {}).get(kind)
+            if o is None:
+                continue
+            for metric, vals in o.runs.items():
+                lines.append(
+                    f"| {w.wid} | {kind} | {metric} | {', '.join(fmt(v) for v in vals)} "
+                    f"| {fmt(o.median(metric))} |"
+                )
+            extra = "".join(f"; {k} peak RSS {fmt(v)} MiB" for k, v in o.extra_rss.items())
+            lines.append(
+                f"| {w.wid} | {kind} | (broker) | start {fmt(o.start_s)} s, workload wall "
+                f"{fmt(o.wall_s)} s; peak RSS {fmt(o.peak_rss)} MiB (VmHWM), largest sampled "
+                f"VmRSS {fmt(o.sampled_rss)} MiB{extra}; load average (1 min) before/after "
+                f"{' / '.join(o.load)} | |"
+            )
+    failures = [
+        (w.wid, kind, o) for w in selected for kind, o in results.get(w.wid, {}).items() if o.error
+    ]
+    if failures:
+        lines += ["", "## Failures", ""]
+        for wid, kind, o in failures:
+            lines += [f"### {wid} on {kind}", "", "```", o.error.rstrip(), "```", ""]
+    return "\n".join(lines) + "\n"
+
+
+def write_results(text: str, args: argparse.Namespace) -> Path:
+    out_dir = Path(args.results_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{dt.date.today():%Y-%m-%d}.md"
+    path.write_text(text)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help="e.g. W1,W3 (default: all)")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--scale", choices=["small", "full"], default="full")
+    ap.add_argument("--smoke", action="store_true", help="W1, 2,000 records, 1 run; no file")
+    ap.add_argument("--results-dir", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--no-write", action="store_true", help="print only")
+    ap.add_argument("--keep-logs", help="keep broker data and logs in this dir")
+    args = ap.parse_args(argv)
+
+    sizes = dict(SIZES[args.scale])
+    if args.smoke:
+        global CLIENT_FAST_START
+        args.workloads, args.runs, args.no_write = "W1", 1, True
+        CLIENT_FAST_START = True
+        sizes.update(SIZES["smoke"])
+    wanted = [x.strip().upper() for x in args.workloads.split(",") if x.strip()]
+    unknown = [x for x in wanted if x not in WORKLOADS]
+    if unknown:
+        ap.error(f"unknown workloads {unknown}; known: {', '.join(WORKLOADS)}")
+    selected = [WORKLOADS[x] for x in wanted]
+
+    java.classpath()  # fetch the jars first (cached)
+    base = Path(args.keep_logs) if args.keep_logs else Path(tempfile.mkdtemp(prefix="pybench-"))
+    base.mkdir(parents=True, exist_ok=True)
+    results: dict[str, dict[str, Outcome]] = {}
+    t0 = time.monotonic()
+    try:
+        for w in selected:
+            for kind in (KAFKA, PYBROKER):
+                workdir = base / f"{w.wid}-{kind}"
+                results.setdefault(w.wid, {})[kind] = run_workload(
+                    w, kind, args.runs, sizes, workdir
+                )
+                if not args.keep_logs:
+                    shutil.rmtree(workdir, ignore_errors=True)
+            if not args.no_write:  # after every workload, so a late failure keeps the rest
+                done = selected[: selected.index(w) + 1]
+                write_results(report(done, results, args, sizes, time.monotonic() - t0), args)
+    finally:
+        if not args.keep_logs:
+            shutil.rmtree(base, ignore_errors=True)
+    wall = time.monotonic() - t0
+    print()
+    print(table(selected, results))
+    failed = [f"{wid} {kind}" for wid, r in results.items() for kind, o in r.items() if o.error]
+    if failed:
+        print(f"\nfailed: {', '.join(failed)}")
+    if not args.no_write:
+        path = write_results(report(selected, results, args, sizes, wall), args)
+        print(f"\nresults: {path}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
