@@ -56,7 +56,7 @@ from compat_tests.cluster import (
 PARTITIONS = 3
 TOPIC = "faults"
 ACTIONS = {"kill9": 3, "sigterm": 1, "pause_short": 2, "pause_long": 2}
-RECOVERY_TIMEOUT = 60.0
+RECOVERY_TIMEOUT = 45.0
 
 
 @dataclass
@@ -195,7 +195,7 @@ def run(workdir: Path, seconds: float, seed: int | None = None, log=print) -> Fa
             for i in range(2)
         ]
         for ld in loads:
-            ld.flush_timeout = 60.0
+            ld.flush_timeout = 30.0
             ld.start()
         try:
             wait_until(lambda: all(len(ld.stats.acked) >= 100 for ld in loads), 60, 0.1, "load")
