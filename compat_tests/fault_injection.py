@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from compat_tests.cluster import (
+    KNOWN_PROBLEMS,
     SESSION_TIMEOUT_S,
     Cluster,
     KafkaPythonLoad,
@@ -74,6 +75,18 @@ class FaultReport:
     problems: list[str] = field(default_factory=list)
     known_bugs: dict[str, str] = field(default_factory=dict)  # signature -> reason
     broker_errors: list[str] = field(default_factory=list)  # ERROR lines from broker output
+
+    def unexplained_problems(self) -> list[str]:
+        """Problems no known bug explains: a known problem text, or a recovery failure
+        while a known bug's signature is in a broker's output."""
+        out = []
+        for p in self.problems:
+            if any(text in p for text in KNOWN_PROBLEMS):
+                continue
+            if self.known_bugs and ("not recovered" in p or "no new leader" in p):
+                continue
+            out.append(p)
+        return out
 
     def summary(self) -> str:
         def stats(xs):
@@ -223,6 +236,10 @@ def run(workdir: Path, seconds: float, seed: int | None = None, log=print) -> Fa
             )
             report.problems += rc.problems
         report.known_bugs = known_bugs_seen(cluster)
+        for problem in report.problems:
+            for text, reason in KNOWN_PROBLEMS.items():
+                if text in problem:
+                    report.known_bugs[text] = reason
         for i, b in cluster.brokers.items():
             excerpt = broker_log_excerpt(b, [" ERROR ", "Error: "], 3)
             report.broker_errors += [f"broker {i}: {ln[:300]}" for ln in excerpt.splitlines()]
