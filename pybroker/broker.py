@@ -126,11 +126,8 @@ class Broker:
     async def stop(self) -> None:
         for t in self._tasks:
             t.cancel()
-        for t in self._tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=5.0)
         if self.server is not None:
             await self.server.stop()
         if self.groups is not None:

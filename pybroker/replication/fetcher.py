@@ -53,19 +53,19 @@ class ReplicaFetcher:
         self._task: asyncio.Task | None = None
         self._conn: BrokerConnection | None = None
         self._addr: tuple[str, int] | None = None
+        self._stopped = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.leader_id}")
 
     async def stop(self) -> None:
+        # The flag ends the loop even if a cancellation is lost inside asyncio.wait_for
+        # (Python 3.11 can drop one when the awaited read completes at the same moment).
+        self._stopped = True
+        self._drop_connection()
         if self._task is not None:
             self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
-        if self._conn is not None:
-            self._conn.close()
+            await asyncio.wait({self._task}, timeout=5.0)
 
     def add(self, replica: Any) -> None:
         self.partitions[(replica.topic, replica.partition)] = _Fetching(
@@ -83,7 +83,7 @@ class ReplicaFetcher:
     # -- the loop ------------------------------------------------------------------------------
     async def _run(self) -> None:
         backoff = 0.05
-        while True:
+        while not self._stopped:
             if not self.partitions:
                 self._changed.clear()
                 await self._changed.wait()

@@ -107,17 +107,13 @@ class ReplicaManager:
         self._isr_task = asyncio.create_task(self._isr_loop(), name="isr-shrink")
 
     async def stop(self) -> None:
-        if self._isr_task is not None:
-            self._isr_task.cancel()
-        for f in list(self.fetchers.values()):
-            await f.stop()
+        await asyncio.gather(*(f.stop() for f in self.fetchers.values()))
         self.fetchers.clear()
-        for t in list(self._tasks) + ([self._isr_task] if self._isr_task else []):
+        tasks = list(self._tasks) + ([self._isr_task] if self._isr_task else [])
+        for t in tasks:
             t.cancel()
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+        if tasks:
+            await asyncio.wait(tasks, timeout=5.0)
 
     def _spawn(self, coro: Any, name: str) -> None:
         t = asyncio.create_task(coro, name=name)
