@@ -58,6 +58,9 @@ def read_parquet_dir(spark, path: str) -> list[Rec]:
     """What topic_to_files wrote (only committed files: the sink's _spark_metadata log)."""
     if not glob.glob(os.path.join(path, "*.parquet")):
         return []
+    meta = os.path.join(path, "_spark_metadata")
+    if os.path.isdir(meta) and not glob.glob(os.path.join(meta, "[0-9]*")):
+        return []  # a running query's first batch is being written, none committed yet
     df = spark.read.parquet(path)
     cols = SELECT + (["headers"] if "headers" in df.columns else [])
     return rows_to_recs(df.selectExpr(*cols).collect())

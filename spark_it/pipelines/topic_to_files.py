@@ -10,7 +10,7 @@ import argparse
 import json
 
 
-def run(
+def start(
     spark,
     bootstrap: str,
     topic: str,
@@ -21,9 +21,10 @@ def run(
     starting_offsets: str = "earliest",
     fail_on_data_loss: bool = True,
     extra_options: dict[str, str] | None = None,
-    timeout_s: float = 180,
-) -> list[dict]:
-    """One availableNow pass; returns the query's progress reports (one per micro-batch)."""
+    trigger: dict | None = None,
+):
+    """Start the query and return its StreamingQuery (trigger: DataStreamWriter.trigger
+    keywords, default availableNow=True; e.g. {"processingTime": "1 second"})."""
     from spark_it.session import kafka_options
 
     opts = kafka_options(
@@ -37,13 +38,28 @@ def run(
         opts["maxOffsetsPerTrigger"] = str(max_offsets_per_trigger)
     opts.update(extra_options or {})
     df = spark.readStream.format("kafka").options(**opts).load()
-    query = (
+    return (
         df.writeStream.format("parquet")
         .option("path", out_dir)
         .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
+        .trigger(**(trigger or {"availableNow": True}))
         .start()
     )
+
+
+def run(
+    spark,
+    bootstrap: str,
+    topic: str,
+    out_dir: str,
+    checkpoint: str,
+    *,
+    timeout_s: float = 180,
+    **kwargs,
+) -> list[dict]:
+    """One availableNow pass; returns the query's progress reports (one per micro-batch).
+    kwargs: start()'s options (max_offsets_per_trigger, starting_offsets, ...)."""
+    query = start(spark, bootstrap, topic, out_dir, checkpoint, **kwargs)
     try:
         if not query.awaitTermination(timeout_s):
             raise TimeoutError(f"topic_to_files({topic}) did not finish within {timeout_s}s")
