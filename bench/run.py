@@ -1088,6 +1088,11 @@ def report(
         + "` (embedded metadata store; asyncio debug off). W6: 3 brokers on one private "
         "ZooKeeper (compat_tests/cluster.py settings, min.insync.replicas=2, "
         "default.replication.factor=3); ZooKeeper's RSS is listed separately, not in the table.",
+        "- Open-file limit (RLIMIT_NOFILE soft/hard) inherited by both brokers: "
+        + "/".join(
+            str(x) for x in __import__("resource").getrlimit(__import__("resource").RLIMIT_NOFILE)
+        )
+        + ".",
         "- Neither broker fsyncs per write (Kafka's default log.flush.* unset; pybroker the "
         "same). Log dirs: one temp dir on the same disk for both.",
         f"- Java tools: `java -Xmx{CLIENT_HEAP}` default JVM flags, classpath "
@@ -1145,9 +1150,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results-dir", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--no-write", action="store_true", help="print only")
     ap.add_argument("--keep-logs", help="keep broker data and logs in this dir")
+    ap.add_argument(
+        "--w8-topics", type=int, help="W8: this many topics of 100 partitions (default 100)"
+    )
     args = ap.parse_args(argv)
 
     sizes = dict(SIZES[args.scale])
+    if args.w8_topics:
+        sizes["w8_topics"] = args.w8_topics
     if args.smoke:
         global CLIENT_FAST_START
         args.workloads, args.runs, args.no_write = "W1", 1, True
