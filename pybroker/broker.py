@@ -23,7 +23,8 @@ from pybroker.coord.groups import GroupConfig
 from pybroker.coord.local import LocalStore
 from pybroker.coord.offsets import OffsetStore
 from pybroker.coord.store import MetadataStore
-from pybroker.handlers._topics import log_config
+from pybroker.flusher import Flusher
+from pybroker.handlers._topics import flush_policy, log_config
 from pybroker.log import LogManager, PartitionLog
 from pybroker.purgatory import Purgatory
 from pybroker.replication.fetcher import ReplicaFetcher
@@ -61,6 +62,7 @@ class Broker:
         self.logs: LogManager | None = None
         self.groups: GroupCoordinator | None = None
         self.replicas: ReplicaManager | None = None
+        self.flusher = Flusher(self._flush_policy, clock)
         self.server: KafkaServer | None = None
         self._tasks: list[asyncio.Task] = []
 
@@ -98,6 +100,7 @@ class Broker:
             fetcher_factory=ReplicaFetcher,
         )
         self._apply_topic_configs()
+        self.flusher.start()
         await self.replicas.start()
         self.cluster.add_listener(self._on_cluster_event)
         self.groups = GroupCoordinator(
@@ -134,6 +137,7 @@ class Broker:
             await self.groups.stop()
         if self.replicas is not None:
             await self.replicas.stop()
+        await self.flusher.stop()
         if self.cluster is not None:
             await self.cluster.stop()
         if self.store is not None:
@@ -167,6 +171,10 @@ class Broker:
             wanted = log_config(self.config, info.configs)
             if plog.config != wanted:
                 plog.config = wanted
+
+    def _flush_policy(self, topic: str) -> tuple[int, int]:
+        info = self.cluster.topics.get(topic)
+        return flush_policy(self.config, info.configs if info is not None else {})
 
     def _min_insync_replicas(self, topic: str) -> int:
         info = self.cluster.topics.get(topic)

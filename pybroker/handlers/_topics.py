@@ -56,6 +56,14 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
     "message.timestamp.type": TopicConfigDef(
         lambda c: "CreateTime", "log.message.timestamp.type", STRING, frozenset({"CreateTime"})
     ),
+    "flush.messages": TopicConfigDef(
+        lambda c: str(c.log_flush_interval_messages or 2**63 - 1),
+        "log.flush.interval.messages",
+        LONG,
+    ),
+    "flush.ms": TopicConfigDef(
+        lambda c: str(c.log_flush_interval_ms or 2**63 - 1), "log.flush.interval.ms", LONG
+    ),
     "min.insync.replicas": TopicConfigDef(
         lambda c: str(c.min_insync_replicas), "min.insync.replicas", INT
     ),
@@ -102,6 +110,12 @@ def log_config(config: Config, topic_configs: dict[str, str]) -> LogConfig:
         index_interval_bytes=int(eff["index.interval.bytes"]),
         max_index_bytes=int(eff["segment.index.bytes"]),
     )
+
+
+def flush_policy(config: Config, topic_configs: dict[str, str]) -> tuple[int, int]:
+    """(flush.messages, flush.ms) in effect for a topic."""
+    eff = effective_topic_configs(config, topic_configs)
+    return int(eff["flush.messages"][0]), int(eff["flush.ms"][0])
 
 
 def max_message_bytes(config: Config, topic_configs: dict[str, str]) -> int:

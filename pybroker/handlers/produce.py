@@ -86,6 +86,7 @@ def _append(ctx: RequestContext, topic: str, index: int, records, acks: int) -> 
     except KafkaError as e:
         return _partition_error(index, e.code, str(e) if ctx.version >= 8 else None), None
     services.replicas.after_leader_append(replica)
+    services.flusher.appended(topic, log, sum(b.records_count for b in batches))
     entry = {
         "index": index,
         "error_code": ErrorCode.NONE,
