@@ -643,9 +643,9 @@ def test_alter_configs_replaces_every_override(broker, client, version):
     assert legacy_alter(client, version, [(TOPIC_RESOURCE, topic, {"retention.ms": None})]) == [
         INVALID_REQUEST
     ]
-    assert legacy_alter(client, version, [(TOPIC_RESOURCE, topic, {"delete.retention.ms": "5"})]) == [
-        INVALID_CONFIG
-    ]
+    assert legacy_alter(
+        client, version, [(TOPIC_RESOURCE, topic, {"delete.retention.ms": "5"})]
+    ) == [INVALID_CONFIG]
     assert legacy_alter(client, version, [(TOPIC_RESOURCE, topic, {})]) == [NONE]
     assert topic_overrides(client, topic) == {}
 
