@@ -16,7 +16,9 @@ def test_offset_index_layout_and_lookup(tmp_path):
     idx.append(110, 4096)
     idx.append(120, 8200)
     idx.append(120, 9000)  # not increasing: ignored
-    assert p.read_bytes() == struct.pack(">iiii", 10, 4096, 20, 8200)
+    assert p.read_bytes() == b"" and idx.pending == 2  # in memory until flushed
+    idx.flush()
+    assert p.read_bytes() == struct.pack(">iiii", 10, 4096, 20, 8200) and idx.pending == 0
     assert idx.lookup(109) == (100, 0)
     assert idx.lookup(110) == (110, 4096)
     assert idx.lookup(119) == (110, 4096)
@@ -68,6 +70,7 @@ def test_time_index(tmp_path):
     ti.maybe_append(1000, 12)
     ti.maybe_append(1000, 15)  # same timestamp: skipped
     ti.maybe_append(2000, 20)
+    ti.flush()
     assert p.read_bytes() == struct.pack(">qiqi", 1000, 2, 2000, 10)
     assert ti.lookup(999) == (-1, 10)
     assert ti.lookup(1500) == (1000, 12)

@@ -18,8 +18,15 @@ entry at or below the target and the segment scans batch headers forward from th
 
 Unlike Kafka we do not preallocate and mmap: the files are append-only and hold exactly the
 valid entries (nothing to trim on close, and a crash can only leave a torn last entry, which
-the sanity check catches).  Entries are cached in memory lazily, on the first lookup, so
-opening a log with many segments reads only each index's first and last entries.
+the sanity check catches).
+
+No descriptor stays open (a broker with many partitions would run out of them): entries live
+in memory, loaded lazily on the first lookup or append (opening a log with many segments reads
+only each index's first and last entries), and new entries are written to the file by an
+open-pwrite-close at :meth:`_Index.flush` (LogSegment.flush, before the recovery point moves
+past them), at close, and whenever ``PENDING_ENTRIES`` accumulate.  Entries lost in a crash
+belong to a segment at or above the recovery point, which recovery scans and re-indexes.
+A lock orders the flush (which may run in a worker thread) against truncation on the loop.
 """
 
 from __future__ import annotations
@@ -27,7 +34,13 @@ from __future__ import annotations
 import bisect
 import os
 import struct
+import threading
+from array import array
 from pathlib import Path
+
+# unwritten entries that trigger a write without waiting for flush (bounds what a crash loses
+# and the size of one write; entries stay cached in memory either way)
+PENDING_ENTRIES = 1000
 
 
 class CorruptIndexError(Exception):
@@ -36,74 +49,182 @@ class CorruptIndexError(Exception):
 
 class _Index:
     ENTRY = struct.Struct(">ii")
+    KEY_TYPE = "i"  # array typecodes of the two fields
+    VAL_TYPE = "i"
 
     def __init__(self, path: Path, base_offset: int, max_index_bytes: int) -> None:
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max(1, max_index_bytes // self.ENTRY.size)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        size = os.fstat(self._fd).st_size
-        self.entries = size // self.ENTRY.size
-        self._torn = size % self.ENTRY.size != 0
-        self._keys: list[int] | None = None  # first field of each entry, when loaded
-        self._vals: list[int] | None = None
-        self._last: tuple[int, int] | None = (
-            self._read_entry(self.entries - 1) if self.entries else None
-        )
+        self._lock = threading.Lock()
+        self._keys: array | None = None  # every entry's fields, once loaded
+        self._vals: array | None = None
+        self._last: tuple[int, int] | None = None
+        # changes made to the file, and how many of them an fsync has covered (flushes may run
+        # in several threads at once: one must not return before another's fsync is done)
+        self._changes = self._synced_changes = 0
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            self._written = size // self.ENTRY.size  # whole entries in the file
+            self._torn = size % self.ENTRY.size != 0
+            if self._written:
+                self._last = self._read_entries(fd, self._written - 1, 1)[0]
+        finally:
+            os.close(fd)
 
-    def _read_entry(self, n: int) -> tuple[int, int]:
-        data = os.pread(self._fd, self.ENTRY.size, n * self.ENTRY.size)
-        if len(data) != self.ENTRY.size:
+    # -- the file -----------------------------------------------------------------------------
+
+    def _read_entries(self, fd: int, first: int, n: int) -> list[tuple[int, int]]:
+        size = self.ENTRY.size
+        data = os.pread(fd, n * size, first * size)
+        if len(data) != n * size:
             raise CorruptIndexError(f"{self.path}: short read")
-        return self.ENTRY.unpack(data)
+        return list(self.ENTRY.iter_unpack(data))
 
-    def _load(self) -> tuple[list[int], list[int]]:
-        if self._keys is None or self._vals is None:
-            size = self.entries * self.ENTRY.size
-            data = os.pread(self._fd, size, 0) if size else b""
-            pairs = list(self.ENTRY.iter_unpack(data[:size]))
-            self._keys = [p[0] for p in pairs]
-            self._vals = [p[1] for p in pairs]
-        return self._keys, self._vals
+    def _first_entry(self) -> tuple[int, int]:
+        if self._keys is not None and self._vals is not None:
+            return self._keys[0], self._vals[0]
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            return self._read_entries(fd, 0, 1)[0]
+        finally:
+            os.close(fd)
+
+    def _load(self) -> tuple[array, array]:
+        keys, vals = self._keys, self._vals
+        if keys is None or vals is None:
+            n = self._written
+            pairs = []
+            if n:
+                fd = os.open(self.path, os.O_RDONLY)
+                try:
+                    pairs = self._read_entries(fd, 0, n)
+                finally:
+                    os.close(fd)
+            keys = array(self.KEY_TYPE, [p[0] for p in pairs])
+            vals = array(self.VAL_TYPE, [p[1] for p in pairs])
+            self._keys, self._vals = keys, vals
+        return keys, vals
+
+    def _pack(self, keys: array, vals: array, start: int, end: int) -> bytes:
+        pack = self.ENTRY.pack
+        return b"".join([pack(keys[i], vals[i]) for i in range(start, end)])
+
+    def _write_pending(self) -> int:
+        """Write entries not in the file yet (holding the lock); returns the descriptor
+        (the caller closes it) or -1 if there was nothing to write."""
+        keys, vals = self._keys, self._vals
+        if keys is None or vals is None:
+            return -1
+        n = len(keys)
+        if n <= self._written and not self._torn:
+            return -1
+        data = self._pack(keys, vals, self._written, n)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            start = self._written * self.ENTRY.size
+            if self._torn:
+                os.ftruncate(fd, start)
+                self._torn = False
+            done = 0
+            while done < len(data):
+                done += os.pwrite(fd, data[done:], start + done)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._written = n
+        self._changes += 1
+        return fd
+
+    # -- entries ------------------------------------------------------------------------------
+
+    @property
+    def entries(self) -> int:
+        keys = self._keys
+        return len(keys) if keys is not None else self._written
+
+    @property
+    def pending(self) -> int:
+        """Entries held only in memory so far."""
+        return self.entries - self._written
 
     @property
     def is_full(self) -> bool:
         return self.entries >= self.max_entries
 
     def _append(self, key: int, val: int) -> None:
-        os.write(self._fd, self.ENTRY.pack(key, val))
-        self.entries += 1
-        self._last = (key, val)
-        if self._keys is not None and self._vals is not None:
-            self._keys.append(key)
-            self._vals.append(val)
+        fd = -1
+        with self._lock:  # (against a release from a flush thread dropping the arrays)
+            keys, vals = self._load()
+            keys.append(key)
+            vals.append(val)
+            self._last = (key, val)
+            if len(keys) - self._written >= PENDING_ENTRIES:
+                fd = self._write_pending()
+        if fd >= 0:
+            os.close(fd)
 
     def _truncate_entries(self, n: int) -> None:
-        os.ftruncate(self._fd, n * self.ENTRY.size)
-        self.entries = n
-        self._torn = False
-        if self._keys is not None and self._vals is not None:
-            del self._keys[n:]
-            del self._vals[n:]
-        self._last = self._read_entry(n - 1) if n else None
+        with self._lock:
+            keys, vals = self._load()
+            del keys[n:]
+            del vals[n:]
+            if self._written > n or self._torn:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+                try:
+                    os.ftruncate(fd, n * self.ENTRY.size)
+                finally:
+                    os.close(fd)
+                self._written = n
+                self._torn = False
+                self._changes += 1
+            self._last = (keys[n - 1], vals[n - 1]) if n else None
 
     def reset(self) -> None:
         self._truncate_entries(0)
-        self._keys, self._vals = [], []
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        """Write the pending entries and fsync the file (may run in a worker thread)."""
+        with self._lock:
+            fd = self._write_pending()
+            changes = self._changes
+            if fd < 0 and changes == self._synced_changes:
+                return
+        if fd < 0:
+            fd = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        with self._lock:
+            self._synced_changes = max(self._synced_changes, changes)
+
+    def release(self) -> None:
+        """Drop the in-memory entries if they are all in the file (reloaded when needed)."""
+        with self._lock:
+            if self._keys is not None and len(self._keys) == self._written and not self._torn:
+                self._keys = self._vals = None
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Write and fsync the pending entries (a clean shutdown leaves whole indexes)."""
+        self.flush()
+
+    def discard(self) -> None:
+        """Forget pending entries (the files are about to be deleted)."""
+        with self._lock:
+            if self._keys is not None and self._vals is not None:
+                del self._keys[self._written :]
+                del self._vals[self._written :]
+            self._synced_changes = self._changes
 
 
 class OffsetIndex(_Index):
     """Maps (relative) batch last offsets to byte positions in the segment's .log file."""
 
     ENTRY = struct.Struct(">ii")
+    KEY_TYPE = "i"
+    VAL_TYPE = "i"
 
     @property
     def last_offset(self) -> int:
@@ -147,7 +268,7 @@ class OffsetIndex(_Index):
             rel, pos = self._last
             if rel < 0 or pos < 0 or pos >= log_size:
                 raise CorruptIndexError(f"{self.path}: last entry {self._last} beyond the log")
-            first = self._read_entry(0)
+            first = self._first_entry()
             if first[0] < 0 or first[0] > rel or first[1] > pos:
                 raise CorruptIndexError(f"{self.path}: entries out of order")
 
@@ -156,6 +277,8 @@ class TimeIndex(_Index):
     """Maps the segment's running max timestamp to the offset that reached it."""
 
     ENTRY = struct.Struct(">qi")
+    KEY_TYPE = "q"
+    VAL_TYPE = "i"
 
     @property
     def last_entry(self) -> tuple[int, int] | None:
@@ -189,6 +312,6 @@ class TimeIndex(_Index):
             ts, rel = self._last
             if rel < 0 or self.base_offset + rel > last_offset:
                 raise CorruptIndexError(f"{self.path}: last entry {self._last} beyond the log")
-            first = self._read_entry(0)
+            first = self._first_entry()
             if first[1] < 0 or first[0] > ts or first[1] > rel:
                 raise CorruptIndexError(f"{self.path}: entries out of order")

@@ -31,8 +31,17 @@ that changes it, before the LEO moves, so a flushed offset never lacks its entry
 corrupt checkpoint is rebuilt from every batch header.  A checkpointed log start offset beyond
 the recovered LEO (the tail holding it was lost) empties the log at that offset, as Kafka does.
 
+Descriptors: at most one per segment that is in use, and one per partition in steady state
+(a broker may hold many thousands of partitions).  The active segment keeps its ``.log``
+descriptor (it serves appends and reads, see pybroker/log/segment.py); indexes hold none.
+Other segments are released after loading; a rolled segment keeps its descriptor until the
+next :meth:`PartitionLog.flush` has fsynced it; a read of an older segment opens one and keeps
+it until another older segment is read or the next flush.  A released descriptor closes when
+the last in-flight sendfile using it is done (also for segments renamed for deletion).
+
 Threading: one owner (the event loop) calls append/read/roll/retention/truncate.  ``flush``
-and ``delete_pending_files`` only fsync or unlink files and may run in a worker thread.
+and ``delete_pending_files`` only fsync, write index entries, release descriptors or unlink
+files and may run in a worker thread.
 """
 
 from __future__ import annotations
@@ -120,6 +129,7 @@ class PartitionLog:
         self.producer_state = ProducerStateManager(directory)
         self.leader_epochs = LeaderEpochCache.for_directory(directory)
         self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._reader: LogSegment | None = None  # the older segment last read (has a handle)
         self.closed = False
 
     # -- opening and recovery -----------------------------------------------------------------
@@ -193,6 +203,8 @@ class PartitionLog:
             self.segments.append(seg)
         if not self.segments:
             self.segments.append(self._new_segment(0))
+        for seg in self.segments[:-1]:
+            seg.release()  # fsynced (trusted or flushed above); reopened when read
         self._bases = [s.base_offset for s in self.segments]
         if log_start_offset > self.segments[-1].next_offset:
             # the tail holding the checkpointed log start was lost: start empty there
@@ -210,6 +222,7 @@ class PartitionLog:
         for seg in self.segments[self._segment_index(start) :]:
             if seg.next_offset <= start:
                 continue
+            self._reading(seg)
             h0 = seg.translate_offset(start) if seg.base_offset < start else None
             yield from seg.headers_from(h0.position if h0 else 0)
 
@@ -374,6 +387,15 @@ class PartitionLog:
     def _segment_index(self, offset: int) -> int:
         return max(0, bisect.bisect_right(self._bases, offset) - 1)
 
+    def _reading(self, seg: LogSegment) -> None:
+        """About to read ``seg``: if it is an older segment, it becomes the one older segment
+        whose descriptor stays open (the previous one is released)."""
+        if seg is self.segments[-1] or seg is self._reader:
+            return
+        prev, self._reader = self._reader, seg
+        if prev is not None and prev is not self.segments[-1]:
+            prev.release()
+
     def read(
         self,
         offset: int,
@@ -396,6 +418,7 @@ class PartitionLog:
                 continue
             if max_offset is not None and seg.base_offset >= max_offset:
                 return None
+            self._reading(seg)
             got = seg.read(offset, max_bytes, min_one_batch, max_offset)
             if got is not None or seg.size:
                 return got
@@ -406,6 +429,7 @@ class PartitionLog:
         >= ``timestamp`` (Kafka decompresses the batch to find it), or None."""
         for seg in self.segments:
             if seg.max_timestamp >= timestamp:
+                self._reading(seg)
                 got = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
                 if got is not None:
                     return got
@@ -420,6 +444,7 @@ class PartitionLog:
                 best = seg
         if best is None:
             return None
+        self._reading(best)
         h = best.translate_offset(best.offset_of_max_timestamp)
         if h is not None:
             for r in decode_records(best.read_batch(h)):
@@ -493,6 +518,7 @@ class PartitionLog:
         due = self.clock.time_ms() + self.config.file_delete_delay_ms
         for seg in deletable:
             seg.rename_for_delete()
+            seg.release()  # an in-flight read keeps the descriptor it uses
             self._pending_deletes.append((due, seg))
         del self.segments[: len(deletable)]
         del self._bases[: len(deletable)]
@@ -562,13 +588,19 @@ class PartitionLog:
         self._load_producer_state()
 
     def flush(self) -> int:
-        """fsync every segment holding data at or above the recovery point, then advance the
-        recovery point to the LEO seen at the start.  May run in a worker thread."""
+        """fsync every segment holding data at or above the recovery point (its .log, then its
+        index entries, which are written here: a segment below the recovery point always has
+        whole indexes on disk), then advance the recovery point to the LEO seen at the start,
+        and release the descriptors of older segments.  May run in a worker thread."""
         target = self.log_end_offset
-        for seg in list(self.segments):
-            if seg.next_offset > self.recovery_point or seg is self.segments[-1]:
+        segments = list(self.segments)
+        for seg in segments:
+            if seg.next_offset > self.recovery_point or seg is segments[-1]:
                 seg.flush()
         self.recovery_point = max(self.recovery_point, target)
+        for seg in segments[:-1]:
+            if seg.has_handle:
+                seg.release()
         return self.recovery_point
 
     def close(self) -> None:

@@ -12,6 +12,20 @@ entry, as Kafka's LogSegment.append does.
 
 Files of a segment scheduled for deletion are renamed to ``*.deleted`` (Kafka's suffix) and
 unlinked later by :meth:`LogSegment.delete_files`, which may run in a worker thread.
+
+Descriptors: a segment holds at most one, for its ``.log`` (the indexes hold none, see
+pybroker/log/index.py): opened ``O_RDWR | O_APPEND`` when the segment is created or first
+touched, and dropped by :meth:`LogSegment.release` (PartitionLog releases segments it no longer
+writes or reads).  The same descriptor serves appends (``os.write``: O_APPEND puts every write
+at the end, whatever the file position) and reads (``os.pread``).  A read hands out a
+:class:`SegmentReader`, a file-like view of that descriptor with a position of its own, as
+:class:`FileSlice` ``file``: ``loop.sendfile`` seeks it and, on its fallback path, reads it
+with ``readinto``; a shared file position would be moved to the end of the file by every
+append (POSIX O_APPEND semantics), a private one is not.  The descriptor is owned by a
+:class:`_Descriptor` that closes it when the last reference goes: the segment's and every
+reader's.  So a release, a deletion or a close never pulls the file from under an in-flight
+sendfile (and the descriptor's number cannot be reused while one still uses it); the file's
+data outlives its unlinking until then.
 """
 
 from __future__ import annotations
@@ -43,10 +57,87 @@ RECOVERY_CHUNK = 1 << 20
 _LEN = struct.Struct(">qi")
 
 
+class _Descriptor:
+    """Owns one OS file descriptor; closes it when no longer referenced (CPython refcounting:
+    as soon as the segment and every SegmentReader have let go of it)."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __del__(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class SegmentReader:
+    """A read-only binary file over a segment's descriptor with a private position (os.pread):
+    what ``loop.sendfile`` needs (``fileno``, ``seek``, ``readinto``; the native path uses the
+    descriptor with explicit offsets)."""
+
+    __slots__ = ("_desc", "_pos")
+    mode = "rb"
+
+    def __init__(self, desc: _Descriptor, position: int = 0) -> None:
+        self._desc = desc
+        self._pos = position
+
+    @property
+    def closed(self) -> bool:
+        return self._desc.fd < 0
+
+    def fileno(self) -> int:
+        return self._desc.fd
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, position: int, whence: int = os.SEEK_SET) -> int:
+        if whence == os.SEEK_CUR:
+            position += self._pos
+        elif whence == os.SEEK_END:
+            position += os.fstat(self._desc.fd).st_size
+        elif whence != os.SEEK_SET:
+            raise ValueError(f"invalid whence {whence}")
+        if position < 0:
+            raise ValueError("negative seek position")
+        self._pos = position
+        return position
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:
+        n = os.preadv(self._desc.fd, [buffer], self._pos)
+        self._pos += n
+        return n
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            size = max(0, os.fstat(self._desc.fd).st_size - self._pos)
+        data = os.pread(self._desc.fd, size, self._pos)
+        self._pos += len(data)
+        return data
+
+    def close(self) -> None:
+        """Drop this view (the descriptor closes once nothing else refers to it)."""
+
+
 class FileSlice(NamedTuple):
     """Whole batches of a segment file: send ``size`` bytes of ``file`` from ``position``."""
 
-    file: BinaryIO
+    file: SegmentReader | BinaryIO
     position: int
     size: int
 
@@ -68,9 +159,10 @@ class LogSegment:
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.log_path = directory / segment_name(base_offset, LOG_SUFFIX)
-        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self.file: BinaryIO = open(self.log_path, "rb", buffering=0)  # noqa: SIM115 (read side)
-        self.size = os.fstat(self._fd).st_size
+        self._desc: _Descriptor | None = _Descriptor(
+            os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        )
+        self.size = os.fstat(self._desc.fd).st_size
         self.offset_index = OffsetIndex(
             directory / segment_name(base_offset, INDEX_SUFFIX), base_offset, max_index_bytes
         )
@@ -83,6 +175,29 @@ class LogSegment:
         self.bytes_since_last_index_entry = 0
         # clock time of the first append (segment.ms / roll_ms); load time for a loaded segment
         self.rolling_base_ms: int | None = None
+        self.deleted = False  # renamed for deletion or deleted: nothing left to flush
+
+    # -- the descriptor -----------------------------------------------------------------------
+
+    def _handle(self) -> _Descriptor:
+        """The segment's descriptor, reopened if released.  Callers keep the returned object
+        (not just its number) while they use it: a concurrent release cannot close it then."""
+        desc = self._desc
+        if desc is None:
+            desc = self._desc = _Descriptor(os.open(self.log_path, os.O_RDWR | os.O_APPEND))
+        return desc
+
+    @property
+    def has_handle(self) -> bool:
+        return self._desc is not None
+
+    def release(self) -> None:
+        """Let go of the descriptor (it closes when in-flight readers are done with it) and
+        of fully written index entries; both come back on the next use.  For segments no
+        longer appended to; may run in a worker thread."""
+        self._desc = None
+        self.offset_index.release()
+        self.time_index.release()
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -96,6 +211,7 @@ class LogSegment:
             self.time_index.sanity_check(self.next_offset - 1)
         except (CorruptIndexError, ValueError):
             self.recover(now_ms)
+            self.flush()  # the rebuilt indexes go to disk: the segment stays trusted
             return
         self._set_rolling_base(now_ms)
 
@@ -137,8 +253,9 @@ class LogSegment:
         expected = self.base_offset
         pos = 0
         want = RECOVERY_CHUNK
+        desc = self._handle()
         while pos < self.size:
-            chunk = os.pread(self._fd, min(want, self.size - pos), pos)
+            chunk = os.pread(desc.fd, min(want, self.size - pos), pos)
             consumed = 0
             for h in scan_batches(chunk):
                 if h.base_offset < expected:
@@ -163,7 +280,7 @@ class LogSegment:
             want = RECOVERY_CHUNK
         truncated = self.size - pos
         if truncated:
-            os.ftruncate(self._fd, pos)
+            os.ftruncate(desc.fd, pos)
             self.size = pos
         self.next_offset = expected
         self._set_rolling_base(now_ms)
@@ -192,12 +309,14 @@ class LogSegment:
         them.  ``batches`` positions are relative to the buffer ``data`` was cut from, whose
         first batch starts ``data``.  ``max_timestamp`` overrides the batches' (LogAppendTime)."""
         physical = self.size
+        desc = self._handle()
+        fd = desc.fd
         try:
-            written = os.write(self._fd, data)
+            written = os.write(fd, data)
             while written < len(data):  # regular files write everything; be safe anyway
-                written += os.write(self._fd, data[written:])
+                written += os.write(fd, data[written:])
         except OSError as e:
-            os.ftruncate(self._fd, physical)
+            os.ftruncate(fd, physical)
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(e)) from e
         if self.size == 0 and self.rolling_base_ms is None:
             self.rolling_base_ms = now_ms
@@ -213,8 +332,9 @@ class LogSegment:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def read_header(self, position: int) -> BatchHeader | None:
-        data = os.pread(self._fd, HEADER_SIZE, position)
+    def read_header(self, position: int, desc: _Descriptor | None = None) -> BatchHeader | None:
+        desc = desc or self._handle()
+        data = os.pread(desc.fd, HEADER_SIZE, position)
         if len(data) < HEADER_SIZE:
             return None
         h = unpack_header(data)
@@ -225,8 +345,9 @@ class LogSegment:
     def headers_from(self, position: int, end: int | None = None) -> Iterator[BatchHeader]:
         """Batch headers from ``position`` (a batch boundary) to ``end`` via pread (no CRC)."""
         end = self.size if end is None else end
+        desc = self._handle()
         while position < end:
-            h = self.read_header(position)
+            h = self.read_header(position, desc)
             if h is None or position + h.size > end:
                 return
             yield h
@@ -270,10 +391,11 @@ class LogSegment:
             if not min_one_batch:
                 return None
             end = start + first.size
-        return FileSlice(self.file, start, end - start)
+        return FileSlice(SegmentReader(self._handle(), start), start, end - start)
 
     def read_batch(self, header: BatchHeader) -> bytes:
-        return os.pread(self._fd, header.size, header.position)
+        desc = self._handle()
+        return os.pread(desc.fd, header.size, header.position)
 
     def find_offset_by_timestamp(
         self, timestamp: int, starting_offset: int
@@ -297,7 +419,8 @@ class LogSegment:
         if h is None:
             return 0
         cut = self.size - h.position
-        os.ftruncate(self._fd, h.position)
+        desc = self._handle()
+        os.ftruncate(desc.fd, h.position)
         self.size = h.position
         self.offset_index.truncate_to(h.base_offset)
         self.time_index.truncate_to(h.base_offset)
@@ -311,23 +434,28 @@ class LogSegment:
         return self.offset_index.is_full or self.time_index.is_full
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        """fsync the .log, then write and fsync the index entries (in this order, so that an
+        index on disk never gets ahead of the fsynced data it points into).  May run in a
+        worker thread."""
+        if self.deleted:
+            return
+        desc = self._handle()  # held: a concurrent release must not close it under fsync
+        os.fsync(desc.fd)
         self.offset_index.flush()
         self.time_index.flush()
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        self.file.close()
+        """Write the pending index entries and let go of the descriptor."""
         self.offset_index.close()
         self.time_index.close()
+        self._desc = None
 
     def paths(self) -> list[Path]:
         return [self.log_path, self.offset_index.path, self.time_index.path]
 
     def rename_for_delete(self) -> None:
         """Rename the files to ``*.deleted``; open descriptors (and in-flight reads) stay valid."""
+        self.deleted = True
         for obj, attr in (
             (self, "log_path"),
             (self.offset_index, "path"),
@@ -342,8 +470,12 @@ class LogSegment:
             setattr(obj, attr, new)
 
     def delete_files(self) -> None:
-        """Close and unlink; safe to run in a worker thread once no reader needs the files."""
-        self.close()
+        """Let go of the descriptor and unlink; safe to run in a worker thread (an in-flight
+        reader keeps the descriptor, and the data, until it is done)."""
+        self.deleted = True
+        self._desc = None
+        self.offset_index.discard()
+        self.time_index.discard()
         for p in self.paths():
             try:
                 os.unlink(p)
