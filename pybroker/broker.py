@@ -63,6 +63,7 @@ class Broker:
         self.groups: GroupCoordinator | None = None
         self.replicas: ReplicaManager | None = None
         self.flusher = Flusher(self._flush_policy, clock)
+        self._flush_policies: dict[str, tuple[int, int]] = {}
         self.server: KafkaServer | None = None
         self._tasks: list[asyncio.Task] = []
 
@@ -155,6 +156,7 @@ class Broker:
 
     def _on_cluster_event(self, event: Any) -> None:
         self.replicas.sync_roles()  # first: stops fetching partitions that are going away
+        self._flush_policies.pop(getattr(event, "topic", None), None)
         if event.kind == "TOPIC_CHANGED":
             self._apply_topic_configs(event.topic)
         if event.kind == "TOPIC_DELETED":
@@ -173,8 +175,13 @@ class Broker:
                 plog.config = wanted
 
     def _flush_policy(self, topic: str) -> tuple[int, int]:
-        info = self.cluster.topics.get(topic)
-        return flush_policy(self.config, info.configs if info is not None else {})
+        """Per topic, cached (it is asked on every append); TOPIC_CHANGED clears the cache."""
+        policy = self._flush_policies.get(topic)
+        if policy is None:
+            info = self.cluster.topics.get(topic)
+            policy = flush_policy(self.config, info.configs if info is not None else {})
+            self._flush_policies[topic] = policy
+        return policy
 
     def _min_insync_replicas(self, topic: str) -> int:
         info = self.cluster.topics.get(topic)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from functools import cache
 from typing import Any
 
 from pybroker.wire import messages as _messages  # noqa: F401  (registers the declarations)
@@ -260,9 +259,19 @@ def _compile_struct(
     return decode, encode
 
 
-@cache
+# Plans keyed by the message object's identity: hashing a frozen schema dataclass walks the
+# whole field tree (6-22 us, several times per request in the profile); identity is enough
+# because the declarations are module-level singletons, kept alive by the registry.
+_PLANS: dict[tuple[int, int], tuple[Callable, Callable]] = {}
+
+
 def _plan(message: Message, version: int) -> tuple[Callable, Callable]:
-    return _compile_struct(message.fields, version, version in message.flexible)
+    key = (id(message), version)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _compile_struct(message.fields, version, version in message.flexible)
+        _PLANS[key] = plan
+    return plan
 
 
 # -- public API ---------------------------------------------------------------------------
