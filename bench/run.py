@@ -1,4 +1,4 @@
-"""Apache Kafka 3.9.2 vs pybroker, side by side, on this machine: one command, one table.
+"""Apache Kafka 3.9 (java/pom.xml) vs pybroker, side by side, on this machine: one command, one table.
 
     python -m bench.run [--workloads W1,W2,...] [--runs 3] [--scale small|full] [--smoke]
                         [--results-dir bench/results] [--no-write] [--keep-logs DIR]
