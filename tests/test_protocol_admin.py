@@ -39,28 +39,11 @@ INVALID_GROUP_ID, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC
 EARLIEST = -2
 
 
-@pytest.fixture
-def start_broker(tmp_path):
-    with BrokerFactory(tmp_path) as factory:
-        yield factory
-
-
 @pytest.fixture(scope="module")
 def shared_broker(tmp_path_factory):
     """One broker for the tests that need no special settings (each uses its own topics)."""
     with BrokerFactory(tmp_path_factory.mktemp("shared")) as factory:
         yield factory(**{"group.initial.rebalance.delay.ms": 0})
-
-
-@pytest.fixture
-def broker(shared_broker):
-    return shared_broker
-
-
-@pytest.fixture
-def client(broker):
-    with broker.client() as c:
-        yield c
 
 
 # --------------------------------------------------------------------------- ACLs

@@ -10,7 +10,6 @@ from broker_fixture import (
     METADATA,
     NONE,
     UNSUPPORTED_VERSION,
-    BrokerFactory,
     Client,
 )
 
@@ -20,24 +19,6 @@ from pybroker.wire import codec
 # The README's table: the APIs and versions these protocol tests exercise (other APIs may be
 # registered too; whatever is registered is advertised, exactly).
 DOCUMENTED = {0: (0, 12), 1: (4, 12), 2: (1, 7), 3: (0, 12), 18: (0, 4), 19: (2, 7), 22: (0, 4)}
-
-
-@pytest.fixture
-def start_broker(tmp_path):
-    with BrokerFactory(tmp_path) as factory:
-        yield factory
-
-
-@pytest.fixture(scope="module")
-def shared_broker(tmp_path_factory):
-    """One broker for the tests that need no special settings (each uses its own topics)."""
-    with BrokerFactory(tmp_path_factory.mktemp("shared")) as factory:
-        yield factory()
-
-
-@pytest.fixture
-def broker(shared_broker):
-    return shared_broker
 
 
 def api_versions_body(version: int) -> dict:

@@ -17,7 +17,6 @@ from broker_fixture import (
     NONE,
     TOPIC_ALREADY_EXISTS,
     UNKNOWN_TOPIC_OR_PARTITION,
-    BrokerFactory,
     batch,
     unique_topic,
 )
@@ -25,30 +24,6 @@ from broker_fixture import (
 VERSIONS = range(2, 8)
 ZERO_UUID = uuid.UUID(int=0)
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
-
-
-@pytest.fixture
-def start_broker(tmp_path):
-    with BrokerFactory(tmp_path) as factory:
-        yield factory
-
-
-@pytest.fixture(scope="module")
-def shared_broker(tmp_path_factory):
-    """One broker for the tests that need no special settings (each uses its own topics)."""
-    with BrokerFactory(tmp_path_factory.mktemp("shared")) as factory:
-        yield factory()
-
-
-@pytest.fixture
-def broker(shared_broker):
-    return shared_broker
-
-
-@pytest.fixture
-def client(broker):
-    with broker.client() as c:
-        yield c
 
 
 def creatable(name, partitions=1, rf=1, configs=None, assignments=None):

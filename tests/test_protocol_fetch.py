@@ -13,7 +13,6 @@ from broker_fixture import (
     OFFSET_OUT_OF_RANGE,
     UNKNOWN_LEADER_EPOCH,
     UNKNOWN_TOPIC_OR_PARTITION,
-    BrokerFactory,
     batch,
     fetch_body,
     fetched_values,
@@ -22,30 +21,6 @@ from broker_fixture import (
     unique_topic,
     wait_until,
 )
-
-
-@pytest.fixture
-def start_broker(tmp_path):
-    with BrokerFactory(tmp_path) as factory:
-        yield factory
-
-
-@pytest.fixture(scope="module")
-def shared_broker(tmp_path_factory):
-    """One broker for the tests that need no special settings (each uses its own topics)."""
-    with BrokerFactory(tmp_path_factory.mktemp("shared")) as factory:
-        yield factory()
-
-
-@pytest.fixture
-def broker(shared_broker):
-    return shared_broker
-
-
-@pytest.fixture
-def client(broker):
-    with broker.client() as c:
-        yield c
 
 
 @pytest.fixture

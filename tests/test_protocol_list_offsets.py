@@ -7,7 +7,6 @@ from broker_fixture import (
     LIST_OFFSETS,
     NONE,
     UNKNOWN_TOPIC_OR_PARTITION,
-    BrokerFactory,
     batch,
     unique_topic,
 )
@@ -16,30 +15,6 @@ from pybroker.wire.records import COMPRESSION_GZIP, build_batch
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 T0 = 1_700_000_000_000  # distinct, increasing CreateTime timestamps (recent enough for retention)
-
-
-@pytest.fixture
-def start_broker(tmp_path):
-    with BrokerFactory(tmp_path) as factory:
-        yield factory
-
-
-@pytest.fixture(scope="module")
-def shared_broker(tmp_path_factory):
-    """One broker for the tests that need no special settings (each uses its own topics)."""
-    with BrokerFactory(tmp_path_factory.mktemp("shared")) as factory:
-        yield factory()
-
-
-@pytest.fixture
-def broker(shared_broker):
-    return shared_broker
-
-
-@pytest.fixture
-def client(broker):
-    with broker.client() as c:
-        yield c
 
 
 @pytest.fixture

@@ -3,11 +3,9 @@ spec): a real broker, real sockets, and its data directory in Kafka's layout."""
 
 from __future__ import annotations
 
-import pytest
 from broker_fixture import (
     NONE,
     OFFSET_OUT_OF_RANGE,
-    BrokerFactory,
     batch,
     fetched_values,
     split_batches,
@@ -18,12 +16,6 @@ from broker_fixture import (
 from pybroker.wire.records import build_batch
 
 T0 = 1_700_000_000_000
-
-
-@pytest.fixture
-def start_broker(tmp_path):
-    with BrokerFactory(tmp_path) as factory:
-        yield factory
 
 
 def live_segments(broker, topic, partition=0):

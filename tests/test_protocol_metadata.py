@@ -10,7 +10,6 @@ from broker_fixture import (
     METADATA,
     NONE,
     UNKNOWN_TOPIC_OR_PARTITION,
-    BrokerFactory,
     unique_topic,
     wait_until,
 )
@@ -20,20 +19,8 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 @pytest.fixture
-def start_broker(tmp_path):
-    with BrokerFactory(tmp_path) as factory:
-        yield factory
-
-
-@pytest.fixture
 def broker(start_broker):
     return start_broker()
-
-
-@pytest.fixture
-def client(broker):
-    with broker.client() as c:
-        yield c
 
 
 def names(body):

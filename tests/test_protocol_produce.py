@@ -13,7 +13,6 @@ from broker_fixture import (
     PRODUCE,
     UNKNOWN_TOPIC_OR_PARTITION,
     UNSUPPORTED_COMPRESSION_TYPE,
-    BrokerFactory,
     batch,
     fetched_values,
     header,
@@ -31,30 +30,6 @@ from pybroker.wire.records import (
     build_batch,
     decode_records,
 )
-
-
-@pytest.fixture
-def start_broker(tmp_path):
-    with BrokerFactory(tmp_path) as factory:
-        yield factory
-
-
-@pytest.fixture(scope="module")
-def shared_broker(tmp_path_factory):
-    """One broker for the tests that need no special settings (each uses its own topics)."""
-    with BrokerFactory(tmp_path_factory.mktemp("shared")) as factory:
-        yield factory()
-
-
-@pytest.fixture
-def broker(shared_broker):
-    return shared_broker
-
-
-@pytest.fixture
-def client(broker):
-    with broker.client() as c:
-        yield c
 
 
 @pytest.fixture
