@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pybroker.wire import messages as _messages  # noqa: F401  (registers the declarations)
-from pybroker.wire.primitives import ZERO_UUID, DecodeError, Reader, Writer
+from pybroker.wire.primitives import ZERO_UUID, DecodeError, Reader, Writer, parts_size
 from pybroker.wire.schema import REQUEST_HEADER, RESPONSE_HEADER, SCHEMAS, Field, Message
 
 ReadFn = Callable[[Reader], Any]
@@ -362,7 +362,7 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: d
     )
     encode_message(a.response, api_version, body, w)
     parts = w.parts()
-    size = sum(p.size if hasattr(p, "size") else len(p) for p in parts) - 4
+    size = parts_size(parts) - 4
     first = bytearray(parts[0])
     first[0:4] = size.to_bytes(4, "big", signed=True)
     parts[0] = bytes(first)
