@@ -22,7 +22,7 @@ from broker_fixture import (
 )
 
 from pybroker.coord import paths
-from pybroker.coord.consumer_protocol import subscription_topics
+from pybroker.wire.consumer_protocol import subscription_topics
 
 SECURITY_DISABLED = 54
 NOT_LEADER_OR_FOLLOWER = 6

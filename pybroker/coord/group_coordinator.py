@@ -28,11 +28,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from pybroker.clock import Clock
-from pybroker.coord.consumer_protocol import PROTOCOL_TYPE, subscription_topics
 from pybroker.coord.groups import Group, GroupConfig, GroupState, JoinRequest, Output
 from pybroker.coord.offsets import CommittedOffset, OffsetStore
 from pybroker.coord.store import StoreError
 from pybroker.errors import ErrorCode
+from pybroker.wire.consumer_protocol import PROTOCOL_TYPE, subscription_topics
 
 log = logging.getLogger("pybroker.coord.groups")
 
