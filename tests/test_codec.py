@@ -97,6 +97,44 @@ def test_round_trip(name: str, message: Message, version: int, data) -> None:
     assert codec.encode_message(message, version, decoded).getvalue() == encoded
 
 
+def _with_struct_field() -> list[tuple[str, Message, int, str]]:
+    out = []
+    for name, m, v in MESSAGES:
+        f = next((f for f in m.fields if f.is_struct and v in f.versions), None)
+        if f is not None:
+            out.append((name, m, v, f.name))
+    return out
+
+
+STRUCT_FIELDS = _with_struct_field()
+
+
+@pytest.mark.parametrize(
+    "name,message,version,field", STRUCT_FIELDS, ids=[m[0] for m in STRUCT_FIELDS]
+)
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_pre_encoded_structs_encode_like_their_dicts(name, message, version, field, data) -> None:
+    obj = data.draw(_struct(message.fields, version, version in message.flexible))
+    expected = codec.encode_message(message, version, obj).getvalue()
+    value = obj[field]
+    if isinstance(value, list):
+        pre = [codec.encode_struct(message, (field,), version, e) for e in value]
+    elif value is not None:
+        pre = codec.encode_struct(message, (field,), version, value)
+    else:
+        pre = None
+    assert codec.encode_message(message, version, {**obj, field: pre}).getvalue() == expected
+
+
+def test_encode_struct_refuses_a_path_that_is_not_a_struct() -> None:
+    metadata = SCHEMAS.by_key[3].response
+    with pytest.raises(KeyError):
+        codec.encode_struct(metadata, ("cluster_id",), 12, {})
+    with pytest.raises(KeyError):
+        codec.encode_struct(metadata, ("no_such_field",), 12, {})
+
+
 @pytest.mark.parametrize("name,message,version", MESSAGES, ids=[m[0] for m in MESSAGES])
 @settings(max_examples=10, deadline=None)
 @given(blob=st.binary(max_size=200))

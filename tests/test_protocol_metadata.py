@@ -222,3 +222,45 @@ def test_leader_epoch_change_of_a_topic_created_here(broker):
         c.create_topic(name)
         broker.set_leader_epoch(name, 0, 3)
         wait_until(lambda: leader_epoch(c, name) == 3, timeout=1.5)
+
+
+CREATE_PARTITIONS, DELETE_TOPICS = 37, 20
+
+
+def test_answers_follow_topic_changes_after_being_cached(client):
+    """Topic entries are encoded once and reused: every change of the topic shows at once, in
+    every version that has already answered for it."""
+    name = unique_topic()
+    client.create_topic(name, partitions=2)
+    first = {v: client.metadata([name], version=v) for v in (1, 9, 12)}
+    for v, body in first.items():
+        assert len(topic_of(body, name)["partitions"]) == 2, v
+    assert client.metadata(None, version=12) == client.metadata(None, version=12)
+
+    body = client.request(
+        CREATE_PARTITIONS,
+        3,
+        {
+            "topics": [{"name": name, "count": 5, "assignments": None}],
+            "timeout_ms": 10_000,
+            "validate_only": False,
+        },
+    )
+    assert body["results"][0]["error_code"] == NONE
+    for v in (1, 9, 12):
+        parts = topic_of(client.metadata([name], version=v), name)["partitions"]
+        assert [p["partition_index"] for p in parts] == [0, 1, 2, 3, 4], v
+    parts = topic_of(client.metadata(None, version=12), name)["partitions"]
+    assert len(parts) == 5
+    old_id = topic_of(client.metadata([name], version=12), name)["topic_id"]
+
+    body = client.request(DELETE_TOPICS, 4, {"topic_names": [name], "timeout_ms": 10_000})
+    assert body["responses"][0]["error_code"] == NONE
+    assert name not in names(client.metadata(None, version=12))
+    body = client.metadata([name], version=12, allow_auto_topic_creation=False)
+    assert topic_of(body, name)["error_code"] == UNKNOWN_TOPIC_OR_PARTITION
+
+    client.create_topic(name, partitions=1)
+    t = topic_of(client.metadata([name], version=12), name)
+    assert t["topic_id"] != old_id
+    assert [p["partition_index"] for p in t["partitions"]] == [0]

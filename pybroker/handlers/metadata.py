@@ -6,17 +6,26 @@ offline replicas.  Topics are requested by name (v10+ may send topic ids; ids re
 names, an unknown id is UNKNOWN_TOPIC_ID).  Auto-creation follows auto.create.topics.enable
 and the request's allow_auto_topic_creation (v4+; always allowed before v4).  With no ACLs
 every operation is authorized: the authorized-operations bit fields say so when asked (v8+).
+
+A topic's entry is encoded once per version and reused until the topic's metadata or the set of
+live brokers changes (both are replaced, never mutated, by the cluster cache): with thousands
+of partitions, building and encoding every partition on every request was the broker's whole
+cost of a Metadata answer.
 """
 
 from __future__ import annotations
 
 import uuid
+import weakref
+from typing import Any
 
 from pybroker.coord.cluster import validate_topic_name
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers._topics import auto_create
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.wire.codec import Encoded, encode_struct
+from pybroker.wire.schema import SCHEMAS
 
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 # AclOperation codes: READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8,
@@ -25,6 +34,45 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 ZERO_UUID = uuid.UUID(int=0)
+
+
+METADATA = SCHEMAS.by_key[3].response
+
+
+class _TopicEntries:
+    """Encoded topic entries of one cluster's metadata cache, by topic name."""
+
+    def __init__(self) -> None:
+        # name -> (TopicInfo, brokers dict, {(version, include_ops): Encoded})
+        self.by_name: dict[str, tuple[Any, Any, dict[tuple[int, bool], Encoded]]] = {}
+
+    def get(self, ctx: RequestContext, info: Any, include_ops: bool) -> Encoded:
+        brokers = ctx.services.cluster.brokers
+        entry = self.by_name.get(info.name)
+        if entry is None or entry[0] is not info or entry[1] is not brokers:
+            entry = (info, brokers, {})
+            self.by_name[info.name] = entry
+        key = (ctx.version, include_ops)
+        encoded = entry[2].get(key)
+        if encoded is None:
+            body = topic_metadata(ctx, info, include_ops)
+            encoded = encode_struct(METADATA, ("topics",), ctx.version, body)
+            entry[2][key] = encoded
+        return encoded
+
+    def prune(self, topics: dict) -> None:
+        for name in [n for n in self.by_name if n not in topics]:
+            del self.by_name[name]
+
+
+_ENTRIES: weakref.WeakKeyDictionary[Any, _TopicEntries] = weakref.WeakKeyDictionary()
+
+
+def _entries(cluster: Any) -> _TopicEntries:
+    entries = _ENTRIES.get(cluster)
+    if entries is None:
+        entries = _ENTRIES[cluster] = _TopicEntries()
+    return entries
 
 
 def topic_metadata(ctx: RequestContext, info, include_ops: bool) -> dict:
@@ -69,10 +117,13 @@ async def metadata(ctx: RequestContext, req: dict) -> dict:
         v < 4 or req.get("allow_auto_topic_creation", True)
     )
 
-    topics = []
+    entries = _entries(cluster)
+    topics: list[Any] = []
+    if len(entries.by_name) > len(cluster.topics):
+        entries.prune(cluster.topics)  # deleted topics
     if requested is None:
         for name in sorted(cluster.topics):
-            topics.append(topic_metadata(ctx, cluster.topics[name], include_ops))
+            topics.append(entries.get(ctx, cluster.topics[name], include_ops))
     else:
         by_id = {t.topic_id: t for t in cluster.topics.values()}
         for t in requested:
@@ -83,7 +134,7 @@ async def metadata(ctx: RequestContext, req: dict) -> dict:
                 if info is None:
                     topics.append(_error_topic(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id))
                     continue
-                topics.append(topic_metadata(ctx, info, include_ops))
+                topics.append(entries.get(ctx, info, include_ops))
                 continue
             info = cluster.topics.get(name)
             if info is None:
@@ -95,7 +146,7 @@ async def metadata(ctx: RequestContext, req: dict) -> dict:
                 except KafkaError as e:
                     topics.append(_error_topic(name, e.code))
                     continue
-            topics.append(topic_metadata(ctx, info, include_ops))
+            topics.append(entries.get(ctx, info, include_ops))
 
     advertised = {}
     for b in cluster.brokers.values():

@@ -8,6 +8,10 @@ Decoding yields plain dicts; encoding takes dicts and fills absent keys with def
 A ``records`` value being encoded may be bytes-like or an out-of-band chunk (any object with
 a ``size`` attribute, e.g. a log file region); the latter is emitted as a separate part so the
 connection can send it with sendfile.
+
+A struct value may also be given already encoded (:class:`Encoded`, made by
+:func:`encode_struct` for the same message, field path and version); it is written as is.
+Handlers use this to cache parts of a response that rarely change (Metadata's topic entries).
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ WriteFn = Callable[[Writer, Any], None]
 # Minimum encoded size of one element, used to refuse absurd array lengths early.
 _MIN_SIZE = {"int8": 1, "int16": 2, "uint16": 2, "int32": 4, "int64": 8, "float64": 8, "bool": 1}
 _MIN_SIZE["uuid"] = 16
+
+
+class Encoded(bytes):
+    """A struct value already encoded for one (message, field path, version)."""
 
 
 class UnknownApiError(DecodeError):
@@ -236,6 +244,9 @@ def _compile_struct(
         return out
 
     def encode(w: Writer, obj: dict) -> None:
+        if type(obj) is Encoded:
+            w.raw(obj)
+            return
         get = obj.get
         for name, _, wr, d in regular:
             v = get(name)
@@ -274,7 +285,35 @@ def _plan(message: Message, version: int) -> tuple[Callable, Callable]:
     return plan
 
 
+_STRUCT_PLANS: dict[tuple[int, tuple[str, ...], int], Callable[[Writer, dict], None]] = {}
+
+
+def _struct_encoder(message: Message, path: tuple[str, ...], version: int) -> Callable:
+    key = (id(message), path, version)
+    enc = _STRUCT_PLANS.get(key)
+    if enc is None:
+        fields, flexible = message.fields, version in message.flexible
+        for name in path:
+            f = next((f for f in fields if f.name == name), None)
+            if f is None or not f.is_struct or version not in f.versions:
+                raise KeyError(f"{message.name} v{version} has no struct field {'.'.join(path)}")
+            if f.flexible_versions is not None:
+                flexible = version in f.flexible_versions
+            fields = f.fields
+        enc = _compile_struct(fields, version, flexible)[1]
+        _STRUCT_PLANS[key] = enc
+    return enc
+
+
 # -- public API ---------------------------------------------------------------------------
+
+
+def encode_struct(message: Message, path: tuple[str, ...], version: int, obj: dict) -> Encoded:
+    """One element of the struct (or struct array) field at ``path`` of ``message``, encoded
+    for ``version``: give it back in place of the dict when encoding that message."""
+    w = Writer()
+    _struct_encoder(message, path, version)(w, obj)
+    return Encoded(w.getvalue())
 
 
 def decode_message(message: Message, version: int, data: bytes | memoryview | Reader) -> dict:
