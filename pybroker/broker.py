@@ -155,24 +155,29 @@ class Broker:
         return self.logs.get_or_create(topic, partition, log_config(self.config, info.configs))
 
     def _on_cluster_event(self, event: Any) -> None:
-        self.replicas.sync_roles()  # first: stops fetching partitions that are going away
-        self._flush_policies.pop(getattr(event, "topic", None), None)
+        # A topic's change touches only that topic's partitions; a change of the live brokers
+        # or of the controller can move any leader.
+        topic = event.topic if event.kind in ("TOPIC_CHANGED", "TOPIC_DELETED") else None
+        self.replicas.sync_roles(topic)  # first: stops fetching partitions that are going away
+        self._flush_policies.pop(topic, None)
         if event.kind == "TOPIC_CHANGED":
             self._apply_topic_configs(event.topic)
         if event.kind == "TOPIC_DELETED":
-            for topic, partition, _ in list(self.logs.partitions()):
-                if topic == event.topic:
-                    self.logs.delete(topic, partition)
+            for name, partition, _ in list(self.logs.partitions()):
+                if name == event.topic:
+                    self.logs.delete(name, partition)
 
     def _apply_topic_configs(self, topic: str | None = None) -> None:
         """Give open logs their topic's configs (logs recovered at start open with defaults)."""
-        for name, _partition, plog in list(self.logs.partitions()):
-            info = self.cluster.topics.get(name)
-            if info is None or (topic is not None and name != topic):
-                continue
+        topics = self.cluster.topics
+        names = list(topics) if topic is None else [topic] if topic in topics else []
+        for name in names:
+            info = topics[name]
             wanted = log_config(self.config, info.configs)
-            if plog.config != wanted:
-                plog.config = wanted
+            for partition in info.partitions:
+                plog = self.logs.get(name, partition)
+                if plog is not None and plog.config != wanted:
+                    plog.config = wanted
 
     def _flush_policy(self, topic: str) -> tuple[int, int]:
         """Per topic, cached (it is asked on every append); TOPIC_CHANGED clears the cache."""

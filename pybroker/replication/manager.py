@@ -121,11 +121,18 @@ class ReplicaManager:
         t.add_done_callback(self._tasks.discard)
 
     # -- roles ----------------------------------------------------------------------------
-    def sync_roles(self) -> None:
-        """Bring every local replica in line with the partition states in the metadata cache."""
+    def sync_roles(self, topic: str | None = None) -> None:
+        """Bring the local replicas in line with the partition states in the metadata cache:
+        every partition, or only ``topic``'s (a change of one topic touches only its own
+        partitions; with thousands of partitions a full pass per event would dominate)."""
         me = self.broker_id
         seen = set()
-        for name, info in list(self.cluster.topics.items()):
+        if topic is None:
+            topics = list(self.cluster.topics.items())
+        else:
+            info = self.cluster.topics.get(topic)
+            topics = [(topic, info)] if info is not None else []
+        for name, info in topics:
             for index, state in info.partitions.items():
                 if me not in state.replicas:
                     continue
@@ -156,7 +163,8 @@ class ReplicaManager:
                     self._detach(r)
                     r.role, r.leader, r.leader_epoch = OFFLINE, state.leader, state.leader_epoch
                     r.isr = list(state.isr)
-        for key in [k for k in self.replicas if k not in seen]:
+        stale = [k for k in self.replicas if k not in seen and (topic is None or k[0] == topic)]
+        for key in stale:
             self._detach(self.replicas.pop(key))
 
     def _detach(self, r: Replica) -> None:
