@@ -36,6 +36,10 @@ def slice_bytes(s) -> bytes:
     return os.pread(s.file.fileno(), s.size, s.position)
 
 
+def batch_bases(s) -> list[int]:
+    return [h.base_offset for h in parse_batches(slice_bytes(s))]
+
+
 def all_offsets(log: PartitionLog) -> list[int]:
     out, off = [], log.log_start_offset
     while off < log.log_end_offset:
@@ -120,6 +124,25 @@ def test_roll_by_size(tmp_path, clock):
     assert s.size == one
     with pytest.raises(KafkaError):
         append(log, batch(3 * 4 + 1))  # bigger than a segment
+    log.close()
+
+
+def test_reads_capped_inside_an_earlier_segment(tmp_path, clock):
+    """A high watermark behind a rolled segment's end caps reads from that segment too, also
+    after the log is reopened (its earlier segments loaded from disk)."""
+    one = len(batch(3))
+    log = open_log(tmp_path, clock, segment_bytes=one * 3)
+    for _ in range(7):
+        append(log, batch(3))
+    assert [s.base_offset for s in log.segments] == [0, 9, 18]
+    for reopen in (False, True):
+        if reopen:
+            log.close()
+            log = open_log(tmp_path, clock, segment_bytes=one * 3)
+        assert batch_bases(log.read(0, 1 << 20, max_offset=6)) == [0, 3]
+        assert log.read(6, 1 << 20, max_offset=6) is None
+        assert batch_bases(log.read(3, 1 << 20, max_offset=9)) == [3, 6]  # the segment's end
+        assert batch_bases(log.read(9, 1 << 20, max_offset=14)) == [9, 12]  # the next one
     log.close()
 
 

@@ -381,7 +381,8 @@ class LogSegment:
         if max_offset is not None and first.base_offset >= max_offset:
             return None
         cap = self.size
-        if max_offset is not None:
+        if max_offset is not None and max_offset < self.next_offset:
+            # (a cap at or past this segment's end, the usual high watermark, needs no lookup)
             h = self.translate_offset(max_offset)
             if h is not None:
                 cap = h.position + (h.size if h.base_offset < max_offset else 0)
