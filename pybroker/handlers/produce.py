@@ -99,18 +99,22 @@ def _append(ctx: RequestContext, topic: str, index: int, records, acks: int) -> 
     return entry, (replica, info.last_offset + 1) if acks == -1 else None
 
 
-async def _await_commit(ctx: RequestContext, entry: dict, wait: Any, timeout_ms: int) -> None:
-    replica, end = wait
-    code = await ctx.services.replicas.wait_for_commit(replica, end, timeout_ms)
+def _settle(entry: dict, code: int) -> None:
     if code != ErrorCode.NONE:
         entry["error_code"] = code
         if code != ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
             entry["base_offset"] = -1
 
 
+async def _await_commit(ctx: RequestContext, entry: dict, wait: Any, timeout_ms: int) -> None:
+    replica, end = wait
+    _settle(entry, await ctx.services.replicas.wait_for_commit(replica, end, timeout_ms))
+
+
 @handler(0, 0, 12)
 async def produce(ctx: RequestContext, req: dict) -> dict | None:
     acks = req["acks"]
+    replicas = ctx.services.replicas
     responses = []
     waits = []
     for t in req["topic_data"]:
@@ -127,7 +131,13 @@ async def produce(ctx: RequestContext, req: dict) -> dict | None:
                 entry, wait = _append(ctx, topic, p["index"], p["records"], acks)
                 parts.append(entry)
                 if wait is not None:
-                    waits.append(_await_commit(ctx, entry, wait, req["timeout_ms"]))
+                    # settled already when the ISR is this broker alone (or lags nothing)
+                    replica, end = wait
+                    code = replicas.commit_result(replica, end, replica.leader_epoch)
+                    if code is not None:
+                        _settle(entry, code)
+                    else:
+                        waits.append(_await_commit(ctx, entry, wait, req["timeout_ms"]))
         responses.append({"name": topic, "partition_responses": parts})
     if waits:
         await asyncio.gather(*waits)

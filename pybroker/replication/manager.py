@@ -335,18 +335,26 @@ class ReplicaManager:
             except Exception:
                 log.exception("ISR check failed")
 
+    def commit_result(self, r: Replica, end_offset: int, epoch: int) -> int | None:
+        """acks=all: the error code for a batch ending before ``end_offset`` appended in leader
+        epoch ``epoch``, if it is settled now (None: wait for the high watermark)."""
+        if r.role != LEADER or r.leader_epoch != epoch:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if r.log.high_watermark >= end_offset:
+            if len(r.isr) < self.min_insync_replicas(r.topic):
+                return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            return ErrorCode.NONE
+        return None
+
     async def wait_for_commit(self, r: Replica, end_offset: int, timeout_ms: int) -> int:
         """acks=all: wait until the high watermark reaches ``end_offset``; the error code."""
         deadline = self.clock.monotonic() + max(timeout_ms, 0) / 1000.0
         epoch = r.leader_epoch
         key = hw_key(r.topic, r.partition)
         while True:
-            if r.role != LEADER or r.leader_epoch != epoch:
-                return ErrorCode.NOT_LEADER_OR_FOLLOWER
-            if r.log.high_watermark >= end_offset:
-                if len(r.isr) < self.min_insync_replicas(r.topic):
-                    return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-                return ErrorCode.NONE
+            code = self.commit_result(r, end_offset, epoch)
+            if code is not None:
+                return code
             left = deadline - self.clock.monotonic()
             if left <= 0:
                 return ErrorCode.REQUEST_TIMED_OUT
