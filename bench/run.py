@@ -714,7 +714,11 @@ def w7_cmds(sizes: dict) -> list[str]:
         f"KafkaConsumer threads in one fresh group per run ({W7_CONSUMER}, range assignor), "
         "subscribe together (barrier), poll(100 ms)",
         "join s: from the common subscribe to all members holding a disjoint assignment "
-        "covering every partition",
+        "covering every partition. It has two modes, on both brokers, by timing: ~0.2 s when "
+        "the other members join before the first member's SyncGroup (answered "
+        "REBALANCE_IN_PROGRESS at once), ~1.2 s when the first member completed a generation "
+        "alone and learns of the next from its heartbeat (interval 1 s); the median shows the "
+        "mode most runs landed in",
         "leave s: from member 0's close() (LeaveGroup) to the other 9 covering every partition",
     ]
 
@@ -1075,10 +1079,10 @@ def report(
     lines += [
         "- Client and broker share the machine's cores: every figure includes the client's "
         "CPU use (the Java tools, kafka-python), on both sides alike.",
-        "- The machine is shared with other work (test suites of concurrent sessions): the "
-        "1-minute load average before and after each broker's part is in 'Every run'. A load "
-        "above 2 means the figures there are depressed by foreign CPU use, and Kafka's and "
-        "pybroker's parts of one workload may have seen different load.",
+        "- The 1-minute load average before and after each broker's part is in 'Every run'. "
+        "The bench's own client and broker keep it at about 2-3 on 2 cores; a higher value "
+        "means other work shared the cores, and Kafka's and pybroker's parts of one workload "
+        "may then have seen different load.",
         "",
         "## Versions and settings",
         "",
