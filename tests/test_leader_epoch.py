@@ -332,6 +332,28 @@ def test_becoming_leader_assigns_epoch_at_leo(tmp_path, clock):
     log.close()
 
 
+def test_new_log_writes_its_checkpoint_at_the_first_epoch(tmp_path, clock):
+    """Creating a partition writes no empty checkpoint (two fsyncs per partition, which
+    dominated creating 10,000 of them); the leader's first epoch writes it, as in Kafka."""
+    path = tmp_path / "t-0" / LEADER_EPOCH_CHECKPOINT
+    log = open_log(tmp_path, clock)
+    assert not path.exists()
+    log.close()
+    log = open_log(tmp_path, clock)  # reopened empty: still nothing to record
+    assert not path.exists() and log.leader_epochs.entries() == []
+    log.leader_epochs.assign(0, log.log_end_offset)
+    assert read_leader_epoch_checkpoint(path) == [E(0, 0)]
+    leader_append(log, 2, epoch=0)
+    log.close()
+    log = open_log(tmp_path, clock)
+    assert log.leader_epochs.entries() == [E(0, 0)]
+    log.close()
+    path.write_text("garbage\n")  # a corrupt checkpoint is rewritten from the log
+    log = open_log(tmp_path, clock)
+    assert read_leader_epoch_checkpoint(path) == [E(0, 0)]
+    log.close()
+
+
 def test_truncate_and_retention_update_cache(tmp_path, clock):
     one = len(build_batch([(None, b"v", [])] * 2, timestamp=1))
     log = open_log(tmp_path, clock, cfg={"segment_bytes": one, "retention_ms": -1})

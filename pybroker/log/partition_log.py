@@ -254,7 +254,10 @@ class PartitionLog:
                 if h.partition_leader_epoch > cache.latest_epoch():
                     cache.assign(h.partition_leader_epoch, h.base_offset, flush=False)
         cache.truncate_from_start(self.log_start_offset, flush=False)
-        if not valid or cache.entries() != before:
+        after = cache.entries()
+        # A new (or empty) log without a checkpoint has nothing to record: writing an empty
+        # one would cost two fsyncs per partition created (the first assign writes the file).
+        if (not valid and (after or cache.path is None or cache.path.exists())) or after != before:
             cache.flush()
 
     # -- appending ----------------------------------------------------------------------------
