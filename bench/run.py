@@ -654,6 +654,11 @@ def w7_run(target: Target, st: dict, i: int) -> dict[str, float]:
                 enable_auto_commit=False,
                 **W7_CONSUMER,
             )
+            # The topic's metadata first: a leader without it assigns nothing, then rejoins
+            # when its refresh lands (kafka-python sends it retry_backoff_ms after the
+            # bootstrap one), and the others learn of that from their next heartbeat.
+            if not c.partitions_for_topic(st["topic"]):
+                raise WorkloadError(f"member {k}: no metadata for {st['topic']}")
             ready.wait(60)
             c.subscribe([st["topic"]])
             while not stop[k]:
@@ -714,11 +719,13 @@ def w7_cmds(sizes: dict) -> list[str]:
         f"KafkaConsumer threads in one fresh group per run ({W7_CONSUMER}, range assignor), "
         "subscribe together (barrier), poll(100 ms)",
         "join s: from the common subscribe to all members holding a disjoint assignment "
-        "covering every partition. It has two modes, on both brokers, by timing: ~0.2 s when "
-        "the other members join before the first member's SyncGroup (answered "
-        "REBALANCE_IN_PROGRESS at once), ~1.2 s when the first member completed a generation "
-        "alone and learns of the next from its heartbeat (interval 1 s); the median shows the "
-        "mode most runs landed in",
+        "covering every partition. Each member fetched the topic's metadata before the "
+        "common subscribe (partitions_for_topic): without it, a group leader whose metadata "
+        "refresh had not landed yet assigned nothing and rejoined. Still two modes, on both "
+        "brokers, by timing: ~0.2 s when every member's JoinGroup arrives before the first "
+        "generation completes; up to ~1.2 s when the first member(s) complete a generation "
+        "alone (group.initial.rebalance.delay.ms=0) and learn of the next one from their next "
+        "heartbeat (interval 1 s). The median shows the mode most runs landed in",
         "leave s: from member 0's close() (LeaveGroup) to the other 9 covering every partition",
     ]
 
