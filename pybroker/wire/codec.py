@@ -272,26 +272,15 @@ def _compile_struct(
 
 # Plans keyed by the message object's identity: hashing a frozen schema dataclass walks the
 # whole field tree (6-22 us, several times per request in the profile); identity is enough
-# because the declarations are module-level singletons, kept alive by the registry.
-_PLANS: dict[tuple[int, int], tuple[Callable, Callable]] = {}
+# because the declarations are module-level singletons, kept alive by the registry.  ``path``
+# names a nested struct field (empty: the message itself).
+_PLANS: dict[tuple[int, int, tuple[str, ...]], tuple[Callable, Callable]] = {}
 
 
-def _plan(message: Message, version: int) -> tuple[Callable, Callable]:
-    key = (id(message), version)
+def _plan(message: Message, version: int, path: tuple[str, ...] = ()) -> tuple[Callable, Callable]:
+    key = (id(message), version, path)
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _compile_struct(message.fields, version, version in message.flexible)
-        _PLANS[key] = plan
-    return plan
-
-
-_STRUCT_PLANS: dict[tuple[int, tuple[str, ...], int], Callable[[Writer, dict], None]] = {}
-
-
-def _struct_encoder(message: Message, path: tuple[str, ...], version: int) -> Callable:
-    key = (id(message), path, version)
-    enc = _STRUCT_PLANS.get(key)
-    if enc is None:
         fields, flexible = message.fields, version in message.flexible
         for name in path:
             f = next((f for f in fields if f.name == name), None)
@@ -300,9 +289,9 @@ def _struct_encoder(message: Message, path: tuple[str, ...], version: int) -> Ca
             if f.flexible_versions is not None:
                 flexible = version in f.flexible_versions
             fields = f.fields
-        enc = _compile_struct(fields, version, flexible)[1]
-        _STRUCT_PLANS[key] = enc
-    return enc
+        plan = _compile_struct(fields, version, flexible)
+        _PLANS[key] = plan
+    return plan
 
 
 # -- public API ---------------------------------------------------------------------------
@@ -312,7 +301,7 @@ def encode_struct(message: Message, path: tuple[str, ...], version: int, obj: di
     """One element of the struct (or struct array) field at ``path`` of ``message``, encoded
     for ``version``: give it back in place of the dict when encoding that message."""
     w = Writer()
-    _struct_encoder(message, path, version)(w, obj)
+    _plan(message, version, path)[1](w, obj)
     return Encoded(w.getvalue())
 
 
