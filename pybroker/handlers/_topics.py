@@ -14,6 +14,7 @@ from typing import Any
 
 from pybroker.config import Config
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.flusher import NEVER
 from pybroker.handlers.context import RequestContext
 from pybroker.log import LogConfig
 
@@ -57,12 +58,12 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
         lambda c: "CreateTime", "log.message.timestamp.type", STRING, frozenset({"CreateTime"})
     ),
     "flush.messages": TopicConfigDef(
-        lambda c: str(c.log_flush_interval_messages or 2**63 - 1),
+        lambda c: str(c.log_flush_interval_messages or NEVER),
         "log.flush.interval.messages",
         LONG,
     ),
     "flush.ms": TopicConfigDef(
-        lambda c: str(c.log_flush_interval_ms or 2**63 - 1), "log.flush.interval.ms", LONG
+        lambda c: str(c.log_flush_interval_ms or NEVER), "log.flush.interval.ms", LONG
     ),
     "min.insync.replicas": TopicConfigDef(
         lambda c: str(c.min_insync_replicas), "min.insync.replicas", INT
