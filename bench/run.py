@@ -646,16 +646,17 @@ W7_STUCK_S = 30
 
 
 def w7_run(target: Target, st: dict, i: int) -> dict[str, float]:
-    for attempt in range(W7_ATTEMPTS):
+    attempt = 0
+    while True:
         try:
             figures = _w7_attempt(target, st, f"{i}-{attempt}")
         except ClientStuck:
-            if attempt + 1 == W7_ATTEMPTS:
+            attempt += 1
+            if attempt == W7_ATTEMPTS:
                 raise
             continue
         figures["retries"] = float(attempt)
         return figures
-    raise AssertionError("unreachable")
 
 
 def _w7_attempt(target: Target, st: dict, i: str) -> dict[str, float]:
