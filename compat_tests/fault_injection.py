@@ -18,6 +18,23 @@ satisfiable):
 - pause_short: SIGSTOP for 1-3 s (below zookeeper.session.timeout.ms = 6 s), SIGCONT.
 - pause_long: SIGSTOP for 7-10 s (above the session timeout: its session expires, the
   controller moves its leaderships), SIGCONT.
+- zk_restart: ZooKeeper itself is stopped and started again (same port and data; the
+  brokers' sessions survive a short outage).
+- back_to_back: SIGTERM + restart of one broker, then at once (before its ISRs are full) a
+  SIGSTOP above the session timeout of a broker that leads a partition, then SIGCONT.
+- coordinator_move: the consumer group's coordinator C is stopped (SIGTERM) until a commit is
+  acknowledged by the next coordinator D, restarted (coordination comes back to C) until a
+  commit is acknowledged by C, and stopped again until D acknowledges one; then restarted.
+
+The first faults of a run go through every kind once (in a seeded order), so even a short run
+exercises each; the rest are drawn at random with the weights in ACTIONS.
+
+Beside the producers, a kafka-python group member consumes the topic and commits after every
+poll, and compat_tests/invariants.InvariantMonitor checks throughout that what clients are
+shown never goes back: ListOffsets(latest) at each partition's leader (the high watermark) and
+the group's committed offsets at its coordinator (never behind an acknowledged commit).
+
+After the last fault every ISR must be full again within RECOVERY_TIMEOUT.
 
 Checker, after the load stops:
 
@@ -53,11 +70,22 @@ from compat_tests.cluster import (
     running_cluster,
     wait_until,
 )
+from compat_tests.invariants import CommittingConsumer, InvariantMonitor
 
 PARTITIONS = 3
 TOPIC = "faults"
-ACTIONS = {"kill9": 3, "sigterm": 1, "pause_short": 2, "pause_long": 2}
+GROUP = "faults-committer"
+ACTIONS = {
+    "kill9": 3,
+    "sigterm": 1,
+    "pause_short": 2,
+    "pause_long": 2,
+    "zk_restart": 1,
+    "back_to_back": 1,
+    "coordinator_move": 1,
+}
 RECOVERY_TIMEOUT = 45.0
+COMMIT_WAIT = 30.0  # coordinator_move: how long a coordinator may take to acknowledge a commit
 
 
 @dataclass
@@ -68,6 +96,7 @@ class FaultReport:
     fault_log: list[str] = field(default_factory=list)
     failover_times: list[float] = field(default_factory=list)  # kill9: until new leaders
     recovery_times: list[float] = field(default_factory=list)  # fault start until ISRs full
+    recovery_by_kind: dict[str, list[float]] = field(default_factory=dict)
     load_summaries: list[str] = field(default_factory=list)
     records_read: int = 0
     acked_checked: int = 0
@@ -101,6 +130,10 @@ class FaultReport:
             f"  leader failover after kill -9 (kill until Metadata names new leaders): "
             f"{stats(self.failover_times)}",
             f"  recovery (fault start until every ISR is full): {stats(self.recovery_times)}",
+            *(
+                f"    {kind}: {stats(times)}"
+                for kind, times in sorted(self.recovery_by_kind.items())
+            ),
             *(f"  {s}" for s in self.load_summaries),
             f"  records read {self.records_read}, acknowledged records checked "
             f"{self.acked_checked}, replica batches compared {self.batches_compared}",
@@ -142,14 +175,55 @@ def _wait_moved(cluster: Cluster, victim: int, partitions: list[int], timeout: f
         return False
 
 
-def _inject(cluster: Cluster, rng: random.Random, report: FaultReport, log) -> bool:
+def _pause_for(rng: random.Random, long: bool) -> float:
+    if long:
+        return rng.uniform(SESSION_TIMEOUT_S + 1, SESSION_TIMEOUT_S + 4)
+    return rng.uniform(1.0, 3.0)
+
+
+def _wait_commit_by(
+    cluster: Cluster, consumer: CommittingConsumer, coordinator: int, timeout: float
+) -> bool:
+    """Wait until `coordinator` is the group's coordinator and a commit was acknowledged
+    after that."""
+
+    def is_coordinator():
+        try:
+            err, node = cluster.find_coordinator(GROUP)
+        except OSError:
+            return False
+        return err == 0 and node == coordinator
+
+    try:
+        wait_until(is_coordinator, timeout, 0.1, f"broker {coordinator} coordinating {GROUP}")
+        before = consumer.commits
+        wait_until(lambda: consumer.commits > before + 1, timeout, 0.1, "a commit")
+        return True
+    except AssertionError:
+        return False
+
+
+def _inject(
+    cluster: Cluster,
+    rng: random.Random,
+    report: FaultReport,
+    log,
+    action: str,
+    consumer: CommittingConsumer,
+) -> bool:
     """One fault, undone; returns False when the cluster did not recover."""
-    action = rng.choices(list(ACTIONS), weights=list(ACTIONS.values()))[0]
     victim = rng.choice(cluster.ids)
     try:
         controller = cluster.metadata([]).controller_id
     except OSError:
         controller = None
+    if action == "coordinator_move":
+        try:
+            err, node = cluster.find_coordinator(GROUP)
+            if err == 0 and node in cluster.ids:
+                victim = node
+        except OSError:
+            pass
     led = _led_by(cluster, victim)
     n = sum(report.faults.values()) + 1
     desc = f"#{n} {action} broker {victim} (controller: {controller == victim}, leads {led})"
@@ -167,36 +241,111 @@ def _inject(cluster: Cluster, rng: random.Random, report: FaultReport, log) -> b
         time.sleep(rng.uniform(0.5, 3.0))
         cluster.restart(victim)
     elif action == "sigterm":
-        try:
-            cluster.stop_broker(victim)
-        except AssertionError as e:
-            report.problems.append(f"{desc}: unclean exit: {str(e).splitlines()[0]}")
+        _stop(cluster, victim, report, desc)
         time.sleep(rng.uniform(0.5, 3.0))
         cluster.restart(victim)
-    else:
-        pause = (
-            rng.uniform(1.0, 3.0)
-            if action == "pause_short"
-            else rng.uniform(SESSION_TIMEOUT_S + 1, SESSION_TIMEOUT_S + 4)
-        )
+    elif action in ("pause_short", "pause_long"):
+        pause = _pause_for(rng, action == "pause_long")
         extra = f", paused {pause:.1f} s"
         cluster.pause(victim)
         time.sleep(pause)
         cluster.resume(victim)
+    elif action == "zk_restart":
+        desc = f"#{n} zk_restart (controller {controller})"
+        cluster.note("ZooKeeper restart")
+        cluster.zookeeper.restart()
+    elif action == "back_to_back":
+        _stop(cluster, victim, report, desc)
+        cluster.restart(victim)
+        # at once: pause a broker that leads something now (not the one just restarted)
+        others = [i for i in cluster.ids if i != victim]
+        leaders = [i for i in others if _led_by(cluster, i)] or others
+        second = rng.choice(leaders)
+        pause = _pause_for(rng, True)
+        extra = f", then broker {second} (leads {_led_by(cluster, second)}) paused {pause:.1f} s"
+        cluster.pause(second)
+        time.sleep(pause)
+        cluster.resume(second)
+    elif action == "coordinator_move":
+        # C stops; D must take the group's commits; C returns and takes them back; C stops
+        # again and D answers: D must not answer from what it knew in its earlier term.
+        steps = []
+        for round_ in range(2):
+            _stop(cluster, victim, report, desc)
+            ok = _wait_commit_by(
+                cluster, consumer, _coordinator_without(cluster, victim), COMMIT_WAIT
+            )
+            steps.append(f"stop: {'commit at successor' if ok else 'NO commit at successor'}")
+            cluster.restart(victim)
+            if round_ == 0:
+                ok = ok and _wait_commit_by(cluster, consumer, victim, COMMIT_WAIT)
+                steps.append(f"back: {'commit at C' if ok else 'NO commit at C'}")
+            if not ok:
+                report.problems.append(
+                    f"{desc}: no commit acknowledged within {COMMIT_WAIT} s ({', '.join(steps)})"
+                )
+                break
+        extra = ", " + ", ".join(steps)
+    else:
+        raise ValueError(action)
     try:
         cluster.wait_isr_full(TOPIC, timeout=RECOVERY_TIMEOUT)
     except AssertionError as e:
         report.problems.append(f"{desc}: not recovered: {e}")
         log(f"{desc}{extra}: NOT RECOVERED: {e}")
         return False
-    report.recovery_times.append(time.monotonic() - t0)
-    line = f"{desc}{extra}; ISRs full after {report.recovery_times[-1]:.2f} s"
+    took = time.monotonic() - t0
+    report.recovery_times.append(took)
+    report.recovery_by_kind.setdefault(action, []).append(took)
+    line = f"{desc}{extra}; ISRs full after {took:.2f} s"
     report.fault_log.append(line)
     log(line)
     return True
 
 
-def run(workdir: Path, seconds: float, seed: int | None = None, log=print) -> FaultReport:
+def _stop(cluster: Cluster, victim: int, report: FaultReport, desc: str) -> None:
+    try:
+        cluster.stop_broker(victim)
+    except AssertionError as e:
+        report.problems.append(f"{desc}: unclean exit: {str(e).splitlines()[0]}")
+
+
+def _coordinator_without(cluster: Cluster, stopped: int) -> int:
+    """The coordinator FindCoordinator names once `stopped` is gone (rendezvous hashing over
+    the live brokers, asked of a running broker)."""
+
+    def other():
+        try:
+            err, node = cluster.find_coordinator(GROUP)
+        except OSError:
+            return None
+        return (node,) if err == 0 and node != stopped else None  # a tuple: node 0 is falsy
+
+    try:
+        return wait_until(other, COMMIT_WAIT, 0.1, "a new coordinator")[0]
+    except AssertionError:
+        return -1
+
+
+def schedule(rng: random.Random):
+    """Every kind once (seeded order), then weighted random draws for ever."""
+    first = list(ACTIONS)
+    rng.shuffle(first)
+    yield from first
+    while True:
+        yield rng.choices(list(ACTIONS), weights=list(ACTIONS.values()))[0]
+
+
+def run(
+    workdir: Path,
+    seconds: float,
+    seed: int | None = None,
+    log=print,
+    *,
+    every_kind: bool = True,
+) -> FaultReport:
+    """Inject faults for `seconds` (and, with every_kind, at least until each kind of fault
+    was injected once), then check."""
     seed = seed if seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     report = FaultReport(seed, seconds)
@@ -210,17 +359,31 @@ def run(workdir: Path, seconds: float, seed: int | None = None, log=print) -> Fa
         for ld in loads:
             ld.flush_timeout = 30.0
             ld.start()
+        consumer = CommittingConsumer(cluster.bootstrap, TOPIC, GROUP)
+        consumer.start()
+        monitor = InvariantMonitor(cluster, TOPIC, PARTITIONS, consumer)
+        monitor.start()
         try:
             wait_until(lambda: all(len(ld.stats.acked) >= 100 for ld in loads), 60, 0.1, "load")
+            wait_until(lambda: consumer.commits >= 5, 60, 0.1, "the consumer's first commits")
             deadline = time.monotonic() + seconds
-            while time.monotonic() < deadline:
+            actions = schedule(rng)
+            while time.monotonic() < deadline or (every_kind and len(report.faults) < len(ACTIONS)):
                 time.sleep(rng.uniform(1.0, 4.0))
-                if not _inject(cluster, rng, report, log):
+                if not _inject(cluster, rng, report, log, next(actions), consumer):
                     break
             time.sleep(2.0)
         finally:
             stats = [ld.stop(timeout=180) for ld in loads]
+            consumer.stop()
+            mstats = monitor.stop()
         report.load_summaries = [s.summary() for s in stats]
+        report.load_summaries += [consumer.summary(), monitor.summary()]
+        if consumer.error is not None:
+            report.problems.append(f"committing consumer crashed: {consumer.error!r}")
+        report.problems += [f"invariant: {p}" for p in mstats.problems]
+        if mstats.hw_checks == 0 or mstats.offset_checks == 0:
+            report.problems.append(f"invariant monitor checked nothing: {monitor.summary()}")
         read = read_topic(cluster.bootstrap, TOPIC, PARTITIONS)
         result = check_records(read, stats)
         report.records_read, report.acked_checked = result.records_read, result.acked_checked
@@ -243,7 +406,31 @@ def run(workdir: Path, seconds: float, seed: int | None = None, log=print) -> Fa
         for i, b in cluster.brokers.items():
             excerpt = broker_log_excerpt(b, [" ERROR ", "Error: "], 3)
             report.broker_errors += [f"broker {i}: {ln[:300]}" for ln in excerpt.splitlines()]
+            tracebacks = broker_tracebacks(b)
+            if tracebacks:
+                report.problems.append(
+                    f"broker {i} logged {len(tracebacks)} traceback(s); the first:\n"
+                    + tracebacks[0]
+                )
     return report
+
+
+def broker_tracebacks(b) -> list[str]:
+    """Each Python traceback in a broker's output, with the line before it (the log message)
+    and up to its exception line.  A broker under faults handles every expected condition
+    (a peer gone, a session expired) without one."""
+    try:
+        lines = Path(b.stderr_path).read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    out = []
+    for n, line in enumerate(lines):
+        if line.startswith("Traceback (most recent call last)"):
+            end = n + 1
+            while end < len(lines) and (lines[end].startswith(" ") or not lines[end].strip()):
+                end += 1
+            out.append("\n".join(lines[max(n - 1, 0) : end + 1]))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
