@@ -147,26 +147,18 @@ class BrokerProcess:
             f"--- {self.stderr_path} ---\n{self.output()}"
         )
 
-    def start(self, timeout: float = START_TIMEOUT, *, retry_exit_until: float | None = None):
-        """Start and wait until ready.
-
-        retry_exit_until: keep restarting a broker that exits during startup until this
-        monotonic time (a restart after kill -9 on ZooKeeper must wait for the old session's
-        ephemeral /brokers/ids/<id> to expire, as with Kafka).
-        """
+    def start(self, timeout: float = START_TIMEOUT) -> BrokerProcess:
+        """Start once and wait until ready (no retry: a broker restarted right after kill -9
+        waits by itself for its old ZooKeeper registration to expire)."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
-        while True:
-            self._spawn()
-            try:
-                self._wait_ready(time.monotonic() + timeout)
-                return self
-            except BrokerStartError:
-                if self.proc.poll() is None:
-                    self._terminate_hard()
-                    raise
-                if retry_exit_until is None or time.monotonic() > retry_exit_until:
-                    raise
-                time.sleep(0.5)
+        self._spawn()
+        try:
+            self._wait_ready(time.monotonic() + timeout)
+        except BrokerStartError:
+            if self.proc.poll() is None:
+                self._terminate_hard()
+            raise
+        return self
 
     def _mark(self, what: str) -> None:
         """Note in the broker's output what the harness did, and when (to tell our signals
@@ -215,8 +207,7 @@ class BrokerProcess:
         """Start again on the same port, log.dirs and chroot (stopping first if running)."""
         if self.proc is not None and self.proc.poll() is None:
             self.stop()
-        retry = time.monotonic() + 60 if self.zookeeper_connect else None
-        return self.start(timeout, retry_exit_until=retry)
+        return self.start(timeout)
 
     def is_running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

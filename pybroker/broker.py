@@ -87,6 +87,10 @@ class Broker:
             self.clock,
             rack=cfg.broker_rack,
             unclean_leader_election_enable=cfg.unclean_leader_election_enable,
+            # a registration left by our previous process goes when its session times out
+            registration_wait_ms=2 * cfg.zookeeper_session_timeout_ms
+            if cfg.zookeeper_connect
+            else 0,
         )
         await self.cluster.start()
         self.replicas = ReplicaManager(
@@ -115,6 +119,8 @@ class Broker:
             offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
             offsets_retention_check_interval_ms=cfg.offsets_retention_check_interval_ms,
             offset_metadata_max_bytes=cfg.offset_metadata_max_bytes,
+            broker_id=cfg.broker_id,
+            membership=lambda: (self.cluster.membership_epoch, self.cluster.brokers),
         )
         await self.groups.start()
         self.server = KafkaServer(
@@ -162,6 +168,8 @@ class Broker:
         self._flush_policies.pop(topic, None)
         if event.kind == "TOPIC_CHANGED":
             self._apply_topic_configs(event.topic)
+        if event.kind == "BROKERS_CHANGED" and self.groups is not None:
+            self.groups.check_membership()
         if event.kind == "TOPIC_DELETED":
             for name, partition, _ in list(self.logs.partitions()):
                 if name == event.topic:

@@ -256,3 +256,34 @@ def test_protocol_selected_by_vote() -> None:
     r = d.ready.pop(t)
     assert r["protocol_name"] == "roundrobin"
     assert {m["metadata"] for m in r["members"]} == {b"1", b"3"}
+
+
+def test_unload_answers_parked_members_not_coordinator() -> None:
+    """Coordination moved away (Kafka's onGroupUnloaded): the group is Dead here and members
+    parked in JoinGroup / SyncGroup are told NOT_COORDINATOR, each exactly once."""
+    d = Driver()
+    a = d.new_member()
+    d.ready.pop(d.last_join)
+    d.ready.pop(d.sync(a, 1, {a: b"x"}))
+    d.new_member()  # b parks in JoinGroup while a has to rejoin
+    parked_join = d.last_join
+    assert parked_join not in d.ready
+    d._collect(d.g.unload(d.now))
+    resp = d.ready.pop(parked_join)
+    assert resp["error_code"] == E.NOT_COORDINATOR
+    assert d.g.state == GroupState.DEAD
+    assert d.g.unload(d.now) == []  # nothing is answered twice
+
+
+def test_unload_answers_a_parked_sync() -> None:
+    d = Driver()
+    a = d.new_member()
+    d.ready.pop(d.last_join)
+    b = d.new_member()
+    ja = d.join(req(a))
+    d.ready.pop(ja)
+    d.ready.pop(d.last_join)
+    sb = d.sync(b, 2)  # waits for the leader's assignment
+    assert sb not in d.ready
+    d._collect(d.g.unload(d.now))
+    assert d.ready.pop(sb)["error_code"] == E.NOT_COORDINATOR

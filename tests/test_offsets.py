@@ -562,3 +562,21 @@ async def test_cancelled_callers(store, backend):
     expected = {("t", 0): co(1), ("t", 1): co(5), ("t", 2): co(6)}
     assert await OffsetStore(store, backend.clock).load("g") == expected
     assert await offsets.load("g") == expected
+
+
+@with_store
+async def test_forget_all_answers_what_another_coordinator_committed(store, backend):
+    """Issue 10, defect 1: broker D held a group's offsets from its term as coordinator; C
+    committed since.  After forget_all (coordination moved) D answers C's commit, and a
+    commit at D of the value it had cached is written, not skipped as unchanged."""
+    d = OffsetStore(store, backend.clock)
+    c = OffsetStore(store, backend.clock)
+    await d.commit("g", {("t", 0): co(20)})
+    await c.commit("g", {("t", 0): co(30)})
+    assert (await d.load("g"))[("t", 0)] == co(20)  # its previous term's cache
+    d.forget_all()
+    assert (await d.load("g"))[("t", 0)] == co(30)
+    await c.commit("g", {("t", 0): co(20)})
+    d.forget_all()
+    await d.commit("g", {("t", 0): co(30)})
+    assert (await OffsetStore(store, backend.clock).load("g"))[("t", 0)] == co(30)

@@ -264,3 +264,36 @@ def test_answers_follow_topic_changes_after_being_cached(client):
     t = topic_of(client.metadata([name], version=12), name)
     assert t["topic_id"] != old_id
     assert [p["partition_index"] for p in t["partitions"]] == [0]
+
+
+def test_auto_create_of_a_topic_another_broker_just_created():
+    """Issue 10, defect 7: on a cluster, a Metadata request auto-creating a topic that another
+    broker has just created (the store says TOPIC_ALREADY_EXISTS, our cache has not seen it
+    yet) answers LEADER_NOT_AVAILABLE for it, as Kafka does while a topic is being created;
+    it used to raise AttributeError ('NoneType' object has no attribute 'name')."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from pybroker.errors import ErrorCode, KafkaError
+    from pybroker.handlers.context import RequestContext
+    from pybroker.handlers.metadata import metadata
+
+    class RacingCluster:
+        def __init__(self):
+            self.topics = {}
+            self.brokers = {}
+            self.cluster_id = "c"
+            self.controller_id = -1
+
+        async def create_topic(self, *args, **kwargs):
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS)
+
+    config = SimpleNamespace(
+        auto_create_topics_enable=True, num_partitions=1, default_replication_factor=1
+    )
+    services = SimpleNamespace(cluster=RacingCluster(), config=config)
+    ctx = RequestContext(services, 3, 9, 1, "c")
+    resp = asyncio.run(metadata(ctx, {"topics": [{"name": "racing"}]}))
+    [t] = resp["topics"]
+    assert t["name"] == "racing"
+    assert t["error_code"] == LEADER_NOT_AVAILABLE

@@ -7,8 +7,10 @@ it):
 
 1. ensure Kafka's persistent paths (``paths.PERSISTENT_PATHS``);
 2. ``/cluster/id``: keep an existing one, or create a fresh 22-char base64url uuid;
-3. register the ephemeral ``/brokers/ids/<id>``; if it exists and belongs to another session
-   (a live broker with the same broker.id) raise :class:`BrokerIdInUseError`;
+3. register the ephemeral ``/brokers/ids/<id>``; if it exists and belongs to another session,
+   wait up to ``registration_wait_ms`` for it to expire (the previous process of this broker
+   died with kill -9 and its session has not timed out yet), then raise
+   :class:`BrokerIdInUseError` (a live broker with the same broker.id);
 4. controller election: Kafka's ``registerControllerAndIncrementControllerEpoch`` in one store
    ``multi``: create the ephemeral ``/controller`` and compare-and-set ``/controller_epoch`` to
    epoch + 1.  Losing (NodeExists) means someone else is controller: we watch ``/controller``
@@ -339,8 +341,11 @@ class Cluster:
         rack: str | None = None,
         rng: random.Random | None = None,
         unclean_leader_election_enable: bool = False,
+        registration_wait_ms: int = 0,
     ) -> None:
         self.store = store
+        # at start, how long to wait for a registration left by our previous process
+        self.registration_wait_ms = registration_wait_ms
         self.broker_id = broker_id
         self.endpoints = list(endpoints)
         self.rack = rack
@@ -370,6 +375,11 @@ class Cluster:
         self._controller_epoch_zk_version = -1  # /controller_epoch's version when we won
         self._registered = False  # our /brokers/ids/<id> is held by the current session
         self._connected = True
+        # bumped whenever the live broker set may have changed since we last looked: a change
+        # of /brokers/ids seen by its cversion (so a broker that left and came back between
+        # two reads counts too) and the loss of our own session (see membership_epoch)
+        self._membership_epoch = 0
+        self._brokers_cversion = -1
 
     @property
     def is_controller(self) -> bool:
@@ -382,6 +392,15 @@ class Cluster:
         re-registered in the new session (LOST).  The replica manager refuses acks=all appends
         while it is False."""
         return self._started and self._registered and self._connected
+
+    @property
+    def membership_epoch(self) -> int:
+        """A counter that moves whenever the set of live brokers may have changed behind what
+        ``brokers`` showed before: /brokers/ids gained or lost a child (its cversion moved, even
+        if the set read back is the same) or our session was lost (others may have acted on
+        our absence).  State derived from "which broker owns what" (group coordination) is
+        valid only for the epoch it was derived in."""
+        return self._membership_epoch
 
     @property
     def controller(self) -> Controller | None:
@@ -405,7 +424,7 @@ class Cluster:
         for path in paths.PERSISTENT_PATHS:
             await self.store.ensure_path(path)
         self.cluster_id = await self._ensure_cluster_id()
-        await self._register_broker()
+        await self._register_broker(wait_ms=self.registration_wait_ms)
         await self._elect()
         await self._refresh_brokers()
         await self._refresh_topics(load_all=True)
@@ -460,13 +479,23 @@ class Cluster:
             except NodeExistsError:
                 continue
 
-    async def _register_broker(self) -> None:
+    async def _register_broker(self, *, wait_ms: int = 0) -> None:
+        """Create our ephemeral registration.  If it exists and belongs to another session, it
+        is either a live broker with our broker.id or what a previous process of ours left
+        when it died (kill -9): ZooKeeper removes that one when the old session times out.
+        So wait up to ``wait_ms`` for it to go, then register; raise BrokerIdInUseError if it
+        is still there (a live broker holds the id)."""
         path = paths.broker(self.broker_id)
         data = paths.encode_broker(self.endpoints, self.clock.time_ms(), self.rack)
-        for _ in range(3):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ms / 1000.0
+        announced = False
+        while True:
             try:
                 await self.store.create(path, data, ephemeral=True)
                 self._registered = True
+                if announced:
+                    log.info("registered at %s: the previous registration expired", path)
                 return
             except NodeExistsError:
                 pass
@@ -478,13 +507,25 @@ class Cluster:
                 await self.store.set(path, data)  # ours already (same session)
                 self._registered = True
                 return
-            raise BrokerIdInUseError(
-                f"broker.id {self.broker_id} is already registered at {path} by another live "
-                f"broker (session 0x{stat.ephemeral_owner:x}, ours is "
-                f"0x{self.store.session_id:x}); if that broker died, its registration goes away "
-                f"when its session times out"
-            )
-        raise BrokerIdInUseError(f"could not register {path}: it keeps reappearing")
+            if loop.time() >= deadline:
+                raise BrokerIdInUseError(
+                    f"broker.id {self.broker_id} is already registered at {path} by another "
+                    f"live broker (session 0x{stat.ephemeral_owner:x}, ours is "
+                    f"0x{self.store.session_id:x})"
+                    + (f", and it did not expire within {wait_ms} ms" if wait_ms else "")
+                )
+            if not announced:
+                announced = True
+                log.info(
+                    "%s is held by session 0x%x (a previous process of broker %d that died, "
+                    "or a live broker with the same broker.id): waiting up to %.1f s for it "
+                    "to expire",
+                    path,
+                    stat.ephemeral_owner,
+                    self.broker_id,
+                    wait_ms / 1000.0,
+                )
+            await asyncio.sleep(0.2)
 
     # ------------------------------------------------------------------ controller
 
@@ -613,6 +654,7 @@ class Cluster:
 
     def _on_session_state(self, state: str) -> None:
         if state == LOST:
+            self._membership_epoch += 1
             self._session_lost = True
             self._connected = False
             self._registered = False  # our ephemerals went with the session
@@ -676,6 +718,9 @@ class Cluster:
             await self._refresh_config(key[1])
 
     async def _refresh_brokers(self) -> None:
+        # cversion first: a change after it is read shows up in the next refresh as well
+        stat = await self.store.exists(paths.BROKER_IDS)
+        cversion = stat.cversion if stat is not None else -1
         ids = await self._watched(("brokers",), self.store.get_children, paths.BROKER_IDS)
         brokers: dict[int, BrokerInfo] = {}
         for child in ids:
@@ -694,8 +739,11 @@ class Cluster:
                 continue
             first = reg["endpoints"][0] if reg["endpoints"] else ("", reg["host"] or "", -1)
             brokers[bid] = BrokerInfo(bid, first[1], first[2], reg["rack"], reg["endpoints"])
-        if brokers != self.brokers:
+        moved = cversion != self._brokers_cversion
+        self._brokers_cversion = cversion
+        if brokers != self.brokers or moved:
             self.brokers = brokers
+            self._membership_epoch += 1
             self._notify(ClusterEvent("BROKERS_CHANGED"))
 
     async def _refresh_topics(self, *, load_all: bool = False) -> None:

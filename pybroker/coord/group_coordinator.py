@@ -17,6 +17,16 @@ offsets stay safe because the store writes them with compare-and-set on their zn
 versions (see offsets.py).  Group membership is held in memory only, as on a Kafka
 coordinator that has just loaded a group: after a coordinator change or a restart, members
 get UNKNOWN_MEMBER_ID and rejoin, and consumption resumes from the committed offsets.
+
+Coordination terms.  What a broker holds about a group (its members, its cached offsets) is
+valid only while it coordinated the group without interruption: once coordination left, the
+new coordinator may have taken commits.  ``membership()`` gives the cluster's membership
+epoch (it moves whenever the live broker set may have changed, including a broker that left
+and came back between two reads, and the loss of our own session) and the live brokers.
+Before every group request and on every BROKERS_CHANGED event (``check_membership``), a moved
+epoch drops every cached offset (the next read goes to the store: a coordinator never answers
+from a previous term) and unloads the groups this broker no longer coordinates (Kafka's
+onGroupUnloaded: Dead, parked JoinGroup/SyncGroup answered NOT_COORDINATOR).
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pybroker.clock import Clock
@@ -75,8 +85,14 @@ class GroupCoordinator:
         offsets_retention_ms: int,
         offsets_retention_check_interval_ms: int,
         offset_metadata_max_bytes: int,
+        broker_id: int = 0,
+        membership: Callable[[], tuple[int, Iterable[int]]] | None = None,
     ) -> None:
         self.offsets = offsets
+        self.broker_id = broker_id
+        # (membership epoch, live broker ids); None: a single broker that coordinates all
+        self._membership = membership
+        self._membership_epoch = membership()[0] if membership is not None else 0
         self.clock = clock
         self.config = config
         self.offsets_retention_ms = offsets_retention_ms
@@ -85,24 +101,84 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._expiry_task: asyncio.Task | None = None
+        self._adopt_task: asyncio.Task | None = None
 
     async def start(self) -> None:
-        now = self.clock.time_ms()
-        for gid in await self.offsets.groups():
-            g = self.groups.setdefault(gid, Group(gid, self.config))
-            g.state_timestamp_ms = now  # the group has been empty at least since now
+        await self._adopt_groups()
         self._expiry_task = asyncio.create_task(self._expire_loop(), name="offset-expiry")
 
-    async def stop(self) -> None:
-        if self._expiry_task is not None:
-            self._expiry_task.cancel()
+    def _coordinates(self, group_id: str) -> bool:
+        if self._membership is None:
+            return True
+        return coordinator_for(group_id, self._membership()[1]) == self.broker_id
+
+    async def _adopt_groups(self) -> None:
+        """Load, as Empty, the groups with committed offsets that this broker coordinates and
+        does not hold yet (Kafka loads a coordinator's groups when it takes over their offsets
+        partition): ListGroups shows them and offset expiry covers them."""
+        epoch = self._membership_epoch
+        names = await self.offsets.groups()
+        if epoch != self._membership_epoch:
+            return  # coordination moved meanwhile: the next adoption decides
+        now = self.clock.time_ms()
+        for gid in names:
+            if gid not in self.groups and self._coordinates(gid):
+                # the group has been empty at least since now
+                self.groups[gid] = Group(gid, self.config, state_timestamp_ms=now)
+
+    def _adopt_in_background(self) -> None:
+        if self._adopt_task is not None and not self._adopt_task.done():
+            self._adopt_task.cancel()
+
+        async def adopt() -> None:
             try:
-                await self._expiry_task
+                await self._adopt_groups()
+            except StoreError as e:
+                log.info("loading the groups this broker now coordinates failed: %s", e)
+
+        self._adopt_task = asyncio.get_running_loop().create_task(adopt(), name="adopt-groups")
+
+    async def stop(self) -> None:
+        for task in (self._expiry_task, self._adopt_task):
+            if task is None:
+                continue
+            task.cancel()
+            try:
+                await task
             except (asyncio.CancelledError, Exception):
                 pass
         for t in self._timers.values():
             t.cancel()
         self._timers.clear()
+
+    # -- coordination ----------------------------------------------------------------------
+    def check_membership(self) -> None:
+        """If the cluster's membership epoch moved since the last look: forget every cached
+        offset and unload the groups another broker coordinates now (module docstring)."""
+        if self._membership is None:
+            return
+        epoch, brokers = self._membership()
+        if epoch == self._membership_epoch:
+            return
+        self._membership_epoch = epoch
+        self.offsets.forget_all()
+        live = list(brokers)
+        now = self.clock.time_ms()
+        for gid in [g for g in self.groups if coordinator_for(g, live) != self.broker_id]:
+            g = self.groups.pop(gid)
+            log.info("group %s: coordination moved away; unloading it", gid)
+            self._deliver(gid, g.unload(now))  # _deliver also cancels the group's timer
+        self._adopt_in_background()
+
+    def coordinator_error(self, group_id: str) -> int | None:
+        """NOT_COORDINATOR unless this broker coordinates the group now; None if it does."""
+        self.check_membership()
+        if self._membership is None:
+            return None
+        _, brokers = self._membership()
+        if coordinator_for(group_id, brokers) != self.broker_id:
+            return ErrorCode.NOT_COORDINATOR
+        return None
 
     # -- plumbing --------------------------------------------------------------------------
     def _get(self, group_id: str, create: bool) -> Group | None:
@@ -240,6 +316,8 @@ class GroupCoordinator:
 
     # -- admin -----------------------------------------------------------------------------------
     def list_groups(self) -> list[Group]:
+        """The groups this broker coordinates now (ListGroups asks every broker)."""
+        self.check_membership()
         return [g for g in self.groups.values() if g.state != GroupState.DEAD]
 
     def describe(self, group_id: str) -> dict[str, Any] | None:

@@ -599,6 +599,24 @@ class Group:
     def mark_dead(self, now: int) -> None:
         self._transition(GroupState.DEAD, now)
 
+    def unload(self, now: int) -> list[Output]:
+        """Coordination of the group moved to another broker (Kafka's onGroupUnloaded): the
+        group becomes Dead here, and members parked in JoinGroup or SyncGroup are answered
+        NOT_COORDINATOR so they look the coordinator up again."""
+        outputs: list[Output] = []
+        for m in self.members.values():
+            if m.awaiting_join is not None:
+                outputs.append(
+                    (m.awaiting_join, _join_error(ErrorCode.NOT_COORDINATOR, m.member_id))
+                )
+                m.awaiting_join = None
+            if m.awaiting_sync is not None:
+                outputs.append((m.awaiting_sync, _sync_reply(ErrorCode.NOT_COORDINATOR)))
+                m.awaiting_sync = None
+        if self.state != GroupState.DEAD:
+            self._transition(GroupState.DEAD, now)
+        return outputs
+
     def describe(self) -> dict[str, Any]:
         show_meta = self.state == GroupState.STABLE  # as Kafka's GroupSummary
         return {

@@ -269,6 +269,7 @@ class OffsetStore:
         # overlapped one is installed as stale, since it may predate the write
         self._writes: collections.Counter[str] = collections.Counter()
         self._consumers_exists = False
+        self._epoch = 0  # bumped by forget/forget_all: reads started before are stale
 
     # ------------------------------------------------------------------ reads
 
@@ -289,6 +290,15 @@ class OffsetStore:
         """Drop the group's cache (its coordinator moved to another broker: when it comes
         back, the offsets must be read again)."""
         self._groups.pop(group, None)
+        self._epoch += 1
+
+    def forget_all(self) -> None:
+        """Drop every group's cache: coordination may have moved (another broker may have
+        written any group's offsets meanwhile), so the next use of each group reads the store
+        again.  A read in flight now is installed stale (used once, re-read before the next
+        use), since it may have started before the other broker's writes."""
+        self._groups.clear()
+        self._epoch += 1
 
     async def groups(self) -> list[str]:
         """Groups that have committed offsets (in the store; read, not cached)."""
@@ -316,13 +326,14 @@ class OffsetStore:
             fut = asyncio.ensure_future(self._read_group(group))
             self._loading[group] = fut
             writes = self._writes[group]
+            epoch = self._epoch
 
             def installed(f: asyncio.Future[_Group]) -> None:
                 if self._loading.get(group) is f:
                     del self._loading[group]
                 if not f.cancelled() and f.exception() is None:
                     g = f.result()
-                    g.stale = self._writes[group] != writes
+                    g.stale = self._writes[group] != writes or self._epoch != epoch
                     self._groups[group] = g
 
             fut.add_done_callback(installed)

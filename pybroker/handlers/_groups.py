@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pybroker.coord.group_coordinator import coordinator_for
 from pybroker.errors import ErrorCode
 from pybroker.handlers.context import RequestContext
 
@@ -14,6 +13,7 @@ def coordinator_error(ctx: RequestContext, group_id: str | None) -> int | None:
     services = ctx.services
     if services.groups is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if coordinator_for(group_id, services.cluster.brokers) != services.config.broker_id:
-        return ErrorCode.NOT_COORDINATOR
-    return None
+    if not services.cluster.session_ok:
+        # our ZooKeeper session is suspended or lost: another broker may be coordinating
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    return services.groups.coordinator_error(group_id)

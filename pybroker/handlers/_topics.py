@@ -132,6 +132,11 @@ async def auto_create(ctx: RequestContext, topic: str) -> Any:
             topic, cfg.num_partitions, cfg.default_replication_factor, {}
         )
     except KafkaError as e:
-        if e.code == ErrorCode.TOPIC_ALREADY_EXISTS:
-            return ctx.services.cluster.topics.get(topic)
-        raise
+        if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+            raise
+        info = ctx.services.cluster.topics.get(topic)
+        if info is None:
+            # another broker created it a moment ago and our cache has not caught up: Kafka
+            # answers LEADER_NOT_AVAILABLE while a topic's creation is in progress
+            raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE) from None
+        return info
