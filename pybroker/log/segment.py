@@ -16,7 +16,9 @@ unlinked later by :meth:`LogSegment.delete_files`, which may run in a worker thr
 Descriptors: a segment holds at most one, for its ``.log`` (the indexes hold none, see
 pybroker/log/index.py): opened ``O_RDWR | O_APPEND`` when the segment is created or first
 touched, and dropped by :meth:`LogSegment.release` (PartitionLog releases segments it no longer
-writes or reads).  The same descriptor serves appends (``os.write``: O_APPEND puts every write
+writes or reads) or by :data:`DESCRIPTORS`, the process-wide LRU that keeps at most
+``capacity`` segments open whatever the number of partitions (the least recently used one
+lets go of its descriptor when another opens; it reopens on its next use).  The same descriptor serves appends (``os.write``: O_APPEND puts every write
 at the end, whatever the file position) and reads (``os.pread``).  A read hands out a
 :class:`SegmentReader`, a file-like view of that descriptor with a position of its own, as
 :class:`FileSlice` ``file``: ``loop.sendfile`` seeks it and, on its fallback path, reads it
