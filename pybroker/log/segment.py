@@ -103,6 +103,7 @@ class DescriptorCache:
         self.capacity = max(1, capacity)
         self._lock = threading.Lock()
         self._open: OrderedDict[LogSegment, None] = OrderedDict()
+        self._last: LogSegment | None = None  # most recently used: touching it is free
 
     def __len__(self) -> int:
         return len(self._open)
@@ -116,20 +117,28 @@ class DescriptorCache:
         with self._lock:
             self._open[seg] = None
             self._open.move_to_end(seg)
+            self._last = seg
             self._evict()
 
     def touch(self, seg: LogSegment) -> None:
+        if seg is self._last:  # the common case: several uses in a row (append, read)
+            return
         with self._lock:
             if seg in self._open:
                 self._open.move_to_end(seg)
+                self._last = seg
 
     def forget(self, seg: LogSegment) -> None:
         with self._lock:
             self._open.pop(seg, None)
+            if self._last is seg:
+                self._last = None
 
     def _evict(self) -> None:
         while len(self._open) > self.capacity:
             victim, _ = self._open.popitem(last=False)
+            if self._last is victim:
+                self._last = None
             victim._desc = None  # the descriptor closes when its last user lets go
 
 
