@@ -158,7 +158,10 @@ async def _listen(
             if (family, addr) in seen:
                 continue
             seen.add((family, addr))
-            sock = socket.socket(family, type_, proto)
+            try:
+                sock = socket.socket(family, type_, proto)
+            except OSError:  # a family this host does not support (no IPv6): skip it
+                continue
             socks.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
