@@ -14,6 +14,7 @@ import signal
 import sys
 from pathlib import Path
 
+from pybroker import logthrottle
 from pybroker.broker import Broker, describe
 from pybroker.config import ConfigError, build_config, parse_properties, with_defaults_for_cli
 
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    logthrottle.install()  # repeated identical warnings and errors: once a minute, counted
     try:
         config = build_config(load_settings(args.properties, args.override))
         config = with_defaults_for_cli(config, DEFAULT_DATA_DIR)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from pybroker.coord.store import MetadataStore
 from pybroker.flusher import Flusher
 from pybroker.handlers._topics import flush_policy, log_config
 from pybroker.log import LogManager, PartitionLog
+from pybroker.log.segment import DESCRIPTORS, descriptor_budget
 from pybroker.purgatory import Purgatory
 from pybroker.replication.fetcher import ReplicaFetcher
 from pybroker.replication.manager import ReplicaManager
@@ -52,6 +54,22 @@ def make_store(config: Config, data_dir: Path, clock: Clock) -> MetadataStore:
     return LocalStore(data_dir / METADATA_DIR, clock=clock)
 
 
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise the RLIMIT_NOFILE soft limit to the hard limit (as Kafka's start scripts expect
+    of the operator, done here so a default shell limit of 1024 is not the broker's) and size
+    the log's descriptor cache from it.  Returns (soft, hard) in effect."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as e:  # e.g. a hard limit above the kernel's nr_open
+            log.warning("could not raise the open files limit from %d to %d: %s", soft, hard, e)
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    DESCRIPTORS.set_capacity(descriptor_budget(soft))
+    return soft, hard
+
+
 class Broker:
     def __init__(self, config: Config, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
@@ -75,6 +93,12 @@ class Broker:
         cfg = self.config
         data_dir = cfg.data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
+        soft, _ = raise_open_files_limit()
+        log.info(
+            "open files limit %d; at most %d segment files open at once",
+            soft,
+            DESCRIPTORS.capacity,
+        )
         self.logs = LogManager(data_dir, log_config(cfg, {}), self.clock)
         await asyncio.to_thread(self.logs.load_all)
         self.store = make_store(cfg, data_dir, self.clock)
@@ -91,6 +115,7 @@ class Broker:
             registration_wait_ms=2 * cfg.zookeeper_session_timeout_ms
             if cfg.zookeeper_connect
             else 0,
+            max_broker_partitions=cfg.max_broker_partitions,
         )
         await self.cluster.start()
         self.replicas = ReplicaManager(

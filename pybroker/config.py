@@ -99,6 +99,7 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
     "max.connections": ("max_connections", _int, 2**31 - 1),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool, False),
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int, 30000),
+    "max.broker.partitions": ("max_broker_partitions", _int, 20000),
 }
 
 
@@ -141,6 +142,7 @@ class Config:
     max_connections: int = 2**31 - 1
     unclean_leader_election_enable: bool = False
     replica_lag_time_max_ms: int = 30000
+    max_broker_partitions: int = 20000
     warnings: tuple[str, ...] = ()
     explicit_keys: frozenset[str] = frozenset()  # keys set in the file or by --override
 
@@ -221,6 +223,7 @@ def _validate(cfg: Config) -> None:
     need(cfg.log_segment_bytes >= 14, "log.segment.bytes", "must be >= 14")
     need(cfg.message_max_bytes >= 0, "message.max.bytes", "must be >= 0")
     need(cfg.socket_request_max_bytes >= 1, "socket.request.max.bytes", "must be >= 1")
+    need(cfg.max_broker_partitions >= 1, "max.broker.partitions", "must be >= 1")
     need(cfg.min_insync_replicas >= 1, "min.insync.replicas", "must be >= 1")
     need(cfg.log_retention_check_interval_ms >= 1, "log.retention.check.interval.ms", ">= 1")
     need(cfg.roll_ms >= 1, "log.roll.ms", "must be >= 1")

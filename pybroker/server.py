@@ -1,16 +1,32 @@
-"""The asyncio listener: accepts connections up to max.connections and closes them all on
-shutdown, letting each finish the request it is handling."""
+"""The listener: accepts connections up to max.connections and closes them all on shutdown,
+letting each finish the request it is handling.
+
+The listening sockets are ours, not ``loop.create_server``'s: asyncio's accept loop answers
+EMFILE (out of descriptors) by logging a traceback and scheduling a retry for each of up to
+``backlog`` further failing accept() calls of the same wake-up, every second, for as long as
+descriptors are short (issue 10: 238 MB of log in 90 s).  Here a resource error on accept()
+(EMFILE, ENFILE, ENOBUFS, ENOMEM) stops accepting on that socket for ``ACCEPT_RETRY_S``, logs
+one line when it starts (no traceback) and one when accepting works again; connections
+already open are served throughout, and new ones wait in the kernel's listen backlog.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import socket
 from typing import Any
 
 from pybroker.config import Endpoint
 from pybroker.connection import KafkaConnection
 
 log = logging.getLogger("pybroker.server")
+
+BACKLOG = 1024
+ACCEPT_BATCH = 128  # accept() calls per wake-up of a listening socket
+ACCEPT_RETRY_S = 0.5  # pause after running out of descriptors
+_OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class KafkaServer:
@@ -27,7 +43,11 @@ class KafkaServer:
         self.max_request_bytes = max_request_bytes
         self.max_connections = max_connections
         self.connections: set[KafkaConnection] = set()
-        self._servers: list[asyncio.base_events.Server] = []
+        self._sockets: list[socket.socket] = []
+        self._retries: dict[int, asyncio.TimerHandle] = {}  # fd -> pending resume
+        self._accepting_tasks: set[asyncio.Task] = set()
+        self._out_of_resources = False
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.bound: list[tuple[str, int]] = []
 
     def _new_connection(self) -> asyncio.Protocol:
@@ -41,26 +61,126 @@ class KafkaServer:
         return conn
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        for ep in self.endpoints:
-            srv = await loop.create_server(
-                self._new_connection, ep.host or None, ep.port, reuse_address=True, backlog=1024
-            )
-            self._servers.append(srv)
-            for sock in srv.sockets:
-                self.bound.append(sock.getsockname()[:2])
+        self._loop = loop = asyncio.get_running_loop()
+        try:
+            for ep in self.endpoints:
+                for sock in await _listen(loop, ep.host or None, ep.port):
+                    self._sockets.append(sock)
+                    self.bound.append(sock.getsockname()[:2])
+                    loop.add_reader(sock.fileno(), self._accept, sock)
+        except BaseException:
+            self._close_sockets()
+            raise
         log.info("listening on %s", ", ".join(f"{h}:{p}" for h, p in self.bound))
 
+    # -- accepting ---------------------------------------------------------------------------
+    def _accept(self, sock: socket.socket) -> None:
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, _addr = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as e:
+                if e.errno in _OUT_OF_RESOURCES:
+                    self._pause(sock, e)
+                else:
+                    log.warning("accept() on %s failed: %s", sock.getsockname()[:2], e)
+                return
+            if self._out_of_resources:
+                self._out_of_resources = False
+                log.info("accepting connections again")
+            conn.setblocking(False)
+            task = self._loop.create_task(self._connect(conn))
+            self._accepting_tasks.add(task)
+            task.add_done_callback(self._accepting_tasks.discard)
+
+    async def _connect(self, conn: socket.socket) -> None:
+        try:
+            await self._loop.connect_accepted_socket(self._new_connection, conn)
+        except OSError as e:  # the peer went away, or no descriptor for the transport
+            conn.close()
+            log.warning("could not set up an accepted connection: %s", e)
+
+    def _pause(self, sock: socket.socket, e: OSError) -> None:
+        fd = sock.fileno()
+        self._loop.remove_reader(fd)
+        if not self._out_of_resources:
+            self._out_of_resources = True
+            log.error(
+                "cannot accept connections on %s: %s; serving the %d open connections and "
+                "accepting again when descriptors are free (retrying every %.1fs)",
+                sock.getsockname()[:2],
+                e.strerror or e,
+                len(self.connections),
+                ACCEPT_RETRY_S,
+            )
+        if fd not in self._retries:
+            self._retries[fd] = self._loop.call_later(ACCEPT_RETRY_S, self._resume, sock)
+
+    def _resume(self, sock: socket.socket) -> None:
+        fd = sock.fileno()
+        self._retries.pop(fd, None)
+        if fd >= 0 and sock in self._sockets:
+            self._loop.add_reader(fd, self._accept, sock)
+
+    def _close_sockets(self) -> None:
+        for handle in self._retries.values():
+            handle.cancel()
+        self._retries.clear()
+        for sock in self._sockets:
+            if self._loop is not None and sock.fileno() >= 0:
+                self._loop.remove_reader(sock.fileno())
+            sock.close()
+        self._sockets.clear()
+
     async def stop(self) -> None:
-        for srv in self._servers:
-            srv.close()
+        self._close_sockets()
+        for task in list(self._accepting_tasks):
+            task.cancel()
         for conn in list(self.connections):
             conn.close()
-        for srv in self._servers:
+
+
+async def _listen(
+    loop: asyncio.AbstractEventLoop, host: str | None, port: int
+) -> list[socket.socket]:
+    """Bound, listening, non-blocking sockets for ``host`` (None: every interface), as
+    ``loop.create_server(..., reuse_address=True)`` would make them."""
+    infos = await loop.getaddrinfo(
+        host, port, family=socket.AF_UNSPEC, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )
+    socks: list[socket.socket] = []
+    seen = set()
+    try:
+        for family, type_, proto, _, addr in infos:
+            if (family, addr) in seen:
+                continue
+            seen.add((family, addr))
             try:
-                await asyncio.wait_for(srv.wait_closed(), 5)
-            except TimeoutError:
-                log.warning("connections still open at shutdown")
+                sock = socket.socket(family, type_, proto)
+            except OSError:  # a family this host does not support (no IPv6): skip it
+                continue
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(addr)
+            except OSError as e:
+                raise OSError(
+                    e.errno, f"error while attempting to bind on address {addr!r}: {e.strerror}"
+                ) from None
+            sock.listen(BACKLOG)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    if not socks:
+        raise OSError(f"no address to listen on for {host}:{port}")
+    return socks
 
 
 class _Refused(asyncio.Protocol):

@@ -60,7 +60,7 @@ import logging
 import random
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -342,10 +342,14 @@ class Cluster:
         rng: random.Random | None = None,
         unclean_leader_election_enable: bool = False,
         registration_wait_ms: int = 0,
+        max_broker_partitions: int = 2**31 - 1,
     ) -> None:
         self.store = store
         # at start, how long to wait for a registration left by our previous process
         self.registration_wait_ms = registration_wait_ms
+        # max.broker.partitions: partition replicas one broker may host (checked by the
+        # controller on CreateTopics, CreatePartitions and auto-creation)
+        self.max_broker_partitions = max_broker_partitions
         self.broker_id = broker_id
         self.endpoints = list(endpoints)
         self.rack = rack
@@ -890,9 +894,11 @@ class Cluster:
         if assignments is not None:
             assignment = {p: list(r) for p, r in sorted(assignments.items())}
         else:
+            self._check_partition_capacity(num_partitions, replication_factor)
             assignment = assign_replicas_to_brokers(
                 list(self.brokers), num_partitions, replication_factor, self.rng
             )
+        self._check_broker_partitions(assignment.values())
         validate_topic_name(name)
         try:
             if await self.store.exists(paths.delete_topic(name)) is not None:
@@ -959,6 +965,50 @@ class Cluster:
         self._update_topic(info)
         self._mark(("topic", name))  # read it back once, which sets the watches on its znodes
         return info
+
+    # ------------------------------------------------------------------ partition limits
+
+    def _replica_counts(self) -> dict[int, int]:
+        counts: dict[int, int] = {}
+        for info in self.topics.values():
+            for st in info.partitions.values():
+                for b in st.replicas:
+                    counts[b] = counts.get(b, 0) + 1
+        return counts
+
+    def _limit_error(self, detail: str) -> KafkaError:
+        return KafkaError(
+            ErrorCode.POLICY_VIOLATION,
+            f"{detail}, over max.broker.partitions={self.max_broker_partitions}.",
+        )
+
+    def _check_partition_capacity(self, new_partitions: int, replication_factor: int) -> None:
+        """Refuse before computing an assignment when the live brokers together cannot host
+        the new replicas (a count of 2**31 - 1 must not be assigned one by one first)."""
+        if new_partitions <= 0 or replication_factor <= 0:
+            return  # assign_replicas_to_brokers answers these
+        capacity = self.max_broker_partitions * max(1, len(self.brokers))
+        total = sum(self._replica_counts().values()) + new_partitions * replication_factor
+        if total > capacity:
+            raise self._limit_error(
+                f"{new_partitions} new partitions (replication factor {replication_factor}) "
+                f"would make {total} partition replicas on {len(self.brokers)} broker(s)"
+            )
+
+    def _check_broker_partitions(self, new_replicas: Iterable[list[int]]) -> None:
+        """POLICY_VIOLATION when the new replicas would put any broker over
+        max.broker.partitions (KIP-578's broker limit)."""
+        added: dict[int, int] = {}
+        for replicas in new_replicas:
+            for b in replicas:
+                added[b] = added.get(b, 0) + 1
+        counts = self._replica_counts()
+        for b in sorted(added):
+            total = counts.get(b, 0) + added[b]
+            if total > self.max_broker_partitions:
+                raise self._limit_error(
+                    f"{added[b]} new partition replicas would make {total} on broker {b}"
+                )
 
     async def alter_topic_configs(
         self,
@@ -1093,6 +1143,7 @@ class Cluster:
                     )
             added = {current + i: list(r) for i, r in enumerate(assignments)}
         else:
+            self._check_partition_capacity(count - current, rf)
             added = assign_replicas_to_brokers(
                 list(self.brokers),
                 count - current,
@@ -1101,6 +1152,7 @@ class Cluster:
                 start_partition_id=current,
             )
             added = {current + i: r for i, (_, r) in enumerate(sorted(added.items()))}
+        self._check_broker_partitions(added.values())
         epoch = self.controller_epoch
         partitions = dict(info.partitions)
         for p, replicas in added.items():

@@ -16,7 +16,9 @@ unlinked later by :meth:`LogSegment.delete_files`, which may run in a worker thr
 Descriptors: a segment holds at most one, for its ``.log`` (the indexes hold none, see
 pybroker/log/index.py): opened ``O_RDWR | O_APPEND`` when the segment is created or first
 touched, and dropped by :meth:`LogSegment.release` (PartitionLog releases segments it no longer
-writes or reads).  The same descriptor serves appends (``os.write``: O_APPEND puts every write
+writes or reads) or by :data:`DESCRIPTORS`, the process-wide LRU that keeps at most
+``capacity`` segments open whatever the number of partitions (the least recently used one
+lets go of its descriptor when another opens; it reopens on its next use).  The same descriptor serves appends (``os.write``: O_APPEND puts every write
 at the end, whatever the file position) and reads (``os.pread``).  A read hands out a
 :class:`SegmentReader`, a file-like view of that descriptor with a position of its own, as
 :class:`FileSlice` ``file``: ``loop.sendfile`` seeks it and, on its fallback path, reads it
@@ -31,7 +33,10 @@ data outlives its unlinking until then.
 from __future__ import annotations
 
 import os
+import resource
 import struct
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -73,6 +78,71 @@ class _Descriptor:
                 os.close(fd)
             except OSError:
                 pass
+
+
+def descriptor_budget(soft_limit: int) -> int:
+    """Segment descriptors allowed open at once for a process RLIMIT_NOFILE soft limit: half
+    of it (the rest is for connections, ZooKeeper, index and checkpoint writes), at least
+    MIN_OPEN_SEGMENTS."""
+    if soft_limit == resource.RLIM_INFINITY or soft_limit <= 0:
+        soft_limit = 1 << 20
+    return max(MIN_OPEN_SEGMENTS, soft_limit // 2)
+
+
+MIN_OPEN_SEGMENTS = 16
+
+
+class DescriptorCache:
+    """The segments holding an open ``.log`` descriptor, least recently used first, at most
+    ``capacity`` of them in the whole process: opening one more lets go of the least recently
+    used one's descriptor (it closes once its in-flight readers are done; the segment reopens
+    it on its next use).  So the log's descriptors are bounded whatever the number of
+    partitions and segments.  Used from the loop and from flush threads: one lock."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._lock = threading.Lock()
+        self._open: OrderedDict[LogSegment, None] = OrderedDict()
+        self._last: LogSegment | None = None  # most recently used: touching it is free
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def set_capacity(self, capacity: int) -> None:
+        with self._lock:
+            self.capacity = max(1, capacity)
+            self._evict()
+
+    def opened(self, seg: LogSegment) -> None:
+        with self._lock:
+            self._open[seg] = None
+            self._open.move_to_end(seg)
+            self._last = seg
+            self._evict()
+
+    def touch(self, seg: LogSegment) -> None:
+        if seg is self._last:  # the common case: several uses in a row (append, read)
+            return
+        with self._lock:
+            if seg in self._open:
+                self._open.move_to_end(seg)
+                self._last = seg
+
+    def forget(self, seg: LogSegment) -> None:
+        with self._lock:
+            self._open.pop(seg, None)
+            if self._last is seg:
+                self._last = None
+
+    def _evict(self) -> None:
+        while len(self._open) > self.capacity:
+            victim, _ = self._open.popitem(last=False)
+            if self._last is victim:
+                self._last = None
+            victim._desc = None  # the descriptor closes when its last user lets go
+
+
+DESCRIPTORS = DescriptorCache(descriptor_budget(resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
 
 
 class SegmentReader:
@@ -159,10 +229,10 @@ class LogSegment:
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.log_path = directory / segment_name(base_offset, LOG_SUFFIX)
-        self._desc: _Descriptor | None = _Descriptor(
-            os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        )
-        self.size = os.fstat(self._desc.fd).st_size
+        self._desc: _Descriptor | None = None
+        desc = self._handle(os.O_CREAT)
+        self.size = os.fstat(desc.fd).st_size
+        del desc
         self.offset_index = OffsetIndex(
             directory / segment_name(base_offset, INDEX_SUFFIX), base_offset, max_index_bytes
         )
@@ -179,12 +249,17 @@ class LogSegment:
 
     # -- the descriptor -----------------------------------------------------------------------
 
-    def _handle(self) -> _Descriptor:
-        """The segment's descriptor, reopened if released.  Callers keep the returned object
-        (not just its number) while they use it: a concurrent release cannot close it then."""
+    def _handle(self, flags: int = 0) -> _Descriptor:
+        """The segment's descriptor, reopened if released or evicted by :data:`DESCRIPTORS`.
+        Callers keep the returned object (not just its number) while they use it: a
+        concurrent release or eviction cannot close it then."""
         desc = self._desc
         if desc is None:
-            desc = self._desc = _Descriptor(os.open(self.log_path, os.O_RDWR | os.O_APPEND))
+            desc = _Descriptor(os.open(self.log_path, os.O_RDWR | os.O_APPEND | flags, 0o644))
+            self._desc = desc
+            DESCRIPTORS.opened(self)
+        else:
+            DESCRIPTORS.touch(self)
         return desc
 
     @property
@@ -196,6 +271,7 @@ class LogSegment:
         of fully written index entries; both come back on the next use.  For segments no
         longer appended to; may run in a worker thread."""
         self._desc = None
+        DESCRIPTORS.forget(self)
         self.offset_index.release()
         self.time_index.release()
 
@@ -450,6 +526,7 @@ class LogSegment:
         self.offset_index.close()
         self.time_index.close()
         self._desc = None
+        DESCRIPTORS.forget(self)
 
     def paths(self) -> list[Path]:
         return [self.log_path, self.offset_index.path, self.time_index.path]
@@ -475,6 +552,7 @@ class LogSegment:
         reader keeps the descriptor, and the data, until it is done)."""
         self.deleted = True
         self._desc = None
+        DESCRIPTORS.forget(self)
         self.offset_index.discard()
         self.time_index.discard()
         for p in self.paths():
