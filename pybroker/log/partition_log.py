@@ -85,8 +85,12 @@ _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 @dataclass(frozen=True)
 class LogConfig:
     """Kafka's topic-level names: segment.bytes, segment.ms, retention.ms, retention.bytes,
-    index.interval.bytes, segment.index.bytes, message.timestamp.type, file.delete.delay.ms.
-    A negative retention disables that kind of retention."""
+    index.interval.bytes, segment.index.bytes, message.timestamp.type, file.delete.delay.ms,
+    and compaction's cleanup.policy, delete.retention.ms, min.cleanable.dirty.ratio,
+    min.compaction.lag.ms, max.compaction.lag.ms (pybroker/log/cleaner.py).
+    A negative retention disables that kind of retention; time and size retention apply only
+    when cleanup.policy holds ``delete`` (a compact-only log loses records only to the cleaner
+    and to DeleteRecords)."""
 
     segment_bytes: int = 1024 * 1024 * 1024
     roll_ms: int = 7 * 24 * 3600 * 1000
@@ -96,6 +100,27 @@ class LogConfig:
     max_index_bytes: int = 10 * 1024 * 1024
     message_timestamp_type: str = "CreateTime"
     file_delete_delay_ms: int = 60_000
+    cleanup_policy: str = "delete"  # "delete", "compact", "compact,delete" (either order), ""
+    delete_retention_ms: int = 86_400_000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = 2**63 - 1
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def max_segment_ms(self) -> int:
+        """Kafka's LogConfig.maxSegmentMs: a compacted log also rolls its active segment
+        when max.compaction.lag.ms passes, so that the cleaner can reach its records."""
+        if self.compact and self.max_compaction_lag_ms > 0:
+            return min(self.max_compaction_lag_ms, self.roll_ms)
+        return self.roll_ms
 
 
 class AppendInfo(NamedTuple):
@@ -272,7 +297,10 @@ class PartitionLog:
             return False
         if seg.size > self.config.segment_bytes - size:
             return True
-        if seg.rolling_base_ms is not None and now - seg.rolling_base_ms > self.config.roll_ms:
+        if (
+            seg.rolling_base_ms is not None
+            and now - seg.rolling_base_ms > self.config.max_segment_ms
+        ):
             return True
         if seg.should_roll_for_index():
             return True
@@ -464,6 +492,8 @@ class PartitionLog:
         unlinked later by :meth:`delete_pending_files`.  Returns the number of segments."""
         now = self.clock.time_ms()
         deleted = 0
+        if not self.config.delete:  # compact only: the cleaner's, plus the log start breach
+            return self._delete_segments(self._below_log_start)
         if self.config.retention_ms >= 0:
             deleted += self._delete_segments(
                 lambda seg, _: now - seg.max_timestamp > self.config.retention_ms
