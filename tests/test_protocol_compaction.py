@@ -296,3 +296,65 @@ def test_produce_keyless_record_to_compacted_topic(client, version, compression)
     plain = unique_topic("plain")
     assert create(client, plain)["error_code"] == NONE
     assert produce(client, plain, records, version)["error_code"] == NONE
+
+
+# ------------------------------------------------------------------- the cleaner at work
+
+
+def test_broker_cleans_a_compacted_topic(start_broker):
+    from pybroker.wire.records import decode_records, scan_batches
+
+    b = start_broker(**{"log.cleaner.backoff.ms": "50"})
+    topic = unique_topic("clean")
+    with b.client() as c:
+        r = create(
+            c,
+            topic,
+            {
+                "cleanup.policy": "compact",
+                "segment.bytes": "2000",
+                "min.cleanable.dirty.ratio": "0.01",
+                "delete.retention.ms": "0",
+            },
+        )
+        assert r["error_code"] == NONE
+        latest: dict[bytes, bytes | None] = {}
+        for i in range(300):
+            key = b"k%02d" % (i % 20)
+            value = None if i % 50 == 49 else b"v%d" % i
+            latest[key] = value
+            p = produce(c, topic, build_batch([(key, value, [])]), 8)
+            assert p["error_code"] == NONE
+        plog = b.broker.logs.get(topic, 0)
+        wait_until(lambda: b.broker.cleaner.last_clean.get((topic, 0)) is not None)
+
+        def consumed():
+            out, offset = [], 0
+            while True:
+                p = c.fetch(topic, 0, offset)
+                data = p["records"] or b""
+                if not data:
+                    return out
+                for h in scan_batches(data):
+                    batch = bytes(data[h.position : h.position + h.size])
+                    out.extend((x.offset, x.key, x.value) for x in decode_records(batch))
+                    offset = h.next_offset
+
+        # everything below the active segment is clean: only the latest of each key is left
+        # there, and a consumer from offset 0 reads in offset order across the gaps
+        def clean_enough():
+            got = consumed()
+            first_active = plog.segments[-1].base_offset
+            keys = [k for o, k, _ in got if o < first_active]
+            return got if len(keys) == len(set(keys)) and len(got) < 300 else None
+
+        got = wait_until(clean_enough)
+        offsets = [o for o, _, _ in got]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+        final = {}
+        for _, k, v in got:
+            final[k] = v
+        assert {k: v for k, v in final.items() if v is not None} == {
+            k: v for k, v in latest.items() if v is not None
+        }
+        assert (b.log_dir / "cleaner-offset-checkpoint").exists()
