@@ -435,3 +435,35 @@ def test_crash_between_every_step(tmp_path, clock, trusted):
         c2 = LogCleaner(mgr2, CleanerConfig(), clock)
         clean_until_done(c2)
         assert read_log(plog2) == expected, step
+
+
+def test_follower_replicates_a_compacted_leader(tmp_path, clock):
+    _, leader, cleaner = make(tmp_path / "leader", clock)
+    pid = 55
+    append(leader, [(b"a", b"1")], producer_id=pid, producer_epoch=0, base_sequence=0)
+    write_keys(leader, [(b"k%d" % (i % 4), b"v%d" % i) for i in range(40)], per_batch=3)
+    write_keys(leader, [(b"a", b"2")])  # the producer's only batch empties
+    leader.roll()
+    clean_until_done(cleaner)
+    assert _raw_batches(leader)[0][-4:] == b"\x00\x00\x00\x00"  # records count 0
+    write_keys(leader, [(b"k1", b"new")])
+    # a new replica fetches everything from offset 0 (as the replica fetcher does)
+    fmgr, follower, fcleaner = make(tmp_path / "follower", clock)
+    while follower.log_end_offset < leader.log_end_offset:
+        s = leader.read(follower.log_end_offset, 1 << 20)
+        buf = bytearray(os.pread(s.file.fileno(), s.size, s.position))
+        follower.append_as_follower(buf, parse_batches(buf, allow_control=True))
+    follower.high_watermark = follower.log_end_offset
+    assert follower.log_end_offset == leader.log_end_offset
+    assert read_log(follower) == read_log(leader)
+    assert follower.producer_state.last_entry(pid).last_seq == 0  # the kept empty batch
+    # both compact on their own and end with the same offsets and key -> value map
+    write_keys(leader, [(b"k2", b"x")])
+    s = leader.read(follower.log_end_offset, 1 << 20)
+    buf = bytearray(os.pread(s.file.fileno(), s.size, s.position))
+    follower.append_as_follower(buf, parse_batches(buf, allow_control=True))
+    for plog, c in ((leader, cleaner), (follower, fcleaner)):
+        plog.high_watermark = plog.log_end_offset
+        plog.roll()
+        clean_until_done(c)
+    assert read_log(follower) == read_log(leader)

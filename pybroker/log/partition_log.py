@@ -417,18 +417,50 @@ class PartitionLog:
         if not batches:
             raise ValueError("nothing to append")
         expected = self.log_end_offset
+        contiguous = True
         for h in batches:
-            if h.base_offset != expected:
+            if h.base_offset < expected:
                 raise KafkaError(
                     ErrorCode.OFFSET_OUT_OF_RANGE,
                     f"follower append: batch at offset {h.base_offset}, expected {expected}"
                     f" ({self.topic}-{self.partition} log end {self.log_end_offset})",
                 )
+            # a compacted leader's log has gaps (offsets only ascend), as Kafka allows
+            contiguous &= h.base_offset == expected
             expected = h.next_offset
         size = self._check_size(batches)
         first = self.log_end_offset
-        self._write(buf, batches, size, first, expected, self.clock.time_ms(), None)
-        return AppendInfo(first, expected - 1, -1, self.log_start_offset)
+        if contiguous:
+            self._write(buf, batches, size, first, expected, self.clock.time_ms(), None)
+        else:
+            self._write_with_gaps(buf, batches, size, expected)
+        return AppendInfo(batches[0].base_offset, expected - 1, -1, self.log_start_offset)
+
+    def _write_with_gaps(
+        self, buf: bytearray, batches: list[BatchHeader], size: int, end: int
+    ) -> None:
+        """A follower's append of a compacted leader's batches: their own offsets, gaps
+        included (the segment indexes them by their last offsets)."""
+        now = self.clock.time_ms()
+        if self._should_roll(size, end - 1 - self.log_end_offset, now):
+            self.roll()
+        start = batches[0].position
+        seg = self.active_segment
+        if seg.size == 0 and seg.rolling_base_ms is None:
+            seg.rolling_base_ms = now
+        seg.append_batches(
+            memoryview(buf)[start : start + size],
+            [h._replace(position=h.position - start) for h in batches],
+        )
+        epochs_changed = False
+        for h in batches:
+            self.producer_state.update(h, h.base_offset, None)
+            (epoch,) = _INT32.unpack_from(buf, h.position + PARTITION_LEADER_EPOCH_OFFSET)
+            if epoch >= 0:
+                epochs_changed |= self.leader_epochs.assign(epoch, h.base_offset, flush=False)
+        if epochs_changed:
+            self.leader_epochs.flush()
+        self.log_end_offset = end
 
     def _check_size(self, batches: list[BatchHeader]) -> int:
         size = batches[-1].position + batches[-1].size - batches[0].position
