@@ -215,13 +215,13 @@ def test_broker_defaults_reported_with_static_source(start_broker):
         for key, want in expected.items():
             assert (broker_cfg[key]["value"], broker_cfg[key]["config_source"]) == want, key
         # the broker's compacted default makes a compacted log
-        assert b.broker.partition_log(topic, 0).config.compact
+        assert wait_until(lambda: b.broker.logs.get(topic, 0)).config.compact
 
 
 def test_alter_cleanup_policy_live(broker, client):
     topic = unique_topic("live")
     assert create(client, topic)["error_code"] == NONE
-    log = broker.broker.partition_log(topic, 0)
+    log = wait_until(lambda: broker.broker.logs.get(topic, 0))  # opened on the broker's loop
     assert not log.config.compact
     assert incremental(client, topic, "cleanup.policy", "compact")[0] == NONE
     wait_until(lambda: log.config.compact and not log.config.delete)

@@ -207,6 +207,8 @@ class LogCleaner:
         self.last_clean: dict[tuple[str, int], CleanStats] = {}
         self.delete_horizons: dict[tuple[str, int], int] = {}  # earliest pending horizon
         self.crash_hook: Callable[[str], None] | None = None  # tests: "crash" at a step
+        # logs whose clean failed unexpectedly: skipped until their log is opened again
+        self.uncleanable: dict[tuple[str, int], PartitionLog] = {}
         self._lock = threading.Lock()
         self._in_progress: set[tuple[str, int]] = set()
         self._stop = threading.Event()
@@ -305,6 +307,8 @@ class LogCleaner:
         for topic, partition, plog in self.logs.partitions():
             if not plog.config.compact or plog.closed or (topic, partition) in self._in_progress:
                 continue
+            if self.uncleanable.get((topic, partition)) is plog:
+                continue
             c = self.cleanable(plog, now)
             if c is None:
                 continue
@@ -339,6 +343,11 @@ class LogCleaner:
             return self.clean(pick, offset_map)
         except CleanAborted as e:
             log.info("clean of %s-%s abandoned: %s", key[0], key[1], e)
+            return None
+        except Exception:
+            # Kafka marks such a partition uncleanable rather than failing on it for ever
+            log.exception("cleaning %s-%s failed: marked uncleanable", key[0], key[1])
+            self.uncleanable[key] = pick.log
             return None
         finally:
             with self._lock:
