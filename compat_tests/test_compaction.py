@@ -111,3 +111,49 @@ def test_kafka_python_compacted_topic(broker):
     producer.close()
     after = consume_all(broker.bootstrap, topic)
     assert after[-1].key == b"after" and after[-1].offset == RECORDS
+
+
+@pytest.mark.broker_overrides({"log.cleaner.backoff.ms": 20})
+def test_kill9_while_cleaning_keeps_the_latest_values(broker):
+    """kill -9 while the cleaner works on a topic being written: after each restart every
+    acknowledged latest value is there, once, and offsets only ascend."""
+    topic = unique_topic("kill")
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, client_id="compat-admin")
+    try:
+        admin.create_topics(
+            [
+                NewTopic(
+                    topic,
+                    1,
+                    1,
+                    topic_configs={
+                        "cleanup.policy": "compact",
+                        "segment.bytes": "4096",
+                        "min.cleanable.dirty.ratio": "0.01",
+                    },
+                )
+            ]
+        )
+    finally:
+        admin.close()
+    keys = [b"k%03d" % i for i in range(200)]
+    latest: dict[bytes, bytes] = {}
+    for round_ in range(3):
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, batch_size=2000)
+        for i in range(3000):
+            key = keys[i % len(keys)]
+            value = b"r%d-%d" % (round_, i)
+            producer.send(topic, key=key, value=value, partition=0)
+            latest[key] = value
+        producer.flush()  # every record acknowledged (acks=all)
+        producer.close()
+        broker.kill9()  # the cleaner is busy with what was just written
+        broker.restart()
+        got = consume_all(broker.bootstrap, topic)
+        offsets = [r.offset for r in got]
+        assert offsets == sorted(set(offsets))
+        final: dict[bytes, bytes] = {}
+        for r in got:
+            final[r.key] = r.value
+        assert final == latest
+    assert "cleaned " + topic in broker.output(max_lines=100_000)
