@@ -467,3 +467,23 @@ def test_follower_replicates_a_compacted_leader(tmp_path, clock):
         plog.roll()
         clean_until_done(c)
     assert read_log(follower) == read_log(leader)
+
+
+def test_timestamps_and_epochs_across_gaps(tmp_path, clock):
+    _, plog, cleaner = make(tmp_path, clock)
+    t0 = clock.time_ms()
+    for i in range(12):  # offset i has timestamp t0 + i; epoch 0 for 0-5, 1 for 6-11
+        append(
+            plog, [(b"k%d" % (i % 3), b"v%d" % i)], timestamp=t0 + i, partition_leader_epoch=i // 6
+        )
+    plog.roll()
+    plog.leader_epochs.assign(2, plog.log_end_offset)
+    clean_until_done(cleaner)
+    assert [o for o, _, _ in read_log(plog)] == [9, 10, 11]
+    # ListOffsets by timestamp: the first kept record at or after it
+    assert plog.offset_for_timestamp(t0 + 3) == (9, t0 + 9)
+    assert plog.offset_for_timestamp(t0 + 10) == (10, t0 + 10)
+    assert plog.offset_for_timestamp(t0 + 12) is None
+    # OffsetForLeaderEpoch: the epoch cache is untouched by the clean
+    assert plog.end_offset_for_epoch(0) == (0, 6)
+    assert plog.end_offset_for_epoch(1) == (1, 12)
