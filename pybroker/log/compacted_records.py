@@ -26,7 +26,7 @@ written as an empty batch (records count 0, no compression), as Kafka's writeEmp
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -84,9 +84,12 @@ def has_delete_horizon(h: BatchHeader) -> bool:
     return bool(h.attributes & DELETE_HORIZON_MASK)
 
 
-def read_records(batch: bytes) -> tuple[BatchHeader, list[RawRecord]]:
+def read_records(
+    batch: bytes, every_64: Callable[[], None] | None = None
+) -> tuple[BatchHeader, list[RawRecord]]:
     """The header and the records of one whole v2 batch (decompressed).  Raises
-    InvalidRecordError(CORRUPT_MESSAGE) on malformed data."""
+    InvalidRecordError(CORRUPT_MESSAGE) on malformed data.  ``every_64`` is called every 64
+    records (the cleaner lets other threads run there)."""
     h = unpack_header(batch)
     payload = decompress(h.compression, bytes(batch[HEADER_SIZE : LOG_OVERHEAD + h.batch_length]))
     log_append = h.timestamp_type == LOG_APPEND_TIME
@@ -94,7 +97,9 @@ def read_records(batch: bytes) -> tuple[BatchHeader, list[RawRecord]]:
     pos = 0
     end = len(payload)
     try:
-        for _ in range(h.records_count):
+        for n in range(h.records_count):
+            if every_64 is not None and n % 64 == 63:
+                every_64()
             length, pos = _read_varint(payload, pos)
             stop = pos + length
             if length < 1 or stop > end:
@@ -163,7 +168,11 @@ def _finish(buf: bytearray) -> bytes:
 
 
 def rebuild_batch(
-    h: BatchHeader, records: list[RawRecord], *, delete_horizon_ms: int | None = None
+    h: BatchHeader,
+    records: list[RawRecord],
+    *,
+    delete_horizon_ms: int | None = None,
+    every_64: Callable[[], None] | None = None,
 ) -> bytes:
     """A batch holding ``records`` (a non-empty subset of ``h``'s, in order) with ``h``'s
     offsets, producer fields and codec; see the module docstring."""
@@ -175,7 +184,9 @@ def rebuild_batch(
         attributes |= DELETE_HORIZON_MASK
         base_ts = delete_horizon_ms
     body = bytearray()
-    for r in records:
+    for n, r in enumerate(records):
+        if every_64 is not None and n % 64 == 63:
+            every_64()
         rec = bytearray(b"\x00")
         _write_varint(rec, r.timestamp - base_ts if h.timestamp_type != LOG_APPEND_TIME else 0)
         _write_varint(rec, r.offset - h.base_offset)
