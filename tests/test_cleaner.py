@@ -487,3 +487,26 @@ def test_timestamps_and_epochs_across_gaps(tmp_path, clock):
     # OffsetForLeaderEpoch: the epoch cache is untouched by the clean
     assert plog.end_offset_for_epoch(0) == (0, 6)
     assert plog.end_offset_for_epoch(1) == (1, 12)
+
+
+def test_stale_cleaned_file_does_not_undo_a_complete_swap(tmp_path, clock):
+    """A crash after the old segments were renamed .deleted, with a stale .cleaned of
+    another base offset lying around: recovery completes the swap (nothing lost)."""
+    mgr, plog, cleaner, cfg = _crash_scenario(tmp_path, clock)
+    before = read_log(plog)
+    expected = latest_per_key([r for r in before if r[1] != b"tail"]) + [before[-1]]
+
+    def crash(name):
+        if name == "renamed 00000000000000000060.log.deleted":
+            raise SimulatedCrash(name)
+
+    cleaner.crash_hook = crash
+    with pytest.raises(SimulatedCrash):
+        clean_until_done(cleaner)
+    del plog, mgr
+    (tmp_path / "t-0" / "00000000000000000000.log.cleaned").write_bytes(b"stale")
+    mgr2 = LogManager(tmp_path, cfg, clock)
+    mgr2.load_all()
+    got = read_log(mgr2.get("t", 0))
+    assert set(expected) <= set(got)
+    assert [o for o, _, _ in got] == sorted({o for o, _, _ in got})

@@ -199,9 +199,12 @@ class PartitionLog:
         renames them to ``.swap`` (the .log first), renames the replaced segments' files to
         ``.deleted``, then drops the ``.swap`` suffix (the .log first):
 
-        * ``.cleaned`` files are deleted, and so is every ``.swap`` file at or above the lowest
-          ``.cleaned`` base offset (a swap whose renaming did not finish: the old segments are
-          all still there, so this rolls the clean back);
+        * ``.cleaned`` files are deleted, and so are the ``.swap`` files of the same base
+          offset (a swap whose renaming to ``.swap`` did not finish: the old segments are all
+          still there, so this rolls the clean back).  Kafka deletes every ``.swap`` at or
+          above the lowest ``.cleaned`` offset, for its segment splits; a clean here swaps one
+          segment at a time, and a ``.cleaned`` of another base offset is a stale one that
+          says nothing about a complete swap (whose old segments may be gone already);
         * a ``.log.swap`` left is complete: every other segment file whose base offset lies in
           [its base offset, its next offset) is one it replaces and is deleted;
         * every ``.swap`` file left then loses its suffix.
@@ -212,13 +215,12 @@ class PartitionLog:
         swaps = [n for n in names if n.endswith(SWAP_SUFFIX)]
         if not cleaned and not swaps:
             return set()
-        min_cleaned = min((int(n[:20]) for n in cleaned), default=None)
+        incomplete = {int(n[:20]) for n in cleaned}
         for n in cleaned:
             (self.directory / n).unlink(missing_ok=True)
-        if min_cleaned is not None:
-            for n in [n for n in swaps if int(n[:20]) >= min_cleaned]:
-                (self.directory / n).unlink(missing_ok=True)
-                swaps.remove(n)
+        for n in [n for n in swaps if int(n[:20]) in incomplete]:
+            (self.directory / n).unlink(missing_ok=True)
+            swaps.remove(n)
         ranges = []
         for n in swaps:
             if n.endswith(LOG_SUFFIX + SWAP_SUFFIX):
