@@ -282,10 +282,9 @@ class LogCleaner:
                     break
         # round down to a segment boundary: the segment holding it is not cleanable
         bound = segments[0].base_offset
-        for seg in segments[:-1]:
-            nxt_base = segments[segments.index(seg) + 1].base_offset
-            if nxt_base <= uncleanable:
-                bound = nxt_base
+        for nxt in segments[1:]:
+            if nxt.base_offset <= uncleanable:
+                bound = nxt.base_offset
         clean_bytes = dirty_bytes = 0
         earliest_dirty_ts: int | None = None
         for i, seg in enumerate(segments[:-1]):
@@ -462,6 +461,7 @@ class LogCleaner:
         less than 2**31."""
         cfg = plog.config
         groups: list[list[LogSegment]] = []
+        position = {id(seg): k for k, seg in enumerate(segments)}
         i = 0
         while i < len(to_clean):
             group = [to_clean[i]]
@@ -470,7 +470,7 @@ class LogCleaner:
             i += 1
             while i < len(to_clean):
                 seg = to_clean[i]
-                nxt = segments.index(seg) + 1
+                nxt = position[id(seg)] + 1
                 last = (segments[nxt].base_offset if nxt < len(segments) else seg.next_offset) - 1
                 if (
                     size + seg.size > cfg.segment_bytes
