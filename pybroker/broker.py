@@ -3,16 +3,18 @@
 start: data dir -> log recovery (LogManager) -> metadata store (ZooKeeper when
 zookeeper.connect is set, else the embedded store under log.dirs) -> Cluster (cluster id,
 registration, controller) -> logs for the partitions this broker leads -> group coordinator
-(groups known from committed offsets) -> listeners ->
-periodic retention and recovery-point checkpoints.  stop runs the same steps backwards; a
+(groups known from committed offsets) -> the log cleaner's threads (pybroker/log/cleaner.py)
+-> listeners -> periodic retention and recovery-point checkpoints.  stop runs the same steps backwards; a
 clean stop leaves the logs marked clean so the next start skips recovery scans.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import resource
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from pybroker.coord.store import MetadataStore
 from pybroker.flusher import Flusher
 from pybroker.handlers._topics import flush_policy, log_config
 from pybroker.log import LogManager, PartitionLog
+from pybroker.log.cleaner import CleanerConfig, LogCleaner
 from pybroker.log.segment import DESCRIPTORS, descriptor_budget
 from pybroker.purgatory import Purgatory
 from pybroker.replication.fetcher import ReplicaFetcher
@@ -83,6 +86,8 @@ class Broker:
         self.flusher = Flusher(self._flush_policy, clock)
         self._flush_policies: dict[str, tuple[int, int]] = {}
         self.server: KafkaServer | None = None
+        self.cleaner: LogCleaner | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
 
     @property
@@ -130,6 +135,21 @@ class Broker:
             fetcher_factory=ReplicaFetcher,
         )
         self._apply_topic_configs()
+        self._loop = asyncio.get_running_loop()
+        self.cleaner = LogCleaner(
+            self.logs,
+            CleanerConfig(
+                enable=cfg.log_cleaner_enable,
+                threads=cfg.log_cleaner_threads,
+                dedupe_buffer_size=cfg.log_cleaner_dedupe_buffer_size,
+                io_buffer_size=cfg.log_cleaner_io_buffer_size,
+                dedupe_buffer_load_factor=cfg.log_cleaner_io_buffer_load_factor,
+                backoff_ms=cfg.log_cleaner_backoff_ms,
+            ),
+            self.clock,
+            run_on_owner=self._run_on_loop,
+        )
+        self.cleaner.start()
         self.flusher.start()
         await self.replicas.start()
         self.cluster.add_listener(self._on_cluster_event)
@@ -165,6 +185,8 @@ class Broker:
             await asyncio.wait(self._tasks, timeout=5.0)
         if self.server is not None:
             await self.server.stop()
+        if self.cleaner is not None:
+            await asyncio.to_thread(self.cleaner.stop)  # its swaps need the loop running
         if self.groups is not None:
             await self.groups.stop()
         if self.replicas is not None:
@@ -185,6 +207,22 @@ class Broker:
         info = self.cluster.topics[topic]
         return self.logs.get_or_create(topic, partition, log_config(self.config, info.configs))
 
+    def _run_on_loop(self, fn: Callable[[], Any]) -> Any:
+        """The log cleaner's one handoff: run ``fn`` (a segment swap, a look at the producer
+        state) on the event loop, the owner of the logs, and wait for its result."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+
+        def call() -> None:
+            if not fut.set_running_or_notify_cancel():
+                return
+            try:
+                fut.set_result(fn())
+            except BaseException as e:  # handed to the waiting cleaner thread
+                fut.set_exception(e)
+
+        self._loop.call_soon_threadsafe(call)
+        return fut.result()
+
     def _on_cluster_event(self, event: Any) -> None:
         # A topic's change touches only that topic's partitions; a change of the live brokers
         # or of the controller can move any leader.
@@ -193,6 +231,8 @@ class Broker:
         self._flush_policies.pop(topic, None)
         if event.kind == "TOPIC_CHANGED":
             self._apply_topic_configs(event.topic)
+            if self.cleaner is not None:
+                self.cleaner.wake()  # a topic that became compacted is looked at now
         if event.kind == "BROKERS_CHANGED" and self.groups is not None:
             self.groups.check_membership()
         if event.kind == "TOPIC_DELETED":

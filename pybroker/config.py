@@ -31,6 +31,22 @@ def _int(s: str) -> int:
     return int(s.strip())
 
 
+def _double(s: str) -> float:
+    return float(s.strip())
+
+
+def _policy(s: str) -> str:
+    """log.cleanup.policy: a list of ``compact`` and ``delete`` (either order)."""
+    items = [i.strip() for i in s.split(",") if i.strip()]
+    wrong = [i for i in items if i not in ("compact", "delete")]
+    if wrong:
+        raise ValueError(f"[{', '.join(wrong)}] are not in [compact, delete]")
+    return ",".join(items)
+
+
+LONG_MAX = 2**63 - 1
+
+
 @dataclass(frozen=True)
 class Endpoint:
     listener: str
@@ -100,6 +116,18 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool, False),
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int, 30000),
     "max.broker.partitions": ("max_broker_partitions", _int, 20000),
+    # log compaction (Kafka's LogConfig / CleanerConfig names and defaults)
+    "log.cleanup.policy": ("log_cleanup_policy", _policy, "delete"),
+    "log.cleaner.enable": ("log_cleaner_enable", _bool, True),
+    "log.cleaner.threads": ("log_cleaner_threads", _int, 1),
+    "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", _int, 128 * 1024 * 1024),
+    "log.cleaner.io.buffer.size": ("log_cleaner_io_buffer_size", _int, 512 * 1024),
+    "log.cleaner.io.buffer.load.factor": ("log_cleaner_io_buffer_load_factor", _double, 0.9),
+    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int, 15000),
+    "log.cleaner.min.cleanable.ratio": ("log_cleaner_min_cleanable_ratio", _double, 0.5),
+    "log.cleaner.delete.retention.ms": ("log_cleaner_delete_retention_ms", _int, 86400000),
+    "log.cleaner.min.compaction.lag.ms": ("log_cleaner_min_compaction_lag_ms", _int, 0),
+    "log.cleaner.max.compaction.lag.ms": ("log_cleaner_max_compaction_lag_ms", _int, LONG_MAX),
 }
 
 
@@ -143,6 +171,17 @@ class Config:
     unclean_leader_election_enable: bool = False
     replica_lag_time_max_ms: int = 30000
     max_broker_partitions: int = 20000
+    log_cleanup_policy: str = "delete"
+    log_cleaner_enable: bool = True
+    log_cleaner_threads: int = 1
+    log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
+    log_cleaner_io_buffer_size: int = 512 * 1024
+    log_cleaner_io_buffer_load_factor: float = 0.9
+    log_cleaner_backoff_ms: int = 15000
+    log_cleaner_min_cleanable_ratio: float = 0.5
+    log_cleaner_delete_retention_ms: int = 86400000
+    log_cleaner_min_compaction_lag_ms: int = 0
+    log_cleaner_max_compaction_lag_ms: int = LONG_MAX
     warnings: tuple[str, ...] = ()
     explicit_keys: frozenset[str] = frozenset()  # keys set in the file or by --override
 
@@ -242,6 +281,37 @@ def _validate(cfg: Config) -> None:
     need(
         cfg.offsets_retention_check_interval_ms >= 1, "offsets.retention.check.interval.ms", ">= 1"
     )
+    need(cfg.log_cleaner_threads >= 0, "log.cleaner.threads", "must be >= 0")
+    need(cfg.log_cleaner_io_buffer_size >= 0, "log.cleaner.io.buffer.size", "must be >= 0")
+    need(cfg.log_cleaner_backoff_ms >= 0, "log.cleaner.backoff.ms", "must be >= 0")
+    need(
+        0.0 <= cfg.log_cleaner_min_cleanable_ratio <= 1.0,
+        "log.cleaner.min.cleanable.ratio",
+        "must be between 0 and 1",
+    )
+    need(
+        cfg.log_cleaner_delete_retention_ms >= 0, "log.cleaner.delete.retention.ms", "must be >= 0"
+    )
+    need(
+        cfg.log_cleaner_min_compaction_lag_ms >= 0,
+        "log.cleaner.min.compaction.lag.ms",
+        "must be >= 0",
+    )
+    need(
+        cfg.log_cleaner_max_compaction_lag_ms >= 1,
+        "log.cleaner.max.compaction.lag.ms",
+        "must be >= 1",
+    )
+    if cfg.log_cleaner_enable and cfg.log_cleaner_threads > 0:
+        # Kafka's Cleaner: the offset map of each thread (24 bytes an entry: a 16-byte key
+        # hash and an 8-byte offset) must hold more than one entry at its load factor
+        slots = cfg.log_cleaner_dedupe_buffer_size // cfg.log_cleaner_threads // 24
+        need(
+            slots * cfg.log_cleaner_io_buffer_load_factor > 1,
+            "log.cleaner.dedupe.buffer.size",
+            "the offset map is too small to fit in even a single message; increase"
+            " log.cleaner.dedupe.buffer.size or decrease log.cleaner.threads",
+        )
     names = [e.listener for e in cfg.listeners]
     need(len(set(names)) == len(names), "listeners", "listener names must be unique")
     if cfg.zookeeper_connect is not None:

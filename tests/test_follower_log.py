@@ -102,13 +102,11 @@ def test_follower_append_does_not_move_high_watermark(tmp_path, clock):
 @pytest.mark.parametrize(
     "bad",
     [
-        lambda: follower_batch(5, 0),  # gap after the LEO (4)
         lambda: follower_batch(3, 0),  # overlaps the log
-        lambda: follower_batch(4, 0) + follower_batch(7, 0),  # hole inside the append
         lambda: follower_batch(4, 0) + follower_batch(5, 0),  # overlap inside the append
     ],
 )
-def test_follower_append_must_be_contiguous(tmp_path, clock, bad):
+def test_follower_append_offsets_must_ascend(tmp_path, clock, bad):
     log = open_log(tmp_path, clock)
     follow(log, follower_batch(0, 0, 4))
     size = log.active_segment.size
@@ -414,3 +412,19 @@ def test_log_start_beyond_recovered_end_empties_log(tmp_path, clock):
     assert log.leader_epochs.entries() == [] and log.producer_state.last_entry(1) is None
     assert not (tmp_path / "t-0" / "00000000000000000000.log").exists()
     log.close()
+
+
+def test_follower_append_with_gaps_of_a_compacted_leader(tmp_path, clock):
+    """A compacted leader's log has gaps: offsets only ascend (Kafka's follower append)."""
+    log = open_log(tmp_path, clock)
+    follow(log, follower_batch(0, 0, 4))
+    info = follow(log, follower_batch(9, 1) + follower_batch(20, 1, 2))
+    assert (info.first_offset, info.last_offset, log.log_end_offset) == (9, 21, 22)
+    assert log.leader_epochs.entries() == [E(0, 0), E(1, 9)]
+    for offset, base in ((4, 9), (9, 9), (10, 9), (11, 20), (21, 20)):
+        assert parse_batches(pread(log.read(offset, 1 << 20)))[0].base_offset == base
+    log.close()
+    reopened = open_log(tmp_path, clock)
+    assert reopened.log_end_offset == 22
+    assert follow(reopened, follower_batch(22, 1)).first_offset == 22
+    reopened.close()

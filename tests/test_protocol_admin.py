@@ -534,12 +534,15 @@ def test_incremental_alter_configs_list_operations(client, version):
 
     assert one(("cleanup.policy", APPEND, "delete")) == NONE  # the default already
     assert topic_overrides(client, topic) == {"cleanup.policy": "delete"}
-    assert one(("cleanup.policy", APPEND, "compact")) == INVALID_CONFIG  # not implemented
-    assert one(("cleanup.policy", SUBTRACT, "delete")) == INVALID_CONFIG  # nothing left
-    assert one(("cleanup.policy", SUBTRACT, "compact")) == NONE  # not in the list
+    assert one(("cleanup.policy", APPEND, "compact")) == NONE
+    assert topic_overrides(client, topic) == {"cleanup.policy": "delete,compact"}
+    assert one(("cleanup.policy", SUBTRACT, "delete")) == NONE
+    assert topic_overrides(client, topic) == {"cleanup.policy": "compact"}
+    assert one(("cleanup.policy", SUBTRACT, "compact")) == INVALID_CONFIG  # nothing left
+    assert one(("cleanup.policy", SUBTRACT, "delete")) == NONE  # not in the list
     assert one(("retention.ms", APPEND, "5")) == INVALID_CONFIG  # not a list
     assert one(("no.such.config", APPEND, "5")) == INVALID_CONFIG
-    assert topic_overrides(client, topic) == {"cleanup.policy": "delete"}
+    assert topic_overrides(client, topic) == {"cleanup.policy": "compact"}
 
 
 @pytest.mark.parametrize("version", range(0, 2))
@@ -626,9 +629,9 @@ def test_alter_configs_replaces_every_override(broker, client, version):
     assert legacy_alter(client, version, [(TOPIC_RESOURCE, topic, {"retention.ms": None})]) == [
         INVALID_REQUEST
     ]
-    assert legacy_alter(
-        client, version, [(TOPIC_RESOURCE, topic, {"delete.retention.ms": "5"})]
-    ) == [INVALID_CONFIG]
+    assert legacy_alter(client, version, [(TOPIC_RESOURCE, topic, {"preallocate": "true"})]) == [
+        INVALID_CONFIG
+    ]
     assert legacy_alter(client, version, [(TOPIC_RESOURCE, topic, {})]) == [NONE]
     assert topic_overrides(client, topic) == {}
 

@@ -272,6 +272,13 @@ def validate_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
             wrong = [s for s in items if s not in constraint]
             if wrong:
                 raise invalid(f"[{', '.join(wrong)}] are not in [{', '.join(sorted(constraint))}]")
+    lag_min, lag_max = configs.get("min.compaction.lag.ms"), configs.get("max.compaction.lag.ms")
+    if lag_min is not None and lag_max is not None and int(lag_min) > int(lag_max):
+        # Kafka's LogConfig.validateValues
+        raise bad(
+            f"conflict topic config setting min.compaction.lag.ms ({int(lag_min)}) >"
+            f" max.compaction.lag.ms ({int(lag_max)})"
+        )
     return {k: str(v) for k, v in configs.items()}
 
 

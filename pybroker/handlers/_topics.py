@@ -19,7 +19,7 @@ from pybroker.handlers.context import RequestContext
 from pybroker.log import LogConfig
 
 # Kafka's ConfigType codes (DescribeConfigs v3+).
-BOOLEAN, STRING, INT, LONG, LIST = 1, 2, 3, 5, 7
+BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,23 @@ class TopicConfigDef:
 # The topic configs whose behaviour pybroker implements.  Kafka's own value checks run in
 # pybroker.coord.cluster.validate_topic_configs when the topic is created.
 TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
-    "cleanup.policy": TopicConfigDef(
-        lambda c: "delete", "log.cleanup.policy", LIST, frozenset({"delete"})
+    # compact, delete or both (either order): Kafka's list check in coord/cluster.py
+    "cleanup.policy": TopicConfigDef(lambda c: c.log_cleanup_policy, "log.cleanup.policy", LIST),
+    "delete.retention.ms": TopicConfigDef(
+        lambda c: str(c.log_cleaner_delete_retention_ms), "log.cleaner.delete.retention.ms", LONG
+    ),
+    "min.cleanable.dirty.ratio": TopicConfigDef(
+        lambda c: str(c.log_cleaner_min_cleanable_ratio), "log.cleaner.min.cleanable.ratio", DOUBLE
+    ),
+    "min.compaction.lag.ms": TopicConfigDef(
+        lambda c: str(c.log_cleaner_min_compaction_lag_ms),
+        "log.cleaner.min.compaction.lag.ms",
+        LONG,
+    ),
+    "max.compaction.lag.ms": TopicConfigDef(
+        lambda c: str(c.log_cleaner_max_compaction_lag_ms),
+        "log.cleaner.max.compaction.lag.ms",
+        LONG,
     ),
     "compression.type": TopicConfigDef(
         lambda c: "producer", "compression.type", STRING, frozenset({"producer"})
@@ -82,6 +97,12 @@ def check_supported_configs(configs: dict[str, str | None]) -> dict[str, str | N
         spec = TOPIC_CONFIGS.get(name)
         if spec is None:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"topic config {name} is not supported")
+        if name == "cleanup.policy" and value is not None and not value.strip(" ,"):
+            raise KafkaError(
+                ErrorCode.INVALID_CONFIG,
+                "cleanup.policy must name compact, delete or both (an empty policy is not"
+                " supported)",
+            )
         allowed = spec.allowed
         if allowed is not None and value is not None and value not in allowed:
             raise KafkaError(
@@ -110,7 +131,18 @@ def log_config(config: Config, topic_configs: dict[str, str]) -> LogConfig:
         retention_bytes=int(eff["retention.bytes"]),
         index_interval_bytes=int(eff["index.interval.bytes"]),
         max_index_bytes=int(eff["segment.index.bytes"]),
+        cleanup_policy=",".join(i.strip() for i in eff["cleanup.policy"].split(",") if i.strip()),
+        delete_retention_ms=int(eff["delete.retention.ms"]),
+        min_cleanable_dirty_ratio=float(eff["min.cleanable.dirty.ratio"]),
+        min_compaction_lag_ms=int(eff["min.compaction.lag.ms"]),
+        max_compaction_lag_ms=int(eff["max.compaction.lag.ms"]),
     )
+
+
+def is_compacted(config: Config, topic_configs: dict[str, str]) -> bool:
+    """cleanup.policy of the topic (or log.cleanup.policy) includes compact."""
+    policy = topic_configs.get("cleanup.policy", config.log_cleanup_policy)
+    return "compact" in [i.strip() for i in policy.split(",")]
 
 
 def flush_policy(config: Config, topic_configs: dict[str, str]) -> tuple[int, int]:

@@ -3,7 +3,8 @@
 Served by the controller (others answer NOT_CONTROLLER).  num_partitions / replication_factor
 -1 take num.partitions / default.replication.factor; explicit replica assignments are honoured
 when valid (INVALID_REPLICA_ASSIGNMENT otherwise); topic configs are validated
-(INVALID_CONFIG for unknown names or bad values).  validate_only checks everything and
+(INVALID_CONFIG for unknown names or bad values), after the existence check: a topic that
+exists answers TOPIC_ALREADY_EXISTS whatever configs the request carries, as Kafka does.  validate_only checks everything and
 creates nothing.  Errors: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS,
 INVALID_REPLICATION_FACTOR, INVALID_REQUEST (a name twice in one request).  v5+ answers the
 partition count, replication factor and the topic's effective configs; v7 the topic id.
@@ -15,12 +16,17 @@ import uuid
 
 from pybroker.coord.cluster import validate_topic_name
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.handlers._topics import check_supported_configs, effective_topic_configs
+from pybroker.handlers._topics import (
+    TOPIC_CONFIGS,
+    check_supported_configs,
+    effective_topic_configs,
+)
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 
 # DescribeConfigs ConfigSource values.
 DYNAMIC_TOPIC_CONFIG = 1
+STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
 
@@ -41,6 +47,10 @@ async def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict
     cfg = services.config
     name = t["name"]
     try:
+        if name in services.cluster.topics:
+            # first, as Kafka: a program creating its topics idempotently gets this whatever
+            # configs it asks for
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         validate_topic_name(name)
         configs = check_supported_configs({c["name"]: c["value"] for c in t["configs"]})
         assignments = None
@@ -94,7 +104,13 @@ async def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict
                 "name": k,
                 "value": v,
                 "read_only": False,
-                "config_source": DEFAULT_CONFIG if is_default else DYNAMIC_TOPIC_CONFIG,
+                "config_source": (
+                    DYNAMIC_TOPIC_CONFIG
+                    if not is_default
+                    else STATIC_BROKER_CONFIG
+                    if TOPIC_CONFIGS[k].broker_key in cfg.explicit_keys
+                    else DEFAULT_CONFIG
+                ),
                 "is_sensitive": False,
             }
             for k, (v, is_default) in sorted(effective.items())

@@ -15,7 +15,7 @@ import logging
 
 from pybroker.config import describe_settings
 from pybroker.errors import ErrorCode
-from pybroker.handlers._topics import BOOLEAN, INT, STRING, TOPIC_CONFIGS
+from pybroker.handlers._topics import BOOLEAN, DOUBLE, INT, STRING, TOPIC_CONFIGS
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 
@@ -71,6 +71,14 @@ def _topic_configs(ctx: RequestContext, name: str, with_synonyms: bool) -> list[
     return out
 
 
+def _is_double(value: str | None) -> bool:
+    try:
+        float(value or "x")
+    except ValueError:
+        return False
+    return "." in (value or "")
+
+
 def _broker_configs(ctx: RequestContext, with_synonyms: bool) -> list[dict]:
     out = []
     for key, value, explicit in describe_settings(ctx.services.config):
@@ -80,6 +88,8 @@ def _broker_configs(ctx: RequestContext, with_synonyms: bool) -> list[dict]:
             if value in ("true", "false")
             else INT
             if (value or "").lstrip("-").isdigit()
+            else DOUBLE
+            if _is_double(value)
             else STRING
         )
         synonyms = [{"name": key, "value": value, "source": source}] if with_synonyms else []

@@ -12,7 +12,9 @@ every ISR member has it, or timeout_ms: REQUEST_TIMED_OUT; NOT_ENOUGH_REPLICAS_A
 when the ISR shrank below the minimum meanwhile).  Errors per partition, as Kafka answers:
 UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, CORRUPT_MESSAGE, MESSAGE_TOO_LARGE
 (a batch above max.message.bytes / message.max.bytes), UNSUPPORTED_COMPRESSION_TYPE (zstd
-before v7), OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, INVALID_REQUIRED_ACKS.
+before v7), OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, INVALID_REQUIRED_ACKS, INVALID_RECORD
+for records without a key on a compacted topic (each one in record_errors from v8, Kafka's
+LogValidator.validateKey; this decompresses the batches of compacted topics only).
 
 Left out: magic 0/1 message sets are refused with UNSUPPORTED_FOR_MESSAGE_FORMAT (43) rather
 than converted (every client pybroker targets writes magic 2 when Produce v3+ is offered);
@@ -26,8 +28,12 @@ import asyncio
 from typing import Any
 
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.handlers._topics import max_message_bytes
+from pybroker.handlers._topics import is_compacted, max_message_bytes
 from pybroker.handlers.context import CloseConnection, RequestContext
+from pybroker.log.compacted_records import (
+    compacted_topic_record_errors,
+    record_errors_message,
+)
 from pybroker.registry import handler
 from pybroker.wire.records import InvalidRecordError, parse_batches, set_partition_leader_epoch
 
@@ -44,6 +50,17 @@ def _partition_error(index: int, code: int, message: str | None = None) -> dict:
         "record_errors": [],
         "error_message": message,
     }
+
+
+def _record_errors(index: int, errors: list[tuple[int, str]], version: int) -> dict:
+    """INVALID_RECORD with Kafka's per-record errors (v8+ carries them)."""
+    entry = _partition_error(index, ErrorCode.INVALID_RECORD)
+    if version >= 8:
+        entry["record_errors"] = [
+            {"batch_index": i, "batch_index_error_message": m} for i, m in errors
+        ]
+        entry["error_message"] = record_errors_message(errors)
+    return entry
 
 
 def _append(ctx: RequestContext, topic: str, index: int, records, acks: int) -> tuple[dict, Any]:
@@ -78,6 +95,11 @@ def _append(ctx: RequestContext, topic: str, index: int, records, acks: int) -> 
                     ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     "transactions are not supported by this broker",
                 )
+        topic_configs = services.cluster.topics[topic].configs
+        if is_compacted(services.config, topic_configs):
+            errors = compacted_topic_record_errors(records, batches, f"{topic}-{index}")
+            if errors:
+                return _record_errors(index, errors, ctx.version), None
         if acks == -1:
             services.replicas.check_enough_replicas(replica)
         for b in batches:

@@ -50,7 +50,7 @@ import bisect
 import os
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -60,12 +60,15 @@ from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log.leader_epoch import LeaderEpochCache
 from pybroker.log.producer_state import ProducerStateManager
 from pybroker.log.segment import (
+    CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     FileSlice,
     LogSegment,
+    scan_log_headers,
 )
 from pybroker.wire.records import (
     LOG_APPEND_TIME,
@@ -85,8 +88,12 @@ _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 @dataclass(frozen=True)
 class LogConfig:
     """Kafka's topic-level names: segment.bytes, segment.ms, retention.ms, retention.bytes,
-    index.interval.bytes, segment.index.bytes, message.timestamp.type, file.delete.delay.ms.
-    A negative retention disables that kind of retention."""
+    index.interval.bytes, segment.index.bytes, message.timestamp.type, file.delete.delay.ms,
+    and compaction's cleanup.policy, delete.retention.ms, min.cleanable.dirty.ratio,
+    min.compaction.lag.ms, max.compaction.lag.ms (pybroker/log/cleaner.py).
+    A negative retention disables that kind of retention; time and size retention apply only
+    when cleanup.policy holds ``delete`` (a compact-only log loses records only to the cleaner
+    and to DeleteRecords)."""
 
     segment_bytes: int = 1024 * 1024 * 1024
     roll_ms: int = 7 * 24 * 3600 * 1000
@@ -96,6 +103,27 @@ class LogConfig:
     max_index_bytes: int = 10 * 1024 * 1024
     message_timestamp_type: str = "CreateTime"
     file_delete_delay_ms: int = 60_000
+    cleanup_policy: str = "delete"  # "delete", "compact", "compact,delete" (either order), ""
+    delete_retention_ms: int = 86_400_000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = 2**63 - 1
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def max_segment_ms(self) -> int:
+        """Kafka's LogConfig.maxSegmentMs: a compacted log also rolls its active segment
+        when max.compaction.lag.ms passes, so that the cleaner can reach its records."""
+        if self.compact and self.max_compaction_lag_ms > 0:
+            return min(self.max_compaction_lag_ms, self.roll_ms)
+        return self.roll_ms
 
 
 class AppendInfo(NamedTuple):
@@ -131,6 +159,9 @@ class PartitionLog:
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._reader: LogSegment | None = None  # the older segment last read (has a handle)
         self.closed = False
+        # lowest log end offset a truncation left since the log cleaner last looked (it pulls
+        # its checkpoint back there: records below it may have been replaced)
+        self.truncated_to: int | None = None
 
     # -- opening and recovery -----------------------------------------------------------------
 
@@ -162,8 +193,56 @@ class PartitionLog:
             max_index_bytes=self.config.max_index_bytes,
         )
 
+    def _complete_swaps(self) -> set[int]:
+        """Finish or roll back a clean interrupted by a crash (Kafka's LogLoader), before the
+        segments are loaded.  The cleaner writes ``<base>.{log,index,timeindex}.cleaned``,
+        renames them to ``.swap`` (the .log first), renames the replaced segments' files to
+        ``.deleted``, then drops the ``.swap`` suffix (the .log first):
+
+        * ``.cleaned`` files are deleted, and so are the ``.swap`` files of the same base
+          offset (a swap whose renaming to ``.swap`` did not finish: the old segments are all
+          still there, so this rolls the clean back).  Kafka deletes every ``.swap`` at or
+          above the lowest ``.cleaned`` offset, for its segment splits; a clean here swaps one
+          segment at a time, and a ``.cleaned`` of another base offset is a stale one that
+          says nothing about a complete swap (whose old segments may be gone already);
+        * a ``.log.swap`` left is complete: every other segment file whose base offset lies in
+          [its base offset, its next offset) is one it replaces and is deleted;
+        * every ``.swap`` file left then loses its suffix.
+
+        Returns the base offsets of the segments so swapped in (their indexes are rebuilt)."""
+        names = os.listdir(self.directory)
+        cleaned = [n for n in names if n.endswith(CLEANED_SUFFIX)]
+        swaps = [n for n in names if n.endswith(SWAP_SUFFIX)]
+        if not cleaned and not swaps:
+            return set()
+        incomplete = {int(n[:20]) for n in cleaned}
+        for n in cleaned:
+            (self.directory / n).unlink(missing_ok=True)
+        for n in [n for n in swaps if int(n[:20]) in incomplete]:
+            (self.directory / n).unlink(missing_ok=True)
+            swaps.remove(n)
+        ranges = []
+        for n in swaps:
+            if n.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+                base = int(n[:20])
+                end = base
+                for h in scan_log_headers(self.directory / n):
+                    end = h.next_offset
+                ranges.append((base, end))
+        if ranges:
+            for n in os.listdir(self.directory):
+                m = _SEGMENT_FILE.match(n)
+                if m and any(lo <= int(m.group(1)) < hi for lo, hi in ranges):
+                    (self.directory / n).unlink(missing_ok=True)
+        swapped = set()
+        for n in swaps:
+            os.replace(self.directory / n, self.directory / n[: -len(SWAP_SUFFIX)])
+            swapped.add(int(n[:20]))
+        return swapped
+
     def _load(self, recovery_point: int, clean_shutdown: bool, log_start_offset: int = 0) -> None:
         now = self.clock.time_ms()
+        swapped = self._complete_swaps()
         bases: set[int] = set()
         orphans: list[Path] = []
         for name in os.listdir(self.directory):
@@ -190,6 +269,10 @@ class PartitionLog:
                 continue
             next_base = ordered[i + 1] if i + 1 < len(ordered) else None
             trusted = clean_shutdown or (next_base is not None and next_base <= recovery_point)
+            if base in swapped:
+                seg.offset_index.reset()  # swapped in at recovery: rebuild its indexes
+                seg.time_index.reset()
+                trusted = False
             if trusted:
                 seg.load(now)
             else:
@@ -212,6 +295,8 @@ class PartitionLog:
             return
         self.log_start_offset = max(self.segments[0].base_offset, log_start_offset)
         self.log_end_offset = self.segments[-1].next_offset
+        if truncated_at is not None:
+            self._note_truncation(self.log_end_offset)
         self.high_watermark = self.log_end_offset
         self.recovery_point = self.log_end_offset
         self._load_producer_state()
@@ -272,7 +357,10 @@ class PartitionLog:
             return False
         if seg.size > self.config.segment_bytes - size:
             return True
-        if seg.rolling_base_ms is not None and now - seg.rolling_base_ms > self.config.roll_ms:
+        if (
+            seg.rolling_base_ms is not None
+            and now - seg.rolling_base_ms > self.config.max_segment_ms
+        ):
             return True
         if seg.should_roll_for_index():
             return True
@@ -331,18 +419,50 @@ class PartitionLog:
         if not batches:
             raise ValueError("nothing to append")
         expected = self.log_end_offset
+        contiguous = True
         for h in batches:
-            if h.base_offset != expected:
+            if h.base_offset < expected:
                 raise KafkaError(
                     ErrorCode.OFFSET_OUT_OF_RANGE,
                     f"follower append: batch at offset {h.base_offset}, expected {expected}"
                     f" ({self.topic}-{self.partition} log end {self.log_end_offset})",
                 )
+            # a compacted leader's log has gaps (offsets only ascend), as Kafka allows
+            contiguous &= h.base_offset == expected
             expected = h.next_offset
         size = self._check_size(batches)
         first = self.log_end_offset
-        self._write(buf, batches, size, first, expected, self.clock.time_ms(), None)
-        return AppendInfo(first, expected - 1, -1, self.log_start_offset)
+        if contiguous:
+            self._write(buf, batches, size, first, expected, self.clock.time_ms(), None)
+        else:
+            self._write_with_gaps(buf, batches, size, expected)
+        return AppendInfo(batches[0].base_offset, expected - 1, -1, self.log_start_offset)
+
+    def _write_with_gaps(
+        self, buf: bytearray, batches: list[BatchHeader], size: int, end: int
+    ) -> None:
+        """A follower's append of a compacted leader's batches: their own offsets, gaps
+        included (the segment indexes them by their last offsets)."""
+        now = self.clock.time_ms()
+        if self._should_roll(size, end - 1 - self.log_end_offset, now):
+            self.roll()
+        start = batches[0].position
+        seg = self.active_segment
+        if seg.size == 0 and seg.rolling_base_ms is None:
+            seg.rolling_base_ms = now
+        seg.append_batches(
+            memoryview(buf)[start : start + size],
+            [h._replace(position=h.position - start) for h in batches],
+        )
+        epochs_changed = False
+        for h in batches:
+            self.producer_state.update(h, h.base_offset, None)
+            (epoch,) = _INT32.unpack_from(buf, h.position + PARTITION_LEADER_EPOCH_OFFSET)
+            if epoch >= 0:
+                epochs_changed |= self.leader_epochs.assign(epoch, h.base_offset, flush=False)
+        if epochs_changed:
+            self.leader_epochs.flush()
+        self.log_end_offset = end
 
     def _check_size(self, batches: list[BatchHeader]) -> int:
         size = batches[-1].position + batches[-1].size - batches[0].position
@@ -464,6 +584,8 @@ class PartitionLog:
         unlinked later by :meth:`delete_pending_files`.  Returns the number of segments."""
         now = self.clock.time_ms()
         deleted = 0
+        if not self.config.delete:  # compact only: the cleaner's, plus the log start breach
+            return self._delete_segments(self._below_log_start)
         if self.config.retention_ms >= 0:
             deleted += self._delete_segments(
                 lambda seg, _: now - seg.max_timestamp > self.config.retention_ms
@@ -566,6 +688,7 @@ class PartitionLog:
             seg.delete_files()
         self.active_segment.truncate_to(offset)
         self.log_end_offset = self.active_segment.next_offset
+        self._note_truncation(self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.leader_epochs.truncate_from_end(self.log_end_offset)
@@ -581,8 +704,54 @@ class PartitionLog:
         self._bases = [offset]
         self.log_start_offset = self.log_end_offset = self.high_watermark = offset
         self.recovery_point = offset
+        self._note_truncation(offset)
         self.producer_state.truncate_fully_and_start_at(offset)
         self.leader_epochs.clear()
+
+    def _note_truncation(self, offset: int) -> None:
+        self.truncated_to = offset if self.truncated_to is None else min(self.truncated_to, offset)
+
+    # -- the log cleaner's swap ---------------------------------------------------------------
+
+    def replace_segments(
+        self,
+        new: LogSegment,
+        old: list[LogSegment],
+        step: Callable[[str], None] | None = None,
+    ) -> bool:
+        """Swap a cleaned segment (files ``*.swap``, fsynced) in for ``old``, consecutive
+        segments of this log that it replaces (Kafka's replaceSegments).  Called by the owner
+        (the event loop), the one writer of the segment list.  Returns False, changing
+        nothing, when the log moved on meanwhile (a retention, truncation or deletion took
+        one of ``old``); the caller then deletes ``new``.  Order on disk: ``old``'s files are
+        renamed to ``*.deleted`` (unlinked after file.delete.delay.ms, in-flight reads keep
+        their descriptors), then ``new``'s lose their ``.swap`` suffix; recovery completes a
+        swap interrupted in between (:meth:`_complete_swaps`)."""
+        if self.closed or not old or not new.log_path.exists():
+            return False  # (a deleted topic's directory was renamed away)
+        try:
+            i = next(k for k, seg in enumerate(self.segments) if seg is old[0])
+        except StopIteration:
+            return False
+        if self.segments[i : i + len(old)] != old or i + len(old) >= len(self.segments):
+            return False  # changed, or would replace the active segment
+        if any(seg.deleted for seg in old) or new.base_offset != old[0].base_offset:
+            return False
+        due = self.clock.time_ms() + self.config.file_delete_delay_ms
+        for seg in old:
+            if seg is self._reader:
+                self._reader = None
+            seg.rename_for_delete()
+            seg.release()
+            self._pending_deletes.append((due, seg))
+            if step is not None:
+                step(f"renamed {seg.log_path.name}")
+        new.change_file_suffixes(
+            SWAP_SUFFIX, "", None if step is None else lambda p: step(f"renamed to {p.name}")
+        )
+        self.segments[i : i + len(old)] = [new]
+        self._bases[i : i + len(old)] = [new.base_offset]
+        return True
 
     def _reload_producer_state(self) -> None:
         for off in self.producer_state.snapshot_offsets():

@@ -37,7 +37,7 @@ import resource
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
@@ -58,6 +58,8 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"  # a segment the log cleaner is writing
+SWAP_SUFFIX = ".swap"  # a cleaned segment about to replace the segments it was cleaned from
 RECOVERY_CHUNK = 1 << 20
 _LEN = struct.Struct(">qi")
 
@@ -216,6 +218,36 @@ def segment_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
 
 
+def scan_log_headers(path: Path) -> Iterator[BatchHeader]:
+    """Headers (absolute positions) of the valid batches of a .log file, CRC checked,
+    stopping at the first torn or corrupt one (recovery of an interrupted swap)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        pos = 0
+        while pos < size:
+            chunk = os.pread(fd, RECOVERY_CHUNK, pos)
+            consumed = 0
+            for h in scan_batches(chunk):
+                yield h._replace(position=pos + h.position)
+                consumed = h.position + h.size
+            if consumed == 0:
+                if len(chunk) >= 12:
+                    _, length = _LEN.unpack_from(chunk)
+                    total = LOG_OVERHEAD + length
+                    if len(chunk) < total <= size - pos and length >= MIN_BATCH_LENGTH:
+                        chunk = os.pread(fd, total, pos)
+                        hs = list(scan_batches(chunk))
+                        if hs:
+                            yield hs[0]._replace(position=pos)
+                            pos += hs[0].size
+                            continue
+                return
+            pos += consumed
+    finally:
+        os.close(fd)
+
+
 class LogSegment:
     def __init__(
         self,
@@ -224,20 +256,28 @@ class LogSegment:
         *,
         index_interval_bytes: int = 4096,
         max_index_bytes: int = 10 * 1024 * 1024,
+        file_suffix: str = "",
     ) -> None:
+        """``file_suffix`` (``.cleaned``, ``.swap``) names the files of a segment that the
+        log cleaner is building (pybroker/log/cleaner.py); :meth:`change_file_suffixes`
+        renames them."""
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
-        self.log_path = directory / segment_name(base_offset, LOG_SUFFIX)
+        self.log_path = directory / (segment_name(base_offset, LOG_SUFFIX) + file_suffix)
         self._desc: _Descriptor | None = None
         desc = self._handle(os.O_CREAT)
         self.size = os.fstat(desc.fd).st_size
         del desc
         self.offset_index = OffsetIndex(
-            directory / segment_name(base_offset, INDEX_SUFFIX), base_offset, max_index_bytes
+            directory / (segment_name(base_offset, INDEX_SUFFIX) + file_suffix),
+            base_offset,
+            max_index_bytes,
         )
         self.time_index = TimeIndex(
-            directory / segment_name(base_offset, TIME_INDEX_SUFFIX), base_offset, max_index_bytes
+            directory / (segment_name(base_offset, TIME_INDEX_SUFFIX) + file_suffix),
+            base_offset,
+            max_index_bytes,
         )
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -405,6 +445,43 @@ class LogSegment:
             offset = last + 1
         self.size = physical + len(data)
         self.next_offset = offset
+
+    def append_batches(self, data: bytes | bytearray, batches: list[BatchHeader]) -> None:
+        """Write whole batches that carry their offsets already (the log cleaner's output:
+        offsets may have gaps) and index them.  ``batches`` positions are relative to
+        ``data``."""
+        if not batches:
+            return
+        physical = self.size
+        desc = self._handle()
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            written += os.write(desc.fd, view[written:])
+        for h in batches:
+            self._index_batch(physical + h.position, h.last_offset, h.max_timestamp, h.size)
+        self.size = physical + len(view)
+        self.next_offset = batches[-1].next_offset
+
+    def change_file_suffixes(
+        self, old: str, new: str, on_rename: Callable[[Path], None] | None = None
+    ) -> None:
+        """Rename the .log, then the indexes, from suffix ``old`` to ``new`` (Kafka's
+        LogSegment.changeFileSuffixes); descriptors stay valid.  ``on_rename(new path)``
+        after each file (crash-injection tests)."""
+        for obj, attr in (
+            (self, "log_path"),
+            (self.offset_index, "path"),
+            (self.time_index, "path"),
+        ):
+            path: Path = getattr(obj, attr)
+            if old and not path.name.endswith(old):
+                raise ValueError(f"{path} does not end with {old}")
+            target = path.with_name(path.name[: len(path.name) - len(old)] + new)
+            os.replace(path, target)
+            setattr(obj, attr, target)
+            if on_rename is not None:
+                on_rename(target)
 
     # -- reading ------------------------------------------------------------------------------
 

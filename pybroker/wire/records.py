@@ -196,11 +196,18 @@ def _check_batch(
         raise InvalidRecordError(
             ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"compression codec {h.compression}"
         )
-    if (
-        h.records_count <= 0
-        or h.last_offset_delta < 0
-        or h.records_count != h.last_offset_delta + 1
-    ):
+    if allow_control:
+        # written by a broker (recovery, a leader's log): log compaction leaves batches with
+        # fewer records than offsets, even none (Kafka's empty batches that keep a producer's
+        # last sequence), so only 0 <= count <= last offset delta + 1 holds
+        bad_count = h.last_offset_delta < 0 or not 0 <= h.records_count <= h.last_offset_delta + 1
+    else:
+        bad_count = (
+            h.records_count <= 0
+            or h.last_offset_delta < 0
+            or h.records_count != h.last_offset_delta + 1
+        )
+    if bad_count:
         raise InvalidRecordError(
             ErrorCode.INVALID_RECORD,
             f"records count {h.records_count} vs last offset delta {h.last_offset_delta}",
@@ -220,7 +227,9 @@ def parse_batches(
     """Validate a record set of whole v2 batches back to back and return their headers.
 
     Raises InvalidRecordError (see the module docstring for the codes).  ``allow_control``
-    admits control batches (transaction markers written by the broker itself)."""
+    admits what only a broker writes (recovery, a leader's batches to a follower): control
+    batches (transaction markers) and batches that compaction left with fewer records than
+    offsets."""
     mv = memoryview(buf).cast("B")
     end = len(mv)
     if end == 0:
