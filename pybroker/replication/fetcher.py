@@ -190,7 +190,9 @@ class ReplicaFetcher:
                 self.leader_id,
                 f.leader_epoch,
             )
-            plog.truncate_to(target)
+        # Always, even at the log end: it also drops epochs of ours that start at the target
+        # (an epoch we led without appending to it), which the leader never knew.
+        plog.truncate_to(target)
         f.truncated = True
 
     # -- fetching ----------------------------------------------------------------------------------
