@@ -86,3 +86,87 @@ def test_paused_new_leader_rejoins_isr_after_restart_of_another(cluster):
     cluster.stop_problems = cluster.stop()
     rc = compare_replicas(cluster, topic, 0)
     assert not rc.problems, rc.problems
+
+
+def _latest_offsets(cluster, topic: str, brokers) -> list[tuple[int, int, int]]:
+    """ListOffsets v4 (latest, read_uncommitted, current_leader_epoch -1) of partition 0 at
+    each broker: (broker, error code, offset)."""
+    from compat_tests.invariants import list_offsets_v4_request, parse_list_offsets_v4
+
+    out = []
+    for i in brokers:
+        try:
+            body = cluster._roundtrip(i, lambda c: list_offsets_v4_request(c, topic, {0: -1}), 1.0)
+        except (OSError, AssertionError):
+            continue
+        err, offset = parse_list_offsets_v4(body)[0]
+        out.append((i, err, offset))
+    return out
+
+
+def test_new_leader_never_shows_a_lower_high_watermark(cluster):
+    """Issue 10, defect 3: the followers learn the leader's high watermark one fetch later than
+    the leader moves it, so a new leader starts with a high watermark below what the old
+    leader showed.  Here the leader L shows H (ListOffsets latest) and is frozen at once, so
+    neither follower learns H; L is killed; follower B is paused across the election so the
+    new leader A cannot advance its high watermark.  Meanwhile A must answer ListOffsets
+    (latest) with OFFSET_NOT_AVAILABLE (78), never with an offset below H (Kafka: KIP-207's
+    rule, while the high watermark is below the leader epoch's start offset)."""
+    from kafka import KafkaProducer
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    topic = unique_topic("hwback")
+    controller = cluster.metadata([]).controller_id
+    others = [i for i in cluster.ids if i != controller]
+    leader, a, b = others[0], controller, others[1]  # A leads next: first live ISR replica
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, client_id="hwback-admin")
+    try:
+        admin.create_topics(
+            [
+                NewTopic(
+                    topic,
+                    replica_assignments={0: [leader, a, b]},
+                    topic_configs={"min.insync.replicas": "2"},
+                )
+            ]
+        )
+    finally:
+        admin.close()
+    cluster.wait_isr_full(topic)
+    _produce(cluster.bootstrap, topic, 20, "warm")
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all", linger_ms=100)
+    try:
+        futures = [producer.send(topic, b"x" * 100, partition=0) for _ in range(200)]
+        producer.flush(30)
+        last = max(f.get(1).offset for f in futures)
+    finally:
+        producer.close()
+    (_, err, shown), *_ = _latest_offsets(cluster, topic, [leader])
+    cluster.pause(leader)  # the followers do not learn `shown` from its fetch answers
+    assert err == 0 and shown == last + 1, (err, shown, last)
+    t0 = time.monotonic()
+    cluster.paused.discard(leader)
+    cluster.brokers[leader].kill9()
+    answers: list[tuple[float, int, int, int]] = []  # (t, broker, error, offset)
+    paused_b = resumed_b = False
+    while time.monotonic() - t0 < SESSION_TIMEOUT_S + 8:
+        now = time.monotonic() - t0
+        if not paused_b and now > 3.5:
+            cluster.pause(b)  # not long enough for its session to expire (resumed below)
+            paused_b = True
+        if paused_b and not resumed_b and now > 8.5:
+            cluster.resume(b)
+            resumed_b = True
+        for i, e, off in _latest_offsets(cluster, topic, [a]):
+            answers.append((now, i, e, off))
+        time.sleep(0.02)
+    lower = [x for x in answers if x[2] == 0 and x[3] < shown]
+    errors = sorted({x[2] for x in answers})
+    print(
+        f"\nL={leader} showed {shown}; A={a} answered {len(answers)} times, error codes "
+        f"{errors}, offsets {sorted({x[3] for x in answers if x[2] == 0})[:5]}..."
+    )
+    assert not lower, f"new leader {a} answered below {shown}: {lower[:5]}"
+    assert any(x[2] == 0 and x[3] >= shown for x in answers), "A never answered"
+    cluster.restart(leader)
+    cluster.wait_isr_full(topic, timeout=RECOVERY)

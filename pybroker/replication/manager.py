@@ -71,6 +71,15 @@ class Replica:
     replicas: list[int] = field(default_factory=list)
     followers: dict[int, FollowerState] = field(default_factory=dict)
     isr_change_in_flight: bool = False
+    # As leader: the log end offset when this leader epoch began (Kafka's
+    # leaderEpochStartOffsetOpt); -1 otherwise.
+    leader_epoch_start_offset: int = -1
+
+    def high_watermark_lagging(self) -> bool:
+        """A new leader's high watermark starts where its follower knew it, which can be
+        below what the previous leader showed clients: until it reaches the start of this
+        leader epoch, offsets answered from it could go back (KIP-207)."""
+        return self.log.high_watermark < self.leader_epoch_start_offset
 
 
 class ReplicaManager:
@@ -182,6 +191,7 @@ class ReplicaManager:
             for b in r.replicas
             if b != self.broker_id
         }
+        r.leader_epoch_start_offset = r.log.log_end_offset
         r.log.leader_epochs.assign(state.leader_epoch, r.log.log_end_offset)
         log.info(
             "%s-%d: leader (epoch %d, isr %s, log end %d, hw %d)",
@@ -198,6 +208,7 @@ class ReplicaManager:
         self._detach(r)
         r.role, r.leader, r.leader_epoch = FOLLOWER, state.leader, state.leader_epoch
         r.followers = {}
+        r.leader_epoch_start_offset = -1
         fetcher = self.fetchers.get(state.leader)
         if fetcher is None:
             fetcher = self.fetcher_factory(self, state.leader)
@@ -283,7 +294,14 @@ class ReplicaManager:
         st.last_fetch_ms = now
         if fetch_offset >= r.log.log_end_offset:
             st.last_caught_up_ms = now
-        if replica_id not in r.isr and fetch_offset >= r.log.high_watermark:
+        # In sync (Kafka's isFollowerInSync): at the high watermark and holding everything
+        # of earlier epochs; a follower that joined below this epoch's start could be elected
+        # without records the ISR had and the high watermark would go back.
+        if (
+            replica_id not in r.isr
+            and fetch_offset >= r.log.high_watermark
+            and fetch_offset >= r.leader_epoch_start_offset
+        ):
             self._change_isr(r, sorted(set(r.isr) | {replica_id}), "caught up")
         self._maybe_advance_hw(r)
 
