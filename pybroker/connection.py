@@ -195,7 +195,16 @@ class KafkaConnection(asyncio.Protocol):
                 transport.write(part)
                 continue
             # The region's file object is a read-only handle of its own: sendfile seeks it.
-            sent = await loop.sendfile(transport, part.file, part.position, part.size)
+            # A peer that went away (the transport closes before connection_lost runs) makes
+            # sendfile raise RuntimeError("Transport is closing"): the peer is gone, as below.
+            if transport.is_closing():
+                raise ConnectionResetError("the peer closed the connection")
+            try:
+                sent = await loop.sendfile(transport, part.file, part.position, part.size)
+            except RuntimeError as e:
+                if not transport.is_closing():
+                    raise
+                raise ConnectionResetError(f"the peer closed the connection: {e}") from None
             if sent != part.size:  # the file shrank under us: the frame is broken, drop the peer
                 raise ConnectionError(f"sent {sent} of {part.size} bytes of a log region")
         if not self._can_write.is_set():
