@@ -3,6 +3,8 @@
 - A broker that was just made leader of a partition is paused (SIGSTOP) for longer than the
   ZooKeeper session right after another broker's clean restart; once resumed it follows the
   new leader and must rejoin every ISR (issue 10, defect 2).
+- SIGTERM ends a broker cleanly while the leaders it follows are paused or ZooKeeper is
+  down (the known "did not exit within 20 s of SIGTERM").
 - After the leader of a partition is killed, the new leader must not show clients a lower
   high watermark than the old one did: ListOffsets(latest) answers OFFSET_NOT_AVAILABLE until
   its high watermark has reached the start offset of its leader epoch (KIP-207), and never a
@@ -19,9 +21,11 @@ import pytest
 
 from compat_tests.cluster import (
     SESSION_TIMEOUT_S,
+    KafkaPythonLoad,
     compare_replicas,
     read_topic,
     running_cluster,
+    wait_until,
 )
 from compat_tests.helpers import unique_topic
 
@@ -169,4 +173,37 @@ def test_new_leader_never_shows_a_lower_high_watermark(cluster):
     assert not lower, f"new leader {a} answered below {shown}: {lower[:5]}"
     assert any(x[2] == 0 and x[3] >= shown for x in answers), "A never answered"
     cluster.restart(leader)
+    cluster.wait_isr_full(topic, timeout=RECOVERY)
+
+
+@pytest.mark.parametrize("fault", ["leader_paused", "zookeeper_down"])
+def test_sigterm_under_faults_exits_cleanly(cluster, fault):
+    """SIGTERM must end a broker cleanly (exit 0 within the harness's 20 s) while its leaders
+    are paused or its ZooKeeper is gone, under acks=all load: every shutdown step is bounded
+    and nothing started during the shutdown outlives it (the known "did not exit within 20 s
+    of SIGTERM")."""
+    topic = unique_topic("stop")
+    cluster.create_topic(topic, 3, 3, {"min.insync.replicas": "2"})
+    load = KafkaPythonLoad("idem", cluster.bootstrap, topic, 3, 0.002)
+    load.start()
+    try:
+        wait_until(lambda: len(load.stats.acked) >= 200, 60, 0.1, "load running")
+        victim = cluster.ids[0]
+        if fault == "leader_paused":
+            for other in cluster.ids:
+                if other != victim:
+                    cluster.pause(other)
+        else:
+            cluster.zookeeper.stop()
+        time.sleep(2.0)
+        t0 = time.monotonic()
+        cluster.brokers[victim].stop()  # SIGTERM; asserts exit 0 within 20 s
+        print(f"\n{fault}: broker {victim} stopped in {time.monotonic() - t0:.2f} s")
+        if fault == "zookeeper_down":
+            cluster.zookeeper.start()
+        for other in list(cluster.paused):
+            cluster.resume(other)
+        cluster.restart(victim)
+    finally:
+        load.stop()
     cluster.wait_isr_full(topic, timeout=RECOVERY)

@@ -65,7 +65,7 @@ class ReplicaFetcher:
         self._drop_connection()
         if self._task is not None:
             self._task.cancel()
-            await asyncio.wait({self._task}, timeout=5.0)
+            await asyncio.wait({self._task}, timeout=2.0)
 
     def add(self, replica: Any) -> None:
         self.partitions[(replica.topic, replica.partition)] = _Fetching(
@@ -83,7 +83,9 @@ class ReplicaFetcher:
     # -- the loop ------------------------------------------------------------------------------
     async def _run(self) -> None:
         backoff = 0.05
-        while not self._stopped:
+        me = asyncio.current_task()
+        # cancelling(): a cancellation that something below swallowed still ends the loop
+        while not self._stopped and not (me is not None and me.cancelling()):
             if not self.partitions:
                 self._changed.clear()
                 await self._changed.wait()

@@ -109,6 +109,7 @@ class ReplicaManager:
         self.fetchers: dict[int, Any] = {}
         self._tasks: set[asyncio.Task] = set()
         self._isr_task: asyncio.Task | None = None
+        self._stopped = False
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -116,13 +117,17 @@ class ReplicaManager:
         self._isr_task = asyncio.create_task(self._isr_loop(), name="isr-shrink")
 
     async def stop(self) -> None:
+        # From here on no role change starts a fetcher: a metadata event handled during the
+        # shutdown would otherwise start one that nothing stops, and the process would not
+        # end (asyncio.run waits for every task).
+        self._stopped = True
         await asyncio.gather(*(f.stop() for f in self.fetchers.values()))
         self.fetchers.clear()
         tasks = list(self._tasks) + ([self._isr_task] if self._isr_task else [])
         for t in tasks:
             t.cancel()
         if tasks:
-            await asyncio.wait(tasks, timeout=5.0)
+            await asyncio.wait(tasks, timeout=2.0)
 
     def _spawn(self, coro: Any, name: str) -> None:
         t = asyncio.create_task(coro, name=name)
@@ -133,7 +138,10 @@ class ReplicaManager:
     def sync_roles(self, topic: str | None = None) -> None:
         """Bring the local replicas in line with the partition states in the metadata cache:
         every partition, or only ``topic``'s (a change of one topic touches only its own
-        partitions; with thousands of partitions a full pass per event would dominate)."""
+        partitions; with thousands of partitions a full pass per event would dominate).
+        Nothing once stopped."""
+        if self._stopped:
+            return
         me = self.broker_id
         seen = set()
         if topic is None:
