@@ -43,3 +43,36 @@ def test_sendfile_to_a_closing_transport_is_a_lost_peer(tmp_path):
             await asyncio.sleep(0)
 
     asyncio.run(main())
+
+
+def test_closing_during_a_sendfile_waits_for_it(tmp_path):
+    """A connection closed (broker shutdown, a peer gone) while a log region is being sent:
+    asyncio 3.11 failed in the transport's connection_lost ('InvalidStateError: invalid
+    state' on its finished empty-waiter, a traceback in the broker log) and closed the socket
+    under sendfile.  The close waits for the sendfile to end."""
+    path = tmp_path / "segment.log"
+    path.write_bytes(b"r" * (8 << 20))  # far more than the socket buffers: sendfile blocks
+
+    async def main() -> list[dict]:
+        loop = asyncio.get_running_loop()
+        reported: list[dict] = []
+        loop.set_exception_handler(lambda _loop, context: reported.append(context))
+        ours, theirs = socket.socketpair()
+        theirs.setblocking(False)
+        conn = KafkaConnection(services=None, max_request_bytes=1 << 20)
+        await loop.connect_accepted_socket(lambda: conn, ours)
+        with path.open("rb") as f:
+            send = asyncio.create_task(conn._send([_Region(f, 0, 8 << 20)]))
+            await asyncio.sleep(0.2)
+            assert not send.done()  # blocked: the peer reads nothing
+            conn.close()
+            await asyncio.sleep(0.2)
+            theirs.close()  # the peer goes: the sendfile fails, then the close happens
+            with pytest.raises(ConnectionError):
+                await asyncio.wait_for(send, 10)
+        await asyncio.sleep(0.2)
+        assert conn.transport.is_closing()
+        return reported
+
+    reported = asyncio.run(main())
+    assert reported == [], [c.get("message") for c in reported]
