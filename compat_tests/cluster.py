@@ -818,27 +818,14 @@ def broker_log_excerpt(b: BrokerProcess, patterns: Iterable[str], max_lines: int
     return "\n".join(lines[:max_lines])
 
 
-# Broker errors already reported as bugs: signature -> short reason.  Tests that hit one of
-# these (and nothing else) xfail with the reason instead of failing.
-KNOWN_BUGS = {
-    "offset index does not match the log": (
-        "BUG: LogSegment._load_tail reuses `pos` as its loop cursor, so truncate_to raises "
-        "'offset index does not match the log' when >= 2 batches follow the last offset-index "
-        "entry; the follower's LEO then stays above its file end and its fetcher loops on "
-        "'truncating divergent tail' forever (never rejoins the ISR, acks=all stalls)"
-    ),
-}
+# Broker errors already reported as bugs: signature -> short reason, named in the fault
+# report when seen.  None open ("offset index does not match the log" was fixed in 48f4667).
+KNOWN_BUGS: dict[str, str] = {}
 
 
-# Problems (texts of fault_injection / test findings) caused by bugs already reported.
-KNOWN_PROBLEMS = {
-    "did not exit within 20.0s of SIGTERM": (
-        "BUG: a broker under acks=all load sometimes does not exit within 20 s of SIGTERM "
-        "('shutting down' logged, then nothing; a fetcher task is still 'cancelling' 16 s "
-        "later) - suspected: ReplicaFetcher.stop awaits a task whose cancellation was "
-        "swallowed by asyncio.wait_for in replication/client.py (Python 3.11)"
-    ),
-}
+# Problems (texts of fault_injection / test findings) caused by bugs already reported.  None
+# open: "did not exit within 20 s of SIGTERM" was fixed (bounded shutdown steps, issue 10).
+KNOWN_PROBLEMS: dict[str, str] = {}
 
 
 def known_bugs_seen(cluster: Cluster) -> dict[str, str]:

@@ -231,8 +231,6 @@ def test_follower_truncates_divergent_tail_and_rejoins_isr(cluster):
     unclean election (enabled on the topic) without those batches; B restarts and must
     truncate its divergent tail (OffsetForLeaderEpoch) and rejoin the ISR.  The tail spans
     several offset-index entries (index.interval.bytes 4096), as any real tail does."""
-    from compat_tests.cluster import KNOWN_BUGS, known_bugs_seen
-
     topic = unique_topic("trunc")
     cluster.create_topic(
         topic, 1, 3, {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"}
@@ -256,22 +254,7 @@ def test_follower_truncates_divergent_tail_and_rejoins_isr(cluster):
     cluster.restart(b)
     cluster.restart(leader)
     t0 = time.monotonic()
-    try:
-        md = cluster.wait_isr_full(topic, timeout=25)
-    except AssertionError:
-        seen = known_bugs_seen(cluster)
-        sig = "offset index does not match the log"
-        if sig in seen:
-            lines = [
-                f"broker {i}: {ln}"
-                for i, br in cluster.brokers.items()
-                for ln in br.output(100000).splitlines()
-                if sig in ln or "truncating divergent tail" in ln
-            ]
-            print("\n" + "\n".join(lines[:6]) + f"\n... ({len(lines)} such lines)")
-            cluster.stop_problems = cluster.stop()
-            pytest.xfail(KNOWN_BUGS[sig])
-        raise
+    md = cluster.wait_isr_full(topic, timeout=25)
     print(
         f"\nunclean leader {a} (epoch {new.leader_epoch}); brokers {b} and {leader} truncated "
         f"and rejoined the ISR {md.topic(topic)[0].isr} in {time.monotonic() - t0:.2f} s"

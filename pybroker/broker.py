@@ -40,6 +40,19 @@ log = logging.getLogger("pybroker.broker")
 
 METADATA_DIR = "__cluster_metadata"
 CHECKPOINT_INTERVAL_S = 60.0
+STOP_STEP_S = 3.0  # the most one shutdown step may take (SIGTERM must end the process)
+
+
+async def _bounded(what: str, step: Any, timeout: float = STOP_STEP_S) -> None:
+    """Await one shutdown step for at most ``timeout`` seconds; a step that fails or takes
+    longer is logged and left behind (its task is cancelled), and the shutdown goes on."""
+    try:
+        async with asyncio.timeout(timeout):
+            await step
+    except TimeoutError:
+        log.warning("shutdown: %s did not stop within %.0f s; going on", what, timeout)
+    except Exception as e:
+        log.warning("shutdown: %s failed to stop: %r; going on", what, e)
 
 
 def make_store(config: Config, data_dir: Path, clock: Clock) -> MetadataStore:
@@ -89,6 +102,7 @@ class Broker:
         self.cleaner: LogCleaner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
+        self._stopping = False
 
     @property
     def metadata_backend(self) -> str:
@@ -179,25 +193,34 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="checkpoint"))
 
     async def stop(self) -> None:
+        """Every step is bounded (STOP_STEP_S): with ZooKeeper unreachable or a peer paused,
+        a step waiting on them gives up and the shutdown goes on, so SIGTERM always ends the
+        process.  The logs are closed (marked clean) before the metadata store, which is the
+        step most likely to wait on an unreachable ZooKeeper."""
+        self._stopping = True  # metadata events (some already queued) change nothing now
+        if self.cluster is not None:
+            self.cluster.remove_listener(self._on_cluster_event)
         for t in self._tasks:
             t.cancel()
         if self._tasks:
-            await asyncio.wait(self._tasks, timeout=5.0)
+            await asyncio.wait(self._tasks, timeout=STOP_STEP_S)
         if self.server is not None:
-            await self.server.stop()
+            await _bounded("listeners", self.server.stop())
         if self.cleaner is not None:
-            await asyncio.to_thread(self.cleaner.stop)  # its swaps need the loop running
+            # not bounded: its threads stop between two steps of a clean, and a swap they
+            # wait for needs the loop running; the logs must not close under them
+            await asyncio.to_thread(self.cleaner.stop)
         if self.groups is not None:
-            await self.groups.stop()
+            await _bounded("group coordinator", self.groups.stop())
         if self.replicas is not None:
-            await self.replicas.stop()
-        await self.flusher.stop()
+            await _bounded("replica manager", self.replicas.stop())
+        await _bounded("flusher", self.flusher.stop())
         if self.cluster is not None:
-            await self.cluster.stop()
-        if self.store is not None:
-            await self.store.close()
+            await _bounded("cluster membership", self.cluster.stop())
         if self.logs is not None:
-            await asyncio.to_thread(self.logs.close)
+            await asyncio.to_thread(self.logs.close)  # local disk only: never skipped
+        if self.store is not None:
+            await _bounded("metadata store", self.store.close())
 
     # -- services used by the handlers -----------------------------------------------------
     def partition_log(self, topic: str, partition: int) -> PartitionLog:
@@ -224,6 +247,8 @@ class Broker:
         return fut.result()
 
     def _on_cluster_event(self, event: Any) -> None:
+        if self._stopping:
+            return
         # A topic's change touches only that topic's partitions; a change of the live brokers
         # or of the controller can move any leader.
         topic = event.topic if event.kind in ("TOPIC_CHANGED", "TOPIC_DELETED") else None

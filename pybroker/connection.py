@@ -47,6 +47,8 @@ class KafkaConnection(asyncio.Protocol):
         self._can_write.set()
         self._task: asyncio.Task | None = None
         self._on_close = on_close
+        self._in_sendfile = False
+        self._deferred_close: str | None = None  # "close" / "abort" asked during a sendfile
 
     # -- asyncio.Protocol -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -90,15 +92,29 @@ class KafkaConnection(asyncio.Protocol):
     # -- the request loop -------------------------------------------------------------------
     def abort(self) -> None:
         self.closed = True
-        if self.transport is not None:
-            self.transport.abort()
+        self._close_transport("abort")
         self._wakeup.set()
 
     def close(self) -> None:
         """Graceful: stop reading, let the task finish the current request and flush."""
         self.closed = True
         self._wakeup.set()
-        if self.transport is not None:
+        self._close_transport("close")
+
+    def _close_transport(self, how: str) -> None:
+        """Close (or abort) the transport, but never under a running sendfile: asyncio
+        (3.11) then fails in the transport's connection_lost ('InvalidStateError' on the
+        finished empty-waiter, logged with a traceback) and closes the socket sendfile is
+        using.  The sendfile ends (it fails or completes) and _send closes it then."""
+        if self.transport is None:
+            return
+        if self._in_sendfile:
+            if self._deferred_close != "abort":
+                self._deferred_close = how
+            return
+        if how == "abort":
+            self.transport.abort()
+        else:
             self.transport.close()
 
     async def _run(self) -> None:
@@ -195,7 +211,22 @@ class KafkaConnection(asyncio.Protocol):
                 transport.write(part)
                 continue
             # The region's file object is a read-only handle of its own: sendfile seeks it.
-            sent = await loop.sendfile(transport, part.file, part.position, part.size)
+            # A peer that went away (the transport closes before connection_lost runs) makes
+            # sendfile raise RuntimeError("Transport is closing"): the peer is gone, as below.
+            if transport.is_closing():
+                raise ConnectionResetError("the peer closed the connection")
+            self._in_sendfile = True
+            try:
+                sent = await loop.sendfile(transport, part.file, part.position, part.size)
+            except RuntimeError as e:
+                if not transport.is_closing():
+                    raise
+                raise ConnectionResetError(f"the peer closed the connection: {e}") from None
+            finally:
+                self._in_sendfile = False
+                deferred, self._deferred_close = self._deferred_close, None
+                if deferred is not None:
+                    self._close_transport(deferred)
             if sent != part.size:  # the file shrank under us: the frame is broken, drop the peer
                 raise ConnectionError(f"sent {sent} of {part.size} bytes of a log region")
         if not self._can_write.is_set():

@@ -381,6 +381,23 @@ def test_truncate_to(tmp_path, clock):
     log.close()
 
 
+def test_truncate_to_the_log_end_drops_an_epoch_without_records(tmp_path, clock):
+    """Issue 10, defect 2: a broker that became leader (epoch 5 assigned at its LEO) and lost
+    the leadership before appending anything must not keep epoch 5 as its latest once it
+    follows a leader that never knew it; truncating to the LEO drops it, as Kafka's
+    truncateTo does."""
+    log = open_log(tmp_path, clock)
+    log.leader_epochs.assign(4, 0)
+    append(log, batch(2))
+    log.leader_epochs.assign(5, log.log_end_offset)
+    assert log.leader_epochs.latest_epoch() == 5
+    log.truncate_to(log.log_end_offset)
+    assert log.leader_epochs.latest_epoch() == 4 and log.log_end_offset == 2
+    log.truncate_to(10)  # above the end: nothing else changes
+    assert log.leader_epochs.latest_epoch() == 4 and log.log_end_offset == 2
+    log.close()
+
+
 def test_trusted_segment_with_several_batches_after_the_last_index_entry(tmp_path, clock):
     """Regression: loading a segment's tail compared each batch with the last index entry
     (a reused cursor), so >= 2 batches after that entry made truncate_to and clean reopen

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -165,7 +166,7 @@ class ZooKeeperStore(MetadataStore):
             await asyncio.wait_for(asyncio.shield(self._connected), self._connect_timeout_s)
         except TimeoutError:
             self._client = None
-            await self._loop.run_in_executor(None, _stop_and_close, client)
+            await _stop_and_close_in_thread(client)
             raise ConnectionLossError(
                 f"could not connect to ZooKeeper at {self._hosts} within "
                 f"{self._connect_timeout_s:g}s (zookeeper.connect={self.connect})"
@@ -189,7 +190,7 @@ class ZooKeeperStore(MetadataStore):
         if client is None:
             return
         client.remove_listener(self._on_state)
-        await asyncio.get_running_loop().run_in_executor(None, _stop_and_close, client)
+        await _stop_and_close_in_thread(client)
 
     @property
     def session_id(self) -> int:
@@ -375,3 +376,37 @@ def _stop_and_close(client: KazooClient) -> None:
         client.stop()
     finally:
         client.close()
+
+
+async def _stop_and_close_in_thread(client: KazooClient) -> None:
+    """kazoo's stop() can block for seconds (its connection thread retries an unreachable
+    ensemble): run it in a daemon thread of its own, not the loop's default executor, which
+    asyncio.run waits for at exit, so a caller that stops waiting (a bounded shutdown) does
+    not keep the process alive."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def run() -> None:
+        try:
+            _stop_and_close(client)
+        except Exception as e:  # reported to the awaiting task
+            _settle(done, e)
+        else:
+            _settle(done, None)
+
+    def _settle(fut: asyncio.Future[None], error: BaseException | None) -> None:
+        def apply() -> None:
+            if fut.done():
+                return
+            if error is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(error)
+
+        try:
+            loop.call_soon_threadsafe(apply)
+        except RuntimeError:
+            pass  # the loop is gone: nobody waits any more
+
+    threading.Thread(target=run, name="zookeeper-close", daemon=True).start()
+    await done

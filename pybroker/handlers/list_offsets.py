@@ -4,7 +4,11 @@ timestamp -2: the log start offset; -1: the high watermark (read_uncommitted) or
 stable offset (read_committed; equal without transactions); -3 (v7, KIP-734): the offset and
 timestamp of the record with the largest timestamp; any other timestamp: the first offset
 whose timestamp is at or after it, found through the time index, or offset -1 / timestamp -1
-when there is none.  current_leader_epoch (v4+) is checked (FENCED_LEADER_EPOCH /
+when there is none (offsets at or above the high watermark count as none).  A new leader
+whose high watermark is still below the start offset of its leader epoch answers -1 and
+lookups beyond its high watermark with OFFSET_NOT_AVAILABLE (78, retriable), as Kafka does
+(KIP-207): its high watermark may be below what the previous leader showed, and what
+clients are shown must not go back.  current_leader_epoch (v4+) is checked (FENCED_LEADER_EPOCH /
 UNKNOWN_LEADER_EPOCH) and leader_epoch answered.  Left out: v0 (old_style_offsets) and
 follower requests (replica_id >= 0), which no client pybroker targets sends.
 """
@@ -18,6 +22,14 @@ from pybroker.registry import handler
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
 
+def _not_available(replica) -> KafkaError:
+    return KafkaError(
+        ErrorCode.OFFSET_NOT_AVAILABLE,
+        f"the high watermark ({replica.log.high_watermark}) is below the start offset of "
+        f"leader epoch {replica.leader_epoch} ({replica.leader_epoch_start_offset})",
+    )
+
+
 def _lookup(ctx: RequestContext, topic: str, p: dict) -> dict:
     index = p["partition_index"]
     try:
@@ -29,15 +41,22 @@ def _lookup(ctx: RequestContext, topic: str, p: dict) -> dict:
         ts = p["timestamp"]
         if ts == EARLIEST:
             found = (log.log_start_offset, -1)
-        elif ts == LATEST:
-            found = (log.high_watermark, -1)
-        elif ts == MAX_TIMESTAMP and ctx.version >= 7:
-            found = log.offset_of_max_timestamp() or (-1, -1)
-        elif ts < 0:
+        elif ts < 0 and not (ts == LATEST or ts == MAX_TIMESTAMP and ctx.version >= 7):
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"invalid timestamp {ts}")
+        elif ts == LATEST:
+            if replica.high_watermark_lagging():
+                raise _not_available(replica)
+            found = (log.high_watermark, -1)
         else:
-            found = log.offset_for_timestamp(ts) or (-1, -1)
+            if ts == MAX_TIMESTAMP:
+                found = log.offset_of_max_timestamp() or (-1, -1)
+            else:
+                found = log.offset_for_timestamp(ts) or (-1, -1)
             if found[0] >= log.high_watermark:
+                # beyond what consumers may read: none, or not yet known while a new
+                # leader's high watermark catches up (Kafka's fetchOffsetForTimestamp)
+                if replica.high_watermark_lagging():
+                    raise _not_available(replica)
                 found = (-1, -1)
         offset, timestamp = found
         return {

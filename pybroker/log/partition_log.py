@@ -676,8 +676,16 @@ class PartitionLog:
         """Remove everything at and above ``offset`` (whole batches: the LEO may end below
         ``offset`` if it falls inside a batch), as a follower does before replicating from a
         new leader.  The high watermark, recovery point, producer state (newest snapshot at
-        or below the new LEO plus the headers after it) and epoch cache follow."""
+        or below the new LEO plus the headers after it) and epoch cache follow.
+
+        At or above the LEO no record goes, but the epoch cache still loses its entries
+        starting at the LEO, as Kafka's truncateTo: a broker that became leader assigned its
+        epoch at its LEO, and if it lost the leadership before appending anything, that
+        epoch is unknown to the next leader.  Kept, it would be this follower's latest epoch,
+        the leader would answer every fetch with a diverging epoch whose end is our LEO, and
+        the follower would never fetch (nor rejoin the ISR) again."""
         if offset >= self.log_end_offset:
+            self.leader_epochs.truncate_from_end(self.log_end_offset)
             return
         if offset <= self.log_start_offset:
             self.truncate_fully_and_start_at(offset if offset >= 0 else self.log_start_offset)

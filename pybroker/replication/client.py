@@ -25,9 +25,10 @@ class BrokerConnection:
         self._ids = itertools.count(1)
 
     async def connect(self) -> None:
-        self._reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port, limit=2**20), self.timeout_s
-        )
+        async with asyncio.timeout(self.timeout_s):
+            self._reader, self._writer = await asyncio.open_connection(
+                self.host, self.port, limit=2**20
+            )
 
     @property
     def connected(self) -> bool:
@@ -38,26 +39,36 @@ class BrokerConnection:
     ) -> dict:
         if not self.connected:
             await self.connect()
+        # This request's own stream: close() (from another task, e.g. a fetcher being stopped)
+        # may drop the attributes at any await below; the stream it closed then ends the read.
+        reader, writer = self._reader, self._writer
         cid = next(self._ids) & 0x7FFFFFFF
         frame = codec.encode_request(api_key, api_version, cid, self.client_id, body)
         try:
-            self._writer.write(frame)
-            await self._writer.drain()
-            size = int.from_bytes(
-                await asyncio.wait_for(self._reader.readexactly(4), timeout_s or self.timeout_s),
-                "big",
-            )
-            data = await asyncio.wait_for(
-                self._reader.readexactly(size), timeout_s or self.timeout_s
-            )
+            writer.write(frame)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+            # cancellation that arrives as the read completes, and a task being stopped
+            # would carry on.
+            async with asyncio.timeout(timeout_s or self.timeout_s):
+                await writer.drain()
+                size = int.from_bytes(await reader.readexactly(4), "big")
+                data = await reader.readexactly(size)
+            if writer is not self._writer:
+                raise ConnectionResetError("connection closed during the request")
             got, response = codec.decode_response(api_key, api_version, data)
         except (OSError, asyncio.IncompleteReadError, TimeoutError, DecodeError) as e:
-            self.close()
+            self._close(writer)
             raise ConnectionError(f"request to {self.host}:{self.port} failed: {e!r}") from e
         if got != cid:
-            self.close()
+            self._close(writer)
             raise ConnectionError(f"correlation id {got} != {cid}")
         return response
+
+    def _close(self, writer: asyncio.StreamWriter) -> None:
+        """Close this request's stream, and forget it if it is still the current one."""
+        writer.close()
+        if writer is self._writer:
+            self.close()
 
     def close(self) -> None:
         if self._writer is not None:

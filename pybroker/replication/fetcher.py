@@ -42,6 +42,7 @@ class _Fetching:
     replica: Any  # manager.Replica
     leader_epoch: int
     truncated: bool = False
+    last_error: int = ErrorCode.NONE  # logged once per change, not per retry
 
 
 class ReplicaFetcher:
@@ -65,7 +66,7 @@ class ReplicaFetcher:
         self._drop_connection()
         if self._task is not None:
             self._task.cancel()
-            await asyncio.wait({self._task}, timeout=5.0)
+            await asyncio.wait({self._task}, timeout=2.0)
 
     def add(self, replica: Any) -> None:
         self.partitions[(replica.topic, replica.partition)] = _Fetching(
@@ -83,7 +84,9 @@ class ReplicaFetcher:
     # -- the loop ------------------------------------------------------------------------------
     async def _run(self) -> None:
         backoff = 0.05
-        while not self._stopped:
+        me = asyncio.current_task()
+        # cancelling(): a cancellation that something below swallowed still ends the loop
+        while not self._stopped and not (me is not None and me.cancelling()):
             if not self.partitions:
                 self._changed.clear()
                 await self._changed.wait()
@@ -190,7 +193,9 @@ class ReplicaFetcher:
                 self.leader_id,
                 f.leader_epoch,
             )
-            plog.truncate_to(target)
+        # Always, even at the log end: it also drops epochs of ours that start at the target
+        # (an epoch we led without appending to it), which the leader never knew.
+        plog.truncate_to(target)
         f.truncated = True
 
     # -- fetching ----------------------------------------------------------------------------------
@@ -227,18 +232,35 @@ class ReplicaFetcher:
         )
         if resp["error_code"] != ErrorCode.NONE:
             raise ConnectionError(f"fetch error {resp['error_code']}")
+        failed = answered = 0
         for t in resp["responses"]:
             for p in t["partitions"]:
                 key = (t["topic"], p["partition_index"])
                 f = ready.get(key)
                 if f is None or not self._current(key, f):
                     continue
-                self._apply(f, p)
+                answered += 1
+                failed += self._apply(f, p)
+        if answered and failed == answered:
+            # errors come back at once (no long poll): retry after a pause, not in a spin,
+            # while the metadata that resolves them (a newer epoch, a new leader) arrives
+            await asyncio.sleep(0.1)
 
-    def _apply(self, f: _Fetching, p: dict) -> None:
+    def _apply(self, f: _Fetching, p: dict) -> bool:
+        """Apply one partition's answer; True when it was an error."""
         r = f.replica
         plog = r.log
         code = p["error_code"]
+        if code != f.last_error:
+            if code != ErrorCode.NONE:
+                log.info(
+                    "%s-%d: fetch from leader %d answered error %d; retrying",
+                    r.topic,
+                    r.partition,
+                    self.leader_id,
+                    code,
+                )
+            f.last_error = code
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             start = p.get("log_start_offset", -1)
             if start > plog.log_end_offset:
@@ -249,18 +271,17 @@ class ReplicaFetcher:
                     start,
                 )
                 plog.truncate_fully_and_start_at(start)
-            else:
-                f.truncated = False  # our log end is beyond the leader's: truncate again
-            return
+                return False
+            f.truncated = False  # our log end is beyond the leader's: truncate again
+            return False
         if code != ErrorCode.NONE:
-            log.debug("%s-%d: fetch error %d", r.topic, r.partition, code)
-            return
+            return True
         diverging = p.get("diverging_epoch") or {}
         if diverging.get("epoch", -1) >= 0:
             self._truncate_to_leader(
                 f, plog.leader_epochs.latest_epoch(), diverging["epoch"], diverging["end_offset"]
             )
-            return
+            return False
         records = p["records"]
         if records:
             buf = bytearray(records)
@@ -269,7 +290,7 @@ class ReplicaFetcher:
             except InvalidRecordError as e:
                 log.warning("%s-%d: leader sent invalid records: %s", r.topic, r.partition, e)
                 f.truncated = False
-                return
+                return True
             if batches:
                 plog.append_as_follower(buf, batches)
         leader_start = p.get("log_start_offset", -1)
@@ -277,3 +298,4 @@ class ReplicaFetcher:
         if plog.log_start_offset < leader_start <= plog.high_watermark:
             plog.delete_records_before(leader_start)
         self.manager.purgatory.notify((r.topic, r.partition))
+        return False

@@ -71,6 +71,15 @@ class Replica:
     replicas: list[int] = field(default_factory=list)
     followers: dict[int, FollowerState] = field(default_factory=dict)
     isr_change_in_flight: bool = False
+    # As leader: the log end offset when this leader epoch began (Kafka's
+    # leaderEpochStartOffsetOpt); -1 otherwise.
+    leader_epoch_start_offset: int = -1
+
+    def high_watermark_lagging(self) -> bool:
+        """A new leader's high watermark starts where its follower knew it, which can be
+        below what the previous leader showed clients: until it reaches the start of this
+        leader epoch, offsets answered from it could go back (KIP-207)."""
+        return self.log.high_watermark < self.leader_epoch_start_offset
 
 
 class ReplicaManager:
@@ -100,6 +109,7 @@ class ReplicaManager:
         self.fetchers: dict[int, Any] = {}
         self._tasks: set[asyncio.Task] = set()
         self._isr_task: asyncio.Task | None = None
+        self._stopped = False
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -107,13 +117,17 @@ class ReplicaManager:
         self._isr_task = asyncio.create_task(self._isr_loop(), name="isr-shrink")
 
     async def stop(self) -> None:
+        # From here on no role change starts a fetcher: a metadata event handled during the
+        # shutdown would otherwise start one that nothing stops, and the process would not
+        # end (asyncio.run waits for every task).
+        self._stopped = True
         await asyncio.gather(*(f.stop() for f in self.fetchers.values()))
         self.fetchers.clear()
         tasks = list(self._tasks) + ([self._isr_task] if self._isr_task else [])
         for t in tasks:
             t.cancel()
         if tasks:
-            await asyncio.wait(tasks, timeout=5.0)
+            await asyncio.wait(tasks, timeout=2.0)
 
     def _spawn(self, coro: Any, name: str) -> None:
         t = asyncio.create_task(coro, name=name)
@@ -124,7 +138,10 @@ class ReplicaManager:
     def sync_roles(self, topic: str | None = None) -> None:
         """Bring the local replicas in line with the partition states in the metadata cache:
         every partition, or only ``topic``'s (a change of one topic touches only its own
-        partitions; with thousands of partitions a full pass per event would dominate)."""
+        partitions; with thousands of partitions a full pass per event would dominate).
+        Nothing once stopped."""
+        if self._stopped:
+            return
         me = self.broker_id
         seen = set()
         if topic is None:
@@ -182,6 +199,7 @@ class ReplicaManager:
             for b in r.replicas
             if b != self.broker_id
         }
+        r.leader_epoch_start_offset = r.log.log_end_offset
         r.log.leader_epochs.assign(state.leader_epoch, r.log.log_end_offset)
         log.info(
             "%s-%d: leader (epoch %d, isr %s, log end %d, hw %d)",
@@ -198,6 +216,7 @@ class ReplicaManager:
         self._detach(r)
         r.role, r.leader, r.leader_epoch = FOLLOWER, state.leader, state.leader_epoch
         r.followers = {}
+        r.leader_epoch_start_offset = -1
         fetcher = self.fetchers.get(state.leader)
         if fetcher is None:
             fetcher = self.fetcher_factory(self, state.leader)
@@ -283,7 +302,14 @@ class ReplicaManager:
         st.last_fetch_ms = now
         if fetch_offset >= r.log.log_end_offset:
             st.last_caught_up_ms = now
-        if replica_id not in r.isr and fetch_offset >= r.log.high_watermark:
+        # In sync (Kafka's isFollowerInSync): at the high watermark and holding everything
+        # of earlier epochs; a follower that joined below this epoch's start could be elected
+        # without records the ISR had and the high watermark would go back.
+        if (
+            replica_id not in r.isr
+            and fetch_offset >= r.log.high_watermark
+            and fetch_offset >= r.leader_epoch_start_offset
+        ):
             self._change_isr(r, sorted(set(r.isr) | {replica_id}), "caught up")
         self._maybe_advance_hw(r)
 
