@@ -10,7 +10,6 @@ Unit tests drive pybroker.log.validator on bytes; the others use a real broker
 from __future__ import annotations
 
 import gzip
-import logging
 import struct
 import tracemalloc
 
@@ -360,18 +359,34 @@ def test_lz4_block_checksums_are_accepted():
     _validate(raw_batch(payload, 2, COMPRESSION_LZ4))
 
 
-def test_event_loop_is_not_blocked_by_a_large_batch(broker, client, topic, caplog):
-    """Validation of a large compressed batch runs off the loop: asyncio debug mode logs every
-    callback slower than loop.slow_callback_duration; none may come from the produce."""
-    old = broker.loop.slow_callback_duration
-    broker.loop.slow_callback_duration = 0.1
-    caplog.set_level(logging.WARNING, logger="asyncio")
-    try:
-        batch = valid_records_bomb(30_000, 200, COMPRESSION_GZIP)  # 6 MB of records
-        assert client.produce(topic, 0, batch, version=9)["error_code"] == NONE
-        assert client.list_offset(topic, 0, -3, version=7)["offset"] == 29_999
-        assert client.list_offset(topic, 0, TS, version=7)["offset"] == 0
-    finally:
-        broker.loop.slow_callback_duration = old
-    slow = [r.getMessage() for r in caplog.records if "Executing" in r.getMessage()]
-    assert not slow, slow
+def test_large_batches_are_walked_off_the_event_loop(broker, client, topic, monkeypatch):
+    """Walking a large (or compressed and inflating) batch runs in a worker thread, for
+    Produce and for ListOffsets, so the loop keeps serving other clients meanwhile; small
+    uncompressed batches are walked on the loop."""
+    import threading
+
+    from pybroker.handlers import list_offsets, produce
+
+    walks: list[tuple[str, int, bool]] = []  # (what, batch size, on the loop thread?)
+
+    def spy(name, fn):
+        def wrapper(batch, h, *args, **kw):
+            walks.append((name, h.size, threading.current_thread() is broker.thread))
+            return fn(batch, h, *args, **kw)
+
+        return wrapper
+
+    monkeypatch.setattr(produce, "validate_batch", spy("produce", produce.validate_batch))
+    monkeypatch.setattr(list_offsets, "find_record", spy("list_offsets", list_offsets.find_record))
+    big = valid_records_bomb(30_000, 200, COMPRESSION_GZIP)  # 6 MB of records
+    assert client.produce(topic, 0, big, version=9)["error_code"] == NONE
+    assert client.list_offset(topic, 0, -3, version=7)["offset"] == 29_999
+    assert client.list_offset(topic, 0, TS, version=7)["offset"] == 0
+    small = good_batch(COMPRESSION_NONE, 3)
+    assert client.produce(topic, 1, small, version=9)["error_code"] == NONE
+    assert client.list_offset(topic, 1, -3, version=7)["offset"] == 2
+    off_loop = [(what, on_loop) for what, size, on_loop in walks if size == len(big)]
+    assert ("produce", False) in off_loop, walks
+    assert [w for w in off_loop if w[0] == "list_offsets"] == [("list_offsets", False)] * 2
+    assert ("produce", len(small), True) in walks  # small: inline, no thread hand-off
+    assert ("list_offsets", len(small), True) in walks

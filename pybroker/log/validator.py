@@ -27,7 +27,7 @@ stored batch the same way for ListOffsets by timestamp.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import NamedTuple
 
 from pybroker.errors import ErrorCode
@@ -112,21 +112,23 @@ def _parse_record(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     return ts_delta, off_delta
 
 
-def iter_records(
+def _walk(
     batch: bytes | bytearray | memoryview,
     h: BatchHeader,
-    *,
     max_record_bytes: int,
     max_uncompressed_bytes: int,
-) -> Iterator[tuple[int, int]]:
-    """(offset delta, timestamp delta) of each record of the batch ``h`` in ``batch``,
-    checked as the module docstring says.  Raises InvalidRecordError."""
+    wanted: Callable[[int, int], bool] | None,
+) -> tuple[int, int, tuple[int, int] | None]:
+    """Walk the records of batch ``h``: (records, largest timestamp delta, the first
+    (offset delta, timestamp delta) ``wanted`` accepts, which ends the walk early)."""
     start = h.position + HEADER_SIZE
     payload = bytes(memoryview(batch)[start : h.position + h.size])
     chunks = decompressed_chunks(h.compression, payload, max_uncompressed_bytes)
     buf = b""
     pos = 0
     more = True
+    max_delta = -(2**63)
+    index = 0
 
     def fill(need: int) -> None:
         nonlocal buf, pos, more
@@ -142,7 +144,7 @@ def iter_records(
         buf, pos = b"".join(parts), 0
 
     try:
-        for index in range(h.records_count):
+        for index in range(h.records_count):  # noqa: B007 (index is reported below)
             if len(buf) - pos < 5 and more:
                 fill(5)
             if pos >= len(buf):
@@ -170,14 +172,18 @@ def iter_records(
             ts_delta, off_delta = _parse_record(buf, p, end)
             if off_delta != index:
                 raise _invalid(f"record {index} has offset delta {off_delta}")
+            if ts_delta > max_delta:
+                max_delta = ts_delta
             pos = end
-            yield off_delta, ts_delta
+            if wanted is not None and wanted(off_delta, ts_delta):
+                return index + 1, max_delta, (off_delta, ts_delta)
         if pos < len(buf) or (more and any(chunks)):
             raise _invalid(f"bytes after the last of {h.records_count} records")
     except IndexError:
         raise _invalid("record truncated") from None
     finally:
         chunks.close()
+    return h.records_count, max_delta, None
 
 
 def validate_batch(
@@ -188,19 +194,8 @@ def validate_batch(
     max_uncompressed_bytes: int,
 ) -> ValidationResult:
     """Walk every record of batch ``h``; raises InvalidRecordError with Kafka's code."""
-    max_delta = -(2**63)
-    n = 0
-    for _, ts_delta in iter_records(
-        batch,
-        h,
-        max_record_bytes=max_record_bytes,
-        max_uncompressed_bytes=max_uncompressed_bytes,
-    ):
-        if ts_delta > max_delta:
-            max_delta = ts_delta
-        n += 1
-    size = h.size - HEADER_SIZE
-    return ValidationResult(n, h.base_timestamp + max_delta, size)
+    n, max_delta, _ = _walk(batch, h, max_record_bytes, max_uncompressed_bytes, None)
+    return ValidationResult(n, h.base_timestamp + max_delta, h.size - HEADER_SIZE)
 
 
 def find_record(
@@ -213,14 +208,19 @@ def find_record(
     """(offset, timestamp) of the first record of stored batch ``h`` for which
     ``wanted(offset, timestamp)``, or None.  Timestamps are the record's own (CreateTime) or
     the batch's maxTimestamp (LogAppendTime).  Raises InvalidRecordError on a malformed batch."""
-    log_append = h.timestamp_type == 1
-    for delta, ts_delta in iter_records(
-        batch,
-        h,
-        max_record_bytes=max_uncompressed_bytes,
-        max_uncompressed_bytes=max_uncompressed_bytes,
-    ):
-        ts = h.max_timestamp if log_append else h.base_timestamp + ts_delta
-        if wanted(h.base_offset + delta, ts):
-            return h.base_offset + delta, ts
-    return None
+    base_offset, base_ts = h.base_offset, h.base_timestamp
+    if h.timestamp_type == 1:  # LogAppendTime: every record has the batch's maxTimestamp
+        base_ts = h.max_timestamp
+
+        def accept(off_delta: int, _ts_delta: int) -> bool:
+            return wanted(base_offset + off_delta, base_ts)
+    else:
+
+        def accept(off_delta: int, ts_delta: int) -> bool:
+            return wanted(base_offset + off_delta, base_ts + ts_delta)
+
+    _, _, found = _walk(batch, h, max_uncompressed_bytes, max_uncompressed_bytes, accept)
+    if found is None:
+        return None
+    off_delta, ts_delta = found
+    return base_offset + off_delta, base_ts if h.timestamp_type == 1 else base_ts + ts_delta
