@@ -65,29 +65,8 @@ def _varint(buf: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
     raise _invalid(f"varint longer than {max_bytes} bytes")
 
 
-def _parse_record(buf: bytes, pos: int, end: int) -> tuple[int, int]:
-    """Check the record body in ``buf[pos:end]``; (timestamp delta, offset delta)."""
-    pos += 1  # attributes: unused in v2
-    b = buf[pos]
-    if b < 0x80:
-        ts_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
-    else:
-        ts_delta, pos = _varint(buf, pos, 10)
-    b = buf[pos]
-    if b < 0x80:
-        off_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
-    else:
-        off_delta, pos = _varint(buf, pos, 5)
-    for _ in range(2):  # key, value
-        b = buf[pos]
-        if b < 0x80:
-            n, pos = (b >> 1) ^ -(b & 1), pos + 1
-        else:
-            n, pos = _varint(buf, pos, 5)
-        if n > 0:
-            pos += n
-        elif n < -1:
-            raise _invalid(f"key or value length {n}")
+def _check_headers(buf: bytes, pos: int, end: int) -> None:
+    """Check the header count and headers at ``pos``, which must end the record at ``end``."""
     b = buf[pos]
     if b < 0x80:
         headers, pos = (b >> 1) ^ -(b & 1), pos + 1
@@ -109,7 +88,6 @@ def _parse_record(buf: bytes, pos: int, end: int) -> tuple[int, int]:
             break
     if pos != end:
         raise _invalid(f"record fields take {pos - end:+d} bytes beyond its declared length")
-    return ts_delta, off_delta
 
 
 def _walk(
@@ -169,7 +147,37 @@ def _walk(
                 end -= moved
                 if end > len(buf):
                     raise _invalid(f"record {index} truncated")
-            ts_delta, off_delta = _parse_record(buf, p, end)
+            # the record body; one-byte varints inline (almost every field of real records)
+            b = buf[p + 1]
+            if b < 0x80:
+                ts_delta, q = (b >> 1) ^ -(b & 1), p + 2
+            else:
+                ts_delta, q = _varint(buf, p + 1, 10)
+            b = buf[q]
+            if b < 0x80:
+                off_delta, q = (b >> 1) ^ -(b & 1), q + 1
+            else:
+                off_delta, q = _varint(buf, q, 5)
+            b = buf[q]
+            if b < 0x80:
+                n, q = (b >> 1) ^ -(b & 1), q + 1
+            else:
+                n, q = _varint(buf, q, 5)
+            if n > 0:
+                q += n
+            elif n < -1:
+                raise _invalid(f"key length {n}")
+            b = buf[q]
+            if b < 0x80:
+                n, q = (b >> 1) ^ -(b & 1), q + 1
+            else:
+                n, q = _varint(buf, q, 5)
+            if n > 0:
+                q += n
+            elif n < -1:
+                raise _invalid(f"value length {n}")
+            if q + 1 != end or buf[q] != 0:  # not "no headers, record ends here"
+                _check_headers(buf, q, end)
             if off_delta != index:
                 raise _invalid(f"record {index} has offset delta {off_delta}")
             if ts_delta > max_delta:
