@@ -212,12 +212,33 @@ def test_validator_refuses_a_record_above_the_size_limit():
     assert e.value.code == MESSAGE_TOO_LARGE
 
 
-@pytest.mark.parametrize("codec", [COMPRESSION_GZIP, COMPRESSION_LZ4, COMPRESSION_ZSTD])
+@pytest.mark.parametrize(
+    "codec", [COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4, COMPRESSION_ZSTD]
+)
 def test_validator_stops_a_bomb_of_valid_records_with_bounded_memory(codec):
     from pybroker.wire.records import InvalidRecordError
 
     batch = valid_records_bomb(40_000, 1000, codec)  # 40 MB of records in a small batch
-    assert len(batch) < 2 << 20
+    assert len(batch) < 4 << 20
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidRecordError) as e:
+            _validate(batch, max_uncompressed_bytes=4 << 20)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert e.value.code == MESSAGE_TOO_LARGE
+    assert peak < 8 << 20, f"peak {peak} bytes"
+
+
+def test_validator_refuses_a_raw_snappy_block_declaring_too_much_before_inflating_it():
+    """librdkafka sends one raw snappy block: its declared length is checked first."""
+    import cramjam
+
+    from pybroker.wire.records import InvalidRecordError
+
+    body = b"".join(record(i, bytes(1000), ts_delta=i) for i in range(20_000))  # 20 MB
+    batch = raw_batch(bytes(cramjam.snappy.compress_raw(body)), 20_000, COMPRESSION_SNAPPY)
     tracemalloc.start()
     try:
         with pytest.raises(InvalidRecordError) as e:
@@ -300,6 +321,21 @@ def test_broker_accepts_every_codec_and_list_offsets_finds_timestamps(client, to
     assert (mx["error_code"], mx["offset"], mx["timestamp"]) == (NONE, 3, TS + 3)
     by_ts = client.list_offset(topic, 1, TS + 2, version=7)
     assert (by_ts["error_code"], by_ts["offset"], by_ts["timestamp"]) == (NONE, 2, TS + 2)
+
+
+def test_max_timestamp_is_set_from_the_records(client, topic):
+    """As Kafka's LogValidator: a CreateTime batch's maxTimestamp becomes its records' largest
+    timestamp, so ListOffsets -3 and by timestamp find the real record."""
+    body = record(0, b"a", ts_delta=0) + record(1, b"b", ts_delta=50) + record(2, b"c", ts_delta=7)
+    lying = raw_batch(body, 3)  # header says maxTimestamp == baseTimestamp
+    assert client.produce(topic, 0, lying, version=9)["error_code"] == NONE
+    mx = client.list_offset(topic, 0, -3, version=7)
+    assert (mx["offset"], mx["timestamp"]) == (1, TS + 50)
+    by_ts = client.list_offset(topic, 0, TS + 10, version=7)
+    assert (by_ts["offset"], by_ts["timestamp"]) == (1, TS + 50)
+    stored = client.fetch(topic, 0, 0)["records"]
+    (h,) = parse_batches(bytes(stored))  # CRC still right after the rewrite
+    assert h.max_timestamp == TS + 50
 
 
 def _vm_hwm_kib() -> int:
