@@ -11,15 +11,32 @@ lookups beyond its high watermark with OFFSET_NOT_AVAILABLE (78, retriable), as 
 clients are shown must not go back.  current_leader_epoch (v4+) is checked (FENCED_LEADER_EPOCH /
 UNKNOWN_LEADER_EPOCH) and leader_epoch answered.  Left out: v0 (old_style_offsets) and
 follower requests (replica_id >= 0), which no client pybroker targets sends.
+
+Lookups by timestamp and -3 walk the records of one stored batch (decompressing it as a
+stream, pybroker.log.validator.find_record): the log hands over a copy of the batch's bytes on
+the event loop, and the walk runs in a worker thread when the batch is compressed or larger
+than INLINE_BYTES, so a large batch never stalls the loop.  A batch that cannot be read (a
+corrupt one written before append validation existed) answers CORRUPT_MESSAGE for that
+partition; the connection stays open.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers.context import RequestContext
+from pybroker.log.validator import find_record
 from pybroker.registry import handler
+from pybroker.wire.records import BatchHeader, InvalidRecordError
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+INLINE_BYTES = 16 * 1024  # uncompressed batches up to this size are walked on the loop
+
+logger = logging.getLogger(__name__)
 
 
 def _not_available(replica) -> KafkaError:
@@ -30,7 +47,40 @@ def _not_available(replica) -> KafkaError:
     )
 
 
-def _lookup(ctx: RequestContext, topic: str, p: dict) -> dict:
+async def _find(
+    ctx: RequestContext, h: BatchHeader, data: bytes, wanted: Callable[[int, int], bool]
+) -> tuple[int, int] | None:
+    h = h._replace(position=0)
+    limit = ctx.services.config.socket_request_max_bytes
+    if h.compression == 0 and h.size <= INLINE_BYTES:
+        return find_record(data, h, wanted, max_uncompressed_bytes=limit)
+    return await asyncio.get_running_loop().run_in_executor(
+        None, functools.partial(find_record, data, h, wanted, max_uncompressed_bytes=limit)
+    )
+
+
+async def _max_timestamp(ctx: RequestContext, log_) -> tuple[int, int]:  # noqa: ANN001
+    got = log_.batch_of_max_timestamp()
+    if got is None:
+        return -1, -1
+    h, data, max_ts = got
+    found = await _find(ctx, h, data, lambda _o, t: t == max_ts)
+    return found or (h.last_offset, max_ts)
+
+
+async def _for_timestamp(ctx: RequestContext, log_, ts: int) -> tuple[int, int]:  # noqa: ANN001
+    after = None
+    while (got := log_.batch_for_timestamp(ts, after)) is not None:
+        h, data = got
+        start = log_.log_start_offset
+        found = await _find(ctx, h, data, lambda o, t, start=start: t >= ts and o >= start)
+        if found is not None:
+            return found
+        after = h.next_offset
+    return -1, -1
+
+
+async def _lookup(ctx: RequestContext, topic: str, p: dict) -> dict:
     index = p["partition_index"]
     try:
         replica = ctx.services.replicas.leader_replica(
@@ -49,9 +99,9 @@ def _lookup(ctx: RequestContext, topic: str, p: dict) -> dict:
             found = (log.high_watermark, -1)
         else:
             if ts == MAX_TIMESTAMP:
-                found = log.offset_of_max_timestamp() or (-1, -1)
+                found = await _max_timestamp(ctx, log)
             else:
-                found = log.offset_for_timestamp(ts) or (-1, -1)
+                found = await _for_timestamp(ctx, log, ts)
             if found[0] >= log.high_watermark:
                 # beyond what consumers may read: none, or not yet known while a new
                 # leader's high watermark catches up (Kafka's fetchOffsetForTimestamp)
@@ -66,10 +116,12 @@ def _lookup(ctx: RequestContext, topic: str, p: dict) -> dict:
             "offset": offset,
             "leader_epoch": epoch if offset >= 0 else -1,
         }
-    except KafkaError as e:
+    except (KafkaError, InvalidRecordError) as e:
+        if isinstance(e, InvalidRecordError):
+            logger.warning("ListOffsets %s-%d: cannot read a stored batch: %s", topic, index, e)
         return {
             "partition_index": index,
-            "error_code": e.code,
+            "error_code": e.code if isinstance(e, KafkaError) else ErrorCode.CORRUPT_MESSAGE,
             "timestamp": -1,
             "offset": -1,
             "leader_epoch": -1,
@@ -94,6 +146,6 @@ async def list_offsets(ctx: RequestContext, req: dict) -> dict:
                     }
                 )
             else:
-                parts.append(_lookup(ctx, t["name"], p))
+                parts.append(await _lookup(ctx, t["name"], p))
         topics.append({"name": t["name"], "partitions": parts})
     return {"throttle_time_ms": 0, "topics": topics}

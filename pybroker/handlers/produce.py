@@ -3,7 +3,16 @@
 Record batches of magic 2 are validated (sizes, CRC-32C, record count, codec), checked
 against the idempotent producer's sequence state, and appended exactly as received: only
 the base offset and the partition leader epoch (both outside the CRC) are patched, in the
-request's own buffer, which the log writes once.  No decompression on this path.
+request's own buffer, which the log writes once.  Before that, every record of the batch is
+walked as Kafka's LogValidator does (pybroker/log/validator.py: record structure, count, offset
+deltas, sizes; compressed batches are decompressed as a bounded stream): a malformed batch gets
+CORRUPT_MESSAGE / INVALID_RECORD / MESSAGE_TOO_LARGE and nothing is stored.  The batch's
+maxTimestamp is set to its records' largest timestamp (CreateTime), as Kafka does, so the time
+index and ListOffsets -3 point at a real record.  Small uncompressed batches are walked on the
+event loop; a compressed one is walked on the loop only while it inflates to at most
+INLINE_BYTES, else (and for large uncompressed ones) in a worker thread.  A connection handles
+its requests one at a time and the partitions of a request in order, so waiting for the thread
+keeps each producer's per-partition append order.
 
 acks: 0 (no response; an error closes the connection, as Kafka does), 1 (written to the
 leader's log) and -1 (the ISR must hold at least min.insync.replicas, else NOT_ENOUGH_REPLICAS
@@ -25,6 +34,7 @@ since no transaction coordinator exists); LogAppendTime topics.
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 from pybroker.errors import ErrorCode, KafkaError
@@ -34,10 +44,20 @@ from pybroker.log.compacted_records import (
     compacted_topic_record_errors,
     record_errors_message,
 )
+from pybroker.log.validator import ValidationResult, validate_batch
 from pybroker.registry import handler
-from pybroker.wire.records import InvalidRecordError, parse_batches, set_partition_leader_epoch
+from pybroker.wire.compression import DecompressedSizeError
+from pybroker.wire.records import (
+    CREATE_TIME,
+    BatchHeader,
+    InvalidRecordError,
+    parse_batches,
+    set_max_timestamp,
+    set_partition_leader_epoch,
+)
 
 ZSTD = 4
+INLINE_BYTES = 64 * 1024  # records walked on the event loop per batch, at most
 
 
 def _partition_error(index: int, code: int, message: str | None = None) -> dict:
@@ -63,13 +83,37 @@ def _record_errors(index: int, errors: list[tuple[int, str]], version: int) -> d
     return entry
 
 
-def _append(ctx: RequestContext, topic: str, index: int, records, acks: int) -> tuple[dict, Any]:
+async def _validate(
+    ctx: RequestContext, records: Any, h: BatchHeader, limit: int
+) -> ValidationResult:
+    cap = ctx.services.config.socket_request_max_bytes
+    if h.compression == 0 and h.size > INLINE_BYTES:
+        inline_cap = 0  # straight to the thread
+    else:
+        inline_cap = min(cap, INLINE_BYTES)
+        try:
+            return validate_batch(
+                records, h, max_record_bytes=limit, max_uncompressed_bytes=inline_cap
+            )
+        except DecompressedSizeError:
+            if inline_cap >= cap:
+                raise
+    return await asyncio.get_running_loop().run_in_executor(
+        None,
+        functools.partial(
+            validate_batch, records, h, max_record_bytes=limit, max_uncompressed_bytes=cap
+        ),
+    )
+
+
+async def _append(
+    ctx: RequestContext, topic: str, index: int, records, acks: int
+) -> tuple[dict, Any]:
     """Validate and append one partition's batch; (response entry, (replica, end offset) to
     wait for when acks=all)."""
     services = ctx.services
     try:
-        replica = services.replicas.leader_replica(topic, index)
-        log = replica.log
+        services.replicas.leader_replica(topic, index)
         if records is None or len(records) == 0:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no record batch in the request")
         try:
@@ -95,8 +139,21 @@ def _append(ctx: RequestContext, topic: str, index: int, records, acks: int) -> 
                     ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     "transactions are not supported by this broker",
                 )
-        topic_configs = services.cluster.topics[topic].configs
-        if is_compacted(services.config, topic_configs):
+        for i, b in enumerate(batches):
+            try:
+                result = await _validate(ctx, records, b, limit)
+            except InvalidRecordError as e:
+                raise KafkaError(e.code, str(e)) from None
+            if b.timestamp_type == CREATE_TIME and result.max_timestamp != b.max_timestamp:
+                set_max_timestamp(records, b.position, CREATE_TIME, result.max_timestamp)
+                batches[i] = b._replace(max_timestamp=result.max_timestamp)
+        # the walk may have waited for a thread: leadership is checked again
+        replica = services.replicas.leader_replica(topic, index)
+        log = replica.log
+        info = services.cluster.topics.get(topic)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if is_compacted(services.config, info.configs):
             errors = compacted_topic_record_errors(records, batches, f"{topic}-{index}")
             if errors:
                 return _record_errors(index, errors, ctx.version), None
@@ -150,7 +207,7 @@ async def produce(ctx: RequestContext, req: dict) -> dict | None:
                     _partition_error(p["index"], ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
                 )
             else:
-                entry, wait = _append(ctx, topic, p["index"], p["records"], acks)
+                entry, wait = await _append(ctx, topic, p["index"], p["records"], acks)
                 parts.append(entry)
                 if wait is not None:
                     # settled already when the ISR is this broker alone (or lags nothing)

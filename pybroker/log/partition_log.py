@@ -70,11 +70,11 @@ from pybroker.log.segment import (
     LogSegment,
     scan_log_headers,
 )
+from pybroker.log.validator import find_record
 from pybroker.wire.records import (
     LOG_APPEND_TIME,
     PARTITION_LEADER_EPOCH_OFFSET,
     BatchHeader,
-    decode_records,
     set_base_offset,
     set_max_timestamp,
     set_partition_leader_epoch,
@@ -547,20 +547,27 @@ class PartitionLog:
                 return got
         return None
 
-    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """ListOffsets by timestamp: (offset, timestamp) of the first record whose timestamp is
-        >= ``timestamp`` (Kafka decompresses the batch to find it), or None."""
+    def batch_for_timestamp(
+        self, timestamp: int, after: int | None = None
+    ) -> tuple[BatchHeader, bytes] | None:
+        """ListOffsets by timestamp, first step (on the owner's thread): the first batch whose
+        maxTimestamp is >= ``timestamp`` holding offsets at or above the log start offset (and
+        ``after``, to go on past a batch that held no match), and its bytes; or None.  The
+        caller walks its records (pybroker.log.validator.find_record), in a worker thread if
+        it likes: the bytes are a copy."""
+        start = self.log_start_offset if after is None else max(after, self.log_start_offset)
         for seg in self.segments:
-            if seg.max_timestamp >= timestamp:
-                self._reading(seg)
-                got = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
-                if got is not None:
-                    return got
+            if seg.next_offset <= start or seg.max_timestamp < timestamp:
+                continue
+            self._reading(seg)
+            got = seg.batch_for_timestamp(timestamp, start)
+            if got is not None:
+                return got
         return None
 
-    def offset_of_max_timestamp(self) -> tuple[int, int] | None:
-        """ListOffsets -3 (KIP-734): (offset, timestamp) of the first record with the largest
-        timestamp in the log, or None if the log is empty."""
+    def batch_of_max_timestamp(self) -> tuple[BatchHeader, bytes, int] | None:
+        """ListOffsets -3 (KIP-734), first step: the batch holding the log's largest timestamp,
+        its bytes and that timestamp; None if the log is empty."""
         best: LogSegment | None = None
         for seg in self.segments:
             if seg.size and (best is None or seg.max_timestamp > best.max_timestamp):
@@ -569,11 +576,36 @@ class PartitionLog:
             return None
         self._reading(best)
         h = best.translate_offset(best.offset_of_max_timestamp)
-        if h is not None:
-            for r in decode_records(best.read_batch(h)):
-                if r.timestamp == best.max_timestamp:
-                    return r.offset, r.timestamp
-        return best.offset_of_max_timestamp, best.max_timestamp
+        if h is None:
+            return None
+        return h, best.read_batch(h), best.max_timestamp
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """ListOffsets by timestamp: (offset, timestamp) of the first record whose timestamp is
+        >= ``timestamp`` (Kafka decompresses the batch to find it), or None.  Raises
+        InvalidRecordError on a malformed batch."""
+        start = self.log_start_offset
+        after = None
+        while (got := self.batch_for_timestamp(timestamp, after)) is not None:
+            h, data = got
+            found = find_record(
+                data, h._replace(position=0), lambda o, t: t >= timestamp and o >= start
+            )
+            if found is not None:
+                return found
+            after = h.next_offset
+        return None
+
+    def offset_of_max_timestamp(self) -> tuple[int, int] | None:
+        """ListOffsets -3 (KIP-734): (offset, timestamp) of the first record with the largest
+        timestamp in the log, or None if the log is empty.  Raises InvalidRecordError on a
+        malformed batch."""
+        got = self.batch_of_max_timestamp()
+        if got is None:
+            return None
+        h, data, max_ts = got
+        found = find_record(data, h._replace(position=0), lambda _o, t: t == max_ts)
+        return found or (h.last_offset, max_ts)
 
     # -- retention ----------------------------------------------------------------------------
 

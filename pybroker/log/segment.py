@@ -43,13 +43,13 @@ from typing import BinaryIO, NamedTuple
 
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
+from pybroker.log.validator import READ_MAX_UNCOMPRESSED_BYTES, find_record
 from pybroker.wire.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
     MIN_BATCH_LENGTH,
     BatchHeader,
-    decode_records,
     scan_batches,
     unpack_header,
 )
@@ -551,18 +551,37 @@ class LogSegment:
         desc = self._handle()
         return os.pread(desc.fd, header.size, header.position)
 
-    def find_offset_by_timestamp(
+    def batch_for_timestamp(
         self, timestamp: int, starting_offset: int
-    ) -> tuple[int, int] | None:
-        """Kafka's LogSegment.findOffsetByTimestamp: (offset, timestamp) of the first record
-        with timestamp >= ``timestamp`` and offset >= ``starting_offset`` (decompresses)."""
+    ) -> tuple[BatchHeader, bytes] | None:
+        """The first batch whose maxTimestamp is >= ``timestamp`` and which holds an offset
+        >= ``starting_offset`` (found through the time index), and its bytes; or None."""
         _, ts_offset = self.time_index.lookup(timestamp)
         _, pos = self.offset_index.lookup(max(ts_offset, starting_offset))
         for h in self.headers_from(pos):
             if h.max_timestamp >= timestamp and h.last_offset >= starting_offset:
-                for r in decode_records(self.read_batch(h)):
-                    if r.timestamp >= timestamp and r.offset >= starting_offset:
-                        return r.offset, r.timestamp
+                return h, self.read_batch(h)
+        return None
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, starting_offset: int
+    ) -> tuple[int, int] | None:
+        """Kafka's LogSegment.findOffsetByTimestamp: (offset, timestamp) of the first record
+        with timestamp >= ``timestamp`` and offset >= ``starting_offset`` (walks the records of
+        the batches whose maxTimestamp qualifies, decompressing as a stream).  Raises
+        InvalidRecordError on a malformed batch."""
+        start = starting_offset
+        while (got := self.batch_for_timestamp(timestamp, start)) is not None:
+            h, data = got
+            found = find_record(
+                data,
+                unpack_header(data),
+                lambda o, t: t >= timestamp and o >= starting_offset,
+                max_uncompressed_bytes=READ_MAX_UNCOMPRESSED_BYTES,
+            )
+            if found is not None:
+                return found
+            start = h.next_offset
         return None
 
     # -- truncation, durability, deletion -----------------------------------------------------

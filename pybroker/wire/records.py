@@ -26,10 +26,11 @@ One record (inside the possibly compressed records section)::
     keyLength varint (-1 = null) | key | valueLength varint | value |
     headerCount varint | headers: (keyLength varint | key utf-8 | valueLength varint | value)*
 
-Varints are zig-zag encoded (protobuf style).  The broker's append path never decompresses:
-``parse_batches`` reads headers and checks CRCs only; ``build_batch`` and ``decode_records``
-implement the record format and all four codecs for tests and tools (and ListOffsets by
-timestamp, which needs record timestamps).
+Varints are zig-zag encoded (protobuf style).  ``parse_batches`` reads headers and checks
+CRCs only; the records inside are walked by pybroker/log/validator.py (over the bounded
+streams of pybroker/wire/compression.py) at append and for ListOffsets by timestamp.
+``build_batch`` and ``decode_records`` implement the record format and all four codecs for
+tests and tools, never on the broker's paths (``decode_records`` inflates a whole batch).
 
 Validation follows Kafka (ProduceRequest.validateRecords, UnifiedLog.analyzeAndValidateRecords,
 LogValidator.validateBatch), with these error codes:
