@@ -96,9 +96,14 @@ def _walk(
     max_record_bytes: int,
     max_uncompressed_bytes: int,
     wanted: Callable[[int, int], bool] | None,
+    gaps: bool = False,
 ) -> tuple[int, int, tuple[int, int] | None]:
     """Walk the records of batch ``h``: (records, largest timestamp delta, the first
-    (offset delta, timestamp delta) ``wanted`` accepts, which ends the walk early)."""
+    (offset delta, timestamp delta) ``wanted`` accepts, which ends the walk early).  Offset
+    deltas must be 0..n-1 (a produced batch), or with ``gaps`` (a stored batch, which the log
+    cleaner may have thinned) ascending within 0..last offset delta."""
+    last_delta = h.last_offset - h.base_offset
+    prev_delta = -1
     start = h.position + HEADER_SIZE
     payload = bytes(memoryview(batch)[start : h.position + h.size])
     chunks = decompressed_chunks(h.compression, payload, max_uncompressed_bytes)
@@ -178,8 +183,9 @@ def _walk(
                 raise _invalid(f"value length {n}")
             if q + 1 != end or buf[q] != 0:  # not "no headers, record ends here"
                 _check_headers(buf, q, end)
-            if off_delta != index:
+            if off_delta != index and not (gaps and prev_delta < off_delta <= last_delta):
                 raise _invalid(f"record {index} has offset delta {off_delta}")
+            prev_delta = off_delta
             if ts_delta > max_delta:
                 max_delta = ts_delta
             pos = end
@@ -227,7 +233,7 @@ def find_record(
         def accept(off_delta: int, ts_delta: int) -> bool:
             return wanted(base_offset + off_delta, base_ts + ts_delta)
 
-    _, _, found = _walk(batch, h, max_uncompressed_bytes, max_uncompressed_bytes, accept)
+    _, _, found = _walk(batch, h, max_uncompressed_bytes, max_uncompressed_bytes, accept, gaps=True)
     if found is None:
         return None
     off_delta, ts_delta = found
