@@ -26,6 +26,7 @@ from pybroker.coord.store import MetadataStore
 from pybroker.flusher import Flusher
 from pybroker.handlers._topics import flush_policy, log_config
 from pybroker.log import LogManager, PartitionLog
+from pybroker.loop_monitor import LoopMonitor
 from pybroker.purgatory import Purgatory
 from pybroker.replication.fetcher import ReplicaFetcher
 from pybroker.replication.manager import ReplicaManager
@@ -66,6 +67,9 @@ class Broker:
         self._flush_policies: dict[str, tuple[int, int]] = {}
         self.server: KafkaServer | None = None
         self._tasks: list[asyncio.Task] = []
+        self.loop_monitor: LoopMonitor | None = None
+        if config.loop_stall_warn_ms > 0:
+            self.loop_monitor = LoopMonitor(config.loop_stall_warn_ms)
 
     @property
     def metadata_backend(self) -> str:
@@ -73,6 +77,8 @@ class Broker:
 
     async def start(self) -> None:
         cfg = self.config
+        if self.loop_monitor is not None:
+            self.loop_monitor.start()  # first, so a blocking start-up step shows too
         data_dir = cfg.data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
         self.logs = LogManager(data_dir, log_config(cfg, {}), self.clock)
@@ -145,6 +151,8 @@ class Broker:
             await self.store.close()
         if self.logs is not None:
             await asyncio.to_thread(self.logs.close)
+        if self.loop_monitor is not None:
+            await self.loop_monitor.stop()
 
     # -- services used by the handlers -----------------------------------------------------
     def partition_log(self, topic: str, partition: int) -> PartitionLog:

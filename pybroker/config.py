@@ -99,6 +99,8 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
     "max.connections": ("max_connections", _int, 2**31 - 1),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool, False),
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int, 30000),
+    # pybroker's own (no Kafka equivalent): log "event loop stalled N ms" past this; 0 = off
+    "loop.stall.warn.ms": ("loop_stall_warn_ms", _int, 100),
 }
 
 
@@ -141,6 +143,7 @@ class Config:
     max_connections: int = 2**31 - 1
     unclean_leader_election_enable: bool = False
     replica_lag_time_max_ms: int = 30000
+    loop_stall_warn_ms: int = 100
     warnings: tuple[str, ...] = ()
     explicit_keys: frozenset[str] = frozenset()  # keys set in the file or by --override
 
@@ -229,6 +232,7 @@ def _validate(cfg: Config) -> None:
         "log.message.timestamp.type",
         "must be CreateTime or LogAppendTime",
     )
+    need(cfg.loop_stall_warn_ms >= 0, "loop.stall.warn.ms", "must be >= 0 (0 turns it off)")
     need(cfg.group_initial_rebalance_delay_ms >= 0, "group.initial.rebalance.delay.ms", ">= 0")
     need(
         0 < cfg.group_min_session_timeout_ms <= cfg.group_max_session_timeout_ms,
