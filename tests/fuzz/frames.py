@@ -31,9 +31,9 @@ Every frame is a pure function of (seed, index): ``make_frame(seed, index, pairs
 from __future__ import annotations
 
 import functools
+import gzip
 import random
 import struct
-import time
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -234,6 +234,16 @@ CONFIG_VALUES = {
 CODECS = (COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4, COMPRESSION_ZSTD)
 
 
+BASE_TIMESTAMP = 1_763_800_000_000  # fixed, so that frames depend on (seed, index) only
+
+
+def deterministic_compress(codec_id: int, data: bytes) -> bytes:
+    """records.compress, but gzip without the time in its header."""
+    if codec_id == COMPRESSION_GZIP:
+        return gzip.compress(data, mtime=0)
+    return compress(codec_id, data)
+
+
 def record_batch(rng: random.Random, compression: int | None = None, n: int | None = None) -> bytes:
     n = n or rng.randint(1, 4)
     if compression is None:
@@ -246,7 +256,12 @@ def record_batch(rng: random.Random, compression: int | None = None, n: int | No
         )
         for i in range(n)
     ]
-    return build_batch(records, compression=compression)
+    plain = build_batch(records, timestamp=BASE_TIMESTAMP + rng.randrange(10**6))
+    if compression == COMPRESSION_NONE:
+        return plain
+    h = list(HEADER.unpack_from(plain, 0))
+    h[5] |= compression
+    return _rebuild(h, deterministic_compress(compression, plain[HEADER_SIZE:]))
 
 
 class _Gen:
@@ -349,7 +364,7 @@ class _Gen:
         if name in ("producer_epoch", "current_leader_epoch", "leader_epoch", "last_fetched_epoch"):
             return -1
         if name == "timestamp":
-            return rng.choice((-1, -2, -3, 0, int(time.time() * 1000)))
+            return rng.choice((-1, -2, -3, 0, BASE_TIMESTAMP))
         if name in ("fetch_offset", "offset", "committed_offset"):
             return rng.choice((0, 1, 5, -1))
         if name == "num_partitions":
@@ -526,12 +541,12 @@ def mutate_records(rng: random.Random, batch: bytes) -> tuple[bytes, str]:
             h[5] = (h[5] & ~7) | rng.choice((1, 2, 3, 4))
         payload = _corrupt_compressed(rng, h[5] & 7, raw)
     else:
-        payload = compress(codec_id, raw) if codec_id else raw
+        payload = deterministic_compress(codec_id, raw)
     return _rebuild(h, payload), f"{choice} (codec {h[5] & 7}), CRC recomputed"
 
 
 def _corrupt_compressed(rng: random.Random, codec_id: int, raw: bytes) -> bytes:
-    good = compress(codec_id, raw)
+    good = deterministic_compress(codec_id, raw)
     how = rng.choice(("flip", "truncate", "magic_then_garbage"))
     if how == "flip" and len(good) > 4:
         b = bytearray(good)
@@ -560,7 +575,7 @@ def bomb_payload(codec_id: int, kind: str) -> bytes:
     if kind == "zeros":
         chunk = bytes(1 << 20)
     else:
-        one = build_batch([(None, b"x", [])])[HEADER_SIZE:]
+        one = build_batch([(None, b"x", [])], timestamp=BASE_TIMESTAMP)[HEADER_SIZE:]
         chunk = one * ((1 << 20) // len(one))
     if codec_id == COMPRESSION_GZIP:
         c = zlib.compressobj(9, zlib.DEFLATED, 31)
@@ -584,7 +599,7 @@ def bomb_payload(codec_id: int, kind: str) -> bytes:
 def bomb_batch(rng: random.Random) -> tuple[bytes, str]:
     codec_id = rng.choice((COMPRESSION_GZIP, COMPRESSION_ZSTD, COMPRESSION_LZ4))
     kind = rng.choice(("zeros", "records"))
-    base = build_batch([(None, b"x", [])], compression=codec_id)
+    base = build_batch([(None, b"x", [])], timestamp=BASE_TIMESTAMP, compression=codec_id)
     h = list(HEADER.unpack_from(base, 0))
     return _rebuild(h, bomb_payload(codec_id, kind)), f"{kind} bomb, codec {codec_id}"
 
@@ -602,6 +617,8 @@ def make_frame(seed: int, index: int, pairs: list[tuple[int, int]], pool: Pool,
     _records_fields(body, records)
     if not records:  # this request carries no record batch
         names = [k for k in names if k not in BATCH_KINDS]
+    elif rng.random() < 0.5:  # it does: break the batch half of the time
+        names = [k for k in names if k in BATCH_KINDS] or names
     kind = rng.choices(names, weights=[kinds[k] for k in names])[0]
     detail = ""
     if kind in BATCH_KINDS:

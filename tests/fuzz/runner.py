@@ -67,6 +67,7 @@ class Options:
     workdir: Path | None = None
     asyncio_debug: bool = False
     progress: bool = False
+    strict_stalls: bool = False  # also fail on stalls no frame reproduces
 
 
 @dataclasses.dataclass
@@ -99,6 +100,7 @@ class Report:
     peak_rss_mb: float = 0.0
     canary_acked: int = 0
     error_lines: int = 0
+    unattributed_stalls: list[str] = dataclasses.field(default_factory=list)
 
     def add(self, f: Finding) -> None:
         key = (f.kind, f.signature)
@@ -128,6 +130,11 @@ class Report:
         for name, c in sorted(self.per_api.items()):
             lines.append(
                 f"{name:<28}{c['frames']:>8}{c['answered']:>10}{c['closed']:>8}{c['timeout']:>11}"
+            )
+        if self.unattributed_stalls:
+            lines.append(
+                f"stalls no frame reproduced on replay: {len(self.unattributed_stalls)}"
+                + "".join("\n  | " + s for s in self.unattributed_stalls[:10])
             )
         lines.append(f"findings: {len(self.findings)}")
         for f in self.findings.values():
@@ -293,6 +300,35 @@ class Canary:
 # -- the log -------------------------------------------------------------------------------
 
 
+_CHAINED = ("The above exception was the direct cause", "During handling of the above exception")
+
+
+def _traceback_end_impl(lines: list[str], i: int) -> int | None:
+    """Index of the exception line that ends the traceback starting at ``i`` (chained
+    tracebacks count as one), or None when it has not been written yet."""
+    while True:
+        j = i + 1
+        while j < len(lines) and (lines[j].startswith((" ", "\t")) or not lines[j]):
+            j += 1
+        if j >= len(lines):
+            return None
+        k = j + 1
+        while k < len(lines) and not lines[k]:
+            k += 1
+        if k < len(lines) and lines[k].startswith(_CHAINED):
+            k += 1
+            while k < len(lines) and not lines[k]:
+                k += 1
+            if k >= len(lines):
+                return None
+            if lines[k].startswith(TRACEBACK):
+                i = k
+                continue
+        if k >= len(lines) and j + 1 < len(lines):  # a blank tail: a chain may follow
+            return None
+        return j
+
+
 class LogWatch:
     """New complete tracebacks and stall lines in the broker's output since the last look."""
 
@@ -300,6 +336,8 @@ class LogWatch:
         self.path = path
         self.pos = path.stat().st_size if path.exists() else 0
         self.pending = ""
+
+    _traceback_end = staticmethod(_traceback_end_impl)
 
     def poll(self) -> tuple[list[str], list[str], int]:
         with open(self.path, "rb") as f:
@@ -318,10 +356,8 @@ class LogWatch:
             if " ERROR " in line:
                 errors += 1
             if line.startswith(TRACEBACK):
-                j = i + 1
-                while j < len(lines) and (lines[j].startswith((" ", "\t")) or not lines[j]):
-                    j += 1
-                if j >= len(lines):  # the exception line has not arrived yet: look again later
+                j = self._traceback_end(lines, i)
+                if j is None:  # the exception line has not arrived yet: look again later
                     self.pending = "\n".join(lines[i:] + [self.pending])
                     break
                 tracebacks.append("\n".join(lines[max(0, i - 1) : j + 1]))
@@ -551,6 +587,13 @@ class Fuzzer:
                 for tb in tracebacks:
                     self.report.add(Finding("traceback", traceback_signature(tb), tb, culprit))
                 for line in stalls:
+                    if culprit is None:
+                        # no frame of the window brings it back: the loop was held up by
+                        # something else (the machine, a collection); counted, shown, and
+                        # fatal only with --strict-stalls
+                        self.report.unattributed_stalls.append(line)
+                        if not self.opts.strict_stalls:
+                            continue
                     sig = "event loop stalled over 100 ms"
                     self.report.add(Finding("stall", sig, line, culprit))
             finally:
@@ -711,7 +754,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="also send the mutations of defects being fixed: " + "; ".join(KNOWN_DEFECTS.values()))  # fmt: skip
     p.add_argument("--zookeeper", metavar="HOST:PORT", help="metadata in this ZooKeeper")
     p.add_argument("--workdir", type=Path)
-    p.add_argument("--asyncio-debug", action="store_true")
+    p.add_argument(
+        "--asyncio-debug", action="store_true", help="PYTHONASYNCIODEBUG=1 in the broker"
+    )
+    p.add_argument("--strict-stalls", action="store_true",
+                   help="a stall no frame reproduces on replay is a finding too")  # fmt: skip
     p.add_argument("--replay", nargs="+", metavar="HEX", help="send these frames to --broker")
     p.add_argument("--broker", default="127.0.0.1:9092")
     args = p.parse_args(argv)
@@ -724,6 +771,7 @@ def main(argv: list[str] | None = None) -> int:
         frames=args.frames, seed=seed, workers=args.workers, answer_timeout=args.answer_timeout,
         rss_limit_mb=args.rss_limit_mb, include_known=args.include_known,
         zookeeper=args.zookeeper, workdir=args.workdir, asyncio_debug=args.asyncio_debug,
+        strict_stalls=args.strict_stalls,
         progress=True,
     )  # fmt: skip
     print(f"fuzzing with seed {seed}, {args.frames} frames", file=sys.stderr, flush=True)
