@@ -489,9 +489,12 @@ def mutate_batch_header(rng: random.Random, batch: bytes) -> tuple[bytes, str]:
     elif choice == "magic":
         h[3] = rng.choice((-1, 0, 1, 3, 127))
     elif choice == "attributes":
-        h[5] = rng.choice((5, 6, 7, 0x10, 0x20, 0x30, 0x08, -1, 0x7FFF)) | (
-            h[5] & 7 if rng.random() < 0.5 else 0
-        )
+        # an invalid codec (5-7), or a flag added to the batch's own codec; a valid codec
+        # swapped under the payload is a poison batch (mutate_records)
+        if rng.random() < 0.5:
+            h[5] = rng.choice((5, 6, 7, -1, 0x7FFF))
+        else:
+            h[5] = (h[5] & 7) | rng.choice((0x08, 0x10, 0x20, 0x30, 0x40))
     elif choice == "producer":
         h[9], h[10], h[11] = rng.choice(
             ((1, 0, -1), (-1, 0, 5), (2**63 - 1, 32767, 2**31 - 1), (-5, -5, -5), (7, 0, 0))
@@ -519,6 +522,7 @@ def mutate_records(rng: random.Random, batch: bytes) -> tuple[bytes, str]:
             "garbage",
             "extra_records",
             "corrupt_compressed",
+            "codec_swap",
         )
     )
     raw = bytes(payload)
@@ -536,6 +540,9 @@ def mutate_records(rng: random.Random, batch: bytes) -> tuple[bytes, str]:
         raw = rng.randbytes(rng.randint(1, 64))
     elif choice == "extra_records":
         raw = raw * rng.choice((2, 50))  # more records than recordsCount declares
+    if choice == "codec_swap":  # another codec's bits over the same payload
+        h[5] = (h[5] & ~7) | rng.choice([c for c in CODECS if c != codec_id])
+        return _rebuild(h, bytes(payload)), f"codec {codec_id} -> {h[5] & 7}, CRC recomputed"
     if choice == "corrupt_compressed":
         if codec_id == 0:
             h[5] = (h[5] & ~7) | rng.choice((1, 2, 3, 4))

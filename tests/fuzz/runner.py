@@ -34,11 +34,13 @@ import collections
 import dataclasses
 import os
 import re
+import signal
 import struct
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from compat_tests.broker_process import BrokerProcess
 from pybroker.wire import codec
@@ -46,7 +48,7 @@ from pybroker.wire.records import COMPRESSION_GZIP, COMPRESSION_NONE, COMPRESSIO
 from pybroker.wire.records import decode_records as _decode_records
 from pybroker.wire.schema import SCHEMAS
 
-from .frames import KNOWN_DEFECTS, MUTATIONS, Frame, Pool, encode, make_frame
+from .frames import BASE_TIMESTAMP, KNOWN_DEFECTS, MUTATIONS, Frame, Pool, encode, make_frame
 
 CANARY = "intact-canary-7d1e"
 CANARY_PARTITIONS = 2
@@ -68,6 +70,7 @@ class Options:
     asyncio_debug: bool = False
     progress: bool = False
     strict_stalls: bool = False  # also fail on stalls no frame reproduces
+    sweep_every: int = 2500  # frames between sweeps of the stored data
 
 
 @dataclasses.dataclass
@@ -99,6 +102,7 @@ class Report:
     findings: dict[tuple[str, str], Finding] = dataclasses.field(default_factory=dict)
     peak_rss_mb: float = 0.0
     canary_acked: int = 0
+    sweeps: int = 0
     error_lines: int = 0
     unattributed_stalls: list[str] = dataclasses.field(default_factory=list)
 
@@ -116,7 +120,8 @@ class Report:
         lines = [
             f"seed {self.seed}: {self.frames} frames in {self.seconds:.1f} s ({rate:.0f} frames/s), "
             f"peak RSS {self.peak_rss_mb:.0f} MiB, canary batches acknowledged during the run "
-            f"{self.canary_acked}, ERROR lines in the log {self.error_lines}",
+            f"{self.canary_acked}, sweeps of the stored data {self.sweeps}, "
+            f"ERROR lines in the log {self.error_lines}",
         ]
         if self.skipped_known:
             lines.append(
@@ -194,6 +199,10 @@ class Conn:
             self.writer.transport.abort()
         self.reader = self.writer = None
 
+    async def close_and_reopen(self) -> None:
+        self.close()
+        await self.open()
+
     async def read_frame(self, timeout: float) -> bytes:
         (size,) = struct.unpack(">i", await asyncio.wait_for(self.reader.readexactly(4), timeout))
         return await asyncio.wait_for(self.reader.readexactly(size), timeout)
@@ -235,11 +244,22 @@ async def produce(conn: Conn, topic: str, partition: int, batch: bytes) -> dict:
     return resp["responses"][0]["partition_responses"][0]
 
 
-async def fetch_all(conn: Conn, topic: str, partition: int) -> list[tuple]:
-    """(offset, key, value, headers) of every record of a partition."""
+class FetchError(AssertionError):
+    pass
+
+
+class PoisonBatch(Exception):
+    def __init__(self, offset: int, batch: bytes, why: str) -> None:
+        super().__init__(why)
+        self.offset, self.batch, self.why = offset, batch, why
+
+
+async def fetch_all(conn: Conn, topic: str, partition: int, strict: bool = False) -> list[tuple]:
+    """(offset, key, value, headers) of every record of a partition, from its log start.
+    A batch that does not decode raises PoisonBatch."""
     out: list[tuple] = []
     offset = 0
-    while True:
+    for _ in range(100000):
         body = {
             "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 8 << 20,
             "isolation_level": 0, "session_id": 0, "session_epoch": -1,
@@ -249,22 +269,33 @@ async def fetch_all(conn: Conn, topic: str, partition: int) -> list[tuple]:
             "forgotten_topics_data": [], "rack_id": "",
         }  # fmt: skip
         p = (await conn.request(1, 11, body))["responses"][0]["partitions"][0]
+        if p["error_code"] == 1 and strict and offset < p["log_start_offset"]:  # deleted records
+            offset = p["log_start_offset"]
+            continue
         if p["error_code"] != 0:
-            raise AssertionError(f"fetch {topic}-{partition}@{offset}: error {p['error_code']}")
+            raise FetchError(f"fetch {topic}-{partition}@{offset}: error {p['error_code']}")
         data = bytes(p["records"] or b"")
         got = []
         pos = 0
+        last = None
         while pos + 12 <= len(data):
-            (length,) = struct.unpack_from(">i", data, pos + 8)
+            base, length = struct.unpack_from(">qi", data, pos)
             if pos + 12 + length > len(data):
                 break
-            for r in _decode_records(data[pos : pos + 12 + length]):
+            batch = data[pos : pos + 12 + length]
+            try:
+                recs = _decode_records(batch)
+            except Exception as e:
+                raise PoisonBatch(base, batch, f"{type(e).__name__}: {e}") from None
+            for r in recs:
                 got.append((r.offset, r.key, r.value, tuple(r.headers)))
+            last = base + struct.unpack_from(">i", batch, 23)[0]
             pos += 12 + length
-        if not got:
+        if last is None:
             return out
         out += [g for g in got if g[0] >= offset]
-        offset = got[-1][0] + 1
+        offset = last + 1
+    return out
 
 
 class Canary:
@@ -447,6 +478,8 @@ class Fuzzer:
                 break
             index = self.next_index
             self.next_index += 1
+            if index and index % self.opts.sweep_every == 0:
+                await self.sweep()
             frame = make_frame(self.opts.seed, index, self.pairs, self.pool, self.kinds)
             known = self.known_defect(frame)
             if known is not None:
@@ -618,6 +651,67 @@ class Fuzzer:
                 return frame
         return None
 
+    # -- the stored data -------------------------------------------------------------
+    async def sweep(self) -> None:
+        """Read back what the fuzz left on its topics, as consumers and admin tools would:
+        ListOffsets by timestamp (-3 max timestamp, a time, earliest, latest) on every
+        partition, and a Fetch of every batch, each of which must decode (only valid batches
+        may be appended).  Workers pause meanwhile; log findings are the sweep's."""
+        await self.check_log()
+        async with self.checking:
+            await self._sweep()
+
+    async def _sweep(self) -> None:
+        self.gate.clear()
+        conn = Conn(self.broker.host, self.broker.port)
+        try:
+            while self.in_flight:
+                await asyncio.sleep(0.01)
+            await conn.open()
+            md = await conn.request(3, 9, {"topics": [{"name": t} for t in self.pool.topics],
+                                           "allow_auto_topic_creation": False})  # fmt: skip
+            for t in md["topics"]:
+                for p in sorted(p["partition_index"] for p in t["partitions"]):
+                    await self.sweep_partition(conn, t["name"], p)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, AssertionError) as e:
+            conn.close()
+            if await self.check_alive(None):
+                self.report.add(Finding("sweep", f"reading stored data failed: {e!r}", ""))
+        finally:
+            conn.close()
+            self.report.sweeps += 1
+            self.gate.set()
+        await asyncio.sleep(0.2)
+        tracebacks, stalls, errors = self.watch.poll()
+        self.report.error_lines += errors
+        for tb in tracebacks:
+            self.report.add(
+                Finding("traceback", "reading stored data: " + traceback_signature(tb), tb)
+            )
+        for line in stalls:
+            self.report.add(Finding("stall", "reading stored data: event loop stalled", line))
+
+    async def sweep_partition(self, conn: Conn, topic: str, partition: int) -> None:
+        for ts in (-3, BASE_TIMESTAMP, -2, -1):
+            body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic,
+                    "partitions": [{"partition_index": partition, "current_leader_epoch": -1,
+                                    "timestamp": ts}]}]}  # fmt: skip
+            try:
+                await conn.request(2, 7, body, timeout=30)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                self.report.add(Finding("sweep", f"ListOffsets({ts}) closed the connection", ""))
+                await conn.close_and_reopen()
+        try:
+            await fetch_all(conn, topic, partition, strict=True)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self.report.add(Finding("sweep", "Fetch of stored data closed the connection", ""))
+            await conn.close_and_reopen()
+        except PoisonBatch as e:
+            self.report.add(Finding("stored_poison", f"a stored batch does not decode: {e.why}",
+                                    f"{topic}-{partition}@{e.offset}: {e.batch[:300].hex()}"))  # fmt: skip
+        except FetchError:
+            pass  # a fuzz topic deleted or shrunk meanwhile: nothing to read
+
     # -- background checks ------------------------------------------------------------
     async def canary_writer(self) -> None:
         conn = await Conn(self.broker.host, self.broker.port).open()
@@ -669,6 +763,7 @@ class Fuzzer:
     async def final_checks(self) -> None:
         if not await self.check_alive(None):
             return
+        await self.sweep()
         await asyncio.sleep(0.3)
         await self.check_log(final=True)
         _, hwm = rss_mb(self.broker.pid)
@@ -743,6 +838,10 @@ def replay(hex_frames: list[str], host: str, port: int) -> None:
     asyncio.run(go())
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="fuzz-protocol", description=__doc__.split("\n")[0])
     p.add_argument("--frames", type=int, default=1_000_000)
@@ -774,6 +873,7 @@ def main(argv: list[str] | None = None) -> int:
         strict_stalls=args.strict_stalls,
         progress=True,
     )  # fmt: skip
+    signal.signal(signal.SIGTERM, _interrupt)  # so the broker is stopped on the way out
     print(f"fuzzing with seed {seed}, {args.frames} frames", file=sys.stderr, flush=True)
     report = run(opts)
     print(report.render())
