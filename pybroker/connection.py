@@ -195,7 +195,18 @@ class KafkaConnection(asyncio.Protocol):
                 transport.write(part)
                 continue
             # The region's file object is a read-only handle of its own: sendfile seeks it.
-            sent = await loop.sendfile(transport, part.file, part.position, part.size)
+            # A transport already closing (the client went away, a write before failed) makes
+            # sendfile raise RuntimeError: that is the peer gone, not an internal error.
+            if transport.is_closing():
+                raise ConnectionError("transport closed before a log region was sent")
+            try:
+                sent = await loop.sendfile(transport, part.file, part.position, part.size)
+            except RuntimeError as e:
+                if transport.is_closing():
+                    raise ConnectionError(
+                        f"transport closed while sending a log region: {e}"
+                    ) from e
+                raise
             if sent != part.size:  # the file shrank under us: the frame is broken, drop the peer
                 raise ConnectionError(f"sent {sent} of {part.size} bytes of a log region")
         if not self._can_write.is_set():

@@ -838,3 +838,21 @@ def test_list_transactions_is_always_empty(client, version):
     assert body["error_code"] == NONE
     assert body["unknown_state_filters"] == ["Bogus"]
     assert body["transaction_states"] == []
+
+
+def test_delete_records_on_a_partition_whose_log_is_gone_answers_an_error(broker, client):
+    """Found by the protocol fuzzer (tests/fuzz): DeleteRecords while a topic is being deleted
+    (metadata still lists the partition, its log is already gone) raised KeyError from
+    LogManager.delete_records and lost the connection.  Kafka answers NOT_LEADER_OR_FOLLOWER
+    for a partition the metadata knows but this broker does not host."""
+    topic = unique_topic()
+    client.create_topic(topic, partitions=1)
+    broker.run(_drop_log(broker, topic, 0))  # the window between the two steps of a deletion
+    assert delete_records(client, 1, {topic: [(0, -1)]}) == {
+        (topic, 0): (NOT_LEADER_OR_FOLLOWER, -1)
+    }
+    assert client.metadata([topic])["topics"][0]["error_code"] == NONE  # still answering
+
+
+async def _drop_log(broker, topic: str, partition: int) -> None:
+    broker.broker.logs.delete(topic, partition)
