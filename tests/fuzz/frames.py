@@ -23,6 +23,7 @@ batch_header              a batch header field (count, lastOffsetDelta, length, 
 poison_records            records inside a batch broken (over-long varint, wrong length,
                           truncated, garbage, corrupt compressed payload), CRC recomputed
 bomb                      a small compressed batch inflating to hundreds of MiB
+pipeline                  20-40 valid requests back to back; answers must keep their order
 ========================  ==================================================================
 
 Every frame is a pure function of (seed, index): ``make_frame(seed, index, pairs, pool)``.
@@ -79,6 +80,7 @@ MUTATIONS: dict[str, int] = {  # kind -> weight
     "batch_header": 8,
     "poison_records": 8,
     "bomb": 1,
+    "pipeline": 2,
 }
 
 
@@ -355,10 +357,12 @@ class _Gen:
             return rng.choice((0, 1))
         if name in ("max_bytes", "partition_max_bytes"):
             return 1 << 20
+        if name == "rebalance_timeout_ms":  # a JoinGroup waits up to this for the others
+            return rng.choice((0, 20, 100))
         if name.endswith("timeout_ms") and name != "session_timeout_ms":
             return rng.choice((0, 100, 1000))
-        if name == "session_timeout_ms":
-            return 10000
+        if name == "session_timeout_ms":  # the fuzz broker's group.min.session.timeout.ms: 100
+            return rng.choice((100, 500))
         if name in ("replica_id", "producer_id", "generation_id", "member_epoch", "session_epoch"):
             return -1
         if name in ("producer_epoch", "current_leader_epoch", "leader_epoch", "last_fetched_epoch"):
@@ -409,6 +413,8 @@ class Frame:
     detail: str
     data: bytes  # the whole frame as sent, size prefix included
     half_close: bool = False  # shut our write side after sending (a size prefix that lies)
+    # pipeline: (api key, version, correlation id) of each request, in the order sent
+    requests: tuple[tuple[int, int, int], ...] = ()
 
     def describe(self) -> str:
         name = SCHEMAS.by_key[self.api_key].name
@@ -618,6 +624,9 @@ def make_frame(seed: int, index: int, pairs: list[tuple[int, int]], pool: Pool,
     api_key, version = pairs[index % len(pairs)]
     kinds = kinds or MUTATIONS
     names = list(kinds)
+    if "pipeline" in kinds and rng.random() < kinds["pipeline"] / sum(kinds.values()):
+        return _pipeline(rng, index, pairs, pool)
+    names = [k for k in names if k != "pipeline"]
     body = valid_body(api_key, version, rng, pool)
     corr = index & 0x3FFFFFFF
     records = []
@@ -654,6 +663,21 @@ def make_frame(seed: int, index: int, pairs: list[tuple[int, int]], pool: Pool,
         out, detail, half_close = mutate_structure(rng, kind, body_bytes, spans)
     data = out if kind == "frame_size" else _sized(out)
     return Frame(index, api_key, version, kind, detail, data, half_close)
+
+
+def _pipeline(rng: random.Random, index: int, pairs: list[tuple[int, int]], pool: Pool) -> Frame:
+    """20-40 valid requests back to back (more than the broker queues before it pauses
+    reading); their answers must come in the order sent."""
+    data, requests = b"", []
+    for j in range(rng.randint(20, 40)):
+        api_key, version = rng.choice(pairs)
+        corr = ((index & 0xFFFFFF) << 6) | j
+        body = valid_body(api_key, version, rng, pool)
+        data += _sized(encode(api_key, version, corr, body))
+        requests.append((api_key, version, corr))
+    first = requests[0]
+    return Frame(index, first[0], first[1], "pipeline", f"{len(requests)} valid requests",
+                 data, requests=tuple(requests))  # fmt: skip
 
 
 def mutate_structure(  # noqa: C901
