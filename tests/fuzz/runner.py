@@ -71,6 +71,7 @@ class Options:
     progress: bool = False
     strict_stalls: bool = False  # also fail on stalls no frame reproduces
     sweep_every: int = 2500  # frames between sweeps of the stored data
+    apis: frozenset[int] | None = None  # only these api keys (default: every advertised one)
 
 
 @dataclasses.dataclass
@@ -452,6 +453,8 @@ class Fuzzer:
             for k in versions:
                 schema = SCHEMAS.by_key.get(k["api_key"])
                 if schema is None:
+                    continue
+                if self.opts.apis is not None and k["api_key"] not in self.opts.apis:
                     continue
                 for v in range(k["min_version"], k["max_version"] + 1):
                     if v in schema.request.versions:
@@ -877,6 +880,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--answer-timeout", type=float, default=2.0)
     p.add_argument("--include-known", action="store_true",
                    help="also send the mutations of defects being fixed: " + "; ".join(KNOWN_DEFECTS.values()))  # fmt: skip
+    p.add_argument("--apis", help="only these api keys, e.g. 0,2,37 (default: all served)")
     p.add_argument("--zookeeper", metavar="HOST:PORT", help="metadata in this ZooKeeper")
     p.add_argument("--workdir", type=Path)
     p.add_argument(
@@ -897,6 +901,7 @@ def main(argv: list[str] | None = None) -> int:
         rss_limit_mb=args.rss_limit_mb, include_known=args.include_known,
         zookeeper=args.zookeeper, workdir=args.workdir, asyncio_debug=args.asyncio_debug,
         strict_stalls=args.strict_stalls,
+        apis=frozenset(int(k) for k in args.apis.split(",")) if args.apis else None,
         progress=True,
     )  # fmt: skip
     signal.signal(signal.SIGTERM, _interrupt)  # so the broker is stopped on the way out
