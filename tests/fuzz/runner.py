@@ -72,6 +72,7 @@ class Options:
     strict_stalls: bool = False  # also fail on stalls no frame reproduces
     sweep_every: int = 2500  # frames between sweeps of the stored data
     apis: frozenset[int] | None = None  # only these api keys (default: every advertised one)
+    overrides: dict[str, str] = dataclasses.field(default_factory=dict)  # broker settings
 
 
 @dataclasses.dataclass
@@ -104,6 +105,7 @@ class Report:
     peak_rss_mb: float = 0.0
     canary_acked: int = 0
     sweeps: int = 0
+    interrupted: bool = False
     error_lines: int = 0
     unattributed_stalls: list[str] = dataclasses.field(default_factory=list)
 
@@ -119,7 +121,8 @@ class Report:
     def render(self) -> str:
         rate = self.frames / self.seconds if self.seconds else 0.0
         lines = [
-            f"seed {self.seed}: {self.frames} frames in {self.seconds:.1f} s ({rate:.0f} frames/s), "
+            ("INTERRUPTED (SIGTERM/SIGINT) " if self.interrupted else "")
+            + f"seed {self.seed}: {self.frames} frames in {self.seconds:.1f} s ({rate:.0f} frames/s), "
             f"peak RSS {self.peak_rss_mb:.0f} MiB, canary batches acknowledged during the run "
             f"{self.canary_acked}, sweeps of the stored data {self.sweeps}, "
             f"ERROR lines in the log {self.error_lines}",
@@ -774,7 +777,17 @@ class Fuzzer:
             print(f"  {self.report.frames} frames, {rate:.0f}/s, findings {len(self.report.findings)}, "
                   f"peak RSS {self.report.peak_rss_mb:.0f} MiB", file=sys.stderr, flush=True)  # fmt: skip
 
+    def interrupt(self) -> None:
+        """SIGTERM / Ctrl-C: send no more frames, then run the final checks and report."""
+        if self.opts.frames > self.next_index:
+            print(f"interrupted: stopping after frame {self.next_index}", file=sys.stderr)
+            self.opts.frames = self.next_index
+            self.report.interrupted = True
+
     async def run(self) -> Report:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.interrupt)
         await self.setup()
         start = time.monotonic()
         bg = [asyncio.create_task(self.canary_writer()), asyncio.create_task(self.rss_sampler())]
@@ -832,6 +845,7 @@ def run(opts: Options) -> Report:
             "group.initial.rebalance.delay.ms": 0,
             "group.min.session.timeout.ms": 100,  # members the fuzz abandons expire soon
             "num.partitions": 3,
+            **opts.overrides,
         },
     )
     broker.asyncio_debug = opts.asyncio_debug
@@ -882,6 +896,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also send the mutations of defects being fixed: " + "; ".join(KNOWN_DEFECTS.values()))  # fmt: skip
     p.add_argument("--apis", help="only these api keys, e.g. 0,2,37 (default: all served)")
     p.add_argument("--zookeeper", metavar="HOST:PORT", help="metadata in this ZooKeeper")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="a broker setting, e.g. auto.create.topics.enable=false")  # fmt: skip
     p.add_argument("--workdir", type=Path)
     p.add_argument(
         "--asyncio-debug", action="store_true", help="PYTHONASYNCIODEBUG=1 in the broker"
@@ -902,9 +918,12 @@ def main(argv: list[str] | None = None) -> int:
         zookeeper=args.zookeeper, workdir=args.workdir, asyncio_debug=args.asyncio_debug,
         strict_stalls=args.strict_stalls,
         apis=frozenset(int(k) for k in args.apis.split(",")) if args.apis else None,
+        overrides=dict(o.split("=", 1) for o in args.override),
         progress=True,
     )  # fmt: skip
-    signal.signal(signal.SIGTERM, _interrupt)  # so the broker is stopped on the way out
+    # during the run the fuzzer's own handler ends it early with the final checks and the
+    # report; before and after it, stop the broker on the way out
+    signal.signal(signal.SIGTERM, _interrupt)
     print(f"fuzzing with seed {seed}, {args.frames} frames", file=sys.stderr, flush=True)
     report = run(opts)
     print(report.render())

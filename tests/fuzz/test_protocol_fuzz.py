@@ -18,7 +18,7 @@ PAIRS = [
     (k, v) for k, r in sorted(HANDLERS.items()) for v in range(r.min_version, r.max_version + 1)
 ]
 SEED = int(os.environ.get("PYBROKER_FUZZ_SEED", "20261122"))
-FRAMES = int(os.environ.get("PYBROKER_FUZZ_FRAMES", "10000"))
+FRAMES = int(os.environ.get("PYBROKER_FUZZ_FRAMES", "8000"))
 
 
 def test_layout_walks_every_valid_request_of_every_served_version():
