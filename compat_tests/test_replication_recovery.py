@@ -207,3 +207,60 @@ def test_sigterm_under_faults_exits_cleanly(cluster, fault):
     finally:
         load.stop()
     cluster.wait_isr_full(topic, timeout=RECOVERY)
+
+
+def test_leader_resumed_after_its_session_expired_answers_no_stale_high_watermark(cluster):
+    """Found by the fault injection (seed 20261122): the leader L is paused (SIGSTOP) for
+    longer than its ZooKeeper session; another broker is elected and acknowledges more
+    records, showing a higher high watermark.  Requests reach L while it is stopped (the
+    kernel queues them); on SIGCONT the event loop answers them before ZooKeeper's client
+    thread has noticed that the session expired: L answered ListOffsets(latest) with its old
+    high watermark as the leader of epoch 0, so a client saw the high watermark go back.
+    A broker whose event loop was held up for longer than a third of its session cannot know
+    it still leads: it must answer NOT_LEADER_OR_FOLLOWER until it has heard from ZooKeeper
+    again, and a lower offset never."""
+    from compat_tests import rawkafka
+    from compat_tests.invariants import list_offsets_v4_request, parse_list_offsets_v4
+
+    topic = unique_topic("zombie")
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
+    cluster.wait_isr_full(topic)
+    _produce(cluster.bootstrap, topic, 30, "before")
+    leader = cluster.leader_of(topic, 0).leader
+    (_, err, shown), *_ = _latest_offsets(cluster, topic, [leader])
+    assert err == 0 and shown == 30, (err, shown)
+    t0 = time.monotonic()
+    cluster.pause(leader)
+    successor = cluster.wait_new_leader(topic, 0, leader).leader
+    others = ",".join(
+        f"{cluster.brokers[i].host}:{cluster.brokers[i].port}" for i in cluster.ids if i != leader
+    )
+    _produce(others, topic, 30, "after")
+    (_, err, higher), *_ = _latest_offsets(cluster, topic, [successor])
+    assert err == 0 and higher == 60, (err, higher)
+    time.sleep(max(0.0, SESSION_TIMEOUT_S + 2.0 - (time.monotonic() - t0)))
+    b = cluster.brokers[leader]
+    conns = [rawkafka.Conn(b.host, b.port, timeout=15.0) for _ in range(4)]
+    answers: list[tuple[int, int]] = []
+    try:
+        for corr, c in enumerate(conns, start=1):
+            c.send(list_offsets_v4_request(corr, topic, {0: -1}))  # queued while stopped
+        cluster.resume(leader)
+        for c in conns:
+            got = c.recv_frame()
+            assert got is not None, "the resumed broker closed the connection"
+            answers.append(parse_list_offsets_v4(got[1])[0])
+    finally:
+        for c in conns:
+            c.close()
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        answers += [(e, off) for _, e, off in _latest_offsets(cluster, topic, [leader])]
+        time.sleep(0.05)
+    print(
+        f"\nL={leader} showed {shown}, successor {successor} showed {higher}; L answered {answers[:8]}"
+    )
+    stale = [(e, off) for e, off in answers if e == 0 and off < higher]
+    assert not stale, f"broker {leader} answered below {higher} after its session expired: {stale}"
+    assert {e for e, _ in answers[:4]} <= {0, 6}, answers[:4]  # NOT_LEADER_OR_FOLLOWER
+    cluster.wait_isr_full(topic, timeout=RECOVERY)

@@ -31,6 +31,7 @@ from pybroker.handlers._topics import flush_policy, log_config
 from pybroker.log import LogManager, PartitionLog
 from pybroker.log.cleaner import CleanerConfig, LogCleaner
 from pybroker.log.segment import DESCRIPTORS, descriptor_budget
+from pybroker.loop_monitor import LoopMonitor
 from pybroker.purgatory import Purgatory
 from pybroker.replication.fetcher import ReplicaFetcher
 from pybroker.replication.manager import ReplicaManager
@@ -103,6 +104,8 @@ class Broker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
         self._stopping = False
+        # always running: its warnings (loop.stall.warn.ms, 0 = none) and the session lease
+        self.loop_monitor = LoopMonitor(config.loop_stall_warn_ms)
 
     @property
     def metadata_backend(self) -> str:
@@ -110,6 +113,7 @@ class Broker:
 
     async def start(self) -> None:
         cfg = self.config
+        self.loop_monitor.start()  # first, so a blocking start-up step shows too
         data_dir = cfg.data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
         soft, _ = raise_open_files_limit()
@@ -135,7 +139,11 @@ class Broker:
             if cfg.zookeeper_connect
             else 0,
             max_broker_partitions=cfg.max_broker_partitions,
+            # the session lease (coord/cluster.py): a loop held up past a third of the session
+            stall_limit_ms=cfg.zookeeper_session_timeout_ms / 3 if cfg.zookeeper_connect else 0,
+            loop_blocked_ms=self.loop_monitor.blocked_ms,
         )
+        self.loop_monitor.add_listener(self.cluster.loop_stalled)
         await self.cluster.start()
         self.replicas = ReplicaManager(
             cfg.broker_id,
@@ -221,6 +229,7 @@ class Broker:
             await asyncio.to_thread(self.logs.close)  # local disk only: never skipped
         if self.store is not None:
             await _bounded("metadata store", self.store.close())
+        await self.loop_monitor.stop()
 
     # -- services used by the handlers -----------------------------------------------------
     def partition_log(self, topic: str, partition: int) -> PartitionLog:

@@ -128,6 +128,8 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
     "log.cleaner.delete.retention.ms": ("log_cleaner_delete_retention_ms", _int, 86400000),
     "log.cleaner.min.compaction.lag.ms": ("log_cleaner_min_compaction_lag_ms", _int, 0),
     "log.cleaner.max.compaction.lag.ms": ("log_cleaner_max_compaction_lag_ms", _int, LONG_MAX),
+    # pybroker's own (no Kafka equivalent): log "event loop stalled N ms" past this; 0 = off
+    "loop.stall.warn.ms": ("loop_stall_warn_ms", _int, 100),
 }
 
 
@@ -182,6 +184,7 @@ class Config:
     log_cleaner_delete_retention_ms: int = 86400000
     log_cleaner_min_compaction_lag_ms: int = 0
     log_cleaner_max_compaction_lag_ms: int = LONG_MAX
+    loop_stall_warn_ms: int = 100
     warnings: tuple[str, ...] = ()
     explicit_keys: frozenset[str] = frozenset()  # keys set in the file or by --override
 
@@ -271,6 +274,7 @@ def _validate(cfg: Config) -> None:
         "log.message.timestamp.type",
         "must be CreateTime or LogAppendTime",
     )
+    need(cfg.loop_stall_warn_ms >= 0, "loop.stall.warn.ms", "must be >= 0 (0 turns it off)")
     need(cfg.group_initial_rebalance_delay_ms >= 0, "group.initial.rebalance.delay.ms", ">= 0")
     need(
         0 < cfg.group_min_session_timeout_ms <= cfg.group_max_session_timeout_ms,

@@ -208,6 +208,10 @@ class KafkaConnection(asyncio.Protocol):
             if self.closed:
                 return
             if isinstance(part, bytes | bytearray | memoryview):
+                # A failed write closes the transport before connection_lost reaches us;
+                # writing on would only make asyncio warn once per answer.
+                if transport.is_closing():
+                    raise ConnectionError("transport closed before the answer was sent")
                 transport.write(part)
                 continue
             # The region's file object is a read-only handle of its own: sendfile seeks it.

@@ -380,3 +380,25 @@ def test_batch_above_segment_bytes_is_record_list_too_large(client):
     p = client.produce(name, 0, batch([b"x" * 2000]))
     assert p["error_code"] == 18  # RECORD_LIST_TOO_LARGE
     assert log_end(client, name) == 0
+
+
+def test_produce_pipelined_right_after_delete_topics_answers_unknown_topic(broker, client):
+    """Found by the protocol fuzzer (tests/fuzz, a pipeline of valid requests): a Produce
+    queued behind the DeleteTopics of its topic on the same connection met the replica of the
+    deleted topic but no topic in the metadata cache, raised KeyError and lost the
+    connection.  It must be answered UNKNOWN_TOPIC_OR_PARTITION, as Kafka does."""
+    from pybroker.wire import codec
+
+    t = unique_topic()
+    client.create_topic(t, partitions=1)
+    assert client.produce(t, 0, batch([b"before"]))["error_code"] == NONE
+    client.send_raw(
+        codec.encode_request(20, 4, 900, "x", {"topic_names": [t], "timeout_ms": 1000})
+        + codec.encode_request(PRODUCE, 8, 901, "x", produce_body(t, 0, batch([b"after"])))
+    )
+    corr, deleted = codec.decode_response(20, 4, client.recv_frame())
+    assert corr == 900 and deleted["responses"][0]["error_code"] == NONE
+    corr, produced = codec.decode_response(PRODUCE, 8, client.recv_frame())
+    assert corr == 901
+    (p,) = produced["responses"][0]["partition_responses"]
+    assert p["error_code"] == UNKNOWN_TOPIC_OR_PARTITION

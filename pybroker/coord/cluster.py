@@ -46,6 +46,16 @@ version last seen, and the cache never goes back to an older version than a loca
 there.  ``session_ok`` tells the replica manager whether our store session and registration
 are intact (acks=all is refused while it is False).
 
+The session lease (``lease_ok``): ZooKeeper's client runs in its own thread, so after the whole
+process was held up (SIGSTOP, swapped out) for longer than the session, the event loop can
+answer requests as a leader before that thread has noticed the expiry, showing clients a high
+watermark below the one the successor already showed.  With ``stall_limit_ms`` set (a third of
+the session timeout: no session can expire in less than two thirds of it after the last
+heartbeat), a loop hold-up longer than that (``loop_stalled``, or ``blocked_ms`` seen before
+the monitor woke) suspends the lease: leaders answer NOT_LEADER_OR_FOLLOWER and coordinators
+COORDINATOR_NOT_AVAILABLE until a read in a session that still holds our registration, followed
+by a fresh read of brokers and partition states, confirms what we lead.
+
 Not yet: topics created without states by an external tool (the controller could create the
 missing state znodes), deletion via /admin/delete_topics (pybroker deletes at once), preferred
 leader rebalancing.
@@ -350,8 +360,14 @@ class Cluster:
         unclean_leader_election_enable: bool = False,
         registration_wait_ms: int = 0,
         max_broker_partitions: int = 2**31 - 1,
+        stall_limit_ms: float = 0,
+        loop_blocked_ms: Callable[[], float] | None = None,
     ) -> None:
         self.store = store
+        # the session lease (module docstring): 0 = none (the embedded store has no session)
+        self.stall_limit_ms = stall_limit_ms
+        self._loop_blocked_ms = loop_blocked_ms
+        self._lease_confirmed = True
         # at start, how long to wait for a registration left by our previous process
         self.registration_wait_ms = registration_wait_ms
         # max.broker.partitions: partition replicas one broker may host (checked by the
@@ -402,7 +418,31 @@ class Cluster:
         from SUSPENDED or LOST until the connection is back (SUSPENDED) or the broker has
         re-registered in the new session (LOST).  The replica manager refuses acks=all appends
         while it is False."""
-        return self._started and self._registered and self._connected
+        return self._started and self._registered and self._connected and self.lease_ok
+
+    @property
+    def lease_ok(self) -> bool:
+        """False while what this broker knows of leadership may be stale because its event loop
+        was held up for longer than ``stall_limit_ms`` (module docstring): leaders and
+        coordinators must not answer until the session is confirmed."""
+        if not self._lease_confirmed:
+            return False
+        blocked = self._loop_blocked_ms
+        return not (self.stall_limit_ms and blocked is not None and blocked() > self.stall_limit_ms)
+
+    def loop_stalled(self, late_ms: float) -> None:
+        """The loop monitor's listener: a hold-up past ``stall_limit_ms`` suspends the lease
+        until ``_confirm_session`` has run."""
+        if not self.stall_limit_ms or late_ms <= self.stall_limit_ms:
+            return
+        if self._lease_confirmed:
+            log.warning(
+                "event loop held up %d ms (more than a third of the ZooKeeper session): "
+                "leadership suspended until the session is confirmed",
+                late_ms,
+            )
+        self._lease_confirmed = False
+        self._mark(("confirm",))
 
     @property
     def membership_epoch(self) -> int:
@@ -715,6 +755,8 @@ class Cluster:
             await self._elect()
             await self._refresh_brokers()
             await self._refresh_topics(load_all=True)
+        elif kind == "confirm":
+            await self._confirm_session()
         elif kind == "controller":
             await self._elect()
         elif kind == "brokers" or kind == "broker":
@@ -727,6 +769,23 @@ class Cluster:
             await self._refresh_partition(key[1], key[2])
         elif kind == "config":
             await self._refresh_config(key[1])
+
+    async def _confirm_session(self) -> None:
+        """Re-establish the lease: our registration is held by the live session (a read that
+        succeeds proves the session alive now), then everything we act on is read again so
+        that leadership lost meanwhile is seen before we answer as a leader."""
+        if not (self._registered and self._connected):
+            raise ConnectionLossError("not registered in a live session yet")
+        stat = await self.store.exists(paths.broker(self.broker_id))
+        if stat is None or stat.ephemeral_owner != self.store.session_id:
+            raise ConnectionLossError("our registration is not held by the current session")
+        await self._elect()
+        await self._refresh_brokers()
+        await self._refresh_topics(load_all=True)
+        if ("confirm",) in self._dirty or not (self._registered and self._connected):
+            return  # held up again meanwhile, or the session went: the next round decides
+        self._lease_confirmed = True
+        log.info("ZooKeeper session confirmed: leadership resumed")
 
     async def _refresh_brokers(self) -> None:
         # cversion first: a change after it is read shows up in the next refresh as well

@@ -4,7 +4,8 @@ Per partition, on the leader only (NOT_LEADER_OR_FOLLOWER elsewhere, UNKNOWN_TOP
 for a partition the metadata does not know): the log start offset moves up to the requested
 offset (-1: the high watermark), segments wholly below it go, and the new start is
 checkpointed (LogManager.delete_records).  An offset below -1 or above the high watermark is
-OFFSET_OUT_OF_RANGE; an offset at or below the current log start changes nothing.  The answer's
+OFFSET_OUT_OF_RANGE; an offset at or below the current log start changes nothing.  A partition
+the metadata lists but whose log is gone here (a deletion under way) is NOT_LEADER_OR_FOLLOWER.  The answer's
 low watermark is the leader's new log start offset (-1 on error).
 
 Left out: Kafka's leader waits (up to timeout_ms) until every live follower's log start has
@@ -39,6 +40,8 @@ def _delete_one(ctx: RequestContext, topic: str, partition: int, offset: int) ->
         return ErrorCode.NONE, ctx.services.logs.delete_records(topic, partition, target)
     except KafkaError as e:
         return e.code, -1
+    except KeyError:  # no log here: the topic is being deleted (the replica goes next)
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
 
 
 @handler(21, 0, 2)

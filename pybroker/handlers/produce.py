@@ -125,7 +125,10 @@ async def _append(
                 ErrorCode.INVALID_RECORD,
                 f"Produce requests with version {ctx.version} must contain exactly one record batch",
             )
-        limit = max_message_bytes(services.config, services.cluster.topics[topic].configs)
+        info = services.cluster.topics.get(topic)
+        if info is None:  # deleted a moment ago; the replica goes when the change arrives
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic}")
+        limit = max_message_bytes(services.config, info.configs)
         for b in batches:
             if b.size > limit:
                 raise KafkaError(

@@ -251,6 +251,9 @@ class ReplicaManager:
                 raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
         if r.role != LEADER:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if not getattr(self.cluster, "lease_ok", True):
+            # held up past a third of the session: we may have been replaced (coord/cluster.py)
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "leadership is being confirmed")
         return r
 
     def check_enough_replicas(self, r: Replica) -> None:

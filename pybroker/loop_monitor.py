@@ -1,0 +1,89 @@
+"""Event-loop lag monitor: one task that notices when the loop was blocked.
+
+Every ``interval`` (20 ms) the task sleeps and measures how late it woke up.  A wake-up later
+than ``loop.stall.warn.ms`` (default 100 ms) means something ran on the loop for that long
+without yielding -- a handler decompressing a whole batch, a blocking file or ZooKeeper call --
+and every other client waited.  It is logged as a WARNING::
+
+    event loop stalled 153 ms
+
+The broker always runs it; ``loop.stall.warn.ms`` (0 = no warnings) sets the logging threshold.
+Listeners (``add_listener``) hear of every late wake-up, and ``blocked_ms()`` says how late
+the pending one already is: the ZooKeeper session lease (coord/cluster.py) uses both, because
+a loop held up for longer than a third of the session (SIGSTOP, a swapped-out process) may
+have lost the session and with it leadership, before ZooKeeper's client thread can say so.
+The cost is one timer wake-up per interval: measured at about 0.1 % of one core (see
+docs/testing.md).  The protocol fuzzer (tests/fuzz) fails when the log holds any such line.
+
+The monitor cannot say what blocked the loop, only that it was blocked and for how long;
+``PYTHONASYNCIODEBUG=1`` (asyncio's slow-callback report) names the callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+log = logging.getLogger("pybroker.loop_monitor")
+
+DEFAULT_INTERVAL_MS = 20
+STALL_MESSAGE = "event loop stalled %d ms"
+
+
+class LoopMonitor:
+    """Counts and logs event-loop stalls longer than ``threshold_ms``."""
+
+    def __init__(self, threshold_ms: int, interval_ms: int = DEFAULT_INTERVAL_MS) -> None:
+        if threshold_ms < 0:
+            raise ValueError("threshold_ms must be >= 0 (0: no warnings)")
+        self.threshold_ms = threshold_ms
+        self._listeners: list[Callable[[float], None]] = []
+        self.interval_s = interval_ms / 1000.0
+        self.stalls = 0  # wake-ups later than the threshold
+        self.worst_ms = 0.0  # the latest wake-up seen, in ms past its due time
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._due = 0.0
+
+    def start(self) -> None:
+        """Start on the running loop.  A bare timer callback that re-arms itself, not a task:
+        no future or task step per wake-up, which keeps the cost at a third of a sleeping
+        task's (docs/testing.md)."""
+        self._loop = asyncio.get_running_loop()
+        self._arm()
+
+    async def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._loop = None
+
+    def add_listener(self, fn: Callable[[float], None]) -> None:
+        """``fn(late_ms)`` after every wake-up, on the loop (keep it cheap)."""
+        self._listeners.append(fn)
+
+    def blocked_ms(self) -> float:
+        """How late the pending wake-up already is (0 when it is not due yet): after the loop
+        was held up, callbacks that run before the monitor's own wake-up see it here."""
+        if self._loop is None:
+            return 0.0
+        return max(0.0, (self._loop.time() - self._due) * 1000.0)
+
+    def _arm(self) -> None:
+        self._due = self._loop.time() + self.interval_s
+        self._timer = self._loop.call_at(self._due, self._wake)
+
+    def _wake(self) -> None:
+        self.observe((self._loop.time() - self._due) * 1000.0)
+        self._arm()
+
+    def observe(self, late_ms: float) -> None:
+        """Record one wake-up that came ``late_ms`` after its due time."""
+        if late_ms > self.worst_ms:
+            self.worst_ms = late_ms
+        if self.threshold_ms and late_ms > self.threshold_ms:
+            self.stalls += 1
+            log.warning(STALL_MESSAGE, late_ms)
+        for fn in self._listeners:
+            fn(late_ms)
