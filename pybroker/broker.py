@@ -30,6 +30,7 @@ from pybroker.flusher import Flusher
 from pybroker.handlers._topics import flush_policy, log_config
 from pybroker.log import LogManager, PartitionLog
 from pybroker.log.cleaner import CleanerConfig, LogCleaner
+from pybroker.log.partition_metadata import other_incarnation
 from pybroker.log.segment import DESCRIPTORS, descriptor_budget
 from pybroker.loop_monitor import LoopMonitor
 from pybroker.purgatory import Purgatory
@@ -234,10 +235,13 @@ class Broker:
     # -- services used by the handlers -----------------------------------------------------
     def partition_log(self, topic: str, partition: int) -> PartitionLog:
         existing = self.logs.get(topic, partition)
-        if existing is not None:
-            return existing
         info = self.cluster.topics[topic]
-        return self.logs.get_or_create(topic, partition, log_config(self.config, info.configs))
+        if existing is not None and not other_incarnation(existing.topic_id, info.topic_id):
+            return existing
+        # new, or a log of an earlier incarnation of the topic (replaced by an empty one)
+        return self.logs.get_or_create(
+            topic, partition, log_config(self.config, info.configs), topic_id=info.topic_id
+        )
 
     def _run_on_loop(self, fn: Callable[[], Any]) -> Any:
         """The log cleaner's one handoff: run ``fn`` (a segment swap, a look at the producer
@@ -270,8 +274,13 @@ class Broker:
         if event.kind == "BROKERS_CHANGED" and self.groups is not None:
             self.groups.check_membership()
         if event.kind == "TOPIC_DELETED":
-            for name, partition, _ in list(self.logs.partitions()):
-                if name == event.topic:
+            # The topic may exist again by now (deleted and created at once, the events
+            # delivered late): only the logs of the deleted incarnation go.
+            info = self.cluster.topics.get(event.topic)
+            for name, partition, plog in list(self.logs.partitions()):
+                if name == event.topic and (
+                    info is None or other_incarnation(plog.topic_id, info.topic_id)
+                ):
                     self.logs.delete(name, partition)
 
     def _apply_topic_configs(self, topic: str | None = None) -> None:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import os
+import uuid
+
 import pytest
 
 from pybroker.clock import ManualClock
@@ -102,4 +106,87 @@ def test_delete_partition_and_retention(tmp_path, clock):
     mgr.delete_pending_files()
     assert not list(tmp_path.glob("t-0.*-delete"))
     mgr.flush_all()
+    mgr.close()
+
+
+def test_partition_metadata_file_names_the_topic_id_in_kafkas_format(tmp_path, clock):
+    """Kafka's partition.metadata: 'version: 0' and 'topic_id: <base64url, no padding>'."""
+    tid = uuid.UUID("5f3e8c1a-0c6d-4b4e-9a57-1d2f3e4a5b6c")
+    mgr = LogManager(tmp_path, LogConfig(), clock)
+    log = mgr.get_or_create("t", 0, topic_id=tid)
+    text = (tmp_path / "t-0" / "partition.metadata").read_text()
+    encoded = base64.urlsafe_b64encode(tid.bytes).decode().rstrip("=")
+    assert text == f"version: 0\ntopic_id: {encoded}\n"
+    assert log.topic_id == tid
+    mgr.close()
+    again = LogManager(tmp_path, LogConfig(), clock)
+    again.load_all()
+    assert again.get("t", 0).topic_id == tid
+    again.close()
+
+
+def test_a_log_of_another_incarnation_of_the_topic_is_replaced_not_reused(tmp_path, clock):
+    """A topic deleted and created again under the same name has a new topic id: the log of
+    the old incarnation is deleted (renamed -delete) and an empty one opened, never reused."""
+    old, new = uuid.uuid4(), uuid.uuid4()
+    mgr = LogManager(tmp_path, LogConfig(), clock)
+    log = mgr.get_or_create("t", 0, topic_id=old)
+    append(log)
+    assert mgr.get_or_create("t", 0, topic_id=old) is log
+    fresh = mgr.get_or_create("t", 0, topic_id=new)
+    assert fresh is not log and fresh.topic_id == new and fresh.log_end_offset == 0
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith("-delete")]
+    # a log without an id (written before partition.metadata existed) is adopted
+    legacy = mgr.get_or_create("u", 0)
+    assert legacy.topic_id is None
+    assert mgr.get_or_create("u", 0, topic_id=new) is legacy and legacy.topic_id == new
+    mgr.close()
+
+
+def test_removing_a_deleted_partition_leaves_a_new_log_of_the_same_name_alone(tmp_path, clock):
+    """A partition deleted and at once created again (same directory name): the deleted log's
+    files are renamed away with its directory, and its removal later (file.delete.delay.ms, or
+    at shutdown) must unlink only those, never the new log's files at the old path."""
+    mgr = LogManager(tmp_path, LogConfig(), clock)
+    old = mgr.get_or_create("t", 0, topic_id=uuid.uuid4())
+    append(old)
+    mgr.delete("t", 0)
+    assert old.directory.name.endswith("-delete")
+    assert all(seg.log_path.parent == old.directory for seg in old.segments)
+    new = mgr.get_or_create("t", 0, topic_id=uuid.uuid4())
+    append(new, 3)
+    mgr.delete_pending_files(force=True)
+    assert not old.directory.exists()
+    mgr.close()
+    again = LogManager(tmp_path, LogConfig(), clock)
+    again.load_all()
+    assert again.get("t", 0).log_end_offset == 3
+    again.close()
+
+
+def test_a_deleted_partition_holds_no_descriptor_while_it_awaits_removal(tmp_path, clock):
+    """Found by the protocol fuzzer: 2,721 of 2,880 open descriptors pointed into ``-delete``
+    directories, held until file.delete.delay.ms and the retention check removed them.  As
+    Kafka closes a deleted log's handles at once, so does LogManager.delete (a read in flight
+    keeps its own reference until it is done)."""
+
+    def held() -> list[str]:
+        out = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if str(tmp_path) in target and "-delete" in target:
+                out.append(target)
+        return out
+
+    mgr = LogManager(tmp_path, LogConfig(segment_bytes=200), clock)
+    log = mgr.get_or_create("t", 0, topic_id=uuid.uuid4())
+    for _ in range(5):
+        append(log)
+    assert len(log.segments) > 1
+    log.read(0, 1 << 20)  # an older segment's descriptor too
+    mgr.delete("t", 0)
+    assert held() == []
     mgr.close()

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from pybroker.clock import SYSTEM_CLOCK, Clock
+from pybroker.log import partition_metadata
 from pybroker.log.partition_log import LogConfig, PartitionLog, parse_partition_dir
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -140,9 +141,21 @@ class LogManager:
         return self.logs.get((topic, partition))
 
     def get_or_create(
-        self, topic: str, partition: int, config: LogConfig | None = None
+        self,
+        topic: str,
+        partition: int,
+        config: LogConfig | None = None,
+        topic_id: uuid.UUID | None = None,
     ) -> PartitionLog:
+        """The partition's log, created if needed.  With ``topic_id`` (the topic's current
+        incarnation), a log that holds another incarnation (partition.metadata) is deleted and
+        an empty one created in its place; a log without an id adopts this one."""
         log = self.logs.get((topic, partition))
+        if topic_id == partition_metadata.ZERO:
+            topic_id = None
+        if log is not None and partition_metadata.other_incarnation(log.topic_id, topic_id):
+            self.delete(topic, partition)
+            log = None
         if log is None:
             log = PartitionLog.open(
                 self.log_dir / f"{topic}-{partition}", config or self.default_config, self.clock
@@ -150,6 +163,9 @@ class LogManager:
             self.logs[(topic, partition)] = log
         elif config is not None:
             log.config = config
+        if topic_id is not None and log.topic_id is None:
+            partition_metadata.write(log.directory, topic_id)
+            log.topic_id = topic_id
         return log
 
     def delete(self, topic: str, partition: int) -> None:
@@ -160,6 +176,9 @@ class LogManager:
             return
         target = self.log_dir / f"{log.directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         os.rename(log.directory, target)
+        log.moved_to(target)
+        for seg in log.segments:  # as Kafka closes a deleted log's handles at once
+            seg.release()
         due = self.clock.time_ms() + log.config.file_delete_delay_ms
         self._pending_dir_deletes.append((due, target, log))
 

@@ -50,6 +50,7 @@ import bisect
 import os
 import re
 import struct
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,7 @@ from typing import NamedTuple
 
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.log import partition_metadata
 from pybroker.log.leader_epoch import LeaderEpochCache
 from pybroker.log.producer_state import ProducerStateManager
 from pybroker.log.segment import (
@@ -162,6 +164,8 @@ class PartitionLog:
         # lowest log end offset a truncation left since the log cleaner last looked (it pulls
         # its checkpoint back there: records below it may have been replaced)
         self.truncated_to: int | None = None
+        # the incarnation of the topic this directory holds (partition.metadata), if known
+        self.topic_id: uuid.UUID | None = partition_metadata.read(directory)
 
     # -- opening and recovery -----------------------------------------------------------------
 
@@ -826,6 +830,17 @@ class PartitionLog:
             seg.close()
         self.delete_pending_files(force=True)
         self.closed = True
+
+    def moved_to(self, directory: Path) -> None:
+        """LogManager renamed this log's directory (Kafka's renameDir, for a deletion): every
+        path it holds now names the new place, so that removing its files later cannot touch
+        a new log created under the old name."""
+        self.directory = directory
+        for seg in [*self.segments, *(s for _, s in self._pending_deletes)]:
+            seg.moved_to(directory)
+        self.producer_state.directory = directory
+        if self.leader_epochs.path is not None:
+            self.leader_epochs.path = directory / self.leader_epochs.path.name
 
     def delete(self) -> None:
         """Close and remove every file of this log (the directory itself is LogManager's)."""

@@ -627,6 +627,17 @@ class LogSegment:
     def paths(self) -> list[Path]:
         return [self.log_path, self.offset_index.path, self.time_index.path]
 
+    def moved_to(self, directory: Path) -> None:
+        """The segment's directory was renamed (a deleted partition's ``-delete``): its files
+        keep their names there.  Descriptors stay valid."""
+        self.directory = directory
+        for obj, attr in (
+            (self, "log_path"),
+            (self.offset_index, "path"),
+            (self.time_index, "path"),
+        ):
+            setattr(obj, attr, directory / getattr(obj, attr).name)
+
     def rename_for_delete(self) -> None:
         """Rename the files to ``*.deleted``; open descriptors (and in-flight reads) stay valid."""
         self.deleted = True

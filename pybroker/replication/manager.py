@@ -28,6 +28,7 @@ from typing import Any
 from pybroker.clock import Clock
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log import LogManager, PartitionLog
+from pybroker.log.partition_metadata import other_incarnation
 from pybroker.purgatory import Purgatory
 
 log = logging.getLogger("pybroker.replication")
@@ -156,6 +157,11 @@ class ReplicaManager:
                 key = (name, index)
                 seen.add(key)
                 r = self.replicas.get(key)
+                if r is not None and other_incarnation(r.log.topic_id, info.topic_id):
+                    # the topic was deleted and created again: that replica's log belongs to
+                    # the old incarnation (open_log replaces it with an empty one)
+                    self._detach(self.replicas.pop(key))
+                    r = None
                 if r is None:
                     r = Replica(name, index, self.open_log(name, index))
                     self.replicas[key] = r
@@ -235,13 +241,15 @@ class ReplicaManager:
     # -- leader side ------------------------------------------------------------------------
     def leader_replica(self, topic: str, partition: int, current_leader_epoch: int = -1) -> Replica:
         r = self.replicas.get((topic, partition))
-        if r is None:
-            info = self.cluster.topics.get(topic)
+        info = self.cluster.topics.get(topic)
+        if r is None or (info is not None and other_incarnation(r.log.topic_id, info.topic_id)):
+            # created (or deleted and created again) a moment ago: the change event is still
+            # queued; never append to or read from the log of the deleted incarnation
             if info is None or partition not in info.partitions:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             if self.broker_id in info.partitions[partition].replicas:
-                self.sync_roles()  # created a moment ago: the change event is still queued
-                r = self.replicas.get((topic, partition))
+                self.sync_roles(topic)
+            r = self.replicas.get((topic, partition))
             if r is None:
                 raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if current_leader_epoch >= 0:
