@@ -76,11 +76,49 @@ def _listeners(s: str) -> tuple[Endpoint, ...]:
     return tuple(out)
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+DEFAULT_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+NOT_YET_SECURE = (
+    "TLS, SASL and ACLs are not supported by this broker yet, and it will not serve what asks "
+    "for them unsecured"
+)
+
+
+def _protocol_map(s: str) -> tuple[tuple[str, str], ...]:
+    """listener.security.protocol.map: NAME:PROTOCOL,... (Kafka's: a given map replaces the
+    default one whole)."""
+    out = []
+    for item in s.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, proto = item.partition(":")
+        proto = proto.strip().upper()
+        if not sep or not name.strip():
+            raise ValueError(f"expected LISTENER:PROTOCOL, got {item!r}")
+        if proto not in SECURITY_PROTOCOLS:
+            raise ValueError(f"unknown security protocol {proto!r} (one of {SECURITY_PROTOCOLS})")
+        out.append((name.strip().upper(), proto))
+    return tuple(out)
+
+
+# Keys of Kafka's security settings that only act on an SSL or SASL listener: accepted (and
+# said to be inert) while every listener is PLAINTEXT.  Keys that ask for security whatever the
+# listeners (an authorizer, secure replication) are refused in _validate.
+_INERT_WITHOUT_SECURE_LISTENER = ("ssl.", "sasl.", "listener.name.", "principal.builder.class")
+_REFUSED_SECURITY_KEYS = ("authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found")
+
 # key -> (field name, parser, default)
 _KEYS: dict[str, tuple[str, Any, Any]] = {
     "broker.id": ("broker_id", _int, 0),
     "listeners": ("listeners", _listeners, _listeners("PLAINTEXT://127.0.0.1:9092")),
     "advertised.listeners": ("advertised_listeners", _listeners, None),
+    "listener.security.protocol.map": (
+        "listener_security_protocol_map",
+        _protocol_map,
+        _protocol_map(DEFAULT_PROTOCOL_MAP),
+    ),
+    "security.inter.broker.protocol": ("security_inter_broker_protocol", str, "PLAINTEXT"),
     "log.dirs": ("log_dirs", str, None),
     "log.dir": ("log_dir", str, None),
     "zookeeper.connect": ("zookeeper_connect", str, None),
@@ -185,6 +223,10 @@ class Config:
     log_cleaner_min_compaction_lag_ms: int = 0
     log_cleaner_max_compaction_lag_ms: int = LONG_MAX
     loop_stall_warn_ms: int = 100
+    listener_security_protocol_map: tuple[tuple[str, str], ...] = _protocol_map(
+        DEFAULT_PROTOCOL_MAP
+    )
+    security_inter_broker_protocol: str = "PLAINTEXT"
     warnings: tuple[str, ...] = ()
     explicit_keys: frozenset[str] = frozenset()  # keys set in the file or by --override
 
@@ -212,6 +254,10 @@ class Config:
     @property
     def advertised(self) -> tuple[Endpoint, ...]:
         return self.advertised_listeners or self.listeners
+
+    def security_protocol(self, listener: str) -> str | None:
+        """The security protocol of a listener name (listener.security.protocol.map)."""
+        return dict(self.listener_security_protocol_map).get(listener.upper())
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -241,7 +287,16 @@ def build_config(settings: dict[str, str]) -> Config:
     for key, raw in settings.items():
         spec = _KEYS.get(key)
         if spec is None:
-            warnings.append(f"unknown configuration key {key!r} ignored")
+            if key in _REFUSED_SECURITY_KEYS:
+                raise ConfigError(
+                    f"configuration key {key!r} asks for authorization: {NOT_YET_SECURE}"
+                )
+            if key.startswith(_INERT_WITHOUT_SECURE_LISTENER):
+                # every listener is PLAINTEXT (or _validate refuses the configuration), and on
+                # PLAINTEXT listeners Kafka does not use these either
+                warnings.append(f"configuration key {key!r} has no effect: no SSL or SASL listener")
+            else:
+                warnings.append(f"unknown configuration key {key!r} ignored")
             continue
         field, parse, _ = spec
         try:
@@ -254,11 +309,36 @@ def build_config(settings: dict[str, str]) -> Config:
     return cfg
 
 
+def _validate_security(cfg: Config) -> None:
+    """Every listener's security protocol comes from listener.security.protocol.map (a name
+    missing there is refused, as Kafka refuses it); anything but PLAINTEXT is refused until TLS
+    and SASL exist, naming the key, never served unsecured."""
+    for key, endpoints in (("listeners", cfg.listeners), ("advertised.listeners", cfg.advertised)):
+        for e in endpoints:
+            proto = cfg.security_protocol(e.listener)
+            if proto is None:
+                raise ConfigError(
+                    f"invalid value for configuration key 'listener.security.protocol.map': "
+                    f"no security protocol for listener {e.listener} (named in {key!r})"
+                )
+            if proto != "PLAINTEXT":
+                raise ConfigError(
+                    f"configuration key {key!r}: listener {e.listener} uses security protocol "
+                    f"{proto}: {NOT_YET_SECURE}"
+                )
+    if cfg.security_inter_broker_protocol.upper() != "PLAINTEXT":
+        raise ConfigError(
+            f"configuration key 'security.inter.broker.protocol' asks for "
+            f"{cfg.security_inter_broker_protocol}: {NOT_YET_SECURE}"
+        )
+
+
 def _validate(cfg: Config) -> None:
     def need(cond: bool, key: str, why: str) -> None:
         if not cond:
             raise ConfigError(f"invalid value for configuration key {key!r}: {why}")
 
+    _validate_security(cfg)
     need(cfg.broker_id >= 0, "broker.id", "must be >= 0")
     need(cfg.num_partitions >= 1, "num.partitions", "must be >= 1")
     need(cfg.default_replication_factor >= 1, "default.replication.factor", "must be >= 1")
