@@ -7,8 +7,10 @@ PartitionMetadataFile)::
     version: 0
     topic_id: <the id's 16 bytes, base64url without padding>
 
-Written atomically (temporary file, fsync, rename) when a log is created for a known topic
-id; a directory without it (written before this file existed) adopts the id it is opened for.
+Written (temporary file, rename; no fsync, which on a busy disk would hold the event loop for
+each new partition) when a log is created for a known topic id.  A directory without a
+readable file -- written before this file existed, or lost in a crash -- adopts the id it is
+opened for: at worst the check is skipped once, never is a log wrongly replaced.
 """
 
 from __future__ import annotations
@@ -56,7 +58,6 @@ def write(directory: Path, topic_id: uuid.UUID) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, data)
-        os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
