@@ -31,9 +31,9 @@ pytestmark = [
 WORDS = [f"w{i:02d}" for i in range(12)]
 
 
-def read_topic(bootstrap: str, topic: str, settle_s: float = 1.0) -> list:
-    """Every record of partition 0 from the beginning, in offset order."""
-    consumer = assign_consumer(bootstrap, topic, [0], auto_offset_reset="earliest")
+def read_topic(bootstrap: str, topic: str, settle_s: float = 1.0, partitions=(0,)) -> list:
+    """Every record of `partitions` from the beginning, by partition, in offset order."""
+    consumer = assign_consumer(bootstrap, topic, list(partitions), auto_offset_reset="earliest")
     try:
         consumer.seek_to_beginning()
         got, idle_since = [], time.monotonic()
@@ -41,7 +41,7 @@ def read_topic(bootstrap: str, topic: str, settle_s: float = 1.0) -> list:
             for records in consumer.poll(timeout_ms=300).values():
                 got.extend(records)
                 idle_since = time.monotonic()
-        return got
+        return sorted(got, key=lambda r: (r.partition, r.offset))
     finally:
         consumer.close()
 
@@ -54,18 +54,27 @@ def counts_by_word(records) -> dict[str, list[int]]:
     return out
 
 
-def wait_for_counts(app: java.JavaProcess, bootstrap: str, topic: str, want: Counter) -> dict:
+def wait_for_counts(
+    apps: java.JavaProcess | list[java.JavaProcess],
+    bootstrap: str,
+    topic: str,
+    want: Counter,
+    partitions=(0,),
+) -> dict:
     deadline = time.monotonic() + 180
     while True:
-        emitted = counts_by_word(read_topic(bootstrap, topic))
+        emitted = counts_by_word(read_topic(bootstrap, topic, partitions=partitions))
         latest = {w: c[-1] for w, c in emitted.items()}
         if latest == dict(want) or time.monotonic() > deadline:
             return emitted
-        assert app.is_running(), app.result().describe()
+        for app in apps if isinstance(apps, list) else [apps]:
+            assert app.is_running(), app.result().describe()
         time.sleep(1)
 
 
-def produce_lines(bootstrap: str, topic: str, rng: random.Random, lines: int) -> Counter:
+def produce_lines(
+    bootstrap: str, topic: str, rng: random.Random, lines: int, partition: int | None = 0
+) -> Counter:
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     words: Counter = Counter()
     try:
@@ -74,7 +83,7 @@ def produce_lines(bootstrap: str, topic: str, rng: random.Random, lines: int) ->
             words.update(line)
             # the application lower-cases: mixed case counts as one word
             text = " ".join(w.upper() if rng.random() < 0.3 else w for w in line)
-            producer.send(topic, value=text.encode(), partition=0)
+            producer.send(topic, value=text.encode(), partition=partition)
         producer.flush()
     finally:
         producer.close()
@@ -172,3 +181,81 @@ def test_streams_word_count_restores_from_compacted_changelog(broker, tmp_path):
         stopped.describe()
     )
     assert " ERROR " not in stopped.stderr, stopped.describe()
+
+
+def wait_for_output(app: java.JavaProcess, text: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in app.stdout_text():
+        assert app.is_running() and time.monotonic() < deadline, app.result().describe()
+        time.sleep(0.5)
+
+
+@pytest.mark.broker_overrides({"log.cleaner.backoff.ms": 100})
+def test_streams_two_instances_standby_takes_over(broker, tmp_path):
+    """Two instances of the word count over 2 partitions with a standby replica each (standby
+    tasks follow the other instance's compacted changelog while the cleaner works on it): one
+    instance stops, the other takes its tasks over from its standby state and the counts go
+    on exactly; the stopped one comes back with no local state and takes its share again."""
+    try:
+        cp = java.compile_app("WordCount.java", tmp_path / "classes")
+    except java.JavaDepsError as e:
+        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
+    app_id = unique_topic("wordcount2")
+    source, sink = f"{app_id}-input", f"{app_id}-output"
+    parts = (0, 1)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, client_id="compat-admin")
+    try:
+        admin.create_topics([NewTopic(source, 2, 1), NewTopic(sink, 2, 1)])
+    finally:
+        admin.close()
+
+    def start(name: str) -> java.JavaProcess:
+        return java.start_main(
+            "WordCount",
+            [
+                broker.bootstrap,
+                app_id,
+                tmp_path / f"state-{name}",
+                source,
+                sink,
+                "num.standby.replicas=1",
+                "topic.segment.bytes=2048",
+                "topic.min.cleanable.dirty.ratio=0.01",
+                "producer.batch.size=1024",
+                "consumer.session.timeout.ms=6000",
+                "consumer.heartbeat.interval.ms=1000",
+            ],
+            workdir=tmp_path,
+            name=f"wordcount-{name}",
+            cp=cp,
+        )
+
+    rng = random.Random(7)
+    a, b = start("a"), start("b")
+    running = [a, b]
+    try:
+        for app in running:
+            wait_for_output(app, "STATE RUNNING")
+        want = produce_lines(broker.bootstrap, source, rng, 300, partition=None)
+        emitted = wait_for_counts(running, broker.bootstrap, sink, want, parts)
+        assert emitted == {w: list(range(1, n + 1)) for w, n in want.items()}
+
+        stopped = a.stop(timeout=40)
+        running.remove(a)
+        assert " ERROR " not in stopped.stderr, stopped.describe()
+        more = produce_lines(broker.bootstrap, source, rng, 150, partition=None)
+        emitted = wait_for_counts(running, broker.bootstrap, sink, want + more, parts)
+        assert emitted == {w: list(range(1, n + 1)) for w, n in (want + more).items()}
+        want += more
+
+        shutil.rmtree(tmp_path / "state-a")
+        a = start("a2")
+        running.append(a)
+        wait_for_output(a, "STATE RUNNING")
+        more = produce_lines(broker.bootstrap, source, rng, 150, partition=None)
+        emitted = wait_for_counts(running, broker.bootstrap, sink, want + more, parts)
+        assert emitted == {w: list(range(1, n + 1)) for w, n in (want + more).items()}
+    finally:
+        results = [app.stop(timeout=40) for app in running]
+    for r in results:
+        assert " ERROR " not in r.stderr, r.describe()
