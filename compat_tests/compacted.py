@@ -1,7 +1,8 @@
 """A small compacted, cleaned topic for the readers' tests (issue 11): kafka-python writes
 records over a few keys, with tombstones, to a cleanup.policy=compact topic with tiny
 segments, then waits until the broker's cleaner has left exactly the latest value of each
-live key (tombstones gone too: delete.retention.ms=0). The broker must run with a short
+live key (tombstones gone too: delete.retention.ms=0), plus empty batches: the last batch
+of short-lived producers whose records were superseded. The broker must run with a short
 log.cleaner.backoff.ms (100).
 
     topic = build_cleaned_topic(broker.bootstrap, "name")
@@ -82,6 +83,21 @@ def build_cleaned_topic(
             producer.send(topic, key=key, value=value, partition=0)
             latest[key] = value
         producer.flush()
+        # short-lived idempotent producers whose only batch is superseded next: a clean keeps
+        # each one's last batch, empty (Kafka keeps producer state so), for readers to cross
+        for n in range(4):
+            other = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=50)
+            try:
+                for key in names[n * 3 : n * 3 + 3]:
+                    other.send(topic, key=key, value=b"superseded-%d" % n, partition=0)
+                other.flush()
+            finally:
+                other.close()
+            for key in names[n * 3 : n * 3 + 3]:
+                value = b"after-%d" % n
+                producer.send(topic, key=key, value=value, partition=0)
+                latest[key] = value
+            producer.flush()
         # the active segment is never cleaned: once segment.ms passed, one more record rolls it
         time.sleep(1.5)
         producer.send(topic, key=b"roll", value=b"last", partition=0).get(timeout=30)
@@ -101,5 +117,6 @@ def build_cleaned_topic(
     offsets = [o for o, _, _ in seen]
     assert offsets == sorted(set(offsets)), "offsets out of order or repeated"
     assert {k: v for _, k, v in seen} == live and len(seen) == len(live), "not cleaned"
-    assert offsets[-1] == records - 1 and len(seen) < records  # gaps, offsets never moved
-    return CleanedTopic(topic, live, seen, records)
+    end = records + 4 * 6  # every record written
+    assert offsets[-1] == end - 1 and len(seen) < end  # gaps, offsets never moved
+    return CleanedTopic(topic, live, seen, end)

@@ -1,6 +1,7 @@
 """Apache Kafka's Java consumer (kafka-console-consumer 3.9, ConsoleConsumer) reads a
 compacted, cleaned topic from offset 0 (issue 11): exactly the latest value of each live key,
-in offset order, with the gaps the cleaner left (Spark's batch read of the same kind of topic
+in offset order, with the gaps the cleaner left and the empty batches it kept for producer
+state, with normal and one-batch fetches (Spark's batch read of the same kind of topic
 is spark_it/test_compaction.py)."""
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ def test_java_console_consumer_reads_cleaned_topic(broker):
     for prop in ("print.key=true", "print.offset=true", "print.value=true"):
         args += ["--property", prop]
     assert console_consume(args) == topic.records
+    # one batch a fetch (the first batch is returned whatever the limit): every fetch starts
+    # at an offset the cleaner removed or at an empty batch a producer's state kept
+    tiny = ["--consumer-property", "max.partition.fetch.bytes=1"]
+    tiny += ["--consumer-property", "fetch.max.bytes=1"]
+    assert console_consume(args + tiny) == topic.records
 
     # from an offset the cleaner removed: the next live record on
     offsets = [o for o, _, _ in topic.records]
