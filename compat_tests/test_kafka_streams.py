@@ -17,7 +17,7 @@ import time
 from collections import Counter
 
 import pytest
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
 from compat_tests import java
@@ -124,6 +124,9 @@ def test_streams_word_count_restores_from_compacted_changelog(broker, tmp_path):
                 # a short session lets the restarted one take over sooner
                 "consumer.session.timeout.ms=6000",
                 "consumer.heartbeat.interval.ms=1000",
+                # records of the repartition topic the app has consumed are deleted
+                # (DeleteRecords) every half second
+                "repartition.purge.interval.ms=500",
             ],
             workdir=tmp_path,
             name=f"wordcount{n}",
@@ -154,6 +157,15 @@ def test_streams_word_count_restores_from_compacted_changelog(broker, tmp_path):
     changelog = changelogs[0]
     assert described["topic"][changelog]["cleanup.policy"]["value"] == "compact", described
     assert described["topic"][repartitions[0]]["cleanup.policy"]["value"] == "delete"
+    # Streams purged what it had consumed of the repartition topic: one record a word seen
+    consumer = assign_consumer(broker.bootstrap, repartitions[0], [0])
+    try:
+        tp = TopicPartition(repartitions[0], 0)
+        log_start = consumer.beginning_offsets([tp])[tp]
+        log_end = consumer.end_offsets([tp])[tp]
+    finally:
+        consumer.close()
+    assert log_end == sum(first.values()) and 0 < log_start <= log_end, (log_start, log_end)
 
     # the changelog holds one record per count update; the cleaner leaves the latest per word
     total = sum(first.values())
