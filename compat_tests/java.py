@@ -29,6 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FETCH_SCRIPT = ROOT / "scripts" / "fetch-java-deps"
 CLASSPATH_FILE = ROOT / ".cache" / "java" / "classpath.txt"
+APPS_CLASSPATH_FILE = ROOT / ".cache" / "java" / "apps-classpath.txt"
+APPS_SRC = ROOT / "java" / "apps" / "src"
 VERSION_FILE = ROOT / ".cache" / "java" / "kafka-version.txt"
 TOOLS_LOG4J = ROOT / "java" / "log4j" / "tools.properties"
 BROKER_LOG4J = ROOT / "java" / "log4j" / "broker.properties"
@@ -84,6 +86,44 @@ def classpath() -> str:
     return cp
 
 
+@lru_cache(maxsize=1)
+def apps_classpath() -> str:
+    """classpath() plus Kafka's applications of java/apps/pom.xml (kafka-streams with
+    rocksdbjni, connect-file), fetched by the same script."""
+    classpath()
+    if os.environ.get("PYBROKER_JAVA_CLASSPATH"):
+        return classpath()
+    if not APPS_CLASSPATH_FILE.is_file():
+        raise JavaDepsError(f"{APPS_CLASSPATH_FILE} missing (run scripts/fetch-java-deps)")
+    cp = APPS_CLASSPATH_FILE.read_text().strip()
+    missing = [j for j in cp.split(":") if not Path(j).exists()]
+    if missing:
+        raise JavaDepsError(
+            f"apps classpath lists missing jars (rerun with --force): {missing[:3]}"
+        )
+    return cp
+
+
+def compile_app(source: str, out_dir: Path | str, timeout: float = 180.0) -> str:
+    """javac java/apps/src/<source> against apps_classpath() into out_dir; returns the
+    classpath to run it with (out_dir first)."""
+    javac = shutil.which("javac")
+    if javac is None:
+        raise JavaDepsError("javac not found (a JDK 17 is expected)")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cp = apps_classpath()
+    proc = subprocess.run(
+        [javac, "-nowarn", "-d", str(out_dir), "-cp", cp, str(APPS_SRC / source)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if proc.returncode != 0:
+        raise JavaDepsError(f"javac {source} failed:\n{proc.stderr[-4000:]}")
+    return f"{out_dir}:{cp}"
+
+
 def kafka_version() -> str:
     classpath()
     return VERSION_FILE.read_text().strip() if VERSION_FILE.exists() else "unknown"
@@ -97,6 +137,7 @@ def java_command(
     log4j: Path | str | None = TOOLS_LOG4J,
     jvm_args: list[str] | None = None,
     fast_start: bool = True,
+    cp: str | None = None,
 ) -> list[str]:
     """The java command line. fast_start picks a small-heap, quick-to-start JVM (serial GC, C1
     only) for short-lived tools; pass False for long runs (a benchmark broker) and give the GC
@@ -111,7 +152,7 @@ def java_command(
     if log4j is not None:
         cmd.append(f"-Dlog4j.configuration=file:{log4j}")
     cmd += list(jvm_args or [])
-    cmd += ["-cp", classpath(), main_class, *[str(a) for a in args]]
+    cmd += ["-cp", cp or classpath(), main_class, *[str(a) for a in args]]
     return cmd
 
 
@@ -169,9 +210,10 @@ def run_main(
     jvm_args: list[str] | None = None,
     input: str | None = None,
     cwd: Path | str | None = None,
+    cp: str | None = None,
 ) -> JavaResult:
     """Run a main class to completion; on timeout its process group is killed (no raise)."""
-    cmd = java_command(main_class, args, heap=heap, log4j=log4j, jvm_args=jvm_args)
+    cmd = java_command(main_class, args, heap=heap, log4j=log4j, jvm_args=jvm_args, cp=cp)
     start = time.monotonic()
     proc = subprocess.Popen(
         cmd,
@@ -251,9 +293,12 @@ def start_main(
     jvm_args: list[str] | None = None,
     env: dict[str, str] | None = None,
     fast_start: bool = True,
+    cp: str | None = None,
 ) -> JavaProcess:
+    """Start a main class in the background; cp defaults to classpath() (apps_classpath() or
+    compile_app()'s answer for Kafka Streams / Connect connectors)."""
     cmd = java_command(
-        main_class, args, heap=heap, log4j=log4j, jvm_args=jvm_args, fast_start=fast_start
+        main_class, args, heap=heap, log4j=log4j, jvm_args=jvm_args, fast_start=fast_start, cp=cp
     )
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
