@@ -77,7 +77,9 @@ def test_plaintext_inter_broker_protocol_and_inert_tls_keys_are_accepted(base):
             "sasl.enabled.mechanisms": "GSSAPI",
         }
     )
-    assert any("ssl.keystore.location" in w and "no SSL or SASL listener" in w for w in cfg.warnings)
+    assert any(
+        "ssl.keystore.location" in w and "no SSL or SASL listener" in w for w in cfg.warnings
+    )
     assert not any("unknown configuration key" in w for w in cfg.warnings)
 
 
