@@ -1,0 +1,250 @@
+"""The log side of transactions (KIP-98): producer state, markers, LSO, .txnindex, recovery."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from pybroker.clock import ManualClock
+from pybroker.errors import ErrorCode, KafkaError
+from pybroker.log.partition_log import LogConfig, PartitionLog
+from pybroker.log.txn_index import AbortedTxn
+from pybroker.wire.control_records import read_end_txn_marker
+from pybroker.wire.records import build_batch, parse_batches, unpack_header
+
+PID_A, PID_B = 1000, 2000
+
+
+@pytest.fixture
+def clock():
+    return ManualClock()
+
+
+def open_log(path: Path, clock, **kw) -> PartitionLog:
+    return PartitionLog.open(path / "t-0", LogConfig(**kw.pop("config", {})), clock, **kw)
+
+
+def txn_batch(pid: int, seq: int, n: int = 2, epoch: int = 0, transactional: bool = True):
+    return bytearray(
+        build_batch(
+            [(None, b"x" * 50, [])] * n,
+            timestamp=1_700_000_000_000,
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=seq,
+            is_transactional=transactional,
+        )
+    )
+
+
+def append(log: PartitionLog, buf: bytearray):
+    info = log.append(buf, parse_batches(buf))
+    log.high_watermark = log.log_end_offset
+    return info
+
+
+def marker(log: PartitionLog, pid: int, committed: bool, epoch: int = 0, coord: int = 0):
+    info = log.append_txn_marker(pid, epoch, coord, committed)
+    log.high_watermark = log.log_end_offset
+    return info
+
+
+def test_marker_batch_layout(tmp_path, clock) -> None:
+    log = open_log(tmp_path, clock)
+    append(log, txn_batch(PID_A, 0))
+    info = marker(log, PID_A, committed=True, epoch=0, coord=7)
+    assert (info.first_offset, info.last_offset) == (2, 2)
+    s = log.read(2, 1 << 20)
+    import os
+
+    data = os.pread(s.file.fileno(), s.size, s.position)
+    h = unpack_header(data)
+    assert h.is_control and h.is_transactional
+    assert (h.base_offset, h.producer_id, h.producer_epoch, h.base_sequence) == (2, PID_A, 0, -1)
+    assert h.records_count == 1
+    m = read_end_txn_marker(data)
+    assert m is not None and m.committed and m.coordinator_epoch == 7
+    # Kafka's control record key and value: version 0 + type 1 (COMMIT); version 0 + epoch
+    from pybroker.wire.records import decode_records
+
+    rec = decode_records(data)[0]
+    assert rec.key == struct.pack(">hh", 0, 1)
+    assert rec.value == struct.pack(">hi", 0, 7)
+
+
+def test_lso_stops_at_an_open_transaction_and_moves_at_its_marker(tmp_path, clock) -> None:
+    log = open_log(tmp_path, clock)
+    append(log, txn_batch(PID_B, 0, transactional=False))  # 0-1 idempotent, not txn
+    append(log, txn_batch(PID_A, 0))  # 2-3 open
+    assert log.last_stable_offset == 2
+    assert log.high_watermark == 4
+    append(log, txn_batch(PID_A, 2))  # 4-5 same transaction
+    assert log.last_stable_offset == 2
+    info = log.append_txn_marker(PID_A, 0, 0, True)  # 6
+    # the marker is not yet below the high watermark: still unstable
+    assert log.last_stable_offset == 2
+    log.high_watermark = info.last_offset + 1
+    assert log.last_stable_offset == 7
+    assert log.collect_aborted_transactions(0, 7) == []
+
+
+def test_abort_indexes_the_transaction(tmp_path, clock) -> None:
+    log = open_log(tmp_path, clock)
+    append(log, txn_batch(PID_A, 0))  # 0-1
+    append(log, txn_batch(PID_B, 0))  # 2-3 (B open)
+    marker(log, PID_A, committed=False)  # 4: A aborted while B is open -> LSO 2
+    assert log.collect_aborted_transactions(0, 5) == [AbortedTxn(PID_A, 0, 4, 2)]
+    assert log.last_stable_offset == 2
+    marker(log, PID_B, committed=False)  # 5
+    assert log.collect_aborted_transactions(0, 6) == [
+        AbortedTxn(PID_A, 0, 4, 2),
+        AbortedTxn(PID_B, 2, 5, 6),
+    ]
+    # only the ones overlapping the range
+    assert log.collect_aborted_transactions(5, 6) == [AbortedTxn(PID_B, 2, 5, 6)]
+    # Kafka's .txnindex: 34-byte entries, version 0, big-endian
+    raw = (tmp_path / "t-0" / f"{0:020d}.txnindex").read_bytes()
+    assert raw == struct.pack(">hqqqq", 0, PID_A, 0, 4, 2) + struct.pack(
+        ">hqqqq", 0, PID_B, 2, 5, 6
+    )
+    assert log.last_stable_offset == 6
+
+
+def test_a_marker_without_data_is_not_indexed(tmp_path, clock) -> None:
+    log = open_log(tmp_path, clock)
+    marker(log, PID_A, committed=False)
+    assert log.collect_aborted_transactions(0, 10) == []
+    assert not (tmp_path / "t-0" / f"{0:020d}.txnindex").exists()
+    assert log.last_stable_offset == 1
+
+
+def test_produce_checks(tmp_path, clock) -> None:
+    log = open_log(tmp_path, clock)
+    append(log, txn_batch(PID_A, 0, epoch=3))
+    with pytest.raises(KafkaError) as e:  # non-transactional write inside a transaction
+        append(log, txn_batch(PID_A, 2, epoch=3, transactional=False))
+    assert e.value.code == ErrorCode.INVALID_TXN_STATE
+    with pytest.raises(KafkaError) as e:
+        append(log, txn_batch(PID_A, 0, epoch=2))
+    assert e.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+    with pytest.raises(KafkaError) as e:  # a marker older than the producer's epoch
+        log.append_txn_marker(PID_A, 2, 0, True)
+    assert e.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+    marker(log, PID_A, committed=True, epoch=3, coord=5)
+    with pytest.raises(KafkaError) as e:  # an older coordinator
+        log.append_txn_marker(PID_A, 3, 4, True)
+    assert e.value.code == ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    # a coordinator's abort with a bumped epoch fences the old producer epoch
+    append(log, txn_batch(PID_A, 2, epoch=3))
+    marker(log, PID_A, committed=False, epoch=4, coord=5)
+    with pytest.raises(KafkaError) as e:
+        append(log, txn_batch(PID_A, 4, epoch=3))
+    assert e.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+    append(log, txn_batch(PID_A, 0, epoch=4))  # the new epoch starts at sequence 0
+
+
+def _state(log: PartitionLog):
+    return (
+        log.last_stable_offset,
+        log.collect_aborted_transactions(0, log.log_end_offset),
+        {p: e.current_txn_first_offset for p, e in log.producer_state.producers.items()},
+    )
+
+
+def _workload(log: PartitionLog) -> None:
+    append(log, txn_batch(PID_A, 0))  # 0-1
+    append(log, txn_batch(PID_B, 0))  # 2-3
+    marker(log, PID_A, committed=False)  # 4
+    log.roll()
+    append(log, txn_batch(PID_A, 2))  # 5-6
+    marker(log, PID_A, committed=False)  # 7
+    append(log, txn_batch(PID_A, 4))  # 8-9 A open again, B open
+
+
+@pytest.mark.parametrize("how", ["clean", "unclean", "no-snapshot", "missing-index", "corrupt"])
+def test_restart_keeps_ongoing_transactions_and_the_index(tmp_path, clock, how) -> None:
+    log = open_log(tmp_path, clock)
+    _workload(log)
+    before = _state(log)
+    assert before == (
+        2,
+        [AbortedTxn(PID_A, 0, 4, 2), AbortedTxn(PID_A, 5, 7, 2)],
+        {PID_A: 8, PID_B: 2},
+    )
+    d = tmp_path / "t-0"
+    if how == "clean":
+        log.close()
+        reopened = open_log(tmp_path, clock, clean_shutdown=True)
+    else:
+        log.flush()  # data on disk, but no clean-shutdown snapshot
+        for seg in log.segments:
+            seg.close()
+        if how == "no-snapshot":
+            for p in d.glob("*.snapshot"):
+                p.unlink()
+        if how == "missing-index":
+            for p in d.glob("*.txnindex"):
+                p.unlink()
+        if how == "corrupt":
+            for p in d.glob("*.txnindex"):
+                p.write_bytes(p.read_bytes()[:-3])
+        reopened = open_log(tmp_path, clock, recovery_point=0)
+    assert _state(reopened) == before
+    assert sorted(p.name for p in d.glob("*.txnindex")) == [
+        f"{0:020d}.txnindex",
+        f"{5:020d}.txnindex",
+    ]
+    marker(reopened, PID_B, committed=True)
+    marker(reopened, PID_A, committed=True)
+    assert reopened.last_stable_offset == reopened.log_end_offset == 12
+
+
+def test_truncation_drops_index_entries_and_restores_the_transaction(tmp_path, clock) -> None:
+    log = open_log(tmp_path, clock)
+    append(log, txn_batch(PID_A, 0))  # 0-1
+    marker(log, PID_A, committed=False)  # 2
+    append(log, txn_batch(PID_A, 2))  # 3-4
+    marker(log, PID_A, committed=False)  # 5
+    log.truncate_to(5)
+    assert log.collect_aborted_transactions(0, 10) == [AbortedTxn(PID_A, 0, 2, 3)]
+    assert log.producer_state.producers[PID_A].current_txn_first_offset == 3
+    assert log.last_stable_offset == 3
+    log.truncate_to(2)
+    assert log.collect_aborted_transactions(0, 10) == []
+    assert not (tmp_path / "t-0" / f"{0:020d}.txnindex").exists()
+
+
+def test_retention_deletes_the_txnindex_with_its_segment(tmp_path, clock) -> None:
+    log = open_log(tmp_path, clock, config={"retention_ms": 1000, "file_delete_delay_ms": 0})
+    append(log, txn_batch(PID_A, 0))
+    marker(log, PID_A, committed=False)
+    log.roll()
+    append(log, txn_batch(PID_B, 0, transactional=False))
+    d = tmp_path / "t-0"
+    assert (d / f"{0:020d}.txnindex").exists()
+    clock.advance(10**13)
+    assert log.delete_old_segments() >= 1
+    log.delete_pending_files(force=True)
+    assert not list(d.glob("*.txnindex*"))
+    assert log.collect_aborted_transactions(log.log_start_offset, log.log_end_offset) == []
+
+
+def test_follower_applies_markers(tmp_path, clock) -> None:
+    leader = open_log(tmp_path / "l", clock)
+    append(leader, txn_batch(PID_A, 0))
+    marker(leader, PID_A, committed=False)
+    append(leader, txn_batch(PID_B, 0))
+    import os
+
+    s = leader.read(0, 1 << 20)
+    buf = bytearray(os.pread(s.file.fileno(), s.size, s.position))
+    follower = open_log(tmp_path / "f", clock)
+    follower.append_as_follower(buf, parse_batches(buf, allow_control=True))
+    follower.high_watermark = follower.log_end_offset
+    assert follower.collect_aborted_transactions(0, 10) == [AbortedTxn(PID_A, 0, 2, 3)]
+    assert follower.last_stable_offset == 3
+    assert (tmp_path / "f" / "t-0" / f"{0:020d}.txnindex").read_bytes() == (
+        tmp_path / "l" / "t-0" / f"{0:020d}.txnindex"
+    ).read_bytes()
