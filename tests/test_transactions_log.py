@@ -248,3 +248,41 @@ def test_follower_applies_markers(tmp_path, clock) -> None:
     assert (tmp_path / "f" / "t-0" / f"{0:020d}.txnindex").read_bytes() == (
         tmp_path / "l" / "t-0" / f"{0:020d}.txnindex"
     ).read_bytes()
+
+
+def test_a_clean_keeps_the_aborted_index_and_stops_at_the_lso(tmp_path, clock) -> None:
+    from test_cleaner import append as cappend
+    from test_cleaner import clean_until_done, make
+
+    _, plog, cleaner = make(tmp_path, clock)
+    txn = {"producer_id": PID_A, "producer_epoch": 0, "is_transactional": True}
+    cappend(plog, [(b"k", b"1")])  # 0
+    cappend(plog, [(b"k", b"aborted")], base_sequence=0, **txn)  # 1
+    marker(plog, PID_A, committed=False)  # 2
+    cappend(plog, [(b"k", b"2")])  # 3
+    plog.roll()
+    cappend(
+        plog,
+        [(b"j", b"open")],
+        producer_id=PID_B,
+        producer_epoch=0,
+        base_sequence=0,
+        is_transactional=True,
+    )  # 4: open
+    cappend(plog, [(b"k", b"3")])  # 5
+    cappend(plog, [(b"k", b"4")])  # 6
+    plog.roll()
+    assert plog.last_stable_offset == 4
+    clean_until_done(cleaner)
+    # k=1 went (superseded by k=2); the transactional batch was copied; the segment holding
+    # the LSO is not cleaned: k=2 and k=3 survive k=4
+    from test_cleaner import read_log
+
+    kept = [(o, v) for o, k, v in read_log(plog) if k == b"k"]
+    assert kept == [(1, b"aborted"), (3, b"2"), (5, b"3"), (6, b"4")]
+    assert plog.collect_aborted_transactions(0, 7) == [AbortedTxn(PID_A, 1, 2, 3)]
+    d = tmp_path / "t-0"
+    assert [p.name for p in d.glob("*.txnindex")] == [f"{0:020d}.txnindex"]
+    plog.close()
+    reopened = PartitionLog.open(d, plog.config, clock, clean_shutdown=True)
+    assert reopened.collect_aborted_transactions(0, 7) == [AbortedTxn(PID_A, 1, 2, 3)]

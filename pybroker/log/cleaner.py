@@ -36,10 +36,11 @@ Contract (docs/internals.md has the summary):
   last batch of each producer in the producer state, kept empty (so idempotent producers
   are not fenced by a clean, and the state can be rebuilt from the log).
 * Transactions (the hook): transactional and control batches are copied as they are and
-  their keys are not mapped (:func:`_untouched`).  The transactions work replaces that
-  with Kafka's rules: aborted records dropped, markers removed after delete.retention.ms
-  once their transaction's data is gone, the first uncleanable offset bounded by the last
-  stable offset.
+  their keys are not mapped (:func:`_untouched`), so the group's aborted-transaction index
+  entries (.txnindex) are copied into the cleaned segment's; the first uncleanable offset is
+  bounded by the last stable offset, as Kafka's.  Not done yet (Kafka's rules): aborted
+  transactional records dropped, committed ones deduplicated by key, markers removed after
+  delete.retention.ms once their transaction's data is gone.
 * Crash safety (Kafka's file protocol): the group's cleaned segment is written as
   ``<base>.{log,index,timeindex}.cleaned`` and fsynced, renamed to ``.swap`` (the .log
   first), the old segments' files are renamed to ``.deleted``, then the ``.swap`` suffix
@@ -272,7 +273,8 @@ class LogCleaner:
                 self.checkpoints[key] = checkpoint
         if checkpoint < plog.log_start_offset or checkpoint > plog.log_end_offset:
             checkpoint = plog.log_start_offset
-        uncleanable = min(segments[-1].base_offset, plog.high_watermark)
+        # Kafka's firstUncleanableDirtyOffset: never at or past the last stable offset
+        uncleanable = min(segments[-1].base_offset, plog.high_watermark, plog.last_stable_offset)
         cfg = plog.config
         if cfg.min_compaction_lag_ms > 0:
             limit = now - cfg.min_compaction_lag_ms
@@ -530,6 +532,11 @@ class LogCleaner:
                         out, out_headers = bytearray(), []
             cleaned.append_batches(out, out_headers)
             stats.bytes_written += len(out)
+            # every transactional and control batch was copied: so are the aborted
+            # transactions the group's segments indexed (in marker order)
+            for seg in group:
+                for txn in seg.txn_index.entries:
+                    cleaned.txn_index.append(txn)
             cleaned.flush()
             step("cleaned written")
             cleaned.change_file_suffixes(
@@ -614,7 +621,10 @@ class LogCleaner:
 
 
 def _segment_paths(directory: Path, base: int, suffix: str) -> list[Path]:
-    return [directory / f"{base:020d}{ext}{suffix}" for ext in (".log", ".index", ".timeindex")]
+    return [
+        directory / f"{base:020d}{ext}{suffix}"
+        for ext in (".log", ".index", ".timeindex", ".txnindex")
+    ]
 
 
 def _index_estimate(seg: LogSegment, interval: int) -> int:

@@ -291,10 +291,12 @@ class ProducerStateManager:
     def first_unstable_offset(self, high_watermark: int) -> int | None:
         """The first offset of the earliest transaction that is ongoing, or completed by a
         marker not yet below ``high_watermark`` (those below it are forgotten here)."""
-        done = [f for f, t in self.unreplicated_txns.items() if t.last_offset < high_watermark]
-        for f in done:
-            del self.unreplicated_txns[f]
-        firsts = [*self.ongoing_txns, *self.unreplicated_txns]
+        # (the log cleaner's thread may ask too: copies are read, the dict is replaced whole)
+        unreplicated = list(self.unreplicated_txns.items())
+        if any(t.last_offset < high_watermark for _, t in unreplicated):
+            unreplicated = [(f, t) for f, t in unreplicated if t.last_offset >= high_watermark]
+            self.unreplicated_txns = dict(unreplicated)
+        firsts = [*list(self.ongoing_txns), *(f for f, _ in unreplicated)]
         return min(firsts) if firsts else None
 
     def reset(self, offset: int) -> None:
