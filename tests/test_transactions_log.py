@@ -250,11 +250,13 @@ def test_follower_applies_markers(tmp_path, clock) -> None:
     ).read_bytes()
 
 
-def test_a_clean_keeps_the_aborted_index_and_stops_at_the_lso(tmp_path, clock) -> None:
+def test_a_clean_drops_aborted_data_then_its_marker_and_stops_at_the_lso(tmp_path, clock) -> None:
+    """Kafka's cleaner rules for transactions (CleanedTransactionMetadata)."""
     from test_cleaner import append as cappend
-    from test_cleaner import clean_until_done, make
+    from test_cleaner import clean_until_done, make, read_log
 
     _, plog, cleaner = make(tmp_path, clock)
+    d = tmp_path / "t-0"
     txn = {"producer_id": PID_A, "producer_epoch": 0, "is_transactional": True}
     cappend(plog, [(b"k", b"1")])  # 0
     cappend(plog, [(b"k", b"aborted")], base_sequence=0, **txn)  # 1
@@ -274,15 +276,42 @@ def test_a_clean_keeps_the_aborted_index_and_stops_at_the_lso(tmp_path, clock) -
     plog.roll()
     assert plog.last_stable_offset == 4
     clean_until_done(cleaner)
-    # k=1 went (superseded by k=2); the transactional batch was copied; the segment holding
-    # the LSO is not cleaned: k=2 and k=3 survive k=4
-    from test_cleaner import read_log
 
-    kept = [(o, v) for o, k, v in read_log(plog) if k == b"k"]
-    assert kept == [(1, b"aborted"), (3, b"2"), (5, b"3"), (6, b"4")]
+    def offsets(key: bytes) -> list[tuple[int, bytes | None]]:
+        return [(o, v) for o, k, v in read_log(plog) if k == key]
+
+    # k=1 superseded, the aborted record dropped; the segment holding the LSO is not
+    # cleaned: k=2 and k=3 survive k=4.  The aborted batch, A's last, stays empty (so does
+    # the marker, with its index entry, while that batch is A's last data, as in Kafka).
+    assert offsets(b"k") == [(3, b"2"), (5, b"3"), (6, b"4")]
+    abort_key = struct.pack(">hh", 0, 0)
+    assert [o for o, _ in offsets(abort_key)] == [2]
     assert plog.collect_aborted_transactions(0, 7) == [AbortedTxn(PID_A, 1, 2, 3)]
-    d = tmp_path / "t-0"
     assert [p.name for p in d.glob("*.txnindex")] == [f"{0:020d}.txnindex"]
+    # B commits: everything below the active segment becomes cleanable; A writes again
+    marker(plog, PID_B, committed=True)  # 7
+    cappend(plog, [(b"m", b"x")], producer_id=PID_A, producer_epoch=0, base_sequence=1)  # 8
+    cappend(plog, [(b"k", b"5")])  # 9
+    plog.roll()
+    clean_until_done(cleaner)
+    assert offsets(b"k") == [(9, b"5")]
+    assert offsets(b"j") == [(4, b"open")]  # committed: kept (latest of its key)
+    # the empty aborted batch went; Kafka keeps the marker and its entry for one more clean
+    assert [o for o, _ in offsets(abort_key)] == [2]
+    assert plog.collect_aborted_transactions(0, 10) == [AbortedTxn(PID_A, 1, 2, 3)]
+    cappend(plog, [(b"k", b"6")])  # 10
+    plog.roll()
+    clean_until_done(cleaner)
+    assert offsets(b"k") == [(10, b"6")]
+    # no data left: the marker's delete horizon is stamped, its index entry gone
+    assert [o for o, _ in offsets(abort_key)] == [2]
+    assert plog.collect_aborted_transactions(0, 11) == []
+    assert not list(d.glob("*.txnindex"))
+    clock.advance(plog.config.delete_retention_ms + 1)
+    clean_until_done(cleaner)
+    assert offsets(abort_key) == []
+    # a reopened log agrees
     plog.close()
     reopened = PartitionLog.open(d, plog.config, clock, clean_shutdown=True)
-    assert reopened.collect_aborted_transactions(0, 7) == [AbortedTxn(PID_A, 1, 2, 3)]
+    assert reopened.collect_aborted_transactions(0, 11) == []
+    assert reopened.last_stable_offset == reopened.log_end_offset
