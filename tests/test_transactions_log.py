@@ -315,3 +315,104 @@ def test_a_clean_drops_aborted_data_then_its_marker_and_stops_at_the_lso(tmp_pat
     reopened = PartitionLog.open(d, plog.config, clock, clean_shutdown=True)
     assert reopened.collect_aborted_transactions(0, 11) == []
     assert reopened.last_stable_offset == reopened.log_end_offset
+
+
+def _read_committed(plog: PartitionLog) -> list[tuple[int, bytes | None, bytes | None]]:
+    """What a read_committed consumer from the log start delivers (Kafka's Fetcher): aborted
+    transactions from the log's index, control batches skipped."""
+    import os
+
+    from pybroker.wire.records import decode_records, scan_batches
+
+    aborted = sorted(
+        (t.first_offset, t.producer_id)
+        for t in plog.collect_aborted_transactions(plog.log_start_offset, plog.log_end_offset)
+    )
+    active: set[int] = set()
+    out = []
+    off = plog.log_start_offset
+    while off < plog.log_end_offset:
+        s = plog.read(off, 1 << 20)
+        if s is None:
+            break
+        data = os.pread(s.file.fileno(), s.size, s.position)
+        for h in scan_batches(data):
+            while aborted and aborted[0][0] <= h.base_offset:
+                active.add(aborted.pop(0)[1])
+            batch = bytes(data[h.position : h.position + h.size])
+            if h.is_control:
+                active.discard(h.producer_id)
+            elif not (h.is_transactional and h.producer_id in active):
+                out += [(r.offset, r.key, r.value) for r in decode_records(batch)]
+            off = h.next_offset
+    return out
+
+
+def _txn_crash_scenario(d: Path, clock):
+    from test_cleaner import COMPACT, make, write_keys
+    from test_cleaner import append as cappend
+
+    cfg = LogConfig(**{**COMPACT.__dict__, "segment_bytes": 700})
+    mgr, plog, cleaner = make(d, clock, cfg)
+    seq = 0
+    for t in range(8):
+        write_keys(plog, [(b"k%d" % (i % 4), b"v%d-%d" % (t, i)) for i in range(4)], per_batch=2)
+        committed = t % 2 == 0
+        for i in range(2):
+            value = b"%s-%d-%d" % (b"commit" if committed else b"abort", t, i)
+            cappend(
+                plog,
+                [(b"t%d" % (t % 3), value)],
+                producer_id=PID_A,
+                producer_epoch=0,
+                base_sequence=seq,
+                is_transactional=True,
+            )
+            seq += 1
+        marker(plog, PID_A, committed=committed)
+    plog.roll()
+    mgr.flush_all()
+    return mgr, plog, cleaner, cfg
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+def test_cleaner_crash_at_every_step_never_shows_aborted_records(tmp_path, clock, trusted):
+    from test_cleaner import SimulatedCrash, clean_until_done
+
+    from pybroker.log.cleaner import CleanerConfig, LogCleaner
+    from pybroker.log.manager import LogManager
+
+    _, plog0, c0, _ = _txn_crash_scenario(tmp_path / "dry", clock)
+    steps: list[str] = []
+    c0.crash_hook = steps.append
+    before = _read_committed(plog0)
+    assert not [v for _, _, v in before if v.startswith(b"abort")]
+    clean_until_done(c0)
+    expected = _read_committed(plog0)
+    assert len(steps) > 10 and len(expected) < len(before)
+    for n, step in enumerate(steps):
+        d = tmp_path / f"crash{n}"
+        mgr, plog, cleaner, cfg = _txn_crash_scenario(d, clock)
+        count = 0
+
+        def crash(name, n=n):
+            nonlocal count
+            if count == n:
+                raise SimulatedCrash(name)
+            count += 1
+
+        cleaner.crash_hook = crash
+        with pytest.raises(SimulatedCrash):
+            clean_until_done(cleaner)
+        del plog, mgr
+        point = 10**9 if trusted else 0
+        (d / "recovery-point-offset-checkpoint").write_text(f"0\n1\nt 0 {point}\n")
+        mgr2 = LogManager(d, cfg, clock)
+        mgr2.load_all()
+        plog2 = mgr2.get("t", 0)
+        plog2.high_watermark = plog2.log_end_offset
+        got = _read_committed(plog2)
+        assert not [v for _, _, v in got if v.startswith(b"abort")], step
+        assert set(expected) <= set(got) <= set(before), step
+        clean_until_done(LogCleaner(mgr2, CleanerConfig(), clock))
+        assert _read_committed(plog2) == expected, step

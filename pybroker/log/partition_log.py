@@ -316,6 +316,11 @@ class PartitionLog:
             self.segments.append(seg)
         if not self.segments:
             self.segments.append(self._new_segment(0))
+        if index_from is not None:
+            # the replay indexes every marker from there on: later (trusted) segments too
+            for seg in self.segments:
+                if seg.base_offset >= index_from:
+                    seg.txn_index.reset()
         for seg in self.segments[:-1]:
             seg.release()  # fsynced (trusted or flushed above); reopened when read
         self._bases = [s.base_offset for s in self.segments]
