@@ -6,6 +6,8 @@ new leader answers the same last stable offset and aborted transactions, and eve
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from compat_tests.cluster import running_cluster, wait_until
@@ -169,3 +171,75 @@ def test_followers_replicate_markers_and_a_new_leader_answers_the_same(tmp_path)
         cluster.wait_isr_full(topic)
         wait_until(lambda: len(set(txnindexes().values())) == 1, 30, what="same .txnindex")
         assert len(txnindexes()[leader]) == 68
+
+
+def _confluent_read(bootstrap: str, topic: str, isolation: str, end: int) -> list[bytes]:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "txn-unused-group",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+        }
+    )
+    got: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + 30
+        position = 0
+        while position < end and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                (tp,) = consumer.position([TopicPartition(topic, 0)])
+                position = max(position, tp.offset)
+                continue
+            if msg.error():
+                raise KafkaException(msg.error())
+            got.append(msg.value())
+            position = msg.offset() + 1
+    finally:
+        consumer.close()
+    return got
+
+
+def _kafka_python_read(bootstrap: str, topic: str, isolation: str, end: int) -> list[bytes]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, isolation_level=isolation, enable_auto_commit=False
+    )
+    got: list[bytes] = []
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        deadline = time.monotonic() + 30
+        while consumer.position(tp) < end and time.monotonic() < deadline:
+            for records in consumer.poll(500).values():
+                got += [r.value for r in records]
+    finally:
+        consumer.close()
+    return got
+
+
+def test_real_consumers_read_committed(broker):
+    """librdkafka (confluent-kafka) and kafka-python consumers with isolation.level
+    read_committed skip the aborted records (from aborted_transactions) and the markers;
+    read_uncommitted ones see every data record."""
+    topic = unique_topic("txn")
+    with Client(broker.host, broker.port) as c:
+        c.create_topic(topic, partitions=1)
+        a, b = _workload(c, topic)
+        _finish(c, topic, a, b)
+        for i in range(3):
+            _produce(c, topic, _txn(b, 1 + i, [b"b-%d" % i]))
+            _markers(c, topic, [(b, i != 1)])
+    end = 13
+    committed = [b"b1", b"b-0", b"b-2"]
+    everything = [b"a1", b"a2", b"b1", b"a3", b"b-0", b"b-1", b"b-2"]
+    assert _confluent_read(broker.bootstrap, topic, "read_committed", end) == committed
+    assert _confluent_read(broker.bootstrap, topic, "read_uncommitted", end) == everything
+    assert _kafka_python_read(broker.bootstrap, topic, "read_committed", end) == committed
+    assert _kafka_python_read(broker.bootstrap, topic, "read_uncommitted", end) == everything
