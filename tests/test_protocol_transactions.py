@@ -275,3 +275,19 @@ def test_restart_keeps_the_open_transaction_and_the_aborted_index(start_broker):
         assert p["last_stable_offset"] == 6
         assert committed_values(p) == [b"b1"]
         assert sorted(x["first_offset"] for x in p["aborted_transactions"]) == [0, 3]
+
+
+def test_describe_producers_shows_the_ongoing_transaction(client, topic):
+    a = client.init_producer_id()["producer_id"]
+    assert produce(client, topic, 0, txn_batch(a, 0, [b"x"]))["error_code"] == NONE
+    assert produce(client, topic, 0, txn_batch(a, 1, [b"y"]))["error_code"] == NONE
+
+    def producer() -> dict:
+        body = client.request(61, 0, {"topics": [{"name": topic, "partition_indexes": [0]}]})
+        (p,) = body["topics"][0]["partitions"]
+        (entry,) = [e for e in p["active_producers"] if e["producer_id"] == a]
+        return entry
+
+    assert (producer()["current_txn_start_offset"], producer()["coordinator_epoch"]) == (0, -1)
+    assert write_markers(client, [(a, 0, True, [(topic, 0)])], coord=4) == {(a, topic, 0): NONE}
+    assert (producer()["current_txn_start_offset"], producer()["coordinator_epoch"]) == (-1, 4)
