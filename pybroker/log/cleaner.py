@@ -329,8 +329,12 @@ class LogCleaner:
                 self.checkpoints[key] = checkpoint
         if checkpoint < plog.log_start_offset or checkpoint > plog.log_end_offset:
             checkpoint = plog.log_start_offset
-        # Kafka's firstUncleanableDirtyOffset: never at or past the last stable offset
-        uncleanable = min(segments[-1].base_offset, plog.high_watermark, plog.last_stable_offset)
+        # Kafka's firstUncleanableDirtyOffset: never at or past the last stable offset (asked
+        # of the owner, whose producer state it is, when the log has transactions in flight)
+        uncleanable = min(segments[-1].base_offset, plog.high_watermark)
+        ps = plog.producer_state
+        if ps.ongoing_txns or ps.unreplicated_txns:
+            uncleanable = min(uncleanable, self.run_on_owner(lambda: plog.last_stable_offset))
         cfg = plog.config
         if cfg.min_compaction_lag_ms > 0:
             limit = now - cfg.min_compaction_lag_ms

@@ -291,7 +291,7 @@ class ProducerStateManager:
     def first_unstable_offset(self, high_watermark: int) -> int | None:
         """The first offset of the earliest transaction that is ongoing, or completed by a
         marker not yet below ``high_watermark`` (those below it are forgotten here)."""
-        # (the log cleaner's thread may ask too: copies are read, the dict is replaced whole)
+        # (on the owner's thread: the log cleaner asks it through its handoff)
         unreplicated = list(self.unreplicated_txns.items())
         if any(t.last_offset < high_watermark for _, t in unreplicated):
             unreplicated = [(f, t) for f, t in unreplicated if t.last_offset >= high_watermark]
