@@ -84,6 +84,7 @@ from pybroker.wire.control_records import (
     read_end_txn_marker,
 )
 from pybroker.wire.records import (
+    CONTROL_MASK,
     LOG_APPEND_TIME,
     PARTITION_LEADER_EPOCH_OFFSET,
     BatchHeader,
@@ -579,8 +580,12 @@ class PartitionLog:
         seg.append(memoryview(buf)[start : start + size], batches, first, now, append_time)
         offset = first
         epochs_changed = False
+        update = self.producer_state.update
         for h in batches:
-            self._update_producer_state(buf, h, offset, append_time, seg)
+            if h.attributes & CONTROL_MASK:
+                self._update_producer_state(buf, h, offset, append_time, seg)
+            else:  # (the hot path: a data batch completes no transaction)
+                update(h, offset, append_time)
             (epoch,) = _INT32.unpack_from(buf, h.position + PARTITION_LEADER_EPOCH_OFFSET)
             if epoch >= 0:
                 epochs_changed |= self.leader_epochs.assign(epoch, offset, flush=False)

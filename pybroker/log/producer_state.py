@@ -74,7 +74,14 @@ from crc32c import crc32c
 
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.wire.control_records import EndTransactionMarker
-from pybroker.wire.records import INT32_MAX, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+from pybroker.wire.records import (
+    CONTROL_MASK,
+    INT32_MAX,
+    NO_PRODUCER_EPOCH,
+    NO_SEQUENCE,
+    TRANSACTIONAL_MASK,
+    BatchHeader,
+)
 
 NUM_BATCHES_TO_RETAIN = 5
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -254,7 +261,7 @@ class ProducerStateManager:
         if entry is None:
             entry = self.producers[pid] = ProducerStateEntry(pid)
         ts = header.max_timestamp if max_timestamp is None else max_timestamp
-        if header.is_control:
+        if header.attributes & CONTROL_MASK:
             if marker is None:
                 return None
             completed = None
@@ -273,7 +280,7 @@ class ProducerStateManager:
                 header.base_sequence, header.last_sequence, first_offset, last_offset, ts
             ),
         )
-        if header.is_transactional and entry.current_txn_first_offset is None:
+        if header.attributes & TRANSACTIONAL_MASK and entry.current_txn_first_offset is None:
             entry.current_txn_first_offset = first_offset
             self.ongoing_txns[first_offset] = pid
         return None
