@@ -171,7 +171,8 @@ class ProducerStateManager:
     def check(self, batches: Iterable[BatchHeader]) -> BatchMetadata | None:
         """Validate the idempotent batches of one append, in order.  Returns the original
         metadata if a batch duplicates a retained one (append nothing, answer its offsets);
-        raises KafkaError(INVALID_PRODUCER_EPOCH | OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+        raises KafkaError(INVALID_PRODUCER_EPOCH | OUT_OF_ORDER_SEQUENCE_NUMBER |
+        INVALID_TXN_STATE)."""
         pending: dict[int, tuple[int, int]] = {}  # pid -> (epoch, last seq) within this append
         for h in batches:
             if not h.has_producer_id:
@@ -182,16 +183,6 @@ class ProducerStateManager:
                 dup = current.find_duplicate(epoch, first_seq, h.last_sequence)
                 if dup is not None:
                     return dup
-            if (
-                not h.is_transactional
-                and current is not None
-                and current.current_txn_first_offset is not None
-            ):
-                raise KafkaError(
-                    ErrorCode.INVALID_TXN_STATE,
-                    f"expected a transactional write from producer {pid}: its transaction"
-                    f" started at offset {current.current_txn_first_offset} is ongoing",
-                )
             current_epoch = current.producer_epoch if current else NO_PRODUCER_EPOCH
             upd_epoch, upd_last = pending.get(pid, (current_epoch, None))
             if epoch < upd_epoch:
@@ -217,6 +208,17 @@ class ProducerStateManager:
                         ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                         f"producer {pid}: sequence {first_seq} after {last}",
                     )
+            # after the epoch and sequence checks, as Kafka's appendDataBatch
+            if (
+                not h.is_transactional
+                and current is not None
+                and current.current_txn_first_offset is not None
+            ):
+                raise KafkaError(
+                    ErrorCode.INVALID_TXN_STATE,
+                    f"expected a transactional write from producer {pid}: its transaction"
+                    f" started at offset {current.current_txn_first_offset} is ongoing",
+                )
             pending[pid] = (epoch, h.last_sequence)
         return None
 
