@@ -129,6 +129,9 @@ def test_produce_checks(tmp_path, clock) -> None:
     with pytest.raises(KafkaError) as e:
         append(log, txn_batch(PID_A, 0, epoch=2))
     assert e.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+    with pytest.raises(KafkaError) as e:  # the epoch is checked first, as Kafka does
+        append(log, txn_batch(PID_A, 0, epoch=2, transactional=False))
+    assert e.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
     with pytest.raises(KafkaError) as e:  # a marker older than the producer's epoch
         log.append_txn_marker(PID_A, 2, 0, True)
     assert e.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
