@@ -198,7 +198,10 @@ def test_map_capacity_from_the_dedupe_buffer():
     assert cfg.map_capacity == 450  # 500 entries a thread at load factor 0.9
 
 
-def test_transactional_and_control_batches_left_untouched(tmp_path, clock):
+def test_committed_transactions_are_compacted_and_their_marker_kept(tmp_path, clock):
+    """Kafka's rules (the transactions work replaced the hook that copied transactional and
+    control batches untouched): a committed transactional record supersedes older values of
+    its key, and its COMMIT marker stays while data of the transaction remains."""
     _, plog, cleaner = make(tmp_path, clock)
     append(plog, [(b"a", b"1")])
     append(
@@ -209,27 +212,17 @@ def test_transactional_and_control_batches_left_untouched(tmp_path, clock):
         base_sequence=0,
         is_transactional=True,
     )
-    append(
-        plog,
-        [(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00")],
-        producer_id=7,
-        producer_epoch=0,
-        base_sequence=1,
-        is_transactional=True,
-        is_control=True,
-        allow_control=True,
-    )
+    plog.append_txn_marker(7, 0, 0, True)
+    plog.high_watermark = plog.log_end_offset
     append(plog, [(b"b", b"1")])
     append(plog, [(b"b", b"2")])
     plog.roll()
     raw_before = _raw_batches(plog)
     clean_until_done(cleaner)
     after = read_log(plog)
-    # the transactional record does not supersede "a" (keys of such batches are not mapped)
     assert [(o, k) for o, k, _ in after] == [
-        (0, b"a"),
         (1, b"a"),
-        (2, b"\x00\x00\x00\x01"),
+        (2, b"\x00\x00\x00\x01"),  # the COMMIT control record's key
         (4, b"b"),
     ]
     raw_after = _raw_batches(plog)

@@ -339,7 +339,9 @@ def test_older_epoch_is_invalid_producer_epoch(client, topic):
     assert [v for _, v in all_values(client, topic)] == [b"a", b"b"]
 
 
-def test_transactional_batch_is_refused(client, topic):
+def test_transactional_batch_without_transactional_id_is_refused(client, topic):
+    """Kafka: TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) when a request carries transactional
+    records but no transactional_id (tests/test_protocol_transactions.py: with one)."""
     pid = client.init_producer_id()["producer_id"]
     tb = build_batch(
         [(None, b"t", [])],
@@ -349,7 +351,7 @@ def test_transactional_batch_is_refused(client, topic):
         is_transactional=True,
     )
     p = client.produce(topic, 0, tb)
-    assert p["error_code"] != NONE
+    assert p["error_code"] == 53
     assert log_end(client, topic) == 0
 
 

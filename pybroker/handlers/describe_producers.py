@@ -1,13 +1,13 @@
 """DescribeProducers (key 61), version 0.
 
-Per partition, the active idempotent producers in the local replica's producer state (the
-state that deduplicates retries): producer id, epoch, last sequence, the timestamp of its last
-batch, coordinator epoch -1 and current transaction start offset -1 (pybroker has no
-transactions).  As in Kafka (ReplicaManager.activeProducerState) any replica hosting the
-partition answers, the leader or a follower (whose state is rebuilt from the leader's batches);
-a broker without a replica of it answers NOT_LEADER_OR_FOLLOWER.  UNKNOWN_TOPIC_OR_PARTITION for
-a topic or partition the metadata does not know; INVALID_TOPIC_EXCEPTION for an illegal topic
-name.
+Per partition, the active idempotent and transactional producers in the local replica's
+producer state (the state that deduplicates retries and tracks transactions): producer id,
+epoch, last sequence, the timestamp of its last batch, the coordinator epoch of its last
+transaction marker (-1: none) and the first offset of its ongoing transaction (-1: none).  As
+in Kafka (ReplicaManager.activeProducerState) any replica hosting the partition answers, the
+leader or a follower (whose state is rebuilt from the leader's batches); a broker without a
+replica of it answers NOT_LEADER_OR_FOLLOWER.  UNKNOWN_TOPIC_OR_PARTITION for a topic or
+partition the metadata does not know; INVALID_TOPIC_EXCEPTION for an illegal topic name.
 """
 
 from __future__ import annotations
@@ -40,8 +40,10 @@ def _partition(ctx: RequestContext, topic: str, index: int) -> dict:
             "producer_epoch": entry.producer_epoch,
             "last_sequence": entry.last_seq,
             "last_timestamp": entry.last_timestamp,
-            "coordinator_epoch": -1,
-            "current_txn_start_offset": -1,
+            "coordinator_epoch": entry.coordinator_epoch,
+            "current_txn_start_offset": (
+                -1 if entry.current_txn_first_offset is None else entry.current_txn_first_offset
+            ),
         }
         for pid, entry in sorted(producers.items())
     ]

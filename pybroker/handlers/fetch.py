@@ -7,8 +7,14 @@ partition, except that the first batch of the first non-empty partition is alway
 whole, as in KIP-74.  Data never passes through Python objects: each partition's records are
 a region of a segment file, sent with sendfile.
 
-Every answer carries high watermark, last stable offset (= high watermark: no transactions)
-and log start offset.  Consumers never read above the high watermark.  Errors per partition:
+Every answer carries high watermark, last stable offset (LSO: below the first offset of the
+earliest open transaction, pybroker/log/partition_log.py) and log start offset.  Consumers
+never read above the high watermark; read_committed ones (isolation_level 1) never at or above
+the LSO, and get the aborted transactions (producer id, first offset) overlapping the offsets
+up to the LSO from the segments' .txnindex (Kafka's collectAbortedTransactions), so that they
+drop the aborted records; read_uncommitted ones get aborted_transactions null.  The LSO moves
+only when the high watermark does (a marker counts once it is below it), so the high
+watermark's wake-up serves parked read_committed fetches too.  Errors per partition:
 UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE, FENCED_LEADER_EPOCH /
 UNKNOWN_LEADER_EPOCH (v9+ current_leader_epoch), UNSUPPORTED_COMPRESSION_TYPE is not needed
 (batches are served as stored; zstd producers already required v7+).
@@ -80,9 +86,14 @@ def _read_all(ctx: RequestContext, req: dict) -> tuple[list[dict], int, bool]:
                 diverging = _diverging(log, p) if ctx.version >= 12 else None
                 if replica_id >= 0 and diverging is None:
                     replicas.record_follower_fetch(replica, replica_id, offset)
-                # Followers copy up to the log end; consumers see only what the ISR holds.
-                upper = log.log_end_offset if replica_id >= 0 else log.high_watermark
+                # Followers copy up to the log end; consumers see only what the ISR holds,
+                # read_committed ones only what no open transaction may still abort.
                 hw = log.high_watermark
+                lso = log.last_stable_offset
+                if replica_id >= 0:
+                    upper = log.log_end_offset
+                else:
+                    upper = lso if read_committed else hw
                 region = None
                 if diverging is None and offset < upper and remaining > 0:
                     limit = min(p["partition_max_bytes"], remaining)
@@ -92,13 +103,21 @@ def _read_all(ctx: RequestContext, req: dict) -> tuple[list[dict], int, bool]:
                         remaining -= region.size
                     else:
                         region = None
+                aborted = None
+                if read_committed and replica_id < 0:
+                    aborted = []
+                    if region is not None:
+                        aborted = [
+                            {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                            for a in log.collect_aborted_transactions(offset, upper)
+                        ]
                 entry = {
                     "partition_index": index,
                     "error_code": ErrorCode.NONE,
                     "high_watermark": hw,
-                    "last_stable_offset": hw,
+                    "last_stable_offset": lso,
                     "log_start_offset": log.log_start_offset,
-                    "aborted_transactions": [] if read_committed else None,
+                    "aborted_transactions": aborted,
                     "preferred_read_replica": -1,
                     "records": region if region is not None else b"",
                 }
@@ -112,7 +131,7 @@ def _read_all(ctx: RequestContext, req: dict) -> tuple[list[dict], int, bool]:
                 if e.code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     entry.update(
                         high_watermark=log.high_watermark,
-                        last_stable_offset=log.high_watermark,
+                        last_stable_offset=log.last_stable_offset,
                         log_start_offset=log.log_start_offset,
                     )
                 parts.append(entry)

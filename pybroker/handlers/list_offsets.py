@@ -1,10 +1,11 @@
 """ListOffsets (key 2), versions 1-7.
 
 timestamp -2: the log start offset; -1: the high watermark (read_uncommitted) or the last
-stable offset (read_committed; equal without transactions); -3 (v7, KIP-734): the offset and
-timestamp of the record with the largest timestamp; any other timestamp: the first offset
-whose timestamp is at or after it, found through the time index, or offset -1 / timestamp -1
-when there is none (offsets at or above the high watermark count as none).  A new leader
+stable offset (isolation_level 1, read_committed: below the earliest open transaction); -3
+(v7, KIP-734): the offset and timestamp of the record with the largest timestamp; any other
+timestamp: the first offset whose timestamp is at or after it, found through the time index,
+or offset -1 / timestamp -1 when there is none (offsets at or above the high watermark, or
+the LSO for read_committed, count as none: Kafka's lastFetchableOffset).  A new leader
 whose high watermark is still below the start offset of its leader epoch answers -1 and
 lookups beyond its high watermark with OFFSET_NOT_AVAILABLE (78, retriable), as Kafka does
 (KIP-207): its high watermark may be below what the previous leader showed, and what
@@ -34,6 +35,7 @@ from pybroker.registry import handler
 from pybroker.wire.records import BatchHeader, InvalidRecordError
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+READ_COMMITTED = 1
 INLINE_BYTES = 16 * 1024  # uncompressed batches up to this size are walked on the loop
 
 logger = logging.getLogger(__name__)
@@ -80,7 +82,7 @@ async def _for_timestamp(ctx: RequestContext, log_, ts: int) -> tuple[int, int]:
     return -1, -1
 
 
-async def _lookup(ctx: RequestContext, topic: str, p: dict) -> dict:
+async def _lookup(ctx: RequestContext, topic: str, p: dict, read_committed: bool = False) -> dict:
     index = p["partition_index"]
     try:
         replica = ctx.services.replicas.leader_replica(
@@ -96,13 +98,14 @@ async def _lookup(ctx: RequestContext, topic: str, p: dict) -> dict:
         elif ts == LATEST:
             if replica.high_watermark_lagging():
                 raise _not_available(replica)
-            found = (log.high_watermark, -1)
+            found = (log.last_stable_offset if read_committed else log.high_watermark, -1)
         else:
             if ts == MAX_TIMESTAMP:
                 found = await _max_timestamp(ctx, log)
             else:
                 found = await _for_timestamp(ctx, log, ts)
-            if found[0] >= log.high_watermark:
+            fetchable = log.last_stable_offset if read_committed else log.high_watermark
+            if found[0] >= fetchable:
                 # beyond what consumers may read: none, or not yet known while a new
                 # leader's high watermark catches up (Kafka's fetchOffsetForTimestamp)
                 if replica.high_watermark_lagging():
@@ -131,6 +134,7 @@ async def _lookup(ctx: RequestContext, topic: str, p: dict) -> dict:
 @handler(2, 1, 7)
 async def list_offsets(ctx: RequestContext, req: dict) -> dict:
     topics = []
+    read_committed = req.get("isolation_level", 0) == READ_COMMITTED
     for t in req["topics"]:
         indexes = [p["partition_index"] for p in t["partitions"]]
         parts = []
@@ -146,6 +150,6 @@ async def list_offsets(ctx: RequestContext, req: dict) -> dict:
                     }
                 )
             else:
-                parts.append(await _lookup(ctx, t["name"], p))
+                parts.append(await _lookup(ctx, t["name"], p, read_committed))
         topics.append({"name": t["name"], "partitions": parts})
     return {"throttle_time_ms": 0, "topics": topics}

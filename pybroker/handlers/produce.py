@@ -25,10 +25,20 @@ before v7), OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, INVALID_REQUIR
 for records without a key on a compacted topic (each one in record_errors from v8, Kafka's
 LogValidator.validateKey; this decompresses the batches of compacted topics only).
 
+Transactions (KIP-98): transactional batches are appended and tracked per producer (the first
+offset of its ongoing transaction; pybroker/log/producer_state.py), with the idempotent checks
+plus INVALID_TXN_STATE for a non-transactional batch of a producer inside a transaction.  A
+request carrying transactional batches without a transactional_id is refused with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition, as Kafka does (no authorizer: any
+transactional_id is allowed).  Control batches (transaction markers) are the coordinator's
+(WriteTxnMarkers): a client's is INVALID_RECORD ("clients may not write control batches", as
+Kafka's LogValidator).
+
 Left out: magic 0/1 message sets are refused with UNSUPPORTED_FOR_MESSAGE_FORMAT (43) rather
 than converted (every client pybroker targets writes magic 2 when Produce v3+ is offered);
-transactions (a transactional batch or transactional_id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-since no transaction coordinator exists); LogAppendTime topics.
+LogAppendTime topics; KIP-890's transaction verification (Kafka 3.6+ asks the transaction
+coordinator whether the partition was added to the transaction before appending a
+transactional batch).
 """
 
 from __future__ import annotations
@@ -48,7 +58,9 @@ from pybroker.log.validator import ValidationResult, validate_batch
 from pybroker.registry import handler
 from pybroker.wire.compression import DecompressedSizeError
 from pybroker.wire.records import (
+    ATTRIBUTES_OFFSET,
     CREATE_TIME,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     InvalidRecordError,
     parse_batches,
@@ -107,7 +119,12 @@ async def _validate(
 
 
 async def _append(
-    ctx: RequestContext, topic: str, index: int, records, acks: int
+    ctx: RequestContext,
+    topic: str,
+    index: int,
+    records,
+    acks: int,
+    transactional_id: str | None = None,
 ) -> tuple[dict, Any]:
     """Validate and append one partition's batch; (response entry, (replica, end offset) to
     wait for when acks=all)."""
@@ -137,10 +154,10 @@ async def _append(
                 )
             if b.compression == ZSTD and ctx.version < 7:
                 raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7+")
-            if b.is_transactional or b.is_control:
+            if b.is_transactional and transactional_id is None:
                 raise KafkaError(
                     ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                    "transactions are not supported by this broker",
+                    "transactional records without a transactional id",
                 )
         for i, b in enumerate(batches):
             try:
@@ -181,6 +198,15 @@ async def _append(
     return entry, (replica, info.last_offset + 1) if acks == -1 else None
 
 
+def _first_batch_transactional(records: Any) -> bool:
+    """The transactional bit of the first batch's attributes (a cheap look; _append parses)."""
+    return (
+        records is not None
+        and len(records) > ATTRIBUTES_OFFSET + 1
+        and bool(records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_MASK)
+    )
+
+
 def _settle(entry: dict, code: int) -> None:
     if code != ErrorCode.NONE:
         entry["error_code"] = code
@@ -197,6 +223,13 @@ async def _await_commit(ctx: RequestContext, entry: dict, wait: Any, timeout_ms:
 async def produce(ctx: RequestContext, req: dict) -> dict | None:
     acks = req["acks"]
     replicas = ctx.services.replicas
+    transactional_id = req.get("transactional_id")
+    # Kafka refuses the whole request (ProduceRequest.hasTransactionalRecords)
+    refuse_transactional = transactional_id is None and any(
+        _first_batch_transactional(p["records"])
+        for t in req["topic_data"]
+        for p in t["partition_data"]
+    )
     responses = []
     waits = []
     for t in req["topic_data"]:
@@ -205,12 +238,14 @@ async def produce(ctx: RequestContext, req: dict) -> dict | None:
         for p in t["partition_data"]:
             if acks not in (0, 1, -1):
                 parts.append(_partition_error(p["index"], ErrorCode.INVALID_REQUIRED_ACKS))
-            elif req.get("transactional_id") is not None:
+            elif refuse_transactional:
                 parts.append(
                     _partition_error(p["index"], ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
                 )
             else:
-                entry, wait = await _append(ctx, topic, p["index"], p["records"], acks)
+                entry, wait = await _append(
+                    ctx, topic, p["index"], p["records"], acks, transactional_id
+                )
                 parts.append(entry)
                 if wait is not None:
                     # settled already when the ISR is this broker alone (or lags nothing)

@@ -35,11 +35,17 @@ Contract (docs/internals.md has the summary):
   (pybroker/log/compacted_records.py); a batch left with no record is dropped, except the
   last batch of each producer in the producer state, kept empty (so idempotent producers
   are not fenced by a clean, and the state can be rebuilt from the log).
-* Transactions (the hook): transactional and control batches are copied as they are and
-  their keys are not mapped (:func:`_untouched`).  The transactions work replaces that
-  with Kafka's rules: aborted records dropped, markers removed after delete.retention.ms
-  once their transaction's data is gone, the first uncleanable offset bounded by the last
-  stable offset.
+* Transactions (Kafka's CleanedTransactionMetadata, :class:`TxnCleaning`): the first
+  uncleanable offset is bounded by the last stable offset, so every transaction in the
+  cleaned range is decided.  The aborted transactions overlapping a range come from the
+  .txnindex files (PartitionLog.collect_aborted_transactions, asked of the owner).  A
+  transactional batch of an aborted transaction is dropped (kept empty if it is its
+  producer's last batch) and its keys are not mapped; committed transactional records are
+  compacted like any other.  A marker is kept while data of its transaction remains in the
+  cleaned segment (an ABORT marker then also keeps its .txnindex entry, written to the cleaned
+  segment's index); once none does, the first clean that sees it stamps its delete horizon
+  (now + delete.retention.ms, KIP-534 bit 6) and a clean after the horizon drops it.  Markers
+  of other control types are kept.
 * Crash safety (Kafka's file protocol): the group's cleaned segment is written as
   ``<base>.{log,index,timeindex}.cleaned`` and fsynced, renamed to ``.swap`` (the .log
   first), the old segments' files are renamed to ``.deleted``, then the ``.swap`` suffix
@@ -59,6 +65,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +81,8 @@ from pybroker.log.compacted_records import (
 from pybroker.log.manager import LogManager, read_checkpoint, write_checkpoint
 from pybroker.log.partition_log import PartitionLog
 from pybroker.log.segment import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment
+from pybroker.log.txn_index import AbortedTxn, TransactionIndex
+from pybroker.wire.control_records import read_end_txn_marker
 from pybroker.wire.records import BatchHeader, InvalidRecordError, unpack_header
 
 log = logging.getLogger("pybroker.log.cleaner")
@@ -179,9 +188,57 @@ class Cleanable:
         return self.dirty_bytes / total if total else 0.0
 
 
-def _untouched(h: BatchHeader) -> bool:
-    """The transactions hook: batches the cleaner copies as they are, keys unmapped."""
-    return h.is_transactional or h.is_control
+class TxnCleaning:
+    """Kafka's CleanedTransactionMetadata for one pass over consecutive batches: which
+    transactional batches belong to an aborted transaction, and which markers have no data of
+    their transaction left in the batches seen."""
+
+    def __init__(self, aborted: list[AbortedTxn], cleaned_index: TransactionIndex | None = None):
+        self._aborted = deque(sorted(aborted, key=lambda t: t.first_offset))
+        self._ongoing_aborted: dict[int, list] = {}  # pid -> [AbortedTxn, last batch seen]
+        self._ongoing_committed: set[int] = set()
+        self.cleaned_index = cleaned_index
+
+    def _consume_up_to(self, offset: int) -> None:
+        while self._aborted and self._aborted[0].first_offset <= offset:
+            txn = self._aborted.popleft()
+            self._ongoing_aborted[txn.producer_id] = [txn, None]
+
+    def on_batch(self, h: BatchHeader) -> bool:
+        """A data batch: True if it belongs to an aborted transaction (to be dropped)."""
+        self._consume_up_to(h.last_offset)
+        if not h.is_transactional:
+            return False
+        state = self._ongoing_aborted.get(h.producer_id)
+        if state is not None:
+            state[1] = h.last_offset
+            return True
+        self._ongoing_committed.add(h.producer_id)
+        return False
+
+    def on_control(self, h: BatchHeader, data: bytes) -> bool:
+        """A control batch: True if it is a marker whose transaction has no data left in the
+        batches seen (it may go once its delete horizon passed)."""
+        self._consume_up_to(h.last_offset)
+        if h.records_count == 0:
+            return True  # emptied by an earlier clean
+        try:
+            marker = read_end_txn_marker(data)
+        except InvalidRecordError:
+            return False
+        if marker is None:
+            return False  # another control type: kept
+        if marker.committed:
+            if h.producer_id in self._ongoing_committed:
+                self._ongoing_committed.discard(h.producer_id)
+                return False
+            return True
+        state = self._ongoing_aborted.pop(h.producer_id, None)
+        if state is not None and state[1] is not None:
+            if self.cleaned_index is not None:
+                self.cleaned_index.append(state[0])
+            return False
+        return True
 
 
 def _direct(fn: Callable[[], T]) -> T:
@@ -272,7 +329,12 @@ class LogCleaner:
                 self.checkpoints[key] = checkpoint
         if checkpoint < plog.log_start_offset or checkpoint > plog.log_end_offset:
             checkpoint = plog.log_start_offset
+        # Kafka's firstUncleanableDirtyOffset: never at or past the last stable offset (asked
+        # of the owner, whose producer state it is, when the log has transactions in flight)
         uncleanable = min(segments[-1].base_offset, plog.high_watermark)
+        ps = plog.producer_state
+        if ps.ongoing_txns or ps.unreplicated_txns:
+            uncleanable = min(uncleanable, self.run_on_owner(lambda: plog.last_stable_offset))
         cfg = plog.config
         if cfg.min_compaction_lag_ms > 0:
             limit = now - cfg.min_compaction_lag_ms
@@ -380,7 +442,7 @@ class LogCleaner:
         stats = CleanStats(plog.topic, plog.partition, c.ratio, c.first_dirty, started_ms=now)
         segments = list(plog.segments)[:-1]
         offset_map.clear()
-        end = self._build_offset_map(segments, c.first_dirty, c.first_uncleanable, offset_map)
+        end = self._build_offset_map(segments, c.first_dirty, c.first_uncleanable, offset_map, plog)
         stats.map_full = end < c.first_uncleanable
         stats.end_offset = end
         last_batches: dict[int, int] = self.run_on_owner(
@@ -426,21 +488,40 @@ class LogCleaner:
         )
         return stats
 
+    def _aborted_transactions(self, plog: PartitionLog) -> Callable[[int, int], list[AbortedTxn]]:
+        def collect(start: int, end: int) -> list[AbortedTxn]:
+            return self.run_on_owner(lambda: plog.collect_aborted_transactions(start, end))
+
+        return collect
+
     def _build_offset_map(
-        self, segments: list[LogSegment], start: int, bound: int, offset_map: OffsetMap
+        self,
+        segments: list[LogSegment],
+        start: int,
+        bound: int,
+        offset_map: OffsetMap,
+        plog: PartitionLog | None = None,
     ) -> int:
-        """Map the keys of [start, bound); returns the end of the range mapped (the map's last
-        offset + 1 when it filled up, else ``bound``)."""
+        """Map the keys of [start, bound), leaving out aborted transactional batches and
+        control batches; returns the end of the range mapped (the map's last offset + 1 when
+        it filled up, else ``bound``)."""
+        aborted = [] if plog is None else self._aborted_transactions(plog)(start, bound)
+        txns = TxnCleaning(aborted)
         for i, seg in enumerate(segments):
             seg_end = segments[i + 1].base_offset if i + 1 < len(segments) else seg.next_offset
             if seg_end <= start or seg.base_offset >= bound:
                 continue
             for h, data in _batches(seg):
                 self._check_stop()
-                if h.last_offset < start or _untouched(h):
-                    continue
                 if h.base_offset >= bound:
                     break
+                if h.last_offset < start:
+                    continue
+                if h.is_control:
+                    txns.on_control(h, data)
+                    continue
+                if txns.on_batch(h):
+                    continue
                 _, records = read_records(data, self._check_stop)
                 for n, r in enumerate(records):
                     if n % 64 == 63:
@@ -510,6 +591,15 @@ class LogCleaner:
         swapped = False
         step = self._step
         try:
+            position = {id(seg): k for k, seg in enumerate(plog.segments)}
+            last = group[-1]
+            k = position.get(id(last))
+            upper = (
+                plog.segments[k + 1].base_offset
+                if k is not None and k + 1 < len(plog.segments)
+                else last.next_offset
+            )
+            txns = TxnCleaning(self._aborted_transactions(plog)(base, upper), cleaned.txn_index)
             out = bytearray()
             out_headers: list[BatchHeader] = []
             for seg in group:
@@ -518,7 +608,7 @@ class LogCleaner:
                     self._check_stop()
                     stats.bytes_read += h.size
                     kept = self._filter_batch(
-                        h, data, offset_map, last_batches, plog, now, stats, horizons
+                        h, data, offset_map, last_batches, plog, now, stats, horizons, txns
                     )
                     if kept is None:
                         continue
@@ -557,14 +647,37 @@ class LogCleaner:
         now: int,
         stats: CleanStats,
         horizons: list[int],
+        txns: TxnCleaning | None = None,
     ) -> bytes | None:
         """The batch as the clean leaves it: unchanged, rewritten, empty, or gone (None)."""
-        if _untouched(h):
+        txns = txns or TxnCleaning([])
+        if h.is_control:
             stats.records_read += h.records_count
-            return data
+            if not txns.on_control(h, data):
+                return data
+            # no data of its transaction left: gone once its delete horizon has passed
+            if has_delete_horizon(h):
+                if now >= h.base_timestamp:
+                    stats.records_removed += h.records_count
+                    return None
+                horizons.append(h.base_timestamp)
+                return data
+            if h.records_count == 0:
+                return None
+            horizon = now + plog.config.delete_retention_ms
+            horizons.append(horizon)
+            _, records = read_records(data, self._check_stop)
+            return rebuild_batch(h, records, delete_horizon_ms=horizon)
+        last_of_producer = h.has_producer_id and last_batches.get(h.producer_id) == h.last_offset
+        if txns.on_batch(h):  # data of an aborted transaction
+            stats.records_read += h.records_count
+            stats.records_removed += h.records_count
+            if last_of_producer:
+                stats.batches_emptied += 1
+                return empty_batch(h)
+            return None
         _, records = read_records(data, self._check_stop)
         stats.records_read += len(records)
-        last_of_producer = h.has_producer_id and last_batches.get(h.producer_id) == h.last_offset
         if not records:  # an empty batch kept for its producer: only while it is the last
             return data if last_of_producer else None
         has_horizon = has_delete_horizon(h)
@@ -614,7 +727,10 @@ class LogCleaner:
 
 
 def _segment_paths(directory: Path, base: int, suffix: str) -> list[Path]:
-    return [directory / f"{base:020d}{ext}{suffix}" for ext in (".log", ".index", ".timeindex")]
+    return [
+        directory / f"{base:020d}{ext}{suffix}"
+        for ext in (".log", ".index", ".timeindex", ".txnindex")
+    ]
 
 
 def _index_estimate(seg: LogSegment, interval: int) -> int:

@@ -47,6 +47,7 @@ files and may run in a worker thread.
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import re
 import struct
@@ -59,8 +60,9 @@ from typing import NamedTuple
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log import partition_metadata
+from pybroker.log.index import CorruptIndexError
 from pybroker.log.leader_epoch import LeaderEpochCache
-from pybroker.log.producer_state import ProducerStateManager
+from pybroker.log.producer_state import CompletedTxn, ProducerStateManager
 from pybroker.log.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -72,19 +74,31 @@ from pybroker.log.segment import (
     LogSegment,
     scan_log_headers,
 )
+from pybroker.log.txn_index import AbortedTxn
 from pybroker.log.validator import find_record
+from pybroker.wire.control_records import (
+    ABORT,
+    COMMIT,
+    EndTransactionMarker,
+    end_txn_marker_batch,
+    read_end_txn_marker,
+)
 from pybroker.wire.records import (
+    CONTROL_MASK,
     LOG_APPEND_TIME,
     PARTITION_LEADER_EPOCH_OFFSET,
     BatchHeader,
+    InvalidRecordError,
+    parse_batches,
     set_base_offset,
     set_max_timestamp,
     set_partition_leader_epoch,
 )
 
 INT32_MAX = 2**31 - 1
+logger = logging.getLogger(__name__)
 _INT32 = struct.Struct(">i")
-_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
 
 
 @dataclass(frozen=True)
@@ -266,6 +280,9 @@ class PartitionLog:
                 path.unlink(missing_ok=True)
         ordered = sorted(bases)
         truncated_at: int | None = None
+        # aborted-transaction index entries at or above this offset are rebuilt by the
+        # producer-state replay (segments recovered, or whose .txnindex is corrupt)
+        index_from: int | None = None
         for i, base in enumerate(ordered):
             seg = self._new_segment(base)
             if truncated_at is not None:
@@ -279,7 +296,17 @@ class PartitionLog:
                 trusted = False
             if trusted:
                 seg.load(now)
+                try:
+                    seg.txn_index.sanity_check()
+                except CorruptIndexError as e:
+                    logger.warning(
+                        "%s: rebuilding %s: %s", self.directory.name, seg.txn_index.path.name, e
+                    )
+                    seg.txn_index.reset()
+                    index_from = base if index_from is None else min(index_from, base)
             else:
+                seg.txn_index.reset()
+                index_from = base if index_from is None else min(index_from, base)
                 if self.segments and base < self.segments[-1].next_offset:
                     seg.delete_files()  # overlaps its predecessor: cannot be valid
                     truncated_at = base
@@ -290,6 +317,11 @@ class PartitionLog:
             self.segments.append(seg)
         if not self.segments:
             self.segments.append(self._new_segment(0))
+        if index_from is not None:
+            # the replay indexes every marker from there on: later (trusted) segments too
+            for seg in self.segments:
+                if seg.base_offset >= index_from:
+                    seg.txn_index.reset()
         for seg in self.segments[:-1]:
             seg.release()  # fsynced (trusted or flushed above); reopened when read
         self._bases = [s.base_offset for s in self.segments]
@@ -303,7 +335,7 @@ class PartitionLog:
             self._note_truncation(self.log_end_offset)
         self.high_watermark = self.log_end_offset
         self.recovery_point = self.log_end_offset
-        self._load_producer_state()
+        self._load_producer_state(index_from)
         self._load_leader_epochs(self.log_end_offset if clean_shutdown else recovery_point)
 
     def _headers_from(self, start: int) -> Iterator[BatchHeader]:
@@ -315,18 +347,73 @@ class PartitionLog:
             h0 = seg.translate_offset(start) if seg.base_offset < start else None
             yield from seg.headers_from(h0.position if h0 else 0)
 
-    def _load_producer_state(self) -> None:
+    def _load_producer_state(self, index_from: int | None = None) -> None:
+        """Newest snapshot at or below the LEO (at or below ``index_from`` if given) plus the
+        batches after it.  Transaction markers at or above ``index_from`` are indexed again
+        (their segments' .txnindex was reset: recovery after an unclean shutdown, or a
+        corrupt file), as Kafka's segment recovery rebuilds the transaction index."""
         ps = self.producer_state
-        start = ps.load_latest_snapshot(self.log_end_offset)
+        limit = self.log_end_offset if index_from is None else min(index_from, self.log_end_offset)
+        start = ps.load_latest_snapshot(limit)
         if start is None:
             ps.reset(self.log_start_offset)
             start = self.log_start_offset
         start = max(start, self.log_start_offset)
         if start < self.log_end_offset:
-            for h in self._headers_from(start):
-                if h.base_offset >= start:
-                    ps.update(h, h.base_offset)
+            for seg, h in self._segment_headers_from(start):
+                if h.base_offset < start:
+                    continue
+                marker = self._stored_marker(seg, h) if h.is_control else None
+                completed = ps.update(h, h.base_offset, None, marker)
+                if completed is not None:
+                    if index_from is not None and completed.last_offset >= index_from:
+                        self._index_completed(seg, completed)
+                    else:
+                        ps.complete_txn(completed)
         ps.map_end_offset = self.log_end_offset
+
+    def _segment_headers_from(self, start: int) -> Iterator[tuple[LogSegment, BatchHeader]]:
+        for seg in self.segments[self._segment_index(start) :]:
+            if seg.next_offset <= start:
+                continue
+            self._reading(seg)
+            h0 = seg.translate_offset(start) if seg.base_offset < start else None
+            for h in seg.headers_from(h0.position if h0 else 0):
+                yield seg, h
+
+    def _stored_marker(self, seg: LogSegment, h: BatchHeader) -> EndTransactionMarker | None:
+        if not h.has_producer_id:
+            return None
+        return self._marker_in(seg.read_batch(h), h)
+
+    def _marker_in(self, data: bytes | memoryview, h: BatchHeader) -> EndTransactionMarker | None:
+        try:
+            return read_end_txn_marker(data)
+        except InvalidRecordError as e:
+            logger.warning(
+                "%s-%d: control batch at offset %d is unreadable: %s",
+                self.topic,
+                self.partition,
+                h.base_offset,
+                e,
+            )
+            return None
+
+    def _index_completed(self, seg: LogSegment, completed: CompletedTxn) -> None:
+        """A marker in ``seg`` completed a transaction: index it if aborted (with the LSO of
+        that moment), then hand it over to the unreplicated transactions (Kafka's
+        UnifiedLog.append: segment.updateTxnIndex, producerStateManager.completeTxn)."""
+        ps = self.producer_state
+        if completed.is_aborted:
+            seg.txn_index.append(
+                AbortedTxn(
+                    completed.producer_id,
+                    completed.first_offset,
+                    completed.last_offset,
+                    ps.last_stable_offset(completed),
+                )
+            )
+        ps.complete_txn(completed)
 
     def _load_leader_epochs(self, recovery_point: int) -> None:
         """Checkpoint minus entries beyond the LEO, plus epochs of the headers from the
@@ -460,7 +547,7 @@ class PartitionLog:
         )
         epochs_changed = False
         for h in batches:
-            self.producer_state.update(h, h.base_offset, None)
+            self._update_producer_state(buf, h, h.base_offset, None, seg)
             (epoch,) = _INT32.unpack_from(buf, h.position + PARTITION_LEADER_EPOCH_OFFSET)
             if epoch >= 0:
                 epochs_changed |= self.leader_epochs.assign(epoch, h.base_offset, flush=False)
@@ -489,13 +576,16 @@ class PartitionLog:
         if self._should_roll(size, end - 1 - first, now):
             self.roll()
         start = batches[0].position
-        self.active_segment.append(
-            memoryview(buf)[start : start + size], batches, first, now, append_time
-        )
+        seg = self.active_segment
+        seg.append(memoryview(buf)[start : start + size], batches, first, now, append_time)
         offset = first
         epochs_changed = False
+        update = self.producer_state.update
         for h in batches:
-            self.producer_state.update(h, offset, append_time)
+            if h.attributes & CONTROL_MASK:
+                self._update_producer_state(buf, h, offset, append_time, seg)
+            else:  # (the hot path: a data batch completes no transaction)
+                update(h, offset, append_time)
             (epoch,) = _INT32.unpack_from(buf, h.position + PARTITION_LEADER_EPOCH_OFFSET)
             if epoch >= 0:
                 epochs_changed |= self.leader_epochs.assign(epoch, offset, flush=False)
@@ -503,6 +593,78 @@ class PartitionLog:
         if epochs_changed:
             self.leader_epochs.flush()  # before the LEO moves: see recovery above
         self.log_end_offset = offset
+
+    def _update_producer_state(
+        self,
+        buf: bytearray,
+        h: BatchHeader,
+        offset: int,
+        append_time: int | None,
+        seg: LogSegment,
+    ) -> None:
+        marker = None
+        if h.is_control and h.has_producer_id:
+            marker = self._marker_in(memoryview(buf)[h.position : h.position + h.size], h)
+        completed = self.producer_state.update(h, offset, append_time, marker)
+        if completed is not None:
+            self._index_completed(seg, completed)
+
+    def append_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        committed: bool,
+        *,
+        leader_epoch: int = -1,
+    ) -> AppendInfo:
+        """Append a COMMIT or ABORT marker for ``producer_id`` as the leader (Kafka's
+        appendAsLeader with origin COORDINATOR): a control batch of one record (isControl |
+        isTransactional, base sequence -1, timestamp now), ending the producer's ongoing
+        transaction here; an aborted one with data goes to the transaction index.  Raises
+        KafkaError(INVALID_PRODUCER_EPOCH) for an epoch older than the producer's and
+        KafkaError(TRANSACTION_COORDINATOR_FENCED) for an older coordinator epoch, appending
+        nothing.  The high watermark is the replica manager's to move."""
+        self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        now = self.clock.time_ms()
+        marker = EndTransactionMarker(COMMIT if committed else ABORT, coordinator_epoch)
+        buf = bytearray(
+            end_txn_marker_batch(
+                producer_id,
+                producer_epoch,
+                marker,
+                timestamp=now,
+                partition_leader_epoch=leader_epoch,
+            )
+        )
+        batches = parse_batches(buf, allow_control=True)
+        size = self._check_size(batches)
+        first = self.log_end_offset
+        set_base_offset(buf, 0, first)
+        self._write(buf, batches, size, first, first + 1, now, None)
+        return AppendInfo(first, first, -1, self.log_start_offset)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: min(first offset of the earliest transaction that is ongoing or whose
+        marker is not yet below the high watermark, high watermark) (Kafka's
+        UnifiedLog.lastStableOffset).  read_committed consumers read below it."""
+        hw = self.high_watermark
+        first_unstable = self.producer_state.first_unstable_offset(hw)
+        return hw if first_unstable is None or first_unstable >= hw else first_unstable
+
+    def collect_aborted_transactions(self, start: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start, upper_bound) (a read_committed
+        fetch), from the transaction indexes of the segment holding ``start`` on, until an
+        entry's last stable offset reaches ``upper_bound`` (Kafka's
+        collectAbortedTransactions)."""
+        out: list[AbortedTxn] = []
+        for seg in self.segments[self._segment_index(start) :]:
+            got, complete = seg.txn_index.collect(start, upper_bound)
+            out += got
+            if complete:
+                break
+        return out
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: ``(largest epoch <= epoch, its end offset)``, see

@@ -1,7 +1,9 @@
-"""Idempotent-producer state of one partition (Kafka's ProducerStateManager, no transactions).
+"""Producer state of one partition (Kafka's ProducerStateManager): idempotence and transactions.
 
-Per producer id: its epoch and the metadata of its last 5 batches.  Validation follows
-Kafka's ProducerAppendInfo/ProducerStateEntry (client origin):
+Per producer id: its epoch, the metadata of its last 5 batches, the coordinator epoch of its
+last transaction marker and the first offset of its ongoing transaction, if any
+(currentTxnFirstOffset).  Validation follows Kafka's ProducerAppendInfo/ProducerStateEntry
+(client origin):
 
 * duplicate: same epoch and the exact (first, last) sequence of a retained batch: the append
   is skipped and the ORIGINAL offsets are answered (checked first, as UnifiedLog does);
@@ -11,15 +13,34 @@ Kafka's ProducerAppendInfo/ProducerStateEntry (client origin):
 * same epoch: the first sequence must follow the last one (2**31-1 wraps to 0), else
   OUT_OF_ORDER_SEQUENCE_NUMBER.
 
+* a non-transactional batch from a producer with an ongoing transaction: INVALID_TXN_STATE.
+
 Several batches of one producer in one append are checked in order against the state as the
 earlier ones would leave it.
 
+Transactions (KIP-98): a transactional data batch of a producer without an ongoing transaction
+starts one at its first offset (an *ongoing* transaction).  A control batch holding a COMMIT or
+ABORT marker (pybroker/wire/control_records.py) ends it: :meth:`ProducerStateManager.update`
+returns the :class:`CompletedTxn` (none for a marker of a producer with no ongoing
+transaction), which the log indexes when aborted (pybroker/log/txn_index.py) and then passes
+to :meth:`ProducerStateManager.complete_txn`: the transaction is *unreplicated* until the high
+watermark passes its marker.  A marker is checked (:meth:`ProducerStateManager.check_marker`,
+coordinator origin, Kafka's appendEndTxnMarker): an epoch older than the producer's is
+INVALID_PRODUCER_EPOCH, a coordinator epoch older than the last marker's is
+TRANSACTION_COORDINATOR_FENCED; a newer epoch becomes the producer's (the coordinator fenced
+the old one).  Followers apply the leader's batches without checks (replication origin).
+
+The first unstable offset is the smallest first offset of an ongoing or unreplicated
+transaction; the partition's last stable offset (LSO) is min(first unstable offset, high
+watermark) (:meth:`ProducerStateManager.first_unstable_offset`).
+
 Snapshot file ``<20-digit offset>.snapshot`` in the partition directory, where offset is the
-log end offset the state reflects.  Byte layout (big-endian)::
+log end offset the state reflects (pybroker's own layout, not Kafka's).  Byte layout
+(big-endian)::
 
     offset  size  field
          0     4  magic            b"PBPS"
-         4     2  version          int16 = 1
+         4     2  version          int16 = 2 (1: without the two transaction fields)
          6     4  crc              uint32  CRC-32C of every byte after this field
         10     8  end offset       int64   same as the file name
         18     4  entry count      int32
@@ -27,12 +48,16 @@ log end offset the state reflects.  Byte layout (big-endian)::
                     producer id     int64
                     producer epoch  int16
                     last timestamp  int64
+                    coordinator epoch        int32  (version 2; -1: none)
+                    current txn first offset int64  (version 2; -1: no ongoing transaction)
                     batch count     int8    (<= 5)
                     batches:        first seq int32, last seq int32, first offset int64,
                                     last offset int64, max timestamp int64
 
 Snapshots are written atomically (temporary file, rename); a torn or corrupt one is ignored
 (and deleted) on load, and the state is rebuilt from the log batches after the newest good one.
+Ongoing transactions come back with the snapshot (every producer with a current txn first
+offset); the replay of the batches after it starts and ends the later ones.
 """
 
 from __future__ import annotations
@@ -48,15 +73,24 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.wire.records import INT32_MAX, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+from pybroker.wire.control_records import EndTransactionMarker
+from pybroker.wire.records import (
+    CONTROL_MASK,
+    INT32_MAX,
+    NO_PRODUCER_EPOCH,
+    NO_SEQUENCE,
+    TRANSACTIONAL_MASK,
+    BatchHeader,
+)
 
 NUM_BATCHES_TO_RETAIN = 5
 SNAPSHOT_SUFFIX = ".snapshot"
 _MAGIC = b"PBPS"
-_VERSION = 1
+_VERSION = 2
 _HEAD = struct.Struct(">4shI")
 _BODY_HEAD = struct.Struct(">qi")
-_ENTRY = struct.Struct(">qhqb")
+_ENTRY_V1 = struct.Struct(">qhqb")
+_ENTRY = struct.Struct(">qhqiqb")
 _BATCH = struct.Struct(">iiqqq")
 
 
@@ -74,6 +108,8 @@ class ProducerStateEntry:
     producer_epoch: int = NO_PRODUCER_EPOCH
     batches: deque[BatchMetadata] = field(default_factory=deque)
     last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int | None = None
 
     @property
     def last_seq(self) -> int:
@@ -87,14 +123,26 @@ class ProducerStateEntry:
                 return b
         return None
 
-    def add_batch(self, epoch: int, batch: BatchMetadata) -> None:
+    def maybe_update_epoch(self, epoch: int) -> None:
         if epoch != self.producer_epoch:
             self.batches.clear()
             self.producer_epoch = epoch
+
+    def add_batch(self, epoch: int, batch: BatchMetadata) -> None:
+        self.maybe_update_epoch(epoch)
         if len(self.batches) == NUM_BATCHES_TO_RETAIN:
             self.batches.popleft()
         self.batches.append(batch)
         self.last_timestamp = batch.max_timestamp
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction ended by a marker at ``last_offset`` (Kafka's CompletedTxn)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
 
 
 def in_sequence(last_seq: int, next_seq: int) -> bool:
@@ -110,6 +158,10 @@ class ProducerStateManager:
         self.directory = directory
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0  # the state reflects the log below this offset
+        # first offset -> producer id of each ongoing transaction (Kafka's ongoingTxns)
+        self.ongoing_txns: dict[int, int] = {}
+        # first offset -> completed transaction whose marker may be above the high watermark
+        self.unreplicated_txns: dict[int, CompletedTxn] = {}
 
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self.producers.get(producer_id)
@@ -119,7 +171,8 @@ class ProducerStateManager:
     def check(self, batches: Iterable[BatchHeader]) -> BatchMetadata | None:
         """Validate the idempotent batches of one append, in order.  Returns the original
         metadata if a batch duplicates a retained one (append nothing, answer its offsets);
-        raises KafkaError(INVALID_PRODUCER_EPOCH | OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+        raises KafkaError(INVALID_PRODUCER_EPOCH | OUT_OF_ORDER_SEQUENCE_NUMBER |
+        INVALID_TXN_STATE)."""
         pending: dict[int, tuple[int, int]] = {}  # pid -> (epoch, last seq) within this append
         for h in batches:
             if not h.has_producer_id:
@@ -155,30 +208,110 @@ class ProducerStateManager:
                         ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                         f"producer {pid}: sequence {first_seq} after {last}",
                     )
+            # after the epoch and sequence checks, as Kafka's appendDataBatch
+            if (
+                not h.is_transactional
+                and current is not None
+                and current.current_txn_first_offset is not None
+            ):
+                raise KafkaError(
+                    ErrorCode.INVALID_TXN_STATE,
+                    f"expected a transactional write from producer {pid}: its transaction"
+                    f" started at offset {current.current_txn_first_offset} is ongoing",
+                )
             pending[pid] = (epoch, h.last_sequence)
         return None
 
-    def update(
-        self, header: BatchHeader, first_offset: int, max_timestamp: int | None = None
-    ) -> None:
-        """Record an appended batch (``first_offset`` is its assigned base offset)."""
-        last_offset = first_offset + header.last_offset_delta
-        if header.has_producer_id and not header.is_control:
-            pid = header.producer_id
-            entry = self.producers.get(pid)
-            if entry is None:
-                entry = self.producers[pid] = ProducerStateEntry(pid)
-            ts = header.max_timestamp if max_timestamp is None else max_timestamp
-            entry.add_batch(
-                header.producer_epoch,
-                BatchMetadata(
-                    header.base_sequence, header.last_sequence, first_offset, last_offset, ts
-                ),
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Validate a transaction marker written by a coordinator (Kafka's appendEndTxnMarker,
+        coordinator origin): raises KafkaError(INVALID_PRODUCER_EPOCH) for an epoch older
+        than the producer's, KafkaError(TRANSACTION_COORDINATOR_FENCED) for a coordinator
+        epoch older than the one of the producer's last marker."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.producer_epoch:
+            raise KafkaError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"marker epoch {producer_epoch} of producer {producer_id} is older than"
+                f" {entry.producer_epoch}",
             )
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise KafkaError(
+                ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                f"marker of producer {producer_id} from coordinator epoch {coordinator_epoch},"
+                f" older than {entry.coordinator_epoch}",
+            )
+
+    def update(
+        self,
+        header: BatchHeader,
+        first_offset: int,
+        max_timestamp: int | None = None,
+        marker: EndTransactionMarker | None = None,
+    ) -> CompletedTxn | None:
+        """Record an appended batch (``first_offset`` is its assigned base offset); for a
+        control batch, ``marker`` is its transaction marker (None: another control type).
+        Returns the transaction a marker completed, which the caller indexes (if aborted) and
+        hands to :meth:`complete_txn`."""
+        last_offset = first_offset + header.last_offset_delta
         self.map_end_offset = max(self.map_end_offset, last_offset + 1)
+        if not header.has_producer_id:
+            return None
+        pid = header.producer_id
+        entry = self.producers.get(pid)
+        if entry is None:
+            entry = self.producers[pid] = ProducerStateEntry(pid)
+        ts = header.max_timestamp if max_timestamp is None else max_timestamp
+        if header.attributes & CONTROL_MASK:
+            if marker is None:
+                return None
+            completed = None
+            if entry.current_txn_first_offset is not None:
+                completed = CompletedTxn(
+                    pid, entry.current_txn_first_offset, last_offset, not marker.committed
+                )
+            entry.maybe_update_epoch(header.producer_epoch)
+            entry.coordinator_epoch = marker.coordinator_epoch
+            entry.current_txn_first_offset = None
+            entry.last_timestamp = ts
+            return completed
+        entry.add_batch(
+            header.producer_epoch,
+            BatchMetadata(
+                header.base_sequence, header.last_sequence, first_offset, last_offset, ts
+            ),
+        )
+        if header.attributes & TRANSACTIONAL_MASK and entry.current_txn_first_offset is None:
+            entry.current_txn_first_offset = first_offset
+            self.ongoing_txns[first_offset] = pid
+        return None
+
+    def last_stable_offset(self, completed: CompletedTxn) -> int:
+        """The LSO recorded with an aborted transaction: the first offset of the earliest
+        ongoing transaction of another producer, else the marker's offset + 1."""
+        others = [off for off, pid in self.ongoing_txns.items() if pid != completed.producer_id]
+        return min(others) if others else completed.last_offset + 1
+
+    def complete_txn(self, completed: CompletedTxn) -> None:
+        self.ongoing_txns.pop(completed.first_offset, None)
+        self.unreplicated_txns[completed.first_offset] = completed
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of the earliest transaction that is ongoing, or completed by a
+        marker not yet below ``high_watermark`` (those below it are forgotten here)."""
+        # (on the owner's thread: the log cleaner asks it through its handoff)
+        unreplicated = list(self.unreplicated_txns.items())
+        if any(t.last_offset < high_watermark for _, t in unreplicated):
+            unreplicated = [(f, t) for f, t in unreplicated if t.last_offset >= high_watermark]
+            self.unreplicated_txns = dict(unreplicated)
+        firsts = [*list(self.ongoing_txns), *(f for f, _ in unreplicated)]
+        return min(firsts) if firsts else None
 
     def reset(self, offset: int) -> None:
         self.producers.clear()
+        self.ongoing_txns.clear()
+        self.unreplicated_txns.clear()
         self.map_end_offset = offset
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -201,7 +334,15 @@ class ProducerStateManager:
     def encode(self) -> bytes:
         body = bytearray(_BODY_HEAD.pack(self.map_end_offset, len(self.producers)))
         for e in self.producers.values():
-            body += _ENTRY.pack(e.producer_id, e.producer_epoch, e.last_timestamp, len(e.batches))
+            txn_first = -1 if e.current_txn_first_offset is None else e.current_txn_first_offset
+            body += _ENTRY.pack(
+                e.producer_id,
+                e.producer_epoch,
+                e.last_timestamp,
+                e.coordinator_epoch,
+                txn_first,
+                len(e.batches),
+            )
             for b in e.batches:
                 body += _BATCH.pack(*b)
         return _HEAD.pack(_MAGIC, _VERSION, crc32c(bytes(body))) + body
@@ -228,20 +369,27 @@ class ProducerStateManager:
         if len(data) < _HEAD.size + _BODY_HEAD.size:
             raise ValueError("short snapshot")
         magic, version, crc = _HEAD.unpack_from(data)
-        if magic != _MAGIC or version != _VERSION or crc32c(data[_HEAD.size :]) != crc:
+        if magic != _MAGIC or version not in (1, _VERSION) or crc32c(data[_HEAD.size :]) != crc:
             raise ValueError("bad snapshot header or CRC")
         end_offset, count = _BODY_HEAD.unpack_from(data, _HEAD.size)
         pos = _HEAD.size + _BODY_HEAD.size
         producers: dict[int, ProducerStateEntry] = {}
         try:
             for _ in range(count):
-                pid, epoch, last_ts, n = _ENTRY.unpack_from(data, pos)
-                pos += _ENTRY.size
+                if version == 1:
+                    pid, epoch, last_ts, n = _ENTRY_V1.unpack_from(data, pos)
+                    coord_epoch, txn_first = -1, -1
+                    pos += _ENTRY_V1.size
+                else:
+                    pid, epoch, last_ts, coord_epoch, txn_first, n = _ENTRY.unpack_from(data, pos)
+                    pos += _ENTRY.size
                 batches: deque[BatchMetadata] = deque()
                 for _b in range(n):
                     batches.append(BatchMetadata(*_BATCH.unpack_from(data, pos)))
                     pos += _BATCH.size
-                producers[pid] = ProducerStateEntry(pid, epoch, batches, last_ts)
+                producers[pid] = ProducerStateEntry(
+                    pid, epoch, batches, last_ts, coord_epoch, None if txn_first < 0 else txn_first
+                )
         except struct.error as e:
             raise ValueError("truncated snapshot") from e
         if pos != len(data):
@@ -255,7 +403,7 @@ class ProducerStateManager:
         for name in os.listdir(self.directory):
             if name.endswith(SNAPSHOT_SUFFIX + ".tmp"):
                 os.unlink(self.directory / name)
-        self.producers.clear()
+        self.reset(0)
         for off in reversed(self.snapshot_offsets()):
             path = snapshot_path(self.directory, off)
             if off > max_offset:
@@ -270,6 +418,9 @@ class ProducerStateManager:
                 continue
             self.producers = producers
             self.map_end_offset = off
+            for pid, entry in producers.items():
+                if entry.current_txn_first_offset is not None:
+                    self.ongoing_txns[entry.current_txn_first_offset] = pid
             return off
         return None
 

@@ -1,4 +1,5 @@
-"""One log segment: ``<20-digit base offset>.log`` plus its ``.index`` and ``.timeindex``.
+"""One log segment: ``<20-digit base offset>.log`` plus its ``.index``, ``.timeindex`` and,
+once it holds an aborted transaction, ``.txnindex`` (pybroker/log/txn_index.py).
 
 ``.log`` byte layout: record batches v2 exactly as Kafka stores them, back to back, with their
 absolute base offsets patched in (layout in pybroker/wire/records.py).  There is no other
@@ -43,6 +44,7 @@ from typing import BinaryIO, NamedTuple
 
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
+from pybroker.log.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 from pybroker.log.validator import READ_MAX_UNCOMPRESSED_BYTES, find_record
 from pybroker.wire.records import (
     HEADER_SIZE,
@@ -279,6 +281,9 @@ class LogSegment:
             base_offset,
             max_index_bytes,
         )
+        self.txn_index = TransactionIndex(
+            directory / (segment_name(base_offset, TXN_INDEX_SUFFIX) + file_suffix), base_offset
+        )
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
@@ -473,11 +478,15 @@ class LogSegment:
             (self, "log_path"),
             (self.offset_index, "path"),
             (self.time_index, "path"),
+            (self.txn_index, "path"),
         ):
             path: Path = getattr(obj, attr)
             if old and not path.name.endswith(old):
                 raise ValueError(f"{path} does not end with {old}")
             target = path.with_name(path.name[: len(path.name) - len(old)] + new)
+            if obj is self.txn_index and not path.exists():
+                setattr(obj, attr, target)  # no aborted transaction: no file (as Kafka's)
+                continue
             os.replace(path, target)
             setattr(obj, attr, target)
             if on_rename is not None:
@@ -597,6 +606,7 @@ class LogSegment:
         self.size = h.position
         self.offset_index.truncate_to(h.base_offset)
         self.time_index.truncate_to(h.base_offset)
+        self.txn_index.truncate_to(h.base_offset)
         self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
         self._load_tail()
         if self.size == 0:
@@ -616,6 +626,7 @@ class LogSegment:
         os.fsync(desc.fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         """Write the pending index entries and let go of the descriptor."""
@@ -625,7 +636,7 @@ class LogSegment:
         DESCRIPTORS.forget(self)
 
     def paths(self) -> list[Path]:
-        return [self.log_path, self.offset_index.path, self.time_index.path]
+        return [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path]
 
     def moved_to(self, directory: Path) -> None:
         """The segment's directory was renamed (a deleted partition's ``-delete``): its files
@@ -635,6 +646,7 @@ class LogSegment:
             (self, "log_path"),
             (self.offset_index, "path"),
             (self.time_index, "path"),
+            (self.txn_index, "path"),
         ):
             setattr(obj, attr, directory / getattr(obj, attr).name)
 
@@ -645,13 +657,14 @@ class LogSegment:
             (self, "log_path"),
             (self.offset_index, "path"),
             (self.time_index, "path"),
+            (self.txn_index, "path"),
         ):
             old: Path = getattr(obj, attr)
             new = old.with_name(old.name + DELETED_SUFFIX)
             try:
                 os.rename(old, new)
             except FileNotFoundError:
-                continue
+                pass  # (a .txnindex exists only with entries) never unlink the old name later
             setattr(obj, attr, new)
 
     def delete_files(self) -> None:
@@ -662,6 +675,7 @@ class LogSegment:
         DESCRIPTORS.forget(self)
         self.offset_index.discard()
         self.time_index.discard()
+        self.txn_index.discard()
         for p in self.paths():
             try:
                 os.unlink(p)

@@ -215,7 +215,8 @@ def _check_batch(
         )
     if h.attributes & CONTROL_MASK and not allow_control:
         raise InvalidRecordError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
-    if h.producer_id > NO_PRODUCER_ID and h.base_sequence < 0:
+    if h.producer_id > NO_PRODUCER_ID and h.base_sequence < 0 and not h.attributes & CONTROL_MASK:
+        # (a transaction marker carries its producer with base sequence -1)
         raise InvalidRecordError(
             ErrorCode.INVALID_RECORD, f"producer {h.producer_id} with sequence {h.base_sequence}"
         )

@@ -1,0 +1,133 @@
+"""WriteTxnMarkers (key 27), version 1: a transaction coordinator's COMMIT / ABORT markers.
+
+For each marker (producer id and epoch, transaction result, coordinator epoch) and each of its
+partitions, a control batch (pybroker/wire/control_records.py: isControl | isTransactional,
+the producer's id and epoch, base sequence -1, one record: key version 0 + type 0 ABORT /
+1 COMMIT, value version 0 + coordinator epoch) is appended to the partition's log here, where
+this broker leads it, and replicated as an acks=all produce: the answer waits until the high
+watermark passes the marker or the request timeout (Kafka's appendRecords with requiredAcks
+-1, origin COORDINATOR, timeout request.timeout.ms = 30 s).  The log ends the producer's
+ongoing transaction there, an aborted one with data goes to the segment's .txnindex, and the
+last stable offset moves past the transaction once the marker is below the high watermark
+(pybroker/log/producer_state.py, pybroker/log/partition_log.py).
+
+Errors per partition, as Kafka answers them: UNKNOWN_TOPIC_OR_PARTITION (no such topic or
+partition), NOT_LEADER_OR_FOLLOWER (led elsewhere), NOT_ENOUGH_REPLICAS (ISR below
+min.insync.replicas: nothing appended), NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT,
+INVALID_PRODUCER_EPOCH (the marker's epoch is older than the producer's in this partition),
+TRANSACTION_COORDINATOR_FENCED (its coordinator epoch is older than the one of the producer's
+last marker here).  A marker for a producer with no ongoing transaction in a partition is
+appended all the same (Kafka does; it completes nothing).
+
+The coordinator calls :func:`write_txn_markers` directly for the partitions this broker
+leads, without the network; ``await write_txn_markers(services, [TxnMarker(...)])`` answers
+one ``{(topic, partition): error code}`` per marker.
+
+Left out: v0 and v2 (TransactionVersion, KIP-890); consumer offsets committed in a
+transaction live in the metadata store, not in a log, so their completion is the transaction
+coordinator's business (no __consumer_offsets markers here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers.context import RequestContext
+from pybroker.registry import handler
+
+REQUEST_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default, which the markers wait for
+
+
+class TxnMarker(NamedTuple):
+    """One marker to write: the transaction of ``producer_id`` (at ``producer_epoch``) ends
+    with COMMIT (``committed``) or ABORT in every one of ``partitions``."""
+
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    coordinator_epoch: int
+    partitions: Sequence[tuple[str, int]]
+
+
+async def _write_one(
+    services: Any, marker: TxnMarker, topic: str, partition: int, timeout_ms: int
+) -> int:
+    replicas = services.replicas
+    try:
+        info = services.cluster.topics.get(topic)
+        if info is None or partition not in info.partitions:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        replica = replicas.leader_replica(topic, partition)
+        replicas.check_enough_replicas(replica)
+        log = replica.log
+        appended = log.append_txn_marker(
+            marker.producer_id,
+            marker.producer_epoch,
+            marker.coordinator_epoch,
+            marker.committed,
+            leader_epoch=replica.leader_epoch,
+        )
+    except KafkaError as e:
+        return e.code
+    replicas.after_leader_append(replica)
+    services.flusher.appended(topic, log, 1)
+    end = appended.last_offset + 1
+    code = replicas.commit_result(replica, end, replica.leader_epoch)
+    if code is None:
+        code = await replicas.wait_for_commit(replica, end, timeout_ms)
+    return code
+
+
+async def write_txn_markers(
+    services: Any, markers: Sequence[TxnMarker], timeout_ms: int = REQUEST_TIMEOUT_MS
+) -> list[dict[tuple[str, int], int]]:
+    """Write every marker to every one of its partitions (each appended on the event loop in
+    request order, then all replicated concurrently); per marker, the error code of each
+    partition (ErrorCode.NONE once the marker is below the high watermark)."""
+    waits = []
+    for m in markers:
+        for topic, partition in m.partitions:
+            waits.append(_write_one(services, m, topic, partition, timeout_ms))
+    # the appends happen in order (each coroutine appends before its first await) ...
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    codes = iter(await asyncio.gather(*tasks))
+    out = []
+    for m in markers:
+        out.append({tp: next(codes) for tp in m.partitions})
+    return out
+
+
+@handler(27, 1, 1)
+async def write_txn_markers_handler(ctx: RequestContext, req: dict) -> dict:
+    markers = [
+        TxnMarker(
+            m["producer_id"],
+            m["producer_epoch"],
+            m["transaction_result"],
+            m["coordinator_epoch"],
+            [(t["name"], p) for t in m["topics"] for p in t["partition_indexes"]],
+        )
+        for m in req["markers"]
+    ]
+    results = await write_txn_markers(ctx.services, markers)
+    out = []
+    for m, codes in zip(req["markers"], results, strict=True):
+        out.append(
+            {
+                "producer_id": m["producer_id"],
+                "topics": [
+                    {
+                        "name": t["name"],
+                        "partitions": [
+                            {"partition_index": p, "error_code": codes[(t["name"], p)]}
+                            for p in t["partition_indexes"]
+                        ],
+                    }
+                    for t in m["topics"]
+                ],
+            }
+        )
+    return {"markers": out}
