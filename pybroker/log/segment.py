@@ -75,11 +75,12 @@ class _Descriptor:
     def __init__(self, fd: int) -> None:
         self.fd = fd
 
-    def __del__(self) -> None:
+    def __del__(self, _close: Callable[[int], None] = os.close) -> None:
+        # os.close bound at definition: at interpreter exit module globals may be gone already
         fd, self.fd = self.fd, -1
         if fd >= 0:
             try:
-                os.close(fd)
+                _close(fd)
             except OSError:
                 pass
 
