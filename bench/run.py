@@ -41,7 +41,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import kafka_reference  # noqa: E402
+from bench import compaction, kafka_reference  # noqa: E402
+from bench.procstat import cpu_seconds, rss_mib  # noqa: E402
 from compat_tests import java, rawkafka  # noqa: E402
 from compat_tests.broker_process import BrokerProcess  # noqa: E402
 
@@ -50,6 +51,8 @@ KAFKA, PYBROKER = "kafka", "pybroker"
 CLIENT_HEAP = "512m"  # the Java perf tools' heap
 CLIENT_FAST_START = False  # --smoke: quick-starting client JVMs (serial GC, C1 only)
 MIB = 1024 * 1024
+GIB = 1024 * MIB
+CPU_METRIC = "CPU s/GiB"  # broker CPU seconds (user + system, all threads) per GiB moved
 
 # Both brokers: no initial rebalance delay (as the brief's "same settings where they map").
 PYBROKER_OVERRIDES: dict[str, object] = {"group.initial.rebalance.delay.ms": 0}
@@ -68,6 +71,8 @@ SIZES = {
         "w8_topics": 100,
         "w8_parts_per_topic": 100,
         "w8_connections": 1_000,
+        "w9_bytes": GIB,
+        "w9_keys": 100_000,
     },
     "small": {
         "w1_records": 30_000,
@@ -80,6 +85,8 @@ SIZES = {
         "w8_topics": 10,
         "w8_parts_per_topic": 100,
         "w8_connections": 100,
+        "w9_bytes": 128 * MIB,
+        "w9_keys": 12_500,
     },
     "smoke": {"w1_records": 2_000},
 }
@@ -88,36 +95,6 @@ SIZES = {
 # ------------------------------------------------------------------------------------------
 # RSS of broker processes
 # ------------------------------------------------------------------------------------------
-
-
-def _status_kb(pid: int, key: str) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def _descendants(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
-        except OSError:
-            pass
-    return out
-
-
-def rss_mib(pids: list[int], key: str = "VmRSS") -> float:
-    """Sum of `key` (VmRSS now, or VmHWM: the peak) over the processes and their children."""
-    return sum(_status_kb(p, key) for pid in pids for p in _descendants(pid)) / 1024
 
 
 class RssSampler:
@@ -182,6 +159,7 @@ class Target:
     logs: Callable[[], str]  # tail of the broker output(s), for failure reports
     brokers: int = 1
     extra_rss: Callable[[], dict[str, float]] = lambda: {}  # e.g. ZooKeeper's, not counted
+    log_dirs: list[Path] = field(default_factory=list)  # the first broker's first
 
     @property
     def first(self) -> tuple[str, int]:
@@ -189,13 +167,17 @@ class Target:
         return host, int(port)
 
 
-def start_target(kind: str, brokers: int, workdir: Path) -> Target:
+def start_target(
+    kind: str, brokers: int, workdir: Path, overrides: dict[str, object] | None = None
+) -> Target:
+    """Kafka or pybroker, `brokers` of them; `overrides` (the workload's) go to both alike."""
     workdir.mkdir(parents=True, exist_ok=True)
     if kind == KAFKA:
+        props = dict(KAFKA_OVERRIDES, **(overrides or {}))
         if brokers == 1:
-            ref = kafka_reference.start_kafka(workdir, overrides=KAFKA_OVERRIDES)
+            ref = kafka_reference.start_kafka(workdir, overrides=props)
         else:
-            ref = kafka_reference.start_kafka_cluster(brokers, workdir, overrides=KAFKA_OVERRIDES)
+            ref = kafka_reference.start_kafka_cluster(brokers, workdir, overrides=props)
         return Target(
             KAFKA,
             ref.bootstrap,
@@ -203,9 +185,11 @@ def start_target(kind: str, brokers: int, workdir: Path) -> Target:
             lambda: ref.stop(check=False),
             lambda: "\n".join(f"--- node {n.node_id} ---\n{n.output(60)}" for n in ref.nodes),
             brokers,
+            log_dirs=[n.workdir / "data" for n in ref.nodes],
         )
+    pyprops = dict(PYBROKER_OVERRIDES, **(overrides or {}))
     if brokers == 1:
-        b = BenchBroker(workdir / "pybroker", overrides=PYBROKER_OVERRIDES)
+        b = BenchBroker(workdir / "pybroker", overrides=pyprops)
         b.start()
 
         def stop_one() -> None:
@@ -214,13 +198,15 @@ def start_target(kind: str, brokers: int, workdir: Path) -> Target:
             finally:
                 b.cleanup()
 
-        return Target(PYBROKER, b.bootstrap, [b.pid], stop_one, lambda: b.output(80))
+        return Target(
+            PYBROKER, b.bootstrap, [b.pid], stop_one, lambda: b.output(80), log_dirs=[b.log_dir]
+        )
     from compat_tests.cluster import Cluster
     from tests.zk_server import ZooKeeperServer
 
     zk = ZooKeeperServer(workdir / "zookeeper")
     zk.start()
-    overrides = dict(PYBROKER_OVERRIDES, **{"min.insync.replicas": 2})
+    overrides = dict(pyprops, **{"min.insync.replicas": 2})
     overrides["default.replication.factor"] = min(3, brokers)
     cluster = Cluster(workdir, zk, brokers, overrides)
     for b in cluster.brokers.values():
@@ -247,6 +233,7 @@ def start_target(kind: str, brokers: int, workdir: Path) -> Target:
         lambda: cluster.outputs(60),
         brokers,
         lambda: {"ZooKeeper": rss_mib([zk.proc.pid], "VmHWM")} if zk.proc else {},
+        [b.log_dir for b in cluster.brokers.values()],
     )
 
 
@@ -422,6 +409,7 @@ class Workload:
     commands: Callable[[dict], list[str]]  # (sizes) -> command lines for the results
     brokers: int = 1
     repeat: bool = True  # False: run() is called once, its lists are the runs
+    overrides: dict[str, object] = field(default_factory=dict)  # broker configs, both brokers
 
 
 def _no_setup(target: Target, sizes: dict) -> dict:
@@ -436,8 +424,9 @@ def w1_setup(target: Target, sizes: dict) -> dict:
 def w1_run(target: Target, st: dict, i: int) -> dict[str, float]:
     topic = f"w1-{i}-{uuid.uuid4().hex[:6]}"
     create_topics(target, [topic], 6)
-    r = producer_perf(target, topic, st["sizes"]["w1_records"], 1024, ["acks=1"])
-    return {"MB/s": r["MB/s"]}
+    n = st["sizes"]["w1_records"]
+    r = producer_perf(target, topic, n, 1024, ["acks=1"])
+    return {"MB/s": r["MB/s"], "_bytes": n * 1024}
 
 
 def w1_cmds(sizes: dict) -> list[str]:
@@ -454,8 +443,9 @@ W2_PROPS = ["acks=all", "enable.idempotence=true"]
 def w2_run(target: Target, st: dict, i: int) -> dict[str, float]:
     topic = f"w2-{i}-{uuid.uuid4().hex[:6]}"
     create_topics(target, [topic], 6)
-    r = producer_perf(target, topic, st["sizes"]["w2_records"], 100, W2_PROPS)
-    return {"records/s": r["records/s"]}
+    n = st["sizes"]["w2_records"]
+    r = producer_perf(target, topic, n, 100, W2_PROPS)
+    return {"records/s": r["records/s"], "_bytes": n * 100}
 
 
 def w2_cmds(sizes: dict) -> list[str]:
@@ -508,7 +498,11 @@ def w3_run(target: Target, st: dict, i: int) -> dict[str, float]:
     row = dict(zip(cols, vals, strict=False))
     if int(float(row["data.consumed.in.nMsg"])) < n:
         raise WorkloadError(f"ConsumerPerformance read {row['data.consumed.in.nMsg']} of {n}")
-    return {"MB/s": float(row["MB.sec"]), "fetch MB/s": float(row["fetch.MB.sec"])}
+    return {
+        "MB/s": float(row["MB.sec"]),
+        "fetch MB/s": float(row["fetch.MB.sec"]),
+        "_bytes": n * 1024,
+    }
 
 
 def w3_cmds(sizes: dict) -> list[str]:
@@ -592,6 +586,7 @@ def w5_run(target: Target, st: dict, i: int) -> dict[str, float]:
     return {
         "produce MB/s": n * W5_SIZE / MIB / produce_s,
         "consume MB/s": total * W5_SIZE / MIB / consume_s,
+        "_bytes": (n + total) * W5_SIZE,
     }
 
 
@@ -611,8 +606,9 @@ W6_PROPS = ["acks=all"]
 def w6_run(target: Target, st: dict, i: int) -> dict[str, float]:
     topic = f"w6-{i}-{uuid.uuid4().hex[:6]}"
     create_topics(target, [topic], 6, rf=3, configs={"min.insync.replicas": "2"})
-    r = producer_perf(target, topic, st["sizes"]["w6_records"], 1024, W6_PROPS)
-    return {"MB/s": r["MB/s"]}
+    n = st["sizes"]["w6_records"]
+    r = producer_perf(target, topic, n, 1024, W6_PROPS)
+    return {"MB/s": r["MB/s"], "_bytes": n * 1024}
 
 
 def w6_cmds(sizes: dict) -> list[str]:
@@ -845,13 +841,58 @@ def w8_cmds(sizes: dict) -> list[str]:
     ]
 
 
+# W9 ---------------------------------------------------------------------------------------
+# The cleaner's backoff is 15 s by default on both brokers: a clean would start up to 15 s
+# after the topic turns compact. 500 ms on both keeps that wait out of the cleaner's MB/s.
+W9_OVERRIDES: dict[str, object] = {"log.cleaner.backoff.ms": 500}
+W9_TOPIC_CONFIGS = {
+    "cleanup.policy": "delete",
+    "retention.ms": "-1",
+    "segment.bytes": str(compaction.SEGMENT_BYTES),
+}
+
+
+def w9_setup(target: Target, sizes: dict) -> dict:
+    create_topics(target, ["w9-probe"], 1)
+    return {"sizes": sizes}
+
+
+def w9_run(target: Target, st: dict, i: int) -> dict[str, float]:
+    topic = f"w9-{i}"
+    create_topics(target, [topic], 1, configs=W9_TOPIC_CONFIGS)
+    sizes = st["sizes"]
+    compaction.fill(target.bootstrap, topic, sizes["w9_bytes"], sizes["w9_keys"], seed=9 + i)
+    with compaction.LatencyProbe(target.bootstrap, "w9-probe") as probe:
+        return compaction.measure_clean(
+            target.bootstrap, target.pids, target.log_dirs[0], topic, probe
+        )
+
+
+def w9_cmds(sizes: dict) -> list[str]:
+    n = sizes["w9_bytes"] // compaction.VALUE_SIZE
+    return [
+        "brokers: " + ", ".join(f"{k}={v}" for k, v in W9_OVERRIDES.items()),
+        "topic w9-<run>: 1 partition, "
+        + ", ".join(f"{k}={v}" for k, v in W9_TOPIC_CONFIGS.items()),
+        f"fill (bench/compaction.py, confluent-kafka, acks=1, uncompressed): {n:,} records of "
+        f"{compaction.VALUE_SIZE} B, keys drawn from {sizes['w9_keys']:,} (seeded), so 10% of "
+        "the records are the latest of their key",
+        f"probe: a confluent-kafka producer, acks=1, linger.ms=0, {compaction.PROBE_RATE} "
+        f"records/s of 1 KiB to w9-probe; p99 over {compaction.IDLE_S:.0f} s idle, then over "
+        "the clean",
+        "clean: IncrementalAlterConfigs cleanup.policy=compact; timed until the broker's "
+        "cleaner-offset-checkpoint reaches the active segment's base offset; MB/s and CPU "
+        "s/GiB over the bytes of the inactive segments",
+    ]
+
+
 WORKLOADS: dict[str, Workload] = {
     w.wid: w
     for w in [
         Workload(
             "W1",
             "produce 1 KiB, acks=1, 6 partitions (ProducerPerformance)",
-            [Metric("MB/s", "MB/s", True)],
+            [Metric("MB/s", "MB/s", True), Metric(CPU_METRIC, "s", False)],
             w1_setup,
             w1_run,
             w1_cmds,
@@ -859,7 +900,7 @@ WORKLOADS: dict[str, Workload] = {
         Workload(
             "W2",
             "produce 100 B, acks=all, idempotent (ProducerPerformance)",
-            [Metric("records/s", "records/s", True)],
+            [Metric("records/s", "records/s", True), Metric(CPU_METRIC, "s", False)],
             _no_setup,
             w2_run,
             w2_cmds,
@@ -867,7 +908,11 @@ WORKLOADS: dict[str, Workload] = {
         Workload(
             "W3",
             "consume 1 KiB records (ConsumerPerformance)",
-            [Metric("MB/s", "MB/s", True), Metric("fetch MB/s", "MB/s", True)],
+            [
+                Metric("MB/s", "MB/s", True),
+                Metric("fetch MB/s", "MB/s", True),
+                Metric(CPU_METRIC, "s", False),
+            ],
             w3_setup,
             w3_run,
             w3_cmds,
@@ -883,7 +928,11 @@ WORKLOADS: dict[str, Workload] = {
         Workload(
             "W5",
             "kafka-python producer / consumer, 1 KiB",
-            [Metric("produce MB/s", "MB/s", True), Metric("consume MB/s", "MB/s", True)],
+            [
+                Metric("produce MB/s", "MB/s", True),
+                Metric("consume MB/s", "MB/s", True),
+                Metric(CPU_METRIC, "s", False),
+            ],
             _no_setup,
             w5_run,
             w5_cmds,
@@ -891,7 +940,7 @@ WORKLOADS: dict[str, Workload] = {
         Workload(
             "W6",
             "3 brokers, RF=3, acks=all produce 1 KiB (ProducerPerformance)",
-            [Metric("MB/s", "MB/s", True)],
+            [Metric("MB/s", "MB/s", True), Metric(CPU_METRIC, "s", False)],
             _no_setup,
             w6_run,
             w6_cmds,
@@ -924,6 +973,22 @@ WORKLOADS: dict[str, Workload] = {
             w8_setup,
             w8_run,
             w8_cmds,
+        ),
+        Workload(
+            "W9",
+            "log cleaner: compact 1 GiB, 10% live keys; produce p99 meanwhile",
+            [
+                Metric("cleaner MB/s", "MB/s", True),
+                Metric(CPU_METRIC, "s", False),
+                Metric("produce p99 ms idle", "ms", False),
+                Metric("produce p99 ms cleaning", "ms", False),
+                Metric("p99 cleaning / idle", "", False),
+                Metric("log left %", "%", False),
+            ],
+            w9_setup,
+            w9_run,
+            w9_cmds,
+            overrides=W9_OVERRIDES,
         ),
     ]
 }
@@ -961,7 +1026,7 @@ def run_workload(w: Workload, kind: str, runs: int, sizes: dict, workdir: Path) 
     t_start = time.monotonic()
     print(f"[{time.strftime('%H:%M:%S')}] {w.wid} {kind}: starting", flush=True)
     try:
-        target = start_target(kind, w.brokers, workdir)
+        target = start_target(kind, w.brokers, workdir, w.overrides)
     except Exception as e:  # noqa: BLE001 - recorded
         out.error = f"start failed: {type(e).__name__}: {str(e)[:3000]}"
         print(f"  {out.error}", flush=True)
@@ -972,7 +1037,11 @@ def run_workload(w: Workload, kind: str, runs: int, sizes: dict, workdir: Path) 
             try:
                 state = w.setup(target, sizes)
                 for i in range(runs):
+                    cpu0 = cpu_seconds(target.pids)
                     figures = w.run(target, state, i)
+                    moved = figures.pop("_bytes", None)
+                    if moved:  # the run's broker CPU time per GiB it produced/consumed
+                        figures[CPU_METRIC] = (cpu_seconds(target.pids) - cpu0) / (moved / GIB)
                     for k, v in figures.items():
                         out.runs.setdefault(k, []).append(v)
                     shown = ", ".join(f"{k} {v:,.2f}" for k, v in figures.items())
