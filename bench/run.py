@@ -1275,6 +1275,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="print only")
     ap.add_argument("--keep-logs", help="keep broker data and logs in this dir")
     ap.add_argument(
+        "--brokers",
+        default=f"{KAFKA},{PYBROKER}",
+        help="which side(s) to run: kafka,pybroker (default both); one side gives no ratios",
+    )
+    ap.add_argument(
         "--w8-topics", type=int, help="W8: this many topics of 100 partitions (default 100)"
     )
     args = ap.parse_args(argv)
@@ -1292,6 +1297,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown workloads {unknown}; known: {', '.join(WORKLOADS)}")
     selected = [WORKLOADS[x] for x in wanted]
+    kinds = [k for k in (KAFKA, PYBROKER) if k in args.brokers.split(",")]
+    if not kinds:
+        ap.error(f"--brokers: kafka and/or pybroker, not {args.brokers!r}")
 
     java.classpath()  # fetch the jars first (cached)
     base = Path(args.keep_logs) if args.keep_logs else Path(tempfile.mkdtemp(prefix="pybench-"))
@@ -1300,7 +1308,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     try:
         for w in selected:
-            for kind in (KAFKA, PYBROKER):
+            for kind in kinds:
                 workdir = base / f"{w.wid}-{kind}"
                 results.setdefault(w.wid, {})[kind] = run_workload(
                     w, kind, args.runs, sizes, workdir
