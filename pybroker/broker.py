@@ -34,9 +34,13 @@ from pybroker.log.partition_metadata import other_incarnation
 from pybroker.log.segment import DESCRIPTORS, descriptor_budget
 from pybroker.loop_monitor import LoopMonitor
 from pybroker.purgatory import Purgatory
+from pybroker.replication import manager as replica_manager
 from pybroker.replication.fetcher import ReplicaFetcher
 from pybroker.replication.manager import ReplicaManager
 from pybroker.server import KafkaServer
+
+# the event loop's time for deleting a deleted topic's logs in one go (see _delete_logs)
+LOG_DELETE_BUDGET_S = 0.01
 
 log = logging.getLogger("pybroker.broker")
 
@@ -277,11 +281,26 @@ class Broker:
             # The topic may exist again by now (deleted and created at once, the events
             # delivered late): only the logs of the deleted incarnation go.
             info = self.cluster.topics.get(event.topic)
-            for name, partition, plog in list(self.logs.partitions()):
-                if name == event.topic and (
-                    info is None or other_incarnation(plog.topic_id, info.topic_id)
-                ):
-                    self.logs.delete(name, partition)
+            self._delete_logs(
+                [
+                    (name, partition, plog)
+                    for name, partition, plog in self.logs.partitions()
+                    if name == event.topic
+                    and (info is None or other_incarnation(plog.topic_id, info.topic_id))
+                ]
+            )
+
+    def _delete_logs(self, doomed: list[tuple[str, int, PartitionLog]]) -> None:
+        """Delete these logs (a rename and closing its files each), for LOG_DELETE_BUDGET_S
+        of the event loop at a time: a topic of thousands of partitions goes over several
+        loop iterations.  A log that was replaced meanwhile (the topic created again) stays."""
+        deadline = replica_manager.monotonic() + LOG_DELETE_BUDGET_S
+        for k, (name, partition, plog) in enumerate(doomed):
+            if k and replica_manager.monotonic() > deadline and self._loop is not None:
+                self._loop.call_soon(self._delete_logs, doomed[k:])
+                return
+            if self.logs.get(name, partition) is plog:
+                self.logs.delete(name, partition)
 
     def _apply_topic_configs(self, topic: str | None = None) -> None:
         """Give open logs their topic's configs (logs recovered at start open with defaults)."""

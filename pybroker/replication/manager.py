@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,6 +84,14 @@ class Replica:
         return self.log.high_watermark < self.leader_epoch_start_offset
 
 
+# One pass of sync_roles opens new logs and takes up leadership for at most this long (seconds
+# of the event loop); the rest continues in a later loop iteration, so a CreatePartitions of
+# thousands of partitions never stalls other clients (each takes ~1 ms: files, checkpoints).
+SYNC_ROLES_BUDGET_S = 0.01
+# the clock of that budget (a test may replace it)
+monotonic: Callable[[], float] = time.monotonic
+
+
 class ReplicaManager:
     def __init__(
         self,
@@ -111,6 +120,7 @@ class ReplicaManager:
         self._tasks: set[asyncio.Task] = set()
         self._isr_task: asyncio.Task | None = None
         self._stopped = False
+        self._deferred: set[tuple[str, int]] = set()  # left over by a pass, for the next
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -140,11 +150,18 @@ class ReplicaManager:
         """Bring the local replicas in line with the partition states in the metadata cache:
         every partition, or only ``topic``'s (a change of one topic touches only its own
         partitions; with thousands of partitions a full pass per event would dominate).
-        Nothing once stopped."""
+        Nothing once stopped.
+
+        Opening a new replica's log and becoming a leader touch files: a pass does them for
+        SYNC_ROLES_BUDGET_S at most and queues the rest of those partitions (never a step
+        down) for the next loop iteration, which takes them up in the same way; meanwhile
+        such a partition answers as not (yet) led here, as a partition still being set up
+        does on Kafka."""
         if self._stopped:
             return
         me = self.broker_id
         seen = set()
+        budget = _Budget(_running_loop() is not None)
         if topic is None:
             topics = list(self.cluster.topics.items())
         else:
@@ -152,43 +169,77 @@ class ReplicaManager:
             topics = [(topic, info)] if info is not None else []
         for name, info in topics:
             for index, state in info.partitions.items():
-                if me not in state.replicas:
-                    continue
-                key = (name, index)
-                seen.add(key)
-                r = self.replicas.get(key)
-                if r is not None and other_incarnation(r.log.topic_id, info.topic_id):
-                    # the topic was deleted and created again: that replica's log belongs to
-                    # the old incarnation (open_log replaces it with an empty one)
-                    self._detach(self.replicas.pop(key))
-                    r = None
-                if r is None:
-                    r = Replica(name, index, self.open_log(name, index))
-                    self.replicas[key] = r
-                r.replicas = list(state.replicas)
-                if state.leader == me:
-                    if r.role != LEADER or r.leader_epoch != state.leader_epoch:
-                        self._become_leader(r, state)
-                    else:
-                        r.isr = list(state.isr)
-                        self._maybe_advance_hw(r)
-                elif state.leader >= 0 and state.leader in self.cluster.brokers:
-                    if (
-                        r.role != FOLLOWER
-                        or r.leader != state.leader
-                        or r.leader_epoch != state.leader_epoch
-                    ):
-                        self._become_follower(r, state)
-                    r.isr = list(state.isr)
-                else:
-                    if r.role != OFFLINE:
-                        log.info("%s-%d is offline (leader %d)", name, index, state.leader)
-                    self._detach(r)
-                    r.role, r.leader, r.leader_epoch = OFFLINE, state.leader, state.leader_epoch
-                    r.isr = list(state.isr)
+                if me in state.replicas:
+                    seen.add((name, index))
+                    self._sync_partition(name, index, info, state, budget)
         stale = [k for k in self.replicas if k not in seen and (topic is None or k[0] == topic)]
         for key in stale:
             self._detach(self.replicas.pop(key))
+        self._defer(budget.deferred)
+
+    def _sync_deferred(self) -> None:
+        """The partitions earlier passes left over, as they stand now."""
+        keys = list(self._deferred)
+        self._deferred.clear()
+        if self._stopped:
+            return
+        budget = _Budget(True)
+        for name, index in keys:
+            info = self.cluster.topics.get(name)
+            state = info.partitions.get(index) if info is not None else None
+            if state is not None and self.broker_id in state.replicas:
+                self._sync_partition(name, index, info, state, budget)
+        self._defer(budget.deferred)
+
+    def _defer(self, keys: list[tuple[str, int]]) -> None:
+        if not keys:
+            return
+        if not self._deferred:
+            asyncio.get_running_loop().call_soon(self._sync_deferred)
+        self._deferred.update(keys)
+
+    def _sync_partition(
+        self, name: str, index: int, info: Any, state: Any, budget: _Budget
+    ) -> None:
+        me = self.broker_id
+        key = (name, index)
+        r = self.replicas.get(key)
+        costly = (
+            r is None
+            or other_incarnation(r.log.topic_id, info.topic_id)
+            or (state.leader == me and (r.role != LEADER or r.leader_epoch != state.leader_epoch))
+        )
+        if costly and not budget.take(key):
+            return
+        if r is not None and other_incarnation(r.log.topic_id, info.topic_id):
+            # the topic was deleted and created again: that replica's log belongs to
+            # the old incarnation (open_log replaces it with an empty one)
+            self._detach(self.replicas.pop(key))
+            r = None
+        if r is None:
+            r = Replica(name, index, self.open_log(name, index))
+            self.replicas[key] = r
+        r.replicas = list(state.replicas)
+        if state.leader == me:
+            if r.role != LEADER or r.leader_epoch != state.leader_epoch:
+                self._become_leader(r, state)
+            else:
+                r.isr = list(state.isr)
+                self._maybe_advance_hw(r)
+        elif state.leader >= 0 and state.leader in self.cluster.brokers:
+            if (
+                r.role != FOLLOWER
+                or r.leader != state.leader
+                or r.leader_epoch != state.leader_epoch
+            ):
+                self._become_follower(r, state)
+            r.isr = list(state.isr)
+        else:
+            if r.role != OFFLINE:
+                log.info("%s-%d is offline (leader %d)", name, index, state.leader)
+            self._detach(r)
+            r.role, r.leader, r.leader_epoch = OFFLINE, state.leader, state.leader_epoch
+            r.isr = list(state.isr)
 
     def _detach(self, r: Replica) -> None:
         for f in self.fetchers.values():
@@ -247,8 +298,9 @@ class ReplicaManager:
             # queued; never append to or read from the log of the deleted incarnation
             if info is None or partition not in info.partitions:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            if self.broker_id in info.partitions[partition].replicas:
-                self.sync_roles(topic)
+            pending = (topic, partition) in self._deferred
+            if self.broker_id in info.partitions[partition].replicas and not pending:
+                self.sync_roles(topic)  # (a pass already due sets it up in its turn)
             r = self.replicas.get((topic, partition))
             if r is None:
                 raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -396,3 +448,28 @@ class ReplicaManager:
             if left <= 0:
                 return ErrorCode.REQUEST_TIMED_OUT
             await self.purgatory.wait_any([key], left)
+
+
+class _Budget:
+    """SYNC_ROLES_BUDGET_S of costly partition work for one pass (unbounded off a loop: no
+    later iteration would take the rest up); always at least one partition."""
+
+    def __init__(self, bounded: bool) -> None:
+        self.bounded = bounded
+        self.deadline = monotonic() + SYNC_ROLES_BUDGET_S
+        self.done = 0
+        self.deferred: list[tuple[str, int]] = []
+
+    def take(self, key: tuple[str, int]) -> bool:
+        if self.bounded and self.done and monotonic() > self.deadline:
+            self.deferred.append(key)
+            return False
+        self.done += 1
+        return True
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
