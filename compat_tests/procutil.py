@@ -8,12 +8,21 @@ import socket
 import subprocess
 import time
 
+_HANDED_OUT: set[int] = set()
+
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A TCP port on loopback that nothing listens on right now and that this process has not
+    handed out before: the kernel may give the same free port to two calls in a row, and a
+    cluster's brokers take theirs before any of them binds (a stopped broker keeps its port
+    for its restart), so two brokers once shared one and the restart failed."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def port_accepts(host: str, port: int, timeout: float = 0.5) -> bool:

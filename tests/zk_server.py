@@ -32,10 +32,19 @@ def zookeeper_available() -> bool:
     return os.path.exists(ZK_SERVER_SH) and shutil.which("java") is not None
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port this process has not handed out before (the kernel may give the
+    same free port to two calls in a row)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 class ZooKeeperServer:
