@@ -172,6 +172,7 @@ class Broker:
                 io_buffer_size=cfg.log_cleaner_io_buffer_size,
                 dedupe_buffer_load_factor=cfg.log_cleaner_io_buffer_load_factor,
                 backoff_ms=cfg.log_cleaner_backoff_ms,
+                use_process=True,
             ),
             self.clock,
             run_on_owner=self._run_on_loop,

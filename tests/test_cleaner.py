@@ -503,3 +503,77 @@ def test_stale_cleaned_file_does_not_undo_a_complete_swap(tmp_path, clock):
     got = read_log(mgr2.get("t", 0))
     assert set(expected) <= set(got)
     assert [o for o, _, _ in got] == sorted({o for o, _, _ in got})
+
+
+# -- the cleaner process (the broker's mode) -----------------------------------------------
+
+
+def test_a_clean_in_the_cleaner_process_equals_one_in_the_thread(tmp_path, clock):
+    """The broker hands the work on files to a spawned process (CleanerConfig.use_process),
+    so the event loop never waits for the GIL on it: same result, byte for byte."""
+    from pybroker.log.cleaner_job import CleanerProcess
+
+    logs = {}
+    for mode in ("thread", "process"):
+        _, plog, cleaner = make(tmp_path / mode, clock)
+        items = [(b"k%d" % (i % 11), None if i % 17 == 0 else b"v%d" % i) for i in range(300)]
+        write_keys(plog, items, per_batch=4, compression=COMPRESSION_GZIP)
+        plog.roll()
+        before = read_log(plog)
+        process = CleanerProcess("test-cleaner") if mode == "process" else None
+        try:
+            for _ in range(20):
+                if cleaner.clean_filthiest(None, process) is None:
+                    break
+        finally:
+            if process is not None:
+                process.close()
+        after = read_log(plog)
+        assert after == [r for r in latest_per_key(before)], mode
+        logs[mode] = b"".join(
+            p.read_bytes() for p in sorted((tmp_path / mode / "t-0").glob("*.log"))
+        )
+    assert logs["thread"] == logs["process"]
+
+
+def test_stopping_the_cleaner_ends_a_clean_in_its_process(tmp_path, clock):
+    """stop() during a clean in the process: the process is killed, nothing is swapped, the
+    log reads as before, and a later clean (a new process) completes."""
+    import threading
+
+    from pybroker.log.cleaner_job import CleanerProcess
+
+    config = LogConfig(
+        segment_bytes=64 * 1024, cleanup_policy="compact", min_cleanable_dirty_ratio=0.01
+    )
+    _, plog, cleaner = make(tmp_path, clock, config=config)
+    items = [(b"k%d" % (i % 50), b"x" * 200) for i in range(20_000)]
+    write_keys(plog, items, per_batch=10)
+    plog.roll()
+    before = read_log(plog)
+    process = CleanerProcess("test-cleaner")
+    started = threading.Event()
+    real_run = process.run
+
+    def run(job, stopping):  # noqa: ANN001, ANN202
+        started.set()
+        return real_run(job, stopping)
+
+    process.run = run
+    stopper = threading.Thread(target=lambda: (started.wait(30), cleaner._stop.set()))
+    stopper.start()
+    try:
+        assert cleaner.clean_filthiest(None, process) is None  # abandoned
+    finally:
+        stopper.join()
+        process.close()
+    assert read_log(plog) == before
+    assert not list((tmp_path / "t-0").glob("*.swap"))
+    cleaner._stop.clear()
+    process = CleanerProcess("test-cleaner")
+    try:
+        while cleaner.clean_filthiest(None, process) is not None:
+            pass
+    finally:
+        process.close()
+    assert read_log(plog) == latest_per_key(before)

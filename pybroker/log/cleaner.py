@@ -3,13 +3,15 @@ LogCleaner, LogCleanerManager and Cleaner).
 
 Contract (docs/internals.md has the summary):
 
-* Threads: ``log.cleaner.threads`` threads (none when ``log.cleaner.enable`` is false) do all
-  the reading, deduplicating and writing; the event loop never waits on them.  The one
-  handoff is the swap: a thread asks the owner of the logs (``run_on_owner``: the event loop
-  in the broker, a direct call in tests) to put the cleaned segment in place of the old
-  ones (:meth:`PartitionLog.replace_segments`: renames and a list update, no I/O beyond
-  that), and to read the producer state.  A clean that finds the log changed under it
-  (retention, truncation, deletion) is dropped and tried again later.
+* Threads and process: ``log.cleaner.threads`` threads (none when ``log.cleaner.enable`` is
+  false) choose the logs; each hands a clean's work on files (mapping keys, writing the
+  ``.cleaned`` segments: pybroker/log/cleaner_job.py) to a spawned process of its own
+  (``CleanerConfig.use_process``, the broker), so that pure-Python work never holds the
+  event loop's GIL; tests run it in the thread.  The one handoff to the owner of the logs
+  (``run_on_owner``: the event loop in the broker, a direct call in tests) is the swap of
+  each cleaned group (:meth:`PartitionLog.replace_segments`: renames and a list update) and
+  two reads (aborted transactions, producers' last batches).  A clean that finds the log
+  changed under it (retention, truncation, deletion) is dropped and tried again later.
 * Which log: per compacted log, the cleanable range runs from the first dirty offset (the
   ``cleaner-offset-checkpoint`` entry, or the log start) to the first uncleanable offset:
   the smallest of the active segment's base offset, the high watermark (the last stable
@@ -20,7 +22,7 @@ Contract (docs/internals.md has the summary):
   max.compaction.lag.ms is cleaned whatever its ratio; when none qualifies, a log with
   tombstones whose delete horizon has passed is cleaned.  Nothing to do: sleep
   ``log.cleaner.backoff.ms``.
-* A clean: the offset map (key hash -> latest offset; MD5 of the key, 24 bytes an entry,
+* A clean (cleaner_job.py): the offset map (key hash -> latest offset; MD5 of the key, 24 bytes an entry,
   ``log.cleaner.dedupe.buffer.size / threads`` bytes at load factor 0.9, as Kafka's
   SkimpyOffsetMap) is filled from the dirty range; when it fills up, the clean stops at the
   last offset mapped and the rest waits for the next pass.  Then every segment from the log
@@ -46,9 +48,9 @@ Contract (docs/internals.md has the summary):
   segment's index); once none does, the first clean that sees it stamps its delete horizon
   (now + delete.retention.ms, KIP-534 bit 6) and a clean after the horizon drops it.  Markers
   of other control types are kept.
-* Crash safety (Kafka's file protocol): the group's cleaned segment is written as
-  ``<base>.{log,index,timeindex}.cleaned`` and fsynced, renamed to ``.swap`` (the .log
-  first), the old segments' files are renamed to ``.deleted``, then the ``.swap`` suffix
+* Crash safety (Kafka's file protocol): each group's cleaned segment is written as
+  ``<base>.{log,index,timeindex}.cleaned`` and fsynced; then, group by group in offset
+  order, it is renamed to ``.swap`` (the .log first), the old segments' files are renamed to ``.deleted``, then the ``.swap`` suffix
   is dropped.  PartitionLog's recovery (``_complete_swaps``) finishes or rolls back a clean
   interrupted anywhere.  After all groups of a clean, ``cleaner-offset-checkpoint`` (Kafka's
   OffsetCheckpointFile format, in the log dir) records the new first dirty offset; a crash
@@ -60,30 +62,31 @@ Contract (docs/internals.md has the summary):
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pybroker.clock import SYSTEM_CLOCK, Clock
-from pybroker.log.compacted_records import (
-    empty_batch,
-    has_delete_horizon,
-    read_records,
-    rebuild_batch,
+from pybroker.log.cleaner_job import (
+    CleanAborted,
+    CleanedGroup,
+    CleanerProcess,
+    CleanJob,
+    OffsetMap,
+    SegmentRef,
+    first_header,
+    run_clean_job,
+    segment_paths,
 )
 from pybroker.log.manager import LogManager, read_checkpoint, write_checkpoint
 from pybroker.log.partition_log import PartitionLog
 from pybroker.log.segment import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment
-from pybroker.log.txn_index import AbortedTxn, TransactionIndex
-from pybroker.wire.control_records import read_end_txn_marker
-from pybroker.wire.records import BatchHeader, InvalidRecordError, unpack_header
+
+__all__ = ["CleanAborted", "CleanStats", "CleanerConfig", "LogCleaner", "OffsetMap"]
 
 log = logging.getLogger("pybroker.log.cleaner")
 
@@ -108,45 +111,15 @@ class CleanerConfig:
     io_buffer_size: int = 512 * 1024
     dedupe_buffer_load_factor: float = 0.9
     backoff_ms: int = 15_000
+    # each thread hands the reading and writing to a process of its own (the broker): its
+    # pure-Python work then never holds the event loop's GIL.  Off: in the thread (tests).
+    use_process: bool = False
 
     @property
     def map_capacity(self) -> int:
         """Entries each thread's offset map holds (at the load factor)."""
         per_thread = min(self.dedupe_buffer_size // max(1, self.threads), INT32_MAX)
         return max(1, int(per_thread // BYTES_PER_ENTRY * self.dedupe_buffer_load_factor))
-
-
-class OffsetMap:
-    """key -> latest offset, bounded to ``capacity`` keys (Kafka's SkimpyOffsetMap: keys are
-    hashed, so a key's size does not count)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._map: dict[bytes, int] = {}
-        self.latest_offset = -1
-
-    @staticmethod
-    def _hash(key: bytes) -> bytes:
-        return hashlib.md5(key, usedforsecurity=False).digest()
-
-    def __len__(self) -> int:
-        return len(self._map)
-
-    def put(self, key: bytes, offset: int) -> bool:
-        """Map ``key`` to ``offset``; False (nothing changed) when full and ``key`` is new."""
-        h = self._hash(key)
-        if h not in self._map and len(self._map) >= self.capacity:
-            return False
-        self._map[h] = offset
-        self.latest_offset = offset
-        return True
-
-    def get(self, key: bytes) -> int:
-        return self._map.get(self._hash(key), -1)
-
-    def clear(self) -> None:
-        self._map.clear()
-        self.latest_offset = -1
 
 
 @dataclass
@@ -169,10 +142,6 @@ class CleanStats:
     map_full: bool = False
 
 
-class CleanAborted(Exception):
-    """The log changed under a clean (or the cleaner is stopping): nothing was swapped."""
-
-
 @dataclass
 class Cleanable:
     log: PartitionLog
@@ -188,66 +157,8 @@ class Cleanable:
         return self.dirty_bytes / total if total else 0.0
 
 
-class TxnCleaning:
-    """Kafka's CleanedTransactionMetadata for one pass over consecutive batches: which
-    transactional batches belong to an aborted transaction, and which markers have no data of
-    their transaction left in the batches seen."""
-
-    def __init__(self, aborted: list[AbortedTxn], cleaned_index: TransactionIndex | None = None):
-        self._aborted = deque(sorted(aborted, key=lambda t: t.first_offset))
-        self._ongoing_aborted: dict[int, list] = {}  # pid -> [AbortedTxn, last batch seen]
-        self._ongoing_committed: set[int] = set()
-        self.cleaned_index = cleaned_index
-
-    def _consume_up_to(self, offset: int) -> None:
-        while self._aborted and self._aborted[0].first_offset <= offset:
-            txn = self._aborted.popleft()
-            self._ongoing_aborted[txn.producer_id] = [txn, None]
-
-    def on_batch(self, h: BatchHeader) -> bool:
-        """A data batch: True if it belongs to an aborted transaction (to be dropped)."""
-        self._consume_up_to(h.last_offset)
-        if not h.is_transactional:
-            return False
-        state = self._ongoing_aborted.get(h.producer_id)
-        if state is not None:
-            state[1] = h.last_offset
-            return True
-        self._ongoing_committed.add(h.producer_id)
-        return False
-
-    def on_control(self, h: BatchHeader, data: bytes) -> bool:
-        """A control batch: True if it is a marker whose transaction has no data left in the
-        batches seen (it may go once its delete horizon passed)."""
-        self._consume_up_to(h.last_offset)
-        if h.records_count == 0:
-            return True  # emptied by an earlier clean
-        try:
-            marker = read_end_txn_marker(data)
-        except InvalidRecordError:
-            return False
-        if marker is None:
-            return False  # another control type: kept
-        if marker.committed:
-            if h.producer_id in self._ongoing_committed:
-                self._ongoing_committed.discard(h.producer_id)
-                return False
-            return True
-        state = self._ongoing_aborted.pop(h.producer_id, None)
-        if state is not None and state[1] is not None:
-            if self.cleaned_index is not None:
-                self.cleaned_index.append(state[0])
-            return False
-        return True
-
-
 def _direct(fn: Callable[[], T]) -> T:
     return fn()
-
-
-@dataclass
-class _Group:
-    segments: list[LogSegment] = field(default_factory=list)
 
 
 class LogCleaner:
@@ -284,7 +195,7 @@ class LogCleaner:
             return
         for i in range(self.config.threads):
             t = threading.Thread(
-                target=self._run, name=f"pybroker-log-cleaner-thread-{i}", daemon=True
+                target=self._run, args=(i,), name=f"pybroker-log-cleaner-thread-{i}", daemon=True
             )
             t.start()
             self._threads.append(t)
@@ -300,17 +211,26 @@ class LogCleaner:
     def wake(self) -> None:
         self._wake.set()
 
-    def _run(self) -> None:
-        offset_map = OffsetMap(self.config.map_capacity)
-        while not self._stop.is_set():
-            cleaned = False
-            try:
-                cleaned = self.clean_filthiest(offset_map) is not None
-            except Exception:
-                log.exception("log cleaner failed")
-            if not cleaned:
-                self._wake.wait(self.config.backoff_ms / 1000.0)
-                self._wake.clear()
+    def _run(self, i: int) -> None:
+        process = None
+        if self.config.use_process:
+            process = CleanerProcess(f"pybroker-log-cleaner-{i}")
+            offset_map = None  # (the process holds it)
+        else:
+            offset_map = OffsetMap(self.config.map_capacity)
+        try:
+            while not self._stop.is_set():
+                cleaned = False
+                try:
+                    cleaned = self.clean_filthiest(offset_map, process) is not None
+                except Exception:
+                    log.exception("log cleaner failed")
+                if not cleaned:
+                    self._wake.wait(self.config.backoff_ms / 1000.0)
+                    self._wake.clear()
+        finally:
+            if process is not None:
+                process.close()
 
     # -- choosing a log -------------------------------------------------------------------------
 
@@ -356,7 +276,7 @@ class LogCleaner:
             elif end <= bound:
                 dirty_bytes += seg.size
                 if earliest_dirty_ts is None and seg.size:
-                    h = _first_header(seg)
+                    h = first_header(seg)
                     if h is not None:
                         earliest_dirty_ts = h.base_timestamp
         need_now = (
@@ -397,16 +317,19 @@ class LogCleaner:
                 self._in_progress.add(key)
         return pick
 
-    def clean_filthiest(self, offset_map: OffsetMap | None = None) -> CleanStats | None:
-        """Clean the filthiest log once; None when no log needed it."""
+    def clean_filthiest(
+        self, offset_map: OffsetMap | None = None, process: CleanerProcess | None = None
+    ) -> CleanStats | None:
+        """Clean the filthiest log once (the work in ``process`` if given); None when no
+        log needed it."""
         pick = self.grab_filthiest(self.clock.time_ms())
         if pick is None:
             return None
         key = (pick.log.topic, pick.log.partition)
         try:
-            if offset_map is None:
+            if offset_map is None and process is None:
                 offset_map = OffsetMap(self.config.map_capacity)
-            return self.clean(pick, offset_map)
+            return self.clean(pick, offset_map, process)
         except CleanAborted as e:
             log.info("clean of %s-%s abandoned: %s", key[0], key[1], e)
             return None
@@ -434,33 +357,43 @@ class LogCleaner:
         if self._stop.is_set():
             raise CleanAborted("the cleaner is stopping")
 
-    def clean(self, c: Cleanable, offset_map: OffsetMap) -> CleanStats:
-        """One clean of ``c.log`` (Kafka's Cleaner.doClean)."""
+    def clean(
+        self,
+        c: Cleanable,
+        offset_map: OffsetMap | None = None,
+        process: CleanerProcess | None = None,
+    ) -> CleanStats:
+        """One clean of ``c.log`` (Kafka's Cleaner.doClean): the work on files
+        (pybroker/log/cleaner_job.py) here or in ``process``, then each group's swap."""
         plog = c.log
         started = time.monotonic()
         now = self.clock.time_ms()
         stats = CleanStats(plog.topic, plog.partition, c.ratio, c.first_dirty, started_ms=now)
         segments = list(plog.segments)[:-1]
-        offset_map.clear()
-        end = self._build_offset_map(segments, c.first_dirty, c.first_uncleanable, offset_map, plog)
-        stats.map_full = end < c.first_uncleanable
-        stats.end_offset = end
-        last_batches: dict[int, int] = self.run_on_owner(
-            lambda: {
-                pid: e.batches[-1].last_offset
-                for pid, e in plog.producer_state.producers.items()
-                if e.batches
-            }
-        )
-        to_clean = [s for s in segments if s.base_offset < end]
-        horizons: list[int] = []
-        for group in self._group_segments(plog, to_clean, segments):
-            self._clean_group(plog, group, offset_map, last_batches, now, stats, horizons)
+        job = self._job(c, segments, now)
+        if process is not None:
+            result = process.run(job, self._stop.is_set)
+        else:
+            result = run_clean_job(job, offset_map, self._check_stop)
+        stats.map_full = result.end_offset < c.first_uncleanable
+        stats.end_offset = result.end_offset
+        for name, value in vars(result.stats).items():
+            setattr(stats, name, value)
+        by_base = {seg.base_offset: seg for seg in segments}
+        for k, group in enumerate(result.groups):
+            try:
+                self._swap(plog, group, [by_base[b] for b in group.replaced])
+            except Exception:
+                for later in result.groups[k + 1 :]:  # written, never to be swapped
+                    for path in segment_paths(plog.directory, later.base_offset, CLEANED_SUFFIX):
+                        path.unlink(missing_ok=True)
+                raise
+            stats.segments_out += 1
         key = (plog.topic, plog.partition)
         with self._lock:
-            self.checkpoints[key] = end
-            if horizons:
-                self.delete_horizons[key] = min(horizons)
+            self.checkpoints[key] = result.end_offset
+            if result.horizons:
+                self.delete_horizons[key] = min(result.horizons)
             else:
                 self.delete_horizons.pop(key, None)
         self.write_checkpoint()
@@ -488,147 +421,61 @@ class LogCleaner:
         )
         return stats
 
-    def _aborted_transactions(self, plog: PartitionLog) -> Callable[[int, int], list[AbortedTxn]]:
-        def collect(start: int, end: int) -> list[AbortedTxn]:
-            return self.run_on_owner(lambda: plog.collect_aborted_transactions(start, end))
-
-        return collect
-
-    def _build_offset_map(
-        self,
-        segments: list[LogSegment],
-        start: int,
-        bound: int,
-        offset_map: OffsetMap,
-        plog: PartitionLog | None = None,
-    ) -> int:
-        """Map the keys of [start, bound), leaving out aborted transactional batches and
-        control batches; returns the end of the range mapped (the map's last offset + 1 when
-        it filled up, else ``bound``)."""
-        aborted = [] if plog is None else self._aborted_transactions(plog)(start, bound)
-        txns = TxnCleaning(aborted)
-        for i, seg in enumerate(segments):
-            seg_end = segments[i + 1].base_offset if i + 1 < len(segments) else seg.next_offset
-            if seg_end <= start or seg.base_offset >= bound:
-                continue
-            for h, data in _batches(seg):
-                self._check_stop()
-                if h.base_offset >= bound:
-                    break
-                if h.last_offset < start:
-                    continue
-                if h.is_control:
-                    txns.on_control(h, data)
-                    continue
-                if txns.on_batch(h):
-                    continue
-                _, records = read_records(data, self._check_stop)
-                for n, r in enumerate(records):
-                    if n % 64 == 63:
-                        self._check_stop()
-                    if r.offset < start or r.key is None:
-                        continue
-                    if not offset_map.put(r.key, r.offset):
-                        return offset_map.latest_offset + 1
-        # every record below the bound was looked at: none of them is "past the map"
-        offset_map.latest_offset = max(offset_map.latest_offset, bound - 1)
-        return bound
-
-    def _group_segments(
-        self, plog: PartitionLog, to_clean: list[LogSegment], segments: list[LogSegment]
-    ) -> list[list[LogSegment]]:
-        """Kafka's groupSegmentsBySize: consecutive segments whose sizes add up to at most
-        segment.bytes, whose indexes would fit segment.index.bytes, and whose offsets span
-        less than 2**31."""
+    def _job(self, c: Cleanable, segments: list[LogSegment], now: int) -> CleanJob:
+        """What the work on files needs, as plain values (asking the owner of the log for
+        its aborted transactions and its producers' last batches)."""
+        plog = c.log
+        refs = [SegmentRef(s.base_offset, s.log_path, s.size, s.next_offset) for s in segments]
+        start = refs[0].base_offset if refs else c.first_dirty
+        upper = c.first_uncleanable
+        if len(plog.segments) > len(segments):
+            upper = max(upper, plog.segments[len(segments)].base_offset)
+        aborted = self.run_on_owner(lambda: plog.collect_aborted_transactions(start, upper))
+        last_batches: dict[int, int] = self.run_on_owner(
+            lambda: {
+                pid: e.batches[-1].last_offset
+                for pid, e in plog.producer_state.producers.items()
+                if e.batches
+            }
+        )
         cfg = plog.config
-        groups: list[list[LogSegment]] = []
-        position = {id(seg): k for k, seg in enumerate(segments)}
-        i = 0
-        while i < len(to_clean):
-            group = [to_clean[i]]
-            size = to_clean[i].size
-            index_bytes = _index_estimate(to_clean[i], cfg.index_interval_bytes)
-            i += 1
-            while i < len(to_clean):
-                seg = to_clean[i]
-                nxt = position[id(seg)] + 1
-                last = (segments[nxt].base_offset if nxt < len(segments) else seg.next_offset) - 1
-                if (
-                    size + seg.size > cfg.segment_bytes
-                    or index_bytes + _index_estimate(seg, cfg.index_interval_bytes)
-                    > cfg.max_index_bytes
-                    or last - group[0].base_offset > INT32_MAX
-                ):
-                    break
-                group.append(seg)
-                size += seg.size
-                index_bytes += _index_estimate(seg, cfg.index_interval_bytes)
-                i += 1
-            groups.append(group)
-        return groups
+        return CleanJob(
+            directory=plog.directory,
+            segments=refs,
+            first_dirty=c.first_dirty,
+            first_uncleanable=c.first_uncleanable,
+            map_capacity=self.config.map_capacity,
+            segment_bytes=cfg.segment_bytes,
+            index_interval_bytes=cfg.index_interval_bytes,
+            max_index_bytes=cfg.max_index_bytes,
+            delete_retention_ms=cfg.delete_retention_ms,
+            io_buffer_size=self.config.io_buffer_size,
+            aborted=aborted,
+            last_batches=last_batches,
+            now=now,
+        )
 
-    def _clean_group(
-        self,
-        plog: PartitionLog,
-        group: list[LogSegment],
-        offset_map: OffsetMap,
-        last_batches: dict[int, int],
-        now: int,
-        stats: CleanStats,
-        horizons: list[int],
-    ) -> None:
-        base = group[0].base_offset
-        for suffix in (CLEANED_SUFFIX, SWAP_SUFFIX):
-            for p in _segment_paths(plog.directory, base, suffix):
-                p.unlink(missing_ok=True)
+    def _swap(self, plog: PartitionLog, group: CleanedGroup, old: list[LogSegment]) -> None:
+        """Put the group's ``.cleaned`` segment in place of ``old`` (Kafka's
+        replaceSegments): rename it to ``.swap``, then the owner swaps it in."""
+        step = self._step
         cleaned = LogSegment(
             plog.directory,
-            base,
+            group.base_offset,
             index_interval_bytes=plog.config.index_interval_bytes,
             max_index_bytes=plog.config.max_index_bytes,
             file_suffix=CLEANED_SUFFIX,
         )
         swapped = False
-        step = self._step
         try:
-            position = {id(seg): k for k, seg in enumerate(plog.segments)}
-            last = group[-1]
-            k = position.get(id(last))
-            upper = (
-                plog.segments[k + 1].base_offset
-                if k is not None and k + 1 < len(plog.segments)
-                else last.next_offset
-            )
-            txns = TxnCleaning(self._aborted_transactions(plog)(base, upper), cleaned.txn_index)
-            out = bytearray()
-            out_headers: list[BatchHeader] = []
-            for seg in group:
-                stats.segments_in += 1
-                for h, data in _batches(seg):
-                    self._check_stop()
-                    stats.bytes_read += h.size
-                    kept = self._filter_batch(
-                        h, data, offset_map, last_batches, plog, now, stats, horizons, txns
-                    )
-                    if kept is None:
-                        continue
-                    out_headers.append(unpack_header(kept)._replace(position=len(out)))
-                    out += kept
-                    if len(out) >= self.config.io_buffer_size:
-                        cleaned.append_batches(out, out_headers)
-                        stats.bytes_written += len(out)
-                        out, out_headers = bytearray(), []
-            cleaned.append_batches(out, out_headers)
-            stats.bytes_written += len(out)
-            cleaned.flush()
+            cleaned.load(self.clock.time_ms())
             step("cleaned written")
             cleaned.change_file_suffixes(
                 CLEANED_SUFFIX, SWAP_SUFFIX, on_rename=lambda p: step(f"renamed to {p.name}")
             )
-            swapped = self.run_on_owner(lambda: plog.replace_segments(cleaned, group, step=step))
+            swapped = self.run_on_owner(lambda: plog.replace_segments(cleaned, old, step=step))
             if not swapped:
                 raise CleanAborted("the log changed during the clean")
-            stats.segments_out += 1
             step("swapped")
         except Exception:
             # (a BaseException is a simulated kill in the tests: files stay as they are)
@@ -636,83 +483,6 @@ class LogCleaner:
                 cleaned.delete_files()
             raise
         cleaned.release()
-
-    def _filter_batch(
-        self,
-        h: BatchHeader,
-        data: bytes,
-        offset_map: OffsetMap,
-        last_batches: dict[int, int],
-        plog: PartitionLog,
-        now: int,
-        stats: CleanStats,
-        horizons: list[int],
-        txns: TxnCleaning | None = None,
-    ) -> bytes | None:
-        """The batch as the clean leaves it: unchanged, rewritten, empty, or gone (None)."""
-        txns = txns or TxnCleaning([])
-        if h.is_control:
-            stats.records_read += h.records_count
-            if not txns.on_control(h, data):
-                return data
-            # no data of its transaction left: gone once its delete horizon has passed
-            if has_delete_horizon(h):
-                if now >= h.base_timestamp:
-                    stats.records_removed += h.records_count
-                    return None
-                horizons.append(h.base_timestamp)
-                return data
-            if h.records_count == 0:
-                return None
-            horizon = now + plog.config.delete_retention_ms
-            horizons.append(horizon)
-            _, records = read_records(data, self._check_stop)
-            return rebuild_batch(h, records, delete_horizon_ms=horizon)
-        last_of_producer = h.has_producer_id and last_batches.get(h.producer_id) == h.last_offset
-        if txns.on_batch(h):  # data of an aborted transaction
-            stats.records_read += h.records_count
-            stats.records_removed += h.records_count
-            if last_of_producer:
-                stats.batches_emptied += 1
-                return empty_batch(h)
-            return None
-        _, records = read_records(data, self._check_stop)
-        stats.records_read += len(records)
-        if not records:  # an empty batch kept for its producer: only while it is the last
-            return data if last_of_producer else None
-        has_horizon = has_delete_horizon(h)
-        retain_deletes = not has_horizon or now < h.base_timestamp
-        kept = []
-        tombstones = False
-        for n, r in enumerate(records):
-            if n % 64 == 63:
-                self._check_stop()
-            if r.offset > offset_map.latest_offset:
-                keep = True
-            elif r.key is None:
-                keep = False
-            else:
-                keep = r.offset >= offset_map.get(r.key) and (r.has_value or retain_deletes)
-            if keep:
-                kept.append(r)
-                tombstones |= not r.has_value
-            elif not r.has_value:
-                stats.tombstones_removed += 1
-        stats.records_removed += len(records) - len(kept)
-        set_horizon = tombstones and not has_horizon
-        horizon = now + plog.config.delete_retention_ms if set_horizon else None
-        if tombstones:
-            horizons.append(horizon if horizon is not None else h.base_timestamp)
-        if len(kept) == len(records) and not set_horizon:
-            return data
-        if kept:
-            if not set_horizon and has_horizon:
-                horizon = h.base_timestamp  # keep the horizon stamped by an earlier clean
-            return rebuild_batch(h, kept, delete_horizon_ms=horizon, every_64=self._check_stop)
-        if last_of_producer:
-            stats.batches_emptied += 1
-            return empty_batch(h)
-        return None
 
     # -- the checkpoint -------------------------------------------------------------------------
 
@@ -724,56 +494,3 @@ class LogCleaner:
                 del self.checkpoints[key]
             entries = sorted((t, p, o) for (t, p), o in self.checkpoints.items())
             write_checkpoint(self.checkpoint_path, entries)
-
-
-def _segment_paths(directory: Path, base: int, suffix: str) -> list[Path]:
-    return [
-        directory / f"{base:020d}{ext}{suffix}"
-        for ext in (".log", ".index", ".timeindex", ".txnindex")
-    ]
-
-
-def _index_estimate(seg: LogSegment, interval: int) -> int:
-    return (seg.size // max(1, interval) + 1) * 12
-
-
-def _first_header(seg: LogSegment) -> BatchHeader | None:
-    try:
-        fd = os.open(seg.log_path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        data = os.pread(fd, 61, 0)
-    finally:
-        os.close(fd)
-    return unpack_header(data) if len(data) == 61 else None
-
-
-def _batches(seg: LogSegment):  # noqa: ANN202
-    """(header, bytes) of every batch of ``seg``, read through a descriptor of our own (the
-    owner may release the segment's meanwhile); CleanAborted if the files went away."""
-    try:
-        fd = os.open(seg.log_path, os.O_RDONLY)
-    except FileNotFoundError as e:
-        raise CleanAborted(f"{seg.log_path} is gone") from e
-    try:
-        size = min(seg.size, os.fstat(fd).st_size)
-        pos = 0
-        chunk = b""
-        chunk_pos = 0
-        while pos < size:
-            rel = pos - chunk_pos
-            if rel + 61 > len(chunk):
-                chunk = os.pread(fd, max(1 << 20, 61), pos)
-                chunk_pos, rel = pos, 0
-            h = unpack_header(chunk, rel)
-            if h.batch_length < 49:
-                raise InvalidRecordError(2, f"bad batch at {pos} in {seg.log_path}")
-            if rel + h.size > len(chunk):
-                chunk = os.pread(fd, max(1 << 20, h.size), pos)
-                chunk_pos, rel = pos, 0
-            data = bytes(chunk[rel : rel + h.size])
-            yield h._replace(position=pos), data
-            pos += h.size
-    finally:
-        os.close(fd)
