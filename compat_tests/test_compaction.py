@@ -1,7 +1,8 @@
-"""Log compaction with a real client (issue 11): kafka-python writes 20,000 records over 500
-keys, with tombstones, to a compacted topic small enough to be cleaned while it is written;
-a consumer from offset 0 then sees exactly the latest value of each live key, in offset
-order, with gaps."""
+"""Log compaction with real clients (issue 11): kafka-python or confluent-kafka (idempotent,
+gzip) writes 100,000 records over 1,000 keys, with tombstones, to a compacted topic small
+enough to be cleaned while it is written; consumers from offset 0 (kafka-python and
+librdkafka) then see exactly the latest value of each live key, in offset order, with gaps,
+and the producer carries on after the cleans."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ import random
 import time
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
 from compat_tests.helpers import assign_consumer, unique_topic
 
-KEYS = 500
-RECORDS = 20_000
+KEYS = 1_000
+RECORDS = 100_000
 
 
 def consume_all(bootstrap: str, topic: str, settle_s: float = 1.0) -> list:
@@ -61,8 +62,58 @@ def consume_all_librdkafka(bootstrap: str, topic: str, settle_s: float = 1.5) ->
     return got
 
 
+class Writer:
+    """One idempotent gzip producer, kafka-python's or librdkafka's, all to partition 0."""
+
+    def __init__(self, kind: str, bootstrap: str, topic: str) -> None:
+        self.kind, self.topic = kind, topic
+        self.errors: list[str] = []
+        if kind == "kafka-python":  # idempotent by default
+            self.p = KafkaProducer(
+                bootstrap_servers=bootstrap, compression_type="gzip", linger_ms=5, batch_size=4000
+            )
+        else:
+            self.p = Producer(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "enable.idempotence": True,
+                    "compression.type": "gzip",
+                    "linger.ms": 5,
+                    "batch.size": 4000,
+                }
+            )
+
+    def _delivered(self, err, _msg) -> None:  # noqa: ANN001
+        if err is not None:
+            self.errors.append(str(err))
+
+    def send(self, key: bytes, value: bytes | None) -> None:
+        if self.kind == "kafka-python":
+            self.p.send(self.topic, key=key, value=value, partition=0)
+            return
+        while True:
+            try:
+                self.p.produce(self.topic, value, key, partition=0, on_delivery=self._delivered)
+                break
+            except BufferError:
+                self.p.poll(0.05)
+        self.p.poll(0)
+
+    def flush(self) -> None:
+        if self.kind == "kafka-python":
+            self.p.flush()
+        else:
+            assert self.p.flush(60) == 0
+        assert not self.errors, self.errors[:3]
+
+    def close(self) -> None:
+        if self.kind == "kafka-python":
+            self.p.close()
+
+
 @pytest.mark.broker_overrides({"log.cleaner.backoff.ms": 100})
-def test_kafka_python_compacted_topic(broker):
+@pytest.mark.parametrize("writer", ["kafka-python", "confluent-kafka"])
+def test_compacted_topic_written_by(broker, writer):
     topic = unique_topic("compact")
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, client_id="compat-admin")
     try:
@@ -89,34 +140,33 @@ def test_kafka_python_compacted_topic(broker):
         admin.close()
 
     rng = random.Random(11)
-    keys = [b"key-%03d" % i for i in range(KEYS)]
+    keys = [b"key-%04d" % i for i in range(KEYS)]
     dead = set(rng.sample(keys, KEYS // 10))
-    producer = KafkaProducer(
-        bootstrap_servers=broker.bootstrap, compression_type="gzip", linger_ms=5, batch_size=4000
-    )  # idempotent by default
+    producer = Writer(writer, broker.bootstrap, topic)
     latest: dict[bytes, bytes | None] = {}
     sent = 0
     for i in range(RECORDS - 1 - len(dead) - (KEYS - len(dead))):
         key = rng.choice(keys)
         value = None if rng.random() < 0.05 else b"value-%d" % i
-        producer.send(topic, key=key, value=value, partition=0)
+        producer.send(key, value)
         latest[key] = value
         sent += 1
     for key in sorted(dead):  # the dead keys end with a tombstone
-        producer.send(topic, key=key, value=None, partition=0)
+        producer.send(key, None)
         latest[key] = None
         sent += 1
     for key in keys:  # a last pass over the live keys spans several segments
         if key not in dead:
             value = b"final-%s-%s" % (key, rng.randbytes(64).hex().encode())  # no gzip gain
-            producer.send(topic, key=key, value=value, partition=0)
+            producer.send(key, value)
             latest[key] = value
             sent += 1
     producer.flush()
     # the active segment is never cleaned: once segment.ms passed, one more record rolls it,
     # so that everything written so far can be cleaned
     time.sleep(1.5)
-    producer.send(topic, key=b"roll", value=b"1", partition=0).get(timeout=30)
+    producer.send(b"roll", b"1")
+    producer.flush()
     latest[b"roll"] = b"1"
     sent += 1
     assert sent == RECORDS
@@ -139,7 +189,8 @@ def test_kafka_python_compacted_topic(broker):
     ]
 
     # the idempotent producer carries on after the cleans (its state survived them)
-    producer.send(topic, key=b"after", value=b"clean", partition=0).get(timeout=30)
+    producer.send(b"after", b"clean")
+    producer.flush()
     producer.close()
     after = consume_all(broker.bootstrap, topic)
     assert after[-1].key == b"after" and after[-1].offset == RECORDS
