@@ -194,8 +194,27 @@ def test_dedupe_buffer_smaller_than_the_key_set(tmp_path, clock):
 
 
 def test_map_capacity_from_the_dedupe_buffer():
-    cfg = CleanerConfig(threads=2, dedupe_buffer_size=24 * 1000)
+    cfg = CleanerConfig(threads=2, dedupe_buffer_size=128 * 1000)
     assert cfg.map_capacity == 450  # 500 entries a thread at load factor 0.9
+
+
+def test_a_full_offset_map_stays_within_the_dedupe_buffer():
+    """log.cleaner.dedupe.buffer.size bounds the memory of the map, as in Kafka: a map
+    filled to its capacity takes no more than the buffer (here 4 MiB, one thread)."""
+    import tracemalloc
+
+    cfg = CleanerConfig(threads=1, dedupe_buffer_size=4 * 1024 * 1024)
+    m = OffsetMap(cfg.map_capacity)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(cfg.map_capacity + 10):
+            m.put(b"key-%d" % i, 10**12 + i)
+        used = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(m) == cfg.map_capacity
+    assert used <= cfg.dedupe_buffer_size, used
 
 
 def test_committed_transactions_are_compacted_and_their_marker_kept(tmp_path, clock):
