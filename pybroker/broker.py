@@ -160,6 +160,7 @@ class Broker:
             min_insync_replicas=self._min_insync_replicas,
             open_log=self.partition_log,
             fetcher_factory=ReplicaFetcher,
+            inter_broker_listener=cfg.inter_broker_listener,
         )
         self._apply_topic_configs()
         self._loop = asyncio.get_running_loop()

@@ -119,6 +119,7 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
         _protocol_map(DEFAULT_PROTOCOL_MAP),
     ),
     "security.inter.broker.protocol": ("security_inter_broker_protocol", str, "PLAINTEXT"),
+    "inter.broker.listener.name": ("inter_broker_listener_name", str, None),
     "log.dirs": ("log_dirs", str, None),
     "log.dir": ("log_dir", str, None),
     "zookeeper.connect": ("zookeeper_connect", str, None),
@@ -227,6 +228,7 @@ class Config:
         DEFAULT_PROTOCOL_MAP
     )
     security_inter_broker_protocol: str = "PLAINTEXT"
+    inter_broker_listener_name: str | None = None
     warnings: tuple[str, ...] = ()
     explicit_keys: frozenset[str] = frozenset()  # keys set in the file or by --override
 
@@ -254,6 +256,14 @@ class Config:
     @property
     def advertised(self) -> tuple[Endpoint, ...]:
         return self.advertised_listeners or self.listeners
+
+    @property
+    def inter_broker_listener(self) -> str:
+        """The listener other brokers reach this one on (Kafka's interBrokerListenerName:
+        inter.broker.listener.name, else the listener named after
+        security.inter.broker.protocol)."""
+        name = self.inter_broker_listener_name or self.security_inter_broker_protocol
+        return name.strip().upper()
 
     def security_protocol(self, listener: str) -> str | None:
         """The security protocol of a listener name (listener.security.protocol.map)."""
@@ -330,6 +340,24 @@ def _validate_security(cfg: Config) -> None:
         raise ConfigError(
             f"configuration key 'security.inter.broker.protocol' asks for "
             f"{cfg.security_inter_broker_protocol}: {NOT_YET_SECURE}"
+        )
+    if cfg.inter_broker_listener_name is not None:
+        if "security.inter.broker.protocol" in cfg.explicit_keys:
+            raise ConfigError(
+                "Only one of inter.broker.listener.name and security.inter.broker.protocol "
+                "should be set."
+            )
+    names = [e.listener for e in cfg.advertised]
+    if cfg.inter_broker_listener not in names:
+        key = (
+            "inter.broker.listener.name"
+            if cfg.inter_broker_listener_name is not None
+            else "security.inter.broker.protocol"
+        )
+        raise ConfigError(
+            f"invalid value for configuration key {key!r}: inter.broker.listener.name must be "
+            f"a listener name defined in advertised.listeners. The valid options based on "
+            f"currently configured listeners are {','.join(names)}"
         )
 
 

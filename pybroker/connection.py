@@ -32,8 +32,15 @@ MAX_QUEUED_FRAMES = 16
 
 
 class KafkaConnection(asyncio.Protocol):
-    def __init__(self, services: Any, max_request_bytes: int, on_close: Any = None) -> None:
+    def __init__(
+        self,
+        services: Any,
+        max_request_bytes: int,
+        on_close: Any = None,
+        listener: str | None = None,
+    ) -> None:
         self.services = services
+        self.listener = listener  # the name of the listener it was accepted on
         self.decoder = FrameDecoder(max_request_bytes)
         self.max_request_bytes = max_request_bytes
         self.frames: collections.deque[bytearray] = collections.deque()
@@ -191,6 +198,7 @@ class KafkaConnection(asyncio.Protocol):
             correlation_id=correlation_id,
             client_id=header.get("client_id"),
             peer=self.peer,
+            listener=self.listener,
         )
         try:
             response = await reg.fn(ctx, body)

@@ -49,13 +49,17 @@ class KafkaServer:
         self._out_of_resources = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self.bound: list[tuple[str, int]] = []
+        self._listener_of: dict[int, str] = {}  # listening socket's fd -> listener name
 
-    def _new_connection(self) -> asyncio.Protocol:
+    def _new_connection(self, listener: str | None = None) -> asyncio.Protocol:
         if len(self.connections) >= self.max_connections:
             log.warning("max.connections=%d reached; refusing a connection", self.max_connections)
             return _Refused()
         conn = KafkaConnection(
-            self.services, self.max_request_bytes, on_close=self.connections.discard
+            self.services,
+            self.max_request_bytes,
+            on_close=self.connections.discard,
+            listener=listener,
         )
         self.connections.add(conn)
         return conn
@@ -66,6 +70,7 @@ class KafkaServer:
             for ep in self.endpoints:
                 for sock in await _listen(loop, ep.host or None, ep.port):
                     self._sockets.append(sock)
+                    self._listener_of[sock.fileno()] = ep.listener
                     self.bound.append(sock.getsockname()[:2])
                     loop.add_reader(sock.fileno(), self._accept, sock)
         except BaseException:
@@ -92,13 +97,13 @@ class KafkaServer:
                 self._out_of_resources = False
                 log.info("accepting connections again")
             conn.setblocking(False)
-            task = self._loop.create_task(self._connect(conn))
+            task = self._loop.create_task(self._connect(conn, self._listener_of.get(sock.fileno())))
             self._accepting_tasks.add(task)
             task.add_done_callback(self._accepting_tasks.discard)
 
-    async def _connect(self, conn: socket.socket) -> None:
+    async def _connect(self, conn: socket.socket, listener: str | None) -> None:
         try:
-            await self._loop.connect_accepted_socket(self._new_connection, conn)
+            await self._loop.connect_accepted_socket(lambda: self._new_connection(listener), conn)
         except OSError as e:  # the peer went away, or no descriptor for the transport
             conn.close()
             log.warning("could not set up an accepted connection: %s", e)

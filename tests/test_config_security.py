@@ -37,9 +37,11 @@ def test_a_custom_listener_name_takes_its_protocol_from_the_map(base):
             **base,
             "listeners": "INTERNAL://127.0.0.1:9092,EXTERNAL://127.0.0.1:9093",
             "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+            "inter.broker.listener.name": "INTERNAL",
         }
     )
     assert ok.security_protocol("EXTERNAL") == "PLAINTEXT"
+    assert ok.inter_broker_listener == "INTERNAL"
     with pytest.raises(ConfigError, match=r"'listener.security.protocol.map'.*EXTERNAL"):
         build_config({**base, "listeners": "EXTERNAL://127.0.0.1:9093"})  # not in the map
     with pytest.raises(ConfigError, match=r"'listeners'.*EXTERNAL.*SASL_SSL"):
@@ -93,3 +95,28 @@ def test_serve_refuses_to_start_naming_the_key(tmp_path):
     assert proc.returncode != 0
     assert "'listeners'" in proc.stderr and "SASL_SSL" in proc.stderr
     assert "pybroker started" not in proc.stderr
+
+
+def test_the_inter_broker_listener_must_be_advertised(base):
+    """Kafka's rule: inter.broker.listener.name (or the listener named after
+    security.inter.broker.protocol, PLAINTEXT by default) is one of advertised.listeners."""
+    two = {
+        **base,
+        "listeners": "INTERNAL://127.0.0.1:9092,EXTERNAL://127.0.0.1:9093",
+        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+    }
+    with pytest.raises(ConfigError, match=r"must be a listener name defined in advertised"):
+        build_config(two)  # PLAINTEXT (the default) is not one of them
+    with pytest.raises(ConfigError, match=r"'inter.broker.listener.name'.*INTERNAL,EXTERNAL"):
+        build_config({**two, "inter.broker.listener.name": "REPLICATION"})
+    with pytest.raises(ConfigError, match=r"Only one of inter.broker.listener.name"):
+        build_config(
+            {
+                **two,
+                "inter.broker.listener.name": "INTERNAL",
+                "security.inter.broker.protocol": "PLAINTEXT",
+            }
+        )
+    assert build_config(
+        {**two, "inter.broker.listener.name": "internal"}
+    ).inter_broker_listener == ("INTERNAL")

@@ -114,6 +114,17 @@ class BrokerInfo:
     rack: str | None = None
     endpoints: list[tuple[str, str, int]] = field(default_factory=list)  # (listener, host, port)
 
+    def endpoint(self, listener: str | None) -> tuple[str, int] | None:
+        """(host, port) of the broker's advertised ``listener``, None if it has no such
+        listener (Kafka: the broker is then left out of what clients of that listener see).
+        ``listener`` None: the first endpoint."""
+        if listener is None or not self.endpoints:
+            return self.host, self.port
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return None
+
 
 @dataclass(frozen=True)
 class PartitionState:

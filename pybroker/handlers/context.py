@@ -20,6 +20,7 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     peer: Any = None
+    listener: str | None = None  # the name of the listener the request came in on
 
     @property
     def version(self) -> int:

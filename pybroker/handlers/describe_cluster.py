@@ -35,8 +35,9 @@ async def describe_cluster(ctx: RequestContext, req: dict) -> dict:
         "cluster_id": cluster.cluster_id,
         "controller_id": cluster.controller_id if cluster.controller_id in cluster.brokers else -1,
         "brokers": [
-            {"broker_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
+            {"broker_id": b.id, "host": ep[0], "port": ep[1], "rack": b.rack}
             for b in sorted(cluster.brokers.values(), key=lambda b: b.id)
+            if (ep := b.endpoint(ctx.listener)) is not None
         ],
         "cluster_authorized_operations": CLUSTER_OPERATIONS
         if req["include_cluster_authorized_operations"]

@@ -27,16 +27,24 @@ def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict:
     else:
         node = coordinator_for(key, cluster.brokers)
         broker = cluster.brokers.get(node)
-        if broker is not None:
+        endpoint = broker.endpoint(ctx.listener) if broker is not None else None
+        if endpoint is not None:
             return {
                 "key": key,
                 "error_code": ErrorCode.NONE,
                 "error_message": None,
                 "node_id": broker.id,
-                "host": broker.host,
-                "port": broker.port,
+                "host": endpoint[0],
+                "port": endpoint[1],
             }
-        code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "no live broker"
+        code, message = (
+            ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            (
+                "no live broker"
+                if broker is None
+                else f"no {ctx.listener} listener on the coordinator"
+            ),
+        )
     return {
         "key": key,
         "error_code": code,

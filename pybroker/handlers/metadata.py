@@ -43,8 +43,8 @@ class _TopicEntries:
     """Encoded topic entries of one cluster's metadata cache, by topic name."""
 
     def __init__(self) -> None:
-        # name -> (TopicInfo, brokers dict, {(version, include_ops): Encoded})
-        self.by_name: dict[str, tuple[Any, Any, dict[tuple[int, bool], Encoded]]] = {}
+        # name -> (TopicInfo, brokers dict, {(version, include_ops, listener): Encoded})
+        self.by_name: dict[str, tuple[Any, Any, dict[tuple[int, bool, str | None], Encoded]]] = {}
 
     def get(self, ctx: RequestContext, info: Any, include_ops: bool) -> Encoded:
         brokers = ctx.services.cluster.brokers
@@ -52,7 +52,7 @@ class _TopicEntries:
         if entry is None or entry[0] is not info or entry[1] is not brokers:
             entry = (info, brokers, {})
             self.by_name[info.name] = entry
-        key = (ctx.version, include_ops)
+        key = (ctx.version, include_ops, ctx.listener)
         encoded = entry[2].get(key)
         if encoded is None:
             body = topic_metadata(ctx, info, include_ops)
@@ -77,15 +77,25 @@ def _entries(cluster: Any) -> _TopicEntries:
 
 def topic_metadata(ctx: RequestContext, info, include_ops: bool) -> dict:
     live = ctx.services.cluster.brokers
+    reachable = {b.id for b in live.values() if b.endpoint(ctx.listener) is not None}
+    # a live leader without the request's listener: Kafka's LISTENER_NOT_FOUND (v6+)
+    unreachable = (
+        ErrorCode.LISTENER_NOT_FOUND if ctx.version >= 6 else ErrorCode.LEADER_NOT_AVAILABLE
+    )
     partitions = []
     for index in sorted(info.partitions):
         p = info.partitions[index]
-        leader_error = ErrorCode.NONE if p.leader in live else ErrorCode.LEADER_NOT_AVAILABLE
+        if p.leader in reachable:
+            leader_error = ErrorCode.NONE
+        elif p.leader in live:
+            leader_error = unreachable
+        else:
+            leader_error = ErrorCode.LEADER_NOT_AVAILABLE
         partitions.append(
             {
                 "error_code": leader_error,
                 "partition_index": index,
-                "leader_id": p.leader if p.leader in live else -1,
+                "leader_id": p.leader if p.leader in reachable else -1,
                 "leader_epoch": p.leader_epoch,
                 "replica_nodes": list(p.replicas),
                 "isr_nodes": list(p.isr),
@@ -150,7 +160,9 @@ async def metadata(ctx: RequestContext, req: dict) -> dict:
 
     advertised = {}
     for b in cluster.brokers.values():
-        advertised[b.id] = {"node_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
+        ep = b.endpoint(ctx.listener)
+        if ep is not None:  # brokers without this listener are left out, as Kafka does
+            advertised[b.id] = {"node_id": b.id, "host": ep[0], "port": ep[1], "rack": b.rack}
     return {
         "throttle_time_ms": 0,
         "brokers": [advertised[i] for i in sorted(advertised)],

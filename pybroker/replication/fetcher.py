@@ -119,11 +119,13 @@ class ReplicaFetcher:
         broker = self.manager.cluster.brokers.get(self.leader_id)
         if broker is None:
             return None
-        addr = (broker.host, broker.port)
+        addr = broker.endpoint(self.manager.inter_broker_listener)
+        if addr is None:  # the leader has no inter-broker listener of ours: nothing to reach
+            return None
         if self._conn is None or self._addr != addr:
             self._drop_connection()
             self._conn = BrokerConnection(
-                broker.host, broker.port, f"replica-fetcher-{self.manager.broker_id}"
+                addr[0], addr[1], f"replica-fetcher-{self.manager.broker_id}"
             )
             self._addr = addr
         return self._conn

@@ -105,6 +105,7 @@ class ReplicaManager:
         min_insync_replicas: Callable[[str], int],
         open_log: Callable[[str, int], PartitionLog],
         fetcher_factory: Callable[[ReplicaManager, int], Any],
+        inter_broker_listener: str | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.cluster = cluster
@@ -115,6 +116,8 @@ class ReplicaManager:
         self.min_insync_replicas = min_insync_replicas
         self.open_log = open_log
         self.fetcher_factory = fetcher_factory
+        # the leaders' listener followers fetch from (None: their first endpoint)
+        self.inter_broker_listener = inter_broker_listener
         self.replicas: dict[tuple[str, int], Replica] = {}
         self.fetchers: dict[int, Any] = {}
         self._tasks: set[asyncio.Task] = set()
