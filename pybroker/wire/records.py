@@ -332,7 +332,9 @@ def compress(codec: int, data: bytes) -> bytes:
     if codec == COMPRESSION_NONE:
         return data
     if codec == COMPRESSION_GZIP:
-        return gzip.compress(data)
+        # mtime 0, as Java's GZIPOutputStream writes it: the same records give the same bytes
+        # (a batch the cleaner rewrites is the same on every replica and every run)
+        return gzip.compress(data, mtime=0)
     if codec == COMPRESSION_SNAPPY:
         # Java's producer (snappy-java SnappyOutputStream) and kafka-python write xerial framing:
         # a 16-byte header then (int32 length, raw snappy block) per 32 KiB of input.
