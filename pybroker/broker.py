@@ -202,6 +202,7 @@ class Broker:
             cfg.listeners,
             max_request_bytes=cfg.socket_request_max_bytes,
             max_connections=cfg.max_connections,
+            ssl_contexts={name: cfg.ssl_context(name) for name in cfg.ssl_listeners},
         )
         await self.server.start()
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))

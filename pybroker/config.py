@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from pybroker import tls
+
 
 class ConfigError(ValueError):
     pass
@@ -79,9 +81,10 @@ def _listeners(s: str) -> tuple[Endpoint, ...]:
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
 NOT_YET_SECURE = (
-    "TLS, SASL and ACLs are not supported by this broker yet, and it will not serve what asks "
-    "for them unsecured"
+    "SASL, ACLs and TLS between brokers are not supported by this broker yet, and it will not "
+    "serve what asks for them unsecured"
 )
+SERVED_PROTOCOLS = ("PLAINTEXT", "SSL")
 
 
 def _protocol_map(s: str) -> tuple[tuple[str, str], ...]:
@@ -231,6 +234,8 @@ class Config:
     inter_broker_listener_name: str | None = None
     warnings: tuple[str, ...] = ()
     explicit_keys: frozenset[str] = frozenset()  # keys set in the file or by --override
+    # ssl.* and listener.name.* settings as given (pybroker/tls.py reads them)
+    security_settings: tuple[tuple[str, str], ...] = ()
 
     # -- derived values, with Kafka's precedence (ms > minutes > hours) ---------------------
     @property
@@ -269,6 +274,14 @@ class Config:
         """The security protocol of a listener name (listener.security.protocol.map)."""
         return dict(self.listener_security_protocol_map).get(listener.upper())
 
+    @property
+    def ssl_listeners(self) -> list[str]:
+        return [e.listener for e in self.listeners if self.security_protocol(e.listener) == "SSL"]
+
+    def ssl_context(self, listener: str) -> Any:
+        """The server ssl.SSLContext of an SSL listener (pybroker/tls.py)."""
+        return tls.server_context(dict(self.security_settings), listener)
+
 
 def parse_properties(text: str) -> dict[str, str]:
     """Java .properties: key=value or key:value or key value; # and ! comments; \\ continues."""
@@ -291,10 +304,27 @@ def parse_properties(text: str) -> dict[str, str]:
     return out
 
 
+def _has_ssl_listener(settings: dict[str, str]) -> bool:
+    try:
+        listeners = _listeners(settings.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
+        protocols = dict(
+            _protocol_map(settings.get("listener.security.protocol.map", DEFAULT_PROTOCOL_MAP))
+        )
+    except ValueError:
+        return False  # reported with its key below
+    return any(protocols.get(e.listener) == "SSL" for e in listeners)
+
+
 def build_config(settings: dict[str, str]) -> Config:
     values: dict[str, Any] = {}
     warnings = []
+    ssl_served = _has_ssl_listener(settings)
+    security: list[tuple[str, str]] = []
     for key, raw in settings.items():
+        if key.startswith(("ssl.", "listener.name.")):
+            security.append((key, raw))
+            if ssl_served and ".ssl." in f".{key}":
+                continue  # read by pybroker/tls.py for the SSL listeners
         spec = _KEYS.get(key)
         if spec is None:
             if key in _REFUSED_SECURITY_KEYS:
@@ -314,7 +344,12 @@ def build_config(settings: dict[str, str]) -> Config:
         except (ValueError, TypeError) as e:
             raise ConfigError(f"invalid value {raw!r} for configuration key {key!r}: {e}") from None
     explicit = frozenset(k for k in settings if k in _KEYS)
-    cfg = Config(**values, warnings=tuple(warnings), explicit_keys=explicit)
+    cfg = Config(
+        **values,
+        warnings=tuple(warnings),
+        explicit_keys=explicit,
+        security_settings=tuple(security),
+    )
     _validate(cfg)
     return cfg
 
@@ -331,7 +366,7 @@ def _validate_security(cfg: Config) -> None:
                     f"invalid value for configuration key 'listener.security.protocol.map': "
                     f"no security protocol for listener {e.listener} (named in {key!r})"
                 )
-            if proto != "PLAINTEXT":
+            if proto not in SERVED_PROTOCOLS:
                 raise ConfigError(
                     f"configuration key {key!r}: listener {e.listener} uses security protocol "
                     f"{proto}: {NOT_YET_SECURE}"
@@ -347,7 +382,18 @@ def _validate_security(cfg: Config) -> None:
                 "Only one of inter.broker.listener.name and security.inter.broker.protocol "
                 "should be set."
             )
+    for listener in cfg.ssl_listeners:
+        try:
+            cfg.ssl_context(listener)
+        except tls.TlsConfigError as e:
+            raise ConfigError(str(e)) from None
     names = [e.listener for e in cfg.advertised]
+    if cfg.security_protocol(cfg.inter_broker_listener) not in (None, "PLAINTEXT"):
+        raise ConfigError(
+            f"invalid value for configuration key 'inter.broker.listener.name': listener "
+            f"{cfg.inter_broker_listener} uses {cfg.security_protocol(cfg.inter_broker_listener)}:"
+            f" {NOT_YET_SECURE}"
+        )
     if cfg.inter_broker_listener not in names:
         key = (
             "inter.broker.listener.name"

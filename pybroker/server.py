@@ -16,6 +16,7 @@ import asyncio
 import errno
 import logging
 import socket
+import ssl
 from typing import Any
 
 from pybroker.config import Endpoint
@@ -24,6 +25,7 @@ from pybroker.connection import KafkaConnection
 log = logging.getLogger("pybroker.server")
 
 BACKLOG = 1024
+SSL_HANDSHAKE_TIMEOUT_S = 10.0  # an SSL listener's connection that does not finish it is closed
 ACCEPT_BATCH = 128  # accept() calls per wake-up of a listening socket
 ACCEPT_RETRY_S = 0.5  # pause after running out of descriptors
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -37,6 +39,7 @@ class KafkaServer:
         *,
         max_request_bytes: int,
         max_connections: int,
+        ssl_contexts: dict[str, ssl.SSLContext] | None = None,
     ) -> None:
         self.services = services
         self.endpoints = endpoints
@@ -50,6 +53,7 @@ class KafkaServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.bound: list[tuple[str, int]] = []
         self._listener_of: dict[int, str] = {}  # listening socket's fd -> listener name
+        self.ssl_contexts = ssl_contexts or {}  # SSL listeners' server contexts, by name
 
     def _new_connection(self, listener: str | None = None) -> asyncio.Protocol:
         if len(self.connections) >= self.max_connections:
@@ -103,7 +107,13 @@ class KafkaServer:
 
     async def _connect(self, conn: socket.socket, listener: str | None) -> None:
         try:
-            await self._loop.connect_accepted_socket(lambda: self._new_connection(listener), conn)
+            context = self.ssl_contexts.get(listener) if listener is not None else None
+            await self._loop.connect_accepted_socket(
+                lambda: self._new_connection(listener),
+                conn,
+                ssl=context,
+                ssl_handshake_timeout=SSL_HANDSHAKE_TIMEOUT_S if context is not None else None,
+            )
         except OSError as e:  # the peer went away, or no descriptor for the transport
             conn.close()
             log.warning("could not set up an accepted connection: %s", e)

@@ -21,14 +21,22 @@ def base(tmp_path):
 @pytest.mark.parametrize(
     "listeners",
     [
-        "SSL://127.0.0.1:9093",
         "SASL_PLAINTEXT://127.0.0.1:9094",
         "PLAINTEXT://127.0.0.1:9092,SASL_SSL://127.0.0.1:9095",
     ],
 )
-def test_a_listener_with_a_secure_protocol_is_refused(base, listeners):
-    with pytest.raises(ConfigError, match=r"'listeners'.*security protocol (SSL|SASL_\w+)"):
+def test_a_listener_with_a_sasl_protocol_is_refused(base, listeners):
+    with pytest.raises(ConfigError, match=r"'listeners'.*security protocol (SASL_\w+)"):
         build_config({**base, "listeners": listeners})
+
+
+def test_an_ssl_listener_without_a_pem_key_store_is_refused(base):
+    """SSL listeners are served (tests/test_tls.py); one without a key store cannot be, and
+    Kafka's default store type (JKS) is not read here: the key is named."""
+    with pytest.raises(ConfigError, match=r"'ssl.keystore.type'.*PEM"):
+        build_config({**base, "listeners": "SSL://127.0.0.1:9093"})
+    with pytest.raises(ConfigError, match=r"'ssl.keystore.location'"):
+        build_config({**base, "listeners": "SSL://127.0.0.1:9093", "ssl.keystore.type": "PEM"})
 
 
 def test_a_custom_listener_name_takes_its_protocol_from_the_map(base):

@@ -1,0 +1,163 @@
+"""TLS for SSL listeners, configured with Kafka's ``ssl.*`` names (PEM stores).
+
+Per listener, ``listener.name.<name>.ssl.<key>`` overrides ``ssl.<key>`` (Kafka's
+per-listener configs; the name in lower case).  What a listener's server context is built
+from, as Kafka reads these keys:
+
+* ``ssl.keystore.type=PEM`` (Kafka's default JKS, and PKCS12, are refused naming the key:
+  Python's ssl module reads PEM) with either ``ssl.keystore.location`` (a PEM file holding
+  the private key and the certificate chain) or ``ssl.keystore.key`` +
+  ``ssl.keystore.certificate.chain`` (the PEM text itself); ``ssl.key.password`` for an
+  encrypted key.
+* ``ssl.truststore.type=PEM`` with ``ssl.truststore.location`` (a file of CA
+  certificates) or ``ssl.truststore.certificates`` (the PEM text): the CAs client
+  certificates are checked against.
+* ``ssl.client.auth``: ``none`` (default), ``requested`` (a certificate is asked for and
+  checked if given), ``required`` (mutual TLS).
+* ``ssl.enabled.protocols`` (default ``TLSv1.2,TLSv1.3``) bounds the protocol versions;
+  ``ssl.cipher.suites`` (OpenSSL names; default: OpenSSL's) the TLS 1.2 ciphers.
+
+:func:`server_context` raises :class:`TlsConfigError` naming the key at fault; the broker
+builds every context at start, so a bad setting stops it before it listens.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import tempfile
+from collections.abc import Mapping
+
+PROTOCOLS = {
+    "TLSv1": ssl.TLSVersion.TLSv1,
+    "TLSv1.1": ssl.TLSVersion.TLSv1_1,
+    "TLSv1.2": ssl.TLSVersion.TLSv1_2,
+    "TLSv1.3": ssl.TLSVersion.TLSv1_3,
+}
+CLIENT_AUTH = {
+    "none": ssl.CERT_NONE,
+    "requested": ssl.CERT_OPTIONAL,
+    "required": ssl.CERT_REQUIRED,
+}
+
+
+class TlsConfigError(ValueError):
+    def __init__(self, key: str, why: str) -> None:
+        super().__init__(f"invalid value for configuration key {key!r}: {why}")
+        self.key = key
+
+
+def listener_settings(settings: Mapping[str, str], listener: str) -> dict[str, str]:
+    """The ``ssl.*`` settings of one listener: ``listener.name.<name>.ssl.*`` over
+    ``ssl.*``."""
+    out = {k: v for k, v in settings.items() if k.startswith("ssl.")}
+    prefix = f"listener.name.{listener.lower()}."
+    for k, v in settings.items():
+        if k.startswith(prefix) and k[len(prefix) :].startswith("ssl."):
+            out[k[len(prefix) :]] = v
+    return out
+
+
+def _load_pem_text(ctx: ssl.SSLContext, text: str, password: str | None, key: str) -> None:
+    """load_cert_chain reads files only: the PEM text goes through a private temp file."""
+    fd, path = tempfile.mkstemp(prefix="pybroker-keystore-", suffix=".pem")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        ctx.load_cert_chain(path, password=password)
+    except (ssl.SSLError, OSError) as e:
+        raise TlsConfigError(key, f"cannot load the key and certificate chain: {e}") from None
+    finally:
+        os.unlink(path)
+
+
+def server_context(settings: Mapping[str, str], listener: str) -> ssl.SSLContext:
+    """The SSLContext of an SSL listener, from its ssl.* settings."""
+
+    def key(name: str) -> str:
+        override = f"listener.name.{listener.lower()}.{name}"
+        return override if override in settings else name
+
+    cfg = listener_settings(settings, listener)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    password = cfg.get("ssl.key.password") or None
+
+    store_type = cfg.get("ssl.keystore.type", "JKS").upper()
+    if store_type != "PEM":
+        raise TlsConfigError(
+            key("ssl.keystore.type"),
+            f"{store_type} key stores are not supported: use ssl.keystore.type=PEM",
+        )
+    location = cfg.get("ssl.keystore.location")
+    inline_key = cfg.get("ssl.keystore.key")
+    chain = cfg.get("ssl.keystore.certificate.chain")
+    if location and (inline_key or chain):
+        raise TlsConfigError(
+            key("ssl.keystore.location"),
+            "give either ssl.keystore.location or ssl.keystore.key and "
+            "ssl.keystore.certificate.chain, not both",
+        )
+    if location:
+        try:
+            ctx.load_cert_chain(location, password=password)
+        except (ssl.SSLError, OSError) as e:
+            raise TlsConfigError(
+                key("ssl.keystore.location"), f"cannot load {location}: {e}"
+            ) from None
+    elif inline_key and chain:
+        _load_pem_text(
+            ctx, f"{inline_key.strip()}\n{chain.strip()}\n", password, key("ssl.keystore.key")
+        )
+    else:
+        missing = "ssl.keystore.certificate.chain" if inline_key else "ssl.keystore.key"
+        if not inline_key and not chain:
+            missing = "ssl.keystore.location"
+        raise TlsConfigError(
+            key(missing), f"an SSL listener ({listener}) needs a key and certificate"
+        )
+
+    trust_type = cfg.get("ssl.truststore.type", "JKS").upper()
+    trust_location = cfg.get("ssl.truststore.location")
+    trust_text = cfg.get("ssl.truststore.certificates")
+    if (trust_location or trust_text) and trust_type != "PEM":
+        raise TlsConfigError(
+            key("ssl.truststore.type"),
+            f"{trust_type} trust stores are not supported: use ssl.truststore.type=PEM",
+        )
+    try:
+        if trust_location:
+            ctx.load_verify_locations(cafile=trust_location)
+        elif trust_text:
+            ctx.load_verify_locations(cadata=trust_text)
+    except (ssl.SSLError, OSError) as e:
+        which = "ssl.truststore.location" if trust_location else "ssl.truststore.certificates"
+        raise TlsConfigError(key(which), f"cannot load the trusted certificates: {e}") from None
+
+    auth = cfg.get("ssl.client.auth", "none").strip().lower()
+    if auth not in CLIENT_AUTH:
+        raise TlsConfigError(key("ssl.client.auth"), "one of none, requested, required")
+    if auth != "none" and not (trust_location or trust_text):
+        raise TlsConfigError(
+            key("ssl.client.auth"), f"{auth} needs ssl.truststore.* to check client certificates"
+        )
+    ctx.verify_mode = CLIENT_AUTH[auth]
+
+    names = [p.strip() for p in cfg.get("ssl.enabled.protocols", "TLSv1.2,TLSv1.3").split(",")]
+    names = [n for n in names if n]
+    unknown = [n for n in names if n not in PROTOCOLS]
+    if unknown or not names:
+        raise TlsConfigError(
+            key("ssl.enabled.protocols"), f"unknown {unknown or names}; known {list(PROTOCOLS)}"
+        )
+    versions = sorted(PROTOCOLS[n] for n in names)
+    ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
+
+    ciphers = cfg.get("ssl.cipher.suites", "").strip()
+    if ciphers:
+        try:
+            ctx.set_ciphers(":".join(c.strip() for c in ciphers.split(",") if c.strip()))
+        except ssl.SSLError as e:
+            raise TlsConfigError(
+                key("ssl.cipher.suites"), f"no usable cipher (OpenSSL names): {e}"
+            ) from None
+    return ctx
