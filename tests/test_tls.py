@@ -183,3 +183,29 @@ def test_what_is_not_served_yet_is_still_refused(certs):
     cfg = build_config(base)
     assert cfg.ssl_listeners == ["SSL"]
     assert not [w for w in cfg.warnings if "ssl." in w]  # the ssl.* keys are in use
+
+
+def test_garbage_handshakes_are_closed_and_others_are_served(start_broker, certs):
+    """Bad input on an SSL listener: random bytes, a truncated ClientHello and a client that
+    connects and says nothing get closed connections; meanwhile a TLS client is served and the
+    broker's loop reports no error."""
+    import os
+
+    plain, secure = free_port(), free_port()
+    b = start_broker(**ssl_settings(certs, plain, secure))
+    idle = socket.create_connection(("127.0.0.1", secure), timeout=10)  # half-open: silent
+    try:
+        for payload in (os.urandom(4096), bytes.fromhex("160301020001")):  # noise; cut hello
+            with socket.create_connection(("127.0.0.1", secure), timeout=10) as s:
+                s.sendall(payload)
+                s.shutdown(socket.SHUT_WR)
+                try:
+                    while s.recv(4096):
+                        pass
+                except OSError:
+                    pass  # reset: closed either way
+        tls = {"security_protocol": "SSL", "ssl_cafile": str(certs.ca)}
+        assert roundtrip(f"localhost:{secure}", **tls) == [b"secret"]
+    finally:
+        idle.close()
+    assert not b.loop_errors, b.loop_errors
