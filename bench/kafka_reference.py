@@ -89,6 +89,7 @@ class KafkaNode:
     overrides: dict[str, object] = field(default_factory=dict)
     heap: str = HEAP
     proc: subprocess.Popen | None = None
+    ssl_port: int | None = None  # an SSL listener too (its ssl.* settings in overrides)
 
     @property
     def bootstrap(self) -> str:
@@ -105,6 +106,10 @@ class KafkaNode:
     def properties(self) -> dict[str, object]:
         controller = self.controller_port is not None
         listeners = [f"PLAINTEXT://{HOST}:{self.port}"]
+        advertised = [f"PLAINTEXT://{HOST}:{self.port}"]
+        if self.ssl_port is not None:
+            listeners.append(f"SSL://{HOST}:{self.ssl_port}")
+            advertised.append(f"SSL://{HOST}:{self.ssl_port}")
         if controller:
             listeners.append(f"CONTROLLER://{HOST}:{self.controller_port}")
         props: dict[str, object] = {
@@ -112,10 +117,10 @@ class KafkaNode:
             "node.id": self.node_id,
             "controller.quorum.voters": self.voters,
             "listeners": ",".join(listeners),
-            "advertised.listeners": f"PLAINTEXT://{HOST}:{self.port}",
+            "advertised.listeners": ",".join(advertised),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL",
             "log.dirs": self.workdir / "data",
             "num.partitions": 1,
             "offsets.topic.replication.factor": 1,
@@ -259,6 +264,7 @@ def _start(
     overrides: dict[str, object] | None,
     heap: str,
     timeout: float,
+    ssl: bool = False,
 ) -> KafkaReference:
     java.classpath()  # fetch the jars first (cached), so the timeout covers start-up only
     owns = workdir is None
@@ -289,6 +295,7 @@ def _start(
                 voters=voters,
                 overrides=node_overrides,
                 heap=heap,
+                ssl_port=free_port(HOST) if ssl else None,
             )
         )
     cluster_id = new_cluster_id()
@@ -312,9 +319,11 @@ def start_kafka(
     overrides: dict[str, object] | None = None,
     heap: str = HEAP,
     timeout: float = 120.0,
+    ssl: bool = False,
 ) -> KafkaReference:
-    """One KRaft node (process.roles=broker,controller, node.id=1) on free loopback ports."""
-    return _start(1, workdir, overrides, heap, timeout)
+    """One KRaft node (process.roles=broker,controller, node.id=1) on free loopback ports;
+    ``ssl``: an SSL listener too (node.ssl_port), configured by ssl.* ``overrides``."""
+    return _start(1, workdir, overrides, heap, timeout, ssl)
 
 
 def start_kafka_cluster(

@@ -45,6 +45,7 @@ from bench import compaction, kafka_reference  # noqa: E402
 from bench.procstat import cpu_seconds, rss_mib  # noqa: E402
 from compat_tests import java, rawkafka  # noqa: E402
 from compat_tests.broker_process import BrokerProcess  # noqa: E402
+from compat_tests.procutil import free_port  # noqa: E402
 
 HOST = "127.0.0.1"
 KAFKA, PYBROKER = "kafka", "pybroker"
@@ -160,6 +161,8 @@ class Target:
     brokers: int = 1
     extra_rss: Callable[[], dict[str, float]] = lambda: {}  # e.g. ZooKeeper's, not counted
     log_dirs: list[Path] = field(default_factory=list)  # the first broker's first
+    tls_bootstrap: str | None = None  # the SSL listener(s), for workloads with tls=True
+    tls_props: list[str] = field(default_factory=list)  # client properties for them
 
     @property
     def first(self) -> tuple[str, int]:
@@ -167,15 +170,36 @@ class Target:
         return host, int(port)
 
 
+def _tls(workdir: Path) -> tuple[dict[str, object], list[str]]:
+    """Throwaway certificates: the brokers' ssl.* settings (a PEM key store) and the clients'
+    properties (a PEM trust store)."""
+    from tests.tls_certs import make_certs
+
+    certs = make_certs(workdir / "certs")
+    broker = {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(certs.server)}
+    client = [
+        "security.protocol=SSL",
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={certs.ca}",
+    ]
+    return broker, client
+
+
 def start_target(
-    kind: str, brokers: int, workdir: Path, overrides: dict[str, object] | None = None
+    kind: str,
+    brokers: int,
+    workdir: Path,
+    overrides: dict[str, object] | None = None,
+    tls: bool = False,
 ) -> Target:
-    """Kafka or pybroker, `brokers` of them; `overrides` (the workload's) go to both alike."""
+    """Kafka or pybroker, `brokers` of them; `overrides` (the workload's) go to both alike;
+    `tls`: an SSL listener beside the PLAINTEXT one (Target.tls_bootstrap)."""
     workdir.mkdir(parents=True, exist_ok=True)
+    ssl_broker, ssl_client = _tls(workdir) if tls else ({}, [])
     if kind == KAFKA:
-        props = dict(KAFKA_OVERRIDES, **(overrides or {}))
+        props = dict(KAFKA_OVERRIDES, **(overrides or {}), **ssl_broker)
         if brokers == 1:
-            ref = kafka_reference.start_kafka(workdir, overrides=props)
+            ref = kafka_reference.start_kafka(workdir, overrides=props, ssl=tls)
         else:
             ref = kafka_reference.start_kafka_cluster(brokers, workdir, overrides=props)
         return Target(
@@ -186,10 +210,18 @@ def start_target(
             lambda: "\n".join(f"--- node {n.node_id} ---\n{n.output(60)}" for n in ref.nodes),
             brokers,
             log_dirs=[n.workdir / "data" for n in ref.nodes],
+            tls_bootstrap=f"127.0.0.1:{ref.nodes[0].ssl_port}" if tls else None,
+            tls_props=ssl_client,
         )
     pyprops = dict(PYBROKER_OVERRIDES, **(overrides or {}))
     if brokers == 1:
         b = BenchBroker(workdir / "pybroker", overrides=pyprops)
+        ssl_port = free_port("127.0.0.1") if tls else None
+        if tls:
+            b.overrides.update(
+                {k: str(v) for k, v in ssl_broker.items()},
+                listeners=f"PLAINTEXT://127.0.0.1:{b.port},SSL://127.0.0.1:{ssl_port}",
+            )
         b.start()
 
         def stop_one() -> None:
@@ -199,7 +231,14 @@ def start_target(
                 b.cleanup()
 
         return Target(
-            PYBROKER, b.bootstrap, [b.pid], stop_one, lambda: b.output(80), log_dirs=[b.log_dir]
+            PYBROKER,
+            b.bootstrap,
+            [b.pid],
+            stop_one,
+            lambda: b.output(80),
+            log_dirs=[b.log_dir],
+            tls_bootstrap=f"127.0.0.1:{ssl_port}" if tls else None,
+            tls_props=ssl_client,
         )
     from compat_tests.cluster import Cluster
     from tests.zk_server import ZooKeeperServer
@@ -338,7 +377,12 @@ _PP_FINAL = re.compile(
 )
 
 
-def producer_perf(target: Target, topic: str, records: int, size: int, props: list[str]):
+def producer_perf(
+    target: Target, topic: str, records: int, size: int, props: list[str], tls: bool = False
+):
+    """ProducerPerformance (over the SSL listener with ``tls``)."""
+    if tls:
+        props = [*props, *target.tls_props]
     args = [
         "--topic",
         topic,
@@ -349,7 +393,7 @@ def producer_perf(target: Target, topic: str, records: int, size: int, props: li
         "--throughput",
         -1,
         "--producer-props",
-        f"bootstrap.servers={target.bootstrap}",
+        f"bootstrap.servers={target.tls_bootstrap if tls else target.bootstrap}",
         *props,
     ]
     r = run_java(java.PRODUCER_PERFORMANCE, args, timeout=900)
@@ -410,6 +454,7 @@ class Workload:
     brokers: int = 1
     repeat: bool = True  # False: run() is called once, its lists are the runs
     overrides: dict[str, object] = field(default_factory=dict)  # broker configs, both brokers
+    tls: bool = False  # clients use an SSL listener (Target.tls_bootstrap)
 
 
 def _no_setup(target: Target, sizes: dict) -> dict:
@@ -485,9 +530,14 @@ def _consumer_perf_args(bootstrap: str, topic: str, n: int, group: str) -> list[
     ]
 
 
-def w3_run(target: Target, st: dict, i: int) -> dict[str, float]:
+def w3_run(target: Target, st: dict, i: int, tls: bool = False) -> dict[str, float]:
     n = st["sizes"]["w3_records"]
-    args = _consumer_perf_args(target.bootstrap, st["topic"], n, f"w3-{i}-{uuid.uuid4().hex[:6]}")
+    bootstrap = target.tls_bootstrap if tls else target.bootstrap
+    args = _consumer_perf_args(bootstrap, st["topic"], n, f"w3-{i}-{uuid.uuid4().hex[:6]}")
+    if tls:
+        config = Path(target.log_dirs[0]).parent / f"consumer-tls-{i}.properties"
+        config.write_text("".join(p + "\n" for p in target.tls_props))
+        args += ["--consumer.config", str(config)]
     r = run_java(java.CONSUMER_PERFORMANCE, args, timeout=900)
     lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
     head = next((k for k, ln in enumerate(lines) if ln.startswith("start.time")), None)
@@ -886,6 +936,45 @@ def w9_cmds(sizes: dict) -> list[str]:
     ]
 
 
+# W11, W12: W1 and W3 over TLS ----------------------------------------------------------------
+def w11_run(target: Target, st: dict, i: int) -> dict[str, float]:
+    topic = f"w11-{i}-{uuid.uuid4().hex[:6]}"
+    create_topics(target, [topic], 6)
+    n = st["sizes"]["w1_records"]
+    r = producer_perf(target, topic, n, 1024, ["acks=1"], tls=True)
+    return {"MB/s": r["MB/s"], "_bytes": n * 1024}
+
+
+def w11_cmds(sizes: dict) -> list[str]:
+    return [
+        "both brokers: an SSL listener beside PLAINTEXT, ssl.keystore.type=PEM with a throwaway "
+        "EC P-256 certificate (tests/tls_certs.py); clients: security.protocol=SSL, "
+        "ssl.truststore.type=PEM",
+        "topic: 6 partitions, RF 1 (fresh per run, created over PLAINTEXT)",
+        pp_cmd("w11-<run>", sizes["w1_records"], 1024, ["acks=1", "security.protocol=SSL", "..."]),
+    ]
+
+
+def w12_run(target: Target, st: dict, i: int) -> dict[str, float]:
+    return w3_run(target, st, i, tls=True)
+
+
+def w12_cmds(sizes: dict) -> list[str]:
+    n = sizes["w3_records"]
+    return [
+        "as W11's TLS set-up; setup over PLAINTEXT: topic w3, 6 partitions; "
+        + pp_cmd("w3", int(n * W3_SPARE), 1024, ["acks=1"]),
+        show_cmd(
+            java.CONSUMER_PERFORMANCE,
+            [
+                *_consumer_perf_args("<ssl bootstrap>", "w3", n, "w3-<run>"),
+                "--consumer.config",
+                "<security.protocol=SSL, ssl.truststore.*>",
+            ],
+        ),
+    ]
+
+
 WORKLOADS: dict[str, Workload] = {
     w.wid: w
     for w in [
@@ -990,6 +1079,28 @@ WORKLOADS: dict[str, Workload] = {
             w9_cmds,
             overrides=W9_OVERRIDES,
         ),
+        Workload(
+            "W11",
+            "W1 over TLS: produce 1 KiB, acks=1, 6 partitions, SSL listener",
+            [Metric("MB/s", "MB/s", True), Metric(CPU_METRIC, "s", False)],
+            w1_setup,
+            w11_run,
+            w11_cmds,
+            tls=True,
+        ),
+        Workload(
+            "W12",
+            "W3 over TLS: consume 1 KiB records (ConsumerPerformance), SSL listener",
+            [
+                Metric("MB/s", "MB/s", True),
+                Metric("fetch MB/s", "MB/s", True),
+                Metric(CPU_METRIC, "s", False),
+            ],
+            w3_setup,
+            w12_run,
+            w12_cmds,
+            tls=True,
+        ),
     ]
 }
 
@@ -1026,7 +1137,7 @@ def run_workload(w: Workload, kind: str, runs: int, sizes: dict, workdir: Path) 
     t_start = time.monotonic()
     print(f"[{time.strftime('%H:%M:%S')}] {w.wid} {kind}: starting", flush=True)
     try:
-        target = start_target(kind, w.brokers, workdir, w.overrides)
+        target = start_target(kind, w.brokers, workdir, w.overrides, w.tls)
     except Exception as e:  # noqa: BLE001 - recorded
         out.error = f"start failed: {type(e).__name__}: {str(e)[:3000]}"
         print(f"  {out.error}", flush=True)
