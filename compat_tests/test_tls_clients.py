@@ -125,3 +125,60 @@ def test_java_client_with_a_client_certificate(tls_broker):
     # (TLS 1.3: the refusal comes after the client's side of the handshake; the Java client
     # sees closed connections and gives up when max.block.ms runs out)
     assert [e for e in events if e["name"] == "producer_send_error"], r.describe(3000)
+
+
+def test_a_cluster_replicates_over_an_ssl_inter_broker_listener(tmp_path):
+    """3 brokers on ZooKeeper with inter.broker.listener.name=SSL: followers fetch over TLS
+    (host names checked against the certificate), acks=all produces complete, and after a
+    kill -9 of the leader every acknowledged record is read from the new one."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    from compat_tests.cluster import Cluster
+    from tests.zk_server import ZooKeeperServer, zookeeper_available
+
+    if not zookeeper_available():
+        pytest.skip("ZooKeeper not installed")
+    certs = make_certs(tmp_path / "certs")
+    zk = ZooKeeperServer(tmp_path / "zookeeper")
+    zk.start()
+    cluster = Cluster(tmp_path, zk, 3)
+    try:
+        for b in cluster.brokers.values():
+            ssl_port = free_port()
+            b.overrides.update(
+                {
+                    "listeners": f"PLAINTEXT://127.0.0.1:{b.port},SSL://127.0.0.1:{ssl_port}",
+                    "inter.broker.listener.name": "SSL",
+                    "ssl.keystore.type": "PEM",
+                    "ssl.keystore.location": str(certs.server),
+                    "ssl.truststore.type": "PEM",
+                    "ssl.truststore.location": str(certs.ca),
+                }
+            )
+        cluster.start()
+        topic = unique_topic("tls-replicated")
+        cluster.create_topic(topic, partitions=1, rf=3, configs={"min.insync.replicas": "3"})
+        producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+        try:
+            for i in range(200):
+                producer.send(topic, b"r%d" % i).get(timeout=30)  # every replica has it
+        finally:
+            producer.close()
+        leader = cluster.leader_of(topic, 0).leader
+        cluster.kill9(leader)
+        cluster.wait_new_leader(topic, 0, leader)
+        consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, consumer_timeout_ms=10000)
+        try:
+            tp = TopicPartition(topic, 0)
+            consumer.assign([tp])
+            consumer.seek_to_beginning(tp)
+            got = [m.value for m in consumer]
+        finally:
+            consumer.close()
+        assert got == [b"r%d" % i for i in range(200)]
+    finally:
+        try:
+            cluster.stop()
+        finally:
+            cluster.cleanup()
+            zk.stop()

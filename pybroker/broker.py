@@ -161,6 +161,7 @@ class Broker:
             open_log=self.partition_log,
             fetcher_factory=ReplicaFetcher,
             inter_broker_listener=cfg.inter_broker_listener,
+            inter_broker_ssl=cfg.inter_broker_ssl_context(),
         )
         self._apply_topic_configs()
         self._loop = asyncio.get_running_loop()

@@ -282,6 +282,13 @@ class Config:
         """The server ssl.SSLContext of an SSL listener (pybroker/tls.py)."""
         return tls.server_context(dict(self.security_settings), listener)
 
+    def inter_broker_ssl_context(self) -> Any:
+        """The client ssl.SSLContext replication uses, when the inter-broker listener is SSL
+        (its ssl.* settings, as Kafka configures a broker's own client side); else None."""
+        if self.security_protocol(self.inter_broker_listener) != "SSL":
+            return None
+        return tls.client_context(dict(self.security_settings), self.inter_broker_listener)
+
 
 def parse_properties(text: str) -> dict[str, str]:
     """Java .properties: key=value or key:value or key value; # and ! comments; \\ continues."""
@@ -371,7 +378,7 @@ def _validate_security(cfg: Config) -> None:
                     f"configuration key {key!r}: listener {e.listener} uses security protocol "
                     f"{proto}: {NOT_YET_SECURE}"
                 )
-    if cfg.security_inter_broker_protocol.upper() != "PLAINTEXT":
+    if cfg.security_inter_broker_protocol.upper() not in SERVED_PROTOCOLS:
         raise ConfigError(
             f"configuration key 'security.inter.broker.protocol' asks for "
             f"{cfg.security_inter_broker_protocol}: {NOT_YET_SECURE}"
@@ -388,7 +395,11 @@ def _validate_security(cfg: Config) -> None:
         except tls.TlsConfigError as e:
             raise ConfigError(str(e)) from None
     names = [e.listener for e in cfg.advertised]
-    if cfg.security_protocol(cfg.inter_broker_listener) not in (None, "PLAINTEXT"):
+    try:
+        cfg.inter_broker_ssl_context()
+    except tls.TlsConfigError as e:
+        raise ConfigError(str(e)) from None
+    if cfg.security_protocol(cfg.inter_broker_listener) not in (None, "PLAINTEXT", "SSL"):
         raise ConfigError(
             f"invalid value for configuration key 'inter.broker.listener.name': listener "
             f"{cfg.inter_broker_listener} uses {cfg.security_protocol(cfg.inter_broker_listener)}:"

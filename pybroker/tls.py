@@ -27,6 +27,7 @@ import os
 import ssl
 import tempfile
 from collections.abc import Mapping
+from typing import Any
 
 PROTOCOLS = {
     "TLSv1": ssl.TLSVersion.TLSv1,
@@ -71,26 +72,27 @@ def _load_pem_text(ctx: ssl.SSLContext, text: str, password: str | None, key: st
         os.unlink(path)
 
 
-def server_context(settings: Mapping[str, str], listener: str) -> ssl.SSLContext:
-    """The SSLContext of an SSL listener, from its ssl.* settings."""
-
-    def key(name: str) -> str:
-        override = f"listener.name.{listener.lower()}.{name}"
-        return override if override in settings else name
-
-    cfg = listener_settings(settings, listener)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+def _load_key_store(
+    ctx: ssl.SSLContext, cfg: Mapping[str, str], key: Any, listener: str, *, required: bool
+) -> None:
+    """The PEM key store (file or text) into ``ctx``; a server must have one."""
     password = cfg.get("ssl.key.password") or None
-
+    location = cfg.get("ssl.keystore.location")
+    inline_key = cfg.get("ssl.keystore.key")
+    chain = cfg.get("ssl.keystore.certificate.chain")
+    if not (location or inline_key or chain):
+        if required:
+            raise TlsConfigError(
+                key("ssl.keystore.location"),
+                f"an SSL listener ({listener}) needs a key and certificate",
+            )
+        return
     store_type = cfg.get("ssl.keystore.type", "JKS").upper()
     if store_type != "PEM":
         raise TlsConfigError(
             key("ssl.keystore.type"),
             f"{store_type} key stores are not supported: use ssl.keystore.type=PEM",
         )
-    location = cfg.get("ssl.keystore.location")
-    inline_key = cfg.get("ssl.keystore.key")
-    chain = cfg.get("ssl.keystore.certificate.chain")
     if location and (inline_key or chain):
         raise TlsConfigError(
             key("ssl.keystore.location"),
@@ -110,16 +112,17 @@ def server_context(settings: Mapping[str, str], listener: str) -> ssl.SSLContext
         )
     else:
         missing = "ssl.keystore.certificate.chain" if inline_key else "ssl.keystore.key"
-        if not inline_key and not chain:
-            missing = "ssl.keystore.location"
-        raise TlsConfigError(
-            key(missing), f"an SSL listener ({listener}) needs a key and certificate"
-        )
+        raise TlsConfigError(key(missing), "the key and its certificate chain go together")
 
+
+def _load_trust(ctx: ssl.SSLContext, cfg: Mapping[str, str], key: Any) -> bool:
+    """The PEM trust store into ``ctx``; False when there is none."""
     trust_type = cfg.get("ssl.truststore.type", "JKS").upper()
     trust_location = cfg.get("ssl.truststore.location")
     trust_text = cfg.get("ssl.truststore.certificates")
-    if (trust_location or trust_text) and trust_type != "PEM":
+    if not (trust_location or trust_text):
+        return False
+    if trust_type != "PEM":
         raise TlsConfigError(
             key("ssl.truststore.type"),
             f"{trust_type} trust stores are not supported: use ssl.truststore.type=PEM",
@@ -127,21 +130,15 @@ def server_context(settings: Mapping[str, str], listener: str) -> ssl.SSLContext
     try:
         if trust_location:
             ctx.load_verify_locations(cafile=trust_location)
-        elif trust_text:
+        else:
             ctx.load_verify_locations(cadata=trust_text)
     except (ssl.SSLError, OSError) as e:
         which = "ssl.truststore.location" if trust_location else "ssl.truststore.certificates"
         raise TlsConfigError(key(which), f"cannot load the trusted certificates: {e}") from None
+    return True
 
-    auth = cfg.get("ssl.client.auth", "none").strip().lower()
-    if auth not in CLIENT_AUTH:
-        raise TlsConfigError(key("ssl.client.auth"), "one of none, requested, required")
-    if auth != "none" and not (trust_location or trust_text):
-        raise TlsConfigError(
-            key("ssl.client.auth"), f"{auth} needs ssl.truststore.* to check client certificates"
-        )
-    ctx.verify_mode = CLIENT_AUTH[auth]
 
+def _set_protocols(ctx: ssl.SSLContext, cfg: Mapping[str, str], key: Any) -> None:
     names = [p.strip() for p in cfg.get("ssl.enabled.protocols", "TLSv1.2,TLSv1.3").split(",")]
     names = [n for n in names if n]
     unknown = [n for n in names if n not in PROTOCOLS]
@@ -151,7 +148,6 @@ def server_context(settings: Mapping[str, str], listener: str) -> ssl.SSLContext
         )
     versions = sorted(PROTOCOLS[n] for n in names)
     ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
-
     ciphers = cfg.get("ssl.cipher.suites", "").strip()
     if ciphers:
         try:
@@ -160,4 +156,58 @@ def server_context(settings: Mapping[str, str], listener: str) -> ssl.SSLContext
             raise TlsConfigError(
                 key("ssl.cipher.suites"), f"no usable cipher (OpenSSL names): {e}"
             ) from None
+
+
+def server_context(settings: Mapping[str, str], listener: str) -> ssl.SSLContext:
+    """The SSLContext of an SSL listener, from its ssl.* settings."""
+
+    def key(name: str) -> str:
+        override = f"listener.name.{listener.lower()}.{name}"
+        return override if override in settings else name
+
+    cfg = listener_settings(settings, listener)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    if cfg.get("ssl.keystore.type", "JKS").upper() != "PEM":
+        raise TlsConfigError(
+            key("ssl.keystore.type"),
+            f"{cfg.get('ssl.keystore.type', 'JKS').upper()} key stores are not supported: "
+            "use ssl.keystore.type=PEM",
+        )
+    _load_key_store(ctx, cfg, key, listener, required=True)
+    trusted = _load_trust(ctx, cfg, key)
+    auth = cfg.get("ssl.client.auth", "none").strip().lower()
+    if auth not in CLIENT_AUTH:
+        raise TlsConfigError(key("ssl.client.auth"), "one of none, requested, required")
+    if auth != "none" and not trusted:
+        raise TlsConfigError(
+            key("ssl.client.auth"), f"{auth} needs ssl.truststore.* to check client certificates"
+        )
+    ctx.verify_mode = CLIENT_AUTH[auth]
+    _set_protocols(ctx, cfg, key)
+    return ctx
+
+
+def client_context(settings: Mapping[str, str], listener: str) -> ssl.SSLContext:
+    """The client SSLContext a broker uses towards the other brokers' ``listener`` (the
+    inter-broker one), from that listener's ssl.* settings as Kafka uses them on its own
+    client side: the trust store checks the peers (the system's CAs without one),
+    ``ssl.endpoint.identification.algorithm`` (default ``https``; empty turns it off) checks
+    their host names, and the key store, if any, is presented (mutual TLS)."""
+
+    def key(name: str) -> str:
+        override = f"listener.name.{listener.lower()}.{name}"
+        return override if override in settings else name
+
+    cfg = listener_settings(settings, listener)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    _load_trust(ctx, cfg, key)
+    if not (cfg.get("ssl.truststore.location") or cfg.get("ssl.truststore.certificates")):
+        ctx.load_default_certs()
+    algorithm = cfg.get("ssl.endpoint.identification.algorithm", "https").strip().lower()
+    if algorithm not in ("", "https"):
+        raise TlsConfigError(key("ssl.endpoint.identification.algorithm"), "https or empty")
+    ctx.check_hostname = algorithm == "https"
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    _load_key_store(ctx, cfg, key, listener, required=False)
+    _set_protocols(ctx, cfg, key)
     return ctx

@@ -178,8 +178,8 @@ def test_what_is_not_served_yet_is_still_refused(certs):
     base = ssl_settings(certs, 9092, 9093)
     with pytest.raises(ConfigError, match="SASL"):
         build_config({**base, "listeners": "SASL_SSL://127.0.0.1:9094"})
-    with pytest.raises(ConfigError, match="'inter.broker.listener.name'"):
-        build_config({**base, "inter.broker.listener.name": "SSL"})
+    with pytest.raises(ConfigError, match="'security.inter.broker.protocol'"):
+        build_config({**base, "security.inter.broker.protocol": "SASL_SSL"})
     cfg = build_config(base)
     assert cfg.ssl_listeners == ["SSL"]
     assert not [w for w in cfg.warnings if "ssl." in w]  # the ssl.* keys are in use
@@ -209,3 +209,22 @@ def test_garbage_handshakes_are_closed_and_others_are_served(start_broker, certs
     finally:
         idle.close()
     assert not b.loop_errors, b.loop_errors
+
+
+def test_an_ssl_inter_broker_listener_checks_its_peers(certs):
+    """Replication over an SSL inter-broker listener: the client side trusts the
+    ssl.truststore.* CAs and checks host names unless ssl.endpoint.identification.algorithm
+    is empty (Kafka's names)."""
+    base = {
+        **ssl_settings(certs, 9092, 9093),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(certs.ca),
+        "inter.broker.listener.name": "SSL",
+    }
+    ctx = build_config(base).inter_broker_ssl_context()
+    assert ctx.check_hostname and ctx.verify_mode == ssl.CERT_REQUIRED
+    off = build_config({**base, "ssl.endpoint.identification.algorithm": ""})
+    assert not off.inter_broker_ssl_context().check_hostname
+    with pytest.raises(ConfigError, match="'ssl.endpoint.identification.algorithm'"):
+        build_config({**base, "ssl.endpoint.identification.algorithm": "ldap"})
+    assert build_config(ssl_settings(certs, 9092, 9093)).inter_broker_ssl_context() is None

@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from typing import Any
 
 from pybroker.wire import codec
 from pybroker.wire.primitives import DecodeError
 
 
 class BrokerConnection:
-    def __init__(self, host: str, port: int, client_id: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        client_id: str,
+        *,
+        timeout_s: float = 30.0,
+        ssl: Any = None,
+    ) -> None:
+        self.ssl = ssl  # an ssl.SSLContext: the inter-broker listener is SSL
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -27,7 +37,11 @@ class BrokerConnection:
     async def connect(self) -> None:
         async with asyncio.timeout(self.timeout_s):
             self._reader, self._writer = await asyncio.open_connection(
-                self.host, self.port, limit=2**20
+                self.host,
+                self.port,
+                limit=2**20,
+                ssl=self.ssl,
+                server_hostname=self.host if self.ssl is not None else None,
             )
 
     @property

@@ -125,7 +125,10 @@ class ReplicaFetcher:
         if self._conn is None or self._addr != addr:
             self._drop_connection()
             self._conn = BrokerConnection(
-                addr[0], addr[1], f"replica-fetcher-{self.manager.broker_id}"
+                addr[0],
+                addr[1],
+                f"replica-fetcher-{self.manager.broker_id}",
+                ssl=self.manager.inter_broker_ssl,
             )
             self._addr = addr
         return self._conn

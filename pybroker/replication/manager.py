@@ -106,6 +106,7 @@ class ReplicaManager:
         open_log: Callable[[str, int], PartitionLog],
         fetcher_factory: Callable[[ReplicaManager, int], Any],
         inter_broker_listener: str | None = None,
+        inter_broker_ssl: Any = None,
     ) -> None:
         self.broker_id = broker_id
         self.cluster = cluster
@@ -118,6 +119,7 @@ class ReplicaManager:
         self.fetcher_factory = fetcher_factory
         # the leaders' listener followers fetch from (None: their first endpoint)
         self.inter_broker_listener = inter_broker_listener
+        self.inter_broker_ssl = inter_broker_ssl  # client ssl.SSLContext if that listener is SSL
         self.replicas: dict[tuple[str, int], Replica] = {}
         self.fetchers: dict[int, Any] = {}
         self._tasks: set[asyncio.Task] = set()
