@@ -189,7 +189,10 @@ class ReplicaManager:
         if self._stopped:
             return
         budget = _Budget(True)
-        for name, index in keys:
+        for k, (name, index) in enumerate(keys):
+            if budget.exhausted():  # the rest as it is: no look at each of them again
+                budget.deferred.extend(keys[k:])
+                break
             info = self.cluster.topics.get(name)
             state = info.partitions.get(index) if info is not None else None
             if state is not None and self.broker_id in state.replicas:
@@ -465,8 +468,11 @@ class _Budget:
         self.done = 0
         self.deferred: list[tuple[str, int]] = []
 
+    def exhausted(self) -> bool:
+        return self.bounded and self.done > 0 and monotonic() > self.deadline
+
     def take(self, key: tuple[str, int]) -> bool:
-        if self.bounded and self.done and monotonic() > self.deadline:
+        if self.exhausted():
             self.deferred.append(key)
             return False
         self.done += 1
