@@ -73,10 +73,11 @@ def test_init_during_ongoing_fences_then_aborts() -> None:
     md = ts.add_partitions(_fresh(clock), 7, 0, TP, clock.time_ms()).new
     d = _init(md, clock.time_ms())
     assert d.error is ErrorCode.CONCURRENT_TRANSACTIONS
-    assert d.new is not None and d.new.state is TxnState.PREPARE_EPOCH_FENCE
-    assert d.new.producer_epoch == 1
-    aborting = d.new.transition(TxnState.PREPARE_ABORT, clock.time_ms())
-    done = ts.complete(aborting, clock.time_ms())
+    assert d.new is not None and d.new.state is TxnState.PREPARE_ABORT
+    assert (d.new.producer_epoch, d.new.partitions) == (1, TP)
+    assert ts.add_partitions(d.new, 7, 0, TP, 0).error is ErrorCode.PRODUCER_FENCED
+    assert _init(d.new, clock.time_ms()).error is ErrorCode.CONCURRENT_TRANSACTIONS
+    done = ts.complete(d.new, clock.time_ms())
     assert done.state is TxnState.COMPLETE_ABORT
     again = _init(done, clock.time_ms()).new
     assert again is not None and again.producer_epoch == 2
@@ -101,7 +102,8 @@ def test_kip360_recovery() -> None:
     md = _fresh(clock)  # (7, 0)
     bumped = _init(md, 0, exp=(7, 0)).new
     assert bumped is not None and bumped.producer_epoch == 1
-    assert _init(bumped, 0, exp=(7, 0)) == ts.Decision(ErrorCode.NONE)  # retried bump
+    retried = _init(bumped, 0, exp=(7, 0)).new  # the answer was lost: same epoch again
+    assert retried is not None and retried.producer_epoch == 1
     assert _init(bumped, 0, exp=(99, 0)).error is ErrorCode.PRODUCER_FENCED
     assert _init(bumped, 0, exp=(7, 5)).error is ErrorCode.PRODUCER_FENCED
 
@@ -110,7 +112,14 @@ def test_epoch_exhaustion_allocates_new_producer_id() -> None:
     md = TxnMetadata("tx", 7, ts.MAX_EPOCH - 1, 1000)
     new = _init(md, 0, pid=42).new
     assert new is not None and (new.producer_id, new.producer_epoch) == (42, 0)
-    assert (new.last_producer_id, new.last_producer_epoch) == (7, ts.MAX_EPOCH - 1)
+    assert (new.last_producer_id, new.last_producer_epoch) == (7, -1)
+    # KIP-360 retry of the rotation from the old id with its exhausted epoch is not fenced
+    rec = _init(md, 0, pid=42, exp=(7, ts.MAX_EPOCH - 1)).new
+    assert rec is not None and (rec.last_producer_id, rec.last_producer_epoch) == (
+        7,
+        ts.MAX_EPOCH - 1,
+    )
+    assert _init(rec, 0, pid=43, exp=(7, ts.MAX_EPOCH - 1)).error is ErrorCode.NONE
 
 
 def test_illegal_transitions_raise() -> None:

@@ -91,19 +91,44 @@ class Decision:
     new: TxnMetadata | None = None  # state to persist (None: nothing changes)
 
 
-def _bump(md: TxnMetadata, now_ms: int, timeout_ms: int, new_producer_id: int) -> TxnMetadata:
-    """Kafka's prepareIncrementProducerEpoch: epoch + 1, or a fresh producer id at exhaustion."""
-    if md.producer_epoch >= MAX_EPOCH - 1:
-        pid, epoch = new_producer_id, 0
-    else:
-        pid, epoch = md.producer_id, md.producer_epoch + 1
+def _exhausted(epoch: int) -> bool:
+    return epoch >= MAX_EPOCH - 1
+
+
+def _rotate(
+    md: TxnMetadata, now_ms: int, timeout_ms: int, new_id: int, record: bool
+) -> TxnMetadata:
+    """Kafka's prepareProducerIdRotation: a fresh producer id at epoch 0."""
     return md.transition(
         TxnState.EMPTY,
         now_ms,
-        producer_id=pid,
-        producer_epoch=epoch,
+        producer_id=new_id,
+        producer_epoch=0,
         last_producer_id=md.producer_id,
-        last_producer_epoch=md.producer_epoch,
+        last_producer_epoch=md.producer_epoch if record else NO_PRODUCER_EPOCH,
+        timeout_ms=timeout_ms,
+        partitions=frozenset(),
+        start_ms=-1,
+    )
+
+
+def _increment(
+    md: TxnMetadata, now_ms: int, timeout_ms: int, expected_epoch: int | None
+) -> TxnMetadata | None:
+    """Kafka's prepareIncrementProducerEpoch; None: the expected epoch is fenced."""
+    epoch, last = md.producer_epoch + 1, md.last_producer_epoch
+    if expected_epoch is not None:
+        if md.producer_epoch == NO_PRODUCER_EPOCH or expected_epoch == md.producer_epoch:
+            last = md.producer_epoch
+        elif expected_epoch == md.last_producer_epoch:
+            epoch = md.producer_epoch  # a retry of a bump whose answer was lost
+        else:
+            return None
+    return md.transition(
+        TxnState.EMPTY,
+        now_ms,
+        producer_epoch=epoch,
+        last_producer_epoch=last,
         timeout_ms=timeout_ms,
         partitions=frozenset(),
         start_ms=-1,
@@ -130,28 +155,27 @@ def init_producer_id(
     if timeout_ms <= 0 or timeout_ms > max_timeout_ms:
         return Decision(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
     if md is None:
-        fresh = TxnMetadata(transactional_id, new_producer_id, NO_PRODUCER_EPOCH, timeout_ms)
-        return Decision(ErrorCode.NONE, _bump(fresh, now_ms, timeout_ms, new_producer_id))
-    if expected_producer_id != NO_PRODUCER_ID:
-        known = expected_producer_id in (md.producer_id, md.last_producer_id)
-        if not known:
-            return Decision(ErrorCode.PRODUCER_FENCED)
+        md = TxnMetadata(transactional_id, new_producer_id, NO_PRODUCER_EPOCH, timeout_ms)
+    expected = expected_producer_id != NO_PRODUCER_ID
+    if expected and not (
+        md.producer_epoch == NO_PRODUCER_EPOCH
+        or expected_producer_id == md.producer_id
+        or (expected_producer_id == md.last_producer_id and _exhausted(expected_epoch))
+    ):
+        return Decision(ErrorCode.PRODUCER_FENCED)
     if md.state in _PREPARE or md.state is TxnState.PREPARE_EPOCH_FENCE:
         return Decision(ErrorCode.CONCURRENT_TRANSACTIONS)
     if md.state is TxnState.ONGOING:
-        fenced = md.transition(
-            TxnState.PREPARE_EPOCH_FENCE, now_ms, producer_epoch=md.producer_epoch + 1
-        )
-        return Decision(ErrorCode.CONCURRENT_TRANSACTIONS, fenced)
+        return Decision(ErrorCode.CONCURRENT_TRANSACTIONS, _fence_and_abort(md, now_ms))
     if md.state is TxnState.DEAD:
         return Decision(ErrorCode.CONCURRENT_TRANSACTIONS)
     # Empty / CompleteCommit / CompleteAbort
-    if expected_producer_id != NO_PRODUCER_ID:
-        if (expected_producer_id, expected_epoch) == (md.last_producer_id, md.last_producer_epoch):
-            return Decision(ErrorCode.NONE)  # a retry of the bump that already happened
-        if (expected_producer_id, expected_epoch) != (md.producer_id, md.producer_epoch):
-            return Decision(ErrorCode.PRODUCER_FENCED)
-    return Decision(ErrorCode.NONE, _bump(md, now_ms, timeout_ms, new_producer_id))
+    if _exhausted(md.producer_epoch) and (not expected or expected_epoch == md.producer_epoch):
+        return Decision(ErrorCode.NONE, _rotate(md, now_ms, timeout_ms, new_producer_id, expected))
+    new = _increment(md, now_ms, timeout_ms, expected_epoch if expected else None)
+    if new is None:
+        return Decision(ErrorCode.PRODUCER_FENCED)
+    return Decision(ErrorCode.NONE, new)
 
 
 def _check_producer(md: TxnMetadata | None, producer_id: int, epoch: int) -> ErrorCode:
@@ -216,14 +240,24 @@ def end_txn(
     return Decision(ErrorCode.INVALID_TXN_STATE)  # Empty, Dead
 
 
+def _fence_and_abort(md: TxnMetadata, now_ms: int) -> TxnMetadata:
+    """Kafka's epoch fence: the epoch is bumped (never returned to a client) and the Ongoing
+    transaction goes to PrepareAbort in one persisted step; PrepareEpochFence is only the
+    transient state in between (Kafka's pendingState)."""
+    fenced = md.transition(TxnState.PREPARE_EPOCH_FENCE, now_ms)
+    return fenced.transition(
+        TxnState.PREPARE_ABORT,
+        now_ms,
+        producer_epoch=md.producer_epoch + 1,
+        last_producer_epoch=NO_PRODUCER_EPOCH,
+    )
+
+
 def abort_expired(md: TxnMetadata, now_ms: int) -> TxnMetadata | None:
     """The coordinator's timeout abort: bump the epoch (fencing the producer) and PrepareAbort."""
     if not md.expired(now_ms):
         return None
-    fenced = md.transition(
-        TxnState.PREPARE_EPOCH_FENCE, now_ms, producer_epoch=md.producer_epoch + 1
-    )
-    return fenced.transition(TxnState.PREPARE_ABORT, now_ms)
+    return _fence_and_abort(md, now_ms)
 
 
 def complete(md: TxnMetadata, now_ms: int) -> TxnMetadata:
