@@ -153,3 +153,25 @@ def test_stale_coordinator_gets_not_coordinator(tmp_path) -> None:
         await store.close()
 
     asyncio.run(main())
+
+
+def test_list_states_and_id_expiration(tmp_path) -> None:
+    async def main() -> None:
+        clock = ManualClock()
+        store = LocalStore(tmp_path, clock)
+        await store.start()
+        c = _coord(store, clock, Markers())
+        _, pid_a, ep_a = await c.init_producer_id("a", 60_000)
+        _, pid_b, _ = await c.init_producer_id("b", 60_000)
+        await c.add_partitions("a", pid_a, ep_a, TPS)
+        assert [m.transactional_id for m in c.list_states()] == ["a", "b"]
+        assert [m.transactional_id for m in c.list_states(states=["Ongoing"])] == ["a"]
+        assert [m.transactional_id for m in c.list_states(producer_ids=[pid_b])] == ["b"]
+        clock.advance(c.config.id_expiration_ms)
+        assert await c.expire_ids() == ["b"]  # "a" is Ongoing: never expired
+        assert await TxnStateStore(store).load("b") is None
+        assert await c.end_txn("b", pid_b, 0, True) is ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        await c.stop()
+        await store.close()
+
+    asyncio.run(main())

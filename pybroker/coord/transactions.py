@@ -149,6 +149,42 @@ class TransactionCoordinator:
                 return ErrorCode.NOT_COORDINATOR
             return d.error
 
+    def list_states(
+        self, producer_ids: Iterable[int] = (), states: Iterable[str] = ()
+    ) -> list[ts.TxnMetadata]:
+        """Owned transactions (Kafka's listTransactionStates): empty filters match all;
+        Dead ones are being expired and are left out."""
+        pids, names = set(producer_ids), set(states)
+        return [
+            md
+            for tid, (md, _) in sorted(self.txns.items())
+            if self.coordinates(tid)
+            and md.state is not ts.TxnState.DEAD
+            and (not pids or md.producer_id in pids)
+            and (not names or md.state.value in names)
+        ]
+
+    async def expire_ids(self) -> list[str]:
+        """transactional.id.expiration.ms: delete owned ids idle (Empty/Complete*) past it."""
+        expired = []
+        for tid in list(self.txns):
+            if not self.coordinates(tid):
+                continue
+            async with self._lock(tid):
+                cur = self.txns.get(tid)
+                if cur is None or not ts.expire_id(
+                    cur[0], self.clock.time_ms(), self.config.id_expiration_ms
+                ):
+                    continue
+                try:
+                    await self.store.delete(tid, cur[1])
+                except StoreError:
+                    pass  # another coordinator wrote meanwhile: not ours to expire
+                else:
+                    expired.append(tid)
+                self.txns.pop(tid, None)
+        return expired
+
     # -- background ------------------------------------------------------------------------
     async def abort_timed_out(self) -> list[str]:
         """Abort (with an epoch bump) every owned Ongoing transaction past its timeout."""
