@@ -1,0 +1,177 @@
+"""The transaction coordinator over a real LocalStore: commit cycle, markers, timeout abort,
+resume by a new coordinator, NOT_COORDINATOR for ids another broker owns."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from pybroker.clock import ManualClock
+from pybroker.coord import txn_state as ts
+from pybroker.coord.group_coordinator import coordinator_for
+from pybroker.coord.local import LocalStore
+from pybroker.coord.transactions import TransactionCoordinator, TxnConfig
+from pybroker.coord.txn_store import TxnStateStore
+from pybroker.errors import ErrorCode
+
+TPS = [("t", 0), ("t", 1), ("t", 2)]
+
+
+class Markers:
+    """Records the markers written; ``fail`` makes every partition answer an error."""
+
+    def __init__(self) -> None:
+        self.written: list[tuple[int, int, bool, int, list[tuple[str, int]]]] = []
+        self.fail = False
+
+    async def __call__(self, pid, epoch, committed, coord_epoch, partitions):
+        if self.fail:
+            return {tp: ErrorCode.NOT_LEADER_OR_FOLLOWER for tp in partitions}
+        self.written.append((pid, epoch, committed, coord_epoch, partitions))
+        return {tp: ErrorCode.NONE for tp in partitions}
+
+
+def _coord(store, clock, markers, **kw) -> TransactionCoordinator:
+    ids = itertools.count(1000)
+
+    async def alloc() -> int:
+        return next(ids)
+
+    cfg = TxnConfig(max_timeout_ms=300_000, marker_retry_ms=1)
+    return TransactionCoordinator(TxnStateStore(store), clock, cfg, alloc, markers, **kw)
+
+
+async def _settle(c: TransactionCoordinator) -> None:
+    for _ in range(200):
+        if all(t.done() for t in c._completing.values()):
+            return
+        await asyncio.sleep(0.005)
+
+
+def test_commit_then_abort_cycle(tmp_path) -> None:
+    async def main() -> None:
+        clock = ManualClock()
+        store = LocalStore(tmp_path, clock)
+        await store.start()
+        m = Markers()
+        c = _coord(store, clock, m)
+        assert await c.init_producer_id("tx", 400_000) == (
+            ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+            -1,
+            -1,
+        )
+        err, pid, epoch = await c.init_producer_id("tx", 60_000)
+        assert (err, epoch) == (ErrorCode.NONE, 0)
+        assert await c.add_partitions("tx", pid, epoch, TPS[:2]) is ErrorCode.NONE
+        assert await c.add_partitions("tx", pid, epoch, TPS[2:]) is ErrorCode.NONE
+        assert await c.end_txn("tx", pid, epoch, True) is ErrorCode.NONE
+        await _settle(c)
+        assert [(w[0], w[1], w[2], w[4]) for w in m.written] == [(pid, 0, True, TPS)]
+        assert c.txns["tx"][0].state is ts.TxnState.COMPLETE_COMMIT
+        assert await c.end_txn("tx", pid, epoch, True) is ErrorCode.NONE  # retry
+        assert await c.add_partitions("tx", pid, epoch, TPS[:1]) is ErrorCode.NONE
+        assert await c.end_txn("tx", pid, epoch, False) is ErrorCode.NONE
+        await _settle(c)
+        assert m.written[-1][2] is False and m.written[-1][4] == TPS[:1]
+        await c.stop()
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_markers_in_flight_answer_concurrent_transactions_and_new_coordinator_finishes(
+    tmp_path,
+) -> None:
+    async def main() -> None:
+        clock = ManualClock()
+        store = LocalStore(tmp_path, clock)
+        await store.start()
+        m = Markers()
+        m.fail = True
+        old = _coord(store, clock, m)
+        _, pid, epoch = await old.init_producer_id("tx", 60_000)
+        await old.add_partitions("tx", pid, epoch, TPS)
+        assert await old.end_txn("tx", pid, epoch, True) is ErrorCode.NONE
+        await asyncio.sleep(0.02)
+        assert await old.init_producer_id("tx", 60_000) == (
+            ErrorCode.CONCURRENT_TRANSACTIONS,
+            -1,
+            -1,
+        )
+        assert await old.add_partitions("tx", pid, epoch, TPS) is ErrorCode.CONCURRENT_TRANSACTIONS
+        await old.stop()  # the old coordinator dies with the markers unwritten
+
+        m2 = Markers()
+        new = _coord(store, clock, m2)
+        await new.resume()
+        await _settle(new)
+        assert [(w[0], w[2], w[4]) for w in m2.written] == [(pid, True, TPS)]
+        assert new.txns["tx"][0].state is ts.TxnState.COMPLETE_COMMIT
+        await new.stop()
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_timeout_abort_fences_the_producer(tmp_path) -> None:
+    async def main() -> None:
+        clock = ManualClock()
+        store = LocalStore(tmp_path, clock)
+        await store.start()
+        m = Markers()
+        c = _coord(store, clock, m)
+        _, pid, epoch = await c.init_producer_id("tx", 10_000)
+        await c.add_partitions("tx", pid, epoch, TPS)
+        clock.advance(10_000)
+        assert await c.abort_timed_out() == []
+        clock.advance(1)
+        assert await c.abort_timed_out() == ["tx"]
+        await _settle(c)
+        assert [(w[1], w[2]) for w in m.written] == [(epoch + 1, False)]
+        assert await c.end_txn("tx", pid, epoch, True) is ErrorCode.PRODUCER_FENCED
+        err, pid2, epoch2 = await c.init_producer_id("tx", 10_000)
+        assert (err, pid2, epoch2) == (ErrorCode.NONE, pid, epoch + 2)
+        await c.stop()
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_stale_coordinator_gets_not_coordinator(tmp_path) -> None:
+    async def main() -> None:
+        clock = ManualClock()
+        store = LocalStore(tmp_path, clock)
+        await store.start()
+        a, b = _coord(store, clock, Markers()), _coord(store, clock, Markers())
+        _, pid, epoch = await a.init_producer_id("tx", 60_000)
+        await b.init_producer_id("tx", 60_000)  # b took over and fenced epoch 0
+        assert await a.add_partitions("tx", pid, epoch, TPS) is ErrorCode.NOT_COORDINATOR
+        assert await a.add_partitions("tx", pid, epoch, TPS) is ErrorCode.PRODUCER_FENCED
+        owner = coordinator_for("tx", [1, 2])
+        other = _coord(store, clock, Markers(), broker_id=3 - owner, membership=lambda: (1, [1, 2]))
+        assert await other.init_producer_id("tx", 60_000) == (ErrorCode.NOT_COORDINATOR, -1, -1)
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_list_states_and_id_expiration(tmp_path) -> None:
+    async def main() -> None:
+        clock = ManualClock()
+        store = LocalStore(tmp_path, clock)
+        await store.start()
+        c = _coord(store, clock, Markers())
+        _, pid_a, ep_a = await c.init_producer_id("a", 60_000)
+        _, pid_b, _ = await c.init_producer_id("b", 60_000)
+        await c.add_partitions("a", pid_a, ep_a, TPS)
+        assert [m.transactional_id for m in c.list_states()] == ["a", "b"]
+        assert [m.transactional_id for m in c.list_states(states=["Ongoing"])] == ["a"]
+        assert [m.transactional_id for m in c.list_states(producer_ids=[pid_b])] == ["b"]
+        clock.advance(c.config.id_expiration_ms)
+        assert await c.expire_ids() == ["b"]  # "a" is Ongoing: never expired
+        assert await TxnStateStore(store).load("b") is None
+        assert await c.end_txn("b", pid_b, 0, True) is ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        await c.stop()
+        await store.close()
+
+    asyncio.run(main())
