@@ -141,6 +141,13 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
     "log.flush.interval.messages": ("log_flush_interval_messages", _int, None),
     "log.flush.interval.ms": ("log_flush_interval_ms", _int, None),
     "log.message.timestamp.type": ("log_message_timestamp_type", str, "CreateTime"),
+    "log.message.timestamp.difference.max.ms": (
+        "log_message_timestamp_difference_max_ms",
+        _int,
+        2**63 - 1,
+    ),
+    "log.message.timestamp.before.max.ms": ("log_message_timestamp_before_max_ms", _int, 2**63 - 1),
+    "log.message.timestamp.after.max.ms": ("log_message_timestamp_after_max_ms", _int, 2**63 - 1),
     "message.max.bytes": ("message_max_bytes", _int, 1048588),
     "socket.request.max.bytes": ("socket_request_max_bytes", _int, 104857600),
     "min.insync.replicas": ("min_insync_replicas", _int, 1),
@@ -198,6 +205,9 @@ class Config:
     log_flush_interval_messages: int | None = None
     log_flush_interval_ms: int | None = None
     log_message_timestamp_type: str = "CreateTime"
+    log_message_timestamp_difference_max_ms: int = 2**63 - 1
+    log_message_timestamp_before_max_ms: int = 2**63 - 1
+    log_message_timestamp_after_max_ms: int = 2**63 - 1
     message_max_bytes: int = 1048588
     socket_request_max_bytes: int = 104857600
     min_insync_replicas: int = 1

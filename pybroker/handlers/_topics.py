@@ -72,6 +72,22 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
     "message.timestamp.type": TopicConfigDef(
         lambda c: "CreateTime", "log.message.timestamp.type", STRING, frozenset({"CreateTime"})
     ),
+    # KIP-937: before/after fall back to the deprecated difference.max.ms while at Long.MAX
+    "message.timestamp.difference.max.ms": TopicConfigDef(
+        lambda c: str(c.log_message_timestamp_difference_max_ms),
+        "log.message.timestamp.difference.max.ms",
+        LONG,
+    ),
+    "message.timestamp.before.max.ms": TopicConfigDef(
+        lambda c: str(c.log_message_timestamp_before_max_ms),
+        "log.message.timestamp.before.max.ms",
+        LONG,
+    ),
+    "message.timestamp.after.max.ms": TopicConfigDef(
+        lambda c: str(c.log_message_timestamp_after_max_ms),
+        "log.message.timestamp.after.max.ms",
+        LONG,
+    ),
     "flush.messages": TopicConfigDef(
         lambda c: str(c.log_flush_interval_messages or NEVER),
         "log.flush.interval.messages",
@@ -149,6 +165,26 @@ def flush_policy(config: Config, topic_configs: dict[str, str]) -> tuple[int, in
     """(flush.messages, flush.ms) in effect for a topic."""
     eff = effective_topic_configs(config, topic_configs)
     return int(eff["flush.messages"][0]), int(eff["flush.ms"][0])
+
+
+LONG_MAX = 2**63 - 1
+
+
+def timestamp_bounds(config: Config, topic_configs: dict[str, str]) -> tuple[int, int]:
+    """(before.max.ms, after.max.ms) as Kafka 3.9's LogConfig derives them: each is its own
+    setting unless that is Long.MAX, then message.timestamp.difference.max.ms (topic, else the
+    broker's log.* settings)."""
+
+    def get(name: str, default: int) -> int:
+        v = topic_configs.get(name)
+        return int(v) if v is not None else default
+
+    diff = get(
+        "message.timestamp.difference.max.ms", config.log_message_timestamp_difference_max_ms
+    )
+    before = get("message.timestamp.before.max.ms", config.log_message_timestamp_before_max_ms)
+    after = get("message.timestamp.after.max.ms", config.log_message_timestamp_after_max_ms)
+    return (before if before != LONG_MAX else diff, after if after != LONG_MAX else diff)
 
 
 def max_message_bytes(config: Config, topic_configs: dict[str, str]) -> int:

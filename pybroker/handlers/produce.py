@@ -48,10 +48,16 @@ import functools
 from typing import Any
 
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.handlers._topics import is_compacted, max_message_bytes
+from pybroker.handlers._topics import (
+    LONG_MAX,
+    is_compacted,
+    max_message_bytes,
+    timestamp_bounds,
+)
 from pybroker.handlers.context import CloseConnection, RequestContext
 from pybroker.log.compacted_records import (
     compacted_topic_record_errors,
+    read_records,
     record_errors_message,
 )
 from pybroker.log.validator import ValidationResult, validate_batch
@@ -84,15 +90,49 @@ def _partition_error(index: int, code: int, message: str | None = None) -> dict:
     }
 
 
-def _record_errors(index: int, errors: list[tuple[int, str]], version: int) -> dict:
-    """INVALID_RECORD with Kafka's per-record errors (v8+ carries them)."""
-    entry = _partition_error(index, ErrorCode.INVALID_RECORD)
+def _record_errors(
+    index: int, errors: list[tuple[int, str]], version: int, code: int = ErrorCode.INVALID_RECORD
+) -> dict:
+    """INVALID_RECORD (or ``code``) with Kafka's per-record errors (v8+ carries them)."""
+    entry = _partition_error(index, code)
     if version >= 8:
         entry["record_errors"] = [
             {"batch_index": i, "batch_index_error_message": m} for i, m in errors
         ]
         entry["error_message"] = record_errors_message(errors)
     return entry
+
+
+def timestamp_errors(
+    now: int, config: Any, topic_configs: dict[str, str], records: Any, batches: list[BatchHeader]
+) -> list[tuple[int, str]]:
+    """Kafka's LogValidator.validateTimestamp on a CreateTime topic: ``(batchIndex, message)``
+    of every record whose own timestamp (not -1) is more than message.timestamp.before.max.ms
+    before now or more than message.timestamp.after.max.ms after it (KIP-937)."""
+    ts_type = topic_configs.get("message.timestamp.type", config.log_message_timestamp_type)
+    if ts_type != "CreateTime":
+        return []
+    before, after = timestamp_bounds(config, topic_configs)
+    if before == LONG_MAX and after == LONG_MAX:
+        return []  # the default: nothing to walk
+    out: list[tuple[int, str]] = []
+    mv = memoryview(records)
+    for h in batches:
+        _, recs = read_records(bytes(mv[h.position : h.position + h.size]))
+        for i, r in enumerate(recs):
+            if r.timestamp == -1:
+                continue
+            diff = now - r.timestamp
+            if diff > before or -diff > after:
+                out.append(
+                    (
+                        i,
+                        f"Timestamp {r.timestamp} of message with offset {r.offset} is out of"
+                        f" range. The timestamp should be within [{now - before},"
+                        f" {now + after}]",
+                    )
+                )
+    return out
 
 
 async def _validate(
@@ -173,6 +213,11 @@ async def _append(
         info = services.cluster.topics.get(topic)
         if info is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        errors = timestamp_errors(
+            services.clock.time_ms(), services.config, info.configs, records, batches
+        )
+        if errors:
+            return _record_errors(index, errors, ctx.version, ErrorCode.INVALID_TIMESTAMP), None
         if is_compacted(services.config, info.configs):
             errors = compacted_topic_record_errors(records, batches, f"{topic}-{index}")
             if errors:
