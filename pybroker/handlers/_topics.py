@@ -70,7 +70,10 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
         lambda c: str(c.message_max_bytes), "message.max.bytes", INT
     ),
     "message.timestamp.type": TopicConfigDef(
-        lambda c: "CreateTime", "log.message.timestamp.type", STRING, frozenset({"CreateTime"})
+        lambda c: c.log_message_timestamp_type,
+        "log.message.timestamp.type",
+        STRING,
+        frozenset({"CreateTime", "LogAppendTime"}),
     ),
     # KIP-937: before/after fall back to the deprecated difference.max.ms while at Long.MAX
     "message.timestamp.difference.max.ms": TopicConfigDef(
@@ -152,6 +155,7 @@ def log_config(config: Config, topic_configs: dict[str, str]) -> LogConfig:
         min_cleanable_dirty_ratio=float(eff["min.cleanable.dirty.ratio"]),
         min_compaction_lag_ms=int(eff["min.compaction.lag.ms"]),
         max_compaction_lag_ms=int(eff["max.compaction.lag.ms"]),
+        message_timestamp_type=eff["message.timestamp.type"],
     )
 
 

@@ -36,7 +36,7 @@ Kafka's LogValidator).
 
 Left out: magic 0/1 message sets are refused with UNSUPPORTED_FOR_MESSAGE_FORMAT (43) rather
 than converted (every client pybroker targets writes magic 2 when Produce v3+ is offered);
-LogAppendTime topics; KIP-890's transaction verification (Kafka 3.6+ asks the transaction
+KIP-890's transaction verification (Kafka 3.6+ asks the transaction
 coordinator whether the partition was added to the transaction before appending a
 transactional batch).
 """
