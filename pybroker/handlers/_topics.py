@@ -18,6 +18,16 @@ from pybroker.flusher import NEVER
 from pybroker.handlers.context import RequestContext
 from pybroker.log import LogConfig
 
+# compression.type values and the codec id each means (producer: the batch's own).
+CODECS: dict[str, int | None] = {
+    "producer": None,
+    "uncompressed": 0,
+    "gzip": 1,
+    "snappy": 2,
+    "lz4": 3,
+    "zstd": 4,
+}
+
 # Kafka's ConfigType codes (DescribeConfigs v3+).
 BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
 
@@ -52,7 +62,10 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
         LONG,
     ),
     "compression.type": TopicConfigDef(
-        lambda c: "producer", "compression.type", STRING, frozenset({"producer"})
+        lambda c: c.compression_type,
+        "compression.type",
+        STRING,
+        frozenset(CODECS),
     ),
     "retention.ms": TopicConfigDef(lambda c: str(c.retention_ms), "log.retention.ms", LONG),
     "retention.bytes": TopicConfigDef(
@@ -189,6 +202,11 @@ def timestamp_bounds(config: Config, topic_configs: dict[str, str]) -> tuple[int
     before = get("message.timestamp.before.max.ms", config.log_message_timestamp_before_max_ms)
     after = get("message.timestamp.after.max.ms", config.log_message_timestamp_after_max_ms)
     return (before if before != LONG_MAX else diff, after if after != LONG_MAX else diff)
+
+
+def target_codec(config: Config, topic_configs: dict[str, str]) -> int | None:
+    """The codec compression.type asks stored batches to have; None: the producer's."""
+    return CODECS[topic_configs.get("compression.type", config.compression_type)]
 
 
 def max_message_bytes(config: Config, topic_configs: dict[str, str]) -> int:

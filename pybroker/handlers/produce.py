@@ -52,12 +52,14 @@ from pybroker.handlers._topics import (
     LONG_MAX,
     is_compacted,
     max_message_bytes,
+    target_codec,
     timestamp_bounds,
 )
 from pybroker.handlers.context import CloseConnection, RequestContext
 from pybroker.log.compacted_records import (
     compacted_topic_record_errors,
     read_records,
+    rebuild_batch,
     record_errors_message,
 )
 from pybroker.log.validator import ValidationResult, validate_batch
@@ -65,6 +67,7 @@ from pybroker.registry import handler
 from pybroker.wire.compression import DecompressedSizeError
 from pybroker.wire.records import (
     ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
     CREATE_TIME,
     TRANSACTIONAL_MASK,
     BatchHeader,
@@ -133,6 +136,33 @@ def timestamp_errors(
                     )
                 )
     return out
+
+
+def _recompress_sync(
+    records: Any, batches: list[BatchHeader], codec: int
+) -> tuple[bytearray, list[BatchHeader]]:
+    mv = memoryview(records)
+    out = bytearray()
+    for h in batches:
+        raw = bytes(mv[h.position : h.position + h.size])
+        if h.compression == codec:
+            out += raw
+            continue
+        _, recs = read_records(raw)
+        attrs = (h.attributes & ~COMPRESSION_MASK) | codec
+        out += rebuild_batch(h._replace(attributes=attrs), recs)
+    return out, parse_batches(out)
+
+
+async def _recompress(
+    records: Any, batches: list[BatchHeader], codec: int
+) -> tuple[bytearray, list[BatchHeader]]:
+    """Kafka's LogValidator when the topic's compression.type differs from the batch's codec:
+    a new batch in the topic's codec, with the records, producer fields (id, epoch, base
+    sequence, transactional flag) and timestamps kept.  Off the event loop (a thread)."""
+    return await asyncio.get_running_loop().run_in_executor(
+        None, _recompress_sync, records, batches, codec
+    )
 
 
 async def _validate(
@@ -207,6 +237,10 @@ async def _append(
             if b.timestamp_type == CREATE_TIME and result.max_timestamp != b.max_timestamp:
                 set_max_timestamp(records, b.position, CREATE_TIME, result.max_timestamp)
                 batches[i] = b._replace(max_timestamp=result.max_timestamp)
+        # compression.type other than producer: batches in another codec are rebuilt
+        codec = target_codec(services.config, info.configs)
+        if codec is not None and any(b.compression != codec for b in batches):
+            records, batches = await _recompress(records, batches, codec)
         # the walk may have waited for a thread: leadership is checked again
         replica = services.replicas.leader_replica(topic, index)
         log = replica.log
