@@ -152,3 +152,23 @@ def test_log_append_time_topic(broker):
         kind, ts = m.timestamp()
         assert kind == TIMESTAMP_LOG_APPEND_TIME
         assert ts >= start - 5000 and ts != old
+
+
+@pytest.mark.parametrize("topic_codec", ["gzip", "uncompressed"])
+def test_topic_compression_type(broker, topic_codec):
+    """compression.type on the topic: a confluent-kafka producer writing lz4 still reads back
+    every record (the broker stored them in the topic's codec), checked by DescribeConfigs."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+    topic = unique_topic("ckcodec")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"compression.type": topic_codec})])[
+        topic
+    ].result(30)
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = admin.describe_configs([res])[res].result(30)
+    assert configs["compression.type"].value == topic_codec
+    sent, acked = _produce(broker.bootstrap, topic, 1, 50, **{"compression.type": "lz4"})
+    got = _consume(broker.bootstrap, topic, 1, 50)
+    assert [(m.key(), m.value()) for m in got] == [(k, v) for _, k, v, _ in sent]
+    assert [m.offset() for m in got] == list(range(50))
