@@ -39,6 +39,9 @@ def test_out_of_range_timestamps_are_refused(client, version, configs, offset_ms
     assert (p["error_code"], p["base_offset"]) == (INVALID_TIMESTAMP, -1)
     if version >= 8:
         assert [e["batch_index"] for e in p["record_errors"]] == [0, 1]
+        assert p["error_message"] == (
+            "One or more records have been rejected due to invalid timestamp"
+        )
         msg = p["record_errors"][0]["batch_index_error_message"]
         assert msg.startswith(f"Timestamp {ts} of message with offset 0 is out of range.")
     # records stamped now are taken; nothing was appended before

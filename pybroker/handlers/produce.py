@@ -102,7 +102,11 @@ def _record_errors(
         entry["record_errors"] = [
             {"batch_index": i, "batch_index_error_message": m} for i, m in errors
         ]
-        entry["error_message"] = record_errors_message(errors)
+        entry["error_message"] = (
+            "One or more records have been rejected due to invalid timestamp"
+            if code == ErrorCode.INVALID_TIMESTAMP
+            else record_errors_message(errors)
+        )
     return entry
 
 
