@@ -64,3 +64,20 @@ def test_in_range_and_default_topics_take_old_and_future_timestamps(client):
     for ts in (0, now - 100 * HOUR, now + 100 * HOUR):
         p = produce(client, plain, build_batch([(b"k", b"v", [])], timestamp=ts), 9)
         assert p["error_code"] == NONE
+
+
+@pytest.mark.parametrize("topic_type", ["CreateTime", "LogAppendTime"])
+def test_producer_log_append_time_batches_are_refused(client, topic_type):
+    """Kafka refuses a batch the producer marked LogAppendTime, on any topic."""
+    from pybroker.wire.records import LOG_APPEND_TIME
+
+    topic = unique_topic("tslat")
+    assert create(client, topic, {"message.timestamp.type": topic_type})["error_code"] == NONE
+    records = build_batch([(b"k", b"a", []), (b"k", b"b", [])], timestamp_type=LOG_APPEND_TIME)
+    p = produce(client, topic, records, 9)
+    assert (p["error_code"], p["base_offset"]) == (INVALID_TIMESTAMP, -1)
+    assert [e["batch_index"] for e in p["record_errors"]] == [0, 1]
+    assert all(
+        "Producer should not set timestamp type to LogAppendTime" in e["batch_index_error_message"]
+        for e in p["record_errors"]
+    )

@@ -69,6 +69,7 @@ from pybroker.wire.records import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     CREATE_TIME,
+    LOG_APPEND_TIME,
     TRANSACTIONAL_MASK,
     BatchHeader,
     InvalidRecordError,
@@ -113,30 +114,42 @@ def _record_errors(
 def timestamp_errors(
     now: int, config: Any, topic_configs: dict[str, str], records: Any, batches: list[BatchHeader]
 ) -> list[tuple[int, str]]:
-    """Kafka's LogValidator.validateTimestamp on a CreateTime topic: ``(batchIndex, message)``
-    of every record whose own timestamp (not -1) is more than message.timestamp.before.max.ms
-    before now or more than message.timestamp.after.max.ms after it (KIP-937)."""
-    ts_type = topic_configs.get("message.timestamp.type", config.log_message_timestamp_type)
-    if ts_type != "CreateTime":
-        return []
+    """Kafka's LogValidator.validateTimestamp: ``(batchIndex, message)`` of every record that
+    on a CreateTime topic has its own timestamp (not -1) more than
+    message.timestamp.before.max.ms before now or more than message.timestamp.after.max.ms
+    after it (KIP-937), and of every other record of a batch the producer marked
+    LogAppendTime (which Kafka refuses on any topic)."""
+    create_time = (
+        topic_configs.get("message.timestamp.type", config.log_message_timestamp_type)
+        == "CreateTime"
+    )
     before, after = timestamp_bounds(config, topic_configs)
-    if before == LONG_MAX and after == LONG_MAX:
-        return []  # the default: nothing to walk
+    bounded = create_time and (before != LONG_MAX or after != LONG_MAX)
     out: list[tuple[int, str]] = []
     mv = memoryview(records)
     for h in batches:
+        producer_lat = h.timestamp_type == LOG_APPEND_TIME
+        if not bounded and not producer_lat:
+            continue  # the default: nothing to walk
         _, recs = read_records(bytes(mv[h.position : h.position + h.size]))
         for i, r in enumerate(recs):
-            if r.timestamp == -1:
-                continue
             diff = now - r.timestamp
-            if diff > before or -diff > after:
+            if create_time and r.timestamp != -1 and (diff > before or -diff > after):
                 out.append(
                     (
                         i,
                         f"Timestamp {r.timestamp} of message with offset {r.offset} is out of"
                         f" range. The timestamp should be within [{now - before},"
                         f" {now + after}]",
+                    )
+                )
+            elif producer_lat:
+                out.append(
+                    (
+                        i,
+                        f"Invalid timestamp type in message (offset={r.offset},"
+                        f" timestamp={r.timestamp}). Producer should not set timestamp type to"
+                        " LogAppendTime.",
                     )
                 )
     return out
