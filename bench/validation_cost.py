@@ -10,6 +10,7 @@ the GiB of uncompressed record values sent.
 
     python -m bench.validation_cost --mib 256                      # this checkout
     python -m bench.validation_cost --mib 256 --pythonpath /tmp/old  # another checkout
+    python -m bench.validation_cost --codecs lz4 --topic-codec zstd  # recompression's cost
 """
 
 from __future__ import annotations
@@ -95,6 +96,11 @@ def main() -> None:
     ap.add_argument("--record-bytes", type=int, default=1024)
     ap.add_argument("--codecs", default=",".join(CODECS))
     ap.add_argument("--pythonpath", default=None, help="PYTHONPATH of the broker")
+    ap.add_argument(
+        "--topic-codec",
+        default="producer",
+        help="the topics' compression.type (other than producer: the broker recompresses)",
+    )
     args = ap.parse_args()
     batch_bytes = args.records * args.record_bytes
     count = max(1, args.mib * 2**20 // batch_bytes)
@@ -131,7 +137,7 @@ def main() -> None:
                 f"{'CPU-s/GiB':>10}"
             )
             for name in args.codecs.split(","):
-                topic = f"vcost-{name}"
+                topic = f"vcost-{name}-{args.topic_codec}"
                 conn.send(
                     19,
                     5,
@@ -142,7 +148,9 @@ def main() -> None:
                                 "num_partitions": 1,
                                 "replication_factor": 1,
                                 "assignments": [],
-                                "configs": [],
+                                "configs": [
+                                    {"name": "compression.type", "value": args.topic_codec}
+                                ],
                             }
                         ],
                         "timeout_ms": 10000,

@@ -120,3 +120,55 @@ def test_list_topics_metadata(broker):
     one = producer.list_topics(topic, timeout=10)
     assert topic in one.topics
     print(f"[{broker.backend}] list_topics: {len(md.topics)} topics, {topic} has 2 partitions")
+
+
+def test_log_append_time_topic(broker):
+    """message.timestamp.type=LogAppendTime: librdkafka reports TIMESTAMP_LOG_APPEND_TIME with
+    the broker's append time, both in the delivery report and on the consumed message."""
+    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = unique_topic("cklat")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    fut = admin.create_topics(
+        [NewTopic(topic, 1, 1, config={"message.timestamp.type": "LogAppendTime"})]
+    )[topic]
+    fut.result(30)
+    old = 1_000_000
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    reports = []
+    start = int(time.time() * 1000)
+    for i in range(3):
+        producer.produce(
+            topic, value=b"v%d" % i, timestamp=old, on_delivery=lambda e, m: reports.append((e, m))
+        )
+    assert producer.flush(30) == 0
+    assert [e for e, _ in reports] == [None] * 3
+    kinds = {m.timestamp()[0] for _, m in reports}
+    assert kinds == {TIMESTAMP_LOG_APPEND_TIME}
+    got = _consume(broker.bootstrap, topic, 1, 3)
+    assert [m.value() for m in got] == [b"v0", b"v1", b"v2"]
+    for m in got:
+        kind, ts = m.timestamp()
+        assert kind == TIMESTAMP_LOG_APPEND_TIME
+        assert ts >= start - 5000 and ts != old
+
+
+@pytest.mark.parametrize("topic_codec", ["gzip", "uncompressed"])
+def test_topic_compression_type(broker, topic_codec):
+    """compression.type on the topic: a confluent-kafka producer writing lz4 still reads back
+    every record (the broker stored them in the topic's codec), checked by DescribeConfigs."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+    topic = unique_topic("ckcodec")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"compression.type": topic_codec})])[
+        topic
+    ].result(30)
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = admin.describe_configs([res])[res].result(30)
+    assert configs["compression.type"].value == topic_codec
+    sent, acked = _produce(broker.bootstrap, topic, 1, 50, **{"compression.type": "lz4"})
+    got = _consume(broker.bootstrap, topic, 1, 50)
+    assert [(m.key(), m.value()) for m in got] == [(k, v) for _, k, v, _ in sent]
+    assert [m.offset() for m in got] == list(range(50))

@@ -64,7 +64,7 @@ def _report(label, sent, per_member, assignments):
 # confluent-kafka
 # ------------------------------------------------------------------------------------------
 class _ConfluentMember:
-    def __init__(self, bootstrap, topic, group, name):
+    def __init__(self, bootstrap, topic, group, name, instance_id=None):
         from confluent_kafka import Consumer
 
         self.name = name
@@ -73,18 +73,24 @@ class _ConfluentMember:
         self.assignment: frozenset[int] = frozenset()
         self.errors: list[str] = []
         self.stop = threading.Event()
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": group,
-                "client.id": name,
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-                "session.timeout.ms": SESSION_TIMEOUT_MS,
-                "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
-            }
+        self.rebalance_events: list[str] = []  # "assign" / "revoke" callbacks, in order
+        conf = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "client.id": name,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": SESSION_TIMEOUT_MS,
+            "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
+        }
+        if instance_id is not None:
+            conf["group.instance.id"] = instance_id
+        self.consumer = Consumer(conf)
+        self.consumer.subscribe(
+            [topic],
+            on_assign=lambda c, ps: self.rebalance_events.append("assign"),
+            on_revoke=lambda c, ps: self.rebalance_events.append("revoke"),
         )
-        self.consumer.subscribe([topic])
         self.topic = topic
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -125,6 +131,46 @@ class _ConfluentMember:
     def close(self):
         self.stop.set()
         self.thread.join(30)
+
+
+def test_confluent_kafka_static_leader_restart_no_rebalance(broker):
+    """librdkafka's test 0102: the leader, a static member, restarts within its session
+    timeout; the other member sees no rebalance and the restarted one gets its partitions."""
+    topic, group = unique_topic("static"), _group("ckstatic")
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    leader = _ConfluentMember(broker.bootstrap, topic, group, "ck-a", instance_id="a")
+    wait_until(lambda: len(leader.snapshot()[0]) == PARTITIONS, JOIN_TIMEOUT, what="a alone")
+    other = _ConfluentMember(broker.bootstrap, topic, group, "ck-b", instance_id="b")
+    members = [leader, other]
+    try:
+        wait_until(
+            lambda: _two_way_split([m.snapshot()[0] for m in members]),
+            JOIN_TIMEOUT,
+            what="static members split 2+2",
+        )
+        before = other.snapshot()[0]
+        events = list(other.rebalance_events)
+        leader.close()  # a static member does not leave the group on close
+        restarted = _ConfluentMember(broker.bootstrap, topic, group, "ck-a2", instance_id="a")
+        members = [restarted, other]
+        wait_until(
+            lambda: _two_way_split([m.snapshot()[0] for m in members]),
+            JOIN_TIMEOUT,
+            what="the restarted member holds its partitions again",
+        )
+        sent = produce(broker.bootstrap, topic, PARTITIONS, 40, "static")
+        wait_until(
+            lambda: set(sent) <= {(p, o) for m in members for p, o, _ in m.snapshot()[1]},
+            60,
+            what="all records consumed after the restart",
+        )
+        assert other.snapshot()[0] == before
+        assert other.rebalance_events == events, "the other member saw a rebalance"
+        for m in members:
+            assert not m.errors, f"{m.name}: {m.errors[:5]}"
+    finally:
+        for m in members:
+            m.close()
 
 
 def test_confluent_kafka_group_of_two(broker):

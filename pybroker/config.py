@@ -145,7 +145,15 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
     "log.flush.interval.messages": ("log_flush_interval_messages", _int, None),
     "log.flush.interval.ms": ("log_flush_interval_ms", _int, None),
     "log.message.timestamp.type": ("log_message_timestamp_type", str, "CreateTime"),
+    "log.message.timestamp.difference.max.ms": (
+        "log_message_timestamp_difference_max_ms",
+        _int,
+        2**63 - 1,
+    ),
+    "log.message.timestamp.before.max.ms": ("log_message_timestamp_before_max_ms", _int, 2**63 - 1),
+    "log.message.timestamp.after.max.ms": ("log_message_timestamp_after_max_ms", _int, 2**63 - 1),
     "message.max.bytes": ("message_max_bytes", _int, 1048588),
+    "compression.type": ("compression_type", str, "producer"),
     "socket.request.max.bytes": ("socket_request_max_bytes", _int, 104857600),
     "min.insync.replicas": ("min_insync_replicas", _int, 1),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int, 3000),
@@ -202,7 +210,11 @@ class Config:
     log_flush_interval_messages: int | None = None
     log_flush_interval_ms: int | None = None
     log_message_timestamp_type: str = "CreateTime"
+    log_message_timestamp_difference_max_ms: int = 2**63 - 1
+    log_message_timestamp_before_max_ms: int = 2**63 - 1
+    log_message_timestamp_after_max_ms: int = 2**63 - 1
     message_max_bytes: int = 1048588
+    compression_type: str = "producer"
     socket_request_max_bytes: int = 104857600
     min_insync_replicas: int = 1
     group_initial_rebalance_delay_ms: int = 3000
@@ -434,6 +446,11 @@ def _validate(cfg: Config) -> None:
     need(cfg.min_insync_replicas >= 1, "min.insync.replicas", "must be >= 1")
     need(cfg.log_retention_check_interval_ms >= 1, "log.retention.check.interval.ms", ">= 1")
     need(cfg.roll_ms >= 1, "log.roll.ms", "must be >= 1")
+    need(
+        cfg.compression_type in ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+        "compression.type",
+        "must be producer, uncompressed, gzip, snappy, lz4 or zstd",
+    )
     need(
         cfg.log_message_timestamp_type in ("CreateTime", "LogAppendTime"),
         "log.message.timestamp.type",

@@ -214,6 +214,52 @@ def test_static_member_restart_keeps_assignment_and_fences_old_id() -> None:
     assert d.g.heartbeat(d.now, b, "i-b", 2) == E.FENCED_INSTANCE_ID
 
 
+def _stable_static_pair(d: Driver) -> tuple[str, str]:
+    """Static members i-a (the leader) and i-b in a Stable generation 2; (a, b)."""
+    a = d.ready.pop(d.join(req(instance="i-a")))["member_id"]
+    d.ready.pop(d.sync(a, 1, {a: b"A"}))
+    b_join = d.join(req(instance="i-b"))
+    b = d.ready.get(b_join, {}).get("member_id") or d.g.static_members["i-b"]
+    d.ready.pop(d.join(req(a, instance="i-a")))
+    d.ready.clear()
+    d.sync(b, 2)
+    d.sync(a, 2, {a: b"A", b: b"B"})
+    d.ready.clear()
+    assert d.g.state == GroupState.STABLE and d.g.leader_id == a
+    return a, b
+
+
+def test_static_leader_restart_does_not_rebalance() -> None:
+    """librdkafka's 0102: the leader restarts within its session timeout; Kafka replaces its
+    member id without a rebalance (the selected protocol is unchanged) and answers with the
+    old leader id and no member list, so the restarted member does not assign."""
+    d = Driver()
+    a, b = _stable_static_pair(d)
+    r = d.ready.pop(d.join(req(instance="i-a")))
+    new_a = r["member_id"]
+    assert (r["error_code"], r["generation_id"]) == (E.NONE, 2)
+    assert new_a != a and r["leader"] == a and r["members"] == []
+    assert d.g.state == GroupState.STABLE and d.g.leader_id == new_a
+    assert d.ready.pop(d.sync(new_a, 2))["assignment"] == b"A"
+    # the other member's heartbeat sees no rebalance; the old id is fenced
+    assert d.g.heartbeat(d.now, b, "i-b", 2) == E.NONE
+    assert d.g.heartbeat(d.now, a, "i-a", 2) == E.FENCED_INSTANCE_ID
+
+
+def test_static_rejoin_changing_the_selected_protocol_rebalances() -> None:
+    d = Driver()
+    a, b = _stable_static_pair(d)
+    # b now prefers rr, which a does not support: range stays selected, no rebalance
+    t = d.join(req(instance="i-b", protocols=(("rr", b"m"), ("range", b"m"))))
+    assert d.ready[t]["error_code"] == E.NONE and d.g.state == GroupState.STABLE  # answered
+    b = d.ready[t]["member_id"]
+    d.ready.clear()
+    # both prefer a protocol both support: the selection changes, so the group rebalances
+    d.join(req(instance="i-a", protocols=(("rr", b"m"), ("range", b"m"))))
+    assert d.g.state == GroupState.PREPARING_REBALANCE
+    assert d.g.heartbeat(d.now, b, "i-b", 2) == E.REBALANCE_IN_PROGRESS
+
+
 def test_commit_validation() -> None:
     d = Driver()
     assert d.g.validate_commit("", None, -1) == E.NONE  # simple consumer on an empty group

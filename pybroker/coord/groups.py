@@ -22,7 +22,10 @@ the protocol chosen by vote among those every member supports, the first member 
 the leader's SyncGroup handing out assignments, rebalance and session timeouts, the initial
 rebalance delay for a new group, and static membership (group.instance.id): a restarted static
 member takes its old place under a new member id without a rebalance, and the old id is
-fenced (FENCED_INSTANCE_ID).
+fenced (FENCED_INSTANCE_ID).  As Kafka's updateStaticMemberAndRebalance, this holds for the
+leader too: in a Stable group the rejoin rebalances only when the member's new protocols change
+the protocol the group would select; the answer names the old leader id with no member list, so
+a restarted leader does not assign (librdkafka's test 0102).
 """
 
 from __future__ import annotations
@@ -304,12 +307,24 @@ class Group:
         m.last_heartbeat_ms = now
         self.members[new_id] = m
         self.static_members[iid] = new_id
-        was_leader = self.leader_id == old_id
-        if was_leader:
+        current_leader = self.leader_id
+        if current_leader == old_id:
             self.leader_id = new_id
-        if self.state == GroupState.STABLE and not was_leader and m.protocols == req.protocols:
-            m.client_id, m.client_host = req.client_id, req.client_host
-            return out + [(reply, self._join_response(m))]
+        if self.state == GroupState.STABLE:
+            # Kafka's updateStaticMemberAndRebalance: the member's metadata is updated, and a
+            # Stable group rebalances only if that changes the protocol it would select.
+            old_protocols = m.protocols
+            m.protocols = list(req.protocols)
+            if self._select_protocol() == self.protocol_name:
+                m.session_timeout_ms = req.session_timeout_ms
+                m.rebalance_timeout_ms = req.rebalance_timeout_ms
+                m.client_id, m.client_host = req.client_id, req.client_host
+                # The old leader id is returned (no member list), so a restarted leader does
+                # not run an assignment a Stable group would never hand out.
+                resp = self._join_response(m)
+                resp["leader"], resp["members"] = current_leader, []
+                return out + [(reply, resp)]
+            m.protocols = old_protocols
         return out + self._update_and_rebalance(reply, now, m, req)
 
     def _rebalance_or_complete(self, now: int) -> list[Output]:

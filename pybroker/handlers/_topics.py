@@ -18,6 +18,16 @@ from pybroker.flusher import NEVER
 from pybroker.handlers.context import RequestContext
 from pybroker.log import LogConfig
 
+# compression.type values and the codec id each means (producer: the batch's own).
+CODECS: dict[str, int | None] = {
+    "producer": None,
+    "uncompressed": 0,
+    "gzip": 1,
+    "snappy": 2,
+    "lz4": 3,
+    "zstd": 4,
+}
+
 # Kafka's ConfigType codes (DescribeConfigs v3+).
 BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
 
@@ -52,7 +62,10 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
         LONG,
     ),
     "compression.type": TopicConfigDef(
-        lambda c: "producer", "compression.type", STRING, frozenset({"producer"})
+        lambda c: c.compression_type,
+        "compression.type",
+        STRING,
+        frozenset(CODECS),
     ),
     "retention.ms": TopicConfigDef(lambda c: str(c.retention_ms), "log.retention.ms", LONG),
     "retention.bytes": TopicConfigDef(
@@ -70,7 +83,26 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
         lambda c: str(c.message_max_bytes), "message.max.bytes", INT
     ),
     "message.timestamp.type": TopicConfigDef(
-        lambda c: "CreateTime", "log.message.timestamp.type", STRING, frozenset({"CreateTime"})
+        lambda c: c.log_message_timestamp_type,
+        "log.message.timestamp.type",
+        STRING,
+        frozenset({"CreateTime", "LogAppendTime"}),
+    ),
+    # KIP-937: before/after fall back to the deprecated difference.max.ms while at Long.MAX
+    "message.timestamp.difference.max.ms": TopicConfigDef(
+        lambda c: str(c.log_message_timestamp_difference_max_ms),
+        "log.message.timestamp.difference.max.ms",
+        LONG,
+    ),
+    "message.timestamp.before.max.ms": TopicConfigDef(
+        lambda c: str(c.log_message_timestamp_before_max_ms),
+        "log.message.timestamp.before.max.ms",
+        LONG,
+    ),
+    "message.timestamp.after.max.ms": TopicConfigDef(
+        lambda c: str(c.log_message_timestamp_after_max_ms),
+        "log.message.timestamp.after.max.ms",
+        LONG,
     ),
     "flush.messages": TopicConfigDef(
         lambda c: str(c.log_flush_interval_messages or NEVER),
@@ -136,6 +168,7 @@ def log_config(config: Config, topic_configs: dict[str, str]) -> LogConfig:
         min_cleanable_dirty_ratio=float(eff["min.cleanable.dirty.ratio"]),
         min_compaction_lag_ms=int(eff["min.compaction.lag.ms"]),
         max_compaction_lag_ms=int(eff["max.compaction.lag.ms"]),
+        message_timestamp_type=eff["message.timestamp.type"],
     )
 
 
@@ -149,6 +182,31 @@ def flush_policy(config: Config, topic_configs: dict[str, str]) -> tuple[int, in
     """(flush.messages, flush.ms) in effect for a topic."""
     eff = effective_topic_configs(config, topic_configs)
     return int(eff["flush.messages"][0]), int(eff["flush.ms"][0])
+
+
+LONG_MAX = 2**63 - 1
+
+
+def timestamp_bounds(config: Config, topic_configs: dict[str, str]) -> tuple[int, int]:
+    """(before.max.ms, after.max.ms) as Kafka 3.9's LogConfig derives them: each is its own
+    setting unless that is Long.MAX, then message.timestamp.difference.max.ms (topic, else the
+    broker's log.* settings)."""
+
+    def get(name: str, default: int) -> int:
+        v = topic_configs.get(name)
+        return int(v) if v is not None else default
+
+    diff = get(
+        "message.timestamp.difference.max.ms", config.log_message_timestamp_difference_max_ms
+    )
+    before = get("message.timestamp.before.max.ms", config.log_message_timestamp_before_max_ms)
+    after = get("message.timestamp.after.max.ms", config.log_message_timestamp_after_max_ms)
+    return (before if before != LONG_MAX else diff, after if after != LONG_MAX else diff)
+
+
+def target_codec(config: Config, topic_configs: dict[str, str]) -> int | None:
+    """The codec compression.type asks stored batches to have; None: the producer's."""
+    return CODECS[topic_configs.get("compression.type", config.compression_type)]
 
 
 def max_message_bytes(config: Config, topic_configs: dict[str, str]) -> int:

@@ -36,7 +36,7 @@ Kafka's LogValidator).
 
 Left out: magic 0/1 message sets are refused with UNSUPPORTED_FOR_MESSAGE_FORMAT (43) rather
 than converted (every client pybroker targets writes magic 2 when Produce v3+ is offered);
-LogAppendTime topics; KIP-890's transaction verification (Kafka 3.6+ asks the transaction
+KIP-890's transaction verification (Kafka 3.6+ asks the transaction
 coordinator whether the partition was added to the transaction before appending a
 transactional batch).
 """
@@ -48,10 +48,18 @@ import functools
 from typing import Any
 
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.handlers._topics import is_compacted, max_message_bytes
+from pybroker.handlers._topics import (
+    LONG_MAX,
+    is_compacted,
+    max_message_bytes,
+    target_codec,
+    timestamp_bounds,
+)
 from pybroker.handlers.context import CloseConnection, RequestContext
 from pybroker.log.compacted_records import (
     compacted_topic_record_errors,
+    read_records,
+    rebuild_batch,
     record_errors_message,
 )
 from pybroker.log.validator import ValidationResult, validate_batch
@@ -59,7 +67,9 @@ from pybroker.registry import handler
 from pybroker.wire.compression import DecompressedSizeError
 from pybroker.wire.records import (
     ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
     CREATE_TIME,
+    LOG_APPEND_TIME,
     TRANSACTIONAL_MASK,
     BatchHeader,
     InvalidRecordError,
@@ -84,15 +94,92 @@ def _partition_error(index: int, code: int, message: str | None = None) -> dict:
     }
 
 
-def _record_errors(index: int, errors: list[tuple[int, str]], version: int) -> dict:
-    """INVALID_RECORD with Kafka's per-record errors (v8+ carries them)."""
-    entry = _partition_error(index, ErrorCode.INVALID_RECORD)
+def _record_errors(
+    index: int, errors: list[tuple[int, str]], version: int, code: int = ErrorCode.INVALID_RECORD
+) -> dict:
+    """INVALID_RECORD (or ``code``) with Kafka's per-record errors (v8+ carries them)."""
+    entry = _partition_error(index, code)
     if version >= 8:
         entry["record_errors"] = [
             {"batch_index": i, "batch_index_error_message": m} for i, m in errors
         ]
-        entry["error_message"] = record_errors_message(errors)
+        entry["error_message"] = (
+            "One or more records have been rejected due to invalid timestamp"
+            if code == ErrorCode.INVALID_TIMESTAMP
+            else record_errors_message(errors)
+        )
     return entry
+
+
+def timestamp_errors(
+    now: int, config: Any, topic_configs: dict[str, str], records: Any, batches: list[BatchHeader]
+) -> list[tuple[int, str]]:
+    """Kafka's LogValidator.validateTimestamp: ``(batchIndex, message)`` of every record that
+    on a CreateTime topic has its own timestamp (not -1) more than
+    message.timestamp.before.max.ms before now or more than message.timestamp.after.max.ms
+    after it (KIP-937), and of every other record of a batch the producer marked
+    LogAppendTime (which Kafka refuses on any topic)."""
+    create_time = (
+        topic_configs.get("message.timestamp.type", config.log_message_timestamp_type)
+        == "CreateTime"
+    )
+    before, after = timestamp_bounds(config, topic_configs)
+    bounded = create_time and (before != LONG_MAX or after != LONG_MAX)
+    out: list[tuple[int, str]] = []
+    mv = memoryview(records)
+    for h in batches:
+        producer_lat = h.timestamp_type == LOG_APPEND_TIME
+        if not bounded and not producer_lat:
+            continue  # the default: nothing to walk
+        _, recs = read_records(bytes(mv[h.position : h.position + h.size]))
+        for i, r in enumerate(recs):
+            diff = now - r.timestamp
+            if create_time and r.timestamp != -1 and (diff > before or -diff > after):
+                out.append(
+                    (
+                        i,
+                        f"Timestamp {r.timestamp} of message with offset {r.offset} is out of"
+                        f" range. The timestamp should be within [{now - before},"
+                        f" {now + after}]",
+                    )
+                )
+            elif producer_lat:
+                out.append(
+                    (
+                        i,
+                        f"Invalid timestamp type in message (offset={r.offset},"
+                        f" timestamp={r.timestamp}). Producer should not set timestamp type to"
+                        " LogAppendTime.",
+                    )
+                )
+    return out
+
+
+def _recompress_sync(
+    records: Any, batches: list[BatchHeader], codec: int
+) -> tuple[bytearray, list[BatchHeader]]:
+    mv = memoryview(records)
+    out = bytearray()
+    for h in batches:
+        raw = bytes(mv[h.position : h.position + h.size])
+        if h.compression == codec:
+            out += raw
+            continue
+        _, recs = read_records(raw)
+        attrs = (h.attributes & ~COMPRESSION_MASK) | codec
+        out += rebuild_batch(h._replace(attributes=attrs), recs)
+    return out, parse_batches(out)
+
+
+async def _recompress(
+    records: Any, batches: list[BatchHeader], codec: int
+) -> tuple[bytearray, list[BatchHeader]]:
+    """Kafka's LogValidator when the topic's compression.type differs from the batch's codec:
+    a new batch in the topic's codec, with the records, producer fields (id, epoch, base
+    sequence, transactional flag) and timestamps kept.  Off the event loop (a thread)."""
+    return await asyncio.get_running_loop().run_in_executor(
+        None, _recompress_sync, records, batches, codec
+    )
 
 
 async def _validate(
@@ -167,12 +254,21 @@ async def _append(
             if b.timestamp_type == CREATE_TIME and result.max_timestamp != b.max_timestamp:
                 set_max_timestamp(records, b.position, CREATE_TIME, result.max_timestamp)
                 batches[i] = b._replace(max_timestamp=result.max_timestamp)
+        # compression.type other than producer: batches in another codec are rebuilt
+        codec = target_codec(services.config, info.configs)
+        if codec is not None and any(b.compression != codec for b in batches):
+            records, batches = await _recompress(records, batches, codec)
         # the walk may have waited for a thread: leadership is checked again
         replica = services.replicas.leader_replica(topic, index)
         log = replica.log
         info = services.cluster.topics.get(topic)
         if info is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        errors = timestamp_errors(
+            services.clock.time_ms(), services.config, info.configs, records, batches
+        )
+        if errors:
+            return _record_errors(index, errors, ctx.version, ErrorCode.INVALID_TIMESTAMP), None
         if is_compacted(services.config, info.configs):
             errors = compacted_topic_record_errors(records, batches, f"{topic}-{index}")
             if errors:
