@@ -554,7 +554,7 @@ def test_incremental_alter_configs_errors(client, version):
         client,
         version,
         [
-            (TOPIC_RESOURCE, topic, [("compression.type", SET, "gzip")]),  # not implemented
+            (TOPIC_RESOURCE, topic, [("compression.type", SET, "brotli")]),  # no such codec
             (TOPIC_RESOURCE, other, [("retention.ms", SET, "soon")]),  # Kafka's check
             (TOPIC_RESOURCE, unique_topic("absent"), [("retention.ms", SET, "1")]),
             (BROKER_RESOURCE, "0", [("log.retention.ms", SET, "1")]),
