@@ -129,7 +129,9 @@ class ReplicaManager:
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        self.sync_roles()
+        # before the broker listens: every replica set up in one pass (nobody waits yet, and
+        # a client must not find a partition of this broker not led after a restart)
+        self.sync_roles(bounded=False)
         self._isr_task = asyncio.create_task(self._isr_loop(), name="isr-shrink")
 
     async def stop(self) -> None:
@@ -151,7 +153,7 @@ class ReplicaManager:
         t.add_done_callback(self._tasks.discard)
 
     # -- roles ----------------------------------------------------------------------------
-    def sync_roles(self, topic: str | None = None) -> None:
+    def sync_roles(self, topic: str | None = None, *, bounded: bool = True) -> None:
         """Bring the local replicas in line with the partition states in the metadata cache:
         every partition, or only ``topic``'s (a change of one topic touches only its own
         partitions; with thousands of partitions a full pass per event would dominate).
@@ -166,7 +168,7 @@ class ReplicaManager:
             return
         me = self.broker_id
         seen = set()
-        budget = _Budget(_running_loop() is not None)
+        budget = _Budget(bounded and _running_loop() is not None)
         if topic is None:
             topics = list(self.cluster.topics.items())
         else:
