@@ -12,6 +12,9 @@ Loaded with `-p compat_tests.kafka_python_suite.plugin` by scripts/run-kafka-pyt
 - Deselects the tests listed in deselected.txt (`nodeid  # reason`), printing each reason.
 - Stops the broker (SIGTERM, exit 0 expected) at the end; its stderr is kept in the work dir
   and its tail printed when the session failed.
+- Their fixtures spawn a Java Kafka for SSL tests (KafkaFixture.instance(transport="SSL")):
+  that call gets a pybroker process with an SSL listener instead (PEM certificates from
+  tests/tls_certs.py, the CA as <ssl_dir>/ca-cert where their tests look for it).
 """
 
 from __future__ import annotations
@@ -95,6 +98,61 @@ def pytest_load_initial_conftests(early_config, parser, args):
         os.environ["KAFKA_VERSION"] = _infer_kafka_version(bootstrap)
     # PYBROKER_SUITE_NO_DESELECT=1 runs the listed tests too (to see which now pass)
     _state["deselected"] = {} if os.environ.get("PYBROKER_SUITE_NO_DESELECT") else read_deselected()
+
+
+class _SslBroker:
+    """What their SSL tests use of a KafkaFixture: host, port (the SSL listener), ssl_dir,
+    transport, start(), close()."""
+
+    def __init__(self, workdir: Path) -> None:
+        from compat_tests.broker_process import BrokerProcess
+        from compat_tests.procutil import free_port
+        from tests.tls_certs import make_certs
+
+        self.ssl_dir = str(workdir / "ssl")
+        certs = make_certs(Path(self.ssl_dir))
+        shutil.copy(certs.ca, Path(self.ssl_dir) / "ca-cert")
+        self.host, self.port, self.transport = "localhost", free_port(), "SSL"
+        self.broker = BrokerProcess(workdir / "broker")
+        self.broker.overrides.update(
+            {
+                "listeners": f"PLAINTEXT://127.0.0.1:{self.broker.port},"
+                f"SSL://127.0.0.1:{self.port}",
+                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.broker.port},"
+                f"SSL://localhost:{self.port}",
+                "ssl.keystore.type": "PEM",
+                "ssl.keystore.location": str(certs.server),
+            }
+        )
+        self.broker.start()
+
+    def start(self) -> None:
+        pass
+
+    def close(self) -> None:
+        try:
+            if self.broker.is_running():
+                self.broker.stop()
+        finally:
+            self.broker.cleanup()
+
+
+def pytest_sessionstart(session):
+    """Their KafkaFixture.instance(transport="SSL") -> a pybroker with an SSL listener."""
+    try:
+        from test.integration.fixtures import KafkaFixture
+    except ImportError:
+        return
+    original = KafkaFixture.instance.__func__
+    counter = iter(range(10**6))
+
+    def instance(cls, broker_id, *args, transport="PLAINTEXT", **kw):  # noqa: ANN001, ANN202
+        if str(transport).upper() == "SSL":
+            workdir = _state["workdir"] / f"ssl-broker-{next(counter)}"
+            return _SslBroker(workdir)
+        return original(cls, broker_id, *args, transport=transport, **kw)
+
+    KafkaFixture.instance = classmethod(instance)
 
 
 def pytest_report_header(config):
