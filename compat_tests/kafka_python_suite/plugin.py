@@ -10,6 +10,8 @@ Loaded with `-p compat_tests.kafka_python_suite.plugin` by scripts/run-kafka-pyt
   tests on it).
 - KAFKA_ROOT must name an existing directory for their Fixture class: a temp dir is used.
 - Deselects the tests listed in deselected.txt (`nodeid  # reason`), printing each reason.
+- Gives the tests in upstream-flaky.txt (races in the client, read in its source) one rerun,
+  only for the symptom listed there (pytest-rerunfailures).
 - Stops the broker (SIGTERM, exit 0 expected) at the end; its stderr is kept in the work dir
   and its tail printed when the session failed.
 - Their fixtures spawn a Java Kafka for SSL tests (KafkaFixture.instance(transport="SSL")):
@@ -20,6 +22,7 @@ Loaded with `-p compat_tests.kafka_python_suite.plugin` by scripts/run-kafka-pyt
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -28,6 +31,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 DESELECT_FILE = HERE / "deselected.txt"
+FLAKY_FILE = HERE / "upstream-flaky.txt"
 
 _state: dict = {}
 
@@ -43,6 +47,20 @@ def read_deselected(path: Path = DESELECT_FILE) -> dict[str, str]:
         if not reason:
             raise pytest.UsageError(f"{path}: no reason given for {nodeid!r}")
         entries[nodeid] = reason
+    return entries
+
+
+def read_flaky(path: Path = FLAKY_FILE) -> dict[str, tuple[str, str]]:
+    """`nodeid  # symptom regex  # reason` -> {nodeid: (symptom, reason)}."""
+    entries: dict[str, tuple[str, str]] = {}
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = [p.strip() for p in line.split("  # ")]
+        if len(parts) != 3 or not all(parts):
+            raise pytest.UsageError(f"{path}: want `nodeid  # symptom  # reason`: {line!r}")
+        entries[parts[0]] = (parts[1], parts[2])
     return entries
 
 
@@ -194,6 +212,12 @@ def pytest_collection_modifyitems(session, config, items):
         else:
             used.add(hit)
             drop.append(item)
+    flaky = read_flaky()
+    for item in keep:
+        hit = next((e for e in flaky if _matches(item.nodeid, e)), None)
+        if hit is not None:
+            item.add_marker(pytest.mark.flaky(reruns=1, only_rerun=[re.escape(flaky[hit][0])]))
+            _state.setdefault("flaky_items", []).append((item.nodeid, flaky[hit][1]))
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -209,6 +233,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if dropped:
         tr.section(f"deselected ({len(dropped)}, from {DESELECT_FILE.name})")
         for nodeid, reason in dropped:
+            tr.line(f"{nodeid}  # {reason}")
+    reruns = tr.stats.get("rerun", [])
+    for nodeid, reason in _state.get("flaky_items", []):
+        if any(r.nodeid == nodeid for r in reruns):
+            tr.section(f"rerun once ({FLAKY_FILE.name})")
             tr.line(f"{nodeid}  # {reason}")
     if _state.get("stale"):
         tr.section("deselect entries matching no test (stale?)")
