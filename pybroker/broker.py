@@ -26,8 +26,11 @@ from pybroker.coord.groups import GroupConfig
 from pybroker.coord.local import LocalStore
 from pybroker.coord.offsets import OffsetStore
 from pybroker.coord.store import MetadataStore
+from pybroker.coord.transactions import TransactionCoordinator, TxnConfig
+from pybroker.coord.txn_store import TxnStateStore
 from pybroker.flusher import Flusher
 from pybroker.handlers._topics import flush_policy, log_config
+from pybroker.handlers._txn_markers import MarkerSender
 from pybroker.log import LogManager, PartitionLog
 from pybroker.log.cleaner import CleanerConfig, LogCleaner
 from pybroker.log.partition_metadata import other_incarnation
@@ -101,6 +104,8 @@ class Broker:
         self.cluster: Cluster | None = None
         self.logs: LogManager | None = None
         self.groups: GroupCoordinator | None = None
+        self.transactions: TransactionCoordinator | None = None
+        self._marker_sender: MarkerSender | None = None
         self.replicas: ReplicaManager | None = None
         self.flusher = Flusher(self._flush_policy, clock)
         self._flush_policies: dict[str, tuple[int, int]] = {}
@@ -198,6 +203,22 @@ class Broker:
             membership=lambda: (self.cluster.membership_epoch, self.cluster.brokers),
         )
         await self.groups.start()
+        self._marker_sender = MarkerSender(self)
+        self.transactions = TransactionCoordinator(
+            TxnStateStore(self.store),
+            self.clock,
+            TxnConfig(
+                max_timeout_ms=cfg.transaction_max_timeout_ms,
+                id_expiration_ms=cfg.transactional_id_expiration_ms,
+                abort_interval_ms=cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+                expire_interval_ms=cfg.transaction_remove_expired_transaction_cleanup_interval_ms,
+            ),
+            self.cluster.allocate_producer_id,
+            self._marker_sender,
+            broker_id=cfg.broker_id,
+            membership=lambda: (self.cluster.membership_epoch, self.cluster.brokers),
+        )
+        await self.transactions.start()
         self.server = KafkaServer(
             self,
             cfg.listeners,
@@ -227,6 +248,10 @@ class Broker:
             # not bounded: its threads stop between two steps of a clean, and a swap they
             # wait for needs the loop running; the logs must not close under them
             await asyncio.to_thread(self.cleaner.stop)
+        if self.transactions is not None:
+            await _bounded("transaction coordinator", self.transactions.stop())
+        if self._marker_sender is not None:
+            self._marker_sender.close()
         if self.groups is not None:
             await _bounded("group coordinator", self.groups.stop())
         if self.replicas is not None:
@@ -281,6 +306,8 @@ class Broker:
                 self.cleaner.wake()  # a topic that became compacted is looked at now
         if event.kind == "BROKERS_CHANGED" and self.groups is not None:
             self.groups.check_membership()
+        if event.kind == "BROKERS_CHANGED" and self.transactions is not None:
+            self.transactions.check_membership()
         if event.kind == "TOPIC_DELETED":
             # The topic may exist again by now (deleted and created at once, the events
             # delivered late): only the logs of the deleted incarnation go.

@@ -180,6 +180,18 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
     "log.cleaner.max.compaction.lag.ms": ("log_cleaner_max_compaction_lag_ms", _int, LONG_MAX),
     # pybroker's own (no Kafka equivalent): log "event loop stalled N ms" past this; 0 = off
     "loop.stall.warn.ms": ("loop_stall_warn_ms", _int, 100),
+    "transaction.max.timeout.ms": ("transaction_max_timeout_ms", _int, 900000),
+    "transactional.id.expiration.ms": ("transactional_id_expiration_ms", _int, 604800000),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        "transaction_abort_timed_out_transaction_cleanup_interval_ms",
+        _int,
+        10000,
+    ),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (
+        "transaction_remove_expired_transaction_cleanup_interval_ms",
+        _int,
+        3600000,
+    ),
 }
 
 
@@ -239,6 +251,10 @@ class Config:
     log_cleaner_min_compaction_lag_ms: int = 0
     log_cleaner_max_compaction_lag_ms: int = LONG_MAX
     loop_stall_warn_ms: int = 100
+    transaction_max_timeout_ms: int = 900000
+    transactional_id_expiration_ms: int = 604800000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3600000
     listener_security_protocol_map: tuple[tuple[str, str], ...] = _protocol_map(
         DEFAULT_PROTOCOL_MAP
     )
@@ -457,6 +473,19 @@ def _validate(cfg: Config) -> None:
         "must be CreateTime or LogAppendTime",
     )
     need(cfg.loop_stall_warn_ms >= 0, "loop.stall.warn.ms", "must be >= 0 (0 turns it off)")
+    for key, value in (
+        ("transaction.max.timeout.ms", cfg.transaction_max_timeout_ms),
+        ("transactional.id.expiration.ms", cfg.transactional_id_expiration_ms),
+        (
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+        ),
+        (
+            "transaction.remove.expired.transaction.cleanup.interval.ms",
+            cfg.transaction_remove_expired_transaction_cleanup_interval_ms,
+        ),
+    ):
+        need(value >= 1, key, "must be >= 1")
     need(cfg.group_initial_rebalance_delay_ms >= 0, "group.initial.rebalance.delay.ms", ">= 0")
     need(
         0 < cfg.group_min_session_timeout_ms <= cfg.group_max_session_timeout_ms,

@@ -41,6 +41,7 @@ from pybroker.clock import Clock
 from pybroker.coord.groups import Group, GroupConfig, GroupState, JoinRequest, Output
 from pybroker.coord.offsets import CommittedOffset, OffsetStore
 from pybroker.coord.store import StoreError
+from pybroker.coord.txn_offsets import PendingTxnOffsets
 from pybroker.errors import ErrorCode
 from pybroker.wire.consumer_protocol import PROTOCOL_TYPE, subscription_topics
 
@@ -49,14 +50,43 @@ log = logging.getLogger("pybroker.coord.groups")
 TopicPartition = tuple[str, int]
 
 
-def coordinator_for(group_id: str, broker_ids: Iterable[int]) -> int:
-    """Rendezvous hashing over the live brokers; -1 when none is live."""
+#: offsets.topic.num.partitions (and transaction.state.log.num.partitions): Kafka's default.
+#: pybroker has no __consumer_offsets log, but keeps its partitioning: a group's coordinator
+#: is the owner of the group's offsets partition, so every group of one partition has the same
+#: coordinator, as in Kafka, and a transaction marker for (__consumer_offsets, p) has one
+#: destination.
+OFFSETS_PARTITIONS = 50
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def java_string_hash(s: str) -> int:
+    """java.lang.String.hashCode (over UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(key: str, partitions: int = OFFSETS_PARTITIONS) -> int:
+    """Kafka's partitionFor: Utils.abs(key.hashCode) % partitions."""
+    h = java_string_hash(key)
+    return (0 if h == -(2**31) else abs(h)) % partitions
+
+
+def partition_coordinator(partition: int, broker_ids: Iterable[int]) -> int:
+    """Rendezvous hashing of an offsets partition over the live brokers; -1 when none is."""
     best, best_id = -1, -1
     for b in broker_ids:
-        h = zlib.crc32(f"{group_id}\x00{b}".encode())
+        h = zlib.crc32(f"{partition}\x00{b}".encode())
         if (h, b) > (best, best_id):
             best, best_id = h, b
     return best_id
+
+
+def coordinator_for(key: str, broker_ids: Iterable[int]) -> int:
+    """The coordinator of a group id (or transactional.id): its partition's owner."""
+    return partition_coordinator(partition_for(key), broker_ids)
 
 
 def _subscribed_topics(g: Group) -> set[str] | None:
@@ -89,6 +119,7 @@ class GroupCoordinator:
         membership: Callable[[], tuple[int, Iterable[int]]] | None = None,
     ) -> None:
         self.offsets = offsets
+        self.txn_offsets = PendingTxnOffsets(offsets.store)
         self.broker_id = broker_id
         # (membership epoch, live broker ids); None: a single broker that coordinates all
         self._membership = membership
@@ -162,6 +193,7 @@ class GroupCoordinator:
             return
         self._membership_epoch = epoch
         self.offsets.forget_all()
+        self.txn_offsets.invalidate()
         live = list(brokers)
         now = self.clock.time_ms()
         for gid in [g for g in self.groups if coordinator_for(g, live) != self.broker_id]:
@@ -313,6 +345,75 @@ class GroupCoordinator:
         if partitions is None:
             return dict(committed)
         return {tp: committed.get(tp) for tp in partitions}
+
+    async def unstable_partitions(self, group_id: str) -> set[TopicPartition]:
+        """Partitions with an offset pending in an open transaction (require_stable)."""
+        return await self.txn_offsets.pending_partitions(group_id)
+
+    # -- transactions ----------------------------------------------------------------------
+    def partition_error(self, partition: int) -> int | None:
+        """NOT_COORDINATOR unless this broker coordinates offsets partition ``partition``."""
+        self.check_membership()
+        if self._membership is None:
+            return None
+        if partition_coordinator(partition, self._membership()[1]) != self.broker_id:
+            return ErrorCode.NOT_COORDINATOR
+        return None
+
+    async def txn_commit(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        instance_id: str | None,
+        generation_id: int,
+        offsets: dict[TopicPartition, tuple[int, int, str | None]],
+    ) -> dict[TopicPartition, int]:
+        """TxnOffsetCommit: keep the offsets pending until the transaction's marker."""
+        g = self._get(group_id, create=True)
+        code = g.validate_txn_commit(member_id, instance_id, generation_id)
+        if code != ErrorCode.NONE:
+            return dict.fromkeys(offsets, code)
+        now = self.clock.time_ms()
+        results: dict[TopicPartition, int] = {}
+        pending: dict[TopicPartition, CommittedOffset] = {}
+        for tp, (offset, epoch, metadata) in offsets.items():
+            metadata = metadata or ""
+            if len(metadata.encode()) > self.offset_metadata_max_bytes:
+                results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                pending[tp] = CommittedOffset(offset, epoch, metadata, now)
+        if pending:
+            try:
+                ok = await self.txn_offsets.add(group_id, producer_id, producer_epoch, pending)
+                code = ErrorCode.NONE if ok else ErrorCode.INVALID_PRODUCER_EPOCH
+            except StoreError as e:
+                log.warning("transactional offset commit for group %s failed: %s", group_id, e)
+                self.txn_offsets.invalidate()
+                code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            results.update(dict.fromkeys(pending, code))
+        return results
+
+    async def complete_txn(self, producer_id: int, committed: bool, partition: int) -> int:
+        """The marker of a transaction for offsets partition ``partition``: the pending
+        offsets of its groups become committed (or are dropped).  An error code."""
+        code = self.partition_error(partition)
+        if code is not None:
+            return code
+
+        async def commit(group_id: str, offsets: dict[TopicPartition, CommittedOffset]) -> None:
+            await self.offsets.commit(group_id, offsets)
+
+        try:
+            await self.txn_offsets.complete(
+                producer_id, committed, lambda g: partition_for(g) == partition, commit
+            )
+        except StoreError as e:
+            log.warning("completing transactional offsets of producer %d: %s", producer_id, e)
+            self.txn_offsets.invalidate()
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.NONE
 
     # -- admin -----------------------------------------------------------------------------------
     def list_groups(self) -> list[Group]:

@@ -611,6 +611,21 @@ class Group:
             self.members[member_id].last_heartbeat_ms = now
         return ErrorCode.NONE
 
+    def validate_txn_commit(
+        self, member_id: str, instance_id: str | None, generation_id: int
+    ) -> int:
+        """Kafka's checks before a TxnOffsetCommit (KIP-447): member and generation are
+        checked only when the producer gives them (v3+ from a group-aware producer)."""
+        if self.state == GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if self._fenced(member_id, instance_id):
+            return ErrorCode.FENCED_INSTANCE_ID
+        if member_id and member_id not in self.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation_id >= 0 and generation_id != self.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
+
     def mark_dead(self, now: int) -> None:
         self._transition(GroupState.DEAD, now)
 

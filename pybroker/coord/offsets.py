@@ -271,6 +271,10 @@ class OffsetStore:
         self._consumers_exists = False
         self._epoch = 0  # bumped by forget/forget_all: reads started before are stale
 
+    @property
+    def store(self) -> MetadataStore:
+        return self._store
+
     # ------------------------------------------------------------------ reads
 
     async def load(self, group: str) -> dict[TopicPartition, CommittedOffset]:

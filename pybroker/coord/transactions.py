@@ -40,6 +40,9 @@ class TxnConfig:
     max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
     id_expiration_ms: int = 604_800_000  # transactional.id.expiration.ms
     abort_interval_ms: int = 10_000  # transaction.abort.timed.out.transaction.cleanup.interval.ms
+    expire_interval_ms: int = (
+        3_600_000  # transaction.remove.expired.transaction.cleanup.interval.ms
+    )
     marker_retry_ms: int = 100
 
 
@@ -65,6 +68,8 @@ class TransactionCoordinator:
         self.txns: dict[str, tuple[ts.TxnMetadata, int]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._completing: dict[str, asyncio.Task] = {}
+        self._membership_epoch = membership()[0] if membership is not None else 0
+        self._background: list[asyncio.Task] = []
 
     # -- ownership -------------------------------------------------------------------------
     def coordinates(self, transactional_id: str) -> bool:
@@ -149,6 +154,16 @@ class TransactionCoordinator:
                 return ErrorCode.NOT_COORDINATOR
             return d.error
 
+    async def describe(self, tid: str) -> tuple[ErrorCode, ts.TxnMetadata | None]:
+        """DescribeTransactions: the id's state, if this broker coordinates it."""
+        if not self.coordinates(tid):
+            return ErrorCode.NOT_COORDINATOR, None
+        async with self._lock(tid):
+            cur = await self._current(tid)
+        if cur is None or cur[0].state is ts.TxnState.DEAD:
+            return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, None
+        return ErrorCode.NONE, cur[0]
+
     def list_states(
         self, producer_ids: Iterable[int] = (), states: Iterable[str] = ()
     ) -> list[ts.TxnMetadata]:
@@ -205,6 +220,9 @@ class TransactionCoordinator:
         """Load every owned transactional.id and finish its prepared transaction."""
         for tid, got in (await self.store.load_all()).items():
             if self.coordinates(tid):
+                cached = self.txns.get(tid)
+                if cached is not None and cached[1] > got[1]:
+                    continue  # written by us since the read
                 self.txns[tid] = got
                 if got[0].state in (ts.TxnState.PREPARE_COMMIT, ts.TxnState.PREPARE_ABORT):
                     self._start_completion(tid)
@@ -241,7 +259,59 @@ class TransactionCoordinator:
                 return
             await asyncio.sleep(self.config.marker_retry_ms / 1000)
 
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Take up the owned transactions, then run the timeout and expiration passes."""
+        await self.resume()
+        loop = asyncio.get_running_loop()
+        self._background = [
+            loop.create_task(
+                self._every(self.config.abort_interval_ms, self.abort_timed_out),
+                name="txn-abort-timed-out",
+            ),
+            loop.create_task(
+                self._every(self.config.expire_interval_ms, self.expire_ids),
+                name="txn-expire-ids",
+            ),
+        ]
+
+    async def _every(self, interval_ms: int, step: Callable[[], Awaitable[object]]) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                await step()
+            except StoreError as e:
+                log.info("transaction coordinator: %s failed: %s", step.__name__, e)
+
+    def check_membership(self) -> None:
+        """The live brokers changed: forget the ids another broker coordinates now and take
+        up (in the background) the ones that moved here, finishing their prepared
+        transactions, as Kafka's coordinator does when it loads a transaction log partition."""
+        if self._membership is None:
+            return
+        epoch = self._membership()[0]
+        if epoch == self._membership_epoch:
+            return
+        self._membership_epoch = epoch
+        for tid in [t for t in self.txns if not self.coordinates(t)]:
+            self.txns.pop(tid, None)
+
+        async def take_up() -> None:
+            try:
+                await self.resume()
+            except StoreError as e:
+                log.info("transaction coordinator: loading moved transactions: %s", e)
+
+        self._background.append(
+            asyncio.get_running_loop().create_task(take_up(), name="txn-take-up")
+        )
+        self._background = [t for t in self._background if not t.done()]
+
     async def stop(self) -> None:
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self._background.clear()
         for task in self._completing.values():
             task.cancel()
         await asyncio.gather(*self._completing.values(), return_exceptions=True)

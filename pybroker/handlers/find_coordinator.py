@@ -1,9 +1,9 @@
 """FindCoordinator (key 10), versions 0-4.
 
-Group keys (key_type 0) map to the live broker chosen by rendezvous hashing over
-/brokers/ids (see pybroker.coord.group_coordinator).  v4 batches several keys.  Transaction
-coordinators (key_type 1) do not exist in pybroker: COORDINATOR_NOT_AVAILABLE.  Unknown key
-types get INVALID_REQUEST, as in Kafka.
+Group keys (key_type 0) and transactional ids (key_type 1) map to the owner of their
+partition (Kafka's partitionFor over 50 partitions), a live broker chosen by rendezvous hashing
+over /brokers/ids (see pybroker.coord.group_coordinator).  v4 batches several keys.  Unknown
+key types and empty keys get INVALID_REQUEST, as in Kafka.
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ GROUP, TRANSACTION = 0, 1
 
 def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict:
     cluster = ctx.services.cluster
-    if key_type == TRANSACTION:
-        code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported"
-    elif key_type != GROUP:
+    if key_type not in (GROUP, TRANSACTION):
         code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
     elif not key:
-        code, message = ErrorCode.INVALID_REQUEST, "empty group id"
+        what = "group id" if key_type == GROUP else "transactional id"
+        code, message = ErrorCode.INVALID_REQUEST, f"empty {what}"
     else:
         node = coordinator_for(key, cluster.brokers)
         broker = cluster.brokers.get(node)

@@ -2,8 +2,9 @@
 
 Committed offsets with their leader epoch (v5+) and metadata; -1 and "" for a partition with
 no commit.  v2+: a null topic list means every partition the group has committed, and errors
-are also reported at the top level; v8+: several groups in one request.  require_stable (v7+)
-never has to wait: pybroker has no pending transactional offsets.  v9's member id and epoch
+are also reported at the top level; v8+: several groups in one request.  Offsets committed in
+a transaction show only once it commits; with require_stable (v7+) a partition with an offset
+pending in an open transaction answers UNSTABLE_OFFSET_COMMIT (the client retries).  v9's member id and epoch
 belong to KIP-848 groups and are not checked for classic groups.
 """
 
@@ -16,7 +17,7 @@ from pybroker.registry import handler
 
 
 async def _fetch_group(
-    ctx: RequestContext, group_id: str, topics: list[dict] | None
+    ctx: RequestContext, group_id: str, topics: list[dict] | None, require_stable: bool
 ) -> tuple[int, list[dict]]:
     code = coordinator_error(ctx, group_id)
     if code is not None:
@@ -42,15 +43,20 @@ async def _fetch_group(
         None if topics is None else [(t["name"], p) for t in topics for p in t["partition_indexes"]]
     )
     found = await ctx.services.groups.fetch(group_id, wanted)
+    unstable = await ctx.services.groups.unstable_partitions(group_id) if require_stable else ()
     by_topic: dict[str, list[dict]] = {}
     for (topic, partition), c in found.items():
+        if (topic, partition) in unstable:
+            c, code = None, ErrorCode.UNSTABLE_OFFSET_COMMIT
+        else:
+            code = ErrorCode.NONE
         by_topic.setdefault(topic, []).append(
             {
                 "partition_index": partition,
                 "committed_offset": c.offset if c else -1,
                 "committed_leader_epoch": c.leader_epoch if c else -1,
                 "metadata": c.metadata if c else "",
-                "error_code": ErrorCode.NONE,
+                "error_code": code,
             }
         )
     return ErrorCode.NONE, [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
@@ -61,10 +67,14 @@ async def offset_fetch(ctx: RequestContext, req: dict) -> dict:
     if ctx.version >= 8:
         groups = []
         for g in req["groups"]:
-            code, topics = await _fetch_group(ctx, g["group_id"], g["topics"])
+            code, topics = await _fetch_group(
+                ctx, g["group_id"], g["topics"], req.get("require_stable", False)
+            )
             groups.append({"group_id": g["group_id"], "topics": topics, "error_code": code})
         return {"throttle_time_ms": 0, "groups": groups}
-    code, topics = await _fetch_group(ctx, req["group_id"], req["topics"])
+    code, topics = await _fetch_group(
+        ctx, req["group_id"], req["topics"], req.get("require_stable", False)
+    )
     if ctx.version < 2 and code != ErrorCode.NONE and not topics:
         code = ErrorCode.NONE  # v1 carries errors per partition only
     return {"throttle_time_ms": 0, "topics": topics, "error_code": code}

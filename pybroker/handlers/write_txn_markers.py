@@ -23,9 +23,12 @@ The coordinator calls :func:`write_txn_markers` directly for the partitions this
 leads, without the network; ``await write_txn_markers(services, [TxnMarker(...)])`` answers
 one ``{(topic, partition): error code}`` per marker.
 
-Left out: v0 and v2 (TransactionVersion, KIP-890); consumer offsets committed in a
-transaction live in the metadata store, not in a log, so their completion is the transaction
-coordinator's business (no __consumer_offsets markers here).
+A marker for (__consumer_offsets, p) goes to the coordinator of offsets partition p (pybroker
+keeps that partitioning without the log): it commits or drops the offsets the producer sent
+with TxnOffsetCommit for the groups of p (coord/txn_offsets.py); NOT_COORDINATOR when this
+broker does not coordinate p (the transaction coordinator sends again).
+
+Left out: v0 and v2 (TransactionVersion, KIP-890).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from pybroker.coord.group_coordinator import OFFSETS_TOPIC
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
@@ -55,6 +59,10 @@ class TxnMarker(NamedTuple):
 async def _write_one(
     services: Any, marker: TxnMarker, topic: str, partition: int, timeout_ms: int
 ) -> int:
+    if topic == OFFSETS_TOPIC:
+        if services.groups is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return await services.groups.complete_txn(marker.producer_id, marker.committed, partition)
     replicas = services.replicas
     try:
         info = services.cluster.topics.get(topic)

@@ -1,0 +1,165 @@
+"""Consumer offsets committed inside a transaction (TxnOffsetCommit), until it ends.
+
+Kafka writes them to __consumer_offsets as transactional records, which the marker of the
+transaction then commits or aborts.  pybroker keeps committed offsets in the metadata store
+(coord/offsets.py), and the pending ones beside them::
+
+    /transaction-offsets/<producer id>/<group component>
+        {"producer_epoch": E, "offsets": [[topic, partition, offset, leader_epoch, metadata,
+                                           commit_timestamp], ...]}
+
+(``<group component>`` is the group id encoded as in coord/offsets.py.)  The group's
+coordinator writes the node at TxnOffsetCommit (later commits of the same transaction merge
+into it).  The transaction's marker for the group's offsets partition (WriteTxnMarkers on
+(__consumer_offsets, p), sent by the transaction coordinator to the coordinator of p) makes
+the coordinator of p commit the offsets of every group of p pending for that producer as the
+groups' offsets (COMMIT) or drop them (ABORT), and delete their nodes; the transaction
+coordinator retries the marker until it succeeds, so a crash in between only repeats a commit
+of the same offsets.  Until then OffsetFetch shows the previous offsets, and with
+require_stable answers UNSTABLE_OFFSET_COMMIT for a partition with a pending offset.
+
+The per-group view (``pending_partitions``) is an in-memory index of the store, read in full
+(one child list per producer with pending offsets) the first time it is needed after
+coordination may have moved (``invalidate``).  Only the coordinator of a group writes or
+completes its pending offsets, so the index stays exact while coordination stays.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+
+from pybroker.coord.offsets import CommittedOffset, component_to_name, name_to_component
+from pybroker.coord.store import MetadataStore, NodeExistsError, NoNodeError, NotEmptyError
+
+log = logging.getLogger("pybroker.coord.txn_offsets")
+
+ROOT = "/transaction-offsets"
+TopicPartition = tuple[str, int]
+Offsets = dict[TopicPartition, CommittedOffset]
+
+
+def _path(pid: int, group: str | None = None) -> str:
+    base = f"{ROOT}/{pid}"
+    return base if group is None else f"{base}/{name_to_component(group)}"
+
+
+def _encode(epoch: int, offsets: Offsets) -> bytes:
+    rows = [
+        [t, p, c.offset, c.leader_epoch, c.metadata, c.commit_timestamp]
+        for (t, p), c in sorted(offsets.items())
+    ]
+    return json.dumps({"producer_epoch": epoch, "offsets": rows}, separators=(",", ":")).encode()
+
+
+def _decode(data: bytes) -> tuple[int, Offsets]:
+    d = json.loads(data)
+    offsets = {
+        (str(t), int(p)): CommittedOffset(int(o), int(e), str(m), int(ts), None)
+        for t, p, o, e, m, ts in d["offsets"]
+    }
+    return int(d["producer_epoch"]), offsets
+
+
+class PendingTxnOffsets:
+    def __init__(self, store: MetadataStore) -> None:
+        self.store = store
+        # group -> producer id -> (producer epoch, offsets); None: not read since invalidate
+        self._index: dict[str, dict[int, tuple[int, Offsets]]] | None = None
+
+    def invalidate(self) -> None:
+        """Coordination may have moved: read the store again before answering."""
+        self._index = None
+
+    async def _loaded(self) -> dict[str, dict[int, tuple[int, Offsets]]]:
+        if self._index is not None:
+            return self._index
+        index: dict[str, dict[int, tuple[int, Offsets]]] = {}
+        await self.store.ensure_path(ROOT)
+        for pid_name in await self.store.get_children(ROOT):
+            try:
+                pid = int(pid_name)
+                children = await self.store.get_children(_path(pid))
+            except (ValueError, NoNodeError):
+                continue
+            for child in children:
+                try:
+                    data, _ = await self.store.get(f"{_path(pid)}/{child}")
+                except NoNodeError:
+                    continue
+                index.setdefault(component_to_name(child), {})[pid] = _decode(data)
+        self._index = index
+        return index
+
+    async def pending_partitions(self, group: str) -> set[TopicPartition]:
+        """Partitions of ``group`` with an offset pending in an open transaction."""
+        index = await self._loaded()
+        return {tp for _, offsets in index.get(group, {}).values() for tp in offsets}
+
+    async def add(self, group: str, pid: int, epoch: int, offsets: Offsets) -> bool:
+        """Record (merged with earlier ones of the transaction); False when ``epoch`` is
+        older than the producer's pending offsets for the group (a fenced producer)."""
+        index = await self._loaded()
+        prev = index.get(group, {}).get(pid)
+        if prev is not None and prev[0] > epoch:
+            return False
+        merged = dict(prev[1]) if prev is not None and prev[0] == epoch else {}
+        merged.update(offsets)
+        data = _encode(epoch, merged)
+        path = _path(pid, group)
+        try:
+            await self.store.set(path, data)
+        except NoNodeError:
+            await self.store.ensure_path(_path(pid))
+            try:
+                await self.store.create(path, data)
+            except NodeExistsError:
+                await self.store.set(path, data)
+        index.setdefault(group, {})[pid] = (epoch, merged)
+        return True
+
+    async def complete(
+        self,
+        pid: int,
+        committed: bool,
+        in_partition: Callable[[str], bool],
+        commit: Callable[[str, Offsets], Awaitable[None]],
+    ) -> int:
+        """The marker of ``pid``'s transaction for the groups ``in_partition`` selects:
+        ``commit`` their pending offsets (COMMIT) or drop them, and delete the nodes.
+        Returns how many groups had pending offsets."""
+        index = await self._loaded()
+        try:
+            children = await self.store.get_children(_path(pid))
+        except NoNodeError:
+            return 0
+        done = 0
+        for child in children:
+            group = component_to_name(child)
+            if not in_partition(group):
+                continue
+            path = f"{_path(pid)}/{child}"
+            try:
+                data, stat = await self.store.get(path)
+            except NoNodeError:
+                continue
+            _, offsets = _decode(data)
+            if committed and offsets:
+                await commit(group, offsets)
+            try:
+                await self.store.delete(path, stat.version)
+            except NoNodeError:
+                pass
+            index.get(group, {}).pop(pid, None)
+            if not index.get(group, True):
+                index.pop(group, None)
+            done += 1
+        try:
+            await self.store.delete(_path(pid))
+        except (NoNodeError, NotEmptyError):
+            pass  # other groups' offsets of this producer are still pending
+        return done
+
+
+__all__ = ["ROOT", "PendingTxnOffsets"]

@@ -1,0 +1,30 @@
+"""AddOffsetsToTxn (key 25), versions 0-3.
+
+Adds the group's offsets partition, (__consumer_offsets, partitionFor(group_id)) with Kafka's
+partitioning (coord/group_coordinator.py), to the producer's transaction, so the transaction's
+marker reaches the group's coordinator, which then commits or drops the offsets the producer
+sent with TxnOffsetCommit (coord/txn_offsets.py).  Errors as AddPartitionsToTxn's.
+"""
+
+from __future__ import annotations
+
+from pybroker.coord.group_coordinator import OFFSETS_TOPIC, partition_for
+from pybroker.errors import ErrorCode
+from pybroker.handlers._txn import coordinator, older_error
+from pybroker.handlers.context import RequestContext
+from pybroker.registry import handler
+
+
+@handler(25, 0, 3)
+async def add_offsets_to_txn(ctx: RequestContext, req: dict) -> dict:
+    coord = coordinator(ctx)
+    if coord is None:
+        code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    else:
+        code = await coord.add_partitions(
+            req["transactional_id"],
+            req["producer_id"],
+            req["producer_epoch"],
+            [(OFFSETS_TOPIC, partition_for(req["group_id"]))],
+        )
+    return {"throttle_time_ms": 0, "error_code": older_error(code, ctx.version, 2)}

@@ -1,0 +1,29 @@
+"""EndTxn (key 26), versions 0-3.
+
+Commit or abort the producer's transaction: its coordinator persists PrepareCommit /
+PrepareAbort and answers; the markers are written to every partition of the transaction in
+the background (handlers/_txn_markers.py), then CompleteCommit / CompleteAbort is persisted
+(coord/transactions.py).  Until then the next transaction's requests get
+CONCURRENT_TRANSACTIONS, which clients retry.  A retried EndTxn of a completed transaction is
+answered NONE; the opposite outcome INVALID_TXN_STATE.  PRODUCER_FENCED is answered as
+INVALID_PRODUCER_EPOCH below v2.
+"""
+
+from __future__ import annotations
+
+from pybroker.errors import ErrorCode
+from pybroker.handlers._txn import coordinator, older_error
+from pybroker.handlers.context import RequestContext
+from pybroker.registry import handler
+
+
+@handler(26, 0, 3)
+async def end_txn(ctx: RequestContext, req: dict) -> dict:
+    coord = coordinator(ctx)
+    if coord is None:
+        code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    else:
+        code = await coord.end_txn(
+            req["transactional_id"], req["producer_id"], req["producer_epoch"], req["committed"]
+        )
+    return {"throttle_time_ms": 0, "error_code": older_error(code, ctx.version, 2)}

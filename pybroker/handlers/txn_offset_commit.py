@@ -1,0 +1,67 @@
+"""TxnOffsetCommit (key 28), versions 0-3.
+
+Sent by a transactional producer to the group's coordinator (sendOffsetsToTransaction, after
+AddOffsetsToTxn): the offsets stay pending (coord/txn_offsets.py) until the transaction's
+marker commits them as the group's offsets, or drops them.  v3 (KIP-447) carries the consumer's
+member id, group instance id and generation, checked as Kafka does: UNKNOWN_MEMBER_ID,
+ILLEGAL_GENERATION, FENCED_INSTANCE_ID.  Other errors: NOT_COORDINATOR, INVALID_GROUP_ID,
+UNKNOWN_TOPIC_OR_PARTITION, OFFSET_METADATA_TOO_LARGE, INVALID_PRODUCER_EPOCH (a producer
+epoch older than the one of its pending offsets for the group).
+"""
+
+from __future__ import annotations
+
+from pybroker.errors import ErrorCode
+from pybroker.handlers._groups import coordinator_error
+from pybroker.handlers.context import RequestContext
+from pybroker.registry import handler
+
+
+@handler(28, 0, 3)
+async def txn_offset_commit(ctx: RequestContext, req: dict) -> dict:
+    topics = ctx.services.cluster.topics
+    code = coordinator_error(ctx, req["group_id"])
+    results: dict[tuple[str, int], int] = {}
+    wanted: dict[tuple[str, int], tuple[int, int, str | None]] = {}
+    for t in req["topics"]:
+        info = topics.get(t["name"])
+        for p in t["partitions"]:
+            tp = (t["name"], p["partition_index"])
+            if code is not None:
+                results[tp] = code
+            elif info is None or p["partition_index"] not in info.partitions:
+                results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                wanted[tp] = (
+                    p["committed_offset"],
+                    p.get("committed_leader_epoch", -1),
+                    p["committed_metadata"],
+                )
+    if wanted:
+        results.update(
+            await ctx.services.groups.txn_commit(
+                req["group_id"],
+                req["producer_id"],
+                req["producer_epoch"],
+                req.get("member_id", ""),
+                req.get("group_instance_id"),
+                req.get("generation_id", -1),
+                wanted,
+            )
+        )
+    return {
+        "throttle_time_ms": 0,
+        "topics": [
+            {
+                "name": t["name"],
+                "partitions": [
+                    {
+                        "partition_index": p["partition_index"],
+                        "error_code": results[(t["name"], p["partition_index"])],
+                    }
+                    for p in t["partitions"]
+                ],
+            }
+            for t in req["topics"]
+        ],
+    }
