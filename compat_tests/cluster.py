@@ -126,8 +126,8 @@ def parse_metadata_v7(body: bytes, via: int) -> ClusterMetadata:
     return ClusterMetadata(via, controller, brokers, topic_errors, parts)
 
 
-def find_coordinator_v1_request(correlation_id: int, group: str) -> bytes:
-    body = rawkafka.kstring(group) + b"\x00"  # key_type 0 = group
+def find_coordinator_v1_request(correlation_id: int, group: str, key_type: int = 0) -> bytes:
+    body = rawkafka.kstring(group) + bytes([key_type])  # 0: group, 1: transactional id
     return rawkafka.frame(rawkafka.request_header(10, 1, correlation_id) + body)
 
 
@@ -295,13 +295,17 @@ class Cluster:
                 last = e
         raise OSError(f"no broker answered Metadata: {last}")
 
-    def find_coordinator(self, group: str, via: int | None = None) -> tuple[int, int]:
-        """(error_code, node_id) from FindCoordinator v1."""
+    def find_coordinator(
+        self, group: str, via: int | None = None, key_type: int = 0
+    ) -> tuple[int, int]:
+        """(error_code, node_id) from FindCoordinator v1 (key_type 1: a transactional id)."""
         targets = [via] if via is not None else self.running()
         last: Exception | None = None
         for i in targets:
             try:
-                body = self._roundtrip(i, lambda c: find_coordinator_v1_request(c, group), 2.0)
+                body = self._roundtrip(
+                    i, lambda c: find_coordinator_v1_request(c, group, key_type), 2.0
+                )
                 r = rawkafka.Reader(body)
                 r.take(">i")
                 err = r.take(">h")
