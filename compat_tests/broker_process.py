@@ -85,6 +85,13 @@ class BrokerProcess:
         return self.proc.pid if self.proc else None
 
     def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "pybroker", "serve"]
+        for k, v in self.settings().items():
+            cmd += ["--override", f"{k}={v}"]
+        return cmd
+
+    def settings(self) -> dict[str, str]:
+        """The broker's configuration (what command() passes as --override)."""
         settings = {
             "listeners": f"PLAINTEXT://{self.host}:{self.port}",
             "log.dirs": str(self.log_dir),
@@ -96,10 +103,7 @@ class BrokerProcess:
             # session's ephemeral /brokers/ids/<id> to go; a test may override it
             settings["zookeeper.session.timeout.ms"] = ZK_SESSION_TIMEOUT_MS
         settings.update(self.overrides)
-        cmd = [sys.executable, "-m", "pybroker", "serve"]
-        for k, v in settings.items():
-            cmd += ["--override", f"{k}={v}"]
-        return cmd
+        return settings
 
     def output(self, max_lines: int = 200) -> str:
         return tail(self.stderr_path, max_lines)

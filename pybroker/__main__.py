@@ -1,5 +1,11 @@
 """Command line: ``pybroker serve [server.properties] [--override key=value ...]``.
 
+``pybroker add-scram [server.properties] [--override ...] 'SCRAM-SHA-256=[name=alice,
+password=alice-secret]' ...`` writes SCRAM credentials into the broker's metadata store
+before it starts (as Kafka's ``kafka-storage format --add-scram`` does for KRaft, or
+``kafka-configs --zookeeper`` on ZooKeeper), for the first users of a SCRAM-only cluster;
+afterwards AlterUserScramCredentials (kafka-configs --bootstrap-server) manages them.
+
 With no arguments the broker listens on 127.0.0.1:9092, keeps its data in ./pybroker-data
 (named on start) and its metadata in the embedded store there.  Set zookeeper.connect to use
 ZooKeeper instead.  SIGTERM and SIGINT shut it down cleanly.
@@ -10,13 +16,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import signal
 import sys
 from pathlib import Path
 
 from pybroker import logthrottle
-from pybroker.broker import Broker, describe
-from pybroker.config import ConfigError, build_config, parse_properties, with_defaults_for_cli
+from pybroker.broker import Broker, describe, make_store
+from pybroker.clock import SYSTEM_CLOCK
+from pybroker.config import (
+    Config,
+    ConfigError,
+    build_config,
+    parse_properties,
+    with_defaults_for_cli,
+)
+from pybroker.security import scram
+from pybroker.security.credentials import CredentialStore
 
 DEFAULT_DATA_DIR = "pybroker-data"
 
@@ -34,7 +50,54 @@ def _parser() -> argparse.ArgumentParser:
         help="set a configuration key (repeatable); wins over the file",
     )
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    scram = sub.add_parser("add-scram", help="add SCRAM credentials to the metadata store")
+    scram.add_argument("properties", nargs="?", help="a server.properties file")
+    scram.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    scram.add_argument(
+        "credentials",
+        nargs="+",
+        metavar="MECHANISM=[name=USER,password=PASSWORD(,iterations=N)]",
+    )
+    scram.add_argument("--log-level", default="WARNING")
     return p
+
+
+_SCRAM_SPEC = re.compile(r"^(SCRAM-SHA-256|SCRAM-SHA-512)=\[(.*)\]$")
+
+
+def parse_scram_spec(spec: str) -> tuple[str, str, str, int]:
+    """'SCRAM-SHA-256=[name=alice,password=alice-secret,iterations=8192]' (kafka-storage's
+    --add-scram syntax; values may be double-quoted)."""
+    m = _SCRAM_SPEC.match(spec.strip())
+    if m is None:
+        raise ConfigError(f"expected SCRAM-SHA-256|SCRAM-SHA-512=[name=...,password=...]: {spec!r}")
+    fields: dict[str, str] = {}
+    for part in m.group(2).split(","):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise ConfigError(f"expected key=value in {spec!r}, got {part!r}")
+        fields[key.strip()] = value.strip().strip('"')
+    if not fields.get("name") or "password" not in fields:
+        raise ConfigError(f"name and password are required: {spec!r}")
+    iterations = int(fields.get("iterations", scram.DEFAULT_ITERATIONS))
+    if not scram.MIN_ITERATIONS <= iterations <= scram.MAX_ITERATIONS:
+        raise ConfigError(
+            f"iterations must be between {scram.MIN_ITERATIONS} and {scram.MAX_ITERATIONS}"
+        )
+    return m.group(1), fields["name"], fields["password"], iterations
+
+
+async def _add_scram(config: Config, specs: list[tuple[str, str, str, int]]) -> None:
+    store = make_store(config, config.data_dir, SYSTEM_CLOCK)
+    await store.start()
+    try:
+        creds = CredentialStore(store)
+        for mechanism, user, password, iterations in specs:
+            cred = scram.make_credential(mechanism, password, iterations)
+            await creds.alter(user, {mechanism: cred}, set())
+            print(f"added {mechanism} credentials for user {user}", file=sys.stderr)
+    finally:
+        await store.close()
 
 
 def load_settings(properties: str | None, overrides: list[str]) -> dict[str, str]:
@@ -88,6 +151,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for w in config.warnings:
         logging.getLogger("pybroker.config").warning(w)
+    if args.command == "add-scram":
+        try:
+            specs = [parse_scram_spec(c) for c in args.credentials]
+        except (ConfigError, ValueError) as e:
+            print(f"pybroker: {e}", file=sys.stderr)
+            return 2
+        try:
+            asyncio.run(_add_scram(config, specs))
+        except Exception as e:
+            print(f"pybroker: {e}", file=sys.stderr)
+            return 1
+        return 0
     try:
         return asyncio.run(_serve(Broker(config)))
     except Exception as e:  # start-up failures: say what and exit non-zero

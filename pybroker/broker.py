@@ -40,6 +40,8 @@ from pybroker.purgatory import Purgatory
 from pybroker.replication import manager as replica_manager
 from pybroker.replication.fetcher import ReplicaFetcher
 from pybroker.replication.manager import ReplicaManager
+from pybroker.security.authorizer import Authorizer
+from pybroker.security.credentials import CredentialStore, fake_salt_key
 from pybroker.server import KafkaServer
 
 # the event loop's time for deleting a deleted topic's logs in one go (see _delete_logs)
@@ -105,6 +107,9 @@ class Broker:
         self.logs: LogManager | None = None
         self.groups: GroupCoordinator | None = None
         self.transactions: TransactionCoordinator | None = None
+        self.credentials: CredentialStore | None = None
+        self.authorizer: Authorizer | None = None
+        self._fake_salt_key: bytes | None = None
         self._marker_sender: MarkerSender | None = None
         self.replicas: ReplicaManager | None = None
         self.flusher = Flusher(self._flush_policy, clock)
@@ -167,6 +172,7 @@ class Broker:
             fetcher_factory=ReplicaFetcher,
             inter_broker_listener=cfg.inter_broker_listener,
             inter_broker_ssl=cfg.inter_broker_ssl_context(),
+            inter_broker_sasl=cfg.inter_broker_sasl(),
         )
         self._apply_topic_configs()
         self._loop = asyncio.get_running_loop()
@@ -219,12 +225,23 @@ class Broker:
             membership=lambda: (self.cluster.membership_epoch, self.cluster.brokers),
         )
         await self.transactions.start()
+        self.credentials = CredentialStore(self.store)
+        if cfg.authorizer_class_name:
+            self.authorizer = Authorizer(
+                self.store,
+                super_users=cfg.super_users,
+                allow_everyone_if_no_acl_found=cfg.allow_everyone_if_no_acl_found,
+                now_ms=self.clock.time_ms,
+            )
+            await self.authorizer.start()
         self.server = KafkaServer(
             self,
             cfg.listeners,
             max_request_bytes=cfg.socket_request_max_bytes,
             max_connections=cfg.max_connections,
             ssl_contexts={name: cfg.ssl_context(name) for name in cfg.ssl_listeners},
+            sasl={name: cfg.listener_sasl(name) for name in cfg.sasl_listeners},
+            principal_rules=cfg.principal_mapper(),
         )
         await self.server.start()
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
@@ -248,6 +265,8 @@ class Broker:
             # not bounded: its threads stop between two steps of a clean, and a swap they
             # wait for needs the loop running; the logs must not close under them
             await asyncio.to_thread(self.cleaner.stop)
+        if self.authorizer is not None:
+            await _bounded("authorizer", self.authorizer.stop())
         if self.transactions is not None:
             await _bounded("transaction coordinator", self.transactions.stop())
         if self._marker_sender is not None:
@@ -266,6 +285,13 @@ class Broker:
         await self.loop_monitor.stop()
 
     # -- services used by the handlers -----------------------------------------------------
+    async def scram_fake_salt_key(self) -> bytes:
+        """The cluster's secret for the salts answered to unknown SCRAM users (one for every
+        broker, so two brokers give the same answer): created once in the metadata store."""
+        if self._fake_salt_key is None:
+            self._fake_salt_key = await fake_salt_key(self.store)
+        return self._fake_salt_key
+
     def partition_log(self, topic: str, partition: int) -> PartitionLog:
         existing = self.logs.get(topic, partition)
         info = self.cluster.topics[topic]

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pybroker import tls
+from pybroker.security import sasl
 
 
 class ConfigError(ValueError):
@@ -80,11 +81,6 @@ def _listeners(s: str) -> tuple[Endpoint, ...]:
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
-NOT_YET_SECURE = (
-    "SASL, ACLs and TLS between brokers are not supported by this broker yet, and it will not "
-    "serve what asks for them unsecured"
-)
-SERVED_PROTOCOLS = ("PLAINTEXT", "SSL")
 
 
 def _protocol_map(s: str) -> tuple[tuple[str, str], ...]:
@@ -109,7 +105,11 @@ def _protocol_map(s: str) -> tuple[tuple[str, str], ...]:
 # said to be inert) while every listener is PLAINTEXT.  Keys that ask for security whatever the
 # listeners (an authorizer, secure replication) are refused in _validate.
 _INERT_WITHOUT_SECURE_LISTENER = ("ssl.", "sasl.", "listener.name.", "principal.builder.class")
-_REFUSED_SECURITY_KEYS = ("authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found")
+AUTHORIZERS = (
+    "kafka.security.authorizer.AclAuthorizer",  # Kafka's ZooKeeper ACL authorizer
+    "kafka.security.auth.SimpleAclAuthorizer",  # its name before Kafka 2.4
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",  # KRaft's, same model
+)
 
 # key -> (field name, parser, default)
 _KEYS: dict[str, tuple[str, Any, Any]] = {
@@ -180,6 +180,13 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
     "log.cleaner.max.compaction.lag.ms": ("log_cleaner_max_compaction_lag_ms", _int, LONG_MAX),
     # pybroker's own (no Kafka equivalent): log "event loop stalled N ms" past this; 0 = off
     "loop.stall.warn.ms": ("loop_stall_warn_ms", _int, 100),
+    "authorizer.class.name": ("authorizer_class_name", str, ""),
+    "super.users": (
+        "super_users",
+        lambda s: tuple(u.strip() for u in s.split(";") if u.strip()),
+        (),
+    ),
+    "allow.everyone.if.no.acl.found": ("allow_everyone_if_no_acl_found", _bool, False),
     "transaction.max.timeout.ms": ("transaction_max_timeout_ms", _int, 900000),
     "transactional.id.expiration.ms": ("transactional_id_expiration_ms", _int, 604800000),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
@@ -251,6 +258,9 @@ class Config:
     log_cleaner_min_compaction_lag_ms: int = 0
     log_cleaner_max_compaction_lag_ms: int = LONG_MAX
     loop_stall_warn_ms: int = 100
+    authorizer_class_name: str = ""
+    super_users: tuple[str, ...] = ()
+    allow_everyone_if_no_acl_found: bool = False
     transaction_max_timeout_ms: int = 900000
     transactional_id_expiration_ms: int = 604800000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
@@ -304,16 +314,69 @@ class Config:
 
     @property
     def ssl_listeners(self) -> list[str]:
-        return [e.listener for e in self.listeners if self.security_protocol(e.listener) == "SSL"]
+        """Listeners with TLS: SSL and SASL_SSL."""
+        return [
+            e.listener
+            for e in self.listeners
+            if self.security_protocol(e.listener) in ("SSL", "SASL_SSL")
+        ]
+
+    @property
+    def sasl_listeners(self) -> list[str]:
+        return [
+            e.listener
+            for e in self.listeners
+            if self.security_protocol(e.listener) in ("SASL_PLAINTEXT", "SASL_SSL")
+        ]
+
+    def listener_sasl(self, listener: str) -> Any:
+        """A SASL listener's settings (pybroker/security/sasl.py); SaslConfigError names
+        the key at fault."""
+        return sasl.listener_sasl(dict(self.security_settings), listener)
+
+    def principal_mapper(self) -> Any:
+        """ssl.principal.mapping.rules as a function of a certificate's DN."""
+        rules = sasl.parse_mapping_rules(
+            dict(self.security_settings).get("ssl.principal.mapping.rules", "DEFAULT")
+        )
+        return lambda dn: sasl.map_principal(dn, rules)
+
+    def inter_broker_sasl(self) -> tuple[str, str, str] | None:
+        """(mechanism, username, password) this broker logs in with on the inter-broker
+        listener, when it is a SASL one; else None."""
+        if self.security_protocol(self.inter_broker_listener) not in (
+            "SASL_PLAINTEXT",
+            "SASL_SSL",
+        ):
+            return None
+        mech = (
+            dict(self.security_settings)
+            .get("sasl.mechanism.inter.broker.protocol", "GSSAPI")
+            .upper()
+        )
+        conf = self.listener_sasl(self.inter_broker_listener)
+        if mech not in conf.mechanisms:
+            raise sasl.SaslConfigError(
+                "sasl.mechanism.inter.broker.protocol",
+                f"{mech} is not enabled on the inter-broker listener {self.inter_broker_listener}",
+            )
+        if mech not in conf.logins:
+            raise sasl.SaslConfigError(
+                f"listener.name.{self.inter_broker_listener.lower()}.{mech.lower()}"
+                ".sasl.jaas.config",
+                "the inter-broker mechanism's JAAS entry needs username and password",
+            )
+        user, password = conf.logins[mech]
+        return mech, user, password
 
     def ssl_context(self, listener: str) -> Any:
         """The server ssl.SSLContext of an SSL listener (pybroker/tls.py)."""
         return tls.server_context(dict(self.security_settings), listener)
 
     def inter_broker_ssl_context(self) -> Any:
-        """The client ssl.SSLContext replication uses, when the inter-broker listener is SSL
+        """The client ssl.SSLContext replication uses, when the inter-broker listener has TLS
         (its ssl.* settings, as Kafka configures a broker's own client side); else None."""
-        if self.security_protocol(self.inter_broker_listener) != "SSL":
+        if self.security_protocol(self.inter_broker_listener) not in ("SSL", "SASL_SSL"):
             return None
         return tls.client_context(dict(self.security_settings), self.inter_broker_listener)
 
@@ -339,33 +402,33 @@ def parse_properties(text: str) -> dict[str, str]:
     return out
 
 
-def _has_ssl_listener(settings: dict[str, str]) -> bool:
+def _listener_protocols(settings: dict[str, str]) -> set[str]:
     try:
         listeners = _listeners(settings.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
         protocols = dict(
             _protocol_map(settings.get("listener.security.protocol.map", DEFAULT_PROTOCOL_MAP))
         )
     except ValueError:
-        return False  # reported with its key below
-    return any(protocols.get(e.listener) == "SSL" for e in listeners)
+        return set()  # reported with its key below
+    return {protocols.get(e.listener, "") for e in listeners}
 
 
 def build_config(settings: dict[str, str]) -> Config:
     values: dict[str, Any] = {}
     warnings = []
-    ssl_served = _has_ssl_listener(settings)
+    protocols = _listener_protocols(settings)
+    ssl_served = bool(protocols & {"SSL", "SASL_SSL"})
+    sasl_served = bool(protocols & {"SASL_PLAINTEXT", "SASL_SSL"})
     security: list[tuple[str, str]] = []
     for key, raw in settings.items():
-        if key.startswith(("ssl.", "listener.name.")):
+        if key.startswith(("ssl.", "sasl.", "listener.name.", "connections.max.reauth.ms")):
             security.append((key, raw))
             if ssl_served and ".ssl." in f".{key}":
                 continue  # read by pybroker/tls.py for the SSL listeners
+            if sasl_served and (".sasl." in f".{key}" or key.endswith("connections.max.reauth.ms")):
+                continue  # read by pybroker/security/sasl.py for the SASL listeners
         spec = _KEYS.get(key)
         if spec is None:
-            if key in _REFUSED_SECURITY_KEYS:
-                raise ConfigError(
-                    f"configuration key {key!r} asks for authorization: {NOT_YET_SECURE}"
-                )
             if key.startswith(_INERT_WITHOUT_SECURE_LISTENER):
                 # every listener is PLAINTEXT (or _validate refuses the configuration), and on
                 # PLAINTEXT listeners Kafka does not use these either
@@ -391,8 +454,9 @@ def build_config(settings: dict[str, str]) -> Config:
 
 def _validate_security(cfg: Config) -> None:
     """Every listener's security protocol comes from listener.security.protocol.map (a name
-    missing there is refused, as Kafka refuses it); anything but PLAINTEXT is refused until TLS
-    and SASL exist, naming the key, never served unsecured."""
+    missing there is refused, as Kafka refuses it); what a secured listener needs (TLS keys,
+    SASL mechanisms and their JAAS entries) must be there, or the broker refuses to start,
+    naming the key: never served unsecured."""
     for key, endpoints in (("listeners", cfg.listeners), ("advertised.listeners", cfg.advertised)):
         for e in endpoints:
             proto = cfg.security_protocol(e.listener)
@@ -401,15 +465,10 @@ def _validate_security(cfg: Config) -> None:
                     f"invalid value for configuration key 'listener.security.protocol.map': "
                     f"no security protocol for listener {e.listener} (named in {key!r})"
                 )
-            if proto not in SERVED_PROTOCOLS:
-                raise ConfigError(
-                    f"configuration key {key!r}: listener {e.listener} uses security protocol "
-                    f"{proto}: {NOT_YET_SECURE}"
-                )
-    if cfg.security_inter_broker_protocol.upper() not in SERVED_PROTOCOLS:
+    if cfg.security_inter_broker_protocol.upper() not in SECURITY_PROTOCOLS:
         raise ConfigError(
-            f"configuration key 'security.inter.broker.protocol' asks for "
-            f"{cfg.security_inter_broker_protocol}: {NOT_YET_SECURE}"
+            f"invalid value for configuration key 'security.inter.broker.protocol': "
+            f"{cfg.security_inter_broker_protocol} (one of {', '.join(SECURITY_PROTOCOLS)})"
         )
     if cfg.inter_broker_listener_name is not None:
         if "security.inter.broker.protocol" in cfg.explicit_keys:
@@ -427,12 +486,18 @@ def _validate_security(cfg: Config) -> None:
         cfg.inter_broker_ssl_context()
     except tls.TlsConfigError as e:
         raise ConfigError(str(e)) from None
-    if cfg.security_protocol(cfg.inter_broker_listener) not in (None, "PLAINTEXT", "SSL"):
+    try:
+        for listener in cfg.sasl_listeners:
+            cfg.listener_sasl(listener)
+        if cfg.inter_broker_listener in [e.listener for e in cfg.advertised]:
+            cfg.inter_broker_sasl()  # (else refused below, naming the listener)
+        cfg.principal_mapper()
+    except sasl.SaslConfigError as e:
+        raise ConfigError(str(e)) from None
+    except ValueError as e:
         raise ConfigError(
-            f"invalid value for configuration key 'inter.broker.listener.name': listener "
-            f"{cfg.inter_broker_listener} uses {cfg.security_protocol(cfg.inter_broker_listener)}:"
-            f" {NOT_YET_SECURE}"
-        )
+            f"invalid value for configuration key 'ssl.principal.mapping.rules': {e}"
+        ) from None
     if cfg.inter_broker_listener not in names:
         key = (
             "inter.broker.listener.name"
@@ -473,6 +538,14 @@ def _validate(cfg: Config) -> None:
         "must be CreateTime or LogAppendTime",
     )
     need(cfg.loop_stall_warn_ms >= 0, "loop.stall.warn.ms", "must be >= 0 (0 turns it off)")
+    need(
+        cfg.authorizer_class_name in ("", *AUTHORIZERS),
+        "authorizer.class.name",
+        f"{cfg.authorizer_class_name} is not an authorizer this broker has "
+        f"(one of: {', '.join(AUTHORIZERS)})",
+    )
+    for u in cfg.super_users:
+        need(":" in u and not u.startswith(":"), "super.users", f"{u!r} is not Type:name")
     for key, value in (
         ("transaction.max.timeout.ms", cfg.transaction_max_timeout_ms),
         ("transactional.id.expiration.ms", cfg.transactional_id_expiration_ms),

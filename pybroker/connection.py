@@ -9,6 +9,16 @@ with ``loop.sendfile`` (os.sendfile under the hood) after the bytes before them 
 Only framing and decoding violations close the connection (as Kafka does for an unknown API
 key or an unsupported version of anything but ApiVersions); errors a handler can express
 become error codes in its response.
+
+Authentication (security/sasl.py): each connection has a ``Session``.  On a SASL listener,
+until the client has logged in, only ApiVersions, SaslHandshake and SaslAuthenticate are
+served (anything else closes the connection, as Kafka does) and frames are limited to
+sasl.server.max.receive.size (Kafka's 512 KiB); after SaslHandshake v0 the frames are bare
+SASL tokens, answered as bare size-prefixed tokens.  Past connections.max.reauth.ms without a
+re-authentication the next request closes the connection (KIP-368).  A handler that marks the
+session ``close_after_response`` (a failed login) gets its answer sent, then the close.  On
+an SSL listener the principal is the client certificate's distinguished name, mapped by
+ssl.principal.mapping.rules.
 """
 
 from __future__ import annotations
@@ -22,6 +32,9 @@ from pybroker import handlers  # noqa: F401  (registers every handler)
 from pybroker.errors import ErrorCode
 from pybroker.handlers.context import CloseConnection, RequestContext
 from pybroker.registry import HANDLERS
+from pybroker.security.exchange import step as sasl_step
+from pybroker.security.sasl import ListenerSasl, Session, distinguished_name
+from pybroker.security.scram import AuthenticationFailed
 from pybroker.wire import codec
 from pybroker.wire.framing import FrameDecoder, FrameError
 from pybroker.wire.primitives import DecodeError
@@ -29,6 +42,8 @@ from pybroker.wire.primitives import DecodeError
 log = logging.getLogger("pybroker.connection")
 
 MAX_QUEUED_FRAMES = 16
+SASL_MAX_RECEIVE_SIZE = 524288  # Kafka's sasl.server.max.receive.size
+_BEFORE_LOGIN = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -38,10 +53,16 @@ class KafkaConnection(asyncio.Protocol):
         max_request_bytes: int,
         on_close: Any = None,
         listener: str | None = None,
+        sasl: ListenerSasl | None = None,
+        principal_rules: Any = None,
     ) -> None:
         self.services = services
         self.listener = listener  # the name of the listener it was accepted on
-        self.decoder = FrameDecoder(max_request_bytes)
+        self.session = Session.for_listener(sasl, None)
+        self._principal_rules = principal_rules
+        self.decoder = FrameDecoder(
+            max_request_bytes if sasl is None else min(max_request_bytes, SASL_MAX_RECEIVE_SIZE)
+        )
         self.max_request_bytes = max_request_bytes
         self.frames: collections.deque[bytearray] = collections.deque()
         self.queued_bytes = 0
@@ -61,6 +82,11 @@ class KafkaConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.peer = transport.get_extra_info("peername")
+        cert = transport.get_extra_info("peercert")  # a verified client certificate, if any
+        if cert and self.session.sasl is None:
+            dn = distinguished_name(cert)
+            name = self._principal_rules(dn) if self._principal_rules is not None else dn
+            self.session.principal = f"User:{name}"
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def data_received(self, data: bytes) -> None:
@@ -143,6 +169,11 @@ class KafkaConnection(asyncio.Protocol):
                     self.abort()
                     return
                 await self._send(parts)
+                why, self.session.close_after_response = self.session.close_after_response, None
+                if why is not None:
+                    log.info("closing %s after the answer: %s", self.peer, why)
+                    self.close()
+                    return
         except asyncio.CancelledError:
             raise
         except (ConnectionError, OSError) as e:
@@ -152,10 +183,38 @@ class KafkaConnection(asyncio.Protocol):
             log.exception("unexpected error on connection %s; closing it", self.peer)
             self.abort()
 
+    async def _raw_token(self, frame: bytearray) -> list[Any] | bool:
+        """SaslHandshake v0: a bare SASL token in, a bare size-prefixed token out."""
+        try:
+            token = await sasl_step(
+                self.session, bytes(frame), self.services.credentials, self._now_ms()
+            )
+        except AuthenticationFailed as e:
+            log.info("closing %s: SASL authentication failed: %s", self.peer, e)
+            return False
+        self._after_login()
+        return [len(token).to_bytes(4, "big") + token]
+
+    def _now_ms(self) -> int:
+        return self.services.clock.time_ms()
+
+    def _after_login(self) -> None:
+        if self.session.authenticated:
+            self.decoder.max_size = self.max_request_bytes
+
     async def _handle(self, frame: bytearray) -> list[Any] | None | bool:
+        session = self.session
+        if session.raw_tokens and session.server is not None:
+            return await self._raw_token(frame)
         try:
             api_key, api_version, correlation_id = codec.peek_api(frame)
         except DecodeError:
+            return False
+        if not session.authenticated and api_key not in _BEFORE_LOGIN:
+            log.info("closing %s: api %d before SASL authentication completed", self.peer, api_key)
+            return False
+        if session.expired(self._now_ms()) and api_key not in _BEFORE_LOGIN:
+            log.info("closing %s: SASL session expired (connections.max.reauth.ms)", self.peer)
             return False
         try:
             header, body = codec.decode_request(memoryview(frame))
@@ -199,12 +258,14 @@ class KafkaConnection(asyncio.Protocol):
             client_id=header.get("client_id"),
             peer=self.peer,
             listener=self.listener,
+            session=session,
         )
         try:
             response = await reg.fn(ctx, body)
         except CloseConnection as e:
             log.info("closing %s: %s", self.peer, e)
             return False
+        self._after_login()
         if response is None:
             return None
         return codec.encode_response(api_key, api_version, correlation_id, response)

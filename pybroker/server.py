@@ -17,10 +17,12 @@ import errno
 import logging
 import socket
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 from pybroker.config import Endpoint
 from pybroker.connection import KafkaConnection
+from pybroker.security.sasl import ListenerSasl
 
 log = logging.getLogger("pybroker.server")
 
@@ -40,6 +42,8 @@ class KafkaServer:
         max_request_bytes: int,
         max_connections: int,
         ssl_contexts: dict[str, ssl.SSLContext] | None = None,
+        sasl: dict[str, ListenerSasl] | None = None,
+        principal_rules: Callable[[str], str] | None = None,
     ) -> None:
         self.services = services
         self.endpoints = endpoints
@@ -54,6 +58,8 @@ class KafkaServer:
         self.bound: list[tuple[str, int]] = []
         self._listener_of: dict[int, str] = {}  # listening socket's fd -> listener name
         self.ssl_contexts = ssl_contexts or {}  # SSL listeners' server contexts, by name
+        self.sasl = sasl or {}  # SASL listeners' settings, by name
+        self.principal_rules = principal_rules  # a client certificate's DN -> principal name
 
     def _new_connection(self, listener: str | None = None) -> asyncio.Protocol:
         if len(self.connections) >= self.max_connections:
@@ -64,6 +70,8 @@ class KafkaServer:
             self.max_request_bytes,
             on_close=self.connections.discard,
             listener=listener,
+            sasl=self.sasl.get(listener) if listener is not None else None,
+            principal_rules=self.principal_rules,
         )
         self.connections.add(conn)
         return conn

@@ -155,8 +155,95 @@ class _SslBroker:
             self.broker.cleanup()
 
 
+class _SaslBroker:
+    """What their SASL tests use of a KafkaFixture (KafkaFixture.instance(transport=
+    "SASL_PLAINTEXT", sasl_mechanism=...)): a pybroker with a SASL_PLAINTEXT listener that
+    enables PLAIN and both SCRAMs; their user (alice / alice-secret) is a PLAIN user of the
+    listener's JAAS entry and gets SCRAM credentials through AlterUserScramCredentials, as
+    their fixture adds them with kafka-configs."""
+
+    broker_user, broker_password = "alice", "alice-secret"
+
+    def __init__(self, workdir: Path, mechanism: str, partitions: int = 4) -> None:
+        from compat_tests.broker_process import BrokerProcess
+        from compat_tests.procutil import free_port
+
+        self.host, self.port, self.transport = "127.0.0.1", free_port(), "SASL_PLAINTEXT"
+        self.sasl_mechanism = mechanism.upper()
+        self.sasl_enabled, self.ssl_enabled = True, False
+        self.partitions, self.replicas = partitions, 1
+        self.broker = BrokerProcess(workdir / "broker")
+        jaas = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'user_{self.broker_user}="{self.broker_password}";'
+        )
+        self.broker.overrides.update(
+            {
+                "listeners": f"PLAINTEXT://127.0.0.1:{self.broker.port},"
+                f"SASL_PLAINTEXT://127.0.0.1:{self.port}",
+                "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+                "num.partitions": str(partitions),
+            }
+        )
+        self.broker.start()
+        if self.sasl_mechanism.startswith("SCRAM"):
+            self._add_scram()
+        self.child = self  # their teardown calls sasl_kafka.child.dump_logs()
+
+    def _add_scram(self) -> None:
+        from kafka import KafkaAdminClient
+        from kafka.admin._users import UserScramCredentialUpsertion
+
+        admin = KafkaAdminClient(
+            bootstrap_servers=self.bootstrap_server(),
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="PLAIN",
+            sasl_plain_username=self.broker_user,
+            sasl_plain_password=self.broker_password,
+        )
+        try:
+            got = admin.alter_user_scram_credentials(
+                [
+                    UserScramCredentialUpsertion(self.broker_user, m, self.broker_password)
+                    for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+                ]
+            )
+            assert got == {self.broker_user: None}, got
+        finally:
+            admin.close()
+
+    def bootstrap_server(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def _enrich_client_params(self, params: dict, **defaults: object) -> dict:
+        from test.integration.fixtures import KafkaFixture
+
+        return KafkaFixture._enrich_client_params(self, params, **defaults)
+
+    def get_topic_names(self) -> list[str]:
+        from kafka import KafkaAdminClient
+
+        with KafkaAdminClient(**self._enrich_client_params({}, client_id="topic_lister")) as a:
+            return list(a.list_topics())
+
+    def dump_logs(self) -> None:
+        pass
+
+    def start(self) -> None:
+        pass
+
+    def close(self) -> None:
+        try:
+            if self.broker.is_running():
+                self.broker.stop()
+        finally:
+            self.broker.cleanup()
+
+
 def pytest_sessionstart(session):
-    """Their KafkaFixture.instance(transport="SSL") -> a pybroker with an SSL listener."""
+    """Their KafkaFixture.instance(transport="SSL" / "SASL_PLAINTEXT") -> a pybroker with
+    that listener."""
     try:
         from test.integration.fixtures import KafkaFixture
     except ImportError:
@@ -168,6 +255,9 @@ def pytest_sessionstart(session):
         if str(transport).upper() == "SSL":
             workdir = _state["workdir"] / f"ssl-broker-{next(counter)}"
             return _SslBroker(workdir)
+        if str(transport).upper() == "SASL_PLAINTEXT":
+            workdir = _state["workdir"] / f"sasl-broker-{next(counter)}"
+            return _SaslBroker(workdir, kw["sasl_mechanism"], kw.get("partitions", 4))
         return original(cls, broker_id, *args, transport=transport, **kw)
 
     KafkaFixture.instance = classmethod(instance)
@@ -183,8 +273,23 @@ def pytest_report_header(config):
     ]
 
 
+_SASL_MODULE = "test_sasl_integration.py"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item):
+    uri = _state.pop("kafka_uri", None)
+    if uri is not None:
+        os.environ["KAFKA_URI"] = uri
+
+
 def pytest_runtest_setup(item):
-    """Stop at once if our broker died: every later test would only wait out its timeouts."""
+    """Stop at once if our broker died: every later test would only wait out its timeouts.
+    Their SASL tests ask their broker factory for a SASL broker, which it only makes without
+    KAFKA_URI (with it, it hands out the external broker whatever was asked): it is unset
+    for them (until their teardown)."""
+    if item.nodeid.split("::")[0].endswith(_SASL_MODULE):
+        _state["kafka_uri"] = os.environ.pop("KAFKA_URI", None)
     b = _state.get("broker")
     if b is not None and not b.is_running():
         code = b.proc.returncode if b.proc else None
@@ -212,6 +317,14 @@ def pytest_collection_modifyitems(session, config, items):
         else:
             used.add(hit)
             drop.append(item)
+    for item in items:
+        if item.nodeid.split("::")[0].endswith(_SASL_MODULE):
+            module = item.getparent(pytest.Module)
+            module.own_markers = [
+                m
+                for m in module.own_markers
+                if not (m.name == "skipif" and "external Kafka" in str(m.kwargs.get("reason")))
+            ]
     flaky = read_flaky()
     for item in keep:
         hit = next((e for e in flaky if _matches(item.nodeid, e)), None)

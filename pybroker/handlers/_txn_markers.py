@@ -129,6 +129,7 @@ class MarkerSender:
                     addr[1],
                     f"txn-coordinator-{self.services.config.broker_id}",
                     ssl=self.services.config.inter_broker_ssl_context(),
+                    sasl=self.services.config.inter_broker_sasl(),
                 ),
                 asyncio.Lock(),
             )

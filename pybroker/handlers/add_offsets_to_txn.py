@@ -10,15 +10,21 @@ from __future__ import annotations
 
 from pybroker.coord.group_coordinator import OFFSETS_TOPIC, partition_for
 from pybroker.errors import ErrorCode
+from pybroker.handlers._authz import on_group, on_txn
 from pybroker.handlers._txn import coordinator, older_error
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 
 @handler(25, 0, 3)
 async def add_offsets_to_txn(ctx: RequestContext, req: dict) -> dict:
     coord = coordinator(ctx)
-    if coord is None:
+    if not on_txn(ctx, Operation.WRITE, req["transactional_id"]):
+        code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif not on_group(ctx, Operation.READ, req["group_id"]):
+        code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    elif coord is None:
         code = ErrorCode.COORDINATOR_NOT_AVAILABLE
     else:
         code = await coord.add_partitions(

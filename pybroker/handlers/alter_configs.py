@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pybroker.handlers._topics import check_supported_configs
 from pybroker.handlers.context import RequestContext
-from pybroker.handlers.incremental_alter_configs import alter_topic, preprocess
+from pybroker.handlers.incremental_alter_configs import alter_topic, authorize_alter, preprocess
 from pybroker.registry import handler
 
 
@@ -21,6 +21,7 @@ from pybroker.registry import handler
 async def alter_configs(ctx: RequestContext, req: dict) -> dict:
     resources = req["resources"]
     results = preprocess(resources, lambda c: False)
+    authorize_alter(ctx, resources, results)
     for i, r in enumerate(resources):
         if i not in results:
             wanted = {c["name"]: c["value"] for c in r["configs"]}

@@ -21,6 +21,7 @@ class RequestContext:
     client_id: str | None
     peer: Any = None
     listener: str | None = None  # the name of the listener the request came in on
+    session: Any = None  # pybroker.security.sasl.Session: who the connection is
 
     @property
     def version(self) -> int:

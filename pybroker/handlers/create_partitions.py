@@ -9,8 +9,10 @@ INVALID_REPLICA_ASSIGNMENT, INVALID_REQUEST (a topic twice), NOT_CONTROLLER.
 from __future__ import annotations
 
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers._authz import on_topic
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 
 @handler(37, 0, 3)
@@ -22,6 +24,8 @@ async def create_partitions(ctx: RequestContext, req: dict) -> dict:
         code, message = ErrorCode.NONE, None
         if names.count(t["name"]) > 1:
             code, message = ErrorCode.INVALID_REQUEST, "topic named more than once"
+        elif not on_topic(ctx, Operation.ALTER, t["name"]):
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         elif cluster.controller_id != ctx.services.config.broker_id:
             code = ErrorCode.NOT_CONTROLLER
         else:

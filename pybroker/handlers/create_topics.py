@@ -16,6 +16,7 @@ import uuid
 
 from pybroker.coord.cluster import validate_topic_name
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers._authz import on_cluster, on_topic
 from pybroker.handlers._topics import (
     TOPIC_CONFIGS,
     check_supported_configs,
@@ -23,6 +24,7 @@ from pybroker.handlers._topics import (
 )
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 # DescribeConfigs ConfigSource values.
 DYNAMIC_TOPIC_CONFIG = 1
@@ -129,6 +131,10 @@ async def create_topics(ctx: RequestContext, req: dict) -> dict:
         if counts[t["name"]] > 1:
             results.append(
                 _result(t["name"], ErrorCode.INVALID_REQUEST, "topic named more than once")
+            )
+        elif not (on_cluster(ctx, Operation.CREATE) or on_topic(ctx, Operation.CREATE, t["name"])):
+            results.append(
+                _result(t["name"], ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             )
         elif cluster.controller_id != ctx.services.config.broker_id:
             results.append(_result(t["name"], ErrorCode.NOT_CONTROLLER))

@@ -6,13 +6,14 @@ from __future__ import annotations
 from pybroker.handlers._groups import coordinator_error
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 
 @handler(42, 0, 2)
 async def delete_groups(ctx: RequestContext, req: dict) -> dict:
     results = []
     for gid in req["groups_names"]:
-        code = coordinator_error(ctx, gid)
+        code = coordinator_error(ctx, gid, Operation.DELETE)
         if code is None:
             code = await ctx.services.groups.delete(gid)
         results.append({"group_id": gid, "error_code": code})

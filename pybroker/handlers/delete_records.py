@@ -17,8 +17,10 @@ fetch).
 from __future__ import annotations
 
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers._authz import on_topic
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 HIGH_WATERMARK = -1
 
@@ -51,8 +53,10 @@ async def delete_records(ctx: RequestContext, req: dict) -> dict:
     for t in req["topics"]:
         parts = results.setdefault(t["name"], {})
         for p in t["partitions"]:
-            parts[p["partition_index"]] = _delete_one(
-                ctx, t["name"], p["partition_index"], p["offset"]
+            parts[p["partition_index"]] = (
+                _delete_one(ctx, t["name"], p["partition_index"], p["offset"])
+                if on_topic(ctx, Operation.DELETE, t["name"])
+                else (ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1)
             )
     return {
         "throttle_time_ms": 0,

@@ -11,8 +11,10 @@ from __future__ import annotations
 import uuid
 
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers._authz import on_topic
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 ZERO = uuid.UUID(int=0)
 
@@ -41,7 +43,9 @@ async def delete_topics(ctx: RequestContext, req: dict) -> dict:
                 continue
             name = info.name
         info = cluster.topics.get(name)
-        if cluster.controller_id != ctx.services.config.broker_id:
+        if not on_topic(ctx, Operation.DELETE, name):
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif cluster.controller_id != ctx.services.config.broker_id:
             code = ErrorCode.NOT_CONTROLLER
         else:
             try:

@@ -6,9 +6,11 @@ UNSUPPORTED_ENDPOINT_TYPE there too)."""
 from __future__ import annotations
 
 from pybroker.errors import ErrorCode
+from pybroker.handlers._authz import authorized_operations, enabled
 from pybroker.handlers.context import RequestContext
 from pybroker.handlers.metadata import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS
 from pybroker.registry import handler
+from pybroker.security.acl import CLUSTER_NAME, ResourceType
 
 BROKERS = 1
 
@@ -39,7 +41,11 @@ async def describe_cluster(ctx: RequestContext, req: dict) -> dict:
             for b in sorted(cluster.brokers.values(), key=lambda b: b.id)
             if (ep := b.endpoint(ctx.listener)) is not None
         ],
-        "cluster_authorized_operations": CLUSTER_OPERATIONS
+        "cluster_authorized_operations": (
+            authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+            if req["include_cluster_authorized_operations"] and enabled(ctx)
+            else CLUSTER_OPERATIONS
+        )
         if req["include_cluster_authorized_operations"]
         else AUTHORIZED_OPERATIONS_OMITTED,
     }

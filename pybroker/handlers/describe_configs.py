@@ -15,9 +15,11 @@ import logging
 
 from pybroker.config import describe_settings
 from pybroker.errors import ErrorCode
+from pybroker.handlers._authz import on_cluster, on_topic
 from pybroker.handlers._topics import BOOLEAN, DOUBLE, INT, STRING, TOPIC_CONFIGS
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
@@ -120,6 +122,12 @@ def _describe(ctx: RequestContext, r: dict, with_synonyms: bool) -> dict:
         "configs": [],
     }
     me = str(ctx.services.config.broker_id)
+    if rtype == TOPIC and not on_topic(ctx, Operation.DESCRIBE_CONFIGS, rname):
+        result.update(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message=None)
+        return result
+    if rtype in (BROKER, BROKER_LOGGER) and not on_cluster(ctx, Operation.DESCRIBE_CONFIGS):
+        result.update(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None)
+        return result
     if rtype == TOPIC:
         if rname not in ctx.services.cluster.topics:
             result.update(

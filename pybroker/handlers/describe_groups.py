@@ -8,9 +8,11 @@ group operation is authorized (v3+ bit field when asked).
 
 from __future__ import annotations
 
+from pybroker.handlers._authz import authorized_operations, enabled
 from pybroker.handlers._groups import coordinator_error
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation, ResourceType
 
 OMITTED = -(2**31)
 GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))  # READ, DELETE, DESCRIBE
@@ -21,7 +23,7 @@ async def describe_groups(ctx: RequestContext, req: dict) -> dict:
     ops = GROUP_OPERATIONS if req.get("include_authorized_operations") else OMITTED
     out = []
     for gid in req["groups"]:
-        code = coordinator_error(ctx, gid)
+        code = coordinator_error(ctx, gid, Operation.DESCRIBE)
         desc = None if code is not None else ctx.services.groups.describe(gid)
         if desc is None:
             desc = {
@@ -32,6 +34,10 @@ async def describe_groups(ctx: RequestContext, req: dict) -> dict:
                 "protocol_data": "",
                 "members": [],
             }
-        desc["authorized_operations"] = ops
+        desc["authorized_operations"] = (
+            authorized_operations(ctx, ResourceType.GROUP, gid)
+            if ops != OMITTED and enabled(ctx)
+            else ops
+        )
         out.append(desc)
     return {"throttle_time_ms": 0, "groups": out}

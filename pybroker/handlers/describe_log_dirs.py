@@ -14,13 +14,21 @@ from __future__ import annotations
 import os
 
 from pybroker.errors import ErrorCode
+from pybroker.handlers._authz import on_cluster
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 
 @handler(35, 0, 4)
 async def describe_log_dirs(ctx: RequestContext, req: dict) -> dict:
     log_dir = os.path.abspath(ctx.services.config.data_dir)
+    if not on_cluster(ctx, Operation.DESCRIBE):  # Kafka: DESCRIBE on the cluster
+        return {
+            "throttle_time_ms": 0,
+            "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            "results": [],
+        }
     wanted: set[tuple[str, int]] | None = None
     if req["topics"] is not None:
         wanted = {(t["topic"], p) for t in req["topics"] for p in t["partitions"]}

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from pybroker.coord.cluster import validate_topic_name
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers._authz import on_topic
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 
 def _partition(ctx: RequestContext, topic: str, index: int) -> dict:
@@ -56,6 +58,8 @@ async def describe_producers(ctx: RequestContext, req: dict) -> dict:
     for t in req["topics"]:
         name = t["name"]
         try:
+            if not on_topic(ctx, Operation.READ, name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             validate_topic_name(name)
             error = None
         except KafkaError as e:

@@ -11,9 +11,11 @@ expired), COORDINATOR_NOT_AVAILABLE.
 from __future__ import annotations
 
 from pybroker.errors import ErrorCode
+from pybroker.handlers._authz import on_txn
 from pybroker.handlers._txn import coordinator
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 
 def _state(tid: str, code: int, md=None) -> dict:
@@ -38,6 +40,9 @@ async def describe_transactions(ctx: RequestContext, req: dict) -> dict:
     coord = coordinator(ctx)
     states = []
     for tid in req["transactional_ids"]:
+        if not on_txn(ctx, Operation.DESCRIBE, tid):
+            states.append(_state(tid, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+            continue
         if coord is None:
             states.append(_state(tid, ErrorCode.COORDINATOR_NOT_AVAILABLE))
             continue

@@ -15,8 +15,10 @@ An election type other than 0 and 1 is INVALID_REQUEST (top level and per partit
 from __future__ import annotations
 
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers._authz import on_cluster
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 PREFERRED, UNCLEAN = 0, 1
 
@@ -51,6 +53,14 @@ async def elect_leaders(ctx: RequestContext, req: dict) -> dict:
             dict.fromkeys((t["topic"], p) for t in requested for p in t["partitions"])
         )
     election_type = req.get("election_type", PREFERRED)
+    if not on_cluster(ctx, Operation.ALTER):  # Kafka: ALTER on the cluster
+        return _response(
+            ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            dict.fromkeys(
+                partitions if requested is not None else [],
+                (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None),
+            ),
+        )
     if election_type not in (PREFERRED, UNCLEAN):
         message = f"unknown election type {election_type}"
         return _response(

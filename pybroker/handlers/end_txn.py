@@ -12,15 +12,19 @@ INVALID_PRODUCER_EPOCH below v2.
 from __future__ import annotations
 
 from pybroker.errors import ErrorCode
+from pybroker.handlers._authz import on_txn
 from pybroker.handlers._txn import coordinator, older_error
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 
 @handler(26, 0, 3)
 async def end_txn(ctx: RequestContext, req: dict) -> dict:
     coord = coordinator(ctx)
-    if coord is None:
+    if not on_txn(ctx, Operation.WRITE, req["transactional_id"]):
+        code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif coord is None:
         code = ErrorCode.COORDINATOR_NOT_AVAILABLE
     else:
         code = await coord.end_txn(

@@ -32,9 +32,11 @@ diverging_epoch so the follower truncates.  Preferred read replicas (v11) are al
 from __future__ import annotations
 
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers._authz import enabled, on_cluster, on_topic
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 from pybroker.replication.manager import consumer_key, leo_key
+from pybroker.security.acl import Operation
 
 READ_COMMITTED = 1
 
@@ -72,11 +74,23 @@ def _read_all(ctx: RequestContext, req: dict) -> tuple[list[dict], int, bool]:
     total = 0
     errors = False
     responses = []
+    denied: set[str] = set()
+    if enabled(ctx):  # followers need CLUSTER_ACTION, consumers READ on each topic
+        follower_ok = replica_id < 0 or on_cluster(ctx, Operation.CLUSTER_ACTION)
+        denied = {
+            t["topic"]
+            for t in req["topics"]
+            if not follower_ok or (replica_id < 0 and not on_topic(ctx, Operation.READ, t["topic"]))
+        }
     for t in req["topics"]:
         topic = t["topic"]
         parts = []
         for p in t["partitions"]:
             index = p["partition"]
+            if topic in denied:
+                errors = True
+                parts.append(_empty(index, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             try:
                 replica = replicas.leader_replica(topic, index, p.get("current_leader_epoch", -1))
                 log = replica.log

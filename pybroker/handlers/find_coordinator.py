@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from pybroker.coord.group_coordinator import coordinator_for
 from pybroker.errors import ErrorCode
+from pybroker.handlers._authz import on_group, on_txn
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 GROUP, TRANSACTION = 0, 1
 
@@ -20,6 +22,10 @@ def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict:
     cluster = ctx.services.cluster
     if key_type not in (GROUP, TRANSACTION):
         code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
+    elif key_type == GROUP and not on_group(ctx, Operation.DESCRIBE, key):
+        code, message = ErrorCode.GROUP_AUTHORIZATION_FAILED, None
+    elif key_type == TRANSACTION and not on_txn(ctx, Operation.DESCRIBE, key):
+        code, message = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None
     elif not key:
         what = "group id" if key_type == GROUP else "transactional id"
         code, message = ErrorCode.INVALID_REQUEST, f"empty {what}"

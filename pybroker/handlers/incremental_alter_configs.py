@@ -25,9 +25,11 @@ from collections.abc import Callable
 
 from pybroker.coord.cluster import TOPIC_CONFIGS as KAFKA_TOPIC_CONFIGS
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers._authz import on_cluster, on_topic
 from pybroker.handlers._topics import TOPIC_CONFIGS, check_supported_configs
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -40,6 +42,22 @@ def result(resource: dict, code: int = ErrorCode.NONE, message: str | None = Non
         "resource_type": resource["resource_type"],
         "resource_name": resource["resource_name"],
     }
+
+
+def authorize_alter(ctx: RequestContext, resources: list[dict], results: dict[int, dict]) -> None:
+    """ALTER_CONFIGS on each topic (TOPIC_AUTHORIZATION_FAILED) or on the cluster for broker
+    resources (CLUSTER_AUTHORIZATION_FAILED), as Kafka checks before anything else."""
+    for i, r in enumerate(resources):
+        if r["resource_type"] == TOPIC:
+            if not on_topic(ctx, Operation.ALTER_CONFIGS, r["resource_name"]):
+                results[i] = result(
+                    r, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
+                )
+        elif r["resource_type"] in (BROKER, BROKER_LOGGER):
+            if not on_cluster(ctx, Operation.ALTER_CONFIGS):
+                results[i] = result(
+                    r, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed."
+                )
 
 
 def preprocess(resources: list[dict], null_allowed: Callable[[dict], bool]) -> dict[int, dict]:
@@ -153,6 +171,7 @@ def apply_ops(ctx: RequestContext, ops: list[dict], current: dict[str, str]) -> 
 async def incremental_alter_configs(ctx: RequestContext, req: dict) -> dict:
     resources = req["resources"]
     results = preprocess(resources, lambda c: c["config_operation"] == DELETE)
+    authorize_alter(ctx, resources, results)
     for i, r in enumerate(resources):
         if i not in results:
             results[i] = await alter_topic(

@@ -17,9 +17,11 @@ INVALID_PRODUCER_EPOCH below v4, as Kafka does.
 from __future__ import annotations
 
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers._authz import idempotent_write, on_txn
 from pybroker.handlers._txn import coordinator, older_error
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 
 def _answer(code: int, pid: int = -1, epoch: int = -1) -> dict:
@@ -33,6 +35,8 @@ async def init_producer_id(ctx: RequestContext, req: dict) -> dict:
         coord = coordinator(ctx)
         if tid == "":
             return _answer(ErrorCode.INVALID_REQUEST)
+        if not on_txn(ctx, Operation.WRITE, tid):
+            return _answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         if coord is None:
             return _answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         code, pid, epoch = await coord.init_producer_id(
@@ -42,6 +46,8 @@ async def init_producer_id(ctx: RequestContext, req: dict) -> dict:
             req.get("producer_epoch", -1),
         )
         return _answer(older_error(code, ctx.version, 4), pid, epoch)
+    if not idempotent_write(ctx):
+        return _answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     try:
         pid = await ctx.services.cluster.allocate_producer_id()
     except KafkaError as e:

@@ -29,9 +29,11 @@ import logging
 from collections.abc import Callable
 
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers._authz import on_topic
 from pybroker.handlers.context import RequestContext
 from pybroker.log.validator import find_record
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 from pybroker.wire.records import BatchHeader, InvalidRecordError
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
@@ -139,7 +141,17 @@ async def list_offsets(ctx: RequestContext, req: dict) -> dict:
         indexes = [p["partition_index"] for p in t["partitions"]]
         parts = []
         for p in t["partitions"]:
-            if indexes.count(p["partition_index"]) > 1:  # Kafka refuses every occurrence
+            if not on_topic(ctx, Operation.DESCRIBE, t["name"]):
+                parts.append(
+                    {
+                        "partition_index": p["partition_index"],
+                        "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                        "timestamp": -1,
+                        "offset": -1,
+                        "leader_epoch": -1,
+                    }
+                )
+            elif indexes.count(p["partition_index"]) > 1:  # Kafka refuses every occurrence
                 parts.append(
                     {
                         "partition_index": p["partition_index"],

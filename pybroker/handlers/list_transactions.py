@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from pybroker.coord.txn_state import TxnState
 from pybroker.errors import ErrorCode
+from pybroker.handlers._authz import on_txn
 from pybroker.handlers._txn import coordinator
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 STATES = frozenset(s.value for s in TxnState)
 
@@ -34,6 +36,7 @@ async def list_transactions(ctx: RequestContext, req: dict) -> dict:
         listed = []  # only unknown states asked for: nothing matches
     else:
         listed = coord.list_states(req["producer_id_filters"], known)
+    listed = [md for md in listed if on_txn(ctx, Operation.DESCRIBE, md.transactional_id)]
     duration = req.get("duration_filter", -1)
     if duration >= 0:
         now = ctx.services.clock.time_ms()

@@ -6,6 +6,10 @@ offline replicas.  Topics are requested by name (v10+ may send topic ids; ids re
 names, an unknown id is UNKNOWN_TOPIC_ID).  Auto-creation follows auto.create.topics.enable
 and the request's allow_auto_topic_creation (v4+; always allowed before v4).  With no ACLs
 every operation is authorized: the authorized-operations bit fields say so when asked (v8+).
+With an authorizer (Kafka's rules): the list of all topics holds only those the principal may
+DESCRIBE; a requested topic it may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED (also when
+it does not exist, so its existence is not revealed); auto-creation needs CREATE on the
+cluster or the topic (else UNKNOWN_TOPIC_OR_PARTITION); the bit fields are the principal's.
 
 A topic's entry is encoded once per version and reused until the topic's metadata or the set of
 live brokers changes (both are replaced, never mutated, by the cluster cache): with thousands
@@ -21,9 +25,11 @@ from typing import Any
 
 from pybroker.coord.cluster import validate_topic_name
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers._authz import authorized_operations, enabled, on_cluster, on_topic
 from pybroker.handlers._topics import auto_create
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from pybroker.wire.codec import Encoded, encode_struct
 from pybroker.wire.schema import SCHEMAS
 
@@ -52,6 +58,10 @@ class _TopicEntries:
         if entry is None or entry[0] is not info or entry[1] is not brokers:
             entry = (info, brokers, {})
             self.by_name[info.name] = entry
+        if include_ops and enabled(ctx):  # the operations are the principal's: not cached
+            return encode_struct(
+                METADATA, ("topics",), ctx.version, topic_metadata(ctx, info, include_ops)
+            )
         key = (ctx.version, include_ops, ctx.listener)
         encoded = entry[2].get(key)
         if encoded is None:
@@ -108,9 +118,13 @@ def topic_metadata(ctx: RequestContext, info, include_ops: bool) -> dict:
         "topic_id": info.topic_id,
         "is_internal": False,
         "partitions": partitions,
-        "topic_authorized_operations": TOPIC_OPERATIONS
-        if include_ops
-        else AUTHORIZED_OPERATIONS_OMITTED,
+        "topic_authorized_operations": (
+            authorized_operations(ctx, ResourceType.TOPIC, info.name)
+            if include_ops and enabled(ctx)
+            else TOPIC_OPERATIONS
+            if include_ops
+            else AUTHORIZED_OPERATIONS_OMITTED
+        ),
     }
 
 
@@ -131,8 +145,11 @@ async def metadata(ctx: RequestContext, req: dict) -> dict:
     topics: list[Any] = []
     if len(entries.by_name) > len(cluster.topics):
         entries.prune(cluster.topics)  # deleted topics
+    checked = enabled(ctx)
     if requested is None:
         for name in sorted(cluster.topics):
+            if checked and not on_topic(ctx, Operation.DESCRIBE, name):
+                continue
             topics.append(entries.get(ctx, cluster.topics[name], include_ops))
     else:
         by_id = {t.topic_id: t for t in cluster.topics.values()}
@@ -144,14 +161,30 @@ async def metadata(ctx: RequestContext, req: dict) -> dict:
                 if info is None:
                     topics.append(_error_topic(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id))
                     continue
+                if checked and not on_topic(ctx, Operation.DESCRIBE, info.name):
+                    topics.append(
+                        _error_topic(None, ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic_id)
+                    )
+                    continue
                 topics.append(entries.get(ctx, info, include_ops))
                 continue
             info = cluster.topics.get(name)
+            describe_ok = not checked or on_topic(ctx, Operation.DESCRIBE, name)
+            if info is not None and not describe_ok:
+                topics.append(_error_topic(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             if info is None:
                 try:
                     validate_topic_name(name)
-                    if not allow_auto:
-                        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    create_ok = not checked or (
+                        on_cluster(ctx, Operation.CREATE) or on_topic(ctx, Operation.CREATE, name)
+                    )
+                    if not allow_auto or not create_ok:
+                        raise KafkaError(
+                            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                            if describe_ok
+                            else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                        )
                     info = await auto_create(ctx, name)
                 except KafkaError as e:
                     topics.append(_error_topic(name, e.code))
@@ -169,9 +202,13 @@ async def metadata(ctx: RequestContext, req: dict) -> dict:
         "cluster_id": cluster.cluster_id,
         "controller_id": cluster.controller_id if cluster.controller_id in cluster.brokers else -1,
         "topics": topics,
-        "cluster_authorized_operations": CLUSTER_OPERATIONS
-        if req.get("include_cluster_authorized_operations")
-        else AUTHORIZED_OPERATIONS_OMITTED,
+        "cluster_authorized_operations": (
+            AUTHORIZED_OPERATIONS_OMITTED
+            if not req.get("include_cluster_authorized_operations")
+            else authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+            if checked
+            else CLUSTER_OPERATIONS
+        ),
     }
 
 

@@ -11,9 +11,11 @@ retention_time_ms: an explicit retention (not -1) sets that commit's expiry time
 from __future__ import annotations
 
 from pybroker.errors import ErrorCode
+from pybroker.handlers._authz import on_topic
 from pybroker.handlers._groups import coordinator_error
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 
 @handler(8, 2, 9)
@@ -28,6 +30,8 @@ async def offset_commit(ctx: RequestContext, req: dict) -> dict:
             tp = (t["name"], p["partition_index"])
             if code is not None:
                 results[tp] = code
+            elif not on_topic(ctx, Operation.READ, t["name"]):
+                results[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif info is None or p["partition_index"] not in info.partitions:
                 results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:

@@ -16,9 +16,11 @@ rebalance is changing the subscriptions).
 from __future__ import annotations
 
 from pybroker.errors import ErrorCode
+from pybroker.handlers._authz import on_topic
 from pybroker.handlers._groups import coordinator_error
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 
 def _error(code: int) -> dict:
@@ -28,7 +30,7 @@ def _error(code: int) -> dict:
 @handler(47, 0, 0)
 async def offset_delete(ctx: RequestContext, req: dict) -> dict:
     group_id = req["group_id"]
-    code = coordinator_error(ctx, group_id)
+    code = coordinator_error(ctx, group_id, Operation.DELETE)
     if code is not None:
         return _error(code)
     topics = ctx.services.cluster.topics
@@ -39,7 +41,9 @@ async def offset_delete(ctx: RequestContext, req: dict) -> dict:
         parts = results.setdefault(t["name"], {})
         for p in t["partitions"]:
             index = p["partition_index"]
-            if info is None or index not in info.partitions:
+            if not on_topic(ctx, Operation.READ, t["name"]):
+                parts[index] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif info is None or index not in info.partitions:
                 parts[index] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 parts[index] = ErrorCode.NONE

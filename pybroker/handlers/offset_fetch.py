@@ -11,15 +11,17 @@ belong to KIP-848 groups and are not checked for classic groups.
 from __future__ import annotations
 
 from pybroker.errors import ErrorCode
+from pybroker.handlers._authz import enabled, on_topic
 from pybroker.handlers._groups import coordinator_error
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 
 async def _fetch_group(
     ctx: RequestContext, group_id: str, topics: list[dict] | None, require_stable: bool
 ) -> tuple[int, list[dict]]:
-    code = coordinator_error(ctx, group_id)
+    code = coordinator_error(ctx, group_id, Operation.DESCRIBE)
     if code is not None:
         if topics is None:
             return code, []
@@ -43,10 +45,18 @@ async def _fetch_group(
         None if topics is None else [(t["name"], p) for t in topics for p in t["partition_indexes"]]
     )
     found = await ctx.services.groups.fetch(group_id, wanted)
+    if enabled(ctx):  # Kafka: DESCRIBE on each topic; the others are left out or refused
+        denied = {tp[0] for tp in found if not on_topic(ctx, Operation.DESCRIBE, tp[0])}
+        if topics is None:
+            found = {tp: c for tp, c in found.items() if tp[0] not in denied}
+    else:
+        denied = set()
     unstable = await ctx.services.groups.unstable_partitions(group_id) if require_stable else ()
     by_topic: dict[str, list[dict]] = {}
     for (topic, partition), c in found.items():
-        if (topic, partition) in unstable:
+        if topic in denied:
+            c, code = None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif (topic, partition) in unstable:
             c, code = None, ErrorCode.UNSTABLE_OFFSET_COMMIT
         else:
             code = ErrorCode.NONE

@@ -10,19 +10,26 @@ replica_id (v3+) -2 marks a debugging client, which may also ask followers (Kafk
 
 from __future__ import annotations
 
-from pybroker.errors import KafkaError
+from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers._authz import on_cluster, on_topic
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 
 @handler(23, 0, 4)
 async def offset_for_leader_epoch(ctx: RequestContext, req: dict) -> dict:
     replicas = ctx.services.replicas
     topics = []
+    follower = req.get("replica_id", -1) >= 0
+    cluster_action = not follower or on_cluster(ctx, Operation.CLUSTER_ACTION)
     for t in req["topics"]:
         parts = []
+        ok = cluster_action and (follower or on_topic(ctx, Operation.DESCRIBE, t["topic"]))
         for p in t["partitions"]:
             try:
+                if not ok:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 log = replicas.leader_replica(
                     t["topic"], p["partition"], p.get("current_leader_epoch", -1)
                 ).log

@@ -48,6 +48,7 @@ import functools
 from typing import Any
 
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers._authz import enabled, on_topic, on_txn
 from pybroker.handlers._topics import (
     LONG_MAX,
     is_compacted,
@@ -64,6 +65,7 @@ from pybroker.log.compacted_records import (
 )
 from pybroker.log.validator import ValidationResult, validate_batch
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 from pybroker.wire.compression import DecompressedSizeError
 from pybroker.wire.records import (
     ATTRIBUTES_OFFSET,
@@ -320,12 +322,16 @@ async def produce(ctx: RequestContext, req: dict) -> dict | None:
     acks = req["acks"]
     replicas = ctx.services.replicas
     transactional_id = req.get("transactional_id")
-    # Kafka refuses the whole request (ProduceRequest.hasTransactionalRecords)
-    refuse_transactional = transactional_id is None and any(
+    # Kafka refuses the whole request (ProduceRequest.hasTransactionalRecords) when it
+    # carries transactional batches without a transactional id the principal may WRITE
+    refuse_transactional = (
+        transactional_id is None or not on_txn(ctx, Operation.WRITE, transactional_id)
+    ) and any(
         _first_batch_transactional(p["records"])
         for t in req["topic_data"]
         for p in t["partition_data"]
     )
+    checked = enabled(ctx)
     responses = []
     waits = []
     for t in req["topic_data"]:
@@ -338,6 +344,8 @@ async def produce(ctx: RequestContext, req: dict) -> dict | None:
                 parts.append(
                     _partition_error(p["index"], ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
                 )
+            elif checked and not on_topic(ctx, Operation.WRITE, topic):
+                parts.append(_partition_error(p["index"], ErrorCode.TOPIC_AUTHORIZATION_FAILED))
             else:
                 entry, wait = await _append(
                     ctx, topic, p["index"], p["records"], acks, transactional_id

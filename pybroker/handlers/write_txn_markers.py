@@ -39,8 +39,10 @@ from typing import Any, NamedTuple
 
 from pybroker.coord.group_coordinator import OFFSETS_TOPIC
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers._authz import on_cluster
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
+from pybroker.security.acl import Operation
 
 REQUEST_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default, which the markers wait for
 
@@ -110,6 +112,28 @@ async def write_txn_markers(
 
 @handler(27, 1, 1)
 async def write_txn_markers_handler(ctx: RequestContext, req: dict) -> dict:
+    if not on_cluster(ctx, Operation.CLUSTER_ACTION):
+        return {
+            "markers": [
+                {
+                    "producer_id": m["producer_id"],
+                    "topics": [
+                        {
+                            "name": t["name"],
+                            "partitions": [
+                                {
+                                    "partition_index": p,
+                                    "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                }
+                                for p in t["partition_indexes"]
+                            ],
+                        }
+                        for t in m["topics"]
+                    ],
+                }
+                for m in req["markers"]
+            ]
+        }
     markers = [
         TxnMarker(
             m["producer_id"],

@@ -11,8 +11,11 @@ import asyncio
 import itertools
 from typing import Any
 
+from pybroker.security.scram import AuthenticationFailed, ScramClient
 from pybroker.wire import codec
 from pybroker.wire.primitives import DecodeError
+
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
 
 class BrokerConnection:
@@ -24,8 +27,10 @@ class BrokerConnection:
         *,
         timeout_s: float = 30.0,
         ssl: Any = None,
+        sasl: tuple[str, str, str] | None = None,
     ) -> None:
-        self.ssl = ssl  # an ssl.SSLContext: the inter-broker listener is SSL
+        self.ssl = ssl  # an ssl.SSLContext: the inter-broker listener has TLS
+        self.sasl = sasl  # (mechanism, username, password): the listener has SASL
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -43,6 +48,31 @@ class BrokerConnection:
                 ssl=self.ssl,
                 server_hostname=self.host if self.ssl is not None else None,
             )
+        if self.sasl is not None:
+            try:
+                await self._login(*self.sasl)
+            except (AuthenticationFailed, KeyError, ValueError) as e:
+                self.close()
+                raise ConnectionError(f"SASL login to {self.host}:{self.port}: {e}") from e
+
+    async def _login(self, mechanism: str, username: str, password: str) -> None:
+        """SaslHandshake v1 + SaslAuthenticate v2, as a Kafka broker's own client does."""
+        r = await self.request(SASL_HANDSHAKE, 1, {"mechanism": mechanism})
+        if r["error_code"] != 0:
+            raise AuthenticationFailed(f"SaslHandshake: error {r['error_code']}")
+
+        async def token(data: bytes) -> bytes:
+            r = await self.request(SASL_AUTHENTICATE, 2, {"auth_bytes": data})
+            if r["error_code"] != 0:
+                raise AuthenticationFailed(r["error_message"] or f"error {r['error_code']}")
+            return bytes(r["auth_bytes"])
+
+        if mechanism == "PLAIN":
+            await token(b"\x00" + username.encode() + b"\x00" + password.encode())
+            return
+        client = ScramClient(mechanism, username, password)
+        server_first = await token(client.first())
+        client.check(await token(client.final(server_first)))
 
     @property
     def connected(self) -> bool:
@@ -53,6 +83,8 @@ class BrokerConnection:
     ) -> dict:
         if not self.connected:
             await self.connect()
+            if not self.connected:
+                raise ConnectionError(f"connection to {self.host}:{self.port} closed")
         # This request's own stream: close() (from another task, e.g. a fetcher being stopped)
         # may drop the attributes at any await below; the stream it closed then ends the read.
         reader, writer = self._reader, self._writer

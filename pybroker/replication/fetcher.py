@@ -129,6 +129,7 @@ class ReplicaFetcher:
                 addr[1],
                 f"replica-fetcher-{self.manager.broker_id}",
                 ssl=self.manager.inter_broker_ssl,
+                sasl=self.manager.inter_broker_sasl,
             )
             self._addr = addr
         return self._conn

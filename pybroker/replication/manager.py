@@ -107,6 +107,7 @@ class ReplicaManager:
         fetcher_factory: Callable[[ReplicaManager, int], Any],
         inter_broker_listener: str | None = None,
         inter_broker_ssl: Any = None,
+        inter_broker_sasl: tuple[str, str, str] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.cluster = cluster
@@ -120,6 +121,7 @@ class ReplicaManager:
         # the leaders' listener followers fetch from (None: their first endpoint)
         self.inter_broker_listener = inter_broker_listener
         self.inter_broker_ssl = inter_broker_ssl  # client ssl.SSLContext if that listener is SSL
+        self.inter_broker_sasl = inter_broker_sasl  # (mechanism, user, password) if it is SASL
         self.replicas: dict[tuple[str, int], Replica] = {}
         self.fetchers: dict[int, Any] = {}
         self._tasks: set[asyncio.Task] = set()
