@@ -164,11 +164,16 @@ class KafkaConnection(asyncio.Protocol):
                     self.transport.resume_reading()
                 parts = await self._handle(frame)
                 if parts is None:
+                    await asyncio.sleep(0)  # (see below)
                     continue
                 if parts is False:
                     self.abort()
                     return
                 await self._send(parts)
+                # One request at a time, then the loop's other work: a client pipelining many
+                # requests (each answered without suspending) must not hold the loop for all
+                # of them (the long fuzz: 37 pipelined requests, 162 ms).
+                await asyncio.sleep(0)
                 why, self.session.close_after_response = self.session.close_after_response, None
                 if why is not None:
                     log.info("closing %s after the answer: %s", self.peer, why)
@@ -213,7 +218,11 @@ class KafkaConnection(asyncio.Protocol):
         if not session.authenticated and api_key not in _BEFORE_LOGIN:
             log.info("closing %s: api %d before SASL authentication completed", self.peer, api_key)
             return False
-        if session.expired(self._now_ms()) and api_key not in _BEFORE_LOGIN:
+        if (
+            session.expires_at_ms is not None
+            and session.expired(self._now_ms())
+            and api_key not in _BEFORE_LOGIN
+        ):
             log.info("closing %s: SASL session expired (connections.max.reauth.ms)", self.peer)
             return False
         try:

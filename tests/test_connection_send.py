@@ -64,3 +64,37 @@ def test_answers_to_a_peer_that_reset_are_not_written(caplog):
     with caplog.at_level(logging.DEBUG):
         asyncio.run(main())
     assert not [r for r in caplog.records if "socket.send() raised" in r.getMessage()]
+
+
+def test_a_pipelining_client_lets_other_work_run_between_its_requests():
+    """Found by the long protocol fuzz (seed 11, frame #852240): 37 pipelined requests on one
+    connection, each answered without suspending, were handled in one go and held the event
+    loop 162 ms.  The connection now yields between requests: a callback scheduled when the
+    frames arrive runs before the last of them is answered."""
+    from pybroker.wire import codec
+
+    async def main() -> tuple[int, int]:
+        ours, theirs = socket.socketpair()
+        conn = KafkaConnection(services=None, max_request_bytes=1 << 20)
+        loop = asyncio.get_running_loop()
+        await loop.create_connection(lambda: conn, sock=ours)
+        events: list[str] = []
+        real_write = conn.transport.write
+
+        def write(data):  # noqa: ANN001
+            events.append("answer")
+            real_write(data)
+
+        conn.transport.write = write
+        frames = b"".join(codec.encode_request(18, 0, i, "pipeliner", {}) for i in range(20))
+        conn.data_received(frames)  # all 20 queued at once, as from one socket read
+        loop.call_soon(events.append, "other work")
+        while events.count("answer") < 20:
+            await asyncio.sleep(0.01)
+        conn._task.cancel()
+        theirs.close()
+        return events.index("other work"), len(events)
+
+    position, total = asyncio.run(main())
+    assert total == 21
+    assert position < 20  # before the last answer (it used to come after all 20)

@@ -133,14 +133,21 @@ async def _lookup(ctx: RequestContext, topic: str, p: dict, read_committed: bool
         }
 
 
+YIELD_EVERY = 256  # partitions looked up per loop step (~30 us each)
+
+
 @handler(2, 1, 7)
 async def list_offsets(ctx: RequestContext, req: dict) -> dict:
     topics = []
     read_committed = req.get("isolation_level", 0) == READ_COMMITTED
+    done = 0
     for t in req["topics"]:
         indexes = [p["partition_index"] for p in t["partitions"]]
         parts = []
         for p in t["partitions"]:
+            done += 1
+            if done % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # thousands of partitions: let other work run between
             if not on_topic(ctx, Operation.DESCRIBE, t["name"]):
                 parts.append(
                     {
