@@ -419,3 +419,17 @@ def test_transactions_survive_a_restart_of_the_coordinator(start_broker):
         _wait(lambda: committed_values(c, topic, 0) == [b"kept"])
         # a new instance after the restart fences the old epoch
         assert _wait(lambda: init(c, tid))["producer_epoch"] == epoch + 1
+
+
+def test_odd_transactional_ids_get_kafka_errors_not_a_crash(client, topic):
+    """Found by the short protocol fuzz: AddPartitionsToTxn with transactional id "" made the
+    coordinator build the znode path "/transactions/" (ValueError in the handler).  Every id
+    maps to one valid znode name now."""
+    for tid in ("", ".", "..", "a/b", "x\x00y"):
+        assert add_partitions(client, tid, 1, 0, topic, [0]) == {0: INVALID_PRODUCER_ID_MAPPING}
+        assert end(client, tid, 1, 0, True) == INVALID_PRODUCER_ID_MAPPING
+        assert describe(client, tid)["error_code"] == TRANSACTIONAL_ID_NOT_FOUND
+    for tid in (".", "a/b"):
+        got = init(client, tid)
+        assert got["error_code"] == NONE
+        assert describe(client, tid)["producer_id"] == got["producer_id"]

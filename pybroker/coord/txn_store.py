@@ -1,6 +1,6 @@
 """Transaction coordinator state in the metadata store: one JSON znode per transactional.id.
 
-``/transactions/<percent-encoded transactional.id>`` holds ``TxnMetadata.to_dict()``.  Every
+``/transactions/<encoded transactional.id>`` holds ``TxnMetadata.to_dict()``.  Every
 write is a compare-and-set on the znode's version, so a coordinator that lost ownership (a
 new one has already written) gets ``BadVersionError`` instead of overwriting the newer state;
 the new coordinator reads everything with ``load_all`` and resumes in-flight transactions.
@@ -9,8 +9,8 @@ the new coordinator reads everything with ``load_all`` and resumes in-flight tra
 from __future__ import annotations
 
 import json
-from urllib.parse import quote, unquote
 
+from pybroker.coord.offsets import component_to_name, name_to_component
 from pybroker.coord.store import MetadataStore
 from pybroker.coord.txn_state import TxnMetadata
 
@@ -18,7 +18,9 @@ TRANSACTIONS = "/transactions"
 
 
 def txn_path(transactional_id: str) -> str:
-    return f"{TRANSACTIONS}/{quote(transactional_id, safe='')}"
+    """Any transactional.id maps to one valid znode name (encoded as group ids are:
+    coord/offsets.py; "", "." and ".." included)."""
+    return f"{TRANSACTIONS}/{name_to_component(transactional_id)}"
 
 
 class TxnStateStore:
@@ -30,7 +32,7 @@ class TxnStateStore:
         await self.store.ensure_path(TRANSACTIONS)
         out: dict[str, tuple[TxnMetadata, int]] = {}
         for child in await self.store.get_children(TRANSACTIONS):
-            got = await self.load(unquote(child))
+            got = await self.load(component_to_name(child))
             if got is not None:
                 out[got[0].transactional_id] = got
         return out
