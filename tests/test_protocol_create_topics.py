@@ -297,9 +297,16 @@ def test_init_producer_id_v3_with_current_id_gets_a_usable_id(client):
     )
 
 
-def test_init_producer_id_transactional_is_refused(client):
-    body = client.request(
-        INIT_PRODUCER_ID, 4, {"transactional_id": "txn", "transaction_timeout_ms": 60000}
+def test_init_producer_id_transactional_gets_an_id_and_bumps_the_epoch(client):
+    """(Refused before the transaction coordinator; tests/test_txn_protocol.py has the rest.)"""
+    first = client.request(
+        INIT_PRODUCER_ID, 4, {"transactional_id": "txn-cp", "transaction_timeout_ms": 60000}
     )
-    assert body["error_code"] != NONE
-    assert body["producer_id"] == -1
+    assert first["error_code"] == NONE and first["producer_id"] >= 0
+    again = client.request(
+        INIT_PRODUCER_ID, 4, {"transactional_id": "txn-cp", "transaction_timeout_ms": 60000}
+    )
+    assert (again["producer_id"], again["producer_epoch"]) == (
+        first["producer_id"],
+        first["producer_epoch"] + 1,
+    )
