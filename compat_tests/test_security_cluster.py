@@ -113,7 +113,8 @@ def test_secured_cluster_replicates_fails_over_and_shares_acls(tmp_path):
                           "*", AclOperation.READ, AclPermissionType.ALLOW)  # fmt: skip
         grp = AclBinding(ResourceType.GROUP, group, ResourcePatternType.LITERAL, "User:alice",
                          "*", AclOperation.READ, AclPermissionType.ALLOW)  # fmt: skip
-        for f in admin_via(0).create_acls([write, read, grp]).values():
+        admin0 = admin_via(0)  # (kept: the futures need their client alive)
+        for f in admin0.create_acls([write, read, grp]).values():
             f.result(30)
         alice = _user(",".join(f"localhost:{p}" for p in sasl_ports.values()), certs.ca, "alice")
         first = [f"a{i}".encode() for i in range(300)]
@@ -144,7 +145,8 @@ def test_secured_cluster_replicates_fails_over_and_shares_acls(tmp_path):
 
         # revoked through another broker: every broker stops alice writing
         other = next(i for i in cluster.ids if i != 0)
-        deleted = admin_via(other).delete_acls(
+        admin_other = admin_via(other)
+        deleted = admin_other.delete_acls(
             [AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL,
                               "User:alice", None, AclOperation.WRITE, AclPermissionType.ANY)]
         )  # fmt: skip
