@@ -103,6 +103,9 @@ def pytest_load_initial_conftests(early_config, parser, args):
                 "num.partitions": 4,
                 "group.min.session.timeout.ms": 1000,  # "Allow shorter session timeouts for tests"
                 "group.initial.rebalance.delay.ms": 0,
+                # their fixture's authorizer settings for Kafka 2.4-3.x
+                "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                "allow.everyone.if.no.acl.found": "true",
             },
         )
         _state["broker"] = broker
@@ -190,6 +193,7 @@ class _SaslBroker:
         if self.sasl_mechanism.startswith("SCRAM"):
             self._add_scram()
         self.child = self  # their teardown calls sasl_kafka.child.dump_logs()
+        self.zookeeper = None  # their factory's teardown closes the brokers' ZooKeepers
 
     def _add_scram(self) -> None:
         from kafka import KafkaAdminClient
