@@ -90,6 +90,8 @@ class KafkaNode:
     heap: str = HEAP
     proc: subprocess.Popen | None = None
     ssl_port: int | None = None  # an SSL listener too (its ssl.* settings in overrides)
+    secure_protocol: str = "SSL"  # that listener's protocol: SSL or SASL_SSL
+    scram: str | None = None  # kafka-storage format --add-scram (SASL_SSL's user)
 
     @property
     def bootstrap(self) -> str:
@@ -108,8 +110,8 @@ class KafkaNode:
         listeners = [f"PLAINTEXT://{HOST}:{self.port}"]
         advertised = [f"PLAINTEXT://{HOST}:{self.port}"]
         if self.ssl_port is not None:
-            listeners.append(f"SSL://{HOST}:{self.ssl_port}")
-            advertised.append(f"SSL://{HOST}:{self.ssl_port}")
+            listeners.append(f"{self.secure_protocol}://{HOST}:{self.ssl_port}")
+            advertised.append(f"{self.secure_protocol}://{HOST}:{self.ssl_port}")
         if controller:
             listeners.append(f"CONTROLLER://{HOST}:{self.controller_port}")
         props: dict[str, object] = {
@@ -120,7 +122,8 @@ class KafkaNode:
             "advertised.listeners": ",".join(advertised),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
+            "SSL:SSL,SASL_SSL:SASL_SSL",
             "log.dirs": self.workdir / "data",
             "num.partitions": 1,
             "offsets.topic.replication.factor": 1,
@@ -141,7 +144,15 @@ class KafkaNode:
     def format_storage(self, cluster_id: str, timeout: float = 120) -> None:
         r = java.run_main(
             java.STORAGE_TOOL,
-            ["format", "-t", cluster_id, "-c", self.properties_path, "--ignore-formatted"],
+            [
+                "format",
+                "-t",
+                cluster_id,
+                "-c",
+                self.properties_path,
+                "--ignore-formatted",
+                *(["--add-scram", self.scram] if self.scram else []),
+            ],  # fmt: skip
             timeout=timeout,
             log4j=java.TOOLS_LOG4J,
         )
@@ -265,6 +276,8 @@ def _start(
     heap: str,
     timeout: float,
     ssl: bool = False,
+    secure_protocol: str = "SSL",
+    scram: str | None = None,
 ) -> KafkaReference:
     java.classpath()  # fetch the jars first (cached), so the timeout covers start-up only
     owns = workdir is None
@@ -296,6 +309,8 @@ def _start(
                 overrides=node_overrides,
                 heap=heap,
                 ssl_port=free_port(HOST) if ssl else None,
+                secure_protocol=secure_protocol,
+                scram=scram,
             )
         )
     cluster_id = new_cluster_id()
@@ -320,10 +335,14 @@ def start_kafka(
     heap: str = HEAP,
     timeout: float = 120.0,
     ssl: bool = False,
+    secure_protocol: str = "SSL",
+    scram: str | None = None,
 ) -> KafkaReference:
     """One KRaft node (process.roles=broker,controller, node.id=1) on free loopback ports;
-    ``ssl``: an SSL listener too (node.ssl_port), configured by ssl.* ``overrides``."""
-    return _start(1, workdir, overrides, heap, timeout, ssl)
+    ``ssl``: a secure listener too (node.ssl_port: ``secure_protocol`` SSL or SASL_SSL),
+    configured by ssl.* / sasl.* ``overrides``; ``scram``: a user added at format time
+    (``kafka-storage format --add-scram``'s syntax)."""
+    return _start(1, workdir, overrides, heap, timeout, ssl, secure_protocol, scram)
 
 
 def start_kafka_cluster(

@@ -170,18 +170,35 @@ class Target:
         return host, int(port)
 
 
-def _tls(workdir: Path) -> tuple[dict[str, object], list[str]]:
+SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule"
+BENCH_USER, BENCH_PASSWORD = "bench", "bench-secret"
+BENCH_SCRAM = f"SCRAM-SHA-512=[name={BENCH_USER},password={BENCH_PASSWORD}]"
+
+
+def _tls(workdir: Path, protocol: str = "SSL") -> tuple[dict[str, object], list[str]]:
     """Throwaway certificates: the brokers' ssl.* settings (a PEM key store) and the clients'
-    properties (a PEM trust store)."""
+    properties (a PEM trust store).  ``protocol`` SASL_SSL: SCRAM-SHA-512 on top, as user
+    BENCH_USER (each broker creates it its own way before it starts)."""
     from tests.tls_certs import make_certs
 
     certs = make_certs(workdir / "certs")
-    broker = {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(certs.server)}
+    broker: dict[str, object] = {
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(certs.server),
+    }
     client = [
-        "security.protocol=SSL",
+        f"security.protocol={protocol}",
         "ssl.truststore.type=PEM",
         f"ssl.truststore.location={certs.ca}",
     ]
+    if protocol == "SASL_SSL":
+        broker["sasl.enabled.mechanisms"] = "SCRAM-SHA-512"
+        broker["listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config"] = f"{SCRAM_JAAS} required;"
+        client += [
+            "sasl.mechanism=SCRAM-SHA-512",
+            f'sasl.jaas.config={SCRAM_JAAS} required username="{BENCH_USER}" '
+            f'password="{BENCH_PASSWORD}";',
+        ]
     return broker, client
 
 
@@ -190,16 +207,23 @@ def start_target(
     brokers: int,
     workdir: Path,
     overrides: dict[str, object] | None = None,
-    tls: bool = False,
+    tls: str = "",
 ) -> Target:
     """Kafka or pybroker, `brokers` of them; `overrides` (the workload's) go to both alike;
-    `tls`: an SSL listener beside the PLAINTEXT one (Target.tls_bootstrap)."""
+    `tls` ("SSL" or "SASL_SSL"): such a listener beside the PLAINTEXT one
+    (Target.tls_bootstrap)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    ssl_broker, ssl_client = _tls(workdir) if tls else ({}, [])
+    ssl_broker, ssl_client = _tls(workdir, tls) if tls else ({}, [])
     if kind == KAFKA:
         props = dict(KAFKA_OVERRIDES, **(overrides or {}), **ssl_broker)
         if brokers == 1:
-            ref = kafka_reference.start_kafka(workdir, overrides=props, ssl=tls)
+            ref = kafka_reference.start_kafka(
+                workdir,
+                overrides=props,
+                ssl=bool(tls),
+                secure_protocol=tls or "SSL",
+                scram=BENCH_SCRAM if tls == "SASL_SSL" else None,
+            )
         else:
             ref = kafka_reference.start_kafka_cluster(brokers, workdir, overrides=props)
         return Target(
@@ -220,7 +244,16 @@ def start_target(
         if tls:
             b.overrides.update(
                 {k: str(v) for k, v in ssl_broker.items()},
-                listeners=f"PLAINTEXT://127.0.0.1:{b.port},SSL://127.0.0.1:{ssl_port}",
+                listeners=f"PLAINTEXT://127.0.0.1:{b.port},{tls}://127.0.0.1:{ssl_port}",
+            )
+        if tls == "SASL_SSL":  # the user first, as README's add-scram
+            props_file = workdir / "pybroker.properties"
+            props_file.write_text("".join(f"{k}={v}\n" for k, v in b.settings().items()))
+            subprocess.run(
+                [sys.executable, "-m", "pybroker", "add-scram", str(props_file), BENCH_SCRAM],
+                check=True,
+                capture_output=True,
+                timeout=120,
             )
         b.start()
 
@@ -380,9 +413,13 @@ _PP_FINAL = re.compile(
 def producer_perf(
     target: Target, topic: str, records: int, size: int, props: list[str], tls: bool = False
 ):
-    """ProducerPerformance (over the SSL listener with ``tls``)."""
+    """ProducerPerformance (over the secure listener with ``tls``: its client properties go
+    in a --producer.config file, since --producer-props cannot carry values with '=')."""
+    extra: list[object] = []
     if tls:
-        props = [*props, *target.tls_props]
+        config = Path(tempfile.mkdtemp(prefix="pp-")) / "producer.properties"
+        config.write_text("".join(p + "\n" for p in target.tls_props))
+        extra = ["--producer.config", config]
     args = [
         "--topic",
         topic,
@@ -392,6 +429,7 @@ def producer_perf(
         size,
         "--throughput",
         -1,
+        *extra,
         "--producer-props",
         f"bootstrap.servers={target.tls_bootstrap if tls else target.bootstrap}",
         *props,
@@ -454,7 +492,7 @@ class Workload:
     brokers: int = 1
     repeat: bool = True  # False: run() is called once, its lists are the runs
     overrides: dict[str, object] = field(default_factory=dict)  # broker configs, both brokers
-    tls: bool = False  # clients use an SSL listener (Target.tls_bootstrap)
+    tls: str = ""  # "SSL" / "SASL_SSL": clients use such a listener (Target.tls_bootstrap)
 
 
 def _no_setup(target: Target, sizes: dict) -> dict:
@@ -975,6 +1013,24 @@ def w12_cmds(sizes: dict) -> list[str]:
     ]
 
 
+# W13, W14: W1 and W3 over SASL_SSL (SCRAM-SHA-512) -------------------------------------------
+def w13_cmds(sizes: dict) -> list[str]:
+    return [
+        "both brokers: a SASL_SSL listener beside PLAINTEXT (W11's certificate; "
+        "sasl.enabled.mechanisms=SCRAM-SHA-512, user bench: Kafka's kafka-storage format "
+        "--add-scram, pybroker's add-scram); clients: security.protocol=SASL_SSL, "
+        "sasl.mechanism=SCRAM-SHA-512",
+        "topic: 6 partitions, RF 1 (fresh per run, created over PLAINTEXT)",
+        pp_cmd(
+            "w13-<run>", sizes["w1_records"], 1024, ["acks=1", "security.protocol=SASL_SSL", "..."]
+        ),  # fmt: skip
+    ]
+
+
+def w14_cmds(sizes: dict) -> list[str]:
+    return ["as W13's SASL_SSL set-up; otherwise as W12", *w12_cmds(sizes)[1:]]
+
+
 WORKLOADS: dict[str, Workload] = {
     w.wid: w
     for w in [
@@ -1086,7 +1142,7 @@ WORKLOADS: dict[str, Workload] = {
             w1_setup,
             w11_run,
             w11_cmds,
-            tls=True,
+            tls="SSL",
         ),
         Workload(
             "W12",
@@ -1099,7 +1155,29 @@ WORKLOADS: dict[str, Workload] = {
             w3_setup,
             w12_run,
             w12_cmds,
-            tls=True,
+            tls="SSL",
+        ),
+        Workload(
+            "W13",
+            "W1 over SASL_SSL (SCRAM-SHA-512): produce 1 KiB, acks=1, 6 partitions",
+            [Metric("MB/s", "MB/s", True), Metric(CPU_METRIC, "s", False)],
+            w1_setup,
+            w11_run,
+            w13_cmds,
+            tls="SASL_SSL",
+        ),
+        Workload(
+            "W14",
+            "W3 over SASL_SSL (SCRAM-SHA-512): consume 1 KiB records (ConsumerPerformance)",
+            [
+                Metric("MB/s", "MB/s", True),
+                Metric("fetch MB/s", "MB/s", True),
+                Metric(CPU_METRIC, "s", False),
+            ],
+            w3_setup,
+            w12_run,
+            w14_cmds,
+            tls="SASL_SSL",
         ),
     ]
 }
