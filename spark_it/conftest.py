@@ -162,11 +162,13 @@ def start_broker(request, backend, tmp_path):
     request.node._spark_brokers = started
     zk_connect = request.getfixturevalue("zookeeper").connect if backend == "zookeeper" else None
 
-    def factory(**overrides) -> SparkBrokerProcess:
+    def factory(port: int | None = None, **overrides) -> SparkBrokerProcess:
+        """``port``: the PLAINTEXT port the harness checks (when ``listeners`` names it)."""
         b = SparkBrokerProcess(
             tmp_path / f"broker{len(started)}",
             zookeeper_connect=zk_connect,
             overrides={k.replace("__", "."): v for k, v in overrides.items()},
+            **({"port": port} if port is not None else {}),
         )
         started.append(b)
         _ALL_BROKERS.append(b)
