@@ -268,3 +268,80 @@ def test_allow_everyone_if_no_acl_found(start_broker):
     with as_user(b, "alice") as alice:
         assert produce(alice, "open-topic") == NONE  # no ACL at all on it
         assert produce(alice, "closed-topic") == TOPIC_AUTH  # ACLs exist: none for alice
+
+
+def test_mutual_tls_principal_and_kafka_python_over_sasl_ssl(start_broker, tmp_path):
+    """A client certificate's DN, mapped by ssl.principal.mapping.rules, is the principal
+    ACLs name (SSL listener, ssl.client.auth=required); kafka-python logs in with
+    SCRAM-SHA-512 over SASL_SSL on the same broker."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from tls_certs import make_certs
+
+    certs = make_certs(tmp_path / "certs")
+    plain, tls_port, sasl_port = free_port(), free_port(), free_port()
+    b = start_broker(
+        **{
+            "listeners": f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls_port},"
+            f"SASL_SSL://127.0.0.1:{sasl_port}",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(certs.server),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(certs.ca),
+            "listener.name.ssl.ssl.client.auth": "required",
+            "ssl.principal.mapping.rules": "RULE:^CN=(.*)$/$1/U,DEFAULT",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            "super.users": "User:ANONYMOUS",  # the PLAINTEXT listener: set-up
+        }
+    )
+    from pybroker.security.scram import make_credential
+
+    b.run(b.broker.credentials.alter("carol", {"SCRAM-SHA-512": make_credential(
+        "SCRAM-SHA-512", "carol-secret")}, set()))  # fmt: skip
+    topic = unique_topic("mtls")
+    with Client("127.0.0.1", plain) as admin:
+        assert create_topic(admin, topic) == NONE
+        assert create_acls(
+            admin,
+            acl(TOPIC, topic, "User:CLIENT-1", ALL),  # the mapped certificate principal
+            acl(TOPIC, topic, "User:carol", ALL),
+        ) == [NONE, NONE]
+    mtls = {
+        "bootstrap_servers": f"localhost:{tls_port}",
+        "security_protocol": "SSL",
+        "ssl_cafile": str(certs.ca),
+        "ssl_certfile": str(certs.client_cert),
+        "ssl_keyfile": str(certs.client_key),
+    }
+    p = KafkaProducer(max_block_ms=20000, **mtls)
+    try:
+        p.send(topic, b"from-mtls").get(timeout=30)
+    finally:
+        p.close()
+    scram_ssl = {
+        "bootstrap_servers": f"localhost:{sasl_port}",
+        "security_protocol": "SASL_SSL",
+        "ssl_cafile": str(certs.ca),
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "carol",
+        "sasl_plain_password": "carol-secret",
+    }
+    c = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=10000, **scram_ssl)
+    try:
+        assert [m.value for m in c][:1] == [b"from-mtls"]
+    finally:
+        c.close()
+    with Client("127.0.0.1", plain) as admin:  # without the mapping rule's ACL: refused
+        r = admin.request(DELETE_ACLS, 3, {"filters": [{
+            "resource_type_filter": TOPIC, "resource_name_filter": topic, "pattern_type_filter": 3,
+            "principal_filter": "User:CLIENT-1", "host_filter": None, "operation": 1,
+            "permission_type": 1}]})  # fmt: skip
+        assert len(r["filter_results"][0]["matching_acls"]) == 1
+    from kafka.errors import TopicAuthorizationFailedError
+
+    p = KafkaProducer(max_block_ms=10000, **mtls)
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            p.send(topic, b"refused").get(timeout=20)
+    finally:
+        p.close()
