@@ -50,7 +50,7 @@ def test_batch_and_streaming_reads_over_sasl_ssl_with_acls(spark, start_broker, 
             "ssl.keystore.location": str(certs.server),
             "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
             "super.users": "User:ANONYMOUS",  # the PLAINTEXT listener: the test's set-up
-        }
+        },
     )
     plain = b.bootstrap  # PLAINTEXT: topic, data and ACLs set up as an admin would
     topic = unique_topic("spark-secure")
