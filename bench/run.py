@@ -74,6 +74,7 @@ SIZES = {
         "w8_connections": 1_000,
         "w9_bytes": GIB,
         "w9_keys": 100_000,
+        "w10_transactions": 2_000,
     },
     "small": {
         "w1_records": 30_000,
@@ -88,6 +89,7 @@ SIZES = {
         "w8_connections": 100,
         "w9_bytes": 128 * MIB,
         "w9_keys": 12_500,
+        "w10_transactions": 200,
     },
     "smoke": {"w1_records": 2_000},
 }
@@ -1013,6 +1015,82 @@ def w12_cmds(sizes: dict) -> list[str]:
     ]
 
 
+# W10: transactions -----------------------------------------------------------------------------
+W10_PER_TXN, W10_SIZE = 100, 1024
+
+
+def _txn_produce(bootstrap: str, topic: str, transactions: int) -> tuple[float, int]:
+    """confluent-kafka's transactional producer: ``transactions`` of W10_PER_TXN records of
+    W10_SIZE bytes over the topic's 6 partitions, each committed; (seconds, records)."""
+    from confluent_kafka import Producer
+
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"w10-{uuid.uuid4().hex[:8]}",
+            "linger.ms": 5,
+        }
+    )
+    p.init_transactions(60)
+    payload = b"x" * W10_SIZE
+    start = time.perf_counter()
+    for t in range(transactions):
+        p.begin_transaction()
+        for i in range(W10_PER_TXN):
+            while True:
+                try:
+                    p.produce(topic, payload, partition=(t + i) % 6)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+        p.commit_transaction(60)
+    elapsed = time.perf_counter() - start
+    return elapsed, transactions * W10_PER_TXN
+
+
+def w10_run(target: Target, st: dict, i: int) -> dict[str, float]:
+    topic = f"w10-{i}-{uuid.uuid4().hex[:6]}"
+    create_topics(target, [topic], 6)
+    seconds, n = _txn_produce(target.bootstrap, topic, st["sizes"]["w10_transactions"])
+    config = Path(target.log_dirs[0]).parent / f"consumer-rc-{i}.properties"
+    config.write_text("isolation.level=read_committed\n")
+    args = _consumer_perf_args(target.bootstrap, topic, n, f"w10-{i}-{uuid.uuid4().hex[:6]}")
+    r = run_java(java.CONSUMER_PERFORMANCE, [*args, "--consumer.config", str(config)], timeout=900)
+    lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
+    head = next((k for k, ln in enumerate(lines) if ln.startswith("start.time")), None)
+    if head is None or head + 1 >= len(lines):
+        raise WorkloadError(f"ConsumerPerformance printed no figures\n{r.describe(3000)}")
+    row = dict(zip([c.strip() for c in lines[head].split(",")],
+                   [v.strip() for v in lines[head + 1].split(",")], strict=False))  # fmt: skip
+    if int(float(row["data.consumed.in.nMsg"])) < n:
+        raise WorkloadError(f"read_committed consumer read {row['data.consumed.in.nMsg']} of {n}")
+    return {
+        "transactions/s": st["sizes"]["w10_transactions"] / seconds,
+        "records/s": n / seconds,
+        "read_committed MB/s": float(row["MB.sec"]),
+        "_bytes": 2 * n * W10_SIZE,
+    }
+
+
+def w10_cmds(sizes: dict) -> list[str]:
+    t = sizes["w10_transactions"]
+    return [
+        "topic: 6 partitions, RF 1 (fresh per run)",
+        f"confluent-kafka transactional producer (linger.ms=5): {t} transactions of "
+        f"{W10_PER_TXN} records of {W10_SIZE} B, each begin / 100 produce / commit "
+        "(init_transactions once); timed from the first begin to the last commit",
+        show_cmd(
+            java.CONSUMER_PERFORMANCE,
+            [
+                *_consumer_perf_args("<bootstrap>", "w10-<run>", t * W10_PER_TXN, "w10-<run>"),
+                "--consumer.config",
+                "<isolation.level=read_committed>",
+            ],
+        ),  # fmt: skip
+        "CPU s/GiB over the produce and the consume (bytes counted twice)",
+    ]
+
+
 # W13, W14: W1 and W3 over SASL_SSL (SCRAM-SHA-512) -------------------------------------------
 def w13_cmds(sizes: dict) -> list[str]:
     return [
@@ -1134,6 +1212,20 @@ WORKLOADS: dict[str, Workload] = {
             w9_run,
             w9_cmds,
             overrides=W9_OVERRIDES,
+        ),
+        Workload(
+            "W10",
+            "transactions: 100 records of 1 KiB per transaction, 6 partitions; read_committed "
+            "consume",
+            [
+                Metric("transactions/s", "txn/s", True),
+                Metric("records/s", "records/s", True),
+                Metric("read_committed MB/s", "MB/s", True),
+                Metric(CPU_METRIC, "s", False),
+            ],
+            w1_setup,
+            w10_run,
+            w10_cmds,
         ),
         Workload(
             "W11",
