@@ -1,5 +1,5 @@
 """Apache Kafka Streams 3.9 (kafka-streams from Maven Central, fetched by
-scripts/fetch-java-deps) against pybroker (issue 11): an at_least_once word count, the
+scripts/fetch-java-deps) against pybroker (issues 11, 12): an at_least_once word count, the
 topology of Kafka's own WordCountDemo (java/apps/src/WordCount.java, compiled here with javac
 because kafka-streams-examples is not on this machine's Maven Central).
 
@@ -31,9 +31,13 @@ pytestmark = [
 WORDS = [f"w{i:02d}" for i in range(12)]
 
 
-def read_topic(bootstrap: str, topic: str, settle_s: float = 1.0, partitions=(0,)) -> list:
+def read_topic(
+    bootstrap: str, topic: str, settle_s: float = 1.0, partitions=(0,), **config
+) -> list:
     """Every record of `partitions` from the beginning, by partition, in offset order."""
-    consumer = assign_consumer(bootstrap, topic, list(partitions), auto_offset_reset="earliest")
+    consumer = assign_consumer(
+        bootstrap, topic, list(partitions), auto_offset_reset="earliest", **config
+    )
     try:
         consumer.seek_to_beginning()
         got, idle_since = [], time.monotonic()
@@ -60,10 +64,11 @@ def wait_for_counts(
     topic: str,
     want: Counter,
     partitions=(0,),
+    **config,
 ) -> dict:
     deadline = time.monotonic() + 180
     while True:
-        emitted = counts_by_word(read_topic(bootstrap, topic, partitions=partitions))
+        emitted = counts_by_word(read_topic(bootstrap, topic, partitions=partitions, **config))
         latest = {w: c[-1] for w, c in emitted.items()}
         if latest == dict(want) or time.monotonic() > deadline:
             return emitted
@@ -271,3 +276,58 @@ def test_streams_two_instances_standby_takes_over(broker, tmp_path):
         results = [app.stop(timeout=40) for app in running]
     for r in results:
         assert " ERROR " not in r.stderr, r.describe()
+
+
+def test_streams_exactly_once_v2_counts_are_exact_after_a_kill(broker, tmp_path):
+    """processing.guarantee=exactly_once_v2 (issue 12): the application is killed -9 in the
+    middle of its work and started again; a read_committed reader of the output sees every
+    word's counts exactly 1, 2, ... n: no count repeated (what at_least_once shows after a
+    crash) and none missing."""
+    import signal
+
+    try:
+        cp = java.compile_app("WordCount.java", tmp_path / "classes")
+    except java.JavaDepsError as e:
+        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
+    app_id = unique_topic("eoscount")
+    source, sink = f"{app_id}-input", f"{app_id}-output"
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, client_id="compat-admin")
+    try:
+        admin.create_topics([NewTopic(source, 1, 1), NewTopic(sink, 1, 1)])
+    finally:
+        admin.close()
+    rng = random.Random(12)
+    first = produce_lines(broker.bootstrap, source, rng, 3000)
+
+    def start(n: int) -> java.JavaProcess:
+        return java.start_main(
+            "WordCount",
+            [broker.bootstrap, app_id, tmp_path / "state", source, sink,
+             "processing.guarantee=exactly_once_v2", "commit.interval.ms=100",
+             "consumer.session.timeout.ms=6000", "consumer.heartbeat.interval.ms=1000",
+             "producer.transaction.timeout.ms=10000"],
+            workdir=tmp_path,
+            name=f"eoscount{n}",
+            cp=cp,
+        )  # fmt: skip
+
+    app = start(0)
+    try:
+        deadline = time.monotonic() + 120
+        while len(read_topic(broker.bootstrap, sink, isolation_level="read_committed")) < 300:
+            assert app.is_running() and time.monotonic() < deadline, app.result().describe()
+            time.sleep(0.2)
+    finally:
+        java._kill_group(app.proc, signal.SIGKILL)  # mid-work: a transaction is open
+        app.proc.wait(10)
+    second = produce_lines(broker.bootstrap, source, rng, 300)
+    total = first + second
+    app = start(1)
+    try:
+        emitted = wait_for_counts(
+            app, broker.bootstrap, sink, total, isolation_level="read_committed"
+        )
+    finally:
+        stopped = app.stop(timeout=40)
+    assert emitted == {w: list(range(1, n + 1)) for w, n in total.items()}, stopped.describe()
+    assert " ERROR " not in stopped.stderr, stopped.describe()
