@@ -570,14 +570,8 @@ def _consumer_perf_args(bootstrap: str, topic: str, n: int, group: str) -> list[
     ]
 
 
-def w3_run(target: Target, st: dict, i: int, tls: bool = False) -> dict[str, float]:
-    n = st["sizes"]["w3_records"]
-    bootstrap = target.tls_bootstrap if tls else target.bootstrap
-    args = _consumer_perf_args(bootstrap, st["topic"], n, f"w3-{i}-{uuid.uuid4().hex[:6]}")
-    if tls:
-        config = Path(target.log_dirs[0]).parent / f"consumer-tls-{i}.properties"
-        config.write_text("".join(p + "\n" for p in target.tls_props))
-        args += ["--consumer.config", str(config)]
+def consumer_perf(args: list[object], n: int) -> dict[str, str]:
+    """Run ConsumerPerformance; its figures row (column -> value), checked to have read n."""
     r = run_java(java.CONSUMER_PERFORMANCE, args, timeout=900)
     lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
     head = next((k for k, ln in enumerate(lines) if ln.startswith("start.time")), None)
@@ -588,6 +582,18 @@ def w3_run(target: Target, st: dict, i: int, tls: bool = False) -> dict[str, flo
     row = dict(zip(cols, vals, strict=False))
     if int(float(row["data.consumed.in.nMsg"])) < n:
         raise WorkloadError(f"ConsumerPerformance read {row['data.consumed.in.nMsg']} of {n}")
+    return row
+
+
+def w3_run(target: Target, st: dict, i: int, tls: bool = False) -> dict[str, float]:
+    n = st["sizes"]["w3_records"]
+    bootstrap = target.tls_bootstrap if tls else target.bootstrap
+    args = _consumer_perf_args(bootstrap, st["topic"], n, f"w3-{i}-{uuid.uuid4().hex[:6]}")
+    if tls:
+        config = Path(target.log_dirs[0]).parent / f"consumer-tls-{i}.properties"
+        config.write_text("".join(p + "\n" for p in target.tls_props))
+        args += ["--consumer.config", str(config)]
+    row = consumer_perf(args, n)
     return {
         "MB/s": float(row["MB.sec"]),
         "fetch MB/s": float(row["fetch.MB.sec"]),
@@ -1055,15 +1061,7 @@ def w10_run(target: Target, st: dict, i: int) -> dict[str, float]:
     config = Path(target.log_dirs[0]).parent / f"consumer-rc-{i}.properties"
     config.write_text("isolation.level=read_committed\n")
     args = _consumer_perf_args(target.bootstrap, topic, n, f"w10-{i}-{uuid.uuid4().hex[:6]}")
-    r = run_java(java.CONSUMER_PERFORMANCE, [*args, "--consumer.config", str(config)], timeout=900)
-    lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
-    head = next((k for k, ln in enumerate(lines) if ln.startswith("start.time")), None)
-    if head is None or head + 1 >= len(lines):
-        raise WorkloadError(f"ConsumerPerformance printed no figures\n{r.describe(3000)}")
-    row = dict(zip([c.strip() for c in lines[head].split(",")],
-                   [v.strip() for v in lines[head + 1].split(",")], strict=False))  # fmt: skip
-    if int(float(row["data.consumed.in.nMsg"])) < n:
-        raise WorkloadError(f"read_committed consumer read {row['data.consumed.in.nMsg']} of {n}")
+    row = consumer_perf([*args, "--consumer.config", str(config)], n)
     return {
         "transactions/s": st["sizes"]["w10_transactions"] / seconds,
         "records/s": n / seconds,

@@ -4,7 +4,7 @@ the group's coordinator?"""
 from __future__ import annotations
 
 from pybroker.errors import ErrorCode
-from pybroker.handlers._authz import enabled, on_group
+from pybroker.handlers._authz import enabled, on_group, on_topic
 from pybroker.handlers.context import RequestContext
 from pybroker.security.acl import Operation
 
@@ -26,3 +26,54 @@ def coordinator_error(
         # our ZooKeeper session is suspended or lost: another broker may be coordinating
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
     return services.groups.coordinator_error(group_id)
+
+
+Offsets = dict[tuple[str, int], tuple[int, int, str | None]]
+
+
+def commit_checks(
+    ctx: RequestContext, req: dict, code: int | None
+) -> tuple[dict[tuple[str, int], int], Offsets]:
+    """OffsetCommit / TxnOffsetCommit: (error per partition decided here, the offsets to
+    commit).  ``code``: the whole request's error, if any; else READ on each topic
+    (TOPIC_AUTHORIZATION_FAILED) and an existing partition (UNKNOWN_TOPIC_OR_PARTITION)."""
+    topics = ctx.services.cluster.topics
+    results: dict[tuple[str, int], int] = {}
+    wanted: Offsets = {}
+    for t in req["topics"]:
+        info = topics.get(t["name"])
+        for p in t["partitions"]:
+            tp = (t["name"], p["partition_index"])
+            if code is not None:
+                results[tp] = code
+            elif not on_topic(ctx, Operation.READ, t["name"]):
+                results[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif info is None or p["partition_index"] not in info.partitions:
+                results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                wanted[tp] = (
+                    p["committed_offset"],
+                    p.get("committed_leader_epoch", -1),
+                    p["committed_metadata"],
+                )
+    return results, wanted
+
+
+def commit_response(req: dict, results: dict[tuple[str, int], int]) -> dict:
+    """The OffsetCommit / TxnOffsetCommit answer: the request's topics and partitions, in order."""
+    return {
+        "throttle_time_ms": 0,
+        "topics": [
+            {
+                "name": t["name"],
+                "partitions": [
+                    {
+                        "partition_index": p["partition_index"],
+                        "error_code": results[(t["name"], p["partition_index"])],
+                    }
+                    for p in t["partitions"]
+                ],
+            }
+            for t in req["topics"]
+        ],
+    }
