@@ -145,6 +145,7 @@ class _SslBroker:
                 "ssl.keystore.location": str(certs.server),
             }
         )
+        _state.setdefault("extra_brokers", []).append(self.broker)
         self.broker.start()
 
     def start(self) -> None:
@@ -189,6 +190,7 @@ class _SaslBroker:
                 "num.partitions": str(partitions),
             }
         )
+        _state.setdefault("extra_brokers", []).append(self.broker)
         self.broker.start()
         if self.sasl_mechanism.startswith("SCRAM"):
             self._add_scram()
@@ -367,7 +369,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 def pytest_unconfigure(config):
-    """Safety net: nothing we started survives the session."""
+    """Safety net: nothing we started survives the session (their SSL/SASL brokers included,
+    should their fixture's teardown not have closed them)."""
+    for extra in _state.pop("extra_brokers", []):
+        extra.cleanup()
     b = _state.pop("broker", None)
     zk = _state.pop("zk", None)
     if b is not None:
