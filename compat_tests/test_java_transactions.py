@@ -1,102 +1,170 @@
-"""Exactly-once with Apache Kafka's own EOS test program, TransactionalMessageCopier (what
-Kafka's system tests run): one copier per input partition reads with read_committed,
-writes transactionally and commits its consumed offsets in the transaction (KIP-447's group
-metadata), with random aborts, on a 3-broker ZooKeeper cluster (RF 3).  Mid-way a copier is
-killed -9 and started again with the same transactional id (the old one fenced, the new one
-resuming from the committed offsets), and a broker is killed -9 and restarted.  A
-read_committed consumer then reads every input record exactly once from the output."""
+"""Apache Kafka's TransactionalMessageCopier (kafka-tools 3.9, the program Kafka's own system
+tests use for exactly-once) against a 3-broker pybroker cluster on ZooKeeper (RF 3,
+min.insync.replicas 2): it copies an input topic of known unique records to an output topic,
+consuming read_committed and producing in transactions that carry the consumed offsets
+(sendOffsetsToTransaction with the group's metadata), with random aborts.  The copier is killed
+-9 mid-way and a new one with the same transactional id and group takes over; then the
+transaction coordinator is killed -9 mid-way and restarted, then the leader of an output
+partition.  At the end a read_committed
+consumer of the output sees every input record exactly once."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
+from collections import Counter
 
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as CTopicPartition
 
 from compat_tests import java
-from compat_tests.cluster import running_cluster, wait_until
+from compat_tests.cluster import running_cluster
 from compat_tests.helpers import unique_topic
 
 pytestmark = [
     pytest.mark.timeout(420),
-    pytest.mark.skipif(not java.java_available(), reason="java not found"),
+    pytest.mark.skipif(not java.java_available(), reason="java not found (OpenJDK 17 expected)"),
 ]
+
 COPIER = "org.apache.kafka.tools.TransactionalMessageCopier"
-PER_PARTITION = 3000
+RECORDS = 20000
+PARTITIONS = 4
 
 
-def _progress(proc: java.JavaProcess) -> int:
-    """Messages the copier reports consumed (its last JSON progress line)."""
-    consumed = 0
-    for line in proc.stdout_text().splitlines():
-        if line.startswith("{"):
-            try:
-                consumed = max(consumed, int(json.loads(line).get("consumed", 0)))
-            except ValueError:
+def read_committed(bootstrap: str, topic: str, quiet_s: float = 4.0) -> list[bytes]:
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique_topic("reader"),
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    got: list[bytes] = []
+    try:
+        c.assign([CTopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        last = time.monotonic()
+        while time.monotonic() - last < quiet_s:
+            msg = c.poll(0.2)
+            if msg is None:
                 continue
-    return consumed
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise KafkaException(msg.error())
+            got.append(msg.value())
+            last = time.monotonic()
+    finally:
+        c.close()
+    return got
 
 
-def test_transactional_message_copier_exactly_once_across_kill9(tmp_path):
-    from kafka import KafkaConsumer, KafkaProducer
+def processed(copier: java.JavaProcess) -> int:
+    """The copier's latest totalProcessed (records it committed since it started)."""
+    total = 0
+    for line in copier.stdout_text().splitlines():
+        if line.startswith("{") and "totalProcessed" in line:
+            try:
+                total = json.loads(line)["totalProcessed"]
+            except ValueError:
+                pass
+    return total
 
+
+def wait_processed(copier: java.JavaProcess, at_least: int, timeout: float = 120.0) -> int:
+    deadline = time.monotonic() + timeout
+    while (n := processed(copier)) < at_least:
+        assert copier.is_running(), copier.result().describe()
+        assert time.monotonic() < deadline, copier.result().describe()
+        time.sleep(0.3)
+    return n
+
+
+def kill9(copier: java.JavaProcess) -> None:
+    try:
+        os.killpg(copier.proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    copier.proc.wait(timeout=10)
+
+
+def test_transactional_message_copier_exactly_once_through_kills(tmp_path):
     with running_cluster(tmp_path, 3, {"min.insync.replicas": 2}) as cluster:
-        src, dst, group = unique_topic("eos-in"), unique_topic("eos-out"), unique_topic("copy")
-        cluster.create_topic(src, partitions=2, rf=3)
-        cluster.create_topic(dst, partitions=2, rf=3)
-        cluster.wait_isr_full(src)
-        p = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all", linger_ms=5)
-        expected = []
-        for part in range(2):
-            for i in range(PER_PARTITION):
-                v = f"p{part}-{i}".encode()
-                p.send(src, v, partition=part)
-                expected.append(v)
-        p.flush(60)
-        p.close()
+        source, sink = unique_topic("copier-in"), unique_topic("copier-out")
+        cluster.create_topic(source, partitions=PARTITIONS, rf=3)
+        cluster.create_topic(sink, partitions=PARTITIONS, rf=3)
+        bootstrap = cluster.bootstrap
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+        values = [f"value-{i:06d}".encode() for i in range(RECORDS)]
+        for i, v in enumerate(values):
+            producer.produce(source, key=f"k{i}".encode(), value=v, partition=i % PARTITIONS)
+            if i % 1000 == 0:
+                producer.poll(0)
+        assert producer.flush(60) == 0
+        del producer
 
-        def copier(part: int, run: int) -> java.JavaProcess:
+        tid, group = unique_topic("copier-tid"), unique_topic("copier-group")
+
+        def start(n: int) -> java.JavaProcess:
             return java.start_main(
                 COPIER,
-                ["--broker-list", cluster.bootstrap, "--input-topic", src,
-                 "--input-partition", str(part), "--output-topic", dst,
-                 "--transactional-id", f"{group}-{part}", "--consumer-group", group,
-                 "--transaction-size", "50", "--enable-random-aborts",
-                 "--use-group-metadata"],
-                workdir=tmp_path / "copiers",
-                name=f"copier-{part}-{run}",
+                [
+                    "--broker-list", bootstrap,
+                    "--input-topic", source,
+                    "--input-partition", "0",  # ignored in group mode
+                    "--output-topic", sink,
+                    "--transactional-id", tid,
+                    "--consumer-group", group,
+                    "--group-mode",
+                    "--use-group-metadata",
+                    "--enable-random-aborts",
+                    "--transaction-size", "100",
+                    "--transaction-timeout", "20000",
+                ],
+                workdir=tmp_path,
+                name=f"copier{n}",
             )  # fmt: skip
 
-        procs = {0: copier(0, 0), 1: copier(1, 0)}
-        # kill -9 copier 0 once it is under way, and start it again with the same id
-        wait_until(lambda: _progress(procs[0]) >= 500, 120, 0.2, "copier 0 under way")
-        java._kill_group(procs[0].proc, signal.SIGKILL)
-        procs[0].proc.wait(10)
-        procs[0] = copier(0, 1)
-        # kill -9 the transaction coordinator of copier 1's id, then restart it
-        err, coordinator = cluster.find_coordinator(f"{group}-1", key_type=1)
-        assert err == 0
-        wait_until(lambda: _progress(procs[1]) >= 500, 120, 0.2, "copier 1 under way")
-        cluster.kill9(coordinator)
-        time.sleep(2)
-        cluster.restart(coordinator)
-        for proc in procs.values():
-            r = proc.wait(300)
-            assert r.returncode == 0, r.describe(4000)
-
-        c = KafkaConsumer(
-            dst,
-            bootstrap_servers=cluster.bootstrap,
-            isolation_level="read_committed",
-            auto_offset_reset="earliest",
-            consumer_timeout_ms=15000,
-        )
+        runs: list[str] = []
+        copier = start(0)
         try:
-            got = [m.value for m in c]
+            n = wait_processed(copier, 3000)
+            kill9(copier)
+            runs.append(f"copier0 killed -9 after committing {n}")
+            copier = start(1)
+            n = wait_processed(copier, 3000)
+            err, coordinator = cluster.find_coordinator(tid, key_type=1)
+            assert err == 0
+            cluster.kill9(coordinator)
+            runs.append(f"copier1 at {n}: transaction coordinator {coordinator} killed -9")
+            time.sleep(3)
+            cluster.restart(coordinator)
+            cluster.wait_isr_full(sink)
+            n = wait_processed(copier, 9000)
+            leader = cluster.leader_of(sink, 1).leader
+            cluster.kill9(leader)
+            runs.append(f"copier1 at {n}: leader {leader} of {sink}-1 killed -9")
+            time.sleep(3)
+            cluster.restart(leader)
+            result = copier.wait(timeout=180)
+            runs.append(f"copier1 exit {result.returncode}, committed {processed(copier)}")
+            assert result.ok, result.describe()
         finally:
-            c.close()
-        print(f"output: {len(got)} records read_committed, {len(set(got))} distinct, "
-              f"{len(expected)} expected")  # fmt: skip
-        assert len(got) == len(set(got)), "duplicates in the output"
-        assert sorted(got) == sorted(expected)
+            if copier.is_running():
+                kill9(copier)
+        print("; ".join(runs))
+
+        seen = read_committed(bootstrap, sink)
+        counts = Counter(seen)
+        duplicates = {v: c for v, c in counts.items() if c > 1}
+        missing = set(values) - set(counts)
+        print(
+            f"input {RECORDS} records, read_committed output {len(seen)} records, "
+            f"{len(counts)} distinct, {len(duplicates)} duplicated, {len(missing)} missing"
+        )
+        assert not duplicates, sorted(duplicates.items())[:10]
+        assert not missing, sorted(missing)[:10]
+        assert set(counts) == set(values) and len(seen) == RECORDS

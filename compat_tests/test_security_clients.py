@@ -1,7 +1,8 @@
 """A secured broker as README describes it (SASL_SSL with SCRAM, ACLs, users added with
 `python -m pybroker add-scram`), used by real programs: Kafka's kafka-acls (AclCommand) adds
 and lists ACLs as the admin, confluent-kafka (librdkafka) and Kafka's Java client produce and
-consume as a user with ACLs, and are refused where the ACLs do not allow."""
+consume as a user with ACLs (kafka-console-consumer too), and are refused where the ACLs do
+not allow."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from tls_certs import make_certs  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 ACL_COMMAND = "kafka.admin.AclCommand"
+CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 
@@ -165,6 +167,22 @@ def test_java_client_as_a_user_and_a_wrong_password(secured):
     )  # fmt: skip
     events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     assert len([e for e in events if e["name"] == "producer_send_success"]) == 100, r.describe(3000)
+    # kafka-console-consumer over SASL_SSL with the same client.properties: READ on the topic
+    # and on its consumer groups (prefixed, as the tool names them console-consumer-<n>)
+    r = _acls(s, "--add", "--allow-principal", "User:alice", "--operation", "Read",
+              "--topic", topic)  # fmt: skip
+    assert r.returncode == 0, r.describe(3000)
+    r = _acls(s, "--add", "--allow-principal", "User:alice", "--operation", "Read",
+              "--group", "console-consumer-", "--resource-pattern-type", "prefixed")  # fmt: skip
+    assert r.returncode == 0, r.describe(3000)
+    r = java.run_main(
+        CONSOLE_CONSUMER,
+        ["--bootstrap-server", s["bootstrap"], "--topic", topic, "--from-beginning",
+         "--max-messages", "100", "--timeout-ms", "30000", "--consumer.config", str(props)],
+        timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0 and not r.timed_out, r.describe(3000)
+    assert sorted(int(v) for v in r.stdout.split()) == list(range(100)), r.describe(3000)
     props.write_text(props.read_text().replace("alice-secret", "wrong") + "max.block.ms=10000\n")
     r = java.run_main(
         java.VERIFIABLE_PRODUCER,
