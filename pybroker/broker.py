@@ -28,6 +28,7 @@ from pybroker.coord.offsets import OffsetStore
 from pybroker.coord.store import MetadataStore
 from pybroker.coord.transactions import TransactionCoordinator, TxnConfig
 from pybroker.coord.txn_store import TxnStateStore
+from pybroker.fetch_session import FetchSessionCache
 from pybroker.flusher import Flusher
 from pybroker.handlers._topics import flush_policy, log_config
 from pybroker.handlers._txn_markers import MarkerSender
@@ -102,6 +103,7 @@ class Broker:
         self.config = config
         self.clock = clock
         self.purgatory = Purgatory()
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         self.store: MetadataStore | None = None
         self.cluster: Cluster | None = None
         self.logs: LogManager | None = None

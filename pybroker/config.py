@@ -166,6 +166,11 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool, False),
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int, 30000),
     "max.broker.partitions": ("max_broker_partitions", _int, 20000),
+    "max.incremental.fetch.session.cache.slots": (
+        "max_incremental_fetch_session_cache_slots",
+        _int,
+        1000,
+    ),
     # log compaction (Kafka's LogConfig / CleanerConfig names and defaults)
     "log.cleanup.policy": ("log_cleanup_policy", _policy, "delete"),
     "log.cleaner.enable": ("log_cleaner_enable", _bool, True),
@@ -246,6 +251,7 @@ class Config:
     unclean_leader_election_enable: bool = False
     replica_lag_time_max_ms: int = 30000
     max_broker_partitions: int = 20000
+    max_incremental_fetch_session_cache_slots: int = 1000
     log_cleanup_policy: str = "delete"
     log_cleaner_enable: bool = True
     log_cleaner_threads: int = 1
@@ -524,6 +530,11 @@ def _validate(cfg: Config) -> None:
     need(cfg.message_max_bytes >= 0, "message.max.bytes", "must be >= 0")
     need(cfg.socket_request_max_bytes >= 1, "socket.request.max.bytes", "must be >= 1")
     need(cfg.max_broker_partitions >= 1, "max.broker.partitions", "must be >= 1")
+    need(
+        cfg.max_incremental_fetch_session_cache_slots >= 0,
+        "max.incremental.fetch.session.cache.slots",
+        "must be >= 0",
+    )
     need(cfg.min_insync_replicas >= 1, "min.insync.replicas", "must be >= 1")
     need(cfg.log_retention_check_interval_ms >= 1, "log.retention.check.interval.ms", ">= 1")
     need(cfg.roll_ms >= 1, "log.roll.ms", "must be >= 1")

@@ -276,8 +276,8 @@ def test_nonzero_session_id_is_fetch_session_id_not_found(client, topic):
     assert body["responses"] == []
 
 
-def test_full_fetch_gets_session_id_zero(client, topic):
-    body = client.request(FETCH, 11, fetch_body([(topic, 0, 0, 1 << 20)], session_epoch=0))
+def test_sessionless_fetch_gets_session_id_zero(client, topic):
+    body = client.request(FETCH, 11, fetch_body([(topic, 0, 0, 1 << 20)], session_epoch=-1))
     assert body["error_code"] == NONE
     assert body["session_id"] == 0
 

@@ -3,7 +3,8 @@
 ``services`` is the composed broker (pybroker.broker.Broker); handlers use only these of its
 attributes: ``config`` (pybroker.config.Config), ``cluster`` (pybroker.coord.cluster.Cluster),
 ``logs`` (pybroker.log.manager.LogManager), ``purgatory`` (pybroker.purgatory.Purgatory),
-``clock`` (pybroker.clock.Clock), ``groups`` (pybroker.coord.group_coordinator.GroupCoordinator).
+``clock`` (pybroker.clock.Clock), ``fetch_sessions`` (pybroker.fetch_session.FetchSessionCache),
+``groups`` (pybroker.coord.group_coordinator.GroupCoordinator).
 """
 
 from __future__ import annotations

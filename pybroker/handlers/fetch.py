@@ -1,4 +1,4 @@
-"""Fetch (key 1), versions 4-12.
+"""Fetch (key 1), versions 4-17.
 
 A real long poll: the answer leaves as soon as ``min_bytes`` are available across the
 requested partitions or ``max_wait_ms`` has passed; appends wake parked fetches through the
@@ -19,9 +19,19 @@ UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE, FENCED_
 UNKNOWN_LEADER_EPOCH (v9+ current_leader_epoch), UNSUPPORTED_COMPRESSION_TYPE is not needed
 (batches are served as stored; zstd producers already required v7+).
 
-Fetch sessions (KIP-227, v7+): the broker creates none.  A request with session_id 0 is
-answered as a full fetch with session_id 0, which tells the client to keep sending full fetch
-requests; an unknown non-zero session id gets FETCH_SESSION_ID_NOT_FOUND.
+Fetch sessions (KIP-227, v7+): pybroker/fetch_session.py keeps them.  Epoch 0 opens one (a
+full answer with the new session id, or 0 when the cache has no room), epoch -1 is
+sessionless, and any other epoch is an incremental fetch: every partition of the session is
+read with the parameters last sent for it, and only partitions with records, an error, or a new
+high watermark or log start offset are answered.  Session errors (FETCH_SESSION_ID_NOT_FOUND,
+INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR) are top-level with no partitions.
+
+Topic ids (v13+): topics are named by id both ways; an id the broker does not know gets
+UNKNOWN_TOPIC_ID, a log of another incarnation INCONSISTENT_TOPIC_ID.  v15 moves the replica id
+into replica_state; v16 answers NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH with the current
+leader and its endpoint (KIP-951), so the client need not ask Metadata first; v17's
+replica_directory_id (KIP-853) names a log directory, and a broker with one log dir per
+partition has nothing to check against it.
 
 Follower replicas (replica_id >= 0) read up to the log end and long-poll on appends; their
 fetch offset tells the leader how far they have copied (ISR and high watermark).  v12's
@@ -32,7 +42,9 @@ diverging_epoch so the follower truncates.  Preferred read replicas (v11) are al
 from __future__ import annotations
 
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.fetch_session import FetchContext, FetchPartition
 from pybroker.handlers._authz import enabled, on_cluster, on_topic
+from pybroker.handlers._topic_ids import Resolver
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 from pybroker.replication.manager import consumer_key, leo_key
@@ -54,130 +66,246 @@ def _empty(index: int, code: int, hw: int = -1, lso: int = -1, start: int = -1) 
     }
 
 
-def _diverging(log, p: dict) -> dict | None:
+def _diverging(log, p: FetchPartition) -> dict | None:
     """v12+: the fetcher's last fetched epoch disagrees with our log (KIP-595 style check)."""
-    last = p.get("last_fetched_epoch", -1)
+    last = p.last_fetched_epoch
     if last < 0:
         return None
     epoch, end = log.leader_epochs.end_offset_for(last, log.log_end_offset)
-    if epoch != last or end < p["fetch_offset"]:
+    if epoch != last or end < p.fetch_offset:
         return {"epoch": epoch, "end_offset": end}
     return None
 
 
-def _read_all(ctx: RequestContext, req: dict) -> tuple[list[dict], int, bool]:
-    """One pass over the requested partitions: (responses, bytes found, any error)."""
+def _request_partitions(req: dict, uses_ids: bool, resolver: Resolver) -> list[FetchPartition]:
+    parts = []
+    for t in req["topics"]:
+        if uses_ids:
+            topic_id = t["topic_id"]
+            name = resolver.name(topic_id)
+        else:
+            name = t["topic"]
+            topic_id = None
+        for p in t["partitions"]:
+            index = p["partition"]
+            parts.append(
+                FetchPartition(
+                    key=(topic_id if uses_ids else name, index),
+                    topic=name,
+                    topic_id=topic_id,
+                    partition=index,
+                    fetch_offset=p["fetch_offset"],
+                    partition_max_bytes=p["partition_max_bytes"],
+                    current_leader_epoch=p.get("current_leader_epoch", -1),
+                    last_fetched_epoch=p.get("last_fetched_epoch", -1),
+                    log_start_offset=p.get("log_start_offset", -1),
+                )
+            )
+    return parts
+
+
+def _forgotten(req: dict, uses_ids: bool) -> list:
+    return [
+        (t["topic_id"] if uses_ids else t["topic"], index)
+        for t in req.get("forgotten_topics_data") or ()
+        for index in t["partitions"]
+    ]
+
+
+def _read_all(
+    ctx: RequestContext,
+    req: dict,
+    partitions: list[FetchPartition],
+    replica_id: int,
+    uses_ids: bool,
+    resolver: Resolver,
+) -> tuple[dict, int, bool]:
+    """One pass over the partitions: ({key: partition entry}, bytes found, any error)."""
     replicas = ctx.services.replicas
-    replica_id = req.get("replica_id", -1)
     remaining = req.get("max_bytes", 0x7FFFFFFF)
     read_committed = req.get("isolation_level", 0) == READ_COMMITTED
     total = 0
     errors = False
-    responses = []
-    denied: set[str] = set()
-    if enabled(ctx):  # followers need CLUSTER_ACTION, consumers READ on each topic
-        follower_ok = replica_id < 0 or on_cluster(ctx, Operation.CLUSTER_ACTION)
-        denied = {
-            t["topic"]
-            for t in req["topics"]
-            if not follower_ok or (replica_id < 0 and not on_topic(ctx, Operation.READ, t["topic"]))
-        }
-    for t in req["topics"]:
-        topic = t["topic"]
-        parts = []
-        for p in t["partitions"]:
-            index = p["partition"]
-            if topic in denied:
+    entries: dict = {}
+    checked = enabled(ctx)  # followers need CLUSTER_ACTION, consumers READ on each topic
+    follower_ok = replica_id < 0 or not checked or on_cluster(ctx, Operation.CLUSTER_ACTION)
+    allowed: dict[str, bool] = {}
+    for p in partitions:
+        index = p.partition
+        topic = resolver.name(p.topic_id) if uses_ids else p.topic
+        if topic is None:
+            errors = True
+            code = ErrorCode.UNKNOWN_TOPIC_ID if uses_ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            entries[p.key] = _empty(index, code)
+            continue
+        if checked:
+            ok = allowed.get(topic)
+            if ok is None:
+                ok = allowed[topic] = follower_ok and (
+                    replica_id >= 0 or on_topic(ctx, Operation.READ, topic)
+                )
+            if not ok:
                 errors = True
-                parts.append(_empty(index, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                entries[p.key] = _empty(index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 continue
-            try:
-                replica = replicas.leader_replica(topic, index, p.get("current_leader_epoch", -1))
-                log = replica.log
-                offset = p["fetch_offset"]
-                if offset < log.log_start_offset or offset > log.log_end_offset:
-                    raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
-                diverging = _diverging(log, p) if ctx.version >= 12 else None
-                if replica_id >= 0 and diverging is None:
-                    replicas.record_follower_fetch(replica, replica_id, offset)
-                # Followers copy up to the log end; consumers see only what the ISR holds,
-                # read_committed ones only what no open transaction may still abort.
-                hw = log.high_watermark
-                lso = log.last_stable_offset
-                if replica_id >= 0:
-                    upper = log.log_end_offset
+        log = None
+        try:
+            replica = replicas.leader_replica(topic, index, p.current_leader_epoch)
+            log = replica.log
+            if uses_ids and log.topic_id is not None and log.topic_id != p.topic_id:
+                raise KafkaError(ErrorCode.INCONSISTENT_TOPIC_ID)
+            offset = p.fetch_offset
+            if offset < log.log_start_offset or offset > log.log_end_offset:
+                raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+            diverging = _diverging(log, p) if ctx.version >= 12 else None
+            if replica_id >= 0 and diverging is None:
+                replicas.record_follower_fetch(replica, replica_id, offset)
+            # Followers copy up to the log end; consumers see only what the ISR holds,
+            # read_committed ones only what no open transaction may still abort.
+            hw = log.high_watermark
+            lso = log.last_stable_offset
+            if replica_id >= 0:
+                upper = log.log_end_offset
+            else:
+                upper = lso if read_committed else hw
+            region = None
+            if diverging is None and offset < upper and remaining > 0:
+                limit = min(p.partition_max_bytes, remaining)
+                region = log.read(offset, limit, min_one_batch=total == 0, max_offset=upper)
+                if region is not None and region.size:
+                    total += region.size
+                    remaining -= region.size
                 else:
-                    upper = lso if read_committed else hw
-                region = None
-                if diverging is None and offset < upper and remaining > 0:
-                    limit = min(p["partition_max_bytes"], remaining)
-                    region = log.read(offset, limit, min_one_batch=total == 0, max_offset=upper)
-                    if region is not None and region.size:
-                        total += region.size
-                        remaining -= region.size
-                    else:
-                        region = None
-                aborted = None
-                if read_committed and replica_id < 0:
-                    aborted = []
-                    if region is not None:
-                        aborted = [
-                            {"producer_id": a.producer_id, "first_offset": a.first_offset}
-                            for a in log.collect_aborted_transactions(offset, upper)
-                        ]
-                entry = {
-                    "partition_index": index,
-                    "error_code": ErrorCode.NONE,
-                    "high_watermark": hw,
-                    "last_stable_offset": lso,
-                    "log_start_offset": log.log_start_offset,
-                    "aborted_transactions": aborted,
-                    "preferred_read_replica": -1,
-                    "records": region if region is not None else b"",
-                }
-                if diverging is not None:
-                    entry["diverging_epoch"] = diverging
-                    errors = True  # answer at once
-                parts.append(entry)
-            except KafkaError as e:
-                errors = True
-                entry = _empty(index, e.code)
-                if e.code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                    entry.update(
-                        high_watermark=log.high_watermark,
-                        last_stable_offset=log.last_stable_offset,
-                        log_start_offset=log.log_start_offset,
-                    )
-                parts.append(entry)
-        responses.append({"topic": t["topic"], "partitions": parts})
-    return responses, total, errors
+                    region = None
+            aborted = None
+            if read_committed and replica_id < 0:
+                aborted = []
+                if region is not None:
+                    aborted = [
+                        {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                        for a in log.collect_aborted_transactions(offset, upper)
+                    ]
+            entry = {
+                "partition_index": index,
+                "error_code": ErrorCode.NONE,
+                "high_watermark": hw,
+                "last_stable_offset": lso,
+                "log_start_offset": log.log_start_offset,
+                "aborted_transactions": aborted,
+                "preferred_read_replica": -1,
+                "records": region if region is not None else b"",
+            }
+            if diverging is not None:
+                entry["diverging_epoch"] = diverging
+                errors = True  # answer at once
+            entries[p.key] = entry
+        except KafkaError as e:
+            errors = True
+            entry = _empty(index, e.code)
+            if e.code == ErrorCode.OFFSET_OUT_OF_RANGE and log is not None:
+                entry.update(
+                    high_watermark=log.high_watermark,
+                    last_stable_offset=log.last_stable_offset,
+                    log_start_offset=log.log_start_offset,
+                )
+            elif ctx.version >= 16 and e.code in _LEADER_MOVED:
+                _current_leader(ctx, topic, index, entry)
+            entries[p.key] = entry
+    return entries, total, errors
 
 
-@handler(1, 4, 12)
+_LEADER_MOVED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
+
+
+def _current_leader(ctx: RequestContext, topic: str, index: int, entry: dict) -> None:
+    """v16+ (KIP-951): where the partition's leader is now, so the client need not ask
+    Metadata first."""
+    info = ctx.services.cluster.topics.get(topic)
+    state = info.partitions.get(index) if info is not None else None
+    if state is None or state.leader < 0 or state.leader_epoch < 0:
+        return
+    entry["current_leader"] = {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
+
+
+def _node_endpoints(ctx: RequestContext, answered: list) -> list[dict]:
+    ids = {e["current_leader"]["leader_id"] for _, e in answered if "current_leader" in e}
+    nodes = []
+    for node_id in sorted(ids):
+        b = ctx.services.cluster.brokers.get(node_id)
+        ep = b.endpoint(ctx.listener) if b is not None else None
+        if ep is not None:
+            nodes.append({"node_id": node_id, "host": ep[0], "port": ep[1], "rack": b.rack})
+    return nodes
+
+
+def _group_by_topic(answered: list, uses_ids: bool) -> list[dict]:
+    """Consecutive partitions of one topic share a topic entry, as Kafka's FetchResponse."""
+    responses: list[dict] = []
+    last = None
+    for p, entry in answered:
+        topic_key = p.key[0]
+        if not responses or topic_key != last:
+            t = {"topic_id": p.topic_id} if uses_ids else {"topic": p.topic}
+            t["partitions"] = []
+            responses.append(t)
+            last = topic_key
+        responses[-1]["partitions"].append(entry)
+    return responses
+
+
+@handler(1, 4, 17)
 async def fetch(ctx: RequestContext, req: dict) -> dict:
-    session_id = req.get("session_id", 0)
-    if session_id != 0:
+    version = ctx.version
+    uses_ids = version >= 13
+    if version >= 15:
+        replica_id = (req.get("replica_state") or {}).get("replica_id", -1)
+    else:
+        replica_id = req.get("replica_id", -1)
+    clock = ctx.services.clock
+    resolver = Resolver(ctx.services.cluster)
+    requested = _request_partitions(req, uses_ids, resolver)
+    if version >= 7:
+        context = ctx.services.fetch_sessions.new_context(
+            req.get("session_id", 0),
+            req.get("session_epoch", -1),
+            requested,
+            _forgotten(req, uses_ids),
+            privileged=replica_id >= 0,
+            uses_topic_ids=uses_ids,
+            now_ms=int(clock.monotonic() * 1000),
+        )
+    else:
+        context = FetchContext(ctx.services.fetch_sessions, partitions=requested)
+    if context.error != ErrorCode.NONE:
         return {
             "throttle_time_ms": 0,
-            "error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+            "error_code": context.error,
             "session_id": 0,
             "responses": [],
         }
-    clock = ctx.services.clock
+    partitions = context.partitions
     deadline = clock.monotonic() + max(req["max_wait_ms"], 0) / 1000.0
-    wake = leo_key if req.get("replica_id", -1) >= 0 else consumer_key
-    keys = [wake(t["topic"], p["partition"]) for t in req["topics"] for p in t["partitions"]]
+    wake = leo_key if replica_id >= 0 else consumer_key
     while True:
-        responses, total, errors = _read_all(ctx, req)
+        entries, total, errors = _read_all(ctx, req, partitions, replica_id, uses_ids, resolver)
         if total >= req["min_bytes"] or errors:
             break
         left = deadline - clock.monotonic()
+        keys = [
+            wake(name, p.partition)
+            for p in partitions
+            if (name := (resolver.name(p.topic_id) if uses_ids else p.topic)) is not None
+        ]
         if left <= 0 or not keys:
             break
         await ctx.services.purgatory.wait_any(keys, left)
-    return {
+    error, session_id, answered = context.respond(entries, int(clock.monotonic() * 1000))
+    resp = {
         "throttle_time_ms": 0,
-        "error_code": ErrorCode.NONE,
-        "session_id": 0,
-        "responses": responses,
+        "error_code": error,
+        "session_id": session_id,
+        "responses": _group_by_topic(answered, uses_ids),
     }
+    if version >= 16:
+        resp["node_endpoints"] = _node_endpoints(ctx, answered)
+    return resp

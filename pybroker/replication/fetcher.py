@@ -8,7 +8,9 @@ For each partition handed over by the replica manager:
    leader has, capped at the local log end.  A replica therefore never keeps records that the
    current leader's log does not have.
 2. Fetching: Fetch v12 with replica_id = this broker and the last fetched epoch, from the local
-   log end.  The leader's batches are appended unchanged (append_as_follower) and the local
+   log end, in an incremental fetch session (replication/session_handler.py): after the first
+   full request only partitions whose position changed are sent, and the leader answers only
+   partitions with news.  The leader's batches are appended unchanged (append_as_follower) and the local
    high watermark becomes min(leader's high watermark, local log end).  A diverging epoch in
    the answer sends the partition back to step 1; OFFSET_OUT_OF_RANGE below the leader's log
    start restarts the local log there.
@@ -26,6 +28,7 @@ from typing import Any
 
 from pybroker.errors import ErrorCode
 from pybroker.replication.client import BrokerConnection
+from pybroker.replication.session_handler import FetchSessionHandler
 from pybroker.wire.records import InvalidRecordError, parse_batches
 
 log = logging.getLogger("pybroker.replication.fetcher")
@@ -35,6 +38,7 @@ EPOCH_VERSION = 4
 MAX_WAIT_MS = 500
 PARTITION_MAX_BYTES = 1024 * 1024
 MAX_BYTES = 16 * 1024 * 1024
+SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH)
 
 
 @dataclass
@@ -55,6 +59,7 @@ class ReplicaFetcher:
         self._conn: BrokerConnection | None = None
         self._addr: tuple[str, int] | None = None
         self._stopped = False
+        self._session = FetchSessionHandler()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.leader_id}")
@@ -135,6 +140,7 @@ class ReplicaFetcher:
         return self._conn
 
     def _drop_connection(self) -> None:
+        self._session = FetchSessionHandler()  # a new connection starts a new session
         if self._conn is not None:
             self._conn.close()
         self._conn = None
@@ -206,36 +212,50 @@ class ReplicaFetcher:
 
     # -- fetching ----------------------------------------------------------------------------------
     async def _fetch(self, conn: BrokerConnection, ready: dict[tuple[str, int], _Fetching]) -> None:
-        by_topic: dict[str, list[dict]] = {}
-        for (topic, p), f in ready.items():
+        wanted: dict[tuple[str, int], dict] = {}
+        for key, f in ready.items():
             plog = f.replica.log
-            by_topic.setdefault(topic, []).append(
+            wanted[key] = {
+                "partition": key[1],
+                "current_leader_epoch": f.leader_epoch,
+                "fetch_offset": plog.log_end_offset,
+                "last_fetched_epoch": plog.leader_epochs.latest_epoch(),
+                "log_start_offset": plog.log_start_offset,
+                "partition_max_bytes": PARTITION_MAX_BYTES,
+            }
+        data = self._session.build(wanted)
+        by_topic: dict[str, list[dict]] = {}
+        for (topic, _), params in data.partitions.items():
+            by_topic.setdefault(topic, []).append(params)
+        forgotten: dict[str, list[int]] = {}
+        for topic, index in data.forgotten:
+            forgotten.setdefault(topic, []).append(index)
+        try:
+            resp = await conn.request(
+                1,
+                FETCH_VERSION,
                 {
-                    "partition": p,
-                    "current_leader_epoch": f.leader_epoch,
-                    "fetch_offset": plog.log_end_offset,
-                    "last_fetched_epoch": plog.leader_epochs.latest_epoch(),
-                    "log_start_offset": plog.log_start_offset,
-                    "partition_max_bytes": PARTITION_MAX_BYTES,
-                }
+                    "replica_id": self.manager.broker_id,
+                    "max_wait_ms": MAX_WAIT_MS,
+                    "min_bytes": 1,
+                    "max_bytes": MAX_BYTES,
+                    "isolation_level": 0,
+                    "session_id": data.session_id,
+                    "session_epoch": data.epoch,
+                    "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+                    "forgotten_topics_data": [
+                        {"topic": t, "partitions": ps} for t, ps in forgotten.items()
+                    ],
+                    "rack_id": "",
+                },
+                timeout_s=MAX_WAIT_MS / 1000.0 + 30,
             )
-        resp = await conn.request(
-            1,
-            FETCH_VERSION,
-            {
-                "replica_id": self.manager.broker_id,
-                "max_wait_ms": MAX_WAIT_MS,
-                "min_bytes": 1,
-                "max_bytes": MAX_BYTES,
-                "isolation_level": 0,
-                "session_id": 0,
-                "session_epoch": -1,
-                "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-                "forgotten_topics_data": [],
-                "rack_id": "",
-            },
-            timeout_s=MAX_WAIT_MS / 1000.0 + 30,
-        )
+        except BaseException:
+            self._session.handle_error()
+            raise
+        self._session.handle_response(data, resp["error_code"], resp["session_id"])
+        if resp["error_code"] in SESSION_ERRORS:
+            return  # the next request is a full one
         if resp["error_code"] != ErrorCode.NONE:
             raise ConnectionError(f"fetch error {resp['error_code']}")
         failed = answered = 0
@@ -244,6 +264,8 @@ class ReplicaFetcher:
                 key = (t["topic"], p["partition_index"])
                 f = ready.get(key)
                 if f is None or not self._current(key, f):
+                    # what the leader sent for it is lost: start the session again in full
+                    self._session.handle_error()
                     continue
                 answered += 1
                 failed += self._apply(f, p)

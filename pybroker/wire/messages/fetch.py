@@ -1,4 +1,4 @@
-"""Fetch (key 1): request and response layouts, versions 4-12.
+"""Fetch (key 1): request and response layouts, versions 4-17.
 
 Kafka's spec: validVersions 4-18.
 """
@@ -9,7 +9,7 @@ FETCH = declare(
     api(
         1,
         "Fetch",
-        versions="4-12",
+        versions="4-17",
         flexible="12+",
         request=[
             F("cluster_id", "string", "12+", nullable="12+", tag=0, default=None),
