@@ -289,3 +289,30 @@ def test_kafka_cluster_without_zookeeper_skips_saying_why(pytester, monkeypatch)
     result = run(pytester, "-q", "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*kafka_cluster needs ZooKeeper: /nonexistent/zkServer.sh*"])
+
+
+def test_the_readme_example_passes(pytester):
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Testing your code against a real broker", 1)[1]
+    example = section.split("```python\n", 1)[1].split("```", 1)[0]
+    pytester.makepyfile(test_readme=example)
+    result = run(pytester, "-q")
+    result.assert_outcomes(passed=1)
+
+
+def test_the_pytest11_entry_point_loads_the_plugin_without_p(pytester, tmp_path, monkeypatch):
+    """The package's metadata as pip writes it (setuptools' egg_info from pyproject.toml,
+    put first on the path) registers the plugin: no -p, no conftest."""
+    meta = tmp_path / "meta"
+    meta.mkdir()
+    subprocess.run(
+        [sys.executable, "-c", "from setuptools import setup; setup()", "-q", "egg_info"]
+        + ["--egg-base", str(meta)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(meta), str(ROOT)]))
+    pytester.makepyfile(test_user="def test_x(kafka_topic):\n    assert kafka_topic()\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=1)
