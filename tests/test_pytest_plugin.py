@@ -316,3 +316,37 @@ def test_the_pytest11_entry_point_loads_the_plugin_without_p(pytester, tmp_path,
     pytester.makepyfile(test_user="def test_x(kafka_topic):\n    assert kafka_topic()\n")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=1)
+
+
+def _kafka_jars() -> bool:
+    try:
+        from compat_tests import java
+    except ImportError:
+        return False
+    return java.java_available()
+
+
+@pytest.mark.skipif(not _kafka_jars(), reason="Apache Kafka's jars (scripts/fetch-java-deps)")
+def test_kafka_topic_against_apache_kafka(pytester, tmp_path, monkeypatch):
+    """--kafka-bootstrap at a real Apache Kafka 3.9 (KRaft): kafka_topic's CreateTopics and
+    DeleteTopics through pybroker's codec work there as they do on pybroker, and a refusal
+    carries Kafka's own message."""
+    from bench.kafka_reference import start_kafka  # bench/ is a namespace package at ROOT
+
+    report = tmp_path / "report.jsonl"
+    monkeypatch.setenv("REPORT", str(report))
+    pytester.makepyfile(
+        test_user=ROUND_TRIP
+        + "\n\ndef test_refused(kafka_topic):\n    kafka_topic(replication_factor=3)\n"
+    )
+    with start_kafka(tmp_path / "kafka") as kafka:
+        result = run(pytester, "-q", f"--kafka-bootstrap={kafka.bootstrap}")
+        result.assert_outcomes(passed=1, failed=1)
+        result.stdout.fnmatch_lines(["*INVALID_REPLICATION_FACTOR (38)*only 1 broker*"])
+        (line,) = reports(report)
+        assert line["bootstrap"] == kafka.bootstrap
+        with AdminClient(kafka.bootstrap) as admin:
+            deadline = time.monotonic() + 30
+            while line["topic"] in admin.metadata().topics:
+                assert time.monotonic() < deadline, "the topic was not deleted"
+                time.sleep(0.1)
