@@ -36,16 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from compat_tests import rawkafka
-from compat_tests.broker_process import BrokerProcess
+from compat_tests.broker_process import BrokerProcess, start_all
+from pybroker.testing.cluster import CLUSTER_OVERRIDES  # settings every cluster broker gets
 from tests.zk_server import ZooKeeperServer
 
-# settings every cluster broker gets (the brief's manual run; faster failure detection)
-CLUSTER_OVERRIDES: dict[str, object] = {
-    "zookeeper.session.timeout.ms": 6000,
-    "replica.lag.time.max.ms": 5000,
-    "group.initial.rebalance.delay.ms": 0,
-    "group.min.session.timeout.ms": 1000,
-}
 SESSION_TIMEOUT_S = 6.0
 
 
@@ -183,21 +177,7 @@ class Cluster:
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self, timeout: float = 60.0) -> Cluster:
-        errors: list[BaseException] = []
-
-        def run(b: BrokerProcess) -> None:
-            try:
-                b.start()
-            except BaseException as e:  # noqa: BLE001 - reported below
-                errors.append(e)
-
-        threads = [threading.Thread(target=run, args=(b,)) for b in self.brokers.values()]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
+        start_all(self.brokers.values())
         wait_until(lambda: self._all_registered(), timeout, 0.2, f"all of {self.ids} registered")
         return self
 

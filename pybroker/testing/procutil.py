@@ -1,0 +1,69 @@
+"""Small process/port helpers shared by the ZooKeeper and broker fixtures (the compat tests
+and the pytest plugin, pybroker.testing.pytest_plugin)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+
+_HANDED_OUT: set[int] = set()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on loopback that nothing listens on right now and that this process has not
+    handed out before: the kernel may give the same free port to two calls in a row, and a
+    cluster's brokers take theirs before any of them binds (a stopped broker keeps its port
+    for its restart), so two brokers once shared one and the restart failed."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+
+
+def port_accepts(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def wait_for_port(
+    host: str, port: int, timeout: float, proc: subprocess.Popen | None = None
+) -> None:
+    """Wait until host:port accepts TCP connections; fail early if `proc` exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before {host}:{port} opened")
+        if port_accepts(host, port):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"{host}:{port} did not accept connections within {timeout}s")
+
+
+def tail(path: os.PathLike | str, max_lines: int = 200) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            lines = f.readlines()
+    except OSError as e:
+        return f"<cannot read {path}: {e}>"
+    cut = len(lines) - max_lines
+    head = f"... ({cut} earlier lines in {path})\n" if cut > 0 else ""
+    return head + "".join(lines[-max_lines:])
+
+
+def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    """Signal the process group `proc` leads (it was started with start_new_session=True)."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,128 @@
+"""A throwaway real ZooKeeper (Debian's zookeeper package) for tests.
+
+``ZooKeeperServer(workdir)`` writes a zoo.cfg (tickTime=500, its own dataDir, a free loopback
+port, admin server off, maxSessionTimeout raised) and runs ``zkServer.sh start-foreground`` in
+its own process group; ``stop()`` always ends that group.  ``restart()`` keeps the port and the
+data dir, so sessions survive it.  ``zookeeper_available()`` says whether zkServer.sh and java
+are installed (``ZK_SERVER_SH`` overrides the script's path).
+
+Used by the pytest plugin's ``kafka_cluster`` fixture and by the project's own tests
+(tests/zk_server.py adds their fixtures).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from pybroker.testing.procutil import free_port
+
+ZK_SERVER_SH = os.environ.get("ZK_SERVER_SH", "/usr/share/zookeeper/bin/zkServer.sh")
+
+
+def zookeeper_available() -> bool:
+    return os.path.exists(ZK_SERVER_SH) and shutil.which("java") is not None
+
+
+class ZooKeeperServer:
+    def __init__(self, workdir: str | os.PathLike[str] | None = None) -> None:
+        self._own_tmp = workdir is None
+        self.dir = Path(workdir or tempfile.mkdtemp(prefix="pybroker-zk-"))
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def connect(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _write_config(self) -> Path:
+        (self.dir / "data").mkdir(parents=True, exist_ok=True)
+        cfg = self.dir / "zoo.cfg"
+        cfg.write_text(
+            "tickTime=500\n"
+            f"dataDir={self.dir / 'data'}\n"
+            f"clientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\n"
+            "admin.enableServer=false\n"
+            "maxSessionTimeout=60000\n"
+            "minSessionTimeout=1000\n"
+            "globalOutstandingLimit=1000\n"
+            "4lw.commands.whitelist=srvr\n"
+        )
+        # zkServer.sh reads log4j/java settings from ZOOCFGDIR; keep Debian's log4j if present
+        for extra in ("log4j.properties", "logback.xml"):
+            src = Path("/etc/zookeeper/conf") / extra
+            if src.exists() and not (self.dir / extra).exists():
+                shutil.copy(src, self.dir / extra)
+        return cfg
+
+    def start(self, timeout: float = 30.0) -> None:
+        cfg = self._write_config()
+        env = dict(os.environ, ZOO_LOG_DIR=str(self.dir), ZOOCFGDIR=str(self.dir))
+        self.proc = subprocess.Popen(
+            [ZK_SERVER_SH, "start-foreground", str(cfg)],
+            env=env,
+            stdout=open(self.dir / "zk.out", "ab"),  # noqa: SIM115
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                out = (self.dir / "zk.out").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"ZooKeeper exited with {self.proc.returncode}:\n{out}")
+            if self.serving():
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"ZooKeeper did not listen on {self.connect} within {timeout}s")
+
+    def serving(self) -> bool:
+        """True once the server answers requests (an accepted TCP connection is not enough:
+        ZooKeeper listens before it has loaded its database)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"srvr")
+                s.settimeout(2)
+                reply = b""
+                while chunk := s.recv(4096):
+                    reply += chunk
+            return b"Zookeeper version" in reply
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)  # the group this object started
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._own_tmp:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> ZooKeeperServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
