@@ -166,6 +166,7 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool, False),
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int, 30000),
     "max.broker.partitions": ("max_broker_partitions", _int, 20000),
+    "max.request.partition.size.limit": ("max_request_partition_size_limit", _int, 2000),
     "max.incremental.fetch.session.cache.slots": (
         "max_incremental_fetch_session_cache_slots",
         _int,
@@ -252,6 +253,7 @@ class Config:
     replica_lag_time_max_ms: int = 30000
     max_broker_partitions: int = 20000
     max_incremental_fetch_session_cache_slots: int = 1000
+    max_request_partition_size_limit: int = 2000
     log_cleanup_policy: str = "delete"
     log_cleaner_enable: bool = True
     log_cleaner_threads: int = 1
@@ -530,6 +532,7 @@ def _validate(cfg: Config) -> None:
     need(cfg.message_max_bytes >= 0, "message.max.bytes", "must be >= 0")
     need(cfg.socket_request_max_bytes >= 1, "socket.request.max.bytes", "must be >= 1")
     need(cfg.max_broker_partitions >= 1, "max.broker.partitions", "must be >= 1")
+    need(cfg.max_request_partition_size_limit >= 1, "max.request.partition.size.limit", ">= 1")
     need(
         cfg.max_incremental_fetch_session_cache_slots >= 0,
         "max.incremental.fetch.session.cache.slots",

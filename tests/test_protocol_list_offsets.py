@@ -1,4 +1,4 @@
-"""ListOffsets v1..v7 against a real broker over TCP (Kafka as the spec)."""
+"""ListOffsets v1..v9 against a real broker over TCP (Kafka as the spec)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from broker_fixture import (
 from pybroker.wire.records import COMPRESSION_GZIP, build_batch
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+EARLIEST_LOCAL, LATEST_TIERED = -4, -5
+DELETE_RECORDS = 21
 T0 = 1_700_000_000_000  # distinct, increasing CreateTime timestamps (recent enough for retention)
 
 
@@ -24,7 +26,7 @@ def topic(client):
     return name
 
 
-VERSIONS = range(1, 8)
+VERSIONS = range(1, 10)
 
 
 def produce_stamped(client, topic, stamps, **kw):
@@ -203,3 +205,28 @@ def test_same_partition_twice_is_invalid_request(client, topic):
     )
     codes = [p["error_code"] for p in body["topics"][0]["partitions"]]
     assert codes == [42, 42]  # INVALID_REQUEST for each occurrence
+
+
+@pytest.mark.parametrize("version", [8, 9])
+def test_earliest_local_is_the_log_start_v8(client, topic, version):
+    client.produce(topic, 0, batch([b"a", b"b", b"c", b"d"]))
+    r = client.request(
+        DELETE_RECORDS,
+        1,
+        {"topics": [{"name": topic, "partitions": [{"partition_index": 0, "offset": 3}]}],
+         "timeout_ms": 10000},
+    )  # fmt: skip
+    assert r["topics"][0]["partitions"][0]["error_code"] == NONE
+    p = client.list_offset(topic, 0, EARLIEST_LOCAL, version=version)
+    assert (p["error_code"], p["offset"], p["timestamp"]) == (NONE, 3, -1)
+
+
+def test_latest_tiered_is_none_without_remote_storage_v9(client, topic):
+    client.produce(topic, 0, batch([b"a", b"b"]))
+    p = client.list_offset(topic, 0, LATEST_TIERED, version=9)
+    assert (p["error_code"], p["offset"], p["timestamp"], p["leader_epoch"]) == (NONE, -1, -1, -1)
+
+
+def test_new_special_timestamps_are_invalid_in_older_versions(client, topic):
+    assert client.list_offset(topic, 0, EARLIEST_LOCAL, version=7)["error_code"] == 42
+    assert client.list_offset(topic, 0, LATEST_TIERED, version=8)["error_code"] == 42

@@ -5,9 +5,10 @@ Loaded with `-p compat_tests.kafka_python_suite.plugin` by scripts/run-kafka-pyt
 - Unless KAFKA_URI is already set, starts `python -m pybroker serve` on a free loopback port
   (backend from PYBROKER_SUITE_BACKEND: "embedded" (default) or "zookeeper", which starts a
   throwaway ZooKeeper too) and sets KAFKA_URI=tcp://127.0.0.1:<port>.
-- Unless KAFKA_VERSION is set, sets it to the version kafka-python infers from pybroker's
-  ApiVersions answer (their fixtures pass api_version=KAFKA_VERSION to every client and gate
-  tests on it).
+- Unless KAFKA_VERSION is set, sets it to KAFKA_LEVEL, the Apache Kafka release whose
+  protocol pybroker serves (their fixtures pass api_version=KAFKA_VERSION to every client and
+  gate tests on it, and their test_kafka_version_infer checks that kafka-python infers that
+  version from pybroker's ApiVersions answer).
 - KAFKA_ROOT must name an existing directory for their Fixture class: a temp dir is used.
 - Deselects the tests listed in deselected.txt (`nodeid  # reason`), printing each reason.
 - Gives the tests in upstream-flaky.txt (races in the client, read in its source) one rerun,
@@ -34,6 +35,7 @@ DESELECT_FILE = HERE / "deselected.txt"
 FLAKY_FILE = HERE / "upstream-flaky.txt"
 
 _state: dict = {}
+KAFKA_LEVEL = "3.9.0"  # tests/test_kafka39_versions.py holds pybroker's ApiVersions to it
 
 
 def read_deselected(path: Path = DESELECT_FILE) -> dict[str, str]:
@@ -62,17 +64,6 @@ def read_flaky(path: Path = FLAKY_FILE) -> dict[str, tuple[str, str]]:
             raise pytest.UsageError(f"{path}: want `nodeid  # symptom  # reason`: {line!r}")
         entries[parts[0]] = (parts[1], parts[2])
     return entries
-
-
-def _infer_kafka_version(bootstrap: str) -> str:
-    from kafka import KafkaAdminClient
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="suite-version-probe")
-    try:
-        version = admin._manager.broker_version  # what kafka-python inferred
-    finally:
-        admin.close()
-    return ".".join(str(v) for v in version)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -114,9 +105,7 @@ def pytest_load_initial_conftests(early_config, parser, args):
         except BrokerStartError as e:
             raise pytest.UsageError(f"could not start pybroker for the suite: {e}") from None
         os.environ["KAFKA_URI"] = f"tcp://{broker.bootstrap}"
-    if "KAFKA_VERSION" not in os.environ:
-        bootstrap = os.environ["KAFKA_URI"].split("://", 1)[-1]
-        os.environ["KAFKA_VERSION"] = _infer_kafka_version(bootstrap)
+    os.environ.setdefault("KAFKA_VERSION", KAFKA_LEVEL)
     # PYBROKER_SUITE_NO_DESELECT=1 runs the listed tests too (to see which now pass)
     _state["deselected"] = {} if os.environ.get("PYBROKER_SUITE_NO_DESELECT") else read_deselected()
 

@@ -143,6 +143,15 @@ class TransactionCoordinator:
                 return ErrorCode.NOT_COORDINATOR
             return d.error
 
+    async def verify_partitions(
+        self, tid: str, pid: int, epoch: int, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, ErrorCode]:
+        if not self.coordinates(tid):
+            return dict.fromkeys(partitions, ErrorCode.NOT_COORDINATOR)
+        async with self._lock(tid):
+            cur = await self._current(tid)
+            return ts.verify_partitions(cur[0] if cur else None, pid, epoch, partitions)
+
     async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> ErrorCode:
         if not self.coordinates(tid):
             return ErrorCode.NOT_COORDINATOR

@@ -211,6 +211,24 @@ def add_partitions(
     return Decision(ErrorCode.NONE, new)
 
 
+def verify_partitions(
+    md: TxnMetadata | None, producer_id: int, epoch: int, partitions: list[tuple[str, int]]
+) -> dict[tuple[str, int], ErrorCode]:
+    """AddPartitionsToTxn v4+ with verify_only (KIP-890): is each partition in the producer's
+    transaction?  As Kafka's handleVerifyPartitionsInTransaction: producer errors, or
+    CONCURRENT_TRANSACTIONS while markers are written, for all; else NONE for the partitions
+    in the transaction and TRANSACTION_ABORTABLE for the others."""
+    err = _check_producer(md, producer_id, epoch)
+    if err is ErrorCode.NONE and md is not None and md.state in _PREPARE:
+        err = ErrorCode.CONCURRENT_TRANSACTIONS
+    if err is not ErrorCode.NONE or md is None:
+        return dict.fromkeys(partitions, err)
+    return {
+        tp: ErrorCode.NONE if tp in md.partitions else ErrorCode.TRANSACTION_ABORTABLE
+        for tp in partitions
+    }
+
+
 def end_txn(
     md: TxnMetadata | None, producer_id: int, epoch: int, commit: bool, now_ms: int
 ) -> Decision:

@@ -1,9 +1,13 @@
-"""AddOffsetsToTxn (key 25), versions 0-3.
+"""AddOffsetsToTxn (key 25), versions 0-4.
 
 Adds the group's offsets partition, (__consumer_offsets, partitionFor(group_id)) with Kafka's
 partitioning (coord/group_coordinator.py), to the producer's transaction, so the transaction's
 marker reaches the group's coordinator, which then commits or drops the offsets the producer
 sent with TxnOffsetCommit (coord/txn_offsets.py).  Errors as AddPartitionsToTxn's.
+
+v4 (KIP-890) only tells the broker that the client knows TRANSACTION_ABORTABLE; pybroker
+has no case that answers it, since partition leaders do not verify transactional appends
+with the coordinator.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from pybroker.registry import handler
 from pybroker.security.acl import Operation
 
 
-@handler(25, 0, 3)
+@handler(25, 0, 4)
 async def add_offsets_to_txn(ctx: RequestContext, req: dict) -> dict:
     coord = coordinator(ctx)
     if not on_txn(ctx, Operation.WRITE, req["transactional_id"]):

@@ -1,4 +1,4 @@
-"""EndTxn (key 26), versions 0-3.
+"""EndTxn (key 26), versions 0-4.
 
 Commit or abort the producer's transaction: its coordinator persists PrepareCommit /
 PrepareAbort and answers; the markers are written to every partition of the transaction in
@@ -7,6 +7,10 @@ the background (handlers/_txn_markers.py), then CompleteCommit / CompleteAbort i
 CONCURRENT_TRANSACTIONS, which clients retry.  A retried EndTxn of a completed transaction is
 answered NONE; the opposite outcome INVALID_TXN_STATE.  PRODUCER_FENCED is answered as
 INVALID_PRODUCER_EPOCH below v2.
+
+v4 (KIP-890) only tells the broker that the client knows TRANSACTION_ABORTABLE; pybroker
+has no case that answers it, since partition leaders do not verify transactional appends
+with the coordinator.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pybroker.registry import handler
 from pybroker.security.acl import Operation
 
 
-@handler(26, 0, 3)
+@handler(26, 0, 4)
 async def end_txn(ctx: RequestContext, req: dict) -> dict:
     coord = coordinator(ctx)
     if not on_txn(ctx, Operation.WRITE, req["transactional_id"]):

@@ -1,26 +1,34 @@
-"""FindCoordinator (key 10), versions 0-4.
+"""FindCoordinator (key 10), versions 0-6.
 
 Group keys (key_type 0) and transactional ids (key_type 1) map to the owner of their
 partition (Kafka's partitionFor over 50 partitions), a live broker chosen by rendezvous hashing
-over /brokers/ids (see pybroker.coord.group_coordinator).  v4 batches several keys.  Unknown
-key types and empty keys get INVALID_REQUEST, as in Kafka.
+over /brokers/ids (see pybroker.coord.group_coordinator).  v4 batches several keys; v5 only
+tells the broker that the client knows TRANSACTION_ABORTABLE.  Share groups (key_type 2, v6,
+KIP-932) are not served, and the answers are Kafka 3.9's for a broker without them: below v6
+INVALID_REQUEST, from v6 CLUSTER_AUTHORIZATION_FAILED without CLUSTER_ACTION, else
+COORDINATOR_NOT_AVAILABLE.  Other key types and empty keys get INVALID_REQUEST, as in Kafka.
 """
 
 from __future__ import annotations
 
 from pybroker.coord.group_coordinator import coordinator_for
 from pybroker.errors import ErrorCode
-from pybroker.handlers._authz import on_group, on_txn
+from pybroker.handlers._authz import on_cluster, on_group, on_txn
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 from pybroker.security.acl import Operation
 
-GROUP, TRANSACTION = 0, 1
+GROUP, TRANSACTION, SHARE = 0, 1, 2
 
 
 def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict:
     cluster = ctx.services.cluster
-    if key_type not in (GROUP, TRANSACTION):
+    if key_type == SHARE and ctx.version >= 6:
+        if not on_cluster(ctx, Operation.CLUSTER_ACTION):
+            code, message = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None
+        else:
+            code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "share groups are not served"
+    elif key_type not in (GROUP, TRANSACTION):
         code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
     elif key_type == GROUP and not on_group(ctx, Operation.DESCRIBE, key):
         code, message = ErrorCode.GROUP_AUTHORIZATION_FAILED, None
@@ -60,7 +68,7 @@ def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict:
     }
 
 
-@handler(10, 0, 4)
+@handler(10, 0, 6)
 async def find_coordinator(ctx: RequestContext, req: dict) -> dict:
     key_type = req.get("key_type", GROUP)
     if ctx.version >= 4:

@@ -1,4 +1,4 @@
-"""InitProducerId (key 22), versions 0-4.
+"""InitProducerId (key 22), versions 0-5.
 
 Idempotent producers (transactional_id null) get a fresh producer id with epoch 0 every time,
 as Kafka's transaction coordinator does for them (v3+ requests that carry the current id and
@@ -12,6 +12,10 @@ transaction aborted first (CONCURRENT_TRANSACTIONS until its markers are written
 clients retry), KIP-360's producer_id/producer_epoch (v3+) checked, and
 INVALID_TRANSACTION_TIMEOUT above transaction.max.timeout.ms.  PRODUCER_FENCED is answered as
 INVALID_PRODUCER_EPOCH below v4, as Kafka does.
+
+v5 (KIP-890) only tells the broker that the client knows TRANSACTION_ABORTABLE; pybroker
+has no case that answers it, since partition leaders do not verify transactional appends
+with the coordinator.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ def _answer(code: int, pid: int = -1, epoch: int = -1) -> dict:
     return {"throttle_time_ms": 0, "error_code": code, "producer_id": pid, "producer_epoch": epoch}
 
 
-@handler(22, 0, 4)
+@handler(22, 0, 5)
 async def init_producer_id(ctx: RequestContext, req: dict) -> dict:
     tid = req.get("transactional_id")
     if tid is not None:

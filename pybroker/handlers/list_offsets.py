@@ -1,9 +1,11 @@
-"""ListOffsets (key 2), versions 1-7.
+"""ListOffsets (key 2), versions 1-9.
 
 timestamp -2: the log start offset; -1: the high watermark (read_uncommitted) or the last
 stable offset (isolation_level 1, read_committed: below the earliest open transaction); -3
 (v7, KIP-734): the offset and timestamp of the record with the largest timestamp; any other
-timestamp: the first offset whose timestamp is at or after it, found through the time index,
+timestamp: -4 (v8, KIP-405's earliest local offset): the log start offset, since every record
+is local; -5 (v9, KIP-1005's latest tiered offset): offset -1 with leader epoch -1, as Kafka
+answers without remote storage; any other timestamp: the first offset whose timestamp is at or after it, found through the time index,
 or offset -1 / timestamp -1 when there is none (offsets at or above the high watermark, or
 the LSO for read_committed, count as none: Kafka's lastFetchableOffset).  A new leader
 whose high watermark is still below the start offset of its leader epoch answers -1 and
@@ -37,6 +39,7 @@ from pybroker.security.acl import Operation
 from pybroker.wire.records import BatchHeader, InvalidRecordError
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+EARLIEST_LOCAL, LATEST_TIERED = -4, -5
 READ_COMMITTED = 1
 INLINE_BYTES = 16 * 1024  # uncompressed batches up to this size are walked on the loop
 
@@ -93,8 +96,10 @@ async def _lookup(ctx: RequestContext, topic: str, p: dict, read_committed: bool
         log = replica.log
         epoch = replica.leader_epoch
         ts = p["timestamp"]
-        if ts == EARLIEST:
+        if ts == EARLIEST or (ts == EARLIEST_LOCAL and ctx.version >= 8):
             found = (log.log_start_offset, -1)
+        elif ts == LATEST_TIERED and ctx.version >= 9:
+            found = (-1, -1)  # nothing is tiered
         elif ts < 0 and not (ts == LATEST or ts == MAX_TIMESTAMP and ctx.version >= 7):
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"invalid timestamp {ts}")
         elif ts == LATEST:
@@ -136,7 +141,7 @@ async def _lookup(ctx: RequestContext, topic: str, p: dict, read_committed: bool
 YIELD_EVERY = 256  # partitions looked up per loop step (~30 us each)
 
 
-@handler(2, 1, 7)
+@handler(2, 1, 9)
 async def list_offsets(ctx: RequestContext, req: dict) -> dict:
     topics = []
     read_committed = req.get("isolation_level", 0) == READ_COMMITTED

@@ -1,4 +1,4 @@
-"""TxnOffsetCommit (key 28), versions 0-3.
+"""TxnOffsetCommit (key 28), versions 0-4.
 
 Sent by a transactional producer to the group's coordinator (sendOffsetsToTransaction, after
 AddOffsetsToTxn): the offsets stay pending (coord/txn_offsets.py) until the transaction's
@@ -7,6 +7,10 @@ member id, group instance id and generation, checked as Kafka does: UNKNOWN_MEMB
 ILLEGAL_GENERATION, FENCED_INSTANCE_ID.  Other errors: NOT_COORDINATOR, INVALID_GROUP_ID,
 UNKNOWN_TOPIC_OR_PARTITION, OFFSET_METADATA_TOO_LARGE, INVALID_PRODUCER_EPOCH (a producer
 epoch older than the one of its pending offsets for the group).
+
+v4 (KIP-890) only tells the broker that the client knows TRANSACTION_ABORTABLE; pybroker
+has no case that answers it, since partition leaders do not verify transactional appends
+with the coordinator.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pybroker.registry import handler
 from pybroker.security.acl import Operation
 
 
-@handler(28, 0, 3)
+@handler(28, 0, 4)
 async def txn_offset_commit(ctx: RequestContext, req: dict) -> dict:
     code = (
         ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED

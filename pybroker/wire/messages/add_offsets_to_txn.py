@@ -1,4 +1,4 @@
-"""AddOffsetsToTxn (key 25): request and response layouts, versions 0-3.
+"""AddOffsetsToTxn (key 25): request and response layouts, versions 0-4.
 
 Kafka's spec: validVersions 0-4, flexible from 3 (v4 only allows KIP-890's
 TRANSACTION_ABORTABLE error).
@@ -10,7 +10,7 @@ ADD_OFFSETS_TO_TXN = declare(
     api(
         25,
         "AddOffsetsToTxn",
-        versions="0-3",
+        versions="0-4",
         flexible="3+",
         request=[
             F("transactional_id", "string", "0+"),

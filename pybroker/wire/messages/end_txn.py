@@ -1,4 +1,4 @@
-"""EndTxn (key 26): request and response layouts, versions 0-3.
+"""EndTxn (key 26): request and response layouts, versions 0-4.
 
 Kafka's spec: validVersions 0-5, flexible from 3 (v4 allows TRANSACTION_ABORTABLE, v5 is
 KIP-890's transaction version 2, which answers the bumped producer id and epoch).
@@ -10,7 +10,7 @@ END_TXN = declare(
     api(
         26,
         "EndTxn",
-        versions="0-3",
+        versions="0-4",
         flexible="3+",
         request=[
             F("transactional_id", "string", "0+"),

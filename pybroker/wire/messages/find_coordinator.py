@@ -1,4 +1,4 @@
-"""FindCoordinator (key 10): request and response layouts, versions 0-4.
+"""FindCoordinator (key 10): request and response layouts, versions 0-6.
 
 Kafka's spec: validVersions 0-6.
 """
@@ -9,7 +9,7 @@ FIND_COORDINATOR = declare(
     api(
         10,
         "FindCoordinator",
-        versions="0-4",
+        versions="0-6",
         flexible="3+",
         request=[
             F("key", "string", "0-3"),

@@ -1,4 +1,4 @@
-"""InitProducerId (key 22): request and response layouts, versions 0-4.
+"""InitProducerId (key 22): request and response layouts, versions 0-5.
 
 Kafka's spec: validVersions 0-6.
 """
@@ -9,7 +9,7 @@ INIT_PRODUCER_ID = declare(
     api(
         22,
         "InitProducerId",
-        versions="0-4",
+        versions="0-5",
         flexible="2+",
         request=[
             F("transactional_id", "string", "0+", nullable="0+"),

@@ -1,4 +1,4 @@
-"""ListGroups (key 16): request and response layouts, versions 0-4.
+"""ListGroups (key 16): request and response layouts, versions 0-5.
 
 Kafka's spec: validVersions 0-5.
 """
@@ -9,7 +9,7 @@ LIST_GROUPS = declare(
     api(
         16,
         "ListGroups",
-        versions="0-4",
+        versions="0-5",
         flexible="3+",
         request=[
             F("states_filter", "[]string", "4+"),

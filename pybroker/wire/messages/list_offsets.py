@@ -1,4 +1,4 @@
-"""ListOffsets (key 2): request and response layouts, versions 1-7.
+"""ListOffsets (key 2): request and response layouts, versions 1-9.
 
 Kafka's spec: validVersions 1-11.
 """
@@ -9,7 +9,7 @@ LIST_OFFSETS = declare(
     api(
         2,
         "ListOffsets",
-        versions="1-7",
+        versions="1-9",
         flexible="6+",
         request=[
             F("replica_id", "int32", "0+"),

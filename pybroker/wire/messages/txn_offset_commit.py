@@ -1,4 +1,4 @@
-"""TxnOffsetCommit (key 28): request and response layouts, versions 0-3.
+"""TxnOffsetCommit (key 28): request and response layouts, versions 0-4.
 
 Kafka's spec: validVersions 0-5 in Kafka 4.0 (0-4 in 3.9), flexible from 3; v2 adds the
 committed leader epoch, v3 the member id, group instance id and generation (KIP-447); v4-5
@@ -11,7 +11,7 @@ TXN_OFFSET_COMMIT = declare(
     api(
         28,
         "TxnOffsetCommit",
-        versions="0-3",
+        versions="0-4",
         flexible="3+",
         request=[
             F("transactional_id", "string", "0+"),
