@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import itertools
 import os
 import platform
 import re
@@ -75,6 +76,7 @@ SIZES = {
         "w9_bytes": GIB,
         "w9_keys": 100_000,
         "w10_transactions": 2_000,
+        "w15_partitions": 1_000,
     },
     "small": {
         "w1_records": 30_000,
@@ -90,6 +92,7 @@ SIZES = {
         "w9_bytes": 128 * MIB,
         "w9_keys": 12_500,
         "w10_transactions": 200,
+        "w15_partitions": 1_000,
     },
     "smoke": {"w1_records": 2_000},
 }
@@ -1107,6 +1110,114 @@ def w14_cmds(sizes: dict) -> list[str]:
     return ["as W13's SASL_SSL set-up; otherwise as W12", *w12_cmds(sizes)[1:]]
 
 
+# W15 --------------------------------------------------------------------------------------
+W15_FETCHES = 200
+
+
+def w15_setup(target: Target, sizes: dict) -> dict:
+    topic = f"w15-{uuid.uuid4().hex[:6]}"
+    n = sizes["w15_partitions"]
+    create_topics(target, [topic], n)
+    # Metadata shows leaders before the broker leads them all (Kafka): wait until a fetch of
+    # every partition answers without an error
+    host, port = target.first
+    deadline = time.monotonic() + 120
+    with rawkafka.Conn(host, port, timeout=60) as c:
+        for k in itertools.count():
+            resp, _ = _w15_fetch(c, k, topic, list(range(n)), 0, -1)
+            errors = [p for t in resp["responses"] for p in t["partitions"] if p["error_code"]]
+            if not errors:
+                break
+            if time.monotonic() > deadline:
+                raise WorkloadError(f"{len(errors)} partitions still answer errors")
+            time.sleep(0.5)
+    return {"sizes": sizes, "topic": topic}
+
+
+def _w15_fetch(conn, corr: int, topic: str, partitions: list[int], sid: int, epoch: int):
+    from pybroker.wire.codec import decode_response, encode_request
+
+    body = {
+        "replica_id": -1,
+        "max_wait_ms": 0,
+        "min_bytes": 0,
+        "max_bytes": 50 << 20,
+        "isolation_level": 0,
+        "session_id": sid,
+        "session_epoch": epoch,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {
+                        "partition": p,
+                        "current_leader_epoch": -1,
+                        "fetch_offset": 0,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": 1 << 20,
+                    }
+                    for p in partitions
+                ],
+            }
+        ]
+        if partitions
+        else [],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+    conn.send(encode_request(1, 12, corr, "bench-w15", body))
+    got = conn.recv_frame()
+    if got is None or got[0] != corr:
+        raise WorkloadError(f"Fetch v12: bad answer {got and got[0]}")
+    _, resp = decode_response(1, 12, corr.to_bytes(4, "big", signed=True) + got[1])
+    if resp["error_code"] != 0:
+        raise WorkloadError(f"Fetch v12: error {resp['error_code']}")
+    return resp, len(got[1]) + 8
+
+
+def w15_run(target: Target, st: dict, i: int) -> dict[str, float]:
+    host, port = target.first
+    n = st["sizes"]["w15_partitions"]
+    parts = list(range(n))
+    out: dict[str, float] = {}
+    with rawkafka.Conn(host, port, timeout=60) as c:
+        _w15_fetch(c, 0, st["topic"], parts, 0, -1)  # warm-up
+        cpu0 = cpu_seconds(target.pids)
+        for k in range(W15_FETCHES):
+            _, full_size = _w15_fetch(c, 1 + k, st["topic"], parts, 0, -1)
+        full = (cpu_seconds(target.pids) - cpu0) / W15_FETCHES
+        resp, _ = _w15_fetch(c, 10_000, st["topic"], parts, 0, 0)  # open a session
+        sid = resp["session_id"]
+        if sid == 0:
+            raise WorkloadError("the broker opened no fetch session")
+        cpu0 = cpu_seconds(target.pids)
+        for k in range(W15_FETCHES):
+            resp, inc_size = _w15_fetch(c, 20_000 + k, st["topic"], [], sid, 1 + k)
+            if resp["responses"]:
+                raise WorkloadError("an incremental answer listed idle partitions")
+        inc = (cpu_seconds(target.pids) - cpu0) / W15_FETCHES
+        _w15_fetch(c, 30_000, st["topic"], [], sid, -1)  # close it
+    out["full fetch CPU ms"] = full * 1000
+    out["incremental fetch CPU ms"] = inc * 1000
+    out["full / incremental"] = full / inc if inc > 0 else float("inf")
+    out["full answer KiB"] = full_size / 1024
+    out["incremental answer B"] = float(inc_size)
+    return out
+
+
+def w15_cmds(sizes: dict) -> list[str]:
+    n = sizes["w15_partitions"]
+    return [
+        f"topic: {n} partitions, RF 1, no records (all idle)",
+        f"full fetch CPU ms: broker CPU seconds over {W15_FETCHES} Fetch v12 requests naming all "
+        f"{n} partitions (session_epoch -1, max_wait_ms 0, min_bytes 0), per request, on one raw "
+        "socket after a warm-up",
+        f"incremental fetch CPU ms: the same after one epoch-0 fetch opened a session: "
+        f"{W15_FETCHES} incremental requests naming no partition (nothing changed), per request",
+        "answer sizes: one full answer, one incremental answer (frame bytes)",
+    ]
+
+
 WORKLOADS: dict[str, Workload] = {
     w.wid: w
     for w in [
@@ -1268,6 +1379,20 @@ WORKLOADS: dict[str, Workload] = {
             w12_run,
             w14_cmds,
             tls="SASL_SSL",
+        ),
+        Workload(
+            "W15",
+            "fetch sessions: a consumer of 1,000 idle partitions, full vs incremental fetches",
+            [
+                Metric("full fetch CPU ms", "ms", False),
+                Metric("incremental fetch CPU ms", "ms", False),
+                Metric("full / incremental", "", True),
+                Metric("full answer KiB", "KiB", False),
+                Metric("incremental answer B", "B", False),
+            ],
+            w15_setup,
+            w15_run,
+            w15_cmds,
         ),
     ]
 }

@@ -68,8 +68,12 @@ class FetchPartition:
     log_start_offset: int = -1
     high_watermark: int = -1  # as last sent (sessions only)
     sent_log_start_offset: int = -1
+    # sessions only: the partition's state when an idle read of it was last answered (see
+    # the Fetch handler); None after the fetcher changes its parameters
+    idle_stamp: tuple | None = None
 
     def update_request(self, req: FetchPartition) -> None:
+        self.idle_stamp = None
         self.topic = req.topic
         self.fetch_offset = req.fetch_offset
         self.partition_max_bytes = req.partition_max_bytes
@@ -139,12 +143,15 @@ class FetchContext:
     request_epoch: int = FINAL_EPOCH
 
     def respond(
-        self, entries: dict[Hashable, dict], now_ms: int
+        self, entries: dict[Hashable, dict], now_ms: int, stamps: dict | None = None
     ) -> tuple[int, int, list[tuple[FetchPartition, dict]]]:
+        """``stamps``: {key: the idle partition's state} for partitions read without records
+        or error, remembered in the session (``FetchPartition.idle_stamp``) so the next read
+        can skip them while that state holds."""
         if self.error != NONE:
             return self.error, INVALID_SESSION_ID, []
         if self.session is not None:
-            return self._incremental(entries)
+            return self._incremental(entries, stamps or {})
         answered = []
         seen = set()
         for p in self.partitions:  # a partition named twice is answered once, as Kafka's map
@@ -156,6 +163,7 @@ class FetchContext:
             for p, entry in answered:
                 p.high_watermark = entry["high_watermark"] if entry["error_code"] == NONE else -1
                 p.sent_log_start_offset = entry["log_start_offset"]
+                p.idle_stamp = (stamps or {}).get(p.key)
             session_id = self.cache.maybe_create(
                 now_ms,
                 self.privileged,
@@ -164,7 +172,7 @@ class FetchContext:
             )
         return NONE, session_id, answered
 
-    def _incremental(self, entries: dict[Hashable, dict]) -> tuple[int, int, list]:
+    def _incremental(self, entries: dict[Hashable, dict], stamps: dict) -> tuple[int, int, list]:
         s = self.session
         assert s is not None
         if s.epoch != next_epoch(self.request_epoch):
@@ -175,7 +183,8 @@ class FetchContext:
             entry = entries.get(p.key)
             cached = s.partitions.get(p.key)
             if entry is None or cached is None:
-                continue
+                continue  # (skipped: idle as when last answered)
+            cached.idle_stamp = stamps.get(p.key)
             if cached.must_respond(entry, True):
                 answered.append((cached, entry))
                 del s.partitions[p.key]  # to the end of the session's order

@@ -180,3 +180,31 @@ def test_replica_state_carries_the_replica_id_from_v15(client, topic):
         got = answered(body)[(topic_id, 0)]
         assert got["error_code"] == NONE and got["high_watermark"] == 2
         assert fetched_values(got["records"]) == [(0, b"a"), (1, b"b")]
+
+
+def test_idle_partitions_skipped_by_a_session_still_report_every_change(client, topic):
+    """Idle partitions are skipped while nothing about them changes; any change shows."""
+    sid = open_session(client, topic)["session_id"]
+    for epoch in (1, 2, 3):
+        assert answered(incremental(client, sid, epoch)) == {}
+    r = client.request(
+        21,
+        1,
+        {
+            "topics": [{"name": topic, "partitions": [{"partition_index": 2, "offset": 1}]}],
+            "timeout_ms": 10000,
+        },
+    )
+    assert r["topics"][0]["partitions"][0]["error_code"] == NONE
+    got = answered(incremental(client, sid, 4))
+    assert list(got) == [(topic, 2)] and got[(topic, 2)]["log_start_offset"] == 1
+    assert answered(incremental(client, sid, 5)) == {}
+    assert client.produce(topic, 0, batch([b"c"]))["error_code"] == NONE
+    got = answered(incremental(client, sid, 6))
+    assert list(got) == [(topic, 0)] and fetched_values(got[(topic, 0)]["records"]) == [(2, b"c")]
+    # the fetcher moves on past it; then a fetch from an offset beyond the log end errors
+    assert answered(incremental(client, sid, 7, [(topic, 0, 3, 1 << 20)])) == {}
+    got = answered(incremental(client, sid, 8, [(topic, 1, 50, 1 << 20)]))
+    assert got[(topic, 1)]["error_code"] == 1  # OFFSET_OUT_OF_RANGE
+    got = answered(incremental(client, sid, 9))
+    assert got[(topic, 1)]["error_code"] == 1  # errors are answered every time

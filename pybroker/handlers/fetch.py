@@ -119,8 +119,15 @@ def _read_all(
     replica_id: int,
     uses_ids: bool,
     resolver: Resolver,
-) -> tuple[dict, int, bool]:
-    """One pass over the partitions: ({key: partition entry}, bytes found, any error)."""
+) -> tuple[dict, int, bool, dict]:
+    """One pass over the partitions: ({key: partition entry}, bytes found, any error,
+    {key: idle stamp}).
+
+    A consumer's session partition whose idle state is unchanged since it was last answered
+    (``FetchPartition.idle_stamp`` equals ReplicaManager.fetch_stamp now, and the fetcher did
+    not change its parameters) is skipped: its answer would carry no records, no error and the
+    high watermark and log start the fetcher already has, which an incremental answer leaves
+    out.  So an incremental fetch of many idle partitions costs a comparison per partition."""
     replicas = ctx.services.replicas
     remaining = req.get("max_bytes", 0x7FFFFFFF)
     read_committed = req.get("isolation_level", 0) == READ_COMMITTED
@@ -130,6 +137,7 @@ def _read_all(
     checked = enabled(ctx)  # followers need CLUSTER_ACTION, consumers READ on each topic
     follower_ok = replica_id < 0 or not checked or on_cluster(ctx, Operation.CLUSTER_ACTION)
     allowed: dict[str, bool] = {}
+    stamps: dict = {}
     for p in partitions:
         index = p.partition
         topic = resolver.name(p.topic_id) if uses_ids else p.topic
@@ -148,6 +156,10 @@ def _read_all(
                 errors = True
                 entries[p.key] = _empty(index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 continue
+        stamp = replicas.fetch_stamp(topic, index, read_committed) if replica_id < 0 else None
+        if stamp is not None and stamp == p.idle_stamp:
+            stamps[p.key] = stamp
+            continue
         log = None
         try:
             replica = replicas.leader_replica(topic, index, p.current_leader_epoch)
@@ -198,6 +210,8 @@ def _read_all(
             if diverging is not None:
                 entry["diverging_epoch"] = diverging
                 errors = True  # answer at once
+            elif region is None and stamp is not None:
+                stamps[p.key] = stamp
             entries[p.key] = entry
         except KafkaError as e:
             errors = True
@@ -211,7 +225,7 @@ def _read_all(
             elif ctx.version >= 16 and e.code in _LEADER_MOVED:
                 _current_leader(ctx, topic, index, entry)
             entries[p.key] = entry
-    return entries, total, errors
+    return entries, total, errors, stamps
 
 
 _LEADER_MOVED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
@@ -287,19 +301,23 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
     deadline = clock.monotonic() + max(req["max_wait_ms"], 0) / 1000.0
     wake = leo_key if replica_id >= 0 else consumer_key
     while True:
-        entries, total, errors = _read_all(ctx, req, partitions, replica_id, uses_ids, resolver)
+        entries, total, errors, stamps = _read_all(
+            ctx, req, partitions, replica_id, uses_ids, resolver
+        )
         if total >= req["min_bytes"] or errors:
             break
         left = deadline - clock.monotonic()
+        if left <= 0:
+            break
         keys = [
             wake(name, p.partition)
             for p in partitions
             if (name := (resolver.name(p.topic_id) if uses_ids else p.topic)) is not None
         ]
-        if left <= 0 or not keys:
+        if not keys:
             break
         await ctx.services.purgatory.wait_any(keys, left)
-    error, session_id, answered = context.respond(entries, int(clock.monotonic() * 1000))
+    error, session_id, answered = context.respond(entries, int(clock.monotonic() * 1000), stamps)
     resp = {
         "throttle_time_ms": 0,
         "error_code": error,

@@ -650,7 +650,10 @@ class PartitionLog:
         marker is not yet below the high watermark, high watermark) (Kafka's
         UnifiedLog.lastStableOffset).  read_committed consumers read below it."""
         hw = self.high_watermark
-        first_unstable = self.producer_state.first_unstable_offset(hw)
+        ps = self.producer_state
+        if not ps.ongoing_txns and not ps.unreplicated_txns:
+            return hw  # no transaction in flight (asked for every partition of every fetch)
+        first_unstable = ps.first_unstable_offset(hw)
         return hw if first_unstable is None or first_unstable >= hw else first_unstable
 
     def collect_aborted_transactions(self, start: int, upper_bound: int) -> list[AbortedTxn]:

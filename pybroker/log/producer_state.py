@@ -301,6 +301,8 @@ class ProducerStateManager:
         """The first offset of the earliest transaction that is ongoing, or completed by a
         marker not yet below ``high_watermark`` (those below it are forgotten here)."""
         # (on the owner's thread: the log cleaner asks it through its handoff)
+        if not self.ongoing_txns and not self.unreplicated_txns:
+            return None  # the common case, asked for every partition of every fetch
         unreplicated = list(self.unreplicated_txns.items())
         if any(t.last_offset < high_watermark for _, t in unreplicated):
             unreplicated = [(f, t) for f, t in unreplicated if t.last_offset >= high_watermark]

@@ -76,6 +76,10 @@ class Replica:
     # As leader: the log end offset when this leader epoch began (Kafka's
     # leaderEpochStartOffsetOpt); -1 otherwise.
     leader_epoch_start_offset: int = -1
+    # the TopicInfo this replica's log was last found to belong to (cluster metadata replaces
+    # TopicInfo objects when a topic changes): an identity check per request instead of
+    # comparing topic ids
+    checked_info: object = field(default=None, repr=False, compare=False)
 
     def high_watermark_lagging(self) -> bool:
         """A new leader's high watermark starts where its follower knew it, which can be
@@ -305,7 +309,10 @@ class ReplicaManager:
     def leader_replica(self, topic: str, partition: int, current_leader_epoch: int = -1) -> Replica:
         r = self.replicas.get((topic, partition))
         info = self.cluster.topics.get(topic)
-        if r is None or (info is not None and other_incarnation(r.log.topic_id, info.topic_id)):
+        if r is not None and info is not None and r.checked_info is not info:
+            if not other_incarnation(r.log.topic_id, info.topic_id):
+                r.checked_info = info
+        if r is None or (info is not None and r.checked_info is not info):
             # created (or deleted and created again) a moment ago: the change event is still
             # queued; never append to or read from the log of the deleted incarnation
             if info is None or partition not in info.partitions:
@@ -327,6 +334,26 @@ class ReplicaManager:
             # held up past a third of the session: we may have been replaced (coord/cluster.py)
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "leadership is being confirmed")
         return r
+
+    def fetch_stamp(self, topic: str, partition: int, read_committed: bool) -> tuple | None:
+        """What a consumer's fetch of an idle partition depends on, for the Fetch handler to
+        see that nothing changed since its last answer: this broker still leads the same
+        replica in the same epoch, the topic's metadata object is the same, and the log's
+        end, high watermark, start (and LSO for read_committed) are where they were.  None
+        when this broker does not lead it now (the full path then answers the error)."""
+        r = self.replicas.get((topic, partition))
+        if r is None or r.role != LEADER or not getattr(self.cluster, "lease_ok", True):
+            return None
+        log = r.log
+        return (
+            r,
+            r.leader_epoch,
+            self.cluster.topics.get(topic),
+            log.log_end_offset,
+            log.high_watermark,
+            log.log_start_offset,
+            log.last_stable_offset if read_committed else -1,
+        )
 
     def check_enough_replicas(self, r: Replica) -> None:
         """acks=all precondition: the ISR is at least min.insync.replicas and the store session
