@@ -583,6 +583,10 @@ def _scenario(bootstrap: str, topic: str, group: str) -> dict:
     g = js(bootstrap, "groups", "describe", group)
     listed = {x["group"]: x for x in js(bootstrap, "groups", "list")}
     cluster = js(bootstrap, "cluster")
+    tool = _kafka_describe(bootstrap, group)  # kafka-consumer-groups --describe
+    assert {(r["partition"], str(r["current_offset"]), str(r["lag"])) for r in g["offsets"]} == {
+        (p, row["CURRENT-OFFSET"], row["LAG"]) for (t, p), row in tool.items() if t == topic
+    }, (g, tool)
     result = {
         "duplicate": line,
         "produced": {

@@ -9,7 +9,8 @@ against pybroker and any Kafka broker alike.  Contract:
   broker's), or at ``version`` if given.
 * :class:`Client`: bootstrap through the first reachable ``host:port`` of the list, Metadata
   for brokers and partition leaders, one cached connection per node, FindCoordinator for a
-  group's coordinator.  ``leader(topic, partition)`` and ``coordinator(group)`` route.
+  group's coordinator.  ``leaders(topic)`` and ``coordinator(group)`` route;
+  ``group_request`` retries while the coordinator moves or loads.
 * Failures: :class:`KafkaCliError` carries a Kafka error code (its name is the first word of the
   message); :class:`ClientError` is anything else (unreachable broker, protocol mismatch).
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import itertools
 import socket
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from pybroker.errors import ErrorCode
@@ -32,6 +34,11 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 API_VERSIONS = 18
 METADATA = 3
 FIND_COORDINATOR = 10
+COORDINATOR_RETRY = {
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.NOT_COORDINATOR,
+}
 COORDINATOR_WAIT = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
 
 
@@ -64,6 +71,19 @@ def check(code: int, message: str | None = None) -> None:
     """Raise KafkaCliError unless ``code`` is 0."""
     if code:
         raise KafkaCliError(code, message)
+
+
+def _error_codes(obj: Any) -> Iterator[int]:
+    """Every error_code of a decoded response, at any depth."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k == "error_code":
+                yield v
+            elif isinstance(v, (dict, list)):
+                yield from _error_codes(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _error_codes(v)
 
 
 def _software_version() -> str:
@@ -318,6 +338,20 @@ class Client:
 
     def coordinator(self, group: str) -> Connection:
         return self.node(self.coordinator_id(group))
+
+    def group_request(self, group: str, api_key: int, body: dict) -> tuple[int, dict]:
+        """A request to the group's coordinator, sent again (after finding the coordinator
+        anew) while any error code in the answer says the coordinator is moving or loading,
+        as Kafka's clients do."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            v, r = self.coordinator(group).request(api_key, body)
+            codes = set(_error_codes(r))
+            if not codes & COORDINATOR_RETRY or time.monotonic() > deadline:
+                return v, r
+            if ErrorCode.NOT_COORDINATOR in codes:
+                self._coordinators.pop(group, None)
+            time.sleep(0.2)
 
     def all_brokers(self) -> list[int]:
         self.metadata([])

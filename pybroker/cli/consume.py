@@ -226,7 +226,7 @@ class Consumer:
                 }
             ],
         }
-        _, r = self.client.coordinator(self.args.group).request(OFFSET_COMMIT, body)
+        _, r = self.client.group_request(self.args.group, OFFSET_COMMIT, body)
         for t in r["topics"]:
             for pr in t["partitions"]:
                 check(pr["error_code"], f"OffsetCommit for group '{self.args.group}'")

@@ -108,8 +108,7 @@ def decode_assignment(data: bytes) -> list[tuple[str, list[int]]]:
 
 
 def describe_group(client: Client, group: str) -> dict:
-    coord = client.coordinator(group)
-    _, r = coord.request(DESCRIBE_GROUPS, {"groups": [group]})
+    _, r = client.group_request(group, DESCRIBE_GROUPS, {"groups": [group]})
     (g,) = r["groups"]
     check(g["error_code"], g.get("error_message"))
     members = []
@@ -130,6 +129,7 @@ def describe_group(client: Client, group: str) -> dict:
             }
         )
     node = client.coordinator_id(group)
+    coord = client.coordinator(group)
     host, port, _ = client.brokers.get(node, (coord.host, coord.port, None))
     return {
         "group": g["group_id"],
@@ -143,14 +143,13 @@ def describe_group(client: Client, group: str) -> dict:
 
 def committed_offsets(client: Client, group: str) -> dict[tuple[str, int], int]:
     """Every committed offset of the group (OffsetFetch with all topics)."""
-    coord = client.coordinator(group)
     body = {
         "group_id": group,
         "topics": None,
         "groups": [{"group_id": group, "topics": None}],
         "require_stable": False,
     }
-    version, r = coord.request(OFFSET_FETCH, body)
+    version, r = client.group_request(group, OFFSET_FETCH, body)
     if version >= 8:
         (res,) = r["groups"]
     else:
@@ -221,11 +220,21 @@ def _describe(client: Client, args: argparse.Namespace) -> int:
 def _describe_text(g: dict) -> str:
     c = g["coordinator"]
     summary = table(
-        ["group", "coordinator", "state", "protocol-type", "protocol", "members", "total-lag"],
+        [
+            "group",
+            "coordinator",
+            "address",
+            "state",
+            "protocol-type",
+            "protocol",
+            "members",
+            "total-lag",
+        ],
         [
             (
                 g["group"],
-                f"{c['host']}:{c['port']} ({c['id']})",
+                c["id"],
+                f"{c['host']}:{c['port']}",
                 g["state"],
                 g["protocol_type"] or None,
                 g["protocol"] or None,
@@ -357,7 +366,7 @@ def _reset(client: Client, args: argparse.Namespace) -> int:
             "group_instance_id": None,
             "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
         }
-        _, r = client.coordinator(args.group).request(OFFSET_COMMIT, body)
+        _, r = client.group_request(args.group, OFFSET_COMMIT, body)
         for t in r["topics"]:
             for p in t["partitions"]:
                 check(p["error_code"], f"OffsetCommit {t['name']}-{p['partition_index']}")
@@ -383,8 +392,7 @@ def _reset(client: Client, args: argparse.Namespace) -> int:
 
 
 def _delete(client: Client, args: argparse.Namespace) -> int:
-    coord = client.coordinator(args.group)
-    _, r = coord.request(DELETE_GROUPS, {"groups_names": [args.group]})
+    _, r = client.group_request(args.group, DELETE_GROUPS, {"groups_names": [args.group]})
     (res,) = r["results"]
     code = res["error_code"]
     if code == ErrorCode.GROUP_ID_NOT_FOUND:
