@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import signal
 import subprocess
 import sys
@@ -267,7 +268,9 @@ def test_produce_lines_read_back_by_kafka_python(broker, codec):
 def test_produce_to_one_partition_acks_and_errors(broker):
     b, topic = broker.bootstrap, unique("prod")
     ok(cli(b, "topics", "create", topic, "-p", "3"))
-    out = rows(ok(cli(b, "produce", topic, "--partition", "2", "--acks", "1", input="a\nb\nc")))
+    r = cli(b, "produce", topic, "--partition", "2", "--acks", "1", input="a\nb\nc")
+    assert r.stderr == "", describe(r)  # no progress when stderr is not a terminal
+    out = rows(ok(r))
     assert out == [{"PARTITION": "2", "RECORDS": "3", "FIRST-OFFSET": "0", "LAST-OFFSET": "2"}]
     ok(cli(b, "produce", topic, "--partition", "1", "--acks", "0", input="x\ny\n"))
     wait_until(lambda: len(_read_all(b, topic, 3)) == 5, 30, 0.2, "acks=0 records stored")
@@ -283,6 +286,40 @@ def test_produce_to_one_partition_acks_and_errors(broker):
     assert line.startswith("error: UNKNOWN_TOPIC_OR_PARTITION: "), line
     line = failure(cli(b, "produce", unique("absent"), input="a\n"))
     assert line.startswith("error: UNKNOWN_TOPIC_OR_PARTITION: "), line
+
+
+def test_progress_only_on_a_terminal(broker):
+    b, topic = broker.bootstrap, unique("tty")
+    ok(cli(b, "topics", "create", topic, "-p", "1"))
+    leader, follower = pty.openpty()
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "pybroker", "-b", b, "produce", topic],
+            input=b"one\ntwo\n",
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            timeout=60,
+        )
+        os.close(follower)
+        follower = -1
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO: the writer side is closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    assert r.returncode == 0, r
+    assert b"produced 2 records to " + topic.encode() in seen, seen
+    assert rows(r.stdout.decode())[0]["RECORDS"] == "2"
 
 
 def _kafka_python_produce(bootstrap: str, topic: str, records: list[tuple]) -> None:
