@@ -551,7 +551,7 @@ def test_cluster_single_broker(broker):
     c = js(broker.bootstrap, "cluster")
     assert c["brokers"] == [{"id": 0, "host": "127.0.0.1", "port": broker.port, "rack": None}]
     assert c["controller_id"] == 0 and c["cluster_id"]
-    assert c["under_replicated"] == []
+    assert c["under_replicated"] == [] and c["offline"] == []
     text = sections(ok(cli(broker.bootstrap, "cluster")))
     assert text["BROKERS (* controller)"] == [
         {"ID": "0*", "ADDRESS": f"127.0.0.1:{broker.port}", "RACK": "-"}
@@ -563,6 +563,13 @@ def test_cluster_under_replicated_partitions(tmp_path):
     with running_cluster(tmp_path, size=2, overrides=overrides) as c:
         topic = unique("urp")
         c.create_topic(topic, partitions=2, rf=2)
+        solo = unique("solo")
+        c.create_topic(solo, partitions=4, rf=1)
+        on_1 = {
+            p["partition"] for p in js(c.bootstrap, "topics", "describe", solo)["partitions"]
+            if p["replicas"] == [1]
+        }  # fmt: skip
+        assert on_1, "round-robin placement puts partitions on both brokers"
         first = js(c.bootstrap, "cluster")
         assert [(x["id"], x["rack"]) for x in first["brokers"]] == [(0, "r1"), (1, "r1")]
         assert first["controller_id"] in (0, 1) and first["under_replicated"] == []
@@ -579,7 +586,21 @@ def test_cluster_under_replicated_partitions(tmp_path):
             (1, 0, [0, 1], [0]),
         ]
         text = sections(ok(cli(bootstrap, "cluster")))
-        assert len(text["UNDER-REPLICATED PARTITIONS"]) == 2
+        assert len(text["UNDER-REPLICATED PARTITIONS"]) >= 2
+        offline = js(bootstrap, "cluster")["offline"]
+        assert [(o["partition"], o["replicas"]) for o in offline if o["topic"] == solo] == [
+            (p, [1]) for p in sorted(on_1)
+        ]
+        assert {r["PARTITION"] for r in text["OFFLINE PARTITIONS"] if r["TOPIC"] == solo} == {
+            str(p) for p in on_1
+        }
+        # describe still answers for a topic with leaderless partitions: no offsets for them
+        d = js(bootstrap, "topics", "describe", solo)
+        for p in d["partitions"]:
+            if p["partition"] in on_1:
+                assert (p["leader"], p["high_watermark"]) == (-1, None), d
+            else:
+                assert (p["leader"], p["high_watermark"]) == (0, 0), d
 
 
 # -- the same commands against Apache Kafka 3.9 -----------------------------------------------

@@ -1,6 +1,7 @@
-"""``pybroker cluster``: cluster id, controller, brokers (host:port, rack) and the partitions
-whose in-sync replicas are fewer than their replicas (under-replicated), from one Metadata
-request for every topic, internal ones included."""
+"""``pybroker cluster``: cluster id, controller, brokers (host:port, rack), the partitions
+whose in-sync replicas are fewer than their replicas (under-replicated, as kafka-topics
+--under-replicated-partitions) and those without a leader (offline, as
+--unavailable-partitions), from one Metadata request for every topic, internal ones included."""
 
 from __future__ import annotations
 
@@ -16,9 +17,17 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
 
 def run(client: Client, args: argparse.Namespace) -> int:
     r = client.metadata(None)
-    under = []
+    under, offline = [], []
     for t in sorted(r["topics"], key=lambda t: t["name"] or ""):
         for p in sorted(t["partitions"], key=lambda p: p["partition_index"]):
+            if p["leader_id"] < 0:
+                offline.append(
+                    {
+                        "topic": t["name"],
+                        "partition": p["partition_index"],
+                        "replicas": p["replica_nodes"],
+                    }
+                )
             if len(p["isr_nodes"]) < len(p["replica_nodes"]):
                 under.append(
                     {
@@ -37,6 +46,7 @@ def run(client: Client, args: argparse.Namespace) -> int:
             for b in sorted(r["brokers"], key=lambda b: b["node_id"])
         ],
         "under_replicated": under,
+        "offline": offline,
     }
     emit(args.output, result, _text)
     return 0
@@ -44,8 +54,16 @@ def run(client: Client, args: argparse.Namespace) -> int:
 
 def _text(r: dict) -> str:
     summary = table(
-        ["cluster-id", "controller", "brokers", "under-replicated"],
-        [(r["cluster_id"], r["controller_id"], len(r["brokers"]), len(r["under_replicated"]))],
+        ["cluster-id", "controller", "brokers", "under-replicated", "offline"],
+        [
+            (
+                r["cluster_id"],
+                r["controller_id"],
+                len(r["brokers"]),
+                len(r["under_replicated"]),
+                len(r["offline"]),
+            )
+        ],
     )
     brokers = table(
         ["id", "address", "rack"],
@@ -74,6 +92,19 @@ def _text(r: dict) -> str:
                             ",".join(map(str, u["isr"])),
                         )
                         for u in r["under_replicated"]
+                    ],
+                ),
+            )
+        )
+    if r["offline"]:
+        parts.append(
+            section(
+                "OFFLINE PARTITIONS",
+                table(
+                    ["topic", "partition", "replicas"],
+                    [
+                        (o["topic"], o["partition"], ",".join(map(str, o["replicas"])))
+                        for o in r["offline"]
                     ],
                 ),
             )

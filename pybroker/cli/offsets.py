@@ -24,11 +24,17 @@ def list_offsets(
     spec: int,
     partitions: Iterable[int] | None = None,
 ) -> dict[int, tuple[int, int]]:
-    """``topic`` is a Metadata topic entry (Client.topic)."""
-    leaders = client.leaders(topic)
-    wanted = sorted(leaders if partitions is None else partitions)
+    """``topic`` is a Metadata topic entry (Client.topic); ``partitions``: some of its
+    partitions (default: all).  A wanted partition without a leader: LEADER_NOT_AVAILABLE."""
+    wanted = sorted(
+        {p["partition_index"] for p in topic["partitions"]}
+        if partitions is None
+        else set(partitions)
+    )
+    chosen = [p for p in topic["partitions"] if p["partition_index"] in wanted]
+    leaders = client.leaders(dict(topic, partitions=chosen))
     by_leader: dict[int, list[int]] = defaultdict(list)
-    for p in wanted:
+    for p in sorted(leaders):
         by_leader[leaders[p]].append(p)
     out: dict[int, tuple[int, int]] = {}
     for leader, parts in by_leader.items():

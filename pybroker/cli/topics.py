@@ -129,8 +129,10 @@ def describe_configs(client: Client, name: str) -> list[dict]:
 def _describe(client: Client, args: argparse.Namespace) -> int:
     t = client.topic(args.name)
     configs = describe_configs(client, args.name)
-    start = list_offsets(client, t, EARLIEST)
-    end = list_offsets(client, t, LATEST)
+    # a partition without a leader (its replicas are down) is shown without offsets
+    led = [p["partition_index"] for p in t["partitions"] if p["leader_id"] >= 0]
+    start = list_offsets(client, t, EARLIEST, led)
+    end = list_offsets(client, t, LATEST, led)
     topic_id = t.get("topic_id")
     parts = sorted(t["partitions"], key=lambda p: p["partition_index"])
     result = {
@@ -145,8 +147,8 @@ def _describe(client: Client, args: argparse.Namespace) -> int:
                 "replicas": p["replica_nodes"],
                 "isr": p["isr_nodes"],
                 "offline_replicas": p["offline_replicas"],
-                "log_start_offset": start[p["partition_index"]][0],
-                "high_watermark": end[p["partition_index"]][0],
+                "log_start_offset": start.get(p["partition_index"], (None,))[0],
+                "high_watermark": end.get(p["partition_index"], (None,))[0],
             }
             for p in parts
         ],
