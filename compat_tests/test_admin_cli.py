@@ -382,36 +382,77 @@ def test_consume_positions_formats_and_limits(broker):
     assert line.startswith("error: OFFSET_OUT_OF_RANGE: "), line
 
 
+class Follower:
+    """`pybroker consume TOPIC --format json` running in the background (follow mode); the
+    JSON lines it printed so far in `got`."""
+
+    def __init__(self, bootstrap: str, topic: str, *args: str):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pybroker", "-b", bootstrap, "consume", topic, "--format", "json", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )  # fmt: skip
+        self.got: list[dict] = []
+        self._reader = threading.Thread(
+            target=lambda: self.got.extend(json.loads(x) for x in self.proc.stdout), daemon=True
+        )
+        self._reader.start()
+
+    def interrupt(self) -> tuple[int, str]:
+        """Ctrl-C; (exit code, stderr)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            rc = self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait(10)
+        self._reader.join(10)
+        return rc, self.proc.stderr.read().decode()
+
+
 def test_consume_follows_until_interrupted(broker):
     b, topic = broker.bootstrap, unique("follow")
     ok(cli(b, "topics", "create", topic, "-p", "1"))
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pybroker", "-b", b, "consume", topic, "--format", "json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=ROOT,
-        env=env,
-    )
-    got: list[dict] = []
-    reader = threading.Thread(
-        target=lambda: got.extend(json.loads(line) for line in proc.stdout), daemon=True
-    )
-    reader.start()
+    f = Follower(b, topic)
     try:
         # it starts at the log end: produce until the follower has printed something
         def produced_and_seen():
             ok(cli(b, "produce", topic, "-k", ":", input="k:live\n"))
-            return got
+            return f.got
 
         wait_until(produced_and_seen, 60, 1.0, "followed records")
-        assert {(r["key"], r["value"]) for r in got} == {("k", "live")}
-        assert proc.poll() is None  # still following
+        assert {(r["key"], r["value"]) for r in f.got} == {("k", "live")}
+        assert f.proc.poll() is None  # still following
     finally:
-        proc.send_signal(signal.SIGINT)
-        rc = proc.wait(30)
-        reader.join(10)
-    assert rc == 0, proc.stderr.read().decode()
+        rc, err = f.interrupt()
+    assert rc == 0, err
+
+
+def test_consume_follows_a_leader_change(tmp_path):
+    """kill -9 of the partition leader while following: the consumer finds the new leader and
+    prints what is produced there."""
+    with running_cluster(tmp_path, size=2, overrides={"replica.lag.time.max.ms": 2000}) as c:
+        topic = unique("move")
+        c.create_topic(topic, partitions=1, rf=2)
+        f = Follower(c.bootstrap, topic, "--from-beginning")
+        try:
+            ok(cli(c.bootstrap, "produce", topic, input="".join(f"a{i}\n" for i in range(5))))
+            wait_until(lambda: len(f.got) == 5, 60, 0.1, "records before the kill")
+            old = c.leader_of(topic, 0).leader
+            c.kill9(old)
+            c.wait_new_leader(topic, 0, old)
+            survivor = f"127.0.0.1:{c.brokers[1 - old].port}"
+            ok(cli(survivor, "produce", topic, input="".join(f"b{i}\n" for i in range(5))))
+            wait_until(lambda: len(f.got) == 10, 60, 0.1, "records after the kill")
+            assert [(r["offset"], r["value"]) for r in f.got] == [
+                (i, f"{'a' if i < 5 else 'b'}{i % 5}") for i in range(10)
+            ]
+        finally:
+            rc, err = f.interrupt()
+        assert rc == 0, err
 
 
 # -- groups -----------------------------------------------------------------------------------

@@ -240,11 +240,13 @@ class Client:
     # -- connections --------------------------------------------------------------------------
 
     def any(self) -> Connection:
-        """A connection to some broker: the first bootstrap address that answers."""
+        """A connection to some broker: the first bootstrap address that answers, then the
+        brokers the last Metadata named (the bootstrap broker may have gone)."""
         if self._any is not None:
             return self._any
         errors = []
-        for host, port in self.bootstrap:
+        known = [(h, p) for h, p, _ in self.brokers.values() if (h, p) not in self.bootstrap]
+        for host, port in self.bootstrap + known:
             c = Connection(host, port, timeout_s=self.timeout_s)
             try:
                 c.connect()
@@ -268,6 +270,12 @@ class Client:
             self._nodes[node_id] = c
         return c
 
+    def forget(self, node_id: int) -> None:
+        """Drop the connection to a node (it failed); the next use connects again."""
+        c = self._nodes.pop(node_id, None)
+        if c is not None:
+            c.close()
+
     def close(self) -> None:
         for c in self._nodes.values():
             c.close()
@@ -282,7 +290,11 @@ class Client:
             "topics": None if topics is None else [{"name": t} for t in topics],
             "allow_auto_topic_creation": False,
         }
-        _, r = self.any().request(METADATA, body)
+        try:
+            _, r = self.any().request(METADATA, body)
+        except ClientError:  # that broker went away: ask another one
+            self._any = None
+            _, r = self.any().request(METADATA, body)
         self.brokers = {b["node_id"]: (b["host"], b["port"], b["rack"]) for b in r["brokers"]}
         return r
 

@@ -10,7 +10,8 @@ offsets are read with OffsetFetch and the positions reached are committed with O
 
 Fetch v4+ (read_uncommitted) goes to each partition's leader; control batches are skipped.
 ``-e`` stops once every partition has reached the high watermark it reported; ``-n N`` stops
-after N records; otherwise it follows until interrupted (exit 0).
+after N records; otherwise it follows until interrupted (exit 0).  A leader that goes away or
+moves is looked up again in the metadata for up to 30 s before the command gives up.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 import time
 from collections import defaultdict
 
-from pybroker.cli.client import Client, KafkaCliError, UsageError, check
+from pybroker.cli.client import Client, ClientError, KafkaCliError, UsageError, check
 from pybroker.cli.groups import committed_offsets
 from pybroker.cli.offsets import EARLIEST, LATEST, list_offsets
 from pybroker.cli.output import json_line
@@ -33,6 +34,7 @@ FOLLOW_WAIT_MS = 500
 COMMIT_EVERY_S = 5.0
 PARTITION_MAX_BYTES = 1 << 20
 RETRIABLE = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE}
+RECOVER_S = 30.0
 
 
 def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -104,23 +106,48 @@ class Consumer:
 
     def run(self) -> None:
         last_commit = time.monotonic()
+        failing_since: float | None = None
         while not self.done():
-            leaders = self.client.leaders(self.meta)
-            by_leader: dict[int, list[int]] = defaultdict(list)
-            for p in self.partitions:
-                by_leader[leaders[p]].append(p)
-            refresh = False
-            for leader, parts in by_leader.items():
-                refresh |= self._fetch(leader, parts)
-                if self.done():
-                    break
+            try:
+                refresh = self._fetch_round()
+                failing_since = None
+            except (ClientError, KafkaCliError) as e:
+                # a broker went away or a partition lost its leader: find the new leaders,
+                # for up to RECOVER_S, as a Kafka consumer does
+                retriable = isinstance(e, ClientError) or e.code in RETRIABLE
+                now = time.monotonic()
+                failing_since = failing_since or now
+                if not retriable or now - failing_since > RECOVER_S:
+                    raise
+                refresh = True
             self.out.flush()
             if refresh:
                 time.sleep(0.2)
-                self.meta = self.client.topic(self.topic)
+                try:
+                    self.meta = self.client.topic(self.topic)
+                except ClientError:
+                    if failing_since and time.monotonic() - failing_since > RECOVER_S:
+                        raise
             if self.args.group and time.monotonic() - last_commit >= COMMIT_EVERY_S:
                 self.commit()
                 last_commit = time.monotonic()
+
+    def _fetch_round(self) -> bool:
+        """One Fetch to each leader; True when the metadata must be refreshed."""
+        leaders = self.client.leaders(self.meta)
+        by_leader: dict[int, list[int]] = defaultdict(list)
+        for p in self.partitions:
+            by_leader[leaders[p]].append(p)
+        refresh = False
+        for leader, parts in by_leader.items():
+            try:
+                refresh |= self._fetch(leader, parts)
+            except ClientError:
+                self.client.forget(leader)
+                raise
+            if self.done():
+                break
+        return refresh
 
     def _fetch(self, leader: int, parts: list[int]) -> bool:
         """One Fetch to one leader; True when leadership moved (refresh the metadata)."""
