@@ -26,6 +26,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.partitioner.default import murmur2
 
 from compat_tests import java
+from compat_tests.broker_process import BrokerProcess
 from compat_tests.cluster import running_cluster
 from compat_tests.group_member import (
     GROUP_BROKER_OVERRIDES,
@@ -34,6 +35,7 @@ from compat_tests.group_member import (
     wait_stable,
     wait_until,
 )
+from compat_tests.procutil import free_port
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -743,3 +745,103 @@ def test_same_answers_as_kafka(broker, kafka):
     assert ours == theirs
     # every topic config pybroker reports is one Kafka reports (Kafka has more: e.g. preallocate)
     assert config_names[0] <= config_names[1], config_names[0] - config_names[1]
+
+
+# -- TLS and SASL -----------------------------------------------------------------------------
+
+SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule"
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    """A broker with a SASL_SSL listener (SCRAM users admin and alice, ACLs, admin a super
+    user), as README's "A secured broker" section configures one."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from tls_certs import make_certs
+
+    tmp = tmp_path_factory.mktemp("secured")
+    certs = make_certs(tmp / "certs")
+    plain, secure = free_port(), free_port()
+    b = BrokerProcess(
+        tmp / "broker",
+        port=plain,
+        overrides={
+            "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_SSL://127.0.0.1:{secure}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_SSL://localhost:{secure}",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+                f'{SCRAM_JAAS} required username="admin" password="admin-secret";'
+            ),
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(certs.server),
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            "super.users": "User:admin",
+        },
+    )
+    props = tmp / "server.properties"
+    props.write_text("".join(f"{k}={v}\n" for k, v in b.settings().items()))
+    r = subprocess.run(
+        [sys.executable, "-m", "pybroker", "add-scram", str(props),
+         "SCRAM-SHA-512=[name=admin,password=admin-secret]",
+         "SCRAM-SHA-256=[name=alice,password=alice-secret]"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    b.start()
+    admin = tmp / "admin.properties"  # Kafka's --command-config format
+    admin.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+        f'sasl.jaas.config={SCRAM_JAAS} required username="admin" password="admin-secret";\n'
+        f"ssl.truststore.type=PEM\nssl.truststore.location={certs.ca}\n"
+    )
+    try:
+        yield {"broker": b, "bootstrap": f"localhost:{secure}", "certs": certs, "admin": admin}
+    finally:
+        b.stop()
+        b.cleanup()
+
+
+def _alice(s, password: str = "alice-secret", ca=None) -> list[str]:
+    """kcat-style -X settings for alice."""
+    return [
+        "-X", "security.protocol=SASL_SSL", "-X", "sasl.mechanisms=SCRAM-SHA-256",
+        "-X", "sasl.username=alice", "-X", f"sasl.password={password}",
+        "-X", f"ssl.ca.location={ca or s['certs'].ca}",
+    ]  # fmt: skip
+
+
+def test_sasl_ssl_with_a_command_config_file(secured):
+    b, admin = secured["bootstrap"], ["--command-config", str(secured["admin"])]
+    topic = unique("sec")
+    ok(cli(b, *admin, "topics", "create", topic, "-p", "2"))
+    ok(cli(b, *admin, "produce", topic, "-k", ":", input="k1:v1\nk2:v2\n"))
+    got = json.loads(
+        "["
+        + ",".join(
+            ok(
+                cli(b, *admin, "consume", topic, "--from-beginning", "-e", "--format", "json")
+            ).splitlines()
+        )
+        + "]"
+    )
+    assert sorted((r["key"], r["value"]) for r in got) == [("k1", "v1"), ("k2", "v2")]
+    c = js(b, *admin, "cluster")
+    # the SASL_SSL listener's advertised address, not the PLAINTEXT one
+    assert [(x["host"], x["port"]) for x in c["brokers"]] == [("localhost", int(b.split(":")[1]))]
+
+
+def test_sasl_errors_name_kafkas_error(secured):
+    b = secured["bootstrap"]
+    line = failure(cli(b, *_alice(secured, "wrong"), "topics", "list"))
+    assert line.startswith("error: SASL_AUTHENTICATION_FAILED: "), line
+    # alice logs in, but has no ACL to create topics
+    line = failure(cli(b, *_alice(secured), "topics", "create", unique("denied")))
+    assert line.startswith("error: TOPIC_AUTHORIZATION_FAILED: "), line
+    assert ok(cli(b, *_alice(secured), "topics", "list")) == "NAME  PARTITIONS  REPLICAS\n"
+    # a server certificate the given CA did not sign
+    line = failure(cli(b, *_alice(secured, ca=secured["certs"].other_ca), "topics", "list"))
+    assert line.startswith("error: TLS handshake with ") and "CERTIFICATE_VERIFY_FAILED" in line
+    # a typo in a setting is a usage error
+    r = cli(b, "-X", "sasl.pasword=x", "topics", "list")
+    assert r.returncode == 2 and "sasl.pasword" in r.stderr, describe(r)

@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from pybroker.cli import cluster, consume, groups, produce, topics
+from pybroker.cli import cluster, consume, groups, produce, security, topics
 from pybroker.cli.client import DEFAULT_BOOTSTRAP, Client, ClientError, KafkaCliError, UsageError
 
 MODULES = {
@@ -37,6 +37,20 @@ def common_options() -> argparse.ArgumentParser:
         help=f"brokers to bootstrap from (${ENV_BOOTSTRAP}, default {DEFAULT_BOOTSTRAP})",
     )
     common.add_argument(
+        "-X",
+        dest="client_settings",
+        action="append",
+        default=argparse.SUPPRESS,
+        metavar="KEY=VALUE",
+        help="a client setting (TLS, SASL; kcat's and Kafka's names; see docs/cli.md)",
+    )
+    common.add_argument(
+        "--command-config",
+        default=argparse.SUPPRESS,
+        metavar="FILE",
+        help="Kafka client properties (security.protocol, sasl.*, ssl.*)",
+    )
+    common.add_argument(
         "--output",
         choices=["table", "json"],
         default=argparse.SUPPRESS,
@@ -59,18 +73,21 @@ def run(args: argparse.Namespace) -> int:
     )
     client = None
     try:
-        client = Client(bootstrap)
+        sec, timeout_s = security.load(
+            getattr(args, "command_config", None), getattr(args, "client_settings", None) or []
+        )
+        client = Client(bootstrap, security=sec, timeout_s=timeout_s or 30.0)
         return MODULES[args.command].run(client, args)
     except UsageError as e:
         print(f"pybroker {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except (KafkaCliError, ClientError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
     except BrokenPipeError:
         # the reader went away (| head): not an error; keep Python from complaining at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except (KafkaCliError, ClientError, OSError) as e:  # OSError: a file of the settings
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     finally:

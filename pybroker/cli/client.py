@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 import time
 from collections.abc import Iterator
 from typing import Any
 
 from pybroker.errors import ErrorCode
+from pybroker.security.scram import AuthenticationFailed, ScramClient
 from pybroker.wire import codec
 from pybroker.wire.primitives import DecodeError
 from pybroker.wire.schema import SCHEMAS
@@ -34,6 +36,8 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 API_VERSIONS = 18
 METADATA = 3
 FIND_COORDINATOR = 10
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
 COORDINATOR_RETRY = {
     ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
@@ -114,10 +118,13 @@ def parse_address(text: str) -> tuple[str, int]:
 class Connection:
     """One blocking connection to one broker."""
 
-    def __init__(self, host: str, port: int, *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, host: str, port: int, *, timeout_s: float = 30.0, security: Any = None
+    ) -> None:
         self.host = host
         self.port = port
         self.timeout_s = timeout_s
+        self.security = security  # pybroker.cli.security.Security, or None: PLAINTEXT
         self._sock: socket.socket | None = None
         self._ids = itertools.count(1)
         self.versions: dict[int, tuple[int, int]] = {}
@@ -132,6 +139,13 @@ class Connection:
         except OSError as e:
             raise ClientError(f"cannot connect to {self.address}: {e.strerror or e}") from e
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sec = self.security
+        if sec is not None and sec.ssl is not None:
+            try:
+                self._sock = sec.ssl.wrap_socket(self._sock, server_hostname=self.host)
+            except (OSError, ssl.SSLError) as e:
+                self.close()
+                raise ClientError(f"TLS handshake with {self.address} failed: {e}") from e
         # ApiVersions v3 (KIP-511); a broker that does not know v3 answers in v0 with
         # UNSUPPORTED_VERSION and its ranges, so ask again at v0.
         r = self._roundtrip(
@@ -143,6 +157,32 @@ class Connection:
             r = self._roundtrip(API_VERSIONS, 0, {})
         check(r["error_code"], "ApiVersions")
         self.versions = {k["api_key"]: (k["min_version"], k["max_version"]) for k in r["api_keys"]}
+        if sec is not None and sec.sasl is not None:
+            self._login(*sec.sasl)
+
+    def _login(self, mechanism: str, username: str, password: str) -> None:
+        """SaslHandshake then SaslAuthenticate (KIP-152), as Kafka's clients log in."""
+        _, r = self.request(SASL_HANDSHAKE, {"mechanism": mechanism})
+        if r["error_code"]:
+            enabled = ", ".join(r.get("mechanisms") or [])
+            raise KafkaCliError(
+                r["error_code"], f"{mechanism} is not enabled (the broker offers: {enabled})"
+            )
+
+        def token(data: bytes) -> bytes:
+            _, r = self.request(SASL_AUTHENTICATE, {"auth_bytes": data})
+            check(r["error_code"], r.get("error_message"))
+            return bytes(r["auth_bytes"])
+
+        if mechanism == "PLAIN":
+            token(b"\x00" + username.encode() + b"\x00" + password.encode())
+            return
+        client = ScramClient(mechanism, username, password)
+        server_first = token(client.first())
+        try:
+            client.check(token(client.final(server_first)))
+        except AuthenticationFailed as e:
+            raise KafkaCliError(ErrorCode.SASL_AUTHENTICATION_FAILED, str(e)) from e
 
     def version(self, api_key: int) -> int:
         """The highest version of ``api_key`` that both the codec and the broker support."""
@@ -224,7 +264,7 @@ class Connection:
 class Client:
     """Bootstrap, metadata and routing over one :class:`Connection` per broker."""
 
-    def __init__(self, bootstrap: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, bootstrap: str, *, timeout_s: float = 30.0, security: Any = None) -> None:
         try:
             self.bootstrap = [parse_address(a) for a in bootstrap.split(",") if a.strip()]
         except ValueError as e:
@@ -232,6 +272,7 @@ class Client:
         if not self.bootstrap:
             raise ClientError("--bootstrap-server: no address given")
         self.timeout_s = timeout_s
+        self.security = security
         self.brokers: dict[int, tuple[str, int, str | None]] = {}  # id -> host, port, rack
         self._nodes: dict[int, Connection] = {}
         self._any: Connection | None = None
@@ -247,7 +288,7 @@ class Client:
         errors = []
         known = [(h, p) for h, p, _ in self.brokers.values() if (h, p) not in self.bootstrap]
         for host, port in self.bootstrap + known:
-            c = Connection(host, port, timeout_s=self.timeout_s)
+            c = Connection(host, port, timeout_s=self.timeout_s, security=self.security)
             try:
                 c.connect()
             except ClientError as e:
@@ -265,7 +306,7 @@ class Client:
             if node_id not in self.brokers:
                 raise KafkaCliError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {node_id} is unknown")
             host, port, _ = self.brokers[node_id]
-            c = Connection(host, port, timeout_s=self.timeout_s)
+            c = Connection(host, port, timeout_s=self.timeout_s, security=self.security)
             c.connect()
             self._nodes[node_id] = c
         return c
