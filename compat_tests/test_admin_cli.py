@@ -7,6 +7,8 @@ message` line on stderr, 2 on a usage error), the tables, and the JSON of `--out
 Independent checks: records produced by the CLI are read back with kafka-python (keys land on
 the partition of Kafka's murmur2 partitioner), records produced by kafka-python are read by the
 CLI, and `groups describe` lag equals what Kafka's own kafka-consumer-groups --describe says.
+Also: following a partition through the kill -9 of its leader (two-broker cluster), under-
+replicated and offline partitions, and a SASL_SSL listener with SCRAM users and ACLs.
 """
 
 from __future__ import annotations
