@@ -1,5 +1,8 @@
 """Command line: ``pybroker serve [server.properties] [--override key=value ...]``.
 
+``pybroker topics|groups|produce|consume|cluster ...`` is the admin CLI (pybroker.cli), a Kafka
+client that works against pybroker and any Kafka broker.
+
 ``pybroker add-scram [server.properties] [--override ...] 'SCRAM-SHA-256=[name=alice,
 password=alice-secret]' ...`` writes SCRAM credentials into the broker's metadata store
 before it starts (as Kafka's ``kafka-storage format --add-scram`` does for KRaft, or
@@ -21,7 +24,7 @@ import signal
 import sys
 from pathlib import Path
 
-from pybroker import logthrottle
+from pybroker import cli, logthrottle
 from pybroker.broker import Broker, describe, make_store
 from pybroker.clock import SYSTEM_CLOCK
 from pybroker.config import (
@@ -38,7 +41,10 @@ DEFAULT_DATA_DIR = "pybroker-data"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pybroker", description="A Kafka broker written in Python.")
+    common = cli.common_options()
+    p = argparse.ArgumentParser(
+        prog="pybroker", description="A Kafka broker written in Python.", parents=[common]
+    )
     sub = p.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run a broker")
     serve.add_argument("properties", nargs="?", help="a server.properties file")
@@ -59,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MECHANISM=[name=USER,password=PASSWORD(,iterations=N)]",
     )
     scram.add_argument("--log-level", default="WARNING")
+    cli.add_parsers(sub, common)
     return p
 
 
@@ -137,6 +144,8 @@ async def _serve(broker: Broker) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in cli.MODULES:
+        return cli.run(args)
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
