@@ -36,6 +36,7 @@ DIFFERENT = {
     9: "OffsetFetch v0 (ZooKeeper-stored offsets) is not served",
     2: "ListOffsets v0 (old_style_offsets) is not served",
     19: "CreateTopics v0-1 are not served",
+    27: "WriteTxnMarkers v0 (brokers send v1 since Kafka 2.8; Kafka 4.0 removed v0)",
 }
 
 

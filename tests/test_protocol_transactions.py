@@ -60,9 +60,7 @@ def produce(client, topic, partition, records, transactional_id="tx", version=8)
     return body["responses"][0]["partition_responses"][0]
 
 
-def write_markers(
-    client, markers: list[tuple[int, int, bool, list[tuple[str, int]]]], coord=0, version=1
-):
+def write_markers(client, markers: list[tuple[int, int, bool, list[tuple[str, int]]]], coord=0):
     """markers: (producer id, epoch, committed, partitions); {(pid, topic, partition): error}."""
     req = {
         "markers": [
@@ -79,7 +77,7 @@ def write_markers(
             for pid, epoch, committed, parts in markers
         ]
     }
-    body = client.request(WRITE_TXN_MARKERS, version, req)
+    body = client.request(WRITE_TXN_MARKERS, 1, req)
     return {
         (m["producer_id"], t["name"], p["partition_index"]): p["error_code"]
         for m in body["markers"]
@@ -249,15 +247,7 @@ def test_read_committed_long_poll_wakes_when_the_transaction_commits(client, bro
 def test_write_txn_markers_is_advertised(client):
     body = client.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
     keys = {k["api_key"]: (k["min_version"], k["max_version"]) for k in body["api_keys"]}
-    assert keys[WRITE_TXN_MARKERS] == (0, 1)  # Kafka 3.9's; v0 is v1 without tagged fields
-
-
-def test_write_txn_markers_v0_is_served(client):
-    topic = unique_topic()
-    client.create_topic(topic)
-    assert write_markers(client, [(4242, 0, False, [(topic, 0)])], version=0) == {
-        (4242, topic, 0): NONE
-    }
+    assert keys[WRITE_TXN_MARKERS] == (1, 1)  # brokers send v1 since Kafka 2.8
 
 
 def test_restart_keeps_the_open_transaction_and_the_aborted_index(start_broker):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import uuid
 from collections import defaultdict
 
 from pybroker.cli.client import Client, ClientError, KafkaCliError, UsageError, check
@@ -33,8 +34,17 @@ OFFSET_COMMIT = 8
 FOLLOW_WAIT_MS = 500
 COMMIT_EVERY_S = 5.0
 PARTITION_MAX_BYTES = 1 << 20
-RETRIABLE = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE}
+# (Fetch v13+ names the topic by id: UNKNOWN_TOPIC_ID until every broker knows a new topic,
+# INCONSISTENT_TOPIC_ID after it was re-created: both answered by refreshing the metadata)
+RETRIABLE = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_TOPIC_ID,
+    ErrorCode.INCONSISTENT_TOPIC_ID,
+}
 RECOVER_S = 30.0
+ZERO_UUID = uuid.UUID(int=0)
 
 
 def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -162,7 +172,8 @@ class Consumer:
             "session_epoch": -1,
             "topics": [
                 {
-                    "topic": self.topic,
+                    "topic": self.topic,  # up to v12
+                    "topic_id": self.meta.get("topic_id") or ZERO_UUID,  # v13+
                     "partitions": [
                         {
                             "partition": p,

@@ -17,40 +17,19 @@ A Kafka error code is raised as :class:`KafkaError` with Kafka's name and messag
 
 from __future__ import annotations
 
-import itertools
-import socket
-import struct
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from pybroker.wire import codec
-from pybroker.wire.schema import SCHEMAS
+from pybroker.cli.client import ClientError, error_name
+from pybroker.cli.client import Connection as WireConnection
 
-API_VERSIONS, METADATA, CREATE_TOPICS, DELETE_TOPICS = 18, 3, 19, 20
+METADATA, CREATE_TOPICS, DELETE_TOPICS = 3, 19, 20
 IO_TIMEOUT_S = 15.0
-
-# the Kafka error codes this client names (org.apache.kafka.common.protocol.Errors)
-ERROR_NAMES = {
-    3: "UNKNOWN_TOPIC_OR_PARTITION",
-    5: "LEADER_NOT_AVAILABLE",
-    7: "REQUEST_TIMED_OUT",
-    17: "INVALID_TOPIC_EXCEPTION",
-    29: "TOPIC_AUTHORIZATION_FAILED",
-    31: "CLUSTER_AUTHORIZATION_FAILED",
-    35: "UNSUPPORTED_VERSION",
-    36: "TOPIC_ALREADY_EXISTS",
-    37: "INVALID_PARTITIONS",
-    38: "INVALID_REPLICATION_FACTOR",
-    39: "INVALID_REPLICA_ASSIGNMENT",
-    40: "INVALID_CONFIG",
-    41: "NOT_CONTROLLER",
-    42: "INVALID_REQUEST",
-    44: "POLICY_VIOLATION",
-    73: "TOPIC_DELETION_DISABLED",
-}
 UNKNOWN_TOPIC_OR_PARTITION = 3
 NOT_CONTROLLER = 41
+# a broker that cannot be reached or answers nonsense
+UNREACHABLE = (OSError, ConnectionError, ClientError)
 
 
 class KafkaError(Exception):
@@ -58,7 +37,7 @@ class KafkaError(Exception):
 
     def __init__(self, code: int, what: str, message: str | None = None) -> None:
         self.code = code
-        self.name = ERROR_NAMES.get(code, f"error {code}")
+        self.name = error_name(code)
         detail = f": {message}" if message else ""
         super().__init__(f"{what}: {self.name} ({code}){detail}")
 
@@ -101,66 +80,19 @@ def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
-class Connection:
-    """One blocking TCP connection to one broker; requests at negotiated versions."""
+class Connection(WireConnection):
+    """The CLI's blocking connection (pybroker/cli/client.py: ApiVersions negotiation, one
+    request at a time), connected at once, with Metadata as the plugin reads it."""
 
-    def __init__(
-        self, host: str, port: int, timeout: float = IO_TIMEOUT_S, client_id: str = "pytest"
-    ) -> None:
-        self.host, self.port = host, port
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.client_id = client_id
-        self._corr = itertools.count(1)
-        self._versions: dict[int, int] | None = None
+    def __init__(self, host: str, port: int, timeout: float = IO_TIMEOUT_S) -> None:
+        super().__init__(host, port, timeout_s=timeout)
+        self.connect()
 
     def __enter__(self) -> Connection:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def _recv_exact(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError(f"{self.host}:{self.port} closed the connection")
-            buf += chunk
-        return bytes(buf)
-
-    def request(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
-        corr = next(self._corr)
-        self.sock.sendall(codec.encode_request(api_key, version, corr, self.client_id, body))
-        (size,) = struct.unpack(">i", self._recv_exact(4))
-        got, answer = codec.decode_response(api_key, version, self._recv_exact(size))
-        if got != corr:
-            raise ConnectionError(f"correlation id {got} in the answer to {corr}")
-        return answer
-
-    def api_versions(self) -> dict[int, tuple[int, int]]:
-        """{api key: (min, max)} from an ApiVersions v0 round trip."""
-        answer = self.request(API_VERSIONS, 0, {})
-        if answer["error_code"]:
-            raise KafkaError(answer["error_code"], "ApiVersions")
-        return {a["api_key"]: (a["min_version"], a["max_version"]) for a in answer["api_keys"]}
-
-    def version(self, api_key: int) -> int:
-        """The highest version of api_key both sides support."""
-        if self._versions is None:
-            ours = {k: a.request.versions for k, a in SCHEMAS.by_key.items()}
-            self._versions = {}
-            for key, (lo, hi) in self.api_versions().items():
-                if key in ours:
-                    top = min(hi, ours[key].hi)
-                    if top >= max(lo, ours[key].lo):
-                        self._versions[key] = top
-        if api_key not in self._versions:
-            raise KafkaError(35, f"api key {api_key} on {self.host}:{self.port}")
-        return self._versions[api_key]
 
     def metadata(self, topics: list[str] | None = None) -> Metadata:
         v = self.version(METADATA)
@@ -169,7 +101,7 @@ class Connection:
             body["topics"] = None if v >= 1 else []
         else:
             body["topics"] = [{"name": t} for t in topics]
-        answer = self.request(METADATA, v, body)
+        _, answer = self.request(METADATA, body, version=v)
         brokers = {
             b["node_id"]: BrokerInfo(b["node_id"], b["host"], b["port"]) for b in answer["brokers"]
         }
@@ -219,7 +151,7 @@ class AdminClient:
         for host, port in self.bootstrap:
             try:
                 return self._conn(host, port).metadata(topics)
-            except (OSError, ConnectionError) as e:
+            except UNREACHABLE as e:
                 self._drop(host, port)
                 last = e
         raise ConnectionError(f"no bootstrap broker answered Metadata: {last}")
@@ -235,7 +167,8 @@ class AdminClient:
                 time.sleep(0.05)
                 continue
             conn = self._conn(controller.host, controller.port)
-            answer = conn.request(api_key, conn.version(api_key), make_body(conn.version(api_key)))
+            v = conn.version(api_key)
+            _, answer = conn.request(api_key, make_body(v), version=v)
             codes = [r["error_code"] for r in answer.get("topics", answer.get("responses", []))]
             if NOT_CONTROLLER in codes and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -290,7 +223,7 @@ class AdminClient:
     def _knows(self, broker: BrokerInfo, name: str, partitions: int) -> bool:
         try:
             md = self._conn(broker.host, broker.port).metadata([name])
-        except (OSError, ConnectionError):
+        except UNREACHABLE:
             self._drop(broker.host, broker.port)
             return False
         error, leaders = md.topics.get(name, (UNKNOWN_TOPIC_OR_PARTITION, {}))
@@ -314,8 +247,7 @@ class AdminClient:
 def broker_ready(host: str, port: int, timeout: float = 2.0) -> bool:
     """True once host:port answers ApiVersions and a Metadata naming a live controller."""
     try:
-        with Connection(host, port, timeout) as c:
-            c.api_versions()
+        with Connection(host, port, timeout) as c:  # (connecting asks ApiVersions)
             md = c.metadata([])
         return md.controller_id in md.brokers
     except Exception:  # refused, reset, no controller yet, an answer the codec cannot decode

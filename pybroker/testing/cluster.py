@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pybroker.testing.client import Connection
+from pybroker.testing.client import UNREACHABLE, Connection
 from pybroker.testing.process import BrokerProcess, start_all
 from pybroker.testing.zookeeper import ZooKeeperServer
 
@@ -79,7 +79,7 @@ class LocalCluster:
         try:
             with Connection(broker.host, broker.port, timeout=2.0) as c:
                 md = c.metadata([])
-        except (OSError, ConnectionError):
+        except UNREACHABLE:
             return False
         return set(md.brokers) == set(self.brokers) and md.controller_id in self.brokers
 

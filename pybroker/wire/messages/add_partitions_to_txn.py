@@ -58,7 +58,7 @@ ADD_PARTITIONS_TO_TXN = declare(
         ],
         response=[
             F("throttle_time_ms", "int32", "0+"),
-            F("error_code", "int16", "4+", default=0),
+            F("error_code", "int16", "4+"),
             F(
                 "results_by_transaction",
                 "[]AddPartitionsToTxnResult",
