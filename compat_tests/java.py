@@ -31,6 +31,7 @@ FETCH_SCRIPT = ROOT / "scripts" / "fetch-java-deps"
 CLASSPATH_FILE = ROOT / ".cache" / "java" / "classpath.txt"
 APPS_CLASSPATH_FILE = ROOT / ".cache" / "java" / "apps-classpath.txt"
 APPS_SRC = ROOT / "java" / "apps" / "src"
+CLIENTS4_SRC = ROOT / "java" / "clients4" / "src"
 VERSION_FILE = ROOT / ".cache" / "java" / "kafka-version.txt"
 TOOLS_LOG4J = ROOT / "java" / "log4j" / "tools.properties"
 BROKER_LOG4J = ROOT / "java" / "log4j" / "broker.properties"
@@ -104,17 +105,30 @@ def apps_classpath() -> str:
     return cp
 
 
-def compile_app(source: str, out_dir: Path | str, timeout: float = 180.0) -> str:
-    """javac java/apps/src/<source> against apps_classpath() into out_dir; returns the
+def clients4_classpath() -> str:
+    """kafka-clients 4.x (java/clients4/pom.xml), fetched by scripts/fetch-java-deps."""
+    classpath()
+    path = ROOT / ".cache" / "java" / "clients4-classpath.txt"
+    if not path.exists():
+        raise JavaDepsError(f"{path} missing (run scripts/fetch-java-deps)")
+    return path.read_text().strip()
+
+
+def compile_app(
+    source: str, out_dir: Path | str, timeout: float = 180.0, *, clients4: bool = False
+) -> str:
+    """javac java/apps/src/<source> against apps_classpath() (with ``clients4``:
+    java/clients4/src/<source> against clients4_classpath()) into out_dir; returns the
     classpath to run it with (out_dir first)."""
     javac = shutil.which("javac")
     if javac is None:
         raise JavaDepsError("javac not found (a JDK 17 is expected)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    cp = apps_classpath()
+    cp = clients4_classpath() if clients4 else apps_classpath()
+    src = (CLIENTS4_SRC if clients4 else APPS_SRC) / source
     proc = subprocess.run(
-        [javac, "-nowarn", "-d", str(out_dir), "-cp", cp, str(APPS_SRC / source)],
+        [javac, "-nowarn", "-d", str(out_dir), "-cp", cp, str(src)],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -21,6 +21,7 @@ from typing import Any
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.config import Config
 from pybroker.coord.cluster import Cluster
+from pybroker.coord.consumer_group import ConsumerGroupConfig, TopicMeta
 from pybroker.coord.group_coordinator import GroupCoordinator
 from pybroker.coord.groups import GroupConfig
 from pybroker.coord.local import LocalStore
@@ -209,6 +210,13 @@ class Broker:
             offset_metadata_max_bytes=cfg.offset_metadata_max_bytes,
             broker_id=cfg.broker_id,
             membership=lambda: (self.cluster.membership_epoch, self.cluster.brokers),
+            consumer_config=ConsumerGroupConfig(
+                session_timeout_ms=cfg.group_consumer_session_timeout_ms,
+                heartbeat_interval_ms=cfg.group_consumer_heartbeat_interval_ms,
+                assignors=cfg.group_consumer_assignors,
+                max_size=cfg.group_consumer_max_size,
+            ),
+            topics=self._topic_meta,
         )
         await self.groups.start()
         self._marker_sender = MarkerSender(self)
@@ -319,6 +327,11 @@ class Broker:
 
         self._loop.call_soon_threadsafe(call)
         return fut.result()
+
+    def _topic_meta(self) -> TopicMeta:
+        """The cluster's topics for KIP-848 assignments: name -> (topic id, partitions)."""
+        assert self.cluster is not None
+        return {n: (i.topic_id, len(i.partitions)) for n, i in self.cluster.topics.items()}
 
     def _on_cluster_event(self, event: Any) -> None:
         if self._stopping:

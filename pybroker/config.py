@@ -47,6 +47,28 @@ def _policy(s: str) -> str:
     return ",".join(items)
 
 
+# group.consumer.assignors: Kafka's class names or the assignors' names
+_ASSIGNOR_CLASSES = {
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
+
+
+def _assignor_name(s: str) -> str:
+    name = _ASSIGNOR_CLASSES.get(s.strip(), s.strip().lower())
+    if name not in ("uniform", "range"):
+        raise ValueError(f"{s.strip()} is not a known assignor (uniform, range)")
+    return name
+
+
+def _protocols(s: str) -> tuple[str, ...]:
+    items = tuple(p.strip().lower() for p in s.split(",") if p.strip())
+    wrong = [p for p in items if p not in ("classic", "consumer")]
+    if wrong or "classic" not in items:
+        raise ValueError("must list classic, and may list consumer")
+    return items
+
+
 LONG_MAX = 2**63 - 1
 
 
@@ -157,6 +179,20 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
     "socket.request.max.bytes": ("socket_request_max_bytes", _int, 104857600),
     "min.insync.replicas": ("min_insync_replicas", _int, 1),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int, 3000),
+    # KIP-848 (Kafka 4.0's names and defaults)
+    "group.coordinator.rebalance.protocols": (
+        "group_coordinator_rebalance_protocols",
+        _protocols,
+        ("classic", "consumer"),
+    ),
+    "group.consumer.session.timeout.ms": ("group_consumer_session_timeout_ms", _int, 45000),
+    "group.consumer.heartbeat.interval.ms": ("group_consumer_heartbeat_interval_ms", _int, 5000),
+    "group.consumer.assignors": (
+        "group_consumer_assignors",
+        lambda s: tuple(_assignor_name(p) for p in s.split(",") if p.strip()),
+        ("uniform", "range"),
+    ),
+    "group.consumer.max.size": ("group_consumer_max_size", _int, 2**31 - 1),
     "offsets.retention.minutes": ("offsets_retention_minutes", _int, 10080),
     "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", _int, 600000),
     "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int, 4096),
@@ -243,6 +279,11 @@ class Config:
     socket_request_max_bytes: int = 104857600
     min_insync_replicas: int = 1
     group_initial_rebalance_delay_ms: int = 3000
+    group_coordinator_rebalance_protocols: tuple[str, ...] = ("classic", "consumer")
+    group_consumer_session_timeout_ms: int = 45000
+    group_consumer_heartbeat_interval_ms: int = 5000
+    group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    group_consumer_max_size: int = 2**31 - 1
     offsets_retention_minutes: int = 10080
     offsets_retention_check_interval_ms: int = 600000
     offset_metadata_max_bytes: int = 4096
@@ -532,6 +573,14 @@ def _validate(cfg: Config) -> None:
     need(cfg.message_max_bytes >= 0, "message.max.bytes", "must be >= 0")
     need(cfg.socket_request_max_bytes >= 1, "socket.request.max.bytes", "must be >= 1")
     need(cfg.max_broker_partitions >= 1, "max.broker.partitions", "must be >= 1")
+    need(cfg.group_consumer_session_timeout_ms >= 1, "group.consumer.session.timeout.ms", ">= 1")
+    need(
+        1 <= cfg.group_consumer_heartbeat_interval_ms < cfg.group_consumer_session_timeout_ms,
+        "group.consumer.heartbeat.interval.ms",
+        "must be >= 1 and below group.consumer.session.timeout.ms",
+    )
+    need(bool(cfg.group_consumer_assignors), "group.consumer.assignors", "must name an assignor")
+    need(cfg.group_consumer_max_size >= 1, "group.consumer.max.size", "must be >= 1")
     need(cfg.max_request_partition_size_limit >= 1, "max.request.partition.size.limit", ">= 1")
     need(
         cfg.max_incremental_fetch_session_cache_slots >= 0,

@@ -187,6 +187,19 @@ def test_lookup_by_topic_id_v12(client):
     assert t["error_code"] == 100  # UNKNOWN_TOPIC_ID
 
 
+def test_lookup_by_topic_id_with_an_empty_name_as_the_java_client_sends_it(client):
+    """Kafka's Java client 4.x asks by id with the name left at its default "" (it does so to
+    resolve the topic ids of a KIP-848 assignment); a regression: this was answered
+    INVALID_TOPIC_EXCEPTION, and a regex-subscribed consumer never took its partitions."""
+    name = unique_topic()
+    client.create_topic(name, partitions=2)
+    tid = topic_of(client.metadata([name], version=12), name)["topic_id"]
+    body = client.request(METADATA, 12, {"topics": [{"topic_id": tid, "name": ""}]})
+    (t,) = body["topics"]
+    assert (t["error_code"], t["name"], t["topic_id"]) == (NONE, name, tid)
+    assert len(t["partitions"]) == 2
+
+
 def test_authorized_operations_v8(client):
     name = unique_topic()
     client.create_topic(name)

@@ -38,6 +38,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from pybroker.clock import Clock
+from pybroker.coord.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerGroupError,
+    HeartbeatRequest,
+    TopicMeta,
+)
 from pybroker.coord.groups import Group, GroupConfig, GroupState, JoinRequest, Output
 from pybroker.coord.offsets import CommittedOffset, OffsetStore
 from pybroker.coord.store import StoreError
@@ -105,6 +112,25 @@ def _subscribed_topics(g: Group) -> set[str] | None:
     return topics
 
 
+def _empty(g: Group | ConsumerGroup) -> bool:
+    return g.is_empty if isinstance(g, ConsumerGroup) else g.state == GroupState.EMPTY
+
+
+def _dead(g: Group | ConsumerGroup) -> bool:
+    return g.dead if isinstance(g, ConsumerGroup) else g.state == GroupState.DEAD
+
+
+def _heartbeat_error(code: int, message: str | None) -> dict:
+    return {
+        "error_code": code,
+        "error_message": message,
+        "member_id": None,
+        "member_epoch": 0,
+        "heartbeat_interval_ms": 0,
+        "assignment": None,
+    }
+
+
 class GroupCoordinator:
     def __init__(
         self,
@@ -117,8 +143,13 @@ class GroupCoordinator:
         offset_metadata_max_bytes: int,
         broker_id: int = 0,
         membership: Callable[[], tuple[int, Iterable[int]]] | None = None,
+        consumer_config: ConsumerGroupConfig | None = None,
+        topics: Callable[[], TopicMeta] | None = None,
     ) -> None:
         self.offsets = offsets
+        self.consumer_config = consumer_config or ConsumerGroupConfig()
+        # the cluster's topics (name -> (id, partitions)) for KIP-848 assignments
+        self._topics = topics or dict
         self.txn_offsets = PendingTxnOffsets(offsets.store)
         self.broker_id = broker_id
         # (membership epoch, live broker ids); None: a single broker that coordinates all
@@ -129,7 +160,7 @@ class GroupCoordinator:
         self.offsets_retention_ms = offsets_retention_ms
         self.offsets_retention_check_interval_ms = offsets_retention_check_interval_ms
         self.offset_metadata_max_bytes = offset_metadata_max_bytes
-        self.groups: dict[str, Group] = {}
+        self.groups: dict[str, Group | ConsumerGroup] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._expiry_task: asyncio.Task | None = None
         self._adopt_task: asyncio.Task | None = None
@@ -214,11 +245,21 @@ class GroupCoordinator:
 
     # -- plumbing --------------------------------------------------------------------------
     def _get(self, group_id: str, create: bool) -> Group | None:
+        """The classic group; with ``create``, a new one (also in place of an empty KIP-848
+        group, as Kafka converts an empty group to the protocol that joins it).  None for a
+        KIP-848 group with members: the classic APIs do not reach it."""
         g = self.groups.get(group_id)
+        if isinstance(g, ConsumerGroup):
+            if not (create and g.is_empty):
+                return None
+            g = None
         if g is None and create:
             g = Group(group_id, self.config, state_timestamp_ms=self.clock.time_ms())
             self.groups[group_id] = g
         return g
+
+    def _any(self, group_id: str) -> Group | ConsumerGroup | None:
+        return self.groups.get(group_id)
 
     def _deliver(self, group_id: str, outputs: list[Output]) -> None:
         for fut, response in outputs:
@@ -244,12 +285,25 @@ class GroupCoordinator:
     def _on_timer(self, group_id: str) -> None:
         self._timers.pop(group_id, None)
         g = self.groups.get(group_id)
-        if g is not None:
+        if isinstance(g, ConsumerGroup):
+            self._deliver(group_id, g.tick(self.clock.time_ms(), self._topics()))
+        elif g is not None:
             self._deliver(group_id, g.tick(self.clock.time_ms()))
 
     # -- the protocol ------------------------------------------------------------------------
     async def join(self, group_id: str, req: JoinRequest) -> dict:
         g = self._get(group_id, create=True)
+        if g is None:  # a KIP-848 group with members (no online migration)
+            return {
+                "error_code": ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                "generation_id": -1,
+                "protocol_type": None,
+                "protocol_name": None,
+                "leader": "",
+                "skip_assignment": False,
+                "member_id": req.member_id,
+                "members": [],
+            }
         fut = asyncio.get_running_loop().create_future()
         self._deliver(group_id, g.join(fut, self.clock.time_ms(), req))
         return await fut
@@ -309,12 +363,19 @@ class GroupCoordinator:
         offsets: dict[TopicPartition, tuple[int, int, str | None]],
         *,
         retention_ms: int | None = None,
+        api_version: int = 9,
     ) -> dict[TopicPartition, int]:
         """Commit (offset, leader epoch, metadata) per partition; an error code per partition.
-        ``retention_ms`` (OffsetCommit v2-4) gives these commits an explicit expiry time."""
-        g = self._get(group_id, create=True)
+        ``retention_ms`` (OffsetCommit v2-4) gives these commits an explicit expiry time.  In a
+        KIP-848 group the generation is the member epoch (ConsumerGroup.validate_offset_commit)."""
         now = self.clock.time_ms()
-        code = g.validate_commit(member_id, instance_id, generation_id, now)
+        cg = self.groups.get(group_id)
+        if isinstance(cg, ConsumerGroup):
+            code = cg.validate_offset_commit(member_id, generation_id, api_version)
+        else:
+            g = self._get(group_id, create=True)
+            assert g is not None
+            code = g.validate_commit(member_id, instance_id, generation_id, now)
         self._schedule(group_id)
         if code != ErrorCode.NONE:
             return dict.fromkeys(offsets, code)
@@ -371,7 +432,10 @@ class GroupCoordinator:
         offsets: dict[TopicPartition, tuple[int, int, str | None]],
     ) -> dict[TopicPartition, int]:
         """TxnOffsetCommit: keep the offsets pending until the transaction's marker."""
-        g = self._get(group_id, create=True)
+        g: Group | ConsumerGroup | None = self.groups.get(group_id)
+        if not isinstance(g, ConsumerGroup):
+            g = self._get(group_id, create=True)
+        assert g is not None
         code = g.validate_txn_commit(member_id, instance_id, generation_id)
         if code != ErrorCode.NONE:
             return dict.fromkeys(offsets, code)
@@ -416,27 +480,70 @@ class GroupCoordinator:
         return ErrorCode.NONE
 
     # -- admin -----------------------------------------------------------------------------------
-    def list_groups(self) -> list[Group]:
+    def list_groups(self) -> list[Group | ConsumerGroup]:
         """The groups this broker coordinates now (ListGroups asks every broker)."""
         self.check_membership()
-        return [g for g in self.groups.values() if g.state != GroupState.DEAD]
+        return [g for g in self.groups.values() if not _dead(g)]
 
     def describe(self, group_id: str) -> dict[str, Any] | None:
+        """DescribeGroups: classic groups only; a KIP-848 group is not found there, as in
+        Kafka 3.9 (ConsumerGroupDescribe describes it)."""
         g = self.groups.get(group_id)
-        return None if g is None else g.describe()
+        return g.describe() if isinstance(g, Group) else None
+
+    def describe_consumer_group(self, group_id: str) -> dict[str, Any] | None:
+        """ConsumerGroupDescribe: a KIP-848 group's entry; None when there is none."""
+        self.check_membership()
+        g = self.groups.get(group_id)
+        if not isinstance(g, ConsumerGroup) or g.dead:
+            return None
+        return g.describe_consumer(self._topics())
+
+    # -- KIP-848 ---------------------------------------------------------------------------
+    def consumer_heartbeat(self, group_id: str, req: HeartbeatRequest) -> dict:
+        """ConsumerGroupHeartbeat: the response body (its error code included)."""
+        now = self.clock.time_ms()
+        g = self.groups.get(group_id)
+        if isinstance(g, Group):
+            if g.state in (GroupState.EMPTY, GroupState.DEAD) and req.member_epoch == 0:
+                g = None  # an empty classic group (offsets only) becomes a consumer group
+            else:
+                return _heartbeat_error(
+                    ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
+                )
+        if g is None or g.dead:
+            if req.member_epoch != 0:
+                return _heartbeat_error(
+                    ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found."
+                )
+            g = ConsumerGroup(group_id, self.consumer_config, state_timestamp_ms=now)
+            self.groups[group_id] = g
+        try:
+            resp = g.heartbeat(now, req, self._topics())
+        except ConsumerGroupError as e:
+            resp = _heartbeat_error(e.code, e.message)
+        self._schedule(group_id)
+        return resp
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, epoch: int) -> int:
+        """OffsetFetch v9+ with a member id and epoch: checked in a KIP-848 group only."""
+        g = self.groups.get(group_id)
+        if isinstance(g, ConsumerGroup):
+            return g.validate_offset_fetch(member_id, epoch)
+        return ErrorCode.NONE
 
     async def delete(self, group_id: str) -> int:
         g = self.groups.get(group_id)
         if g is None:
             return ErrorCode.GROUP_ID_NOT_FOUND
-        if g.state != GroupState.EMPTY:
+        if not _empty(g):
             return ErrorCode.NON_EMPTY_GROUP
         try:
             await self.offsets.delete_group(group_id)
         except StoreError as e:
             log.warning("deleting group %s failed: %s", group_id, e)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if self.groups.get(group_id) is g and g.state == GroupState.EMPTY:
+        if self.groups.get(group_id) is g and _empty(g):
             g.mark_dead(self.clock.time_ms())
             del self.groups[group_id]
             self._schedule(group_id)
@@ -453,13 +560,17 @@ class GroupCoordinator:
         group is GROUP_ID_NOT_FOUND.  A partition without a committed offset answers NONE.
         An empty group left without offsets is removed (it becomes Dead), as in Kafka."""
         g = self.groups.get(group_id)
-        if g is None or g.state == GroupState.DEAD:
+        if g is None or _dead(g):
             return ErrorCode.GROUP_ID_NOT_FOUND, {}
         results: dict[TopicPartition, int] = {}
-        if g.state == GroupState.EMPTY:
+        if _empty(g):
             eligible = list(dict.fromkeys(partitions))
         elif g.protocol_type == PROTOCOL_TYPE:
-            subscribed = _subscribed_topics(g)
+            subscribed = (
+                g.subscribed_topics(self._topics())
+                if isinstance(g, ConsumerGroup)
+                else _subscribed_topics(g)
+            )
             eligible = []
             for tp in dict.fromkeys(partitions):
                 if subscribed is None or tp[0] in subscribed:
@@ -480,7 +591,7 @@ class GroupCoordinator:
                 none_left = not await self.offsets.load(group_id)
             except StoreError:
                 none_left = False
-            if none_left and self.groups.get(group_id) is g and g.state == GroupState.EMPTY:
+            if none_left and self.groups.get(group_id) is g and _empty(g):
                 g.mark_dead(self.clock.time_ms())
                 del self.groups[group_id]
                 self._schedule(group_id)
@@ -493,8 +604,7 @@ class GroupCoordinator:
         dropped = 0
         for gid, g in list(self.groups.items()):
             empty_long_enough = (
-                g.state == GroupState.EMPTY
-                and now - g.state_timestamp_ms >= self.offsets_retention_ms
+                _empty(g) and now - g.state_timestamp_ms >= self.offsets_retention_ms
             )
             cached = self.offsets.cached(gid) or {}
             explicit = any(co.expire_timestamp is not None for co in cached.values())
@@ -503,7 +613,7 @@ class GroupCoordinator:
             older_than = now - self.offsets_retention_ms + 1 if empty_long_enough else -(2**63)
             try:
                 dropped += await self.offsets.expire(gid, older_than)
-                if not await self.offsets.load(gid) and g.state == GroupState.EMPTY:
+                if not await self.offsets.load(gid) and _empty(g):
                     g.mark_dead(now)
                     self.groups.pop(gid, None)
             except StoreError as e:

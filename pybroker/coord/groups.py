@@ -34,7 +34,7 @@ import enum
 import uuid
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from pybroker.errors import ErrorCode
 
@@ -135,6 +135,7 @@ def _sync_reply(code: int, assignment: bytes = b"", group: Group | None = None) 
 
 @dataclass
 class Group:
+    group_type: ClassVar[str] = "classic"  # (ListGroups v5; KIP-848 groups are "consumer")
     group_id: str
     config: GroupConfig
     state: GroupState = GroupState.EMPTY

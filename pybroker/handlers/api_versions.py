@@ -4,7 +4,8 @@ Answers the ranges registered in pybroker.registry, so only fully implemented AP
 advertised.  The response header is v0 for every version (KIP-511); an unknown version gets
 UNSUPPORTED_VERSION with key 18's range in a v0 body (pybroker.connection does that, since the
 request cannot be decoded).  v3+: client software name and version are validated as Kafka
-does (INVALID_REQUEST).  No supported or finalized features are announced.
+does (INVALID_REQUEST).  No supported or finalized features are announced.  The KIP-848 APIs
+are left out when group.coordinator.rebalance.protocols does not name "consumer".
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from pybroker.errors import ErrorCode
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler, supported_versions
 
+# ConsumerGroupHeartbeat, ConsumerGroupDescribe: advertised only with
+# group.coordinator.rebalance.protocols naming "consumer", as Kafka does
+KIP_848_APIS = (68, 69)
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
@@ -25,4 +29,7 @@ async def api_versions(ctx: RequestContext, req: dict) -> dict:
         for s in (req["client_software_name"], req["client_software_version"]):
             if not _SOFTWARE.fullmatch(s):
                 error = ErrorCode.INVALID_REQUEST
-    return {"error_code": error, "api_keys": supported_versions(), "throttle_time_ms": 0}
+    keys = supported_versions()
+    if "consumer" not in ctx.services.config.group_coordinator_rebalance_protocols:
+        keys = [k for k in keys if k["api_key"] not in KIP_848_APIS]
+    return {"error_code": error, "api_keys": keys, "throttle_time_ms": 0}

@@ -1,8 +1,8 @@
 """ListGroups (key 16), versions 0-5: the groups this broker coordinates, with their protocol
 type, (v4+) state and (v5+) group type, optionally filtered by state (v4+) and by type (v5+,
 KIP-848: "classic", "consumer", "share"; case-insensitive, as Kafka compares them).  Groups
-that only hold committed offsets are listed as Empty, as in Kafka.  Every group pybroker
-coordinates is a classic one."""
+that only hold committed offsets are listed as Empty, as in Kafka.  Groups are "classic"
+(JoinGroup/SyncGroup) or "consumer" (KIP-848, coord/consumer_group.py)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,11 @@ from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 from pybroker.security.acl import Operation
 
-CLASSIC = "classic"
-
 
 @handler(16, 0, 5)
 async def list_groups(ctx: RequestContext, req: dict) -> dict:
     wanted = {s.lower() for s in req.get("states_filter") or []}
     types = {t.lower() for t in req.get("types_filter") or []}
-    if types and CLASSIC not in types:
-        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": []}
     groups = []
     all_ok = not enabled(ctx) or on_cluster(ctx, Operation.DESCRIBE)
     for g in ctx.services.groups.list_groups():
@@ -29,12 +25,14 @@ async def list_groups(ctx: RequestContext, req: dict) -> dict:
         state = g.state.value
         if wanted and state.lower() not in wanted:
             continue
+        if types and g.group_type not in types:
+            continue
         groups.append(
             {
                 "group_id": g.group_id,
                 "protocol_type": g.protocol_type or "",
                 "group_state": state,
-                "group_type": CLASSIC,
+                "group_type": g.group_type,
             }
         )
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": groups}

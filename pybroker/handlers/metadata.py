@@ -3,7 +3,8 @@
 Brokers with their advertised endpoints and racks, the cluster id, the controller (always a
 live broker), and per topic its id, partitions with leader, leader epoch, replicas, ISR and
 offline replicas.  Topics are requested by name (v10+ may send topic ids; ids resolve to
-names, an unknown id is UNKNOWN_TOPIC_ID).  Auto-creation follows auto.create.topics.enable
+names, an unknown id is UNKNOWN_TOPIC_ID; a topic given by id may carry an empty name, as
+the Java client's do).  Auto-creation follows auto.create.topics.enable
 and the request's allow_auto_topic_creation (v4+; always allowed before v4).  With no ACLs
 every operation is authorized: the authorized-operations bit fields say so when asked (v8+).
 With an authorizer (Kafka's rules): the list of all topics holds only those the principal may
@@ -156,7 +157,8 @@ async def metadata(ctx: RequestContext, req: dict) -> dict:
         for t in requested:
             name = t.get("name")
             topic_id = t.get("topic_id") or ZERO_UUID
-            if name is None and topic_id != ZERO_UUID:
+            # by id: the Java client (4.x) sends the name as "" (its default) beside the id
+            if not name and topic_id != ZERO_UUID:
                 info = by_id.get(topic_id)
                 if info is None:
                     topics.append(_error_topic(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id))

@@ -5,7 +5,10 @@ member id) while the group has no members, as Kafka allows.  One request is one 
 write.  Errors: per partition, UNKNOWN_TOPIC_OR_PARTITION and OFFSET_METADATA_TOO_LARGE (above
 offset.metadata.max.bytes).  For the whole group: ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
 REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID, NOT_COORDINATOR, INVALID_GROUP_ID.  v2-4
-retention_time_ms: an explicit retention (not -1) sets that commit's expiry time.
+retention_time_ms: an explicit retention (not -1) sets that commit's expiry time.  In a KIP-848
+group generation_id_or_member_epoch is the member epoch: a newer one than the member's is
+FENCED_MEMBER_EPOCH, an older STALE_MEMBER_EPOCH, and members must commit with v9+
+(UNSUPPORTED_VERSION below).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ async def offset_commit(ctx: RequestContext, req: dict) -> dict:
                 req["generation_id_or_member_epoch"],
                 wanted,
                 retention_ms=retention if retention is not None and retention >= 0 else None,
+                api_version=ctx.version,
             )
         )
     return commit_response(req, results)

@@ -5,7 +5,7 @@ no commit.  v2+: a null topic list means every partition the group has committed
 are also reported at the top level; v8+: several groups in one request.  Offsets committed in
 a transaction show only once it commits; with require_stable (v7+) a partition with an offset
 pending in an open transaction answers UNSTABLE_OFFSET_COMMIT (the client retries).  v9's member id and epoch
-belong to KIP-848 groups and are not checked for classic groups.
+are checked in KIP-848 groups (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH), not in classic groups.
 """
 
 from __future__ import annotations
@@ -19,9 +19,15 @@ from pybroker.security.acl import Operation
 
 
 async def _fetch_group(
-    ctx: RequestContext, group_id: str, topics: list[dict] | None, require_stable: bool
+    ctx: RequestContext,
+    group_id: str,
+    topics: list[dict] | None,
+    require_stable: bool,
+    member: tuple[str | None, int] = (None, -1),
 ) -> tuple[int, list[dict]]:
     code = coordinator_error(ctx, group_id, Operation.DESCRIBE)
+    if code is None:  # v9+: a KIP-848 member's id and epoch (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH)
+        code = ctx.services.groups.validate_offset_fetch(group_id, *member) or None
     if code is not None:
         if topics is None:
             return code, []
@@ -77,8 +83,9 @@ async def offset_fetch(ctx: RequestContext, req: dict) -> dict:
     if ctx.version >= 8:
         groups = []
         for g in req["groups"]:
+            member = (g.get("member_id"), g.get("member_epoch", -1))
             code, topics = await _fetch_group(
-                ctx, g["group_id"], g["topics"], req.get("require_stable", False)
+                ctx, g["group_id"], g["topics"], req.get("require_stable", False), member
             )
             groups.append({"group_id": g["group_id"], "topics": topics, "error_code": code})
         return {"throttle_time_ms": 0, "groups": groups}

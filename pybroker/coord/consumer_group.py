@@ -1,0 +1,560 @@
+"""KIP-848 consumer groups: the pure state machine behind ConsumerGroupHeartbeat.
+
+As Kafka's GroupMetadataManager.consumerGroupHeartbeat (3.9/4.x), without awaiting:
+
+- A member joins with member epoch 0 (its member id: the one it sent, else a new UUID), its
+  subscribed topic names (or, v1, a regular expression), rebalance timeout and server
+  assignor; it leaves with -1, a static member (instance id) leaves "for now" with -2 and a
+  new process with the same instance id takes its place and assignment.
+- Any change of membership or subscriptions, or of the partition count of a subscribed topic,
+  bumps the group epoch; the server-side assignor (coord/assignors.py: uniform or range) then
+  computes the target assignment for the new epoch (the assignment epoch).
+- Each member reconciles towards its target (Kafka's CurrentAssignmentBuilder): partitions it
+  must give up are revoked first (the member stays at its epoch, UNREVOKED_PARTITIONS, and is
+  sent only what it keeps); once its heartbeat shows it no longer owns them it moves to the
+  target epoch and gets the new partitions that no other member still owns (the others:
+  UNRELEASED_PARTITIONS, given as they are released).  A member that does not revoke within
+  its rebalance timeout, or sends no heartbeat within group.consumer.session.timeout.ms, is
+  removed.
+- Member epochs fence zombies: a heartbeat with another epoch than the member's (or its
+  previous one with owned partitions within its assignment) is FENCED_MEMBER_EPOCH; an unknown
+  member UNKNOWN_MEMBER_ID; a static instance id held by a live member UNRELEASED_INSTANCE_ID;
+  an unknown assignor UNSUPPORTED_ASSIGNOR.  OffsetCommit v9+ / OffsetFetch v9+ carry the member
+  epoch: a newer one than the member's is FENCED_MEMBER_EPOCH, an older STALE_MEMBER_EPOCH.
+
+Group states (ListGroups, DescribeGroups, ConsumerGroupDescribe): Empty (no members), Assigning
+(the target assignment lags the group epoch), Reconciling (some member is not at the
+assignment epoch yet), Stable, Dead.  Members and epochs live in memory, as the classic groups'
+(group_coordinator.py): after the coordinator moves, members get UNKNOWN_MEMBER_ID and rejoin
+with epoch 0, which clients do without losing their committed offsets.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pybroker.coord.assignors import ASSIGNORS, Assignment, assign
+from pybroker.errors import ErrorCode
+
+Partitions = dict[str, set[int]]  # topic name -> partitions
+TopicMeta = dict[str, tuple[uuid.UUID, int]]  # topic name -> (topic id, partition count)
+
+LEAVE_EPOCH, LEAVE_STATIC_EPOCH = -1, -2
+CONSUMER = "consumer"
+
+
+class ConsumerGroupState(enum.Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class MemberState(enum.Enum):
+    STABLE = "STABLE"
+    UNREVOKED_PARTITIONS = "UNREVOKED_PARTITIONS"
+    UNRELEASED_PARTITIONS = "UNRELEASED_PARTITIONS"
+
+
+@dataclass(frozen=True)
+class ConsumerGroupConfig:
+    session_timeout_ms: int = 45000
+    heartbeat_interval_ms: int = 5000
+    assignors: tuple[str, ...] = ASSIGNORS  # the first is the default
+    max_size: int = 2**31 - 1
+
+
+@dataclass
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    subscribed_names: list[str]
+    subscribed_regex: str | None
+    server_assignor: str | None
+    epoch: int = 0
+    previous_epoch: int = -1
+    state: MemberState = MemberState.STABLE
+    assigned: Partitions = field(default_factory=dict)
+    pending_revocation: Partitions = field(default_factory=dict)
+    last_heartbeat_ms: int = 0
+    revocation_deadline_ms: int | None = None
+    left_static: bool = False  # a static member that left with -2 and may come back
+
+    def subscribed(self, topics: TopicMeta) -> set[str]:
+        names = {t for t in self.subscribed_names if t in topics}
+        if self.subscribed_regex is not None:
+            pattern = re.compile(self.subscribed_regex)
+            names |= {t for t in topics if pattern.fullmatch(t)}
+        return names
+
+
+def _copy(p: Partitions) -> Partitions:
+    return {t: set(ps) for t, ps in p.items() if ps}
+
+
+def _minus(a: Partitions, b: Partitions) -> Partitions:
+    return {t: ps - b.get(t, set()) for t, ps in a.items() if ps - b.get(t, set())}
+
+
+def _and(a: Partitions, b: Partitions) -> Partitions:
+    return {t: ps & b.get(t, set()) for t, ps in a.items() if ps & b.get(t, set())}
+
+
+def _is_subset(a: Partitions, b: Partitions) -> bool:
+    return all(ps <= b.get(t, set()) for t, ps in a.items())
+
+
+@dataclass
+class HeartbeatRequest:
+    member_id: str
+    member_epoch: int
+    instance_id: str | None
+    rack_id: str | None
+    rebalance_timeout_ms: int
+    subscribed_names: list[str] | None
+    subscribed_regex: str | None
+    server_assignor: str | None
+    owned: Partitions | None  # None: unchanged since the last heartbeat
+    client_id: str = ""
+    client_host: str = ""
+
+
+class ConsumerGroupError(Exception):
+    def __init__(self, code: int, message: str | None = None) -> None:
+        super().__init__(message or ErrorCode(code).name)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class ConsumerGroup:
+    group_id: str
+    config: ConsumerGroupConfig
+    state_timestamp_ms: int = 0
+    members: dict[str, ConsumerMember] = field(default_factory=dict)
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    target: Assignment = field(default_factory=dict)  # member id -> topic -> partitions
+    dead: bool = False
+    _subscribed_partitions: dict[str, int] = field(default_factory=dict)
+    _assignor: str | None = None
+    _state: ConsumerGroupState = ConsumerGroupState.EMPTY
+
+    protocol_type: ClassVar[str] = CONSUMER
+    group_type: ClassVar[str] = CONSUMER
+
+    # -- what the coordinator and handlers read ------------------------------------------
+    @property
+    def state(self) -> ConsumerGroupState:
+        return ConsumerGroupState.DEAD if self.dead else self._state
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.dead and not self.members
+
+    @property
+    def protocol_name(self) -> str:
+        return self.assignor_name
+
+    @property
+    def assignor_name(self) -> str:
+        return self._assignor or self.config.assignors[0]
+
+    def _update_state(self, now: int) -> None:
+        if not self.members:
+            new = ConsumerGroupState.EMPTY
+        elif self.assignment_epoch < self.group_epoch:
+            new = ConsumerGroupState.ASSIGNING
+        elif any(
+            m.epoch != self.assignment_epoch or m.state is not MemberState.STABLE
+            for m in self.members.values()
+        ):
+            new = ConsumerGroupState.RECONCILING
+        else:
+            new = ConsumerGroupState.STABLE
+        if new is not self._state:
+            self._state = new
+            self.state_timestamp_ms = now
+
+    # -- the heartbeat ---------------------------------------------------------------------
+    def heartbeat(self, now: int, req: HeartbeatRequest, topics: TopicMeta) -> dict:
+        """One ConsumerGroupHeartbeat; the response body (raises ConsumerGroupError)."""
+        if req.member_epoch in (LEAVE_EPOCH, LEAVE_STATIC_EPOCH):
+            return self._leave(now, req, topics)
+        if req.server_assignor is not None and req.server_assignor not in self.config.assignors:
+            raise ConsumerGroupError(
+                ErrorCode.UNSUPPORTED_ASSIGNOR,
+                f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
+                f"{', '.join(self.config.assignors)}.",
+            )
+        member = self._member_for(now, req)
+        full = req.member_epoch == 0 or (
+            req.rebalance_timeout_ms != -1
+            and req.subscribed_names is not None
+            and req.owned is not None
+        )
+        changed = False
+        if req.instance_id is not None:
+            member.instance_id = req.instance_id
+        if req.rack_id is not None:
+            member.rack_id = req.rack_id
+        if req.rebalance_timeout_ms != -1:
+            member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        if req.subscribed_names is not None and sorted(req.subscribed_names) != sorted(
+            member.subscribed_names
+        ):
+            member.subscribed_names = list(req.subscribed_names)
+            changed = True
+        if req.subscribed_regex is not None and req.subscribed_regex != (
+            member.subscribed_regex or ""
+        ):
+            member.subscribed_regex = req.subscribed_regex or None
+            changed = True
+        if req.server_assignor is not None and req.server_assignor != member.server_assignor:
+            member.server_assignor = req.server_assignor
+            changed = True
+        member.last_heartbeat_ms = now
+        if req.member_epoch == 0 and member.member_id not in self.members:
+            self.members[member.member_id] = member
+            changed = True
+        # the subscribed topics' partition counts are part of what the assignment depends on
+        subscribed = self._subscribed_partition_counts(topics)
+        if changed or subscribed != self._subscribed_partitions:
+            self._subscribed_partitions = subscribed
+            self.group_epoch += 1
+        if self.assignment_epoch < self.group_epoch:
+            self._compute_target(topics)
+        before = (_copy(member.assigned), member.epoch)
+        self._reconcile(now, member, req.owned)
+        self._update_state(now)
+        resp: dict[str, Any] = {
+            "error_code": ErrorCode.NONE,
+            "error_message": None,
+            "member_id": member.member_id,
+            "member_epoch": member.epoch,
+            "heartbeat_interval_ms": self.config.heartbeat_interval_ms,
+            "assignment": None,
+        }
+        if full or before != (member.assigned, member.epoch):
+            resp["assignment"] = {"topic_partitions": _to_wire(member.assigned, topics)}
+        return resp
+
+    def _member_for(self, now: int, req: HeartbeatRequest) -> ConsumerMember:
+        if req.member_epoch == 0:
+            if req.instance_id is not None:
+                old = self._by_instance(req.instance_id)
+                if old is not None:
+                    if not old.left_static and old.member_id != req.member_id:
+                        raise ConsumerGroupError(
+                            ErrorCode.UNRELEASED_INSTANCE_ID,
+                            f"Static member {old.member_id} with instance id "
+                            f"{req.instance_id} is not released yet.",
+                        )
+                    # the new process takes the static member's place and assignment
+                    del self.members[old.member_id]
+                    target = self.target.pop(old.member_id, {})
+                    old.member_id = req.member_id or str(uuid.uuid4())
+                    self.target[old.member_id] = target
+                    old.left_static = False
+                    old.client_id, old.client_host = req.client_id, req.client_host
+                    self.members[old.member_id] = old
+                    return old
+            existing = self.members.get(req.member_id) if req.member_id else None
+            if existing is not None:
+                # a rejoin with epoch 0 of a known member: it starts again from nothing
+                existing.assigned, existing.pending_revocation = {}, {}
+                existing.epoch, existing.previous_epoch = 0, -1
+                existing.state = MemberState.STABLE
+                return existing
+            if len(self.members) >= self.config.max_size:
+                raise ConsumerGroupError(
+                    ErrorCode.GROUP_MAX_SIZE_REACHED,
+                    f"The consumer group has reached its maximum capacity of "
+                    f"{self.config.max_size} members.",
+                )
+            return ConsumerMember(
+                member_id=req.member_id or str(uuid.uuid4()),
+                instance_id=req.instance_id,
+                rack_id=req.rack_id,
+                client_id=req.client_id,
+                client_host=req.client_host,
+                rebalance_timeout_ms=req.rebalance_timeout_ms,
+                subscribed_names=[],
+                subscribed_regex=None,
+                server_assignor=None,
+                last_heartbeat_ms=now,
+            )
+        member = self.members.get(req.member_id)
+        if member is None:
+            raise ConsumerGroupError(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"Member {req.member_id} is not a member of group {self.group_id}.",
+            )
+        if req.member_epoch != member.epoch:
+            owned_ok = req.owned is not None and _is_subset(req.owned, member.assigned)
+            if not (req.member_epoch == member.previous_epoch and owned_ok):
+                raise ConsumerGroupError(
+                    ErrorCode.FENCED_MEMBER_EPOCH,
+                    f"The consumer group member has a greater epoch ({req.member_epoch}) than"
+                    f" the one known by the group coordinator ({member.epoch}). The member "
+                    "must abandon all its partitions and rejoin."
+                    if req.member_epoch > member.epoch
+                    else f"The consumer group member has a smaller epoch ({req.member_epoch})"
+                    f" than the one known by the group coordinator ({member.epoch}). The "
+                    "member must abandon all its partitions and rejoin.",
+                )
+        return member
+
+    def _by_instance(self, instance_id: str) -> ConsumerMember | None:
+        for m in self.members.values():
+            if m.instance_id == instance_id:
+                return m
+        return None
+
+    def _leave(self, now: int, req: HeartbeatRequest, topics: TopicMeta) -> dict:
+        member = self.members.get(req.member_id)
+        if member is None and req.instance_id is not None:
+            member = self._by_instance(req.instance_id)
+        if member is None:
+            raise ConsumerGroupError(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"Member {req.member_id} is not a member of group {self.group_id}.",
+            )
+        if req.member_epoch == LEAVE_STATIC_EPOCH and member.instance_id is not None:
+            # kept, with its assignment, until its session times out or it is replaced
+            member.left_static = True
+            member.last_heartbeat_ms = now
+        else:
+            self._remove(now, member.member_id, topics)
+        return {
+            "error_code": ErrorCode.NONE,
+            "error_message": None,
+            "member_id": member.member_id,
+            "member_epoch": req.member_epoch,
+            "heartbeat_interval_ms": 0,
+            "assignment": None,
+        }
+
+    def _remove(self, now: int, member_id: str, topics: TopicMeta | None) -> None:
+        if self.members.pop(member_id, None) is None:
+            return
+        self.target.pop(member_id, None)
+        self.group_epoch += 1
+        if topics is not None:
+            self._subscribed_partitions = self._subscribed_partition_counts(topics)
+            self._compute_target(topics)
+        self._update_state(now)
+
+    def _subscribed_partition_counts(self, topics: TopicMeta) -> dict[str, int]:
+        names: set[str] = set()
+        for m in self.members.values():
+            names |= m.subscribed(topics)
+        return {t: topics[t][1] for t in sorted(names)}
+
+    def _compute_target(self, topics: TopicMeta) -> None:
+        chosen = [m.server_assignor for m in self.members.values() if m.server_assignor]
+        # Kafka: the most requested server assignor among the members, else the default
+        if chosen:
+            self._assignor = max(sorted(set(chosen)), key=chosen.count)
+        else:
+            self._assignor = None
+        counts = {t: topics[t][1] for t in topics}
+        subs = {mid: m.subscribed(topics) for mid, m in self.members.items()}
+        self.target = assign(self.assignor_name, subs, counts, self.target)
+        self.assignment_epoch = self.group_epoch
+
+    # -- reconciliation (Kafka's CurrentAssignmentBuilder) -----------------------------------
+    def _owned_by_others(self, member_id: str) -> Partitions:
+        out: Partitions = {}
+        for mid, m in self.members.items():
+            if mid == member_id:
+                continue
+            for src in (m.assigned, m.pending_revocation):
+                for t, ps in src.items():
+                    out.setdefault(t, set()).update(ps)
+        return out
+
+    def _reconcile(self, now: int, m: ConsumerMember, owned: Partitions | None) -> None:
+        target = self.target.get(m.member_id, {})
+        if m.state is MemberState.UNREVOKED_PARTITIONS:
+            # still waiting for the member to give up pending_revocation?
+            if owned is None or any(
+                owned.get(t, set()) & ps for t, ps in m.pending_revocation.items()
+            ):
+                return
+            m.pending_revocation = {}
+            m.revocation_deadline_ms = None
+            m.previous_epoch, m.epoch = m.epoch, self.assignment_epoch
+        if (
+            m.epoch == self.assignment_epoch
+            and m.state is MemberState.STABLE
+            and m.assigned == {t: ps for t, ps in target.items() if ps}
+        ):
+            return
+        keep = _and(m.assigned, target)
+        revoke = _minus(m.assigned, target)
+        if revoke:
+            m.assigned = keep
+            m.pending_revocation = revoke
+            m.state = MemberState.UNREVOKED_PARTITIONS
+            m.revocation_deadline_ms = now + m.rebalance_timeout_ms
+            return
+        # nothing to give up: at the target epoch, with what no one else still owns
+        free = _minus(_minus(target, keep), self._owned_by_others(m.member_id))
+        new_assigned = _copy(keep)
+        for t, ps in free.items():
+            new_assigned.setdefault(t, set()).update(ps)
+        if m.epoch != self.assignment_epoch:
+            m.previous_epoch, m.epoch = m.epoch, self.assignment_epoch
+        m.assigned = new_assigned
+        unreleased = _minus(target, new_assigned)
+        m.state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
+
+    # -- timers ----------------------------------------------------------------------------
+    def next_deadline(self) -> int | None:
+        deadlines = []
+        for m in self.members.values():
+            deadlines.append(m.last_heartbeat_ms + self.config.session_timeout_ms)
+            if m.revocation_deadline_ms is not None:
+                deadlines.append(m.revocation_deadline_ms)
+        return min(deadlines) if deadlines else None
+
+    def tick(self, now: int, topics: TopicMeta | None = None) -> list:
+        for mid, m in list(self.members.items()):
+            session_over = m.last_heartbeat_ms + self.config.session_timeout_ms <= now
+            revocation_over = (
+                m.revocation_deadline_ms is not None and m.revocation_deadline_ms <= now
+            )
+            if session_over or revocation_over:
+                self._remove(now, mid, topics)
+        return []
+
+    # -- offsets ---------------------------------------------------------------------------
+    def validate_offset_commit(
+        self, member_id: str, member_epoch: int, api_version: int, transactional: bool = False
+    ) -> int:
+        """Kafka's ConsumerGroup.validateOffsetCommit."""
+        if self.dead:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if member_epoch < 0 and not self.members:
+            return ErrorCode.NONE  # an admin or a consumer without group management
+        m = self.members.get(member_id)
+        if m is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if not transactional and api_version < 9:
+            return ErrorCode.UNSUPPORTED_VERSION
+        return self._epoch_check(member_epoch, m.epoch)
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> int:
+        """Kafka's ConsumerGroup.validateOffsetFetch (OffsetFetch v9+ with a member)."""
+        if member_epoch < 0 and not member_id:
+            return ErrorCode.NONE
+        m = self.members.get(member_id or "")
+        if m is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if member_epoch != m.epoch:
+            return ErrorCode.STALE_MEMBER_EPOCH
+        return ErrorCode.NONE
+
+    @staticmethod
+    def _epoch_check(received: int, expected: int) -> int:
+        if received > expected:
+            return ErrorCode.FENCED_MEMBER_EPOCH
+        if received < expected:
+            return ErrorCode.STALE_MEMBER_EPOCH
+        return ErrorCode.NONE
+
+    # -- coordinator plumbing shared with classic groups -----------------------------------
+    def validate_commit(
+        self, member_id: str, instance_id: str | None, generation_id: int, now: int | None = None
+    ) -> int:
+        return self.validate_offset_commit(member_id, generation_id, 9)
+
+    def validate_txn_commit(
+        self, member_id: str, instance_id: str | None, generation_id: int
+    ) -> int:
+        if self.dead:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if member_id and member_id not in self.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if member_id and generation_id >= 0:
+            return self._epoch_check(generation_id, self.members[member_id].epoch)
+        return ErrorCode.NONE
+
+    def mark_dead(self, now: int) -> None:
+        self.dead = True
+        self.state_timestamp_ms = now
+
+    def unload(self, now: int) -> list:
+        self.mark_dead(now)
+        return []
+
+    def subscribed_topics(self, topics: TopicMeta) -> set[str]:
+        names: set[str] = set()
+        for m in self.members.values():
+            names |= m.subscribed(topics)
+        return names
+
+    # -- describing ------------------------------------------------------------------------
+    def describe_consumer(self, topics: TopicMeta) -> dict:
+        """A ConsumerGroupDescribe group entry."""
+        return {
+            "error_code": ErrorCode.NONE,
+            "error_message": None,
+            "group_id": self.group_id,
+            "group_state": self.state.value,
+            "group_epoch": self.group_epoch,
+            "assignment_epoch": self.assignment_epoch,
+            "assignor_name": self.assignor_name,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "instance_id": m.instance_id,
+                    "rack_id": m.rack_id,
+                    "member_epoch": m.epoch,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "subscribed_topic_names": list(m.subscribed_names),
+                    "subscribed_topic_regex": m.subscribed_regex,
+                    "assignment": {"topic_partitions": _to_wire(m.assigned, topics, True)},
+                    "target_assignment": {
+                        "topic_partitions": _to_wire(self.target.get(m.member_id, {}), topics, True)
+                    },
+                }
+                for m in self.members.values()
+            ],
+        }
+
+
+def _to_wire(p: Partitions, topics: TopicMeta, with_names: bool = False) -> list[dict]:
+    out = []
+    for t in sorted(p):
+        if not p[t] or t not in topics:
+            continue
+        entry: dict[str, Any] = {"topic_id": topics[t][0], "partitions": sorted(p[t])}
+        if with_names:
+            entry["topic_name"] = t
+        out.append(entry)
+    return out
+
+
+def owned_from_wire(
+    items: list[dict] | None, names_by_id: dict[uuid.UUID, str]
+) -> Partitions | None:
+    if items is None:
+        return None
+    out: Partitions = {}
+    for tp in items:
+        name = names_by_id.get(tp["topic_id"])
+        if name is not None and tp["partitions"]:
+            out.setdefault(name, set()).update(tp["partitions"])
+    return out

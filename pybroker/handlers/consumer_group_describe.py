@@ -1,0 +1,65 @@
+"""ConsumerGroupDescribe (key 69), versions 0-1: KIP-848 groups as their coordinator holds
+them: state, group and assignment epochs, the assignor, and each member's subscription,
+current and target assignment (topics by id and name), member epoch and (v1) type.  A group
+that does not exist, or is a classic group, answers GROUP_ID_NOT_FOUND with Kafka's message;
+DESCRIBE on the group is needed (GROUP_AUTHORIZATION_FAILED)."""
+
+from __future__ import annotations
+
+from pybroker.errors import ErrorCode
+from pybroker.handlers._authz import authorized_operations, enabled
+from pybroker.handlers._groups import coordinator_error
+from pybroker.handlers.consumer_group_heartbeat import consumer_protocol_enabled
+from pybroker.handlers.context import RequestContext
+from pybroker.handlers.describe_groups import GROUP_OPERATIONS, OMITTED
+from pybroker.registry import handler
+from pybroker.security.acl import Operation, ResourceType
+
+CONSUMER_MEMBER = 1  # KIP-1099 member_type: 0 classic, 1 consumer
+
+
+def _error(gid: str, code: int, message: str | None = None) -> dict:
+    return {
+        "error_code": code,
+        "error_message": message,
+        "group_id": gid,
+        "group_state": "",
+        "group_epoch": -1,
+        "assignment_epoch": -1,
+        "assignor_name": "",
+        "members": [],
+        "authorized_operations": OMITTED,
+    }
+
+
+@handler(69, 0, 1)
+async def consumer_group_describe(ctx: RequestContext, req: dict) -> dict:
+    out = []
+    for gid in req["group_ids"]:
+        if not consumer_protocol_enabled(ctx):
+            out.append(_error(gid, ErrorCode.UNSUPPORTED_VERSION))
+            continue
+        code = coordinator_error(ctx, gid, Operation.DESCRIBE)
+        if code is not None:
+            out.append(_error(gid, code))
+            continue
+        desc = ctx.services.groups.describe_consumer_group(gid)
+        if desc is None:
+            known = gid in {g.group_id for g in ctx.services.groups.list_groups()}
+            message = (
+                f"Group {gid} is not a consumer group." if known else f"Group {gid} not found."
+            )
+            out.append(_error(gid, ErrorCode.GROUP_ID_NOT_FOUND, message))
+            continue
+        for m in desc["members"]:
+            m["member_type"] = CONSUMER_MEMBER
+        if req.get("include_authorized_operations"):
+            desc["authorized_operations"] = (
+                authorized_operations(ctx, ResourceType.GROUP, gid)
+                if enabled(ctx)
+                else GROUP_OPERATIONS
+            )
+        else:
+            desc["authorized_operations"] = OMITTED
+        out.append(desc)
+    return {"throttle_time_ms": 0, "groups": out}

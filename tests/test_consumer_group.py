@@ -1,0 +1,160 @@
+"""The KIP-848 consumer group state machine (coord/consumer_group.py) and its assignors, with a
+given clock: epochs, reconciliation (revocation before assignment), fencing, static members,
+timeouts."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from pybroker.coord.assignors import assign
+from pybroker.coord.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerGroupError,
+    ConsumerGroupState,
+    HeartbeatRequest,
+)
+from pybroker.errors import ErrorCode
+
+T = {"a": (uuid.UUID(int=1), 4), "b": (uuid.UUID(int=2), 2)}
+
+
+def hb(member="", epoch=0, topics=("a",), owned=None, instance=None, assignor=None, timeout=60000):
+    return HeartbeatRequest(
+        member_id=member,
+        member_epoch=epoch,
+        instance_id=instance,
+        rack_id=None,
+        rebalance_timeout_ms=timeout if epoch == 0 else -1,
+        subscribed_names=list(topics) if topics is not None else None,
+        subscribed_regex=None,
+        server_assignor=assignor,
+        owned=owned,
+    )
+
+
+def got(resp):
+    """{topic: partitions} of a heartbeat answer's assignment (None: not sent)."""
+    a = resp["assignment"]
+    if a is None:
+        return None
+    names = {tid: n for n, (tid, _) in T.items()}
+    return {names[tp["topic_id"]]: set(tp["partitions"]) for tp in a["topic_partitions"]}
+
+
+def group():
+    return ConsumerGroup("g", ConsumerGroupConfig(session_timeout_ms=10_000))
+
+
+def test_a_first_member_gets_every_partition_at_epoch_one():
+    g = group()
+    r = g.heartbeat(0, hb(), T)
+    assert r["member_epoch"] == 1 and got(r) == {"a": {0, 1, 2, 3}}
+    assert g.state is ConsumerGroupState.STABLE
+    # an unchanged heartbeat sends no assignment
+    r = g.heartbeat(10, hb(r["member_id"], 1, topics=None), T)
+    assert r["member_epoch"] == 1 and r["assignment"] is None
+
+
+def test_revocation_comes_before_assignment():
+    g = group()
+    m1 = g.heartbeat(0, hb(), T)["member_id"]
+    r2 = g.heartbeat(1, hb(), T)
+    m2 = r2["member_id"]
+    # m2 is at epoch 2 but gets nothing m1 still owns
+    assert r2["member_epoch"] == 2 and got(r2) == {}
+    assert g.state is ConsumerGroupState.RECONCILING
+    # m1 is asked to give up half, keeping its epoch until it has
+    r1 = g.heartbeat(2, hb(m1, 1, topics=None), T)
+    kept = got(r1)["a"]
+    assert r1["member_epoch"] == 1 and len(kept) == 2
+    # m2 still waits while m1 owns them
+    assert got(g.heartbeat(3, hb(m2, 2, topics=None), T)) is None
+    # m1 reports it revoked: it moves to epoch 2
+    r1 = g.heartbeat(4, hb(m1, 1, topics=None, owned={"a": kept}), T)
+    assert r1["member_epoch"] == 2
+    # now m2 gets the released partitions
+    r2 = g.heartbeat(5, hb(m2, 2, topics=None), T)
+    assert got(r2) == {"a": {0, 1, 2, 3} - kept}
+    assert g.state is ConsumerGroupState.STABLE
+
+
+def test_epochs_fence_zombies():
+    g = group()
+    m1 = g.heartbeat(0, hb(), T)["member_id"]
+    with pytest.raises(ConsumerGroupError) as e:
+        g.heartbeat(1, hb(m1, 5, topics=None), T)
+    assert e.value.code == ErrorCode.FENCED_MEMBER_EPOCH
+    with pytest.raises(ConsumerGroupError) as e:
+        g.heartbeat(1, hb("nobody", 1, topics=None), T)
+    assert e.value.code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert g.validate_offset_commit(m1, 0, 9) == ErrorCode.STALE_MEMBER_EPOCH
+    assert g.validate_offset_commit(m1, 2, 9) == ErrorCode.FENCED_MEMBER_EPOCH
+    assert g.validate_offset_commit(m1, 1, 9) == ErrorCode.NONE
+    assert g.validate_offset_commit(m1, 1, 8) == ErrorCode.UNSUPPORTED_VERSION
+    assert g.validate_offset_fetch(m1, 0) == ErrorCode.STALE_MEMBER_EPOCH
+
+
+def test_session_timeout_removes_a_member_and_the_other_takes_over():
+    g = group()
+    m1 = g.heartbeat(0, hb(), T)["member_id"]
+    m2 = g.heartbeat(1, hb(), T)["member_id"]
+    g.heartbeat(2, hb(m1, 1, topics=None), T)  # m1 revokes two (not yet acknowledged)
+    # m1 goes silent; m2 keeps heartbeating
+    for t in range(2_000, 12_001, 2_000):
+        g.heartbeat(t, hb(m2, g.members[m2].epoch, topics=None), T)
+    g.tick(12_010, T)
+    assert m1 not in g.members
+    r = g.heartbeat(12_020, hb(m2, g.members[m2].epoch, topics=None), T)
+    assert g.members[m2].assigned == {"a": {0, 1, 2, 3}} and r["member_epoch"] == g.group_epoch
+
+
+def test_a_static_member_comes_back_with_its_assignment():
+    g = group()
+    r = g.heartbeat(0, hb(instance="i-1"), T)
+    first = got(r)
+    epoch = g.group_epoch
+    g.heartbeat(1, hb(r["member_id"], -2, instance="i-1", topics=None), T)
+    r2 = g.heartbeat(4, hb("new-process", 0, instance="i-1"), T)
+    assert r2["member_id"] == "new-process" and got(r2) == first
+    assert g.group_epoch == epoch  # no rebalance: same member, same subscription
+
+
+def test_an_unreleased_instance_id_is_refused():
+    g = group()
+    g.heartbeat(0, hb(instance="i-1"), T)
+    with pytest.raises(ConsumerGroupError) as e:
+        g.heartbeat(1, hb("other", 0, instance="i-1"), T)
+    assert e.value.code == ErrorCode.UNRELEASED_INSTANCE_ID
+
+
+def test_unknown_assignor_and_leave():
+    g = group()
+    with pytest.raises(ConsumerGroupError) as e:
+        g.heartbeat(0, hb(assignor="sticky"), T)
+    assert e.value.code == ErrorCode.UNSUPPORTED_ASSIGNOR
+    m = g.heartbeat(0, hb(assignor="range"), T)["member_id"]
+    assert g.assignor_name == "range"
+    r = g.heartbeat(1, hb(m, -1, topics=None), T)
+    assert r["member_epoch"] == -1 and g.is_empty and g.state is ConsumerGroupState.EMPTY
+
+
+def test_assignors_balance_and_range_is_contiguous():
+    subs = {"m1": {"a", "b"}, "m2": {"a", "b"}, "m3": {"a"}}
+    counts = {"a": 4, "b": 2}
+    for name in ("uniform", "range"):
+        out = assign(name, subs, counts, {})
+        owners = [(t, p) for m in out for t, ps in out[m].items() for p in ps]
+        assert sorted(owners) == sorted([("a", p) for p in range(4)] + [("b", 0), ("b", 1)])
+        assert all("b" not in out["m3"] for _ in [0])
+    loads = [sum(len(ps) for ps in a.values()) for a in assign("uniform", subs, counts, {}).values()]
+    assert max(loads) - min(loads) <= 1
+    r = assign("range", {"x": {"a"}, "y": {"a"}}, {"a": 5}, {})
+    assert r == {"x": {"a": {0, 1, 2}}, "y": {"a": {3, 4}}}
+    # sticky: a third member joining takes partitions without moving the others needlessly
+    before = assign("uniform", {"x": {"a"}, "y": {"a"}}, {"a": 6}, {})
+    after = assign("uniform", {"x": {"a"}, "y": {"a"}, "z": {"a"}}, {"a": 6}, before)
+    moved = sum(len(before[m]["a"] - after[m]["a"]) for m in ("x", "y"))
+    assert moved == 2 and len(after["z"]["a"]) == 2
