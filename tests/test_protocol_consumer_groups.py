@@ -1,0 +1,196 @@
+"""KIP-848 at the wire: ConsumerGroupHeartbeat, ConsumerGroupDescribe, and the other group
+APIs facing a consumer-protocol group (Kafka's answers as the spec)."""
+
+from __future__ import annotations
+
+import uuid
+
+from broker_fixture import API_VERSIONS, NONE, unique_topic
+
+HEARTBEAT, DESCRIBE = 68, 69
+OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = (
+    8,
+    9,
+    11,
+    15,
+    16,
+    42,
+)
+INVALID_REQUEST, UNKNOWN_MEMBER_ID, GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP = 42, 25, 69, 68
+FENCED_MEMBER_EPOCH, UNSUPPORTED_ASSIGNOR, STALE_MEMBER_EPOCH = 110, 112, 113
+UNSUPPORTED_VERSION, INCONSISTENT_GROUP_PROTOCOL = 35, 23
+
+
+def heartbeat(client, group, member_id="", epoch=0, topics=None, version=0, **kw):
+    body = {
+        "group_id": group,
+        "member_id": member_id,
+        "member_epoch": epoch,
+        "instance_id": None,
+        "rack_id": None,
+        "rebalance_timeout_ms": 60000 if epoch == 0 else -1,
+        "subscribed_topic_names": topics if epoch == 0 else None,
+        "subscribed_topic_regex": None,
+        "server_assignor": None,
+        "topic_partitions": [] if epoch == 0 else None,
+    }
+    body.update(kw)
+    return client.request(HEARTBEAT, version, body)
+
+
+def joined(client, topic, partitions=3):
+    client.create_topic(topic, partitions=partitions)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    r = heartbeat(client, group, topics=[topic])
+    assert r["error_code"] == NONE, r
+    return group, r
+
+
+def test_join_gets_a_member_id_epoch_one_and_every_partition_by_topic_id(client):
+    topic = unique_topic()
+    group, r = joined(client, topic)
+    tid = client.metadata([topic], version=12)["topics"][0]["topic_id"]
+    assert r["member_id"] and r["member_epoch"] == 1 and r["heartbeat_interval_ms"] > 0
+    assert r["assignment"]["topic_partitions"] == [{"topic_id": tid, "partitions": [0, 1, 2]}]
+    again = heartbeat(client, group, r["member_id"], 1)
+    assert (again["error_code"], again["member_epoch"], again["assignment"]) == (NONE, 1, None)
+    # v1: the client chooses its member id
+    r1 = heartbeat(client, group, "my-own-id", 0, topics=[topic], version=1)
+    assert r1["error_code"] == NONE and r1["member_id"] == "my-own-id"
+
+
+def test_invalid_heartbeats_get_kafka_errors(client):
+    topic = unique_topic()
+    client.create_topic(topic)
+    cases = [
+        (dict(group_id=""), "GroupId can't be empty."),
+        (dict(rebalance_timeout_ms=-1), "RebalanceTimeoutMs must be provided in first request."),
+        (dict(topic_partitions=None), "TopicPartitions must be empty when (re-)joining."),
+        (dict(subscribed_topic_names=None), None),
+        (dict(member_epoch=7, member_id=""), "MemberId can't be empty."),
+        (dict(member_epoch=-3, member_id="m"), "MemberEpoch is invalid."),
+    ]
+    for extra, message in cases:
+        r = heartbeat(client, "g-invalid", topics=[topic], **extra)
+        assert r["error_code"] == INVALID_REQUEST, (extra, r)
+        if message:
+            assert r["error_message"] == message
+    r = heartbeat(client, "g-invalid", topics=[topic], server_assignor="sticky")
+    assert r["error_code"] == UNSUPPORTED_ASSIGNOR
+    group, r = joined(client, unique_topic())
+    assert heartbeat(client, group, "stranger", 1)["error_code"] == UNKNOWN_MEMBER_ID
+    assert heartbeat(client, group, r["member_id"], 9)["error_code"] == FENCED_MEMBER_EPOCH
+    assert heartbeat(client, "no-such-group", "m", 1)["error_code"] == GROUP_ID_NOT_FOUND
+
+
+def test_describe_list_and_the_classic_apis_facing_a_consumer_group(client):
+    topic = unique_topic()
+    group, r = joined(client, topic)
+    d = client.request(
+        DESCRIBE, 1, {"group_ids": [group, "nope"], "include_authorized_operations": True}
+    )
+    g, missing = d["groups"]
+    assert (g["error_code"], g["group_state"], g["group_epoch"], g["assignor_name"]) == (
+        NONE,
+        "Stable",
+        1,
+        "uniform",
+    )
+    (m,) = g["members"]
+    assert m["member_id"] == r["member_id"] and m["member_epoch"] == 1 and m["member_type"] == 1
+    assert m["subscribed_topic_names"] == [topic]
+    assert m["assignment"]["topic_partitions"][0]["topic_name"] == topic
+    assert m["target_assignment"] == m["assignment"]
+    assert missing["error_code"] == GROUP_ID_NOT_FOUND
+    listed = client.request(LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["consumer"]})
+    assert {"group_id": group, "protocol_type": "consumer", "group_state": "Stable",
+            "group_type": "consumer"} in listed["groups"]  # fmt: skip
+    # DescribeGroups (classic) does not see it, as in Kafka 3.9
+    dg = client.request(
+        DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False}
+    )
+    assert dg["groups"][0]["group_state"] == "Dead"
+    # a classic member cannot join it; it cannot be deleted while it has members
+    join = client.request(
+        JOIN_GROUP,
+        5,
+        {
+            "group_id": group,
+            "session_timeout_ms": 10000,
+            "rebalance_timeout_ms": 10000,
+            "member_id": "",
+            "group_instance_id": None,
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b""}],
+        },
+    )
+    assert join["error_code"] == INCONSISTENT_GROUP_PROTOCOL
+    deleted = client.request(DELETE_GROUPS, 2, {"groups_names": [group]})
+    assert deleted["results"][0]["error_code"] == NON_EMPTY_GROUP
+    # after the member leaves, the group is empty and can be deleted
+    left = heartbeat(client, group, r["member_id"], -1)
+    assert (left["error_code"], left["member_epoch"]) == (NONE, -1)
+    deleted = client.request(DELETE_GROUPS, 2, {"groups_names": [group]})
+    assert deleted["results"][0]["error_code"] == NONE
+
+
+def commit(client, group, member_id, epoch, topic, version=9):
+    return client.request(
+        OFFSET_COMMIT,
+        version,
+        {
+            "group_id": group,
+            "generation_id_or_member_epoch": epoch,
+            "member_id": member_id,
+            "group_instance_id": None,
+            "retention_time_ms": -1,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {"partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
+                         "committed_metadata": ""}
+                    ],
+                }
+            ],
+        },
+    )["topics"][0]["partitions"][0]["error_code"]  # fmt: skip
+
+
+def test_offsets_are_fenced_by_member_epochs(client):
+    topic = unique_topic()
+    group, r = joined(client, topic)
+    mid = r["member_id"]
+    assert commit(client, group, mid, 0, topic) == STALE_MEMBER_EPOCH
+    assert commit(client, group, mid, 2, topic) == FENCED_MEMBER_EPOCH
+    assert commit(client, group, "someone", 1, topic) == UNKNOWN_MEMBER_ID
+    assert commit(client, group, mid, 1, topic, version=8) == UNSUPPORTED_VERSION
+    assert commit(client, group, mid, 1, topic) == NONE
+
+    def fetch(member_id, epoch):
+        return client.request(
+            OFFSET_FETCH,
+            9,
+            {
+                "groups": [
+                    {"group_id": group, "member_id": member_id, "member_epoch": epoch,
+                     "topics": [{"name": topic, "partition_indexes": [0]}]}
+                ],
+                "require_stable": False,
+            },
+        )["groups"][0]  # fmt: skip
+
+    assert fetch(mid, 0)["error_code"] == STALE_MEMBER_EPOCH
+    got = fetch(mid, 1)
+    assert got["error_code"] == NONE and got["topics"][0]["partitions"][0]["committed_offset"] == 5
+    assert fetch(None, -1)["error_code"] == NONE  # an admin's fetch
+
+
+def test_without_the_consumer_protocol_the_apis_are_not_offered(start_broker):
+    broker = start_broker(**{"group.coordinator.rebalance.protocols": "classic"})
+    with broker.client() as c:
+        body = c.request(
+            API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}
+        )
+        keys = {k["api_key"] for k in body["api_keys"]}
+        assert HEARTBEAT not in keys and DESCRIBE not in keys
