@@ -167,7 +167,12 @@ def spec_name(msg: Message) -> str:
     return msg.name
 
 
-APIS = sorted(SCHEMAS.by_key.values(), key=lambda a: a.key)
+# APIs whose specs kafka-python does not ship: checked against Kafka's generated message
+# classes instead (compat_tests/test_java_schemas.py, kafka-clients 3.9.0 and 4.1.1).
+CHECKED_AGAINST_JAVA = {68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe"}
+APIS = sorted(
+    (a for a in SCHEMAS.by_key.values() if a.key not in CHECKED_AGAINST_JAVA), key=lambda a: a.key
+)
 
 
 def test_all_expected_apis_declared() -> None:
@@ -183,7 +188,10 @@ def test_all_expected_apis_declared() -> None:
         47: "OffsetDelete", 60: "DescribeCluster", 61: "DescribeProducers",
         66: "ListTransactions", 75: "DescribeTopicPartitions",
     }  # fmt: skip
-    declared = {a.key: a.name for a in APIS}
+    expected.update(CHECKED_AGAINST_JAVA)
+    declared = {a.key: a.name for a in SCHEMAS.by_key.values()}
+    for key in CHECKED_AGAINST_JAVA:  # still not in kafka-python? else move them back
+        assert not (SPEC_DIR / f"{declared.get(key, '?')}Request.json").exists(), key
     missing = {k: n for k, n in expected.items() if declared.get(k) != n}
     assert not missing, f"not declared: {missing}"
 
