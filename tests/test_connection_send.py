@@ -11,6 +11,7 @@ import logging
 import socket
 from types import SimpleNamespace
 
+from pybroker.config import Config
 from pybroker.connection import KafkaConnection
 
 
@@ -75,7 +76,8 @@ def test_a_pipelining_client_lets_other_work_run_between_its_requests():
 
     async def main() -> tuple[int, int]:
         ours, theirs = socket.socketpair()
-        conn = KafkaConnection(services=None, max_request_bytes=1 << 20)
+        # ApiVersions reads the broker's config (which group protocols it offers)
+        conn = KafkaConnection(services=SimpleNamespace(config=Config()), max_request_bytes=1 << 20)
         loop = asyncio.get_running_loop()
         await loop.create_connection(lambda: conn, sock=ours)
         events: list[str] = []
