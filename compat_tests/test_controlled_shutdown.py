@@ -91,7 +91,6 @@ class GroupConsumer(threading.Thread):
 
         try:
             consumer = KafkaConsumer(
-                self.topic,
                 bootstrap_servers=self.bootstrap,
                 group_id=self.group,
                 client_id="rolling-group",
@@ -105,6 +104,14 @@ class GroupConsumer(threading.Thread):
                 reconnect_backoff_max_ms=1000,
             )
             try:
+                # the topic's partitions known before the first join: a group leader that
+                # joins without them assigns nothing (kafka-python: "No partition metadata")
+                deadline = time.monotonic() + 30
+                while not consumer.partitions_for_topic(self.topic):
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"no metadata for {self.topic}")
+                    time.sleep(0.1)
+                consumer.subscribe([self.topic])
                 while not self.halt.is_set():
                     for records in consumer.poll(timeout_ms=200).values():
                         self.values.extend(r.value for r in records)
@@ -156,6 +163,7 @@ def test_rolling_restart_under_load_then_preferred_election(cluster):
         ld.start()
     try:
         wait_until(lambda: all(len(ld.stats.acked) >= 200 for ld in loads), 60, 0.1, "load")
+        wait_until(lambda: group.values or group.error, 60, 0.1, "the group consuming")
         report = []
         for victim in cluster.ids:
             cluster.wait_isr_full(topic)
@@ -204,7 +212,12 @@ def test_rolling_restart_under_load_then_preferred_election(cluster):
     print(f"  check: {result.summary()}")
     assert not result.problems, "\n".join(result.problems)
     acked = {s.payload(a.seq) for s in stats for a in s.acked}
-    wait_until(lambda: acked <= set(group.values) or group.error, 60, 0.2, "group caught up")
+    try:
+        wait_until(lambda: acked <= set(group.values) or group.error, 60, 0.2, "group caught up")
+    except AssertionError as e:
+        raise AssertionError(
+            f"{e}: {len(acked - set(group.values))} of {len(acked)} missing"
+        ) from None
     group.halt.set()
     group.join(30)
     assert group.error is None, repr(group.error)

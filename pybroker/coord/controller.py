@@ -255,6 +255,8 @@ class Controller:
         # watch at every pass; at most one watch pending
         self.shutting_down: set[int] = set()
         self._cs_watch_pending = False
+        self._cs_dirty = True
+        self._cs_ids: set[int] = set()  # the children as last read
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -482,7 +484,11 @@ class Controller:
 
     async def _read_shutting_down(self, live: set[int]) -> set[int]:
         """The live brokers in controlled shutdown, read from the store; sets one watch on the
-        children, whose firing starts a full pass."""
+        children, whose firing starts a full pass.  While that watch is pending nothing changed
+        there, and the last read is answered without a store round trip."""
+        if self._cs_watch_pending and not self._cs_dirty:
+            self.shutting_down = self._cs_ids & live
+            return set(self.shutting_down)
         watch = None
         if not self._cs_watch_pending:
             self._cs_watch_pending = True
@@ -495,12 +501,14 @@ class Controller:
             if not isinstance(e, NoNodeError):
                 raise
             children = []
+        self._cs_dirty = False
         ids = set()
         for child in children:
             try:
                 ids.add(int(child))
             except ValueError:
                 continue
+        self._cs_ids = ids
         shutting = ids & live
         for b in sorted(shutting - self.shutting_down):
             log.info("controller (epoch %d): broker %d is in controlled shutdown", self.epoch, b)
@@ -509,6 +517,7 @@ class Controller:
 
     def _on_shutting_down_changed(self, event: object) -> None:
         self._cs_watch_pending = False
+        self._cs_dirty = True
         if self.active:
             self._full = True
             self._wake.set()

@@ -89,26 +89,20 @@ async def controlled_shutdown(
         len(leads),
         len(follows),
     )
-    await _within(replicas.stop_fetching(), deadline)
+    try:
+        await _within(replicas.stop_fetching(), min(deadline, t0 + attempt_s))
+    except TimeoutError:
+        log.warning("controlled shutdown: the fetchers did not stop within %.0f s", attempt_s)
     for attempt in range(1, max_retries + 1):
         if time.monotonic() >= deadline:
             break
         try:
-            await _within(_announce(cluster, me), deadline)
+            await _within(_announce(cluster, me), min(deadline, time.monotonic() + attempt_s))
         except (StoreError, TimeoutError) as e:
             log.warning("controlled shutdown: attempt %d could not reach the store: %s", attempt, e)
         else:
-            end = min(deadline, time.monotonic() + attempt_s)
-            while time.monotonic() < end:
-                leads, follows = pending_work(cluster, me)
-                if not leads and not follows:
-                    log.info(
-                        "controlled shutdown succeeded after %.0f ms: leading no partition "
-                        "another replica can lead, in no ISR",
-                        (time.monotonic() - t0) * 1000,
-                    )
-                    return True
-                await asyncio.sleep(POLL_S)
+            if await _done_within(cluster, me, min(deadline, time.monotonic() + attempt_s), t0):
+                return True
         leads, follows = pending_work(cluster, me)
         left = max_retries - attempt
         log.warning(
@@ -119,14 +113,33 @@ async def controlled_shutdown(
             follows[:10],
             left,
         )
-        if left:
-            pause = min(retry_backoff_ms / 1000.0, max(0.0, deadline - time.monotonic()))
-            await asyncio.sleep(pause)
+        # the backoff; what the controller finishes meanwhile (or brokers leaving, so
+        # that nobody is left to hand over to) ends the wait
+        if left and await _done_within(
+            cluster, me, min(deadline, time.monotonic() + retry_backoff_ms / 1000.0), t0
+        ):
+            return True
     log.warning(
         "controlled shutdown failed; proceeding to an unclean shutdown after %.0f ms",
         (time.monotonic() - t0) * 1000,
     )
     return False
+
+
+async def _done_within(cluster: Any, me: int, end: float, t0: float) -> bool:
+    """Poll the metadata cache until nothing is left to hand over (True) or ``end``."""
+    while True:
+        leads, follows = pending_work(cluster, me)
+        if not leads and not follows:
+            log.info(
+                "controlled shutdown succeeded after %.0f ms: leading no partition another "
+                "replica can lead, in no ISR",
+                (time.monotonic() - t0) * 1000,
+            )
+            return True
+        if time.monotonic() >= end:
+            return False
+        await asyncio.sleep(POLL_S)
 
 
 async def _within(coro: Any, deadline: float) -> Any:
