@@ -40,6 +40,7 @@ from pybroker.log.segment import DESCRIPTORS, descriptor_budget
 from pybroker.loop_monitor import LoopMonitor
 from pybroker.purgatory import Purgatory
 from pybroker.replication import manager as replica_manager
+from pybroker.replication.controlled_shutdown import controlled_shutdown
 from pybroker.replication.fetcher import ReplicaFetcher
 from pybroker.replication.manager import ReplicaManager
 from pybroker.security.authorizer import Authorizer
@@ -157,6 +158,9 @@ class Broker:
             if cfg.zookeeper_connect
             else 0,
             max_broker_partitions=cfg.max_broker_partitions,
+            auto_leader_rebalance_enable=cfg.auto_leader_rebalance_enable,
+            leader_imbalance_check_interval_s=cfg.leader_imbalance_check_interval_seconds,
+            leader_imbalance_per_broker_percentage=cfg.leader_imbalance_per_broker_percentage,
             # the session lease (coord/cluster.py): a loop held up past a third of the session
             stall_limit_ms=cfg.zookeeper_session_timeout_ms / 3 if cfg.zookeeper_connect else 0,
             loop_blocked_ms=self.loop_monitor.blocked_ms,
@@ -261,7 +265,27 @@ class Broker:
         """Every step is bounded (STOP_STEP_S): with ZooKeeper unreachable or a peer paused,
         a step waiting on them gives up and the shutdown goes on, so SIGTERM always ends the
         process.  The logs are closed (marked clean) before the metadata store, which is the
-        step most likely to wait on an unreachable ZooKeeper."""
+        step most likely to wait on an unreachable ZooKeeper.
+
+        First, with ``controlled.shutdown.enable``, the controlled shutdown (replication/
+        controlled_shutdown.py): leaderships and ISR memberships are handed over through the
+        controller while the listeners still answer (clients are told NOT_LEADER_OR_FOLLOWER
+        and find the new leaders), bounded by its own retries and deadline."""
+        if (
+            self.config.controlled_shutdown_enable
+            and self.cluster is not None
+            and self.replicas is not None
+            and self.server is not None
+        ):
+            try:
+                await controlled_shutdown(
+                    self.cluster,
+                    self.replicas,
+                    max_retries=self.config.controlled_shutdown_max_retries,
+                    retry_backoff_ms=self.config.controlled_shutdown_retry_backoff_ms,
+                )
+            except Exception:
+                log.exception("controlled shutdown failed; stopping")
         self._stopping = True  # metadata events (some already queued) change nothing now
         if self.cluster is not None:
             self.cluster.remove_listener(self._on_cluster_event)

@@ -201,6 +201,16 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
     "max.connections": ("max_connections", _int, 2**31 - 1),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool, False),
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int, 30000),
+    "controlled.shutdown.enable": ("controlled_shutdown_enable", _bool, True),
+    "controlled.shutdown.max.retries": ("controlled_shutdown_max_retries", _int, 3),
+    "controlled.shutdown.retry.backoff.ms": ("controlled_shutdown_retry_backoff_ms", _int, 5000),
+    "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", _bool, True),
+    "leader.imbalance.check.interval.seconds": (
+        "leader_imbalance_check_interval_seconds",
+        _int,
+        300,
+    ),
+    "leader.imbalance.per.broker.percentage": ("leader_imbalance_per_broker_percentage", _int, 10),
     "max.broker.partitions": ("max_broker_partitions", _int, 20000),
     "max.request.partition.size.limit": ("max_request_partition_size_limit", _int, 2000),
     "max.incremental.fetch.session.cache.slots": (
@@ -292,6 +302,12 @@ class Config:
     max_connections: int = 2**31 - 1
     unclean_leader_election_enable: bool = False
     replica_lag_time_max_ms: int = 30000
+    controlled_shutdown_enable: bool = True
+    controlled_shutdown_max_retries: int = 3
+    controlled_shutdown_retry_backoff_ms: int = 5000
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
     max_broker_partitions: int = 20000
     max_incremental_fetch_session_cache_slots: int = 1000
     max_request_partition_size_limit: int = 2000
@@ -588,6 +604,22 @@ def _validate(cfg: Config) -> None:
         "must be >= 0",
     )
     need(cfg.min_insync_replicas >= 1, "min.insync.replicas", "must be >= 1")
+    need(cfg.controlled_shutdown_max_retries >= 0, "controlled.shutdown.max.retries", ">= 0")
+    need(
+        cfg.controlled_shutdown_retry_backoff_ms >= 0,
+        "controlled.shutdown.retry.backoff.ms",
+        "must be >= 0",
+    )
+    need(
+        cfg.leader_imbalance_check_interval_seconds >= 1,
+        "leader.imbalance.check.interval.seconds",
+        "must be >= 1",
+    )
+    need(
+        cfg.leader_imbalance_per_broker_percentage >= 0,
+        "leader.imbalance.per.broker.percentage",
+        "must be >= 0",
+    )
     need(cfg.log_retention_check_interval_ms >= 1, "log.retention.check.interval.ms", ">= 1")
     need(cfg.roll_ms >= 1, "log.roll.ms", "must be >= 1")
     need(

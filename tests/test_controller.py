@@ -27,6 +27,7 @@ from pybroker.coord.controller import (
     decide_for_live_set,
     decide_preferred,
     decide_unclean,
+    imbalanced_partitions,
 )
 from pybroker.coord.local import LocalStore
 from pybroker.coord.store import CONNECTED, LOST, BadVersionError, MetadataStore, SetData
@@ -207,6 +208,52 @@ def test_decisions_pure():
     )
 
 
+def test_controlled_shutdown_decisions_pure():
+    """A live broker in controlled shutdown hands its leaderships to the first other live ISR
+    member (epoch bumped, it leaves the ISR), leaves the ISRs it follows in (epoch kept), is
+    never elected, and keeps a partition nobody else can lead."""
+    shutting = {2}
+    st = StoredState(leader=2, leader_epoch=4, isr=[2, 3, 1], controller_epoch=1, zk_version=7)
+    d = decide_for_live_set(st, [2, 3, 1], {1, 2, 3}, False, shutting)
+    assert (d.leader, d.leader_epoch, d.isr, d.reason) == (3, 5, [3, 1], "controlled shutdown")
+    # a follower in controlled shutdown leaves the ISR, the leader and its epoch stay
+    st = StoredState(leader=1, leader_epoch=4, isr=[1, 2, 3], controller_epoch=1, zk_version=7)
+    d = decide_for_live_set(st, [1, 2, 3], {1, 2, 3}, False, shutting)
+    assert (d.leader, d.leader_epoch, d.isr) == (1, 4, [1, 3])
+    # the only ISR member: it keeps leading (nobody can take over)
+    st = StoredState(leader=2, leader_epoch=4, isr=[2], controller_epoch=1, zk_version=7)
+    assert decide_for_live_set(st, [2, 1, 3], {1, 2, 3}, False, shutting) is None
+    # a dead leader: the broker in controlled shutdown is not elected, even unclean
+    st = StoredState(leader=3, leader_epoch=4, isr=[3, 2], controller_epoch=1, zk_version=7)
+    d = decide_for_live_set(st, [3, 2, 1], {1, 2}, False, shutting)
+    assert (d.leader, d.isr) == (-1, [3, 2])
+    d = decide_for_live_set(st, [3, 2, 1], {1, 2}, True, shutting)
+    assert (d.leader, d.isr) == (1, [1])
+
+
+def test_leader_imbalance_selection_pure():
+    """Kafka's checkAndTriggerAutoLeaderRebalance: per preferred broker, the share of its
+    partitions led elsewhere against leader.imbalance.per.broker.percentage."""
+    assignments = [
+        (("t", 0), [1, 2, 3], 2),
+        (("t", 1), [1, 2, 3], 1),
+        (("t", 2), [2, 3, 1], 2),
+        (("t", 3), [3, 1, 2], 1),
+        (("u", 0), [3, 1, 2], 3),
+        (("u", 1), [3, 1, 2], 3),
+        (("u", 2), [3, 1, 2], 3),
+    ]
+    # broker 1: 1 of 2 elsewhere (50 %); broker 2: 0 of 1; broker 3: 1 of 4 (25 %)
+    assert imbalanced_partitions(assignments, 10, {1, 2, 3}) == {
+        1: (0.5, [("t", 0)]),
+        3: (0.25, [("t", 3)]),
+    }
+    assert imbalanced_partitions(assignments, 25, {1, 2, 3}) == {1: (0.5, [("t", 0)])}
+    assert imbalanced_partitions(assignments, 50, {1, 2, 3}) == {}
+    # a broker not eligible (dead, shutting down) gets nothing back
+    assert imbalanced_partitions(assignments, 10, {2, 3}) == {3: (0.25, [("t", 3)])}
+
+
 # --------------------------------------------------------------------------- broker loss
 
 
@@ -377,6 +424,41 @@ def test_preferred_election(make_env):
             with pytest.raises(KafkaError) as ei:
                 await env.clusters[2].elect_leaders([("t", 1)])
             assert ei.value.code == ErrorCode.NOT_CONTROLLER
+        finally:
+            await env.close()
+
+    run(main())
+
+
+def test_controlled_shutdown_and_preferred_rebalance(make_env):
+    """A broker announcing its controlled shutdown loses its leaderships to other ISR members
+    and leaves every ISR; while it shuts down the rebalance does not elect it; once back in
+    the ISR, the leader imbalance check gives its preferred partition back."""
+
+    async def main():
+        env = make_env()
+        try:
+            await three_brokers(env)
+            c1, c2, c3 = env.clusters[1], env.clusters[2], env.clusters[3]
+            await c1.create_topic("t", 3, 3, assignments=ASSIGNMENT)
+            await env.wait_cached("t", 1, lambda s: s.leader == 2 and len(s.isr) == 3)
+            await c2.store.create(
+                paths.controlled_shutdown(2), b"{}", ephemeral=True, makepath=True
+            )
+            await env.wait_cached("t", 1, lambda s: (s.leader, s.leader_epoch) == (3, 1))
+            for p in (0, 1, 2):
+                await env.wait_cached("t", p, lambda s: 2 not in s.isr)
+            assert c1.controller.shutting_down == {2}
+            assert await c1.controller.rebalance_preferred_leaders() == {}  # 2 not eligible
+            # back: no longer shutting down, caught up and in the ISR again
+            await c2.store.delete(paths.controlled_shutdown(2))
+            await wait_until(lambda: not c1.controller.shutting_down, what="watch")
+            isr = c3.topics["t"].partitions[1].isr
+            assert await c3.update_isr("t", 1, [*isr, 2], leader=3, leader_epoch=1) is not None
+            await env.wait_cached("t", 1, lambda s: 2 in s.isr)
+            res = await c1.controller.rebalance_preferred_leaders()
+            assert res == {("t", 1): (ErrorCode.NONE, None)}
+            await env.wait_cached("t", 1, lambda s: (s.leader, s.leader_epoch) == (2, 2))
         finally:
             await env.close()
 
@@ -697,3 +779,36 @@ def test_session_ok_local(tmp_path):
         await store.close()
 
     run(main())
+
+
+def test_controlled_shutdown_and_rebalance_configs(tmp_path):
+    """Kafka's names and defaults; a bad value stops the start naming the key."""
+    from pybroker.config import ConfigError, build_config
+
+    cfg = build_config({"log.dirs": str(tmp_path)})
+    assert (
+        cfg.controlled_shutdown_enable,
+        cfg.controlled_shutdown_max_retries,
+        cfg.controlled_shutdown_retry_backoff_ms,
+        cfg.auto_leader_rebalance_enable,
+        cfg.leader_imbalance_check_interval_seconds,
+        cfg.leader_imbalance_per_broker_percentage,
+    ) == (True, 3, 5000, True, 300, 10)
+    cfg = build_config(
+        {
+            "log.dirs": str(tmp_path),
+            "controlled.shutdown.enable": "false",
+            "auto.leader.rebalance.enable": "false",
+            "leader.imbalance.check.interval.seconds": "2",
+        }
+    )
+    assert not cfg.controlled_shutdown_enable and not cfg.auto_leader_rebalance_enable
+    assert cfg.leader_imbalance_check_interval_seconds == 2
+    for key, value in [
+        ("leader.imbalance.check.interval.seconds", "0"),
+        ("leader.imbalance.per.broker.percentage", "-1"),
+        ("controlled.shutdown.max.retries", "-1"),
+        ("controlled.shutdown.retry.backoff.ms", "x"),
+    ]:
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            build_config({"log.dirs": str(tmp_path), key: value})

@@ -373,8 +373,16 @@ class Cluster:
         max_broker_partitions: int = 2**31 - 1,
         stall_limit_ms: float = 0,
         loop_blocked_ms: Callable[[], float] | None = None,
+        auto_leader_rebalance_enable: bool = False,
+        leader_imbalance_check_interval_s: float = 300.0,
+        leader_imbalance_per_broker_percentage: int = 10,
     ) -> None:
         self.store = store
+        # the controller's preferred-leader rebalance (coord/controller.py); the broker passes
+        # Kafka's auto.leader.rebalance.enable (default true), off for a bare Cluster
+        self.auto_leader_rebalance_enable = auto_leader_rebalance_enable
+        self.leader_imbalance_check_interval_s = leader_imbalance_check_interval_s
+        self.leader_imbalance_per_broker_percentage = leader_imbalance_per_broker_percentage
         # the session lease (module docstring): 0 = none (the embedded store has no session)
         self.stall_limit_ms = stall_limit_ms
         self._loop_blocked_ms = loop_blocked_ms

@@ -21,6 +21,17 @@ resigns, loses its store session (LOST), or is fenced.  Its duties:
 * **ElectLeaders.**  :meth:`Controller.elect_leaders` runs preferred elections (the first
   replica becomes leader if it is live and in the ISR) or unclean ones (only for partitions
   without a live leader), answering Kafka's per-partition error codes.
+* **Controlled shutdown.**  A broker stopping on SIGTERM creates the ephemeral
+  ``/pybroker/controlled_shutdown/<id>`` (replication/controlled_shutdown.py); every pass reads
+  those children (with a watch that starts a full pass) into ``shutting_down``.  Such a broker
+  is never elected; the partitions it leads move to the first other live ISR member (leader
+  epoch + 1) and it leaves every ISR (Kafka's ControlledShutdownPartitionLeaderElection and
+  OfflineReplica transition).  A partition nobody else can lead stays with it.
+* **Preferred leaders.**  With ``auto.leader.rebalance.enable``, 5 s after the start and then
+  every ``leader.imbalance.check.interval.seconds``, :meth:`Controller.
+  rebalance_preferred_leaders` runs Kafka's checkAndTriggerAutoLeaderRebalance: a preferred
+  election for the partitions of each broker whose imbalance ratio exceeds
+  ``leader.imbalance.per.broker.percentage``.
 
 Design decisions:
 
@@ -122,27 +133,69 @@ def is_unclean_allowed(topic_configs: dict[str, str], default: bool) -> bool:
 
 
 def decide_for_live_set(
-    st: StoredState, replicas: list[int], live: set[int], unclean: bool
+    st: StoredState,
+    replicas: list[int],
+    live: set[int],
+    unclean: bool,
+    shutting_down: frozenset[int] | set[int] = frozenset(),
 ) -> Decision | None:
-    """The controller's automatic rule (broker loss / return); None when nothing changes."""
+    """The controller's automatic rule (broker loss / return, controlled shutdown); None when
+    nothing changes.  A broker in ``shutting_down`` (live, in controlled shutdown) is never
+    elected and leaves every ISR; a partition it leads moves to the first other replica that is
+    in the ISR and live (Kafka's ControlledShutdownPartitionLeaderElectionStrategy), and stays
+    with it when there is none."""
+    eligible = live - set(shutting_down)
     if st.leader >= 0 and st.leader in live:
-        # leader alive: only drop dead followers from the ISR (never the leader itself)
-        isr = [b for b in st.isr if b in live or b == st.leader]
+        if st.leader in shutting_down:
+            others = [r for r in replicas if r in st.isr and r in eligible]
+            if others:
+                isr = [b for b in st.isr if b in eligible]
+                return Decision(others[0], st.leader_epoch + 1, isr, "controlled shutdown")
+        # leader alive: only drop dead (or shutting-down) followers from the ISR, never the
+        # leader itself
+        isr = [b for b in st.isr if b in eligible or b == st.leader]
         if isr and isr != st.isr:
-            return Decision(st.leader, st.leader_epoch, isr, "dead followers leave the ISR")
+            why = "dead followers leave the ISR"
+            if any(b in shutting_down for b in st.isr if b != st.leader):
+                why = "followers in controlled shutdown leave the ISR"
+            return Decision(st.leader, st.leader_epoch, isr, why)
         return None
-    live_isr = [r for r in replicas if r in st.isr and r in live]
+    live_isr = [r for r in replicas if r in st.isr and r in eligible]
     if live_isr:
-        isr = [b for b in st.isr if b in live]
+        isr = [b for b in st.isr if b in eligible]
         return Decision(live_isr[0], st.leader_epoch + 1, isr, "clean election")
     if unclean:
-        live_replicas = [r for r in replicas if r in live]
+        live_replicas = [r for r in replicas if r in eligible]
         if live_replicas:
             leader = live_replicas[0]
             return Decision(leader, st.leader_epoch + 1, [leader], "UNCLEAN election")
     if st.leader == -1:
         return None  # already offline, nobody eligible yet
     return Decision(-1, st.leader_epoch + 1, list(st.isr), "offline: no eligible leader")
+
+
+def imbalanced_partitions(
+    assignments: Iterable[tuple[TopicPartition, list[int], int]],
+    percentage: int,
+    eligible: set[int],
+) -> dict[int, tuple[float, list[TopicPartition]]]:
+    """Kafka's checkAndTriggerAutoLeaderRebalance selection.  ``assignments``: (partition,
+    replicas, current leader).  Partitions are grouped by their preferred (first) replica; a
+    broker whose share of such partitions led by another broker exceeds ``percentage`` % gets
+    back those of them it can lead (it is eligible: live, not shutting down).  Returns
+    {preferred broker: (imbalance ratio, partitions to elect it for)} for the brokers over the
+    limit."""
+    by_preferred: dict[int, list[tuple[TopicPartition, int]]] = {}
+    for tp, replicas, leader in assignments:
+        if replicas:
+            by_preferred.setdefault(replicas[0], []).append((tp, leader))
+    out: dict[int, tuple[float, list[TopicPartition]]] = {}
+    for broker, tps in sorted(by_preferred.items()):
+        elsewhere = [tp for tp, leader in tps if leader != broker]
+        ratio = len(elsewhere) / len(tps)
+        if ratio > percentage / 100.0 and broker in eligible:
+            out[broker] = (ratio, elsewhere)
+    return out
 
 
 def decide_preferred(
@@ -196,7 +249,14 @@ class Controller:
         self._full = False
         self._topics: set[str] = set()
         self._task: asyncio.Task[None] | None = None
+        self._rebalance_task: asyncio.Task[None] | None = None
         self.passes = 0  # completed reconcile passes (tests, diagnostics)
+        # brokers in controlled shutdown (children of paths.CONTROLLED_SHUTDOWN), read with a
+        # watch at every pass; at most one watch pending
+        self.shutting_down: set[int] = set()
+        self._cs_watch_pending = False
+        self._cs_dirty = True
+        self._cs_ids: set[int] = set()  # the children as last read
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -207,6 +267,11 @@ class Controller:
         self._task = asyncio.create_task(
             self._run(), name=f"controller-{self.cluster.broker_id}-e{self.epoch}"
         )
+        if self.cluster.auto_leader_rebalance_enable:
+            self._rebalance_task = asyncio.create_task(
+                self._rebalance_loop(),
+                name=f"leader-rebalance-{self.cluster.broker_id}-e{self.epoch}",
+            )
         log.info(
             "broker %d: controller duties start (epoch %d)", self.cluster.broker_id, self.epoch
         )
@@ -219,17 +284,20 @@ class Controller:
             )
         self.active = False
         self.cluster.remove_listener(self._on_event)
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
+        for task in (self._task, self._rebalance_task):
+            if task is not None and not task.done():
+                task.cancel()
 
     async def stop(self) -> None:
         self.deactivate()
-        task, self._task = self._task, None
-        if task is not None and task is not asyncio.current_task():
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        tasks = [self._task, self._rebalance_task]
+        self._task = self._rebalance_task = None
+        for task in tasks:
+            if task is not None and task is not asyncio.current_task():
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
 
     def _fence(self, why: str) -> None:
         if self.active:
@@ -290,6 +358,7 @@ class Controller:
         async with self._lock:
             self._check_active()
             live = await self._live_brokers()
+            shutting = await self._read_shutting_down(live)
             candidates: list[TopicPartition] = []
             for name in topics:
                 info = self.cluster.topics.get(name)
@@ -300,13 +369,13 @@ class Controller:
                     cached = StoredState(
                         ps.leader, ps.leader_epoch, ps.isr, ps.controller_epoch, ps.zk_version
                     )
-                    if decide_for_live_set(cached, ps.replicas, live, unclean) is not None:
+                    if decide_for_live_set(cached, ps.replicas, live, unclean, shutting):
                         candidates.append((name, p))
             if not candidates:
                 return
 
             def auto(tp: TopicPartition, st: StoredState, replicas: list[int], live: set[int]):
-                d = decide_for_live_set(st, replicas, live, self._unclean(tp[0]))
+                d = decide_for_live_set(st, replicas, live, self._unclean(tp[0]), shutting)
                 return (ErrorCode.NONE, None) if d is None else d
 
             await self._run_decisions(candidates, auto, live, {})
@@ -343,6 +412,7 @@ class Controller:
                 raise KafkaError(ErrorCode.NOT_CONTROLLER, "this broker is not the controller")
             try:
                 live = await self._live_brokers()
+                live -= await self._read_shutting_down(live)  # never elected
                 await self._run_decisions(known, decide, live, results)
             except ControllerFencedError:
                 for tp in known:
@@ -351,7 +421,106 @@ class Controller:
                 raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, str(e)) from e
         return {tp: results[tp] for tp in wanted}
 
+    # ------------------------------------------------------------------ preferred leaders
+
+    async def _rebalance_loop(self) -> None:
+        """auto.leader.rebalance.enable: a first check 5 s after becoming controller (as
+        Kafka's onControllerFailover schedules it), then every
+        leader.imbalance.check.interval.seconds."""
+        delay = min(5.0, float(self.cluster.leader_imbalance_check_interval_s))
+        while self.active:
+            await asyncio.sleep(delay)
+            delay = float(self.cluster.leader_imbalance_check_interval_s)
+            try:
+                await self.rebalance_preferred_leaders()
+            except ControllerFencedError:
+                return
+            except asyncio.CancelledError:
+                raise
+            except ConnectionLossError as e:
+                log.info("leader imbalance check deferred: %s", e)
+            except Exception:
+                log.exception("leader imbalance check failed")
+
+    async def rebalance_preferred_leaders(self) -> dict[TopicPartition, ElectionResult]:
+        """Kafka's checkAndTriggerAutoLeaderRebalance: for each broker whose leader imbalance
+        ratio (its preferred partitions led elsewhere / its preferred partitions) exceeds
+        leader.imbalance.per.broker.percentage, a preferred election of those partitions
+        (the broker leads each again when it is in the ISR).  Returns the election results."""
+        live = await self._live_brokers()
+        eligible = live - await self._read_shutting_down(live)
+        assignments = [
+            ((name, p), ps.replicas, ps.leader)
+            for name, info in sorted(self.cluster.topics.items())
+            for p, ps in sorted(info.partitions.items())
+        ]
+        over = imbalanced_partitions(
+            assignments, self.cluster.leader_imbalance_per_broker_percentage, eligible
+        )
+        wanted: list[TopicPartition] = []
+        for broker, (ratio, tps) in over.items():
+            log.info(
+                "controller (epoch %d): leader imbalance ratio for broker %d is %.3f; "
+                "preferred election of %d partitions",
+                self.epoch,
+                broker,
+                ratio,
+                len(tps),
+            )
+            wanted += tps
+        if not wanted:
+            return {}
+        results: dict[TopicPartition, ElectionResult] = {}
+
+        def decide(tp, st, replicas, live):
+            return decide_preferred(st, replicas, live - self.shutting_down)
+
+        async with self._lock:
+            self._check_active()
+            await self._run_decisions(wanted, decide, live, results)
+        return results
+
     # ------------------------------------------------------------------ the write machinery
+
+    async def _read_shutting_down(self, live: set[int]) -> set[int]:
+        """The live brokers in controlled shutdown, read from the store; sets one watch on the
+        children, whose firing starts a full pass.  While that watch is pending nothing changed
+        there, and the last read is answered without a store round trip."""
+        if self._cs_watch_pending and not self._cs_dirty:
+            self.shutting_down = self._cs_ids & live
+            return set(self.shutting_down)
+        watch = None
+        if not self._cs_watch_pending:
+            self._cs_watch_pending = True
+            watch = self._on_shutting_down_changed
+        try:
+            children = await self.store.get_children(paths.CONTROLLED_SHUTDOWN, watch=watch)
+        except BaseException as e:
+            if watch is not None:
+                self._cs_watch_pending = False  # no watch was set
+            if not isinstance(e, NoNodeError):
+                raise
+            children = []
+        self._cs_dirty = False
+        ids = set()
+        for child in children:
+            try:
+                ids.add(int(child))
+            except ValueError:
+                continue
+        self._cs_ids = ids
+        shutting = ids & live
+        for b in sorted(shutting - self.shutting_down):
+            log.info("controller (epoch %d): broker %d is in controlled shutdown", self.epoch, b)
+        self.shutting_down = shutting
+        return shutting
+
+    def _on_shutting_down_changed(self, event: object) -> None:
+        self._cs_watch_pending = False
+        self._cs_dirty = True
+        if self.active:
+            self._full = True
+            self._wake.set()
 
     def _check_active(self) -> None:
         if not self.active:

@@ -35,6 +35,9 @@ ADMIN = "/admin"
 DELETE_TOPICS = "/admin/delete_topics"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CONSUMERS = "/consumers"
+# pybroker's own (no Kafka path): a broker in controlled shutdown holds the ephemeral
+# <CONTROLLED_SHUTDOWN>/<id> until its session ends; the controller watches the children
+CONTROLLED_SHUTDOWN = "/pybroker/controlled_shutdown"
 
 # kafka.zk.ZkData.PersistentZkPaths: the persistent paths a Kafka broker ensures at startup
 PERSISTENT_PATHS: tuple[str, ...] = (
@@ -52,11 +55,16 @@ PERSISTENT_PATHS: tuple[str, ...] = (
     "/config/users",
     "/config/brokers",
     "/config/ips",
+    CONTROLLED_SHUTDOWN,
 )
 
 
 def broker(broker_id: int) -> str:
     return f"{BROKER_IDS}/{broker_id}"
+
+
+def controlled_shutdown(broker_id: int) -> str:
+    return f"{CONTROLLED_SHUTDOWN}/{broker_id}"
 
 
 def topic(name: str) -> str:

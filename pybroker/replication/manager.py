@@ -131,6 +131,10 @@ class ReplicaManager:
         self._tasks: set[asyncio.Task] = set()
         self._isr_task: asyncio.Task | None = None
         self._stopped = False
+        # controlled shutdown: replicas keep following the metadata (a partition whose
+        # leadership moved away is a follower here) but nothing is fetched any more, so no
+        # leader adds this broker back to an ISR
+        self._fetching_stopped = False
         self._deferred: set[tuple[str, int]] = set()  # left over by a pass, for the next
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -152,6 +156,14 @@ class ReplicaManager:
             t.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=2.0)
+
+    async def stop_fetching(self) -> None:
+        """Controlled shutdown: stop every fetcher, and start none from here on."""
+        self._fetching_stopped = True
+        fetchers = list(self.fetchers.values())
+        self.fetchers.clear()
+        if fetchers:
+            await asyncio.gather(*(f.stop() for f in fetchers), return_exceptions=True)
 
     def _spawn(self, coro: Any, name: str) -> None:
         t = asyncio.create_task(coro, name=name)
@@ -290,6 +302,15 @@ class ReplicaManager:
         r.role, r.leader, r.leader_epoch = FOLLOWER, state.leader, state.leader_epoch
         r.followers = {}
         r.leader_epoch_start_offset = -1
+        if self._fetching_stopped:
+            log.info(
+                "%s-%d: follower of %d (epoch %d), not fetching (controlled shutdown)",
+                r.topic,
+                r.partition,
+                state.leader,
+                state.leader_epoch,
+            )
+            return
         fetcher = self.fetchers.get(state.leader)
         if fetcher is None:
             fetcher = self.fetcher_factory(self, state.leader)
