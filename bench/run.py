@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import datetime as dt
 import itertools
+import json
 import os
 import platform
 import re
@@ -1218,6 +1219,83 @@ def w15_cmds(sizes: dict) -> list[str]:
     ]
 
 
+# W16 --------------------------------------------------------------------------------------
+W16_MEMBERS, W16_PARTITIONS = 5, 10
+# Kafka 3.9 serves KIP-848 once the consumer protocol is listed (pybroker's default lists it);
+# group.consumer.heartbeat.interval.ms is 5 s on both (Kafka's default)
+W16_OVERRIDES: dict[str, object] = {"group.coordinator.rebalance.protocols": "classic,consumer"}
+
+
+def w16_setup(target: Target, sizes: dict) -> dict:
+    topic = f"w16-{uuid.uuid4().hex[:6]}"
+    create_topics(target, [topic], W16_PARTITIONS)
+    workdir = Path(target.log_dirs[0]).parent / "w16"
+    cp = java.compile_app("GroupConsumer.java", workdir / "classes", clients4=True)
+    return {"sizes": sizes, "topic": topic, "cp": cp, "workdir": workdir}
+
+
+def _w16_owned(proc: java.JavaProcess) -> set[str]:
+    owned: set[str] = set()
+    for line in proc.stdout_text().splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("event") == "assigned":
+            owned |= set(e["partitions"])
+        elif e.get("event") in ("revoked", "lost"):
+            owned -= set(e["partitions"])
+    return owned
+
+
+def _w16_time_to_stable(target: Target, st: dict, protocol: str, i: int) -> float:
+    """Seconds from starting five Java 4.1 consumers to each owning two partitions."""
+    group = f"w16-{protocol}-{i}-{uuid.uuid4().hex[:6]}"
+    procs = []
+    t0 = time.monotonic()
+    try:
+        for k in range(W16_MEMBERS):
+            procs.append(
+                java.start_main(
+                    "GroupConsumer",
+                    [target.bootstrap, group, st["topic"], "0", "0", f"group.protocol={protocol}"],
+                    workdir=st["workdir"],
+                    name=f"{group}-{k}",
+                    cp=st["cp"],
+                    log4j=None,
+                )
+            )
+        want = W16_PARTITIONS // W16_MEMBERS
+        while True:
+            owned = [_w16_owned(p) for p in procs]
+            if all(len(o) == want for o in owned) and len(set().union(*owned)) == W16_PARTITIONS:
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > 180:
+                raise WorkloadError(f"{protocol}: no stable assignment in 180 s: {owned}")
+            time.sleep(0.05)
+    finally:
+        for p in procs:
+            p.stop()
+
+
+def w16_run(target: Target, st: dict, i: int) -> dict[str, float]:
+    consumer = _w16_time_to_stable(target, st, "consumer", i)
+    classic = _w16_time_to_stable(target, st, "classic", i)
+    return {"consumer protocol s": consumer, "classic protocol s": classic}
+
+
+def w16_cmds(sizes: dict) -> list[str]:
+    return [
+        f"topic: {W16_PARTITIONS} partitions, RF 1; brokers with "
+        "group.coordinator.rebalance.protocols=classic,consumer (Kafka 3.9: KIP-848 enabled)",
+        f"{W16_MEMBERS} processes of java/clients4/src/GroupConsumer.java (kafka-clients 4.1.1, "
+        "-Xmx256m serial GC) started together in a fresh group, group.protocol=consumer then "
+        "=classic: seconds from the first start until each owns "
+        f"{W16_PARTITIONS // W16_MEMBERS} partitions (their assigned/revoked events); "
+        "JVM start-up is in both figures",
+    ]
+
+
 WORKLOADS: dict[str, Workload] = {
     w.wid: w
     for w in [
@@ -1393,6 +1471,18 @@ WORKLOADS: dict[str, Workload] = {
             w15_setup,
             w15_run,
             w15_cmds,
+        ),
+        Workload(
+            "W16",
+            "KIP-848: five Java 4.1 consumers to a stable assignment, consumer vs classic",
+            [
+                Metric("consumer protocol s", "s", False),
+                Metric("classic protocol s", "s", False),
+            ],
+            w16_setup,
+            w16_run,
+            w16_cmds,
+            overrides=W16_OVERRIDES,
         ),
     ]
 }
