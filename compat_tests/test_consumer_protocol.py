@@ -268,3 +268,44 @@ def test_confluent_kafka_with_group_protocol_consumer(broker):
     finally:
         for c in consumers:
             c.close()
+
+
+def test_the_group_carries_on_when_its_coordinator_is_killed(consumer_cp, tmp_path):
+    """3 brokers on ZooKeeper: kill -9 the group's coordinator; the members rejoin on the new
+    one (pybroker holds members in memory: a commit or heartbeat there gets UNKNOWN_MEMBER_ID,
+    which the Java client reports as CommitFailedException and answers by rejoining at epoch 0)
+    and resume from the committed offsets, so every record is read (at least once) and the
+    partitions are shared again."""
+    from compat_tests.cluster import running_cluster
+
+    overrides = {
+        "group.consumer.session.timeout.ms": "6000",
+        "group.consumer.heartbeat.interval.ms": "500",
+    }
+    with running_cluster(tmp_path / "cluster", 3, overrides) as cluster:
+        topic, group = unique("kip848-move"), unique("g")
+        cluster.create_topic(topic, partitions=4, rf=3)
+        parts = {f"{topic}-{p}" for p in range(4)}
+        values = produce(cluster.bootstrap, topic, 4, 400)
+        members = [
+            Member(consumer_cp, tmp_path, cluster.bootstrap, group, topic, f"mv{i}")
+            for i in range(2)
+        ]
+        try:
+            wait_for("a 2/2 split", lambda: split(members, parts), members)
+            wait_for("every record", lambda: sum(len(m.values()) for m in members) >= 400, members)
+            err, coordinator = cluster.find_coordinator(group)
+            assert err == 0
+            cluster.kill9(coordinator)
+            more = produce(cluster.bootstrap, topic, 4, 40, prefix="after")
+            everything = set(values + more)
+            wait_for(
+                "every record after the coordinator died",
+                lambda: everything <= {v for m in members for v in m.values()},
+                members,
+                timeout=120,
+            )
+            wait_for("the partitions shared again", lambda: split(members, parts), members)
+        finally:
+            for m in members:
+                m.proc.stop()

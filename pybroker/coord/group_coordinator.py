@@ -505,7 +505,7 @@ class GroupCoordinator:
         now = self.clock.time_ms()
         g = self.groups.get(group_id)
         if isinstance(g, Group):
-            if g.state in (GroupState.EMPTY, GroupState.DEAD) and req.member_epoch == 0:
+            if g.state in (GroupState.EMPTY, GroupState.DEAD):
                 g = None  # an empty classic group (offsets only) becomes a consumer group
             else:
                 return _heartbeat_error(
@@ -513,8 +513,12 @@ class GroupCoordinator:
                 )
         if g is None or g.dead:
             if req.member_epoch != 0:
+                # Kafka would find the group in its log; pybroker keeps members in memory, so
+                # after the coordinator moved the member is unknown here and rejoins at epoch 0
+                # (a GROUP_ID_NOT_FOUND would be fatal to the Java consumer)
                 return _heartbeat_error(
-                    ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found."
+                    ErrorCode.UNKNOWN_MEMBER_ID,
+                    f"Member {req.member_id} is not a member of group {group_id}.",
                 )
             g = ConsumerGroup(group_id, self.consumer_config, state_timestamp_ms=now)
             self.groups[group_id] = g

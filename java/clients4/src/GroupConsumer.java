@@ -29,6 +29,17 @@ public class GroupConsumer {
     return b.append(']').toString();
   }
 
+  /** commitSync; a CommitFailedException (the member was fenced or is unknown to a new
+   * coordinator: it rejoins and the records since the last commit come again) is reported and
+   * the loop goes on, as the Java client's documentation tells applications to do. */
+  static void commit(KafkaConsumer<String, String> c) {
+    try {
+      c.commitSync();
+    } catch (CommitFailedException e) {
+      out("{\"event\":\"commit_failed\",\"t\":" + System.currentTimeMillis() + "}");
+    }
+  }
+
   static String esc(String s) {
     return s == null ? "null" : "\"" + s.replace("\\", "\\\\").replace("\"", "\\\"") + "\"";
   }
@@ -57,7 +68,7 @@ public class GroupConsumer {
       }));
       ConsumerRebalanceListener l = new ConsumerRebalanceListener() {
         public void onPartitionsRevoked(Collection<TopicPartition> ps) {
-          c.commitSync();
+          commit(c);
           out("{\"event\":\"revoked\",\"partitions\":" + json(ps) + ",\"t\":" + System.currentTimeMillis() + "}");
         }
         public void onPartitionsAssigned(Collection<TopicPartition> ps) {
@@ -85,7 +96,7 @@ public class GroupConsumer {
               + ",\"offset\":" + r.offset() + ",\"value\":" + esc(r.value()) + ",\"t\":" + System.currentTimeMillis() + "}");
           n++;
         }
-        if (!rs.isEmpty()) { c.commitSync(); last = System.currentTimeMillis(); had = true; }
+        if (!rs.isEmpty()) { commit(c); last = System.currentTimeMillis(); had = true; }
         if (max > 0 && n >= max) break;
         if (idleMs > 0 && had && System.currentTimeMillis() - last > idleMs) { out("{\"event\":\"idle\"}"); break; }
       }
