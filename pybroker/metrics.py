@@ -151,7 +151,20 @@ class BrokerMetrics:
             self._request("FetchFollower" if replica >= 0 else "FetchConsumer", version, seconds)
         if response is not None:
             counts = self._errors_scratch
-            _count_errors(response, counts)
+            if api_key == PRODUCE:  # the hot two, walked without the generic recursion
+                for t in response["responses"]:
+                    for p in t["partition_responses"]:
+                        code = p["error_code"]
+                        counts[code] = counts.get(code, 0) + 1
+            elif api_key == FETCH:
+                code = response["error_code"]
+                counts[code] = 1
+                for t in response["responses"]:
+                    for p in t["partitions"]:
+                        code = p["error_code"]
+                        counts[code] = counts.get(code, 0) + 1
+            else:
+                _count_errors(response, counts)
             errors = self.errors
             for code, n in counts.items():
                 key = (name, code)
