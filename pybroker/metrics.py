@@ -256,7 +256,7 @@ class IdleMeter:
 # -- the snapshot -------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class PartitionRow:
     topic: str
     partition: int
@@ -406,6 +406,15 @@ def _add_total(family: CounterMetricFamily, value: float) -> None:
     """The all-topics sample of a per-topic meter: the same name without the topic label, as
     the JMX exporter renders Kafka's topic-less MBean."""
     family.samples.append(Sample(family.name + "_total", {}, float(value)))
+
+
+def _streamed(family: Metric, samples: Iterator[Sample]) -> Metric:
+    """``family`` with its samples made one at a time while the encoder writes them.  A family
+    of 10,000 partitions then never holds 10,000 sample objects (tuples and label dicts the
+    cyclic GC tracks): they die young, so encoding triggers no full collection, which would
+    hold the GIL -- and the event loop -- for as long as it walks the broker's whole heap."""
+    family.samples = samples  # type: ignore[assignment]  (the encoders iterate it once)
+    return family
 
 
 def _quantile(counts: list[float], q: float) -> float:
@@ -564,26 +573,21 @@ class SnapshotCollector(Collector):
         )
 
     def _logs(self, s: Snapshot) -> Iterator[Metric]:
-        labels = ["topic", "partition"]
-        fams = {
-            "size": GaugeMetricFamily(
-                "kafka_log_log_size", "Size: bytes of the log", labels=labels
-            ),
-            "log_start": GaugeMetricFamily(
-                "kafka_log_log_logstartoffset", "LogStartOffset", labels=labels
-            ),
-            "log_end": GaugeMetricFamily(
-                "kafka_log_log_logendoffset", "LogEndOffset", labels=labels
-            ),
-            "segments": GaugeMetricFamily(
-                "kafka_log_log_numlogsegments", "NumLogSegments", labels=labels
-            ),
-        }
-        for r in s.partitions:
-            lv = [r.topic, str(r.partition)]
-            for attr, fam in fams.items():
-                fam.add_metric(lv, getattr(r, attr))
-        yield from fams.values()
+        for name, doc, attr in (
+            ("kafka_log_log_size", "Size: bytes of the log", "size"),
+            ("kafka_log_log_logstartoffset", "LogStartOffset", "log_start"),
+            ("kafka_log_log_logendoffset", "LogEndOffset", "log_end"),
+            ("kafka_log_log_numlogsegments", "NumLogSegments", "segments"),
+        ):
+            yield _streamed(
+                GaugeMetricFamily(name, doc, labels=["topic", "partition"]),
+                (
+                    Sample(
+                        name, {"topic": r.topic, "partition": str(r.partition)}, getattr(r, attr)
+                    )
+                    for r in s.partitions
+                ),
+            )
 
     def _groups(self, s: Snapshot) -> Iterator[Metric]:
         states = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty")
@@ -626,16 +630,27 @@ class SnapshotCollector(Collector):
             "kafka_consumergroup_lag_sum", "lag summed per topic", labels=lv[:2]
         )
         sums: dict[tuple[str, str], int] = {}
-        for gid, topic, partition, offset, behind in s.group_offsets:
-            labels = [gid, topic, str(partition)]
-            current.add_metric(labels, offset)
+        for gid, topic, _, _, behind in s.group_offsets:
             if behind is not None:
-                lag.add_metric(labels, behind)
                 sums[(gid, topic)] = sums.get((gid, topic), 0) + behind
         for (gid, topic), total in sorted(sums.items()):
             lag_sum.add_metric([gid, topic], total)
-        yield current
-        yield lag
+
+        def labels(gid: str, topic: str, partition: int) -> dict[str, str]:
+            return {"consumergroup": gid, "topic": topic, "partition": str(partition)}
+
+        yield _streamed(
+            current,
+            (Sample(current.name, labels(g, t, p), o) for g, t, p, o, _ in s.group_offsets),
+        )
+        yield _streamed(
+            lag,
+            (
+                Sample(lag.name, labels(g, t, p), b)
+                for g, t, p, _, b in s.group_offsets
+                if b is not None
+            ),
+        )
         yield lag_sum
 
     def _misc(self, s: Snapshot) -> Iterator[Metric]:
