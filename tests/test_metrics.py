@@ -105,7 +105,10 @@ def test_a_snapshot_renders_and_parses():
     }
     assert samples[("kafka_server_brokertopicmetrics_bytesin_total", (("topic", "t"),))] == 1000
     assert samples[("kafka_server_brokertopicmetrics_bytesin_total", ())] == 1000
-    key = ("kafka_network_requestmetrics_requests_total", (("request", "Produce"), ("version", "9")))
+    key = (
+        "kafka_network_requestmetrics_requests_total",
+        (("request", "Produce"), ("version", "9")),
+    )
     assert samples[key] == 1
     q = ("kafka_network_requestmetrics_totaltimems", (("quantile", "0.99"), ("request", "Produce")))
     assert 0.5 < samples[q] <= 1.0
