@@ -254,7 +254,7 @@ class Broker:
         )
         await self.server.start()
         if cfg.metrics_listener is not None:
-            self.metrics.idle.install(asyncio.get_running_loop())
+            self.metrics.idle.start()
             self.http = HttpServer(cfg.metrics_listener.host, cfg.metrics_listener.port)
             self.http.route("/metrics", self._metrics_route)
             await self.http.start()

@@ -80,6 +80,7 @@ QUANTILES = (
 QUANTILE_WINDOW_S = 300.0  # Kafka's reservoir favours the last 5 minutes
 SNAPSHOT_EVERY_S = 15.0
 
+_bucket = bisect.bisect_left
 _API_NAMES: dict[int, str] = {k: api.name for k, api in SCHEMAS.by_key.items()}
 _ERROR_NAMES: dict[int, str] = {int(e): e.name for e in ErrorCode}
 FETCH, PRODUCE = 1, 0
@@ -142,30 +143,38 @@ class BrokerMetrics:
         self, api_key: int, version: int, body: dict, response: dict | None, seconds: float
     ) -> None:
         name = _API_NAMES.get(api_key) or api_name(api_key)
-        self._request(name, version, seconds)
+        requests = self.requests
+        key = (name, version)
+        requests[key] = requests.get(key, 0) + 1
+        h = self.latency.get(name)
+        if h is None:
+            h = self.latency[name] = [0] * (len(LATENCY_BOUNDS) + 2)
+        h[_bucket(LATENCY_BOUNDS, seconds)] += 1
+        h[-1] += seconds
         if api_key == FETCH:  # as Kafka: also under FetchConsumer / FetchFollower
             if version >= 15:
                 replica = (body.get("replica_state") or {}).get("replica_id", -1)
             else:
                 replica = body.get("replica_id", -1)
             self._request("FetchFollower" if replica >= 0 else "FetchConsumer", version, seconds)
-        if response is not None:
+        if response is None:
+            return
+        errors = self.errors
+        if api_key == PRODUCE:  # the hot two, walked without the generic recursion
+            for t in response["responses"]:
+                for p in t["partition_responses"]:
+                    key = (name, p["error_code"])
+                    errors[key] = errors.get(key, 0) + 1
+        elif api_key == FETCH:
+            key = (name, response["error_code"])
+            errors[key] = errors.get(key, 0) + 1
+            for t in response["responses"]:
+                for p in t["partitions"]:
+                    key = (name, p["error_code"])
+                    errors[key] = errors.get(key, 0) + 1
+        else:
             counts = self._errors_scratch
-            if api_key == PRODUCE:  # the hot two, walked without the generic recursion
-                for t in response["responses"]:
-                    for p in t["partition_responses"]:
-                        code = p["error_code"]
-                        counts[code] = counts.get(code, 0) + 1
-            elif api_key == FETCH:
-                code = response["error_code"]
-                counts[code] = 1
-                for t in response["responses"]:
-                    for p in t["partitions"]:
-                        code = p["error_code"]
-                        counts[code] = counts.get(code, 0) + 1
-            else:
-                _count_errors(response, counts)
-            errors = self.errors
+            _count_errors(response, counts)
             for code, n in counts.items():
                 key = (name, code)
                 errors[key] = errors.get(key, 0) + n
@@ -178,7 +187,7 @@ class BrokerMetrics:
         h = self.latency.get(name)
         if h is None:
             h = self.latency[name] = [0] * (len(LATENCY_BOUNDS) + 2)
-        h[bisect.bisect_left(LATENCY_BOUNDS, seconds)] += 1
+        h[_bucket(LATENCY_BOUNDS, seconds)] += 1
         h[-1] += seconds
 
     # -- scrape time ----------------------------------------------------------------------
@@ -210,46 +219,33 @@ class BrokerMetrics:
 
 
 class IdleMeter:
-    """How much of the time the event loop waits in its selector (Kafka's network processor
-    idle share).  ``install`` wraps the loop's selector ``select``: two clock reads per loop
-    iteration.  A loop without a selector (not asyncio's) reports nothing."""
+    """How much of the time the event loop's thread is off the CPU (Kafka's network processor
+    idle share), from that thread's CPU clock (``time.thread_time``) read at scrape time:
+    nothing is measured per request or per loop iteration.  Time the loop spends blocked in
+    a system call that does not use the CPU (a disk read waiting for the device) or waiting
+    for the GIL counts as idle.  ``start`` and ``read`` must run on the loop's thread."""
 
     def __init__(self) -> None:
-        self.idle_s = 0.0
-        self.installed_at: float | None = None
-        self._last: tuple[float, float] | None = None  # (wall, idle) at the previous read
+        self._start: tuple[float, float] | None = None  # (wall, thread CPU) at start
+        self._last: tuple[float, float] | None = None  # at the previous read
         self.share: float = math.nan
+        self.idle_s = 0.0  # wall seconds minus the loop thread's CPU seconds since start
 
-    def install(self, loop: asyncio.AbstractEventLoop) -> None:
-        selector = getattr(loop, "_selector", None)
-        if selector is None or self.installed_at is not None:
-            return
-        inner = selector.select
-        clock = time.perf_counter
-
-        def select(timeout: float | None = None) -> Any:
-            t0 = clock()
-            try:
-                return inner(timeout)
-            finally:
-                self.idle_s += clock() - t0
-
-        selector.select = select
-        self.installed_at = clock()
-        self._last = (self.installed_at, 0.0)
+    def start(self) -> None:
+        self._start = self._last = (time.perf_counter(), time.thread_time())
 
     def read(self) -> float:
         """The idle share since the previous read (at least one second back; else the share
         the previous read gave)."""
-        if self._last is None:
+        if self._start is None or self._last is None:
             return math.nan
-        now = time.perf_counter()
-        wall0, idle0 = self._last
-        if now - wall0 >= 1.0:
-            self.share = min(1.0, max(0.0, (self.idle_s - idle0) / (now - wall0)))
-            self._last = (now, self.idle_s)
-        elif math.isnan(self.share) and now > wall0:
-            self.share = min(1.0, max(0.0, (self.idle_s - idle0) / (now - wall0)))
+        now, cpu = time.perf_counter(), time.thread_time()
+        self.idle_s = max(0.0, (now - self._start[0]) - (cpu - self._start[1]))
+        wall0, cpu0 = self._last
+        if now - wall0 >= 1.0 or (math.isnan(self.share) and now > wall0):
+            self.share = min(1.0, max(0.0, 1.0 - (cpu - cpu0) / (now - wall0)))
+            if now - wall0 >= 1.0:
+                self._last = (now, cpu)
         return self.share
 
 
