@@ -191,6 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--produce", type=int, default=3000, help="Produce requests per phase")
     ap.add_argument("--fetch", type=int, default=1500, help="Fetch requests per phase")
+    ap.add_argument(
+        "--start-with-first",
+        action="store_true",
+        help="start the broker with the listener first (the A/A run shows the second one "
+        "started measuring differently)",
+    )
     args = ap.parse_args(argv)
     cost = micro()
     print(
@@ -202,10 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     produce = _produce_frames(args.produce)
     fetch = _fetch_frames(args.fetch, per_partition=args.produce // PARTITIONS * 16)
     ratios: dict[str, list[float]] = {"produce": [], "fetch": []}
+    pair = "broker A / broker B, both without" if args.aa else "without / with metrics.listener"
+    names = ("on A", "on B") if args.aa else ("without", "with")
     figures: dict[tuple[str, bool], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="pybench-metrics-") as tmp:
         brokers = {
-            m: _start(Path(tmp) / f"metrics-{int(m)}", m and not args.aa) for m in (False, True)
+            m: _start(Path(tmp) / f"metrics-{int(m)}", m and not args.aa)
+            for m in ((True, False) if args.start_with_first else (False, True))
         }
         socks = {}
         try:
@@ -229,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"phase {k + 1:2d}: produce {got[('produce', False)]:6.1f} / "
                     f"{got[('produce', True)]:6.1f} us, fetch {got[('fetch', False)]:6.1f} / "
-                    f"{got[('fetch', True)]:6.1f} us (without / with metrics.listener)"
+                    f"{got[('fetch', True)]:6.1f} us ({pair})"
                 )
         finally:
             for s in socks.values():
@@ -242,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         on = statistics.median(figures[(what, True)])
         r = statistics.median(ratios[what])
         print(
-            f"{what}: median {off:.1f} us/request without, {on:.1f} with; "
+            f"{what}: median {off:.1f} us/request {names[0]}, {on:.1f} {names[1]}; "
             f"median of the paired ratios {(r - 1) * 100:+.1f} %"
         )
     return 0
