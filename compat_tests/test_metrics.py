@@ -18,6 +18,7 @@ from kafka.structs import OffsetAndMetadata
 from prometheus_client.parser import text_string_to_metric_families
 
 from compat_tests import rawkafka
+from compat_tests.cluster import running_cluster
 from compat_tests.procutil import free_port
 
 N = 50
@@ -205,3 +206,62 @@ def test_http_listener_routes(start_broker):
     with urllib.request.urlopen(req, timeout=10) as r:
         assert r.headers["Content-Type"].startswith("application/openmetrics-text")
         assert r.read().decode().rstrip().endswith("# EOF")
+
+
+def test_cluster_replication_and_isr_metrics(tmp_path):
+    """Three brokers on ZooKeeper, a partition on all three: the followers count what they
+    copy, the leader what it serves them; a follower killed makes the leader count an ISR
+    shrink and an under-replicated partition; exactly one broker is the active controller."""
+    with running_cluster(tmp_path, overrides={"replica.lag.time.max.ms": 2000}) as c:
+        # running_cluster started the brokers: give each its own metrics port and restart
+        ports = {}
+        for i, b in c.brokers.items():
+            ports[i] = free_port()
+            b.overrides["metrics.listener"] = f"http://127.0.0.1:{ports[i]}"
+            c.restart(i)
+        c.create_topic("replicated", partitions=1, rf=3)
+        c.wait_isr_full("replicated")
+        producer = KafkaProducer(bootstrap_servers=c.bootstrap, acks="all")
+        for _ in range(20):
+            producer.send("replicated", VALUE)
+        producer.flush()
+        producer.close()
+        leader = c.leader_of("replicated", 0).leader
+        followers = [i for i in c.ids if i != leader]
+        scraped = {i: scrape(ports[i]) for i in c.ids}
+        assert (
+            sum(
+                value(s, "kafka_controller_kafkacontroller_activecontrollercount")
+                for s in scraped.values()
+            )
+            == 1
+        )
+        lead = scraped[leader]
+        bytes_in = value(lead, "kafka_server_brokertopicmetrics_bytesin_total", topic="replicated")
+        assert bytes_in > 20 * len(VALUE)
+        assert value(lead, "kafka_server_brokertopicmetrics_replicationbytesout_total") >= (
+            2 * bytes_in
+        )
+        assert value(lead, "kafka_server_replicamanager_leadercount") == 1
+        assert value(lead, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+        for f in followers:
+            s = wait_for(
+                ports[f],
+                lambda x: (
+                    value(x, "kafka_server_brokertopicmetrics_replicationbytesin_total") >= bytes_in
+                ),
+            )
+            assert value(s, "kafka_server_brokertopicmetrics_replicationbytesin_total") == bytes_in
+            assert value(s, "kafka_server_replicamanager_partitioncount") == 1
+            assert value(s, "kafka_server_replicamanager_leadercount") == 0
+            assert value(s, "kafka_log_log_size", topic="replicated", partition="0") == bytes_in
+
+        c.kill9(followers[0])
+        s = wait_for(
+            ports[leader],
+            lambda x: value(x, "kafka_server_replicamanager_underreplicatedpartitions") == 1,
+            timeout=30,
+        )
+        assert value(s, "kafka_server_replicamanager_underreplicatedpartitions") == 1
+        assert value(s, "kafka_server_replicamanager_isrshrinks_total") == 1
+    assert not c.stop_problems, c.stop_problems
