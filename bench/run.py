@@ -1776,7 +1776,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--w8-topics", type=int, help="W8: this many topics of 100 partitions (default 100)"
     )
+    ap.add_argument(
+        "--pybroker-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one more broker config for pybroker only (repeatable), e.g. "
+        "metrics.listener=http://127.0.0.1:0",
+    )
     args = ap.parse_args(argv)
+    for item in args.pybroker_override:
+        key, sep, val = item.partition("=")
+        if not sep:
+            ap.error(f"--pybroker-override: expected KEY=VALUE, not {item!r}")
+        PYBROKER_OVERRIDES[key.strip()] = val.strip()
 
     sizes = dict(SIZES[args.scale])
     if args.w8_topics:

@@ -33,11 +33,13 @@ from pybroker.fetch_session import FetchSessionCache
 from pybroker.flusher import Flusher
 from pybroker.handlers._topics import flush_policy, log_config
 from pybroker.handlers._txn_markers import MarkerSender
+from pybroker.http_server import HttpRequest, HttpResponse, HttpServer
 from pybroker.log import LogManager, PartitionLog
 from pybroker.log.cleaner import CleanerConfig, LogCleaner
 from pybroker.log.partition_metadata import other_incarnation
 from pybroker.log.segment import DESCRIPTORS, descriptor_budget
 from pybroker.loop_monitor import LoopMonitor
+from pybroker.metrics import BrokerMetrics, exposition
 from pybroker.purgatory import Purgatory
 from pybroker.replication import manager as replica_manager
 from pybroker.replication.controlled_shutdown import controlled_shutdown
@@ -125,6 +127,11 @@ class Broker:
         self._stopping = False
         # always running: its warnings (loop.stall.warn.ms, 0 = none) and the session lease
         self.loop_monitor = LoopMonitor(config.loop_stall_warn_ms)
+        # metrics.listener: counters the request paths move (None: off, nothing counted)
+        self.metrics: BrokerMetrics | None = (
+            BrokerMetrics() if config.metrics_listener is not None else None
+        )
+        self.http: HttpServer | None = None
 
     @property
     def metadata_backend(self) -> str:
@@ -258,6 +265,11 @@ class Broker:
             principal_rules=cfg.principal_mapper(),
         )
         await self.server.start()
+        if cfg.metrics_listener is not None:
+            self.metrics.idle.start()
+            self.http = HttpServer(cfg.metrics_listener.host, cfg.metrics_listener.port)
+            self.http.route("/metrics", self._metrics_route)
+            await self.http.start()
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
         self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="checkpoint"))
 
@@ -293,6 +305,8 @@ class Broker:
             t.cancel()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=STOP_STEP_S)
+        if self.http is not None:
+            await _bounded("HTTP listener", self.http.stop())
         if self.server is not None:
             await _bounded("listeners", self.server.stop())
         if self.cleaner is not None:
@@ -317,6 +331,10 @@ class Broker:
         if self.store is not None:
             await _bounded("metadata store", self.store.close())
         await self.loop_monitor.stop()
+
+    async def _metrics_route(self, request: HttpRequest) -> HttpResponse:
+        body, content_type = await exposition(self, request.headers.get("accept"))
+        return HttpResponse(200, body, content_type)
 
     # -- services used by the handlers -----------------------------------------------------
     async def scram_fake_salt_key(self) -> bytes:

@@ -73,6 +73,30 @@ LONG_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
+class HttpEndpoint:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+
+def _http_listener(s: str) -> HttpEndpoint | None:
+    """metrics.listener: ``http://host:port`` (port 0: any free port); empty: off."""
+    s = s.strip()
+    if not s:
+        return None
+    m = re.fullmatch(r"http://(\[[^\]]*\]|[^:/\[\]]*):(\d+)/?", s)
+    if not m:
+        raise ValueError("expected http://host:port (e.g. http://127.0.0.1:9308)")
+    port = int(m.group(2))
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} out of range")
+    return HttpEndpoint(m.group(1).strip("[]"), port)
+
+
+@dataclass(frozen=True)
 class Endpoint:
     listener: str
     host: str
@@ -232,6 +256,8 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
     "log.cleaner.max.compaction.lag.ms": ("log_cleaner_max_compaction_lag_ms", _int, LONG_MAX),
     # pybroker's own (no Kafka equivalent): log "event loop stalled N ms" past this; 0 = off
     "loop.stall.warn.ms": ("loop_stall_warn_ms", _int, 100),
+    # pybroker's own: Prometheus metrics (and later the web console) over HTTP; off by default
+    "metrics.listener": ("metrics_listener", _http_listener, None),
     "authorizer.class.name": ("authorizer_class_name", str, ""),
     "super.users": (
         "super_users",
@@ -323,6 +349,7 @@ class Config:
     log_cleaner_min_compaction_lag_ms: int = 0
     log_cleaner_max_compaction_lag_ms: int = LONG_MAX
     loop_stall_warn_ms: int = 100
+    metrics_listener: HttpEndpoint | None = None
     authorizer_class_name: str = ""
     super_users: tuple[str, ...] = ()
     allow_everyone_if_no_acl_found: bool = False
@@ -633,6 +660,9 @@ def _validate(cfg: Config) -> None:
         "must be CreateTime or LogAppendTime",
     )
     need(cfg.loop_stall_warn_ms >= 0, "loop.stall.warn.ms", "must be >= 0 (0 turns it off)")
+    if cfg.metrics_listener is not None and cfg.metrics_listener.port:
+        clash = [str(e) for e in cfg.listeners if e.port == cfg.metrics_listener.port]
+        need(not clash, "metrics.listener", f"its port is the Kafka listener's: {clash}")
     need(
         cfg.authorizer_class_name in ("", *AUTHORIZERS),
         "authorizer.class.name",

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from typing import Any
 
 from pybroker import handlers  # noqa: F401  (registers every handler)
@@ -77,6 +78,7 @@ class KafkaConnection(asyncio.Protocol):
         self._on_close = on_close
         self._in_sendfile = False
         self._deferred_close: str | None = None  # "close" / "abort" asked during a sendfile
+        self._metrics = getattr(services, "metrics", None)  # pybroker.metrics.BrokerMetrics
 
     # -- asyncio.Protocol -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -269,11 +271,17 @@ class KafkaConnection(asyncio.Protocol):
             listener=self.listener,
             session=session,
         )
+        metrics = self._metrics
+        started = time.perf_counter() if metrics is not None else 0.0
         try:
             response = await reg.fn(ctx, body)
         except CloseConnection as e:
+            if metrics is not None:
+                metrics.request(api_key, api_version, body, None, time.perf_counter() - started)
             log.info("closing %s: %s", self.peer, e)
             return False
+        if metrics is not None:
+            metrics.request(api_key, api_version, body, response, time.perf_counter() - started)
         self._after_login()
         if response is None:
             return None

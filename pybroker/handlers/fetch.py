@@ -41,6 +41,8 @@ diverging_epoch so the follower truncates.  Preferred read replicas (v11) are al
 
 from __future__ import annotations
 
+from typing import Any
+
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.fetch_session import FetchContext, FetchPartition
 from pybroker.handlers._authz import enabled, on_cluster, on_topic
@@ -267,6 +269,23 @@ def _group_by_topic(answered: list, uses_ids: bool) -> list[dict]:
     return responses
 
 
+def _count_bytes_out(
+    metrics: Any, answered: list, replica_id: int, uses_ids: bool, resolver: Resolver
+) -> None:
+    """Kafka's BytesOutPerSec (consumers, per topic) and ReplicationBytesOutPerSec."""
+    if replica_id >= 0:
+        metrics.replication_bytes_out += sum(
+            getattr(e["records"], "size", 0) for _, e in answered if e.get("records")
+        )
+        return
+    for p, e in answered:
+        size = getattr(e.get("records"), "size", 0)
+        if size:
+            topic = resolver.name(p.topic_id) if uses_ids else p.topic
+            if topic is not None:
+                metrics.consumed(topic, size)
+
+
 @handler(1, 4, 17)
 async def fetch(ctx: RequestContext, req: dict) -> dict:
     version = ctx.version
@@ -318,6 +337,9 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
             break
         await ctx.services.purgatory.wait_any(keys, left)
     error, session_id, answered = context.respond(entries, int(clock.monotonic() * 1000), stamps)
+    metrics = ctx.services.metrics
+    if metrics is not None and total:
+        _count_bytes_out(metrics, answered, replica_id, uses_ids, resolver)
     resp = {
         "throttle_time_ms": 0,
         "error_code": error,

@@ -283,7 +283,11 @@ async def _append(
     except KafkaError as e:
         return _partition_error(index, e.code, str(e) if ctx.version >= 8 else None), None
     services.replicas.after_leader_append(replica)
-    services.flusher.appended(topic, log, sum(b.records_count for b in batches))
+    records_count = sum(b.records_count for b in batches)
+    services.flusher.appended(topic, log, records_count)
+    metrics = services.metrics
+    if metrics is not None:  # Kafka's BytesInPerSec / MessagesInPerSec (the request's batches)
+        metrics.produced(topic, len(records), records_count)
     entry = {
         "index": index,
         "error_code": ErrorCode.NONE,

@@ -321,6 +321,7 @@ class ReplicaFetcher:
                 return True
             if batches:
                 plog.append_as_follower(buf, batches)
+                self.manager.replication_bytes_in += len(buf)
         leader_start = p.get("log_start_offset", -1)
         plog.high_watermark = min(max(p["high_watermark"], 0), plog.log_end_offset)
         if plog.log_start_offset < leader_start <= plog.high_watermark:

@@ -136,6 +136,10 @@ class ReplicaManager:
         # leader adds this broker back to an ISR
         self._fetching_stopped = False
         self._deferred: set[tuple[str, int]] = set()  # left over by a pass, for the next
+        # Kafka's IsrShrinksPerSec / IsrExpandsPerSec: ISR changes this leader made
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+        self.replication_bytes_in = 0  # ReplicationBytesInPerSec: batches copied as a follower
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -456,6 +460,10 @@ class ReplicaManager:
         if state is None or r.role != LEADER or r.leader_epoch != epoch:
             return
         log.info("%s-%d: ISR %s -> %s (%s)", r.topic, r.partition, r.isr, state.isr, why)
+        if len(state.isr) < len(r.isr):
+            self.isr_shrinks += 1
+        elif len(state.isr) > len(r.isr):
+            self.isr_expands += 1
         r.isr = list(state.isr)
         self._maybe_advance_hw(r)
         self._wake(r)
