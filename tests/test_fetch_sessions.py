@@ -208,3 +208,35 @@ def test_idle_partitions_skipped_by_a_session_still_report_every_change(client, 
     assert got[(topic, 1)]["error_code"] == 1  # OFFSET_OUT_OF_RANGE
     got = answered(incremental(client, sid, 9))
     assert got[(topic, 1)]["error_code"] == 1  # errors are answered every time
+
+
+def test_a_partition_left_out_by_max_bytes_is_not_taken_for_idle(client):
+    """Regression (kafka-python's test_kafka_consumer_max_bytes_simple): with max_bytes room
+    for one batch, a partition whose records did not fit was remembered as idle and skipped by
+    every later incremental fetch, so the consumer never saw it."""
+    topic = unique_topic()
+    client.create_topic(topic, partitions=2)
+    for p in (0, 1):
+        for _ in range(5):
+            assert client.produce(topic, p, batch([b"x" * 50]))["error_code"] == NONE
+    offsets = {0: 0, 1: 0}
+    body = client.request(
+        FETCH, V, fetch_body([(topic, p, 0, 1 << 20) for p in (0, 1)], session_epoch=0, max_bytes=1)
+    )
+    sid = body["session_id"]
+    seen = set()
+    for epoch in range(1, 12):
+        moved = []
+        for (_, p), entry in answered(body).items():
+            got = fetched_values(entry["records"])
+            if got:
+                seen.add(p)
+                offsets[p] = got[-1][0] + 1
+                moved.append(p)
+        # as kafka-python: only partitions whose position moved are sent again
+        changed = [(topic, p, offsets[p], 1 << 20) for p in moved]
+        body = incremental(client, sid, epoch, changed, max_bytes=1)
+        assert body["error_code"] == NONE
+        if seen == {0, 1}:
+            break
+    assert seen == {0, 1}

@@ -212,7 +212,8 @@ def _read_all(
             if diverging is not None:
                 entry["diverging_epoch"] = diverging
                 errors = True  # answer at once
-            elif region is None and stamp is not None:
+            elif region is None and stamp is not None and offset >= upper:
+                # idle: nothing to read, not records that max_bytes left out this time
                 stamps[p.key] = stamp
             entries[p.key] = entry
         except KafkaError as e:
