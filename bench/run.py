@@ -141,20 +141,7 @@ class BenchBroker(BrokerProcess):
     """compat_tests' BrokerProcess without PYTHONASYNCIODEBUG (asyncio debug mode is a test
     aid that slows the event loop down)."""
 
-    def _spawn(self) -> None:
-        with open(self.stderr_path, "ab") as out:
-            out.write(f"\n===== start: {' '.join(self.command())}\n".encode())
-            out.flush()
-            env = {k: v for k, v in os.environ.items() if k != "PYTHONASYNCIODEBUG"}
-            env["PYTHONUNBUFFERED"] = "1"
-            self.proc = subprocess.Popen(
-                self.command(),
-                stdout=out,
-                stderr=out,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
+    asyncio_debug = False
 
 
 @dataclass

@@ -129,6 +129,8 @@ class BrokerProcess:
             env = dict(os.environ, PYTHONUNBUFFERED="1")
             if self.asyncio_debug:
                 env["PYTHONASYNCIODEBUG"] = "1"
+            else:  # not inherited either: debug mode slows the loop (bench, fuzz)
+                env.pop("PYTHONASYNCIODEBUG", None)
             self.proc = subprocess.Popen(
                 self.command(),
                 stdout=out,

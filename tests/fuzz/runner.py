@@ -150,21 +150,6 @@ class FuzzBroker(BrokerProcess):
 
     asyncio_debug = False
 
-    def _spawn(self) -> None:
-        if self.asyncio_debug:
-            return super()._spawn()
-        import subprocess
-
-        with open(self.stderr_path, "ab") as out:
-            out.write(f"\n===== start: {' '.join(self.command())}\n".encode())
-            out.flush()
-            env = dict(os.environ, PYTHONUNBUFFERED="1")
-            env.pop("PYTHONASYNCIODEBUG", None)
-            self.proc = subprocess.Popen(
-                self.command(), stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=env,
-                start_new_session=True,
-            )  # fmt: skip
-
 
 def rss_mb(pid: int) -> tuple[float, float]:
     """(VmRSS, VmHWM) of a process in MiB."""
