@@ -121,6 +121,7 @@ def _read_all(
     replica_id: int,
     uses_ids: bool,
     resolver: Resolver,
+    track_idle: bool = False,
 ) -> tuple[dict, int, bool, dict]:
     """One pass over the partitions: ({key: partition entry}, bytes found, any error,
     {key: idle stamp}).
@@ -158,7 +159,12 @@ def _read_all(
                 errors = True
                 entries[p.key] = _empty(index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 continue
-        stamp = replicas.fetch_stamp(topic, index, read_committed) if replica_id < 0 else None
+        # (only a consumer's session remembers idle partitions: no cost to sessionless fetches)
+        stamp = (
+            replicas.fetch_stamp(topic, index, read_committed)
+            if track_idle and replica_id < 0
+            else None
+        )
         if stamp is not None and stamp == p.idle_stamp:
             stamps[p.key] = stamp
             continue
@@ -320,9 +326,10 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
     partitions = context.partitions
     deadline = clock.monotonic() + max(req["max_wait_ms"], 0) / 1000.0
     wake = leo_key if replica_id >= 0 else consumer_key
+    track_idle = context.session is not None or context.create
     while True:
         entries, total, errors, stamps = _read_all(
-            ctx, req, partitions, replica_id, uses_ids, resolver
+            ctx, req, partitions, replica_id, uses_ids, resolver, track_idle
         )
         if total >= req["min_bytes"] or errors:
             break
