@@ -24,9 +24,15 @@ As Kafka's GroupMetadataManager.consumerGroupHeartbeat (3.9/4.x), without awaiti
 
 Group states (ListGroups, DescribeGroups, ConsumerGroupDescribe): Empty (no members), Assigning
 (the target assignment lags the group epoch), Reconciling (some member is not at the
-assignment epoch yet), Stable, Dead.  Members and epochs live in memory, as the classic groups'
-(group_coordinator.py): after the coordinator moves, members get UNKNOWN_MEMBER_ID and rejoin
-with epoch 0, which clients do without losing their committed offsets.
+assignment epoch yet), Stable, Dead.
+
+Records.  ``meta_record()`` and ``member_record(member)`` are the group's durable state, as
+Kafka's ConsumerGroupMetadata / ConsumerGroupMemberMetadata / target and current assignment
+records in __consumer_offsets; ``ConsumerGroup.from_records`` rebuilds the group from them
+(coord/consumer_group_store.py writes them to the metadata store), so after the coordinator
+moves, members carry on at their epochs with their assignments.  Timers are not state: a
+loaded member's session (and a pending revocation's deadline) starts again at load time, as
+Kafka's coordinator does when it loads a group.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ Partitions = dict[str, set[int]]  # topic name -> partitions
 TopicMeta = dict[str, tuple[uuid.UUID, int]]  # topic name -> (topic id, partition count)
 
 LEAVE_EPOCH, LEAVE_STATIC_EPOCH = -1, -2
+RECORD_VERSION = 1
 CONSUMER = "consumer"
 
 
@@ -504,6 +511,80 @@ class ConsumerGroup:
             names |= m.subscribed(topics)
         return names
 
+    # -- records ---------------------------------------------------------------------------
+    def meta_record(self) -> dict:
+        """The group-level record: epochs, the chosen assignor and what the assignment of the
+        assignment epoch was computed from."""
+        return {
+            "version": RECORD_VERSION,
+            "group_epoch": self.group_epoch,
+            "assignment_epoch": self.assignment_epoch,
+            "assignor": self._assignor,
+            "subscribed_partitions": dict(self._subscribed_partitions),
+        }
+
+    def member_record(self, m: ConsumerMember) -> dict:
+        """One member's record: its metadata, epochs, current and target assignment."""
+        return {
+            "version": RECORD_VERSION,
+            "member_id": m.member_id,
+            "instance_id": m.instance_id,
+            "rack_id": m.rack_id,
+            "client_id": m.client_id,
+            "client_host": m.client_host,
+            "rebalance_timeout_ms": m.rebalance_timeout_ms,
+            "subscribed_names": list(m.subscribed_names),
+            "subscribed_regex": m.subscribed_regex,
+            "server_assignor": m.server_assignor,
+            "epoch": m.epoch,
+            "previous_epoch": m.previous_epoch,
+            "state": m.state.value,
+            "assigned": _sorted_lists(m.assigned),
+            "pending_revocation": _sorted_lists(m.pending_revocation),
+            "target": _sorted_lists(self.target.get(m.member_id, {})),
+            "left_static": m.left_static,
+        }
+
+    @classmethod
+    def from_records(
+        cls, group_id: str, config: ConsumerGroupConfig, meta: dict, members: list[dict], now: int
+    ) -> ConsumerGroup:
+        """The group as its records describe it, loaded at ``now`` (every member's session,
+        and a pending revocation's deadline, start again then).  Raises ValueError (KeyError,
+        TypeError included) on a record it cannot read."""
+        g = cls(group_id, config, state_timestamp_ms=now)
+        g.group_epoch = int(meta["group_epoch"])
+        g.assignment_epoch = int(meta["assignment_epoch"])
+        g._assignor = meta.get("assignor")
+        g._subscribed_partitions = {
+            str(t): int(n) for t, n in meta["subscribed_partitions"].items()
+        }
+        for r in members:
+            m = ConsumerMember(
+                member_id=str(r["member_id"]),
+                instance_id=r["instance_id"],
+                rack_id=r["rack_id"],
+                client_id=str(r["client_id"]),
+                client_host=str(r["client_host"]),
+                rebalance_timeout_ms=int(r["rebalance_timeout_ms"]),
+                subscribed_names=[str(t) for t in r["subscribed_names"]],
+                subscribed_regex=r["subscribed_regex"],
+                server_assignor=r["server_assignor"],
+                epoch=int(r["epoch"]),
+                previous_epoch=int(r["previous_epoch"]),
+                state=MemberState(r["state"]),
+                assigned=_sets(r["assigned"]),
+                pending_revocation=_sets(r["pending_revocation"]),
+                last_heartbeat_ms=now,
+                left_static=bool(r["left_static"]),
+            )
+            if m.state is MemberState.UNREVOKED_PARTITIONS:
+                m.revocation_deadline_ms = now + m.rebalance_timeout_ms
+            g.members[m.member_id] = m
+            g.target[m.member_id] = _sets(r["target"])
+        g._update_state(now)
+        return g
+
     # -- describing ------------------------------------------------------------------------
     def describe_consumer(self, topics: TopicMeta) -> dict:
         """A ConsumerGroupDescribe group entry."""
@@ -533,6 +614,14 @@ class ConsumerGroup:
                 for m in self.members.values()
             ],
         }
+
+
+def _sorted_lists(p: Partitions) -> dict[str, list[int]]:
+    return {t: sorted(ps) for t, ps in sorted(p.items()) if ps}
+
+
+def _sets(d: dict) -> Partitions:
+    return {str(t): {int(x) for x in ps} for t, ps in d.items() if ps}
 
 
 def _to_wire(p: Partitions, topics: TopicMeta, with_names: bool = False) -> list[dict]:

@@ -14,9 +14,12 @@ not coordinate with NOT_COORDINATOR, and clients look the coordinator up again. 
 broker set changes, two brokers can both believe they coordinate a group for a moment.
 Membership is then rebuilt by the clients' rejoin on the new coordinator, and committed
 offsets stay safe because the store writes them with compare-and-set on their znode
-versions (see offsets.py).  Group membership is held in memory only, as on a Kafka
-coordinator that has just loaded a group: after a coordinator change or a restart, members
-get UNKNOWN_MEMBER_ID and rejoin, and consumption resumes from the committed offsets.
+versions (see offsets.py).  A classic group's membership is held in memory only, as on a
+Kafka coordinator that has just loaded a group: after a coordinator change or a restart,
+members get UNKNOWN_MEMBER_ID and rejoin, and consumption resumes from the committed offsets.
+A KIP-848 group's state is durable (coord/consumer_group_store.py): a change is written before
+the request that made it is answered, a coordinator loads the group before its first request
+for it in a coordination term, and members carry on at their epochs with their assignments.
 
 Coordination terms.  What a broker holds about a group (its members, its cached offsets) is
 valid only while it coordinated the group without interruption: once coordination left, the
@@ -26,7 +29,9 @@ and came back between two reads, and the loss of our own session) and the live b
 Before every group request and on every BROKERS_CHANGED event (``check_membership``), a moved
 epoch drops every cached offset (the next read goes to the store: a coordinator never answers
 from a previous term) and unloads the groups this broker no longer coordinates (Kafka's
-onGroupUnloaded: Dead, parked JoinGroup/SyncGroup answered NOT_COORDINATOR).
+onGroupUnloaded: Dead, parked JoinGroup/SyncGroup answered NOT_COORDINATOR).  KIP-848 groups
+are unloaded on every such move, even those this broker still coordinates (another broker
+may have written them meanwhile); their next request loads them again from the store.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from pybroker.coord.consumer_group import (
     HeartbeatRequest,
     TopicMeta,
 )
+from pybroker.coord.consumer_group_store import ConsumerGroupStore
 from pybroker.coord.groups import Group, GroupConfig, GroupState, JoinRequest, Output
 from pybroker.coord.offsets import CommittedOffset, OffsetStore
 from pybroker.coord.store import StoreError
@@ -147,6 +153,10 @@ class GroupCoordinator:
         topics: Callable[[], TopicMeta] | None = None,
     ) -> None:
         self.offsets = offsets
+        self.consumer_store = ConsumerGroupStore(offsets.store)
+        # groups whose KIP-848 state was looked for in the store in this coordination term
+        self._checked: set[str] = set()
+        self._loading: dict[str, asyncio.Future[None]] = {}
         self.consumer_config = consumer_config or ConsumerGroupConfig()
         # the cluster's topics (name -> (id, partitions)) for KIP-848 assignments
         self._topics = topics or dict
@@ -164,6 +174,7 @@ class GroupCoordinator:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._expiry_task: asyncio.Task | None = None
         self._adopt_task: asyncio.Task | None = None
+        self._background: set[asyncio.Task] = set()
 
     async def start(self) -> None:
         await self._adopt_groups()
@@ -180,8 +191,14 @@ class GroupCoordinator:
         partition): ListGroups shows them and offset expiry covers them."""
         epoch = self._membership_epoch
         names = await self.offsets.groups()
+        consumer_groups = await self.consumer_store.groups()
         if epoch != self._membership_epoch:
             return  # coordination moved meanwhile: the next adoption decides
+        for gid in consumer_groups:
+            if self._coordinates(gid):
+                await self._ensure_loaded(gid)
+        if epoch != self._membership_epoch:
+            return
         now = self.clock.time_ms()
         for gid in names:
             if gid not in self.groups and self._coordinates(gid):
@@ -201,7 +218,7 @@ class GroupCoordinator:
         self._adopt_task = asyncio.get_running_loop().create_task(adopt(), name="adopt-groups")
 
     async def stop(self) -> None:
-        for task in (self._expiry_task, self._adopt_task):
+        for task in (self._expiry_task, self._adopt_task, *self._background):
             if task is None:
                 continue
             task.cancel()
@@ -225,11 +242,17 @@ class GroupCoordinator:
         self._membership_epoch = epoch
         self.offsets.forget_all()
         self.txn_offsets.invalidate()
+        self.consumer_store.forget_all()
+        self._checked.clear()
         live = list(brokers)
         now = self.clock.time_ms()
-        for gid in [g for g in self.groups if coordinator_for(g, live) != self.broker_id]:
+        for gid in [
+            gid
+            for gid, g in self.groups.items()
+            if isinstance(g, ConsumerGroup) or coordinator_for(gid, live) != self.broker_id
+        ]:
             g = self.groups.pop(gid)
-            log.info("group %s: coordination moved away; unloading it", gid)
+            log.info("group %s: coordination may have moved; unloading it", gid)
             self._deliver(gid, g.unload(now))  # _deliver also cancels the group's timer
         self._adopt_in_background()
 
@@ -287,11 +310,99 @@ class GroupCoordinator:
         g = self.groups.get(group_id)
         if isinstance(g, ConsumerGroup):
             self._deliver(group_id, g.tick(self.clock.time_ms(), self._topics()))
+            self._persist_in_background(g)
         elif g is not None:
             self._deliver(group_id, g.tick(self.clock.time_ms()))
 
+    # -- KIP-848 groups' durable state ----------------------------------------------------
+    async def _ensure_loaded(self, group_id: str) -> None:
+        """Load the group's KIP-848 state from the store, once per coordination term, before
+        anything else touches the group.  Raises StoreError."""
+        if group_id in self._checked:
+            return
+        fut = self._loading.get(group_id)
+        if fut is None:
+            fut = asyncio.ensure_future(self._load(group_id))
+            self._loading[group_id] = fut
+            fut.add_done_callback(lambda _: self._loading.pop(group_id, None))
+        await asyncio.shield(fut)
+
+    async def _load(self, group_id: str) -> None:
+        epoch = self._membership_epoch
+        stored = await self.consumer_store.load(group_id)
+        if epoch != self._membership_epoch:
+            return  # the term ended while reading: the next request loads again
+        self._checked.add(group_id)
+        if stored is None:
+            return
+        current = self.groups.get(group_id)
+        if current is not None and not (
+            isinstance(current, Group) and current.state == GroupState.EMPTY
+        ):
+            return
+        try:
+            g = ConsumerGroup.from_records(
+                group_id, self.consumer_config, stored.meta, stored.members, self.clock.time_ms()
+            )
+        except (ValueError, KeyError, TypeError) as e:
+            log.warning("group %s: its stored state cannot be read (%s); ignoring it", group_id, e)
+            return
+        log.info(
+            "group %s: loaded at epoch %d with %d members", group_id, g.group_epoch, len(g.members)
+        )
+        self.groups[group_id] = g
+        self._schedule(group_id)
+
+    async def _persist(self, g: ConsumerGroup, member_ids: list[str] | None = None) -> int | None:
+        """Write the group's changed records; None, or the error code to answer when the
+        write failed (the group is then unloaded: the next request loads what is stored).
+        A group unloaded meanwhile is no longer this broker's to write: NOT_COORDINATOR."""
+        if g.dead:
+            return ErrorCode.NOT_COORDINATOR
+        try:
+            plan = self.consumer_store.plan(g, member_ids)
+            if plan is None:
+                return None
+            await self.consumer_store.apply(plan)
+            return None
+        except (StoreError, KeyError) as e:
+            log.warning("group %s: writing its state failed (%s); unloading it", g.group_id, e)
+            if self.groups.get(g.group_id) is g:
+                del self.groups[g.group_id]
+                self._checked.discard(g.group_id)
+                self.consumer_store.forget(g.group_id)
+                self._deliver(g.group_id, g.unload(self.clock.time_ms()))
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+    def _persist_in_background(self, g: ConsumerGroup) -> None:
+        task = asyncio.get_running_loop().create_task(self._persist(g))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def load_group(self, group_id: str) -> int | None:
+        """Make sure the group's durable state is loaded; None, or COORDINATOR_NOT_AVAILABLE
+        when the store cannot be read."""
+        try:
+            await self._ensure_loaded(group_id)
+        except StoreError as e:
+            log.info("group %s: loading its state failed: %s", group_id, e)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return None
+
     # -- the protocol ------------------------------------------------------------------------
     async def join(self, group_id: str, req: JoinRequest) -> dict:
+        code = await self.load_group(group_id)
+        if code is not None:
+            return {
+                "error_code": code,
+                "generation_id": -1,
+                "protocol_type": None,
+                "protocol_name": None,
+                "leader": "",
+                "skip_assignment": False,
+                "member_id": req.member_id,
+                "members": [],
+            }
         g = self._get(group_id, create=True)
         if g is None:  # a KIP-848 group with members (no online migration)
             return {
@@ -368,6 +479,9 @@ class GroupCoordinator:
         """Commit (offset, leader epoch, metadata) per partition; an error code per partition.
         ``retention_ms`` (OffsetCommit v2-4) gives these commits an explicit expiry time.  In a
         KIP-848 group the generation is the member epoch (ConsumerGroup.validate_offset_commit)."""
+        load_error = await self.load_group(group_id)
+        if load_error is not None:
+            return dict.fromkeys(offsets, load_error)
         now = self.clock.time_ms()
         cg = self.groups.get(group_id)
         if isinstance(cg, ConsumerGroup):
@@ -432,6 +546,9 @@ class GroupCoordinator:
         offsets: dict[TopicPartition, tuple[int, int, str | None]],
     ) -> dict[TopicPartition, int]:
         """TxnOffsetCommit: keep the offsets pending until the transaction's marker."""
+        load_error = await self.load_group(group_id)
+        if load_error is not None:
+            return dict.fromkeys(offsets, load_error)
         g: Group | ConsumerGroup | None = self.groups.get(group_id)
         if not isinstance(g, ConsumerGroup):
             g = self._get(group_id, create=True)
@@ -491,17 +608,23 @@ class GroupCoordinator:
         g = self.groups.get(group_id)
         return g.describe() if isinstance(g, Group) else None
 
-    def describe_consumer_group(self, group_id: str) -> dict[str, Any] | None:
-        """ConsumerGroupDescribe: a KIP-848 group's entry; None when there is none."""
+    async def describe_consumer_group(self, group_id: str) -> dict[str, Any] | None:
+        """ConsumerGroupDescribe: a KIP-848 group's entry; None when there is none.  Raises
+        StoreError when the group's state cannot be loaded."""
         self.check_membership()
+        await self._ensure_loaded(group_id)
         g = self.groups.get(group_id)
         if not isinstance(g, ConsumerGroup) or g.dead:
             return None
         return g.describe_consumer(self._topics())
 
     # -- KIP-848 ---------------------------------------------------------------------------
-    def consumer_heartbeat(self, group_id: str, req: HeartbeatRequest) -> dict:
-        """ConsumerGroupHeartbeat: the response body (its error code included)."""
+    async def consumer_heartbeat(self, group_id: str, req: HeartbeatRequest) -> dict:
+        """ConsumerGroupHeartbeat: the response body (its error code included), sent once the
+        change it made is stored."""
+        code = await self.load_group(group_id)
+        if code is not None:
+            return _heartbeat_error(code, "The coordinator is loading the group.")
         now = self.clock.time_ms()
         g = self.groups.get(group_id)
         if isinstance(g, Group):
@@ -513,24 +636,33 @@ class GroupCoordinator:
                 )
         if g is None or g.dead:
             if req.member_epoch != 0:
-                # Kafka would find the group in its log; pybroker keeps members in memory, so
-                # after the coordinator moved the member is unknown here and rejoins at epoch 0
-                # (a GROUP_ID_NOT_FOUND would be fatal to the Java consumer)
+                # no such group (stored or in memory): the member is unknown and rejoins at
+                # epoch 0 (a GROUP_ID_NOT_FOUND would be fatal to the Java consumer)
                 return _heartbeat_error(
                     ErrorCode.UNKNOWN_MEMBER_ID,
                     f"Member {req.member_id} is not a member of group {group_id}.",
                 )
             g = ConsumerGroup(group_id, self.consumer_config, state_timestamp_ms=now)
             self.groups[group_id] = g
+        before = (g.group_epoch, g.assignment_epoch, len(g.members))
         try:
             resp = g.heartbeat(now, req, self._topics())
         except ConsumerGroupError as e:
             resp = _heartbeat_error(e.code, e.message)
         self._schedule(group_id)
+        # only the heartbeat's member can have changed unless the epochs or members did
+        unchanged = before == (g.group_epoch, g.assignment_epoch, len(g.members))
+        member = resp.get("member_id") or req.member_id
+        code = await self._persist(g, [member] if unchanged else None)
+        if code is not None:
+            return _heartbeat_error(code, "The group's state could not be stored.")
         return resp
 
-    def validate_offset_fetch(self, group_id: str, member_id: str | None, epoch: int) -> int:
+    async def validate_offset_fetch(self, group_id: str, member_id: str | None, epoch: int) -> int:
         """OffsetFetch v9+ with a member id and epoch: checked in a KIP-848 group only."""
+        code = await self.load_group(group_id)
+        if code is not None:
+            return code
         g = self.groups.get(group_id)
         if isinstance(g, ConsumerGroup):
             return g.validate_offset_fetch(member_id, epoch)

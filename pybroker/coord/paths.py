@@ -38,6 +38,8 @@ CONSUMERS = "/consumers"
 # pybroker's own (no Kafka path): a broker in controlled shutdown holds the ephemeral
 # <CONTROLLED_SHUTDOWN>/<id> until its session ends; the controller watches the children
 CONTROLLED_SHUTDOWN = "/pybroker/controlled_shutdown"
+# KIP-848 consumer groups' records (coord/consumer_group_store.py)
+CONSUMER_GROUPS = "/pybroker/consumer_groups"
 
 # kafka.zk.ZkData.PersistentZkPaths: the persistent paths a Kafka broker ensures at startup
 PERSISTENT_PATHS: tuple[str, ...] = (
@@ -56,6 +58,7 @@ PERSISTENT_PATHS: tuple[str, ...] = (
     "/config/brokers",
     "/config/ips",
     CONTROLLED_SHUTDOWN,
+    CONSUMER_GROUPS,
 )
 
 

@@ -6,6 +6,7 @@ DESCRIBE on the group is needed (GROUP_AUTHORIZATION_FAILED)."""
 
 from __future__ import annotations
 
+from pybroker.coord.store import StoreError
 from pybroker.errors import ErrorCode
 from pybroker.handlers._authz import authorized_operations, enabled
 from pybroker.handlers._groups import coordinator_error
@@ -43,7 +44,11 @@ async def consumer_group_describe(ctx: RequestContext, req: dict) -> dict:
         if code is not None:
             out.append(_error(gid, code))
             continue
-        desc = ctx.services.groups.describe_consumer_group(gid)
+        try:
+            desc = await ctx.services.groups.describe_consumer_group(gid)
+        except StoreError:
+            out.append(_error(gid, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            continue
         if desc is None:
             known = gid in {g.group_id for g in ctx.services.groups.list_groups()}
             message = (

@@ -110,6 +110,6 @@ async def consumer_group_heartbeat(ctx: RequestContext, req: dict) -> dict:
         client_id=ctx.client_id or "",
         client_host=f"/{ctx.peer[0]}" if isinstance(ctx.peer, tuple) else str(ctx.peer or ""),
     )
-    resp = ctx.services.groups.consumer_heartbeat(gid, hb)
+    resp = await ctx.services.groups.consumer_heartbeat(gid, hb)
     resp["throttle_time_ms"] = 0
     return resp

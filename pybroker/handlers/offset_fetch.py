@@ -27,7 +27,7 @@ async def _fetch_group(
 ) -> tuple[int, list[dict]]:
     code = coordinator_error(ctx, group_id, Operation.DESCRIBE)
     if code is None:  # v9+: a KIP-848 member's id and epoch (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH)
-        code = ctx.services.groups.validate_offset_fetch(group_id, *member) or None
+        code = await ctx.services.groups.validate_offset_fetch(group_id, *member) or None
     if code is not None:
         if topics is None:
             return code, []
