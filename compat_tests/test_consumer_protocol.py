@@ -270,6 +270,71 @@ def test_confluent_kafka_with_group_protocol_consumer(broker):
             c.close()
 
 
+def test_online_migration_classic_and_consumer_members_in_one_group(broker, consumer_cp, tmp_path):
+    """Kafka 4.0's online migration with real Java consumers: two classic members (JoinGroup/
+    SyncGroup, the default eager range assignor) hold a group; two members with
+    group.protocol=consumer join it (the group becomes a consumer group, the classic members
+    rejoin it through JoinGroup/SyncGroup), the four share the partitions; then the
+    consumer-protocol members leave (the group becomes classic again) and the classic members
+    share everything once more.  Every record is read and committed offsets hold throughout."""
+    topic, group = unique("migrate"), unique("g")
+    create_topic(broker.bootstrap, topic, partitions=8)
+    parts = {f"{topic}-{p}" for p in range(8)}
+    values = produce(broker.bootstrap, topic, 8, 400)
+    classic = [
+        Member(
+            consumer_cp, tmp_path, broker.bootstrap, group, topic, f"c{i}", "group.protocol=classic"
+        )
+        for i in range(2)
+    ]
+    modern: list[Member] = []
+    try:
+        wait_for("the classic members' split", lambda: split(classic, parts), classic)
+        wait_for("every record", lambda: sum(len(m.values()) for m in classic) >= 400, classic)
+        modern = [
+            Member(consumer_cp, tmp_path, broker.bootstrap, group, topic, f"k{i}") for i in range(2)
+        ]
+        everyone = classic + modern
+        wait_for("a 2-2-2-2 split of classic and consumer members", lambda: split(everyone, parts)
+                 and all(len(m.owned()) == 2 for m in everyone), everyone)  # fmt: skip
+        d = describe_group(broker.bootstrap, group)
+        assert d["type"] == "consumer", d
+        more = produce(broker.bootstrap, topic, 8, 80, prefix="mixed")
+        wait_for(
+            "the records produced while mixed",
+            lambda: set(more) <= {v for m in everyone for v in m.values()},
+            everyone,
+        )
+        for m in modern:
+            m.proc.stop()
+        wait_for("the classic members alone again", lambda: split(classic, parts), everyone)
+        assert describe_group(broker.bootstrap, group)["type"] == "classic"
+        last = produce(broker.bootstrap, topic, 8, 80, prefix="after")
+        wait_for(
+            "every record",
+            lambda: set(values + more + last) <= {v for m in everyone for v in m.values()},
+            everyone,
+        )
+    finally:
+        for m in classic + modern:
+            if m.proc.is_running():
+                m.proc.stop()
+
+
+def describe_group(bootstrap: str, group: str) -> dict:
+    """The group's type and state as its coordinator's ListGroups v5 answers them."""
+    from pybroker.cli.client import Client
+
+    client = Client(bootstrap)
+    try:
+        conn = client.node(client.coordinator_id(group))
+        _, listed = conn.request(16, {"states_filter": [], "types_filter": []}, version=5)
+        (g,) = [g for g in listed["groups"] if g["group_id"] == group]
+        return {"type": g["group_type"], "state": g["group_state"]}
+    finally:
+        client.close()
+
+
 def test_the_group_carries_on_when_its_coordinator_is_killed(consumer_cp, tmp_path):
     """3 brokers on ZooKeeper: kill -9 the group's coordinator.  The group's state is durable,
     so the new coordinator knows the members at their epochs: they keep their partitions (no
@@ -307,7 +372,7 @@ def test_the_group_carries_on_when_its_coordinator_is_killed(consumer_cp, tmp_pa
             )
             err, moved_to = cluster.find_coordinator(group)
             assert err == 0 and moved_to != coordinator
-            for m, (owned, seen) in zip(members, before):
+            for m, (owned, seen) in zip(members, before, strict=True):
                 after = [e for e in m.events()[seen:] if e["event"] != "record"]
                 assert m.owned() == owned, m.describe()
                 assert not [e for e in after if e["event"] in ("revoked", "lost")], after

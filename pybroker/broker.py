@@ -226,6 +226,7 @@ class Broker:
                 heartbeat_interval_ms=cfg.group_consumer_heartbeat_interval_ms,
                 assignors=cfg.group_consumer_assignors,
                 max_size=cfg.group_consumer_max_size,
+                migration_policy=cfg.group_consumer_migration_policy,
             ),
             topics=self._topic_meta,
         )

@@ -69,6 +69,14 @@ def _protocols(s: str) -> tuple[str, ...]:
     return items
 
 
+def _migration_policy(s: str) -> str:
+    """group.consumer.migration.policy (Kafka's ConsumerGroupMigrationPolicy, any case)."""
+    v = s.strip().lower()
+    if v not in ("disabled", "upgrade", "downgrade", "bidirectional"):
+        raise ValueError("must be one of disabled, upgrade, downgrade, bidirectional")
+    return v
+
+
 LONG_MAX = 2**63 - 1
 
 
@@ -217,6 +225,11 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
         ("uniform", "range"),
     ),
     "group.consumer.max.size": ("group_consumer_max_size", _int, 2**31 - 1),
+    "group.consumer.migration.policy": (
+        "group_consumer_migration_policy",
+        _migration_policy,
+        "bidirectional",
+    ),
     "offsets.retention.minutes": ("offsets_retention_minutes", _int, 10080),
     "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", _int, 600000),
     "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int, 4096),
@@ -320,6 +333,7 @@ class Config:
     group_consumer_heartbeat_interval_ms: int = 5000
     group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
     group_consumer_max_size: int = 2**31 - 1
+    group_consumer_migration_policy: str = "bidirectional"
     offsets_retention_minutes: int = 10080
     offsets_retention_check_interval_ms: int = 600000
     offset_metadata_max_bytes: int = 4096

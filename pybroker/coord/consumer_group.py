@@ -26,6 +26,14 @@ Group states (ListGroups, DescribeGroups, ConsumerGroupDescribe): Empty (no memb
 (the target assignment lags the group epoch), Reconciling (some member is not at the
 assignment epoch yet), Stable, Dead.
 
+Classic members (Kafka 4.0's online migration, coord/migration.py).  A member with ``classic``
+set speaks JoinGroup/SyncGroup/Heartbeat/LeaveGroup: ``classic_join`` updates it from its
+subscription and reconciles it at once (its subscription's owned partitions are what it owns),
+``classic_sync`` hands it its current assignment, ``classic_heartbeat`` asks it to rejoin
+(REBALANCE_IN_PROGRESS) while it lags the group epoch, must revoke, or may collect released
+partitions; its session timeout is the one of its JoinGroup, and one rebalance timeout bounds
+the time it takes to rejoin and to sync.
+
 Records.  ``meta_record()`` and ``member_record(member)`` are the group's durable state, as
 Kafka's ConsumerGroupMetadata / ConsumerGroupMemberMetadata / target and current assignment
 records in __consumer_offsets; ``ConsumerGroup.from_records`` rebuilds the group from them
@@ -37,6 +45,7 @@ Kafka's coordinator does when it loads a group.
 
 from __future__ import annotations
 
+import base64
 import enum
 import re
 import uuid
@@ -44,7 +53,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from pybroker.coord.assignors import ASSIGNORS, Assignment, assign
+from pybroker.coord.groups import JoinRequest, join_error
 from pybroker.errors import ErrorCode
+from pybroker.wire.consumer_protocol import encode_assignment, parse_subscription
 
 Partitions = dict[str, set[int]]  # topic name -> partitions
 TopicMeta = dict[str, tuple[uuid.UUID, int]]  # topic name -> (topic id, partition count)
@@ -74,6 +85,28 @@ class ConsumerGroupConfig:
     heartbeat_interval_ms: int = 5000
     assignors: tuple[str, ...] = ASSIGNORS  # the first is the default
     max_size: int = 2**31 - 1
+    migration_policy: str = "bidirectional"  # group.consumer.migration.policy
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        return self.migration_policy in ("upgrade", "bidirectional")
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        return self.migration_policy in ("downgrade", "bidirectional")
+
+
+@dataclass
+class ClassicMetadata:
+    """What a member that speaks the classic protocol (JoinGroup/SyncGroup/Heartbeat) brought
+    with its JoinGroup: its session timeout and protocols (name, subscription metadata)."""
+
+    session_timeout_ms: int
+    protocols: list[tuple[str, bytes]]
+
+    @property
+    def protocol_name(self) -> str:
+        return self.protocols[0][0]
 
 
 @dataclass
@@ -95,6 +128,8 @@ class ConsumerMember:
     last_heartbeat_ms: int = 0
     revocation_deadline_ms: int | None = None
     left_static: bool = False  # a static member that left with -2 and may come back
+    classic: ClassicMetadata | None = None  # a classic-protocol member (online migration)
+    classic_deadline_ms: int | None = None  # a classic member's join or sync timeout
 
     def subscribed(self, topics: TopicMeta) -> set[str]:
         names = {t for t in self.subscribed_names if t in topics}
@@ -409,7 +444,8 @@ class ConsumerGroup:
             return
         keep = _and(m.assigned, target)
         revoke = _minus(m.assigned, target)
-        if revoke:
+        # a member whose request shows it no longer owns them has revoked them already
+        if revoke and (owned is None or _and(owned, revoke)):
             m.assigned = keep
             m.pending_revocation = revoke
             m.state = MemberState.UNREVOKED_PARTITIONS
@@ -427,23 +463,256 @@ class ConsumerGroup:
         m.state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
 
     # -- timers ----------------------------------------------------------------------------
+    def _session_timeout(self, m: ConsumerMember) -> int:
+        return m.classic.session_timeout_ms if m.classic else self.config.session_timeout_ms
+
     def next_deadline(self) -> int | None:
         deadlines = []
         for m in self.members.values():
-            deadlines.append(m.last_heartbeat_ms + self.config.session_timeout_ms)
-            if m.revocation_deadline_ms is not None:
-                deadlines.append(m.revocation_deadline_ms)
+            deadlines.append(m.last_heartbeat_ms + self._session_timeout(m))
+            for d in (m.revocation_deadline_ms, m.classic_deadline_ms):
+                if d is not None:
+                    deadlines.append(d)
         return min(deadlines) if deadlines else None
 
     def tick(self, now: int, topics: TopicMeta | None = None) -> list:
         for mid, m in list(self.members.items()):
-            session_over = m.last_heartbeat_ms + self.config.session_timeout_ms <= now
-            revocation_over = (
-                m.revocation_deadline_ms is not None and m.revocation_deadline_ms <= now
+            session_over = m.last_heartbeat_ms + self._session_timeout(m) <= now
+            other_over = any(
+                d is not None and d <= now
+                for d in (m.revocation_deadline_ms, m.classic_deadline_ms)
             )
-            if session_over or revocation_over:
+            if session_over or other_over:
                 self._remove(now, mid, topics)
         return []
+
+    # -- classic members (Kafka 4.0's online migration) ------------------------------------
+    def adopt_subscriptions(self, topics: TopicMeta, now: int) -> None:
+        """After members were put in place from another group's state (an online upgrade):
+        what the current target assignment was computed from is their subscriptions now."""
+        self._subscribed_partitions = self._subscribed_partition_counts(topics)
+        self._update_state(now)
+
+    @property
+    def all_classic(self) -> bool:
+        """Every member speaks the classic protocol (and there is one): a downgrade candidate."""
+        return bool(self.members) and all(m.classic for m in self.members.values())
+
+    def _common_classic_protocols(self, but: str | None = None) -> set[str] | None:
+        common: set[str] | None = None
+        for m in self.members.values():
+            if m.classic is None or m.member_id == but:
+                continue
+            names = {n for n, _ in m.classic.protocols}
+            common = names if common is None else common & names
+        return common
+
+    def _classic_member(self, member_id: str, instance_id: str | None) -> ConsumerMember:
+        if instance_id is None:
+            m = self.members.get(member_id)
+            if m is None:
+                raise ConsumerGroupError(
+                    ErrorCode.UNKNOWN_MEMBER_ID,
+                    f"Member {member_id} is not a member of group {self.group_id}.",
+                )
+        else:
+            found = self._by_instance(instance_id)
+            if found is None:
+                raise ConsumerGroupError(
+                    ErrorCode.UNKNOWN_MEMBER_ID,
+                    f"Member with instance id {instance_id} is not a member of group "
+                    f"{self.group_id}.",
+                )
+            if found.member_id != member_id:
+                raise ConsumerGroupError(
+                    ErrorCode.FENCED_INSTANCE_ID,
+                    f"Static member {member_id} with instance id {instance_id} was fenced by "
+                    f"member {found.member_id}.",
+                )
+            m = found
+        if m.classic is None:
+            raise ConsumerGroupError(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"Member {m.member_id} does not use the classic protocol.",
+            )
+        return m
+
+    def _waiting_on_unreleased(self, m: ConsumerMember) -> bool:
+        if m.state is not MemberState.UNRELEASED_PARTITIONS:
+            return False
+        pending = _minus(self.target.get(m.member_id, {}), m.assigned)
+        return bool(_and(pending, self._owned_by_others(m.member_id)))
+
+    def classic_join(self, now: int, req: JoinRequest, topics: TopicMeta) -> dict:
+        """A classic JoinGroup in this group (Kafka's classicGroupJoinToConsumerGroup): the
+        member is created or updated from its subscription, reconciled at once with what its
+        subscription says it owns, and answered without waiting for anyone (generation id =
+        its member epoch; no leader: it syncs with no assignments and gets its own)."""
+        unknown = not req.member_id
+        member_id = req.member_id or str(uuid.uuid4())
+        existing = self.members.get(member_id)
+        static = self._by_instance(req.group_instance_id) if req.group_instance_id else None
+        if len(self.members) >= self.config.max_size and existing is None and static is None:
+            raise ConsumerGroupError(
+                ErrorCode.GROUP_MAX_SIZE_REACHED,
+                f"The consumer group has reached its maximum capacity of "
+                f"{self.config.max_size} members.",
+            )
+        if existing is not None and existing.classic is None:
+            raise ConsumerGroupError(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"Member {member_id} does not use the classic protocol.",
+            )
+        common = self._common_classic_protocols(but=member_id)
+        names = {n for n, _ in req.protocols}
+        if (
+            req.protocol_type != CONSUMER
+            or not names
+            or (common is not None and not common & names)
+        ):
+            raise ConsumerGroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if unknown and req.require_known_member_id and req.group_instance_id is None:
+            return {**join_error(ErrorCode.MEMBER_ID_REQUIRED), "member_id": member_id}
+        try:
+            sub = parse_subscription(req.protocols[0][1])
+        except ValueError as e:
+            raise ConsumerGroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, str(e)) from e
+        changed = False
+        if static is not None and static.member_id != member_id:
+            if not unknown:
+                raise ConsumerGroupError(
+                    ErrorCode.FENCED_INSTANCE_ID,
+                    f"Static member {member_id} with instance id {req.group_instance_id} was "
+                    f"fenced by member {static.member_id}.",
+                )
+            # a restarted static member takes its place and assignment under a new id
+            del self.members[static.member_id]
+            self.target[member_id] = self.target.pop(static.member_id, {})
+            static.member_id, static.left_static = member_id, False
+            self.members[member_id] = static
+            member = static
+        elif existing is not None or static is not None:
+            member = existing or static  # type: ignore[assignment]
+        else:
+            member = ConsumerMember(
+                member_id=member_id,
+                instance_id=req.group_instance_id,
+                rack_id=None,
+                client_id=req.client_id,
+                client_host=req.client_host,
+                rebalance_timeout_ms=req.rebalance_timeout_ms,
+                subscribed_names=[],
+                subscribed_regex=None,
+                server_assignor=None,
+            )
+            self.members[member_id] = member
+            changed = True
+        if sub.rack_id is not None:
+            member.rack_id = sub.rack_id
+        member.instance_id = req.group_instance_id
+        member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        member.client_id, member.client_host = req.client_id, req.client_host
+        member.server_assignor = None
+        member.classic = ClassicMetadata(req.session_timeout_ms, list(req.protocols))
+        if sorted(sub.topics) != sorted(member.subscribed_names):
+            member.subscribed_names = list(sub.topics)
+            changed = True
+        subscribed = self._subscribed_partition_counts(topics)
+        if changed or subscribed != self._subscribed_partitions:
+            self._subscribed_partitions = subscribed
+            self.group_epoch += 1
+        if self.assignment_epoch < self.group_epoch:
+            self._compute_target(topics)
+        owned = {t: set(ps) for t, ps in sub.owned_partitions.items() if t in topics and ps}
+        self._reconcile(now, member, owned)
+        member.last_heartbeat_ms = now
+        member.classic_deadline_ms = now + member.rebalance_timeout_ms  # until its SyncGroup
+        self._update_state(now)
+        return {
+            **join_error(ErrorCode.NONE),
+            "generation_id": member.epoch,
+            "protocol_type": CONSUMER,
+            "protocol_name": member.classic.protocol_name,
+            "member_id": member.member_id,
+        }
+
+    def classic_sync(
+        self,
+        now: int,
+        member_id: str,
+        instance_id: str | None,
+        generation_id: int,
+        protocol_type: str | None,
+        protocol_name: str | None,
+    ) -> dict:
+        """A classic SyncGroup: the member's current assignment in the consumer protocol's
+        encoding (Kafka's classicGroupSyncToConsumerGroup).  Raises ConsumerGroupError."""
+        m = self._classic_member(member_id, instance_id)
+        assert m.classic is not None
+        if generation_id != m.epoch:
+            raise ConsumerGroupError(ErrorCode.ILLEGAL_GENERATION)
+        if (protocol_type is not None and protocol_type != CONSUMER) or (
+            protocol_name is not None and protocol_name != m.classic.protocol_name
+        ):
+            raise ConsumerGroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if self.group_epoch > m.epoch and m.state is not MemberState.UNREVOKED_PARTITIONS:
+            raise ConsumerGroupError(ErrorCode.REBALANCE_IN_PROGRESS)
+        m.classic_deadline_ms = None
+        m.last_heartbeat_ms = now
+        try:
+            version = max(0, min(3, int.from_bytes(m.classic.protocols[0][1][:2], "big")))
+        except (IndexError, ValueError):
+            version = 0
+        return {
+            "error_code": ErrorCode.NONE,
+            "protocol_type": protocol_type,
+            "protocol_name": protocol_name,
+            "assignment": encode_assignment(m.assigned, version),
+        }
+
+    def classic_heartbeat(
+        self, now: int, member_id: str, instance_id: str | None, generation_id: int
+    ) -> int:
+        """A classic Heartbeat (Kafka's classicGroupHeartbeatToConsumerGroup): the member
+        rejoins (REBALANCE_IN_PROGRESS) while its epoch lags the group's, while it has
+        partitions to revoke, or once partitions it waits for were released."""
+        try:
+            m = self._classic_member(member_id, instance_id)
+        except ConsumerGroupError as e:
+            return e.code
+        if generation_id != m.epoch:
+            return ErrorCode.ILLEGAL_GENERATION
+        m.last_heartbeat_ms = now
+        if (
+            m.epoch < self.group_epoch
+            or m.state is MemberState.UNREVOKED_PARTITIONS
+            or (m.state is MemberState.UNRELEASED_PARTITIONS and not self._waiting_on_unreleased(m))
+        ):
+            if m.classic_deadline_ms is None:
+                m.classic_deadline_ms = now + m.rebalance_timeout_ms  # until it rejoins
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def classic_leave(
+        self, now: int, leaving: list[tuple[str, str | None]], topics: TopicMeta
+    ) -> list[int]:
+        """A classic LeaveGroup (members by id, or by instance id as the admin client removes
+        static members): an error code per member."""
+        out = []
+        for member_id, instance_id in leaving:
+            try:
+                if instance_id is not None and not member_id:
+                    m = self._by_instance(instance_id)
+                    if m is None:
+                        raise ConsumerGroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+                else:
+                    m = self._classic_member(member_id, instance_id)
+            except ConsumerGroupError as e:
+                out.append(e.code)
+                continue
+            self._remove(now, m.member_id, topics)
+            out.append(ErrorCode.NONE)
+        return out
 
     # -- offsets ---------------------------------------------------------------------------
     def validate_offset_commit(
@@ -457,6 +726,9 @@ class ConsumerGroup:
         m = self.members.get(member_id)
         if m is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
+        if m.classic is not None:
+            # a classic member commits with its generation id, which is its member epoch
+            return ErrorCode.NONE if member_epoch == m.epoch else ErrorCode.ILLEGAL_GENERATION
         if not transactional and api_version < 9:
             return ErrorCode.UNSUPPORTED_VERSION
         return self._epoch_check(member_epoch, m.epoch)
@@ -486,6 +758,11 @@ class ConsumerGroup:
     ) -> int:
         return self.validate_offset_commit(member_id, generation_id, 9)
 
+    def member_type(self, member_id: str) -> int:
+        """KIP-1099's member_type in ConsumerGroupDescribe v1: 0 classic, 1 consumer."""
+        m = self.members.get(member_id)
+        return 0 if m is not None and m.classic is not None else 1
+
     def validate_txn_commit(
         self, member_id: str, instance_id: str | None, generation_id: int
     ) -> int:
@@ -494,7 +771,10 @@ class ConsumerGroup:
         if member_id and member_id not in self.members:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if member_id and generation_id >= 0:
-            return self._epoch_check(generation_id, self.members[member_id].epoch)
+            m = self.members[member_id]
+            if m.classic is not None:
+                return ErrorCode.NONE if generation_id == m.epoch else ErrorCode.ILLEGAL_GENERATION
+            return self._epoch_check(generation_id, m.epoch)
         return ErrorCode.NONE
 
     def mark_dead(self, now: int) -> None:
@@ -543,6 +823,12 @@ class ConsumerGroup:
             "pending_revocation": _sorted_lists(m.pending_revocation),
             "target": _sorted_lists(self.target.get(m.member_id, {})),
             "left_static": m.left_static,
+            "classic": None
+            if m.classic is None
+            else {
+                "session_timeout_ms": m.classic.session_timeout_ms,
+                "protocols": [[n, base64.b64encode(md).decode()] for n, md in m.classic.protocols],
+            },
         }
 
     @classmethod
@@ -578,6 +864,12 @@ class ConsumerGroup:
                 last_heartbeat_ms=now,
                 left_static=bool(r["left_static"]),
             )
+            classic = r.get("classic")
+            if classic is not None:
+                m.classic = ClassicMetadata(
+                    int(classic["session_timeout_ms"]),
+                    [(str(n), base64.b64decode(md)) for n, md in classic["protocols"]],
+                )
             if m.state is MemberState.UNREVOKED_PARTITIONS:
                 m.revocation_deadline_ms = now + m.rebalance_timeout_ms
             g.members[m.member_id] = m
@@ -602,6 +894,7 @@ class ConsumerGroup:
                     "instance_id": m.instance_id,
                     "rack_id": m.rack_id,
                     "member_epoch": m.epoch,
+                    "member_type": self.member_type(m.member_id),
                     "client_id": m.client_id,
                     "client_host": m.client_host,
                     "subscribed_topic_names": list(m.subscribed_names),

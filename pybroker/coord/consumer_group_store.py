@@ -137,13 +137,7 @@ class ConsumerGroupStore:
         path = group_path(g.group_id)
         ops: list[Op] = []
         if not g.members:
-            if known.meta is None:
-                return None
-            for mid, (_, v) in known.members.items():
-                ops.append(Delete(f"{path}/{name_to_component(mid)}", v))
-            ops.append(Delete(path, known.meta[1]))
-            known.meta, known.members = None, {}
-            return Plan(g.group_id, ops, known.generation)
+            return self.plan_delete(g.group_id)
         meta = _dumps(g.meta_record())
         if known.meta is None:
             ops.append(Create(path, meta))
@@ -168,6 +162,19 @@ class ConsumerGroupStore:
         for mid in [mid for mid in known.members if mid not in g.members]:
             ops.append(Delete(f"{path}/{name_to_component(mid)}", known.members.pop(mid)[1]))
         return Plan(g.group_id, ops, known.generation) if ops else None
+
+    def plan_delete(self, group_id: str) -> Plan | None:
+        """The operations that delete the group's stored state (None: nothing stored)."""
+        known = self._known[group_id]
+        if known.meta is None:
+            return None
+        path = group_path(group_id)
+        ops: list[Op] = [
+            Delete(f"{path}/{name_to_component(mid)}", v) for mid, (_, v) in known.members.items()
+        ]
+        ops.append(Delete(path, known.meta[1]))
+        known.meta, known.members = None, {}
+        return Plan(group_id, ops, known.generation)
 
     async def apply(self, plan: Plan) -> None:
         """Run ``plan`` (after the group's earlier plans).  Raises StoreError (StalePlanError

@@ -51,7 +51,21 @@ from pybroker.coord.consumer_group import (
     TopicMeta,
 )
 from pybroker.coord.consumer_group_store import ConsumerGroupStore
-from pybroker.coord.groups import Group, GroupConfig, GroupState, JoinRequest, Output
+from pybroker.coord.groups import (
+    Group,
+    GroupConfig,
+    GroupState,
+    JoinRequest,
+    Output,
+    join_error,
+)
+from pybroker.coord.migration import (
+    MigrationRefused,
+    can_downgrade,
+    can_upgrade,
+    downgrade,
+    upgrade,
+)
 from pybroker.coord.offsets import CommittedOffset, OffsetStore
 from pybroker.coord.store import StoreError
 from pybroker.coord.txn_offsets import PendingTxnOffsets
@@ -270,7 +284,8 @@ class GroupCoordinator:
     def _get(self, group_id: str, create: bool) -> Group | None:
         """The classic group; with ``create``, a new one (also in place of an empty KIP-848
         group, as Kafka converts an empty group to the protocol that joins it).  None for a
-        KIP-848 group with members: the classic APIs do not reach it."""
+        KIP-848 group with members (whose classic members the classic APIs reach through
+        ConsumerGroup.classic_*, before calling this)."""
         g = self.groups.get(group_id)
         if isinstance(g, ConsumerGroup):
             if not (create and g.is_empty):
@@ -309,8 +324,9 @@ class GroupCoordinator:
         self._timers.pop(group_id, None)
         g = self.groups.get(group_id)
         if isinstance(g, ConsumerGroup):
+            had_consumer_members, epoch = not g.all_classic, g.group_epoch
             self._deliver(group_id, g.tick(self.clock.time_ms(), self._topics()))
-            self._persist_in_background(g)
+            self._persist_in_background(g, epoch if had_consumer_members else None)
         elif g is not None:
             self._deliver(group_id, g.tick(self.clock.time_ms()))
 
@@ -374,10 +390,47 @@ class GroupCoordinator:
                 self._deliver(g.group_id, g.unload(self.clock.time_ms()))
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
 
-    def _persist_in_background(self, g: ConsumerGroup) -> None:
-        task = asyncio.get_running_loop().create_task(self._persist(g))
+    def _persist_in_background(self, g: ConsumerGroup, downgrade_at: int | None = None) -> None:
+        """Write the group; then, with ``downgrade_at`` (the group epoch before members were
+        removed), downgrade it if only classic members are left."""
+
+        async def run() -> None:
+            if await self._persist(g) is None and downgrade_at is not None:
+                await self._maybe_downgrade(g, downgrade_at)
+
+        task = asyncio.get_running_loop().create_task(run())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def _maybe_downgrade(self, g: ConsumerGroup, generation_id: int) -> None:
+        """After a member speaking the consumer protocol left: a group of classic members
+        only becomes a classic group again (coord/migration.py), its stored KIP-848 state
+        deleted first."""
+        if self.groups.get(g.group_id) is not g or not can_downgrade(g, self.consumer_config):
+            return
+        now = self.clock.time_ms()
+        try:
+            classic, outputs = downgrade(g, self.config, now, generation_id)
+        except MigrationRefused as e:
+            log.info("group %s: cannot downgrade to a classic group: %s", g.group_id, e)
+            return
+        plan = self.consumer_store.plan_delete(g.group_id)
+        try:
+            if plan is not None:
+                await self.consumer_store.apply(plan)
+        except StoreError as e:
+            log.warning("group %s: deleting its state failed (%s); unloading it", g.group_id, e)
+            if self.groups.get(g.group_id) is g:
+                del self.groups[g.group_id]
+                self._checked.discard(g.group_id)
+                self._deliver(g.group_id, g.unload(now))
+            return
+        if self.groups.get(g.group_id) is not g:
+            return
+        g.mark_dead(now)
+        self.groups[g.group_id] = classic
+        log.info("group %s: downgraded from consumer to classic (online migration)", g.group_id)
+        self._deliver(g.group_id, outputs)
 
     async def load_group(self, group_id: str) -> int | None:
         """Make sure the group's durable state is loaded; None, or COORDINATOR_NOT_AVAILABLE
@@ -403,18 +456,20 @@ class GroupCoordinator:
                 "member_id": req.member_id,
                 "members": [],
             }
+        cg = self.groups.get(group_id)
+        if isinstance(cg, ConsumerGroup) and not cg.is_empty and not cg.dead:
+            # a classic member of a KIP-848 group (online migration)
+            try:
+                resp = cg.classic_join(self.clock.time_ms(), req, self._topics())
+            except ConsumerGroupError as e:
+                resp = {**join_error(e.code), "member_id": req.member_id}
+            self._schedule(group_id)
+            code = await self._persist(cg)
+            if code is not None:
+                return {**join_error(code), "member_id": req.member_id}
+            return resp
         g = self._get(group_id, create=True)
-        if g is None:  # a KIP-848 group with members (no online migration)
-            return {
-                "error_code": ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-                "generation_id": -1,
-                "protocol_type": None,
-                "protocol_name": None,
-                "leader": "",
-                "skip_assignment": False,
-                "member_id": req.member_id,
-                "members": [],
-            }
+        assert g is not None
         fut = asyncio.get_running_loop().create_future()
         self._deliver(group_id, g.join(fut, self.clock.time_ms(), req))
         return await fut
@@ -429,6 +484,26 @@ class GroupCoordinator:
         protocol_name: str | None,
         assignments: dict[str, bytes],
     ) -> dict:
+        cg = self.groups.get(group_id)
+        if isinstance(cg, ConsumerGroup) and not cg.is_empty and not cg.dead:
+            try:
+                resp = cg.classic_sync(
+                    self.clock.time_ms(),
+                    member_id,
+                    instance_id,
+                    generation_id,
+                    protocol_type,
+                    protocol_name,
+                )
+            except ConsumerGroupError as e:
+                resp = {
+                    "error_code": e.code,
+                    "protocol_type": None,
+                    "protocol_name": None,
+                    "assignment": b"",
+                }
+            self._schedule(group_id)
+            return resp
         g = self._get(group_id, create=False)
         if g is None:
             return {"error_code": ErrorCode.UNKNOWN_MEMBER_ID, "assignment": b""}
@@ -449,6 +524,11 @@ class GroupCoordinator:
     def heartbeat(
         self, group_id: str, member_id: str, instance_id: str | None, generation_id: int
     ) -> int:
+        cg = self.groups.get(group_id)
+        if isinstance(cg, ConsumerGroup) and not cg.is_empty and not cg.dead:
+            code = cg.classic_heartbeat(self.clock.time_ms(), member_id, instance_id, generation_id)
+            self._schedule(group_id)
+            return code
         g = self._get(group_id, create=False)
         if g is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
@@ -456,7 +536,13 @@ class GroupCoordinator:
         self._schedule(group_id)
         return code
 
-    def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[int]:
+    async def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[int]:
+        cg = self.groups.get(group_id)
+        if isinstance(cg, ConsumerGroup) and not cg.is_empty and not cg.dead:
+            errors = cg.classic_leave(self.clock.time_ms(), leaving, self._topics())
+            self._schedule(group_id)
+            code = await self._persist(cg)
+            return errors if code is None else [code] * len(leaving)
         g = self._get(group_id, create=False)
         if g is None:
             return [ErrorCode.UNKNOWN_MEMBER_ID] * len(leaving)
@@ -631,9 +717,21 @@ class GroupCoordinator:
             if g.state in (GroupState.EMPTY, GroupState.DEAD):
                 g = None  # an empty classic group (offsets only) becomes a consumer group
             else:
-                return _heartbeat_error(
-                    ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
-                )
+                why = can_upgrade(g, self.consumer_config) if req.member_epoch == 0 else ""
+                if why is not None:
+                    if why:
+                        log.info("group %s: cannot upgrade to a consumer group: %s", group_id, why)
+                    return _heartbeat_error(
+                        ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
+                    )
+                try:
+                    cg, outputs = upgrade(g, self.consumer_config, now, self._topics())
+                except MigrationRefused as e:
+                    return _heartbeat_error(ErrorCode.GROUP_ID_NOT_FOUND, str(e))
+                log.info("group %s: upgraded from classic to consumer (online migration)", group_id)
+                self.groups[group_id] = cg
+                self._deliver(group_id, outputs)
+                g = cg
         if g is None or g.dead:
             if req.member_epoch != 0:
                 # no such group (stored or in memory): the member is unknown and rejoins at
@@ -645,6 +743,7 @@ class GroupCoordinator:
             g = ConsumerGroup(group_id, self.consumer_config, state_timestamp_ms=now)
             self.groups[group_id] = g
         before = (g.group_epoch, g.assignment_epoch, len(g.members))
+        had_consumer_members = not g.all_classic
         try:
             resp = g.heartbeat(now, req, self._topics())
         except ConsumerGroupError as e:
@@ -656,6 +755,8 @@ class GroupCoordinator:
         code = await self._persist(g, [member] if unchanged else None)
         if code is not None:
             return _heartbeat_error(code, "The group's state could not be stored.")
+        if had_consumer_members and len(g.members) < before[2]:
+            await self._maybe_downgrade(g, before[0])
         return resp
 
     async def validate_offset_fetch(self, group_id: str, member_id: str | None, epoch: int) -> int:

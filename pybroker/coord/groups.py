@@ -111,7 +111,7 @@ class JoinRequest:
     require_known_member_id: bool
 
 
-def _join_error(code: int, member_id: str = "") -> dict:
+def join_error(code: int, member_id: str = "") -> dict:
     return {
         "error_code": code,
         "generation_id": -1,
@@ -203,18 +203,38 @@ class Group:
         order = [n for n, _ in self.members[self.leader_id].protocols] if self.leader_id else []
         return max(votes, key=lambda n: (votes[n], -order.index(n) if n in order else -999))
 
+    @classmethod
+    def downgraded(
+        cls, group_id: str, config: GroupConfig, generation_id: int, members: list[Member], now: int
+    ) -> tuple[Group, list[Output]]:
+        """The classic group a KIP-848 group of classic members becomes (Kafka's
+        ClassicGroup.fromConsumerGroup): Stable at ``generation_id`` with the members' current
+        assignments, the first member as leader, then a rebalance so that they rejoin."""
+        g = cls(group_id, config, state=GroupState.STABLE, generation_id=generation_id)
+        g.protocol_type = "consumer"
+        g.state_timestamp_ms = now
+        for m in members:
+            m.is_new = False
+            m.last_heartbeat_ms = now
+            g.members[m.member_id] = m
+            if m.group_instance_id is not None:
+                g.static_members[m.group_instance_id] = m.member_id
+        g.leader_id = members[0].member_id
+        g.protocol_name = g._select_protocol()
+        return g, g._prepare_rebalance(now)
+
     # -- JoinGroup --------------------------------------------------------------------------
     def join(self, reply: Reply, now: int, req: JoinRequest) -> list[Output]:
         if self.state == GroupState.DEAD:
-            return [(reply, _join_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, req.member_id))]
+            return [(reply, join_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, req.member_id))]
         if not (
             self.config.min_session_timeout_ms
             <= req.session_timeout_ms
             <= self.config.max_session_timeout_ms
         ):
-            return [(reply, _join_error(ErrorCode.INVALID_SESSION_TIMEOUT, req.member_id))]
+            return [(reply, join_error(ErrorCode.INVALID_SESSION_TIMEOUT, req.member_id))]
         if not self._supports(req.protocol_type, req.protocols):
-            return [(reply, _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, req.member_id))]
+            return [(reply, join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, req.member_id))]
         if req.member_id == "":
             return self._join_unknown(reply, now, req)
         return self._join_known(reply, now, req)
@@ -226,19 +246,19 @@ class Group:
             return self._replace_static(reply, now, req, new_id)
         if iid is None and req.require_known_member_id:
             self.pending_members[new_id] = now + req.session_timeout_ms
-            return [(reply, _join_error(ErrorCode.MEMBER_ID_REQUIRED, new_id))]
+            return [(reply, join_error(ErrorCode.MEMBER_ID_REQUIRED, new_id))]
         return self._add_member(reply, now, req, new_id)
 
     def _join_known(self, reply: Reply, now: int, req: JoinRequest) -> list[Output]:
         mid = req.member_id
         if self._fenced(mid, req.group_instance_id):
-            return [(reply, _join_error(ErrorCode.FENCED_INSTANCE_ID, mid))]
+            return [(reply, join_error(ErrorCode.FENCED_INSTANCE_ID, mid))]
         if mid in self.pending_members:
             del self.pending_members[mid]
             return self._add_member(reply, now, req, mid)
         m = self.members.get(mid)
         if m is None:
-            return [(reply, _join_error(ErrorCode.UNKNOWN_MEMBER_ID, mid))]
+            return [(reply, join_error(ErrorCode.UNKNOWN_MEMBER_ID, mid))]
         m.last_heartbeat_ms = now
         same = m.protocols == req.protocols
         if self.state == GroupState.PREPARING_REBALANCE:
@@ -251,7 +271,7 @@ class Group:
             if mid == self.leader_id or not same:
                 return self._update_and_rebalance(reply, now, m, req)
             return [(reply, self._join_response(m))]
-        return [(reply, _join_error(ErrorCode.UNKNOWN_MEMBER_ID, mid))]
+        return [(reply, join_error(ErrorCode.UNKNOWN_MEMBER_ID, mid))]
 
     def _add_member(self, reply: Reply, now: int, req: JoinRequest, member_id: str) -> list[Output]:
         m = Member(
@@ -284,7 +304,7 @@ class Group:
         if m.awaiting_join is not None and m.awaiting_join != reply:
             # A second join from the same member supersedes the first (Kafka answers the
             # older one with the same result later; we release it now as a retriable error).
-            out.append((m.awaiting_join, _join_error(ErrorCode.REBALANCE_IN_PROGRESS, m.member_id)))
+            out.append((m.awaiting_join, join_error(ErrorCode.REBALANCE_IN_PROGRESS, m.member_id)))
         m.protocols = list(req.protocols)
         m.session_timeout_ms = req.session_timeout_ms
         m.rebalance_timeout_ms = req.rebalance_timeout_ms
@@ -299,7 +319,7 @@ class Group:
         m = self.members.pop(old_id)
         out: list[Output] = []
         if m.awaiting_join is not None:
-            out.append((m.awaiting_join, _join_error(ErrorCode.FENCED_INSTANCE_ID, old_id)))
+            out.append((m.awaiting_join, join_error(ErrorCode.FENCED_INSTANCE_ID, old_id)))
             m.awaiting_join = None
         if m.awaiting_sync is not None:
             out.append((m.awaiting_sync, _sync_reply(ErrorCode.FENCED_INSTANCE_ID)))
@@ -417,7 +437,7 @@ class Group:
         m = self.members.pop(member_id)
         out: list[Output] = []
         if m.awaiting_join is not None:
-            out.append((m.awaiting_join, _join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id)))
+            out.append((m.awaiting_join, join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id)))
         if m.awaiting_sync is not None:
             out.append((m.awaiting_sync, _sync_reply(ErrorCode.UNKNOWN_MEMBER_ID)))
         if (
@@ -630,19 +650,18 @@ class Group:
     def mark_dead(self, now: int) -> None:
         self._transition(GroupState.DEAD, now)
 
-    def unload(self, now: int) -> list[Output]:
+    def unload(self, now: int, code: int = ErrorCode.NOT_COORDINATOR) -> list[Output]:
         """Coordination of the group moved to another broker (Kafka's onGroupUnloaded): the
         group becomes Dead here, and members parked in JoinGroup or SyncGroup are answered
-        NOT_COORDINATOR so they look the coordinator up again."""
+        NOT_COORDINATOR so they look the coordinator up again.  (An online upgrade to a
+        KIP-848 group answers them REBALANCE_IN_PROGRESS instead: they rejoin.)"""
         outputs: list[Output] = []
         for m in self.members.values():
             if m.awaiting_join is not None:
-                outputs.append(
-                    (m.awaiting_join, _join_error(ErrorCode.NOT_COORDINATOR, m.member_id))
-                )
+                outputs.append((m.awaiting_join, join_error(code, m.member_id)))
                 m.awaiting_join = None
             if m.awaiting_sync is not None:
-                outputs.append((m.awaiting_sync, _sync_reply(ErrorCode.NOT_COORDINATOR)))
+                outputs.append((m.awaiting_sync, _sync_reply(code)))
                 m.awaiting_sync = None
         if self.state != GroupState.DEAD:
             self._transition(GroupState.DEAD, now)

@@ -16,8 +16,6 @@ from pybroker.handlers.describe_groups import GROUP_OPERATIONS, OMITTED
 from pybroker.registry import handler
 from pybroker.security.acl import Operation, ResourceType
 
-CONSUMER_MEMBER = 1  # KIP-1099 member_type: 0 classic, 1 consumer
-
 
 def _error(gid: str, code: int, message: str | None = None) -> dict:
     return {
@@ -56,8 +54,6 @@ async def consumer_group_describe(ctx: RequestContext, req: dict) -> dict:
             )
             out.append(_error(gid, ErrorCode.GROUP_ID_NOT_FOUND, message))
             continue
-        for m in desc["members"]:
-            m["member_type"] = CONSUMER_MEMBER
         if req.get("include_authorized_operations"):
             desc["authorized_operations"] = (
                 authorized_operations(ctx, ResourceType.GROUP, gid)

@@ -22,7 +22,7 @@ async def leave_group(ctx: RequestContext, req: dict) -> dict:
     code = coordinator_error(ctx, req["group_id"])
     if code is not None:
         return {"throttle_time_ms": 0, "error_code": code, "members": []}
-    errors = ctx.services.groups.leave(req["group_id"], leaving)
+    errors = await ctx.services.groups.leave(req["group_id"], leaving)
     if ctx.version >= 3:
         return {
             "throttle_time_ms": 0,
