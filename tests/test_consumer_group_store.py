@@ -121,3 +121,35 @@ def test_a_write_that_lost_a_race_fails_and_voids_the_plans_behind_it(tmp_path):
         await store.close()
 
     run(main())
+
+
+def test_a_classic_member_of_a_consumer_group_survives_the_round_trip(tmp_path):
+    """Online migration: a member speaking the classic protocol keeps its session timeout and
+    protocols (name and subscription bytes) through its record."""
+    from pybroker.coord.groups import JoinRequest
+    from pybroker.wire.consumer_protocol import subscription_topics
+
+    sub = b"\x00\x00\x00\x00\x00\x01\x00\x01a\xff\xff\xff\xff"  # v0: topics ["a"], null data
+    g = ConsumerGroup("g", CONFIG)
+    g.heartbeat(0, hb(), T)
+    joined = g.classic_join(
+        10,
+        JoinRequest("", None, "c", "/h", 7000, 20000, "consumer", [("range", sub)], False),
+        T,
+    )
+    assert joined["error_code"] == 0
+    member = g.members[joined["member_id"]]
+
+    async def main():
+        store = await open_store(tmp_path)
+        cgs = ConsumerGroupStore(store)
+        await cgs.load("g")
+        await cgs.apply(cgs.plan(g))
+        h = await reload(store, "g", 100)
+        again = h.members[member.member_id]
+        assert again.classic == member.classic and again.classic.session_timeout_ms == 7000
+        assert subscription_topics(again.classic.protocols[0][1]) == ["a"]
+        assert h.member_record(again) == g.member_record(member)
+        await store.close()
+
+    run(main())
