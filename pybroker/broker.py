@@ -125,6 +125,7 @@ class Broker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
         self._stopping = False
+        self._topic_meta_cache: TopicMeta | None = None
         # always running: its warnings (loop.stall.warn.ms, 0 = none) and the session lease
         self.loop_monitor = LoopMonitor(config.loop_stall_warn_ms)
         # metrics.listener: counters the request paths move (None: off, nothing counted)
@@ -372,11 +373,17 @@ class Broker:
         return fut.result()
 
     def _topic_meta(self) -> TopicMeta:
-        """The cluster's topics for KIP-848 assignments: name -> (topic id, partitions)."""
+        """The cluster's topics for KIP-848 assignments: name -> (topic id, partitions); built
+        once per change of the cluster's metadata (every change comes as a cluster event)."""
         assert self.cluster is not None
-        return {n: (i.topic_id, len(i.partitions)) for n, i in self.cluster.topics.items()}
+        if self._topic_meta_cache is None:
+            self._topic_meta_cache = {
+                n: (i.topic_id, len(i.partitions)) for n, i in self.cluster.topics.items()
+            }
+        return self._topic_meta_cache
 
     def _on_cluster_event(self, event: Any) -> None:
+        self._topic_meta_cache = None
         if self._stopping:
             return
         # A topic's change touches only that topic's partitions; a change of the live brokers

@@ -49,6 +49,7 @@ import base64
 import enum
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -930,13 +931,15 @@ def _to_wire(p: Partitions, topics: TopicMeta, with_names: bool = False) -> list
 
 
 def owned_from_wire(
-    items: list[dict] | None, names_by_id: dict[uuid.UUID, str]
+    items: list[dict] | None, name_of: Callable[[uuid.UUID], str | None]
 ) -> Partitions | None:
+    """A heartbeat's owned partitions by topic name (``name_of``: topic id -> name or None;
+    partitions of unknown topics are dropped); None when the request did not send them."""
     if items is None:
         return None
     out: Partitions = {}
     for tp in items:
-        name = names_by_id.get(tp["topic_id"])
+        name = name_of(tp["topic_id"])
         if name is not None and tp["partitions"]:
             out.setdefault(name, set()).update(tp["partitions"])
     return out

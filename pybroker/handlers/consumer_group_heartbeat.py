@@ -22,6 +22,7 @@ from pybroker.coord.consumer_group import (
 )
 from pybroker.errors import ErrorCode
 from pybroker.handlers._groups import coordinator_error
+from pybroker.handlers._topic_ids import Resolver
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 
@@ -96,7 +97,6 @@ async def consumer_group_heartbeat(ctx: RequestContext, req: dict) -> dict:
                 ErrorCode.INVALID_REGULAR_EXPRESSION,
                 f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {e}.",
             )
-    names_by_id = {info.topic_id: name for name, info in ctx.services.cluster.topics.items()}
     hb = HeartbeatRequest(
         member_id=req["member_id"],
         member_epoch=req["member_epoch"],
@@ -106,7 +106,7 @@ async def consumer_group_heartbeat(ctx: RequestContext, req: dict) -> dict:
         subscribed_names=req.get("subscribed_topic_names"),
         subscribed_regex=regex,
         server_assignor=req.get("server_assignor"),
-        owned=owned_from_wire(req.get("topic_partitions"), names_by_id),
+        owned=owned_from_wire(req.get("topic_partitions"), Resolver(ctx.services.cluster).name),
         client_id=ctx.client_id or "",
         client_host=f"/{ctx.peer[0]}" if isinstance(ctx.peer, tuple) else str(ctx.peer or ""),
     )
