@@ -1,0 +1,95 @@
+"""Per (user, client-id) quota sensors and throttle times, as Kafka's ClientQuotaManager.
+
+``QuotaManager(quotas_of, now_ms, samples, window_ms)`` where ``quotas_of()`` returns the
+current entity -> quotas map (QuotaStore.quotas: read at use time, so a change applies to
+the next request).  For quota type ``key`` (producer_byte_rate, consumer_byte_rate,
+request_percentage):
+
+* ``record(key, user, client_id, value) -> throttle_ms``: the quota bound and the sensor
+  come from the eight-level precedence (entities.resolve); without a quota nothing is
+  recorded and 0 is answered.  The value is recorded, then the rate measured; above the
+  bound the throttle time is QuotaUtils.throttleTime (for request_percentage capped at one
+  window, ClientRequestQuotaManager's maxThrottleTimeMs).
+* ``unrecord(...)``: records -value without a check (Kafka's unrecordQuotaSensor).
+* ``max_value_in_window(key, user, client_id)``: bound * (samples - 1) * window seconds,
+  Kafka's getMaxValueInQuotaWindow (a consumer's fetch is bounded by it), None unlimited.
+* ``throttled(key, ms)``: adds to the throttle-time totals per quota type (``throttle_ms``),
+  the total that Kafka's throttle-time sensors count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pybroker.quotas.entities import REQUEST_PERCENTAGE, resolve
+from pybroker.quotas.rate import WindowedRate, throttle_time_ms
+from pybroker.quotas.store import Quotas
+
+# a user with no sensor activity for this long loses its sensors (Kafka: one hour)
+INACTIVE_SENSOR_MS = 3_600_000
+
+
+class QuotaManager:
+    def __init__(
+        self,
+        quotas_of: Callable[[], Quotas],
+        now_ms: Callable[[], int],
+        samples: int = 11,
+        window_ms: int = 1000,
+    ) -> None:
+        self._quotas_of = quotas_of
+        self._now_ms = now_ms
+        self.samples = samples
+        self.window_ms = window_ms
+        self._sensors: dict[tuple[str, str, str], tuple[WindowedRate, list[int]]] = {}
+        self.throttle_ms: dict[str, int] = {}
+        self._last_expiry = 0
+
+    def _sensor(self, key: str, tags: tuple[str, str], now: int) -> WindowedRate:
+        k = (key, *tags)
+        entry = self._sensors.get(k)
+        if entry is None:
+            entry = (WindowedRate(self.samples, self.window_ms), [now])
+            self._sensors[k] = entry
+        entry[1][0] = now
+        if now - self._last_expiry > INACTIVE_SENSOR_MS:
+            self._last_expiry = now
+            for old in [
+                s for s, (_, t) in self._sensors.items() if now - t[0] > INACTIVE_SENSOR_MS
+            ]:
+                del self._sensors[old]
+        return entry[0]
+
+    def enabled(self, key: str) -> bool:
+        return any(key in cfg for cfg in self._quotas_of().values())
+
+    def record(self, key: str, user: str, client_id: str, value: float) -> int:
+        found = resolve(self._quotas_of(), key, user, client_id)
+        if found is None:
+            return 0
+        bound, tags = found
+        now = self._now_ms()
+        rate = self._sensor(key, tags, now)
+        rate.record(value, now)
+        if bound <= 0:
+            # a zero quota: Kafka's arithmetic divides by zero; hold the client a full window
+            return self.window_ms if key == REQUEST_PERCENTAGE else self.window_ms * self.samples
+        t = throttle_time_ms(rate, bound, now)
+        if key == REQUEST_PERCENTAGE:
+            t = min(t, self.window_ms)
+        return t
+
+    def unrecord(self, key: str, user: str, client_id: str, value: float) -> None:
+        found = resolve(self._quotas_of(), key, user, client_id)
+        if found is not None:
+            now = self._now_ms()
+            self._sensor(key, found[1], now).record(-value, now)
+
+    def max_value_in_window(self, key: str, user: str, client_id: str) -> int | None:
+        found = resolve(self._quotas_of(), key, user, client_id)
+        if found is None:
+            return None
+        return int(found[0] * (self.samples - 1) * self.window_ms / 1000)
+
+    def throttled(self, key: str, ms: int) -> None:
+        self.throttle_ms[key] = self.throttle_ms.get(key, 0) + ms
