@@ -94,3 +94,85 @@ def test_kafka_configs_alters_and_describes_client_quotas(start_broker):
     assert described(broker, "--entity-type", "users") == [
         "Quota configs for the default user-principal are consumer_byte_rate=4000.0"
     ]
+
+
+SUMMARY = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\)")
+
+
+def test_producer_byte_rate_holds_producer_performance_to_the_quota(start_broker):
+    """The issue's test: kafka-configs --add-config producer_byte_rate=1048576 on client-id
+    perf, then ProducerPerformance with client.id=perf (1000-byte records, unthrottled on its
+    side) runs at 1 MiB/s within 10 %, by its own summary (MB/sec is MiB of record values
+    per second; the requests' framing adds about 2 %)."""
+    broker = start_broker(**WINDOWS)
+    topic = unique("quota-perf")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    configs(broker, "--alter", "--add-config", "producer_byte_rate=1048576",
+            "--entity-type", "clients", "--entity-name", "perf")  # fmt: skip
+    records, size = 20_000, 1000
+    r = java.run_main(
+        java.PRODUCER_PERFORMANCE,
+        ["--topic", topic, "--num-records", str(records), "--record-size", str(size),
+         "--throughput", "-1", "--producer-props", f"bootstrap.servers={broker.bootstrap}",
+         "client.id=perf"],
+        timeout=200,
+    )  # fmt: skip
+    assert r.ok, r.describe()
+    summary = SUMMARY.findall(r.stdout)[-1]
+    sent, per_sec, mb_per_sec = int(summary[0]), float(summary[1]), float(summary[2])
+    assert sent == records, r.stdout
+    rate = per_sec * size / MIB  # the same as its MB/sec, with more digits
+    print(f"ProducerPerformance under a 1 MiB/s quota: {rate:.3f} MiB/s ({mb_per_sec} MB/sec)")
+    assert 0.9 <= rate <= 1.1, r.stdout
+
+
+def test_consumer_byte_rate_holds_a_kafka_python_consumer(start_broker):
+    """consumer_byte_rate=1 MiB/s on client-id slow-reader: reading 8 MiB takes the quota's
+    time (the bytes read stay within the quota over the elapsed time plus two windows: the
+    first window's allowance and one fetch), the client is told its throttle time, and every
+    record arrives once, in order.  Read unthrottled the same records take well under a
+    second on this broker."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    broker = start_broker(**WINDOWS)
+    topic = unique("quota-fetch")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    n, size = 8192, 1024
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, client_id="loader")
+    for i in range(n):
+        producer.send(topic, i.to_bytes(4, "big") + bytes(size - 4))
+    producer.flush(timeout=60)
+    producer.close()
+    configs(broker, "--alter", "--add-config", "consumer_byte_rate=1048576",
+            "--entity-type", "clients", "--entity-name", "slow-reader")  # fmt: skip
+    consumer = KafkaConsumer(
+        bootstrap_servers=broker.bootstrap,
+        client_id="slow-reader",
+        group_id=None,
+        enable_auto_commit=False,
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        consumer.seek_to_beginning()
+        got: list[int] = []
+        started = time.monotonic()
+        deadline = started + 60
+        while len(got) < n and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                got.extend(int.from_bytes(r.value[:4], "big") for r in records)
+        elapsed = time.monotonic() - started
+        throttle_max = max(
+            v
+            for group in consumer.metrics().values()
+            for name, v in group.items()
+            if name == "throttle-time-max" and isinstance(v, int | float) and v == v
+        )
+    finally:
+        consumer.close()
+    assert got == list(range(n))
+    read = n * size / MIB
+    print(
+        f"8 MiB read under a 1 MiB/s quota in {elapsed:.1f} s; largest throttle {throttle_max} ms"
+    )
+    assert read <= 1.0 * (elapsed + 2), (read, elapsed)
+    assert throttle_max > 0
