@@ -32,7 +32,7 @@ from typing import Any
 from pybroker import handlers  # noqa: F401  (registers every handler)
 from pybroker.errors import ErrorCode
 from pybroker.handlers.context import CloseConnection, RequestContext
-from pybroker.quotas.client import produce_throttle
+from pybroker.quotas.client import Timed, request_timer, throttle_after
 from pybroker.registry import HANDLERS
 from pybroker.security.exchange import step as sasl_step
 from pybroker.security.sasl import ListenerSasl, Session, distinguished_name
@@ -277,8 +277,9 @@ class KafkaConnection(asyncio.Protocol):
         )
         metrics = self._metrics
         started = time.perf_counter() if metrics is not None else 0.0
+        timer = Timed(reg.fn(ctx, body)) if request_timer(self.services, api_key) else None
         try:
-            response = await reg.fn(ctx, body)
+            response = await (timer if timer is not None else reg.fn(ctx, body))
         except CloseConnection as e:
             if metrics is not None:
                 metrics.request(api_key, api_version, body, None, time.perf_counter() - started)
@@ -287,21 +288,32 @@ class KafkaConnection(asyncio.Protocol):
         if metrics is not None:
             metrics.request(api_key, api_version, body, response, time.perf_counter() - started)
         self._after_login()
-        self._throttle(api_key, len(frame), ctx, response)
+        self._throttle(api_key, len(frame), ctx, body, response, timer)
         if response is None:
             return None
         return codec.encode_response(api_key, api_version, correlation_id, response)
 
-    def _throttle(self, api_key: int, size: int, ctx: RequestContext, response: Any) -> None:
-        """Client quotas (quotas/client.py): a Produce is charged its size here; any answer
-        with a throttle time mutes the connection that long from now (``_mute``)."""
-        ms = 0
-        if api_key == 0:
-            ms = produce_throttle(self.services, self.session, ctx.client_id, size)
-            if ms and response is not None:
-                response["throttle_time_ms"] = ms
-        elif isinstance(response, dict):
-            ms = response.get("throttle_time_ms") or 0
+    def _throttle(
+        self,
+        api_key: int,
+        size: int,
+        ctx: RequestContext,
+        body: dict,
+        response: Any,
+        timer: Timed | None,
+    ) -> None:
+        """Client quotas (quotas/client.py): the answer's throttle time, if any, mutes the
+        connection that long from now (``_mute``)."""
+        ms = throttle_after(
+            self.services,
+            self.session,
+            ctx.client_id,
+            api_key,
+            size,
+            body,
+            response,
+            timer.seconds if timer is not None else None,
+        )
         if ms > 0:
             self._muted_until = max(self._muted_until, time.monotonic() + ms / 1000.0)
 

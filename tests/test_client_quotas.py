@@ -342,3 +342,70 @@ def test_a_throttled_fetch_answers_nothing_and_the_data_comes_later(broker, clie
         assert third["responses"] == []
     (records,) = [p["records"] for t in third["responses"] for p in t["partitions"]]
     assert 30_000 < len(records) < 40_000
+
+
+def test_timed_counts_only_the_handlers_own_steps():
+    """request_percentage charges the time a handler runs on the loop, not its waits."""
+    import asyncio
+
+    from pybroker.quotas.client import Timed
+
+    now = [0.0]
+
+    async def handler(wake: asyncio.Future) -> str:
+        now[0] += 5  # work
+        await wake  # waiting (for data, a replica, the store)
+        now[0] += 7  # more work
+        return "answer"
+
+    async def main() -> tuple[str, float]:
+        wake = asyncio.get_running_loop().create_future()
+        timed = Timed(handler(wake), clock=lambda: now[0])
+        task = asyncio.ensure_future(_run(timed))
+        await asyncio.sleep(0)
+        now[0] += 100  # the loop serves others meanwhile
+        wake.set_result(None)
+        return await task, timed.seconds
+
+    async def _run(timed: Timed) -> str:
+        return await timed
+
+    assert asyncio.run(main()) == ("answer", 12)
+
+
+def test_a_request_quota_throttles_requests_and_spares_api_versions(broker, client):
+    assert alter(client, [([(C, client.client_id)], {"request_percentage": 0.000001})]) == [
+        (NONE, None)
+    ]
+    body = client.request(3, 9, {"topics": [], "allow_auto_topic_creation": False,
+                                 "include_cluster_authorized_operations": False,
+                                 "include_topic_authorized_operations": False})  # fmt: skip
+    # any handler time is far above the quota: Kafka caps the throttle at one window
+    assert body["throttle_time_ms"] == 1000
+    assert (
+        client.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})[
+            "throttle_time_ms"
+        ]
+        == 0
+    )
+
+
+def test_connection_creation_rate_closes_connections_over_the_ips_quota(broker, client):
+    """connection_creation_rate=1 on 127.0.0.1 (quota.window.num 11: 10 connections fit the
+    first window's measure): past them, a new connection is closed without an answer."""
+    assert alter(client, [([("ip", "127.0.0.1")], {"connection_creation_rate": 1})]) == [
+        (NONE, None)
+    ]
+    # the quota reaches the accept loop through the store's watch
+    from broker_fixture import wait_until
+
+    wait_until(lambda: broker.broker.quota_store.quotas)
+    answered, closed = 0, 0
+    for _ in range(15):
+        with broker.client() as c:
+            try:
+                c.request(18, 0, {})
+                answered += 1
+            except (OSError, AssertionError):  # closed (reset, EOF) or timed out
+                closed += 1
+    assert answered == 10 and closed == 5, (answered, closed)

@@ -13,6 +13,7 @@ request_percentage):
 * ``unrecord(...)``: records -value without a check (Kafka's unrecordQuotaSensor).
 * ``max_value_in_window(key, user, client_id)``: bound * (samples - 1) * window seconds,
   Kafka's getMaxValueInQuotaWindow (a consumer's fetch is bounded by it), None unlimited.
+* ``record_connection(ip) -> throttle_ms``: connection_creation_rate per IP (ConnectionQuotas).
 * ``throttled(key, ms)``: adds to the throttle-time totals per quota type (``throttle_ms``),
   the total that Kafka's throttle-time sensors count.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pybroker.quotas.entities import REQUEST_PERCENTAGE, resolve
+from pybroker.quotas.entities import CONNECTION_CREATION_RATE, IP, REQUEST_PERCENTAGE, resolve
 from pybroker.quotas.rate import WindowedRate, throttle_time_ms
 from pybroker.quotas.store import Quotas
 
@@ -44,6 +45,8 @@ class QuotaManager:
         self._sensors: dict[tuple[str, str, str], tuple[WindowedRate, list[int]]] = {}
         self.throttle_ms: dict[str, int] = {}
         self._last_expiry = 0
+        self._enabled_for: Quotas | None = None
+        self._enabled: set[str] = set()
 
     def _sensor(self, key: str, tags: tuple[str, str], now: int) -> WindowedRate:
         k = (key, *tags)
@@ -61,7 +64,13 @@ class QuotaManager:
         return entry[0]
 
     def enabled(self, key: str) -> bool:
-        return any(key in cfg for cfg in self._quotas_of().values())
+        """Whether any entity has a ``key`` quota (cached per quotas map: the store replaces
+        the map on every change)."""
+        quotas = self._quotas_of()
+        if quotas is not self._enabled_for:
+            self._enabled_for = quotas
+            self._enabled = {k for cfg in quotas.values() for k in cfg}
+        return key in self._enabled
 
     def record(self, key: str, user: str, client_id: str, value: float) -> int:
         found = resolve(self._quotas_of(), key, user, client_id)
@@ -90,6 +99,29 @@ class QuotaManager:
         if found is None:
             return None
         return int(found[0] * (self.samples - 1) * self.window_ms / 1000)
+
+    def record_connection(self, ip: str) -> int:
+        """ConnectionQuotas' per-IP connection_creation_rate (/config/ips/<ip>, else
+        /config/ips/<default>): a new connection from ``ip`` is recorded; above the quota it
+        is taken back and the throttle time (at most one window) answered: the caller closes
+        the connection after that time without serving it."""
+        quotas = self._quotas_of()
+        bound = None
+        for name in (ip, None):
+            cfg = quotas.get(((IP, name),))
+            if cfg is not None and CONNECTION_CREATION_RATE in cfg:
+                bound = cfg[CONNECTION_CREATION_RATE]
+                break
+        if bound is None:
+            return 0
+        now = self._now_ms()
+        rate = self._sensor(CONNECTION_CREATION_RATE, (ip, ""), now)
+        rate.record(1.0, now)
+        t = min(throttle_time_ms(rate, bound, now), self.window_ms) if bound > 0 else self.window_ms
+        if t:
+            rate.record(-1.0, now)
+            self.throttled(CONNECTION_CREATION_RATE, t)
+        return t
 
     def throttled(self, key: str, ms: int) -> None:
         self.throttle_ms[key] = self.throttle_ms.get(key, 0) + ms
