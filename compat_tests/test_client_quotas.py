@@ -176,3 +176,51 @@ def test_consumer_byte_rate_holds_a_kafka_python_consumer(start_broker):
     )
     assert read <= 1.0 * (elapsed + 2), (read, elapsed)
     assert throttle_max > 0
+
+
+def _produce_throttle(host: str, port: int, topic: str, partition: int, client_id: str) -> int:
+    """A 150 KB Produce v3 (hand-built bytes) as ``client_id``: its answer's throttle_time_ms."""
+    import struct
+
+    from compat_tests import rawkafka
+
+    records = rawkafka.record_batch_v2([(None, bytes(150_000))])
+    body = rawkafka.kstring(None) + struct.pack(">hi", -1, 10_000)
+    body += struct.pack(">i", 1) + rawkafka.kstring(topic)
+    body += struct.pack(">i", 1) + struct.pack(">i", partition)
+    body += struct.pack(">i", len(records)) + records
+    with rawkafka.Conn(host, port) as c:
+        _, answer = c.roundtrip(rawkafka.frame(rawkafka.request_header(0, 3, 1, client_id) + body))
+    r = rawkafka.Reader(answer)
+    for _ in range(r.take(">i")):
+        r.string()
+        for _ in range(r.take(">i")):
+            _p, error, _offset, _time = r.take(">ihqq")
+            assert error == 0, error
+    return r.take(">i")
+
+
+def test_a_quota_altered_through_one_broker_holds_on_every_broker(tmp_path):
+    """Three brokers on ZooKeeper: kafka-configs through broker 0 sets producer_byte_rate on
+    client-id capped; each broker, leading one partition, throttles that client id (each
+    learns of the quota by watching its znode), and not another client id."""
+    from compat_tests.cluster import running_cluster, wait_until
+
+    with running_cluster(tmp_path) as cluster:
+        topic = unique("quota-cluster")
+        cluster.create_topic(topic, partitions=3, rf=1)
+        leaders = {p: info.leader for p, info in cluster.metadata([topic]).topic(topic).items()}
+        assert sorted(leaders.values()) == [0, 1, 2], leaders
+        r = java.run_main(CONFIG_COMMAND, ["--bootstrap-server", cluster.brokers[0].bootstrap,
+                          "--alter", "--add-config", "producer_byte_rate=10000",
+                          "--entity-type", "clients", "--entity-name", "capped"], timeout=90)  # fmt: skip
+        assert r.ok, r.describe()
+        for p, leader in leaders.items():
+            b = cluster.brokers[leader]
+            assert _produce_throttle(b.host, b.port, topic, p, "uncapped") == 0
+            wait_until(
+                lambda b=b, p=p: _produce_throttle(b.host, b.port, topic, p, "capped") > 0,
+                timeout=10,
+                what=f"broker {leader} to throttle client-id capped",
+            )
+    assert not cluster.stop_problems, cluster.stop_problems
