@@ -73,6 +73,8 @@ class QuotaManager:
         return key in self._enabled
 
     def record(self, key: str, user: str, client_id: str, value: float) -> int:
+        if not self.enabled(key):  # the common case: no quota of this type anywhere
+            return 0
         found = resolve(self._quotas_of(), key, user, client_id)
         if found is None:
             return 0
@@ -89,12 +91,16 @@ class QuotaManager:
         return t
 
     def unrecord(self, key: str, user: str, client_id: str, value: float) -> None:
+        if not self.enabled(key):
+            return
         found = resolve(self._quotas_of(), key, user, client_id)
         if found is not None:
             now = self._now_ms()
             self._sensor(key, found[1], now).record(-value, now)
 
     def max_value_in_window(self, key: str, user: str, client_id: str) -> int | None:
+        if not self.enabled(key):
+            return None
         found = resolve(self._quotas_of(), key, user, client_id)
         if found is None:
             return None
@@ -105,6 +111,8 @@ class QuotaManager:
         /config/ips/<default>): a new connection from ``ip`` is recorded; above the quota it
         is taken back and the throttle time (at most one window) answered: the caller closes
         the connection after that time without serving it."""
+        if not self.enabled(CONNECTION_CREATION_RATE):
+            return 0
         quotas = self._quotas_of()
         bound = None
         for name in (ip, None):
