@@ -409,3 +409,20 @@ def test_connection_creation_rate_closes_connections_over_the_ips_quota(broker, 
             except (OSError, AssertionError):  # closed (reset, EOF) or timed out
                 closed += 1
     assert answered == 10 and closed == 5, (answered, closed)
+
+
+def test_quotas_need_alter_configs_and_describe_configs_on_the_cluster(start_broker):
+    """With an authorizer and no ACL for the anonymous principal: Kafka's
+    CLUSTER_AUTHORIZATION_FAILED on every entry (alter) and on the answer (describe)."""
+    b = start_broker(
+        **{
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            "allow.everyone.if.no.acl.found": "false",
+        }
+    )
+    with b.client() as c:
+        assert alter(c, [([(C, "x")], {"producer_byte_rate": 5}), ([(U, None)], {})]) == [
+            (31, None),
+            (31, None),
+        ]
+        assert describe(c, [])[0] == 31
