@@ -360,7 +360,7 @@ ADMIN_PROBES = [
      "--alter --entity-type topics --entity-name {topic} --add-config retention.ms=100000",
      None),
     ("configs-describe-clients", "kafka.admin.ConfigCommand", "--describe --entity-type clients",
-     "DescribeClientQuotas (48) v0-1"),
+     None),
     ("delete-records", "org.apache.kafka.tools.DeleteRecordsCommand", "--offset-json-file {json}",
      None),
     ("group-delete-offsets", java.CONSUMER_GROUP_COMMAND,

@@ -41,6 +41,8 @@ from pybroker.log.segment import DESCRIPTORS, descriptor_budget
 from pybroker.loop_monitor import LoopMonitor
 from pybroker.metrics import BrokerMetrics, exposition
 from pybroker.purgatory import Purgatory
+from pybroker.quotas.manager import QuotaManager
+from pybroker.quotas.store import QuotaStore
 from pybroker.replication import manager as replica_manager
 from pybroker.replication.controlled_shutdown import controlled_shutdown
 from pybroker.replication.fetcher import ReplicaFetcher
@@ -115,6 +117,8 @@ class Broker:
         self.transactions: TransactionCoordinator | None = None
         self.credentials: CredentialStore | None = None
         self.authorizer: Authorizer | None = None
+        self.quota_store: QuotaStore | None = None
+        self.quotas: QuotaManager | None = None
         self._fake_salt_key: bytes | None = None
         self._marker_sender: MarkerSender | None = None
         self.replicas: ReplicaManager | None = None
@@ -249,6 +253,14 @@ class Broker:
         )
         await self.transactions.start()
         self.credentials = CredentialStore(self.store)
+        self.quota_store = QuotaStore(self.store)
+        await self.quota_store.watch()
+        self.quotas = QuotaManager(
+            lambda: self.quota_store.quotas,
+            self.clock.time_ms,
+            samples=cfg.quota_window_num,
+            window_ms=cfg.quota_window_size_seconds * 1000,
+        )
         if cfg.authorizer_class_name:
             self.authorizer = Authorizer(
                 self.store,
@@ -317,6 +329,8 @@ class Broker:
             await asyncio.to_thread(self.cleaner.stop)
         if self.authorizer is not None:
             await _bounded("authorizer", self.authorizer.stop())
+        if self.quota_store is not None:
+            self.quota_store.close()
         if self.transactions is not None:
             await _bounded("transaction coordinator", self.transactions.stop())
         if self._marker_sender is not None:

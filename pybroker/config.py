@@ -249,6 +249,8 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
     ),
     "leader.imbalance.per.broker.percentage": ("leader_imbalance_per_broker_percentage", _int, 10),
     "max.broker.partitions": ("max_broker_partitions", _int, 20000),
+    "quota.window.num": ("quota_window_num", _int, 11),
+    "quota.window.size.seconds": ("quota_window_size_seconds", _int, 1),
     "max.request.partition.size.limit": ("max_request_partition_size_limit", _int, 2000),
     "max.incremental.fetch.session.cache.slots": (
         "max_incremental_fetch_session_cache_slots",
@@ -349,6 +351,8 @@ class Config:
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10
     max_broker_partitions: int = 20000
+    quota_window_num: int = 11  # client quotas' rate samples (quotas/rate.py)
+    quota_window_size_seconds: int = 1
     max_incremental_fetch_session_cache_slots: int = 1000
     max_request_partition_size_limit: int = 2000
     log_cleanup_policy: str = "delete"
@@ -630,6 +634,8 @@ def _validate(cfg: Config) -> None:
     need(cfg.message_max_bytes >= 0, "message.max.bytes", "must be >= 0")
     need(cfg.socket_request_max_bytes >= 1, "socket.request.max.bytes", "must be >= 1")
     need(cfg.max_broker_partitions >= 1, "max.broker.partitions", "must be >= 1")
+    need(cfg.quota_window_num >= 1, "quota.window.num", "must be >= 1")
+    need(cfg.quota_window_size_seconds >= 1, "quota.window.size.seconds", "must be >= 1")
     need(cfg.group_consumer_session_timeout_ms >= 1, "group.consumer.session.timeout.ms", ">= 1")
     need(
         1 <= cfg.group_consumer_heartbeat_interval_ms < cfg.group_consumer_session_timeout_ms,

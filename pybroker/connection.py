@@ -32,6 +32,7 @@ from typing import Any
 from pybroker import handlers  # noqa: F401  (registers every handler)
 from pybroker.errors import ErrorCode
 from pybroker.handlers.context import CloseConnection, RequestContext
+from pybroker.quotas.client import Timed, request_timer, throttle_after
 from pybroker.registry import HANDLERS
 from pybroker.security.exchange import step as sasl_step
 from pybroker.security.sasl import ListenerSasl, Session, distinguished_name
@@ -79,6 +80,7 @@ class KafkaConnection(asyncio.Protocol):
         self._in_sendfile = False
         self._deferred_close: str | None = None  # "close" / "abort" asked during a sendfile
         self._metrics = getattr(services, "metrics", None)  # pybroker.metrics.BrokerMetrics
+        self._muted_until = 0.0  # client quotas: monotonic time reading resumes
 
     # -- asyncio.Protocol -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -166,12 +168,14 @@ class KafkaConnection(asyncio.Protocol):
                     self.transport.resume_reading()
                 parts = await self._handle(frame)
                 if parts is None:
+                    await self._mute()
                     await asyncio.sleep(0)  # (see below)
                     continue
                 if parts is False:
                     self.abort()
                     return
                 await self._send(parts)
+                await self._mute()
                 # One request at a time, then the loop's other work: a client pipelining many
                 # requests (each answered without suspending) must not hold the loop for all
                 # of them (the long fuzz: 37 pipelined requests, 162 ms).
@@ -273,8 +277,9 @@ class KafkaConnection(asyncio.Protocol):
         )
         metrics = self._metrics
         started = time.perf_counter() if metrics is not None else 0.0
+        timer = Timed(reg.fn(ctx, body)) if request_timer(self.services, api_key) else None
         try:
-            response = await reg.fn(ctx, body)
+            response = await (timer if timer is not None else reg.fn(ctx, body))
         except CloseConnection as e:
             if metrics is not None:
                 metrics.request(api_key, api_version, body, None, time.perf_counter() - started)
@@ -283,9 +288,47 @@ class KafkaConnection(asyncio.Protocol):
         if metrics is not None:
             metrics.request(api_key, api_version, body, response, time.perf_counter() - started)
         self._after_login()
+        self._throttle(api_key, len(frame), ctx, body, response, timer)
         if response is None:
             return None
         return codec.encode_response(api_key, api_version, correlation_id, response)
+
+    def _throttle(
+        self,
+        api_key: int,
+        size: int,
+        ctx: RequestContext,
+        body: dict,
+        response: Any,
+        timer: Timed | None,
+    ) -> None:
+        """Client quotas (quotas/client.py): the answer's throttle time, if any, mutes the
+        connection that long from now (``_mute``)."""
+        ms = throttle_after(
+            self.services,
+            self.session,
+            ctx.client_id,
+            api_key,
+            size,
+            body,
+            response,
+            timer.seconds if timer is not None else None,
+        )
+        if ms > 0:
+            self._muted_until = max(self._muted_until, time.monotonic() + ms / 1000.0)
+
+    async def _mute(self) -> None:
+        """KIP-219: after a throttled answer is sent, nothing more is read from the client
+        until its throttle time has passed (requests it already sent wait too)."""
+        left = self._muted_until - time.monotonic()
+        if left <= 0 or self.closed:
+            return
+        self.transport.pause_reading()
+        try:
+            await asyncio.sleep(left)
+        finally:
+            if not self.reading_paused and not self.closed:
+                self.transport.resume_reading()
 
     async def _send(self, parts: list[Any]) -> None:
         loop = asyncio.get_running_loop()

@@ -294,6 +294,8 @@ class Snapshot:
     fetch_sessions: int = 0
     fetch_session_partitions: int = 0
     fetch_session_evictions: int = 0
+    # client quotas: total throttle time given, by quota key (quotas/manager.py)
+    quota_throttle_ms: dict[str, int] = field(default_factory=dict)
 
 
 async def snapshot(broker: Any) -> Snapshot:
@@ -369,6 +371,9 @@ async def snapshot(broker: Any) -> Snapshot:
     snap.fetch_sessions = len(cache)
     snap.fetch_session_partitions = cache.total_partitions
     snap.fetch_session_evictions = getattr(cache, "evictions", 0)
+    quotas = getattr(broker, "quotas", None)
+    if quotas is not None:
+        snap.quota_throttle_ms = dict(quotas.throttle_ms)
     return snap
 
 
@@ -687,6 +692,24 @@ class SnapshotCollector(Collector):
         )
         f.add_metric([], s.fetch_session_evictions)
         yield f
+        f = _counter(
+            "pybroker_quota_throttle_time_ms",
+            "throttle time given to clients over a quota, by quota type (Produce: "
+            "producer_byte_rate, Fetch: consumer_byte_rate, Request: request_percentage, "
+            "ConnectionCreation: connection_creation_rate)",
+            labels=["type"],
+        )
+        for key, kind in QUOTA_TYPES.items():
+            f.add_metric([kind], s.quota_throttle_ms.get(key, 0))
+        yield f
+
+
+QUOTA_TYPES = {
+    "producer_byte_rate": "Produce",
+    "consumer_byte_rate": "Fetch",
+    "request_percentage": "Request",
+    "connection_creation_rate": "ConnectionCreation",
+}
 
 
 def render(snap: Snapshot, accept: str | None = None) -> tuple[bytes, str]:

@@ -53,6 +53,7 @@ class KafkaServer:
         self._sockets: list[socket.socket] = []
         self._retries: dict[int, asyncio.TimerHandle] = {}  # fd -> pending resume
         self._accepting_tasks: set[asyncio.Task] = set()
+        self._throttled_sockets: set[socket.socket] = set()  # closed after their throttle
         self._out_of_resources = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self.bound: list[tuple[str, int]] = []
@@ -109,9 +110,32 @@ class KafkaServer:
                 self._out_of_resources = False
                 log.info("accepting connections again")
             conn.setblocking(False)
+            if self._throttled_ip(conn, _addr):
+                continue
             task = self._loop.create_task(self._connect(conn, self._listener_of.get(sock.fileno())))
             self._accepting_tasks.add(task)
             task.add_done_callback(self._accepting_tasks.discard)
+
+    def _throttled_ip(self, conn: socket.socket, addr: object) -> bool:
+        """connection_creation_rate (quotas/manager.py): a connection over its IP's quota is
+        closed after the throttle time, never served (Kafka's DelayedCloseSocket)."""
+        quotas = getattr(self.services, "quotas", None)
+        if quotas is None or not isinstance(addr, tuple) or not addr:
+            return False
+        ms = quotas.record_connection(str(addr[0]))
+        if ms <= 0:
+            return False
+        log.info(
+            "connection from %s over its connection_creation_rate; closing in %d ms", addr[0], ms
+        )
+        self._throttled_sockets.add(conn)
+
+        def close() -> None:
+            self._throttled_sockets.discard(conn)
+            conn.close()
+
+        self._loop.call_later(ms / 1000.0, close)
+        return True
 
     async def _connect(self, conn: socket.socket, listener: str | None) -> None:
         try:
@@ -157,6 +181,9 @@ class KafkaServer:
                 self._loop.remove_reader(sock.fileno())
             sock.close()
         self._sockets.clear()
+        for conn in self._throttled_sockets:
+            conn.close()
+        self._throttled_sockets.clear()
 
     async def stop(self) -> None:
         self._close_sockets()

@@ -112,3 +112,16 @@ def test_a_snapshot_renders_and_parses():
     assert samples[key] == 1
     q = ("kafka_network_requestmetrics_totaltimems", (("quantile", "0.99"), ("request", "Produce")))
     assert 0.5 < samples[q] <= 1.0
+
+
+def test_quota_throttle_time_is_counted_per_quota_type():
+    snap = Snapshot(broker_id=0, totals=[0, 0, 0], quota_throttle_ms={"producer_byte_rate": 1500})
+    body, _ = render(snap)
+    samples = {
+        s.labels["type"]: s.value
+        for fam in text_string_to_metric_families(body.decode())
+        if fam.name == "pybroker_quota_throttle_time_ms"
+        for s in fam.samples
+        if s.name.endswith("_total")
+    }
+    assert samples == {"Produce": 1500, "Fetch": 0, "Request": 0, "ConnectionCreation": 0}

@@ -185,7 +185,8 @@ def test_all_expected_apis_declared() -> None:
         30: "CreateAcls", 31: "DeleteAcls", 32: "DescribeConfigs", 33: "AlterConfigs",
         35: "DescribeLogDirs", 37: "CreatePartitions", 42: "DeleteGroups",
         43: "ElectLeaders", 44: "IncrementalAlterConfigs", 46: "ListPartitionReassignments",
-        47: "OffsetDelete", 60: "DescribeCluster", 61: "DescribeProducers",
+        47: "OffsetDelete", 48: "DescribeClientQuotas", 49: "AlterClientQuotas",
+        60: "DescribeCluster", 61: "DescribeProducers",
         66: "ListTransactions", 75: "DescribeTopicPartitions",
     }  # fmt: skip
     expected.update(CHECKED_AGAINST_JAVA)

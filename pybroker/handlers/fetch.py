@@ -48,6 +48,7 @@ from pybroker.fetch_session import FetchContext, FetchPartition
 from pybroker.handlers._authz import enabled, on_cluster, on_topic
 from pybroker.handlers._topic_ids import Resolver
 from pybroker.handlers.context import RequestContext
+from pybroker.quotas.client import fetch_bound, fetch_throttle
 from pybroker.registry import handler
 from pybroker.replication.manager import consumer_key, leo_key
 from pybroker.security.acl import Operation
@@ -324,6 +325,11 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
             "responses": [],
         }
     partitions = context.partitions
+    if replica_id < 0:  # a consumer's fetch is bounded by its quota's window (Kafka)
+        bound = fetch_bound(ctx.services, ctx.session, ctx.client_id)
+        if bound is not None:
+            req["max_bytes"] = max(min(req.get("max_bytes", 0x7FFFFFFF), bound), 0)
+            req["min_bytes"] = min(req["min_bytes"], req["max_bytes"])
     deadline = clock.monotonic() + max(req["max_wait_ms"], 0) / 1000.0
     wake = leo_key if replica_id >= 0 else consumer_key
     track_idle = context.session is not None or context.create
@@ -344,6 +350,18 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
         if not keys:
             break
         await ctx.services.purgatory.wait_any(keys, left)
+    if replica_id < 0 and total:
+        throttle = fetch_throttle(ctx.services, ctx.session, ctx.client_id, total)
+        if throttle:  # Kafka's getThrottledResponse: nothing read, the session unchanged
+            throttled = {
+                "throttle_time_ms": throttle,
+                "error_code": ErrorCode.NONE,
+                "session_id": context.session.id if context.session is not None else 0,
+                "responses": [],
+            }
+            if version >= 16:
+                throttled["node_endpoints"] = []
+            return throttled
     error, session_id, answered = context.respond(entries, int(clock.monotonic() * 1000), stamps)
     metrics = ctx.services.metrics
     if metrics is not None and total:

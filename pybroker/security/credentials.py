@@ -4,7 +4,7 @@
 "salt=...,stored_key=...,server_key=...,iterations=4096", ...}}`` (Kafka's
 ScramCredentialUtils text per mechanism; other user configs, such as quotas, are kept as
 they are).  User names are sanitized as Kafka's Sanitizer does (URL-encoded, ``*`` as
-``%2A``), so credentials added with Kafka's ``kafka-configs --zookeeper`` are found, and ours
+``%2A``, a space as ``%20``), so credentials added with Kafka's ``kafka-configs --zookeeper`` are found, and ours
 are readable by Kafka's tools.  Every login reads the node (no cache): a credential change or
 deletion takes effect at the next login on every broker.
 """
@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import secrets
-from urllib.parse import quote_plus, unquote_plus
 
 from pybroker.coord.store import BadVersionError, MetadataStore, NodeExistsError, NoNodeError
+from pybroker.quotas.entities import desanitize as quota_desanitize
+from pybroker.quotas.entities import sanitize as quota_sanitize
 from pybroker.security.scram import (
     MECHANISMS,
     ScramCredential,
@@ -28,11 +29,12 @@ FAKE_SALT_KEY = "/pybroker/scram-unknown-user-salt-key"
 
 
 def sanitize(name: str) -> str:
-    return quote_plus(name, safe="-_.").replace("~", "%7E")
+    """Kafka's Sanitizer, shared with client quotas (the same /config/users node)."""
+    return quota_sanitize(name)
 
 
 def desanitize(name: str) -> str:
-    return unquote_plus(name)
+    return quota_desanitize(name)
 
 
 def user_path(user: str) -> str:

@@ -1,0 +1,209 @@
+"""Client quotas in the metadata store, as Kafka on ZooKeeper keeps them (entities.py has
+the paths).  A node holds ``{"version":1,"config":{"producer_byte_rate":"1048576",...}}``;
+other keys in it (a user's SCRAM credentials) are kept as they are, and a node whose last
+quota is removed stays, with what is left of its config (as Kafka leaves it).
+
+:class:`QuotaStore` reads every entity's quotas (``load``), alters one entity's quotas in a
+compare-and-set write (``alter``), and keeps an in-memory copy current (``watch``): it
+watches /config/users, /config/clients, /config/ips, each /config/users/<u>/clients and
+every node under them through the metadata store's watches, and on any event re-reads the
+tree (one reload at a time; events during a reload cause one more).  Each broker sees a
+change made through any broker, or by Kafka's tools writing ZooKeeper directly.
+
+``config_change_notification(entity_path)`` is the single place where Kafka would write
+its /config/changes notification (``{"version":2,"entity_path":"clients/perf"}``); it
+does nothing here: brokers learn of quota changes through the watches above.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+
+from pybroker.coord.store import (
+    BadVersionError,
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+    StoreError,
+    WatchedEvent,
+)
+from pybroker.quotas.entities import QUOTA_KEYS, Entity, entity_of_path, path_of
+
+log = logging.getLogger("pybroker.quotas")
+
+ROOTS = ("/config/users", "/config/clients", "/config/ips")
+
+Quotas = dict[Entity, dict[str, float]]
+
+
+def _parse(data: bytes) -> dict:
+    try:
+        doc = json.loads(data) if data else {}
+    except ValueError:
+        doc = {}
+    if not isinstance(doc, dict):
+        doc = {}
+    doc.setdefault("version", 1)
+    if not isinstance(doc.get("config"), dict):
+        doc["config"] = {}
+    return doc
+
+
+def quota_values(config: dict) -> dict[str, float]:
+    """The quota keys of a node's config, as numbers (unparsable values are skipped)."""
+    out = {}
+    for k, v in config.items():
+        if k in QUOTA_KEYS:
+            try:
+                out[k] = float(v)
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
+async def config_change_notification(entity_path: str) -> None:
+    """Where Kafka writes /config/changes/config_change_<seq> for ``entity_path`` (e.g.
+    ``clients/perf``, ``users/alice/clients/perf``).  Brokers here watch the quota nodes
+    themselves; the dynamic-config change mechanism may write the notification here."""
+    return None
+
+
+class QuotaStore:
+    def __init__(self, store: MetadataStore) -> None:
+        self.store = store
+        self.quotas: Quotas = {}
+        self._listeners: list[Callable[[Quotas], object]] = []
+        self._watched: set[str] = set()
+        self._dirty = False
+        self._reloading: asyncio.Task | None = None
+        self._closed = False
+
+    # -- reading ----------------------------------------------------------------------------
+    async def _children(self, path: str, watch: bool) -> list[str]:
+        cb = self._watch_cb(path, "c") if watch else None
+        try:
+            return await self.store.get_children(path, cb)
+        except NoNodeError:
+            if watch:
+                self._watched.discard(path + "#c")
+                await self._exists_watch(path)
+            return []
+
+    async def _exists_watch(self, path: str) -> None:
+        key = path + "#e"
+        if key in self._watched:
+            return
+        self._watched.add(key)
+        try:
+            await self.store.exists(path, self._make_cb(key))
+        except StoreError:
+            self._watched.discard(key)
+
+    def _watch_cb(self, path: str, kind: str) -> Callable[[WatchedEvent], object] | None:
+        key = f"{path}#{kind}"
+        if key in self._watched:
+            return None
+        self._watched.add(key)
+        return self._make_cb(key)
+
+    def _make_cb(self, key: str) -> Callable[[WatchedEvent], object]:
+        def fired(_event: WatchedEvent) -> None:
+            self._watched.discard(key)
+            self._schedule_reload()
+
+        return fired
+
+    async def _get(self, path: str, watch: bool) -> dict[str, float] | None:
+        cb = self._watch_cb(path, "d") if watch else None
+        try:
+            data, _ = await self.store.get(path, cb)
+        except NoNodeError:
+            self._watched.discard(path + "#d")
+            return None
+        return quota_values(_parse(data)["config"])
+
+    async def load(self, watch: bool = False) -> Quotas:
+        """Every entity with at least one quota."""
+        out: Quotas = {}
+        paths: list[str] = []
+        for root in ROOTS:
+            for child in await self._children(root, watch):
+                paths.append(f"{root}/{child}")
+                if root == "/config/users":
+                    sub = f"{root}/{child}/clients"
+                    paths.extend(f"{sub}/{c}" for c in await self._children(sub, watch))
+        for p in paths:
+            e = entity_of_path(p)
+            values = await self._get(p, watch)
+            if e is not None and values:
+                out[e] = values
+        return out
+
+    # -- watching ---------------------------------------------------------------------------
+    def add_listener(self, cb: Callable[[Quotas], object]) -> None:
+        self._listeners.append(cb)
+
+    async def watch(self) -> None:
+        """Load with watches; from then on ``quotas`` follows the store."""
+        self._set(await self.load(watch=True))
+
+    def _set(self, quotas: Quotas) -> None:
+        self.quotas = quotas
+        for cb in self._listeners:
+            cb(quotas)
+
+    def _schedule_reload(self) -> None:
+        if self._closed:
+            return
+        self._dirty = True
+        if self._reloading is None or self._reloading.done():
+            self._reloading = asyncio.get_running_loop().create_task(self._reload())
+
+    async def _reload(self) -> None:
+        while self._dirty and not self._closed:
+            self._dirty = False
+            try:
+                self._set(await self.load(watch=True))
+            except StoreError as e:
+                log.warning("reading client quotas failed (%s); retrying", e)
+                self._dirty = True
+                await asyncio.sleep(1.0)
+
+    def close(self) -> None:
+        self._closed = True
+        if self._reloading is not None:
+            self._reloading.cancel()
+
+    # -- writing ----------------------------------------------------------------------------
+    async def alter(self, e: Entity, changes: dict[str, str | None]) -> None:
+        """Set (a string value) or remove (None) quota keys of one entity, in one
+        compare-and-set write."""
+        path = path_of(e)
+        for _ in range(10):
+            try:
+                data, stat = await self.store.get(path)
+                doc, version = _parse(data), stat.version
+            except NoNodeError:
+                doc, version = {"version": 1, "config": {}}, None
+            config = doc["config"]
+            for k, v in changes.items():
+                if v is None:
+                    config.pop(k, None)
+                else:
+                    config[k] = v
+            data = json.dumps(doc, separators=(",", ":")).encode()
+            try:
+                if version is None:
+                    if not config:
+                        return
+                    await self.store.create(path, data, makepath=True)
+                else:
+                    await self.store.set(path, data, version)
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue  # written meanwhile: read again
+            await config_change_notification(path.removeprefix("/config/"))
+            return
+        raise BadVersionError(f"quotas of {path} kept changing", path)
