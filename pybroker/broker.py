@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pybroker import dynamic_config
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.config import Config
 from pybroker.coord.cluster import Cluster
@@ -26,9 +27,11 @@ from pybroker.coord.group_coordinator import GroupCoordinator
 from pybroker.coord.groups import GroupConfig
 from pybroker.coord.local import LocalStore
 from pybroker.coord.offsets import OffsetStore
+from pybroker.coord.paths import DEFAULT_ENTITY
 from pybroker.coord.store import MetadataStore
 from pybroker.coord.transactions import TransactionCoordinator, TxnConfig
 from pybroker.coord.txn_store import TxnStateStore
+from pybroker.dynamic_config import DynamicBrokerConfig
 from pybroker.fetch_session import FetchSessionCache
 from pybroker.flusher import Flusher
 from pybroker.handlers._topics import flush_policy, log_config
@@ -107,6 +110,8 @@ def raise_open_files_limit() -> tuple[int, int]:
 class Broker:
     def __init__(self, config: Config, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
+        # KIP-226: dynamic broker configs, applied to ``config`` in place (dynamic_config.py)
+        self.dynamic = DynamicBrokerConfig(config)
         self.clock = clock
         self.purgatory = Purgatory()
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
@@ -179,6 +184,7 @@ class Broker:
         )
         self.loop_monitor.add_listener(self.cluster.loop_stalled)
         await self.cluster.start()
+        self._apply_broker_configs()  # before anything below reads a dynamic value
         self.replicas = ReplicaManager(
             cfg.broker_id,
             self.cluster,
@@ -195,20 +201,7 @@ class Broker:
         )
         self._apply_topic_configs()
         self._loop = asyncio.get_running_loop()
-        self.cleaner = LogCleaner(
-            self.logs,
-            CleanerConfig(
-                enable=cfg.log_cleaner_enable,
-                threads=cfg.log_cleaner_threads,
-                dedupe_buffer_size=cfg.log_cleaner_dedupe_buffer_size,
-                io_buffer_size=cfg.log_cleaner_io_buffer_size,
-                dedupe_buffer_load_factor=cfg.log_cleaner_io_buffer_load_factor,
-                backoff_ms=cfg.log_cleaner_backoff_ms,
-                use_process=True,
-            ),
-            self.clock,
-            run_on_owner=self._run_on_loop,
-        )
+        self.cleaner = self._new_cleaner()
         self.cleaner.start()
         self.flusher.start()
         await self.replicas.start()
@@ -370,6 +363,59 @@ class Broker:
             topic, partition, log_config(self.config, info.configs), topic_id=info.topic_id
         )
 
+    def _new_cleaner(self) -> LogCleaner:
+        cfg = self.config
+        return LogCleaner(
+            self.logs,
+            CleanerConfig(
+                enable=cfg.log_cleaner_enable,
+                threads=cfg.log_cleaner_threads,
+                dedupe_buffer_size=cfg.log_cleaner_dedupe_buffer_size,
+                io_buffer_size=cfg.log_cleaner_io_buffer_size,
+                dedupe_buffer_load_factor=cfg.log_cleaner_io_buffer_load_factor,
+                backoff_ms=cfg.log_cleaner_backoff_ms,
+                use_process=True,
+            ),
+            self.clock,
+            run_on_owner=self._run_on_loop,
+        )
+
+    def _apply_broker_configs(self) -> set[str]:
+        """Apply the stored dynamic broker configs (ours and the cluster-wide defaults) to
+        ``self.config``; returns the keys whose values moved."""
+        stored = self.cluster.broker_configs
+        changed = self.dynamic.update(
+            stored.get(str(self.config.broker_id), {}), stored.get(DEFAULT_ENTITY, {})
+        )
+        cfg = self.config
+        if changed & dynamic_config.LOG_CONFIGS or changed - dynamic_config.SUPPORTED:
+            # (the second: synonyms such as log.retention.hours moved with log.retention.ms)
+            self.logs.default_config = log_config(cfg, {})
+            self._flush_policies.clear()
+            if self.replicas is not None:
+                self._apply_topic_configs()
+            if self.cleaner is not None:
+                self.cleaner.wake()
+        self.cluster.unclean_leader_election_enable = cfg.unclean_leader_election_enable
+        if self.server is not None:
+            self.server.max_connections = cfg.max_connections
+        if changed & dynamic_config.CLEANER_CONFIGS and self.cleaner is not None:
+            self._tasks.append(asyncio.create_task(self._restart_cleaner(), name="cleaner"))
+        return changed
+
+    async def _restart_cleaner(self) -> None:
+        """Kafka's LogCleaner.reconfigure: stop the cleaner threads (a clean under way is
+        abandoned between two steps) and start them again with the new settings."""
+        old = self.cleaner
+        if old is None or self._stopping:
+            return
+        await asyncio.to_thread(old.stop)
+        if self._stopping or self.cleaner is not old:
+            return
+        self.cleaner = self._new_cleaner()
+        self.cleaner.start()
+        log.info("log cleaner restarted with %d threads", self.config.log_cleaner_threads)
+
     def _run_on_loop(self, fn: Callable[[], Any]) -> Any:
         """The log cleaner's one handoff: run ``fn`` (a segment swap, a look at the producer
         state) on the event loop, the owner of the logs, and wait for its result."""
@@ -399,6 +445,11 @@ class Broker:
     def _on_cluster_event(self, event: Any) -> None:
         self._topic_meta_cache = None
         if self._stopping:
+            return
+        if event.kind == "BROKER_CONFIG_CHANGED":
+            self._apply_broker_configs()
+            return
+        if event.kind == "ENTITY_CONFIG_CHANGED":
             return
         # A topic's change touches only that topic's partitions; a change of the live brokers
         # or of the controller can move any leader.

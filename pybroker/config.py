@@ -380,6 +380,11 @@ class Config:
     )
     security_inter_broker_protocol: str = "PLAINTEXT"
     inter_broker_listener_name: str | None = None
+    # the replication quotas (Kafka's DynamicConfig.Broker): set only dynamically
+    # (pybroker/dynamic_config.py), Long.MAX = unthrottled; read at use time
+    leader_replication_throttled_rate: int = LONG_MAX
+    follower_replication_throttled_rate: int = LONG_MAX
+    replica_alter_log_dirs_io_max_bytes_per_second: int = LONG_MAX
     warnings: tuple[str, ...] = ()
     explicit_keys: frozenset[str] = frozenset()  # keys set in the file or by --override
     # ssl.* and listener.name.* settings as given (pybroker/tls.py reads them)

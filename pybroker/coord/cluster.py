@@ -75,7 +75,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from pybroker.clock import SYSTEM_CLOCK, Clock
-from pybroker.coord import paths
+from pybroker.coord import config_changes, paths
 from pybroker.coord.controller import Controller, ElectionResult, TopicPartition
 from pybroker.coord.store import (
     CONNECTED,
@@ -148,7 +148,10 @@ class TopicInfo:
 
 
 class ClusterEvent(NamedTuple):
-    kind: str  # "BROKERS_CHANGED" | "CONTROLLER_CHANGED" | "TOPIC_CHANGED" | "TOPIC_DELETED"
+    # "BROKERS_CHANGED" | "CONTROLLER_CHANGED" | "TOPIC_CHANGED" | "TOPIC_DELETED"
+    # | "BROKER_CONFIG_CHANGED" (topic: the entity, "<default>" or our id: ``broker_configs``)
+    # | "ENTITY_CONFIG_CHANGED" (topic: the entity path of another type, e.g. "clients/x")
+    kind: str
     topic: str | None = None
 
 
@@ -426,6 +429,10 @@ class Cluster:
         # two reads counts too) and the loss of our own session (see membership_epoch)
         self._membership_epoch = 0
         self._brokers_cversion = -1
+        # dynamic broker configs (KIP-226) this broker applies: "<default>" and str(broker_id)
+        # -> the entity's stored configs, kept current through /config/changes
+        self.broker_configs: dict[str, dict[str, str]] = {}
+        self._changes = config_changes.ChangeCursor()
 
     @property
     def is_controller(self) -> bool:
@@ -498,6 +505,7 @@ class Cluster:
         await self._elect()
         await self._refresh_brokers()
         await self._refresh_topics(load_all=True)
+        await self._load_broker_configs()
         self._started = True
         self._task = asyncio.create_task(self._sync_loop(), name=f"cluster-sync-{self.broker_id}")
 
@@ -774,6 +782,7 @@ class Cluster:
             await self._elect()
             await self._refresh_brokers()
             await self._refresh_topics(load_all=True)
+            await self._load_broker_configs()
         elif kind == "confirm":
             await self._confirm_session()
         elif kind == "controller":
@@ -788,6 +797,10 @@ class Cluster:
             await self._refresh_partition(key[1], key[2])
         elif kind == "config":
             await self._refresh_config(key[1])
+        elif kind == "changes":
+            await self._refresh_changes()
+        elif kind == "broker_config":
+            await self._refresh_broker_config(key[1])
 
     async def _confirm_session(self) -> None:
         """Re-establish the lease: our registration is held by the live session (a read that
@@ -932,6 +945,104 @@ class Cluster:
         info = self.topics.get(name)
         if info is not None:
             self._update_topic(TopicInfo(info.name, info.topic_id, info.partitions, configs))
+
+    # ------------------------------------------------------------------ entity configs
+
+    def _broker_entities(self) -> tuple[str, str]:
+        return (paths.DEFAULT_ENTITY, str(self.broker_id))
+
+    async def _load_broker_configs(self) -> None:
+        """At start and after a new session: every notification so far counts as seen, the
+        entities are read whole (Kafka's DynamicConfigManager.startup)."""
+        self._changes = config_changes.ChangeCursor()
+        children = await self._watched(("changes",), self.store.get_children, paths.CONFIG_CHANGES)
+        if children:
+            self._changes.last = max(config_changes.sequence_of(c) for c in children)
+        await self._note_ctimes(children)
+        for entity in self._broker_entities():
+            await self._refresh_broker_config(entity)
+
+    async def _note_ctimes(self, children: list[str]) -> None:
+        for child in children:
+            if child in self._changes.ctimes:
+                continue
+            stat = await self.store.exists(f"{paths.CONFIG_CHANGES}/{child}")
+            if stat is not None:
+                self._changes.ctimes[child] = stat.ctime
+
+    async def _refresh_changes(self) -> None:
+        """ZkNodeChangeNotificationListener.processNotifications: each notification after the
+        last processed one names an entity to read again; then the expired ones are purged."""
+        children = await self._watched(("changes",), self.store.get_children, paths.CONFIG_CHANGES)
+        for child in self._changes.unseen(children):
+            try:
+                data, stat = await self.store.get(f"{paths.CONFIG_CHANGES}/{child}")
+            except NoNodeError:
+                continue  # purged meanwhile
+            self._changes.last = max(self._changes.last, config_changes.sequence_of(child))
+            self._changes.ctimes[child] = stat.ctime
+            entity_path = paths.decode_config_change(data)
+            if entity_path is None:
+                log.warning("ignoring config change notification %s: %r", child, data)
+                continue
+            kind, _, name = entity_path.partition("/")
+            if kind == "brokers":
+                if name in self._broker_entities():
+                    self._mark(("broker_config", name))
+            elif kind == "topics":
+                if name in self.topics:
+                    self._mark(("config", name))
+            else:
+                self._notify(ClusterEvent("ENTITY_CONFIG_CHANGED", entity_path))
+        self._changes.forget_missing(children)
+        await self._note_ctimes(children)
+        for child in self._changes.expired(self.clock.time_ms()):
+            try:
+                await self.store.delete(f"{paths.CONFIG_CHANGES}/{child}")
+            except NoNodeError:
+                pass
+            self._changes.ctimes.pop(child, None)
+
+    async def _refresh_broker_config(self, entity: str) -> None:
+        try:
+            data, _ = await self.store.get(paths.broker_config(entity))
+            configs = paths.decode_topic_config(data)
+        except NoNodeError:
+            configs = {}
+        except ValueError:
+            log.error("unreadable dynamic broker configs at %s", paths.broker_config(entity))
+            return
+        self._set_broker_config(entity, configs)
+
+    def _set_broker_config(self, entity: str, configs: dict[str, str]) -> None:
+        if self.broker_configs.get(entity) != configs:
+            self.broker_configs[entity] = dict(configs)
+            self._notify(ClusterEvent("BROKER_CONFIG_CHANGED", entity))
+
+    async def alter_broker_configs(
+        self,
+        entity: str,
+        update: Callable[[dict[str, str]], dict[str, str]],
+        *,
+        validate_only: bool = False,
+    ) -> dict[str, str]:
+        """Compare-and-set the dynamic configs of ``entity`` ("<default>" or a broker id) at
+        /config/brokers/<entity>, with a change notification (AdminZkClient.changeBrokerConfig).
+        ``update(stored) -> new`` may raise KafkaError.  Returns the new set.  Store trouble:
+        KafkaError REQUEST_TIMED_OUT (connection) or UNKNOWN."""
+        try:
+            old, new = await config_changes.write_entity_config(
+                self.store, f"brokers/{entity}", update, validate_only=validate_only
+            )
+        except ConnectionLossError as e:
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"altering broker configs: {e}") from e
+        except StoreError as e:
+            raise KafkaError(ErrorCode.UNKNOWN, f"could not alter broker configs: {e}") from e
+        if not validate_only:
+            log.info("broker configs of %s: %s -> %s", entity, old, new)
+            if entity in self._broker_entities():
+                self._set_broker_config(entity, new)
+        return new
 
     def _update_topic(self, info: TopicInfo) -> None:
         old = self.topics.get(info.name)
@@ -1104,8 +1215,8 @@ class Cluster:
         *,
         validate_only: bool = False,
     ) -> dict[str, str]:
-        """Replace a topic's config overrides in /config/topics/<t> (Kafka's
-        AdminZkClient.changeTopicConfig): ``new_configs`` is the new set, or a function from the
+        """Replace a topic's config overrides in /config/topics/<t>, with a change notification
+        (Kafka's AdminZkClient.changeTopicConfig; coord/config_changes.py): ``new_configs`` is the new set, or a function from the
         stored set to the new one (incremental changes; it may raise KafkaError).  The result
         goes through Kafka's checks (:func:`validate_topic_configs`, INVALID_CONFIG) and is
         written with compare-and-set on the znode version, re-reading and re-applying the
@@ -1113,46 +1224,35 @@ class Cluster:
         Returns the configs written (or that would be).  Raises KafkaError:
         UNKNOWN_TOPIC_OR_PARTITION for an unknown topic, INVALID_CONFIG, REQUEST_TIMED_OUT when
         the store cannot be reached."""
-        path = paths.topic_config(name)
-        for _ in range(50):
-            if name not in self.topics:
-                raise KafkaError(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
-                )
-            try:
-                try:
-                    data, stat = await self.store.get(path)
-                    current, version = paths.decode_topic_config(data), stat.version
-                except NoNodeError:
-                    current, version = {}, None
-                wanted = new_configs(dict(current)) if callable(new_configs) else new_configs
-                clean = validate_topic_configs(dict(wanted))
-                if validate_only:
-                    return clean
-                encoded = paths.encode_topic_config(clean)
-                if version is None:
-                    await self.store.create(path, encoded, makepath=True)
-                else:
-                    await self.store.set(path, encoded, version=version)
-            except (BadVersionError, NodeExistsError):
-                continue  # written meanwhile: re-read and apply again
-            except ConnectionLossError as e:
-                raise KafkaError(
-                    ErrorCode.REQUEST_TIMED_OUT, f"altering configs of {name}: {e}"
-                ) from e
-            except StoreError as e:
-                raise KafkaError(
-                    ErrorCode.UNKNOWN, f"could not alter configs of {name}: {e}"
-                ) from e
-            log.info("topic %s: configs %s -> %s", name, current, clean)
-            info = self.topics.get(name)
-            if info is not None:
-                self._update_topic(TopicInfo(info.name, info.topic_id, info.partitions, clean))
-            self._mark(("config", name))  # read it back (and keep its watch set)
+        if name not in self.topics:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
+            )
+
+        def update(current: dict[str, str]) -> dict[str, str]:
+            wanted = new_configs(current) if callable(new_configs) else new_configs
+            return validate_topic_configs(dict(wanted))
+
+        try:
+            current, clean = await config_changes.write_entity_config(
+                self.store, f"topics/{name}", update, validate_only=validate_only
+            )
+        except BadVersionError:
+            raise KafkaError(
+                ErrorCode.UNKNOWN, f"configs of {name} keep changing concurrently; try again"
+            ) from None
+        except ConnectionLossError as e:
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"altering configs of {name}: {e}") from e
+        except StoreError as e:
+            raise KafkaError(ErrorCode.UNKNOWN, f"could not alter configs of {name}: {e}") from e
+        if validate_only:
             return clean
-        raise KafkaError(
-            ErrorCode.UNKNOWN, f"configs of {name} keep changing concurrently; try again"
-        )
+        log.info("topic %s: configs %s -> %s", name, current, clean)
+        info = self.topics.get(name)
+        if info is not None:
+            self._update_topic(TopicInfo(info.name, info.topic_id, info.partitions, clean))
+        self._mark(("config", name))  # read it back (and keep its watch set)
+        return clean
 
     async def delete_topic(self, name: str) -> None:
         """Delete a topic's znodes (assignment, partition states, config) in one multi.  Kafka's

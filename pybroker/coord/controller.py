@@ -316,7 +316,9 @@ class Controller:
     def _on_event(self, event: ClusterEvent) -> None:
         if not self.active:
             return
-        if event.kind == "BROKERS_CHANGED":
+        if event.kind in ("BROKERS_CHANGED", "BROKER_CONFIG_CHANGED"):
+            # (a dynamic unclean.leader.election.enable=true elects offline partitions now,
+            # as Kafka's enableDefaultUncleanLeaderElection)
             self._full = True
         elif event.kind == "TOPIC_CHANGED" and event.topic is not None:
             self._topics.add(event.topic)

@@ -9,7 +9,10 @@ reading our ZooKeeper sees familiar data.
     /brokers/topics/<t>                          {"partitions":{"0":[1,2]},"topic_id":"..","adding_replicas":{},"removing_replicas":{},"version":3}
     /brokers/topics/<t>/partitions/<p>/state     {"controller_epoch":1,"leader":1,"version":1,"leader_epoch":0,"isr":[1]}
     /config/topics/<t>                           {"version":1,"config":{"k":"v"}}
-    /config/changes, /admin/delete_topics        (notification parents, not used yet)
+    /config/brokers/<id>, /config/brokers/<default>   {"version":1,"config":{"k":"v"}} (dynamic broker configs)
+    /config/changes/config_change_<10-digit seq> {"version":2,"entity_path":"brokers/<id>"} (written
+                                                 after every entity config change; see coord/config_changes.py)
+    /admin/delete_topics                         (notification parent, not used yet)
     /latest_producer_id_block                    {"version":1,"broker":1,"block_start":"0","block_end":"999"}
     /consumers/<group>/offsets/<topic>/<p>       "<offset>" (the old consumer's layout)
 """
@@ -31,6 +34,11 @@ TOPICS = "/brokers/topics"
 CONFIG = "/config"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_CHANGES = "/config/changes"
+CONFIG_BROKERS = "/config/brokers"
+# ConfigEntityChangeNotificationSequenceZNode: sequential children of /config/changes
+CONFIG_CHANGE_PREFIX = "config_change_"
+# ZooKeeperInternals.DEFAULT_STRING: the cluster-wide default entity's name
+DEFAULT_ENTITY = "<default>"
 ADMIN = "/admin"
 DELETE_TOPICS = "/admin/delete_topics"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
@@ -88,6 +96,16 @@ def partition_state(name: str, p: int) -> str:
 
 def topic_config(name: str) -> str:
     return f"{CONFIG_TOPICS}/{name}"
+
+
+def broker_config(entity: str) -> str:
+    """/config/brokers/<id>, or /config/brokers/<default> for the cluster-wide defaults."""
+    return f"{CONFIG_BROKERS}/{entity}"
+
+
+def config_change(sequence_name: str = "") -> str:
+    """/config/changes/config_change_ (the prefix a sequential create appends to)."""
+    return f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}{sequence_name}"
 
 
 def delete_topic(name: str) -> str:
@@ -277,6 +295,25 @@ def encode_topic_config(configs: dict[str, str]) -> bytes:
 def decode_topic_config(data: bytes) -> dict[str, str]:
     obj = _loads(data) or {}
     return {k: str(v) for k, v in (obj.get("config") or {}).items()}
+
+
+def encode_config_change(entity_path: str) -> bytes:
+    """ConfigEntityChangeNotificationSequenceZNode.generateChangeNode (version 2):
+    entity_path is "<entity type>/<sanitized name>", e.g. "brokers/1", "topics/t"."""
+    return _dumps({"version": 2, "entity_path": entity_path})
+
+
+def decode_config_change(data: bytes) -> str | None:
+    """The entity_path of a version 2 notification; None for anything else (Kafka's version 1
+    notifications named the entity type apart; pybroker never wrote them)."""
+    try:
+        obj = _loads(data)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or obj.get("version") != 2:
+        return None
+    path = obj.get("entity_path")
+    return path if isinstance(path, str) else None
 
 
 def encode_producer_id_block(broker_id: int, block_start: int, block_end: int) -> bytes:

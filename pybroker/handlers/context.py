@@ -4,7 +4,8 @@
 attributes: ``config`` (pybroker.config.Config), ``cluster`` (pybroker.coord.cluster.Cluster),
 ``logs`` (pybroker.log.manager.LogManager), ``purgatory`` (pybroker.purgatory.Purgatory),
 ``clock`` (pybroker.clock.Clock), ``fetch_sessions`` (pybroker.fetch_session.FetchSessionCache),
-``groups`` (pybroker.coord.group_coordinator.GroupCoordinator).
+``groups`` (pybroker.coord.group_coordinator.GroupCoordinator), ``dynamic``
+(pybroker.dynamic_config.DynamicBrokerConfig: the dynamic broker configs applied to ``config``).
 """
 
 from __future__ import annotations

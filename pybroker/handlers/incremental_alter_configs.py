@@ -10,11 +10,13 @@ Kafka's own checks; then the new set is written with compare-and-set (Cluster.
 alter_topic_configs).  validate_only checks and writes nothing.  Open logs pick the change up
 through the topic's change event.
 
+Brokers (4) and broker loggers (8): handlers/_broker_configs.py (dynamic broker configs,
+KIP-226, at /config/brokers/<id> and /config/brokers/<default>; log levels, KIP-412).
+
 Per resource errors: INVALID_REQUEST for a resource named twice ("Each resource must appear at
 most once."), a config named twice, a null value for anything but DELETE, an unknown
-operation, the default topic resource (empty name), and every resource type but topics (broker
-configs are static in pybroker: they come from server.properties and --override; broker logger
-levels cannot be changed either); UNKNOWN_TOPIC_OR_PARTITION; INVALID_CONFIG.
+operation, the default topic resource (empty name), other resource types;
+UNKNOWN_TOPIC_OR_PARTITION; INVALID_CONFIG.
 
 AlterConfigs (alter_configs.py) shares the preprocessing below.
 """
@@ -25,6 +27,7 @@ from collections.abc import Callable
 
 from pybroker.coord.cluster import TOPIC_CONFIGS as KAFKA_TOPIC_CONFIGS
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers import _broker_configs
 from pybroker.handlers._authz import on_cluster, on_topic
 from pybroker.handlers._topics import TOPIC_CONFIGS, check_supported_configs
 from pybroker.handlers.context import RequestContext
@@ -60,7 +63,9 @@ def authorize_alter(ctx: RequestContext, resources: list[dict], results: dict[in
                 )
 
 
-def preprocess(resources: list[dict], null_allowed: Callable[[dict], bool]) -> dict[int, dict]:
+def preprocess(
+    resources: list[dict], null_allowed: Callable[[dict], bool], *, loggers: bool = True
+) -> dict[int, dict]:
     """Kafka's ConfigAdminManager.preprocess, pybroker's way: the results decided before any
     topic is looked at, by position in ``resources``.  What is left are topic resources with
     distinct config names and no forbidden nulls."""
@@ -88,23 +93,9 @@ def preprocess(resources: list[dict], null_allowed: Callable[[dict], bool]) -> d
             done[i] = result(
                 r, ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}"
             )
-        elif rtype == BROKER:
-            done[i] = result(
-                r,
-                ErrorCode.INVALID_REQUEST,
-                "broker configs are static in pybroker (server.properties and --override)",
-            )
-        elif rtype == BROKER_LOGGER:
-            done[i] = result(
-                r, ErrorCode.INVALID_REQUEST, "broker logger levels cannot be changed in pybroker"
-            )
-        elif rtype != TOPIC:
-            done[i] = result(
-                r,
-                ErrorCode.INVALID_REQUEST,
-                f"AlterConfigs is only supported for topics, but resource type is {rtype}",
-            )
-        elif r["resource_name"] == "":
+        elif rtype not in ((TOPIC, BROKER, BROKER_LOGGER) if loggers else (TOPIC, BROKER)):
+            done[i] = result(r, ErrorCode.INVALID_REQUEST, f"Unknown resource type {rtype}")
+        elif rtype == TOPIC and r["resource_name"] == "":
             done[i] = result(
                 r, ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed."
             )
@@ -173,11 +164,29 @@ async def incremental_alter_configs(ctx: RequestContext, req: dict) -> dict:
     results = preprocess(resources, lambda c: c["config_operation"] == DELETE)
     authorize_alter(ctx, resources, results)
     for i, r in enumerate(resources):
-        if i not in results:
+        if i in results:
+            continue
+        if r["resource_type"] == TOPIC:
             results[i] = await alter_topic(
                 ctx,
                 r,
                 lambda current, ops=r["configs"]: apply_ops(ctx, ops, current),
                 req["validate_only"],
             )
+            continue
+        try:
+            if r["resource_type"] == BROKER:
+                await _broker_configs.alter_broker(
+                    ctx,
+                    r["resource_name"],
+                    lambda current, ops=r["configs"]: _broker_configs.apply_ops(ops, current),
+                    req["validate_only"],
+                )
+            else:
+                _broker_configs.alter_loggers(
+                    ctx, r["resource_name"], r["configs"], req["validate_only"]
+                )
+            results[i] = result(r)
+        except KafkaError as e:
+            results[i] = result(r, e.code, str(e) or None)
     return {"throttle_time_ms": 0, "responses": [results[i] for i in range(len(resources))]}

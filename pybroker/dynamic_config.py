@@ -1,0 +1,403 @@
+"""Dynamic broker configuration (KIP-226), Kafka 3.9's DynamicBrokerConfig for pybroker.
+
+Contract:
+
+- ``DynamicBrokerConfig(config)`` snapshots the static settings of a ``Config`` (the keys given
+  in server.properties / --override) and Kafka's defaults.  The broker owns one
+  (``Broker.dynamic``); the ``Config`` stays the one object every component reads
+  (``services.config``), and ``update`` sets its attributes in place, so code that needs a
+  changeable value reads the attribute at use time.
+- Precedence, per key: per-broker dynamic (``/config/brokers/<id>``) > cluster-wide default
+  dynamic (``/config/brokers/<default>``) > static > Kafka's default.  As Kafka's
+  ``overrideProps``, a key set at a higher level removes its synonyms of the lower levels
+  (a dynamic ``log.retention.ms`` beats a static ``log.retention.hours``).  Deleting a dynamic
+  value reverts to the next level at the next ``update``.
+- ``validate(props, per_broker)`` is Kafka's ``DynamicBrokerConfig.validate`` over the whole
+  new set of one entity: raises ``KafkaError(INVALID_REQUEST)`` with Kafka's messages for
+  static-only configs ("Cannot update these configs dynamically: Set(...)"), security configs
+  without a listener prefix, bad values ("Invalid value x for configuration k: ..."), per-broker
+  configs at the default level; and for configs Kafka can change dynamically that pybroker
+  does not apply live (``UNSUPPORTED``: thread pools, listeners, TLS stores...), naming them.
+  Unknown (non-Kafka) names are refused too (Kafka keeps them for plugins pybroker has not).
+- ``update(per_broker, default) -> changed keys`` applies the stored sets (invalid stored
+  entries are logged and ignored, as Kafka's ``fromPersistentProps``).
+- ``describe(...)`` builds DescribeConfigs entries with Kafka's sources, synonyms (in
+  ConfigHelper's order), read_only (Kafka's dynamic classification), config types and
+  documentation (pybroker/kafka_broker_configs.py).
+
+The reactions to a change (logs' configs, the cleaner, the connection limit) are the broker's
+(``Broker._on_broker_config``), driven by the keys ``update`` returns.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pybroker import config as config_module
+from pybroker.config import LONG_MAX, Config, ConfigError
+from pybroker.errors import ErrorCode, KafkaError
+from pybroker.kafka_broker_configs import (
+    DEFINITIONS,
+    DYNAMIC_MODES,
+    KAFKA_CONFIG_NAMES,
+    QUOTA_CONFIGS,
+)
+
+log = logging.getLogger(__name__)
+
+# DescribeConfigsResponse.ConfigSource ids
+DYNAMIC_BROKER_CONFIG = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+
+# Kafka's ConfigType ids (DescribeConfigs v3+) by ConfigDef type name
+CONFIG_TYPES = {
+    "BOOLEAN": 1,
+    "STRING": 2,
+    "INT": 3,
+    "SHORT": 4,
+    "LONG": 5,
+    "DOUBLE": 6,
+    "LIST": 7,
+    "CLASS": 8,
+    "PASSWORD": 9,
+}
+
+# The replication quotas (QuotaConfigs.brokerQuotaConfigs): dynamic only, Long.MAX = none.
+# Stored and set on Config; the throttling reads them at use time.
+QUOTA_FIELDS = {
+    "leader.replication.throttled.rate": "leader_replication_throttled_rate",
+    "follower.replication.throttled.rate": "follower_replication_throttled_rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second": (
+        "replica_alter_log_dirs_io_max_bytes_per_second"
+    ),
+}
+assert set(QUOTA_FIELDS) == set(QUOTA_CONFIGS)
+
+# The configs Kafka can change dynamically that pybroker applies live (the rest of
+# DYNAMIC_MODES is refused: UNSUPPORTED).
+LOG_CONFIGS = frozenset(
+    {
+        "log.segment.bytes",
+        "log.roll.ms",
+        "log.retention.ms",
+        "log.retention.bytes",
+        "log.index.interval.bytes",
+        "log.index.size.max.bytes",
+        "log.flush.interval.messages",
+        "log.flush.interval.ms",
+        "log.cleanup.policy",
+        "log.cleaner.delete.retention.ms",
+        "log.cleaner.min.cleanable.ratio",
+        "log.cleaner.min.compaction.lag.ms",
+        "log.cleaner.max.compaction.lag.ms",
+        "message.max.bytes",
+        "compression.type",
+        "log.message.timestamp.type",
+        "log.message.timestamp.difference.max.ms",
+        "log.message.timestamp.before.max.ms",
+        "log.message.timestamp.after.max.ms",
+        "min.insync.replicas",
+        "unclean.leader.election.enable",
+    }
+)
+CLEANER_CONFIGS = frozenset(
+    {
+        "log.cleaner.threads",
+        "log.cleaner.dedupe.buffer.size",
+        "log.cleaner.io.buffer.size",
+        "log.cleaner.io.buffer.load.factor",
+        "log.cleaner.backoff.ms",
+    }
+)
+CONNECTION_CONFIGS = frozenset({"max.connections"})
+SUPPORTED = LOG_CONFIGS | CLEANER_CONFIGS | CONNECTION_CONFIGS | frozenset(QUOTA_FIELDS)
+assert SUPPORTED <= set(DYNAMIC_MODES) | set(QUOTA_FIELDS)
+
+# DynamicBrokerConfig.DynamicSecurityConfigs (SslConfigs.RECONFIGURABLE_CONFIGS): only with a
+# listener prefix
+SECURITY_BASE_CONFIGS = frozenset(
+    {
+        "ssl.keystore.type",
+        "ssl.keystore.location",
+        "ssl.keystore.password",
+        "ssl.key.password",
+        "ssl.truststore.type",
+        "ssl.truststore.location",
+        "ssl.truststore.password",
+        "ssl.keystore.certificate.chain",
+        "ssl.keystore.key",
+        "ssl.truststore.certificates",
+    }
+)
+# ClusterLevelListenerConfigs: listener-prefixed but settable at the default level
+_CLUSTER_LEVEL_LISTENER_CONFIGS = frozenset(
+    {"max.connections", "max.connection.creation.rate", "num.network.threads"}
+)
+_LISTENER_PREFIX = "listener.name."
+
+
+def _synonyms(name: str) -> list[str]:
+    """DynamicBrokerConfig.brokerConfigSynonyms (the names pybroker knows), highest first."""
+    if name in ("log.roll.ms", "log.roll.hours"):
+        return ["log.roll.ms", "log.roll.hours"]
+    if name in ("log.retention.ms", "log.retention.minutes", "log.retention.hours"):
+        return ["log.retention.ms", "log.retention.minutes", "log.retention.hours"]
+    return [name]
+
+
+def _listener_base(name: str) -> str | None:
+    if not name.startswith(_LISTENER_PREFIX):
+        return None
+    rest = name[len(_LISTENER_PREFIX) :]
+    return rest.split(".", 1)[1] if "." in rest else None
+
+
+def is_kafka_dynamic(name: str) -> bool:
+    """Kafka 3.9 can change this broker config dynamically (read_only=False)."""
+    base = _listener_base(name)
+    return name in DYNAMIC_MODES or name in QUOTA_FIELDS or base is not None
+
+
+def _scala_set(names: Iterable[str]) -> str:
+    return f"Set({', '.join(sorted(names))})"
+
+
+def _bad(message: str) -> KafkaError:
+    return KafkaError(ErrorCode.INVALID_REQUEST, message)
+
+
+# the fields (with their Kafka key, parser, default) that dynamic values may move: the
+# supported keys and their synonyms
+def _spec(key: str) -> tuple[str, Any, Any]:
+    if key in QUOTA_FIELDS:
+        return QUOTA_FIELDS[key], config_module._int, LONG_MAX
+    return config_module._KEYS[key]
+
+
+_APPLIED = sorted(
+    {s for k in SUPPORTED for s in _synonyms(k) if s in config_module._KEYS or s in QUOTA_FIELDS}
+)
+
+
+def _parse(key: str, value: str) -> Any:
+    """Kafka's ConfigDef.parseType messages for a value of the wrong type."""
+    kind = DEFINITIONS.get(key, ("LONG", ""))[0]
+    _, parse, _ = _spec(key)
+    try:
+        return parse(value)
+    except (ValueError, TypeError):
+        if kind == "BOOLEAN":
+            why = "Expected value to be either true or false"
+        elif kind in ("INT", "LONG", "SHORT", "DOUBLE"):
+            why = f"Not a number of type {kind}"
+        else:
+            why = "Invalid value"
+        raise _bad(f"Invalid value {value} for configuration {key}: {why}") from None
+
+
+class DynamicBrokerConfig:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.static: dict[str, str] = {}
+        self.defaults: dict[str, str] = {}
+        for key, (field, _, default) in config_module._KEYS.items():
+            if key in config.explicit_keys:
+                value = config_module._render(getattr(config, field))
+                if value is not None:
+                    self.static[key] = value
+            rendered = config_module._render(default)
+            if rendered is not None:
+                self.defaults[key] = rendered
+        self.per_broker: dict[str, str] = {}
+        self.cluster_default: dict[str, str] = {}
+
+    # -- validation ---------------------------------------------------------------------
+    def validate(self, props: Mapping[str, str], per_broker: bool) -> None:
+        """Kafka's validateConfigs + the new config's own checks; KafkaError(INVALID_REQUEST)."""
+        names = set(props)
+        static_only = {n for n in names if n in KAFKA_CONFIG_NAMES and not is_kafka_dynamic(n)}
+        if static_only:
+            raise _bad(f"Cannot update these configs dynamically: {_scala_set(static_only)}")
+        security = names & SECURITY_BASE_CONFIGS
+        if security:
+            raise _bad(
+                "These security configs can be dynamically updated only per-listener using the"
+                f" listener prefix: {_scala_set(security)}"
+            )
+        for key in sorted(names & SUPPORTED):
+            value = _parse(key, props[key])
+            if key in QUOTA_FIELDS and value < 0:
+                raise _bad(
+                    f"Invalid value {props[key]} for configuration {key}: Value must be at least 0"
+                )
+        if not per_broker:
+            per = {
+                n
+                for n in names
+                if DYNAMIC_MODES.get(n) == "per-broker"
+                or (
+                    _listener_base(n) is not None
+                    and _listener_base(n) not in _CLUSTER_LEVEL_LISTENER_CONFIGS
+                )
+            }
+            if per:
+                raise _bad(
+                    "Cannot update these configs at default cluster level, broker id must be"
+                    f" specified: {_scala_set(per)}"
+                )
+        unsupported = {n for n in names if is_kafka_dynamic(n) and n not in SUPPORTED}
+        if unsupported:
+            raise _bad(
+                f"Cannot update these configs dynamically in pybroker: {_scala_set(unsupported)}"
+                " (docs/operations.md lists the dynamic broker configs it applies)"
+            )
+        unknown = names - SUPPORTED - unsupported
+        if unknown:
+            raise _bad(f"Unknown dynamic broker configs: {_scala_set(unknown)}")
+        if per_broker:
+            candidate = self._values(props, self.cluster_default)
+        else:
+            candidate = self._values(self.per_broker, props)
+        try:
+            config_module._validate(self._replaced(candidate))
+        except ConfigError as e:
+            raise _bad(str(e)) from None
+
+    # -- applying -----------------------------------------------------------------------
+    def _clean(self, stored: Mapping[str, str], per_broker: bool) -> dict[str, str]:
+        """fromPersistentProps: drop (and log) what cannot apply."""
+        out = {}
+        for key, value in stored.items():
+            if key not in SUPPORTED or (not per_broker and DYNAMIC_MODES.get(key) == "per-broker"):
+                log.error("dynamic broker config %s=%s is ignored: not applicable", key, value)
+                continue
+            try:
+                _parse(key, value)
+            except KafkaError as e:
+                log.error("dynamic broker config ignored: %s", e)
+                continue
+            out[key] = value
+        return out
+
+    def _values(self, per_broker: Mapping[str, str], default: Mapping[str, str]) -> dict[str, Any]:
+        props = dict(self.static)
+        for layer in (default, per_broker):
+            for key, value in layer.items():
+                for synonym in _synonyms(key):
+                    props.pop(synonym, None)
+                props[key] = value
+        values = {}
+        for key in _APPLIED:
+            field, _, default_value = _spec(key)
+            values[field] = _parse(key, props[key]) if key in props else default_value
+        return values
+
+    def _replaced(self, values: Mapping[str, Any]) -> Config:
+        import dataclasses
+
+        return dataclasses.replace(self.config, **values)
+
+    def update(
+        self, per_broker: Mapping[str, str] | None, default: Mapping[str, str] | None
+    ) -> set[str]:
+        """Apply the stored sets (None: unchanged); returns the Kafka keys whose values moved."""
+        if per_broker is not None:
+            self.per_broker = self._clean(per_broker, True)
+        if default is not None:
+            self.cluster_default = self._clean(default, False)
+        values = self._values(self.per_broker, self.cluster_default)
+        try:
+            config_module._validate(self._replaced(values))
+        except ConfigError as e:
+            log.error("dynamic broker configs not applied: %s", e)
+            return set()
+        changed = set()
+        for key in _APPLIED:
+            field = _spec(key)[0]
+            if getattr(self.config, field) != values[field]:
+                object.__setattr__(self.config, field, values[field])  # Config is frozen
+                changed.add(key)
+        if changed:
+            log.info(
+                "dynamic broker configs applied: %s",
+                ", ".join(
+                    f"{k}={config_module._render(getattr(self.config, _spec(k)[0]))}"
+                    for k in sorted(changed)
+                ),
+            )
+        return changed
+
+    # -- DescribeConfigs ----------------------------------------------------------------
+    def synonyms(self, name: str, per_broker: bool = True) -> list[dict]:
+        """ConfigHelper.configSynonyms: by source (per-broker, default, static, Kafka's
+        default), each source's synonyms in precedence order, then from ``name`` on."""
+        out = []
+        layers = (
+            (self.per_broker, DYNAMIC_BROKER_CONFIG),
+            (self.cluster_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
+            (self.static, STATIC_BROKER_CONFIG),
+            (self.defaults, DEFAULT_CONFIG),
+        )
+        for layer, source in layers:
+            for synonym in _synonyms(name):
+                if synonym in layer:
+                    out.append({"name": synonym, "value": layer[synonym], "source": source})
+        while out and out[0]["name"] != name:
+            out.pop(0)
+        if not per_broker:
+            out = [s for s in out if s["source"] == DYNAMIC_DEFAULT_BROKER_CONFIG]
+        return out
+
+    def entry(
+        self, name: str, value: str | None, per_broker: bool, documentation: bool
+    ) -> dict[str, Any]:
+        synonyms = self.synonyms(name, per_broker)
+        kind, doc = DEFINITIONS.get(name, (None, None))
+        if kind is None and name in QUOTA_FIELDS:
+            kind = "LONG"
+        return {
+            "name": name,
+            "value": value,
+            "read_only": not is_kafka_dynamic(name),
+            "config_source": synonyms[0]["source"] if synonyms else DEFAULT_CONFIG,
+            "is_default": not synonyms or synonyms[0]["source"] == DEFAULT_CONFIG,
+            "is_sensitive": kind == "PASSWORD",
+            "synonyms": synonyms,
+            "config_type": CONFIG_TYPES.get(kind or "", _guess_type(value)),
+            "documentation": doc if documentation else None,
+        }
+
+    def describe_broker(self, documentation: bool) -> list[dict[str, Any]]:
+        """Every setting this broker honours (and the quotas set dynamically), per broker."""
+        out = []
+        for key, value, _ in config_module.describe_settings(self.config):
+            out.append(self.entry(key, value, True, documentation))
+        for key, field in QUOTA_FIELDS.items():
+            if key in self.per_broker or key in self.cluster_default:
+                value = config_module._render(getattr(self.config, field))
+                out.append(self.entry(key, value, True, documentation))
+        return out
+
+    def describe_default(self, documentation: bool) -> list[dict[str, Any]]:
+        """The cluster-wide defaults stored (resource name "")."""
+        return [
+            self.entry(key, value, False, documentation)
+            for key, value in sorted(self.cluster_default.items())
+        ]
+
+
+def _guess_type(value: str | None) -> int:
+    """The type of a pybroker-only key, from its value."""
+    if value in ("true", "false"):
+        return CONFIG_TYPES["BOOLEAN"]
+    if (value or "").lstrip("-").isdigit():
+        return CONFIG_TYPES["INT"]
+    try:
+        float(value or "x")
+        return CONFIG_TYPES["DOUBLE"]
+    except ValueError:
+        return CONFIG_TYPES["STRING"]

@@ -1,0 +1,170 @@
+"""BROKER (4) and BROKER_LOGGER (8) resources of AlterConfigs, IncrementalAlterConfigs and
+DescribeConfigs, as Kafka 3.9 in ZooKeeper mode answers them (ConfigAdminManager,
+ZkAdminManager, ConfigHelper).
+
+- Resource name: "" is the cluster-wide default (``/config/brokers/<default>``), else it must
+  be this broker's id (INVALID_REQUEST "Unexpected broker id, expected 1, but received 2";
+  clients send a broker's resource to that broker).
+- Alter: the entity's stored set after the operations goes through
+  ``DynamicBrokerConfig.validate`` (INVALID_REQUEST with Kafka's messages), then is written
+  with compare-and-set and a change notification (``Cluster.alter_broker_configs``); every
+  broker applies it when the notification reaches it (this one at once).  validate_only
+  writes nothing.
+- BROKER_LOGGER: IncrementalAlterConfigs only (AlterConfigs answers "Unknown resource type
+  8"), applied to this process at once, not stored (handlers/_broker_loggers.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from pybroker.coord import paths
+from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers import _broker_loggers
+from pybroker.handlers.context import RequestContext
+from pybroker.kafka_broker_configs import DEFINITIONS
+
+log = logging.getLogger(__name__)
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+DYNAMIC_BROKER_LOGGER_CONFIG = 6  # DescribeConfigsResponse.ConfigSource
+
+
+def _node_id(ctx: RequestContext, name: str) -> None:
+    """ConfigAdminManager.validateResourceNameIsCurrentNodeId."""
+    me = ctx.services.config.broker_id
+    try:
+        requested = int(name)
+    except ValueError:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}"
+        ) from None
+    if requested != me:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {me}, but received {name}"
+        )
+
+
+def _list_items(value: str | None) -> list[str]:
+    return [v for v in value.split(",") if v] if value else []
+
+
+def apply_ops(ops: list[dict], current: dict[str, str]) -> dict[str, str]:
+    """ConfigAdminManager.prepareIncrementalConfigs over KafkaConfig's keys."""
+    new = dict(current)
+    for op in ops:
+        name, value, kind = op["name"], op["value"], op["config_operation"]
+        if kind == SET:
+            new[name] = value
+        elif kind == DELETE:
+            new.pop(name, None)
+        elif kind in (APPEND, SUBTRACT):
+            definition = DEFINITIONS.get(name)
+            if definition is None:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown config name: {name}")
+            if definition[0] != "LIST":
+                verb = "append" if kind == APPEND else "subtract"
+                raise KafkaError(
+                    ErrorCode.INVALID_CONFIG,
+                    f"Config value {verb} is not allowed for config key: {name}",
+                )
+            old = _list_items(new.get(name))
+            if kind == APPEND:
+                new[name] = ",".join(old + [v for v in value.split(",") if v not in old])
+            else:
+                new[name] = ",".join(v for v in old if v not in value.split(","))
+        else:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {kind}")
+    return new
+
+
+async def alter_broker(
+    ctx: RequestContext,
+    name: str,
+    update: Callable[[dict[str, str]], dict[str, str]],
+    validate_only: bool,
+) -> None:
+    """Alter the dynamic configs of broker ``name`` ("" = the cluster-wide default);
+    raises KafkaError."""
+    if name:
+        _node_id(ctx, name)
+    per_broker = bool(name)
+    dynamic = ctx.services.dynamic
+
+    def checked(current: dict[str, str]) -> dict[str, str]:
+        new = update(current)
+        dynamic.validate(new, per_broker)
+        return new
+
+    entity = name if per_broker else paths.DEFAULT_ENTITY
+    await ctx.services.cluster.alter_broker_configs(entity, checked, validate_only=validate_only)
+
+
+def alter_loggers(ctx: RequestContext, name: str, ops: list[dict], validate_only: bool) -> None:
+    """RuntimeLoggerManager.applyChangesForResource (authorization checked by the caller)."""
+    me = ctx.services.config.broker_id
+    try:
+        requested = int(name)
+    except ValueError:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}"
+        ) from None
+    if requested != me:
+        # sic: Kafka 3.9 prints its own id twice
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST, f"Unexpected node id. Expected {me}, but received {me}"
+        )
+    _broker_loggers.validate(ops)
+    if not validate_only:
+        _broker_loggers.apply(ops, log)
+
+
+def describe_broker(ctx: RequestContext, name: str, documentation: bool) -> list[dict]:
+    dynamic = ctx.services.dynamic
+    if not name:
+        return dynamic.describe_default(documentation)
+    me = ctx.services.config.broker_id
+    try:
+        requested = int(name)
+    except ValueError:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}"
+        ) from None
+    if requested != me:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            f"Unexpected broker id, expected {me} or empty string, but received {name}",
+        )
+    return dynamic.describe_broker(documentation)
+
+
+def describe_loggers(ctx: RequestContext, name: str) -> list[dict]:
+    me = ctx.services.config.broker_id
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker id must not be empty")
+    try:
+        requested = int(name)
+    except ValueError:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}"
+        ) from None
+    if requested != me:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            f"Unexpected broker id, expected {me} but received {name}",
+        )
+    return [
+        {
+            "name": logger,
+            "value": level,
+            "read_only": False,
+            "config_source": DYNAMIC_BROKER_LOGGER_CONFIG,
+            "is_default": False,
+            "is_sensitive": False,
+            "synonyms": [],
+            "config_type": 0,
+            "documentation": None,
+        }
+        for logger, level in _broker_loggers.loggers().items()
+    ]
