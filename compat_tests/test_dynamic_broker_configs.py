@@ -203,3 +203,37 @@ def test_default_reaches_every_broker_of_a_zookeeper_cluster(java_cp, tmp_path):
         assert produce(cluster.bootstrap, topic, 5000, partition=on[1])
         assert not produce(cluster.bootstrap, topic, 5000, partition=on[0])
     assert not cluster.stop_problems
+
+
+def test_advertised_listeners_per_broker(java_cp, broker):
+    """Kafka's per-broker advertised.listeners: the broker registers the new endpoint and
+    Metadata answers it; at the cluster-wide level it is refused."""
+    port = broker.bootstrap.rsplit(":", 1)[1]
+    kafka_configs(
+        broker.bootstrap, "--entity-type", "brokers", "--entity-name", "0",
+        "--alter", "--add-config", f"advertised.listeners=PLAINTEXT://localhost:{port}",
+    )  # fmt: skip
+
+    def hosts() -> list[str]:
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            return [b["host"] for b in admin.describe_cluster()["brokers"]]
+        finally:
+            admin.close()
+
+    wait_until(lambda: hosts() == ["localhost"], 30, 0.2, "the new advertised host")
+    entry = described(broker.bootstrap, 0)["advertised.listeners"]
+    assert entry["value"] == f"PLAINTEXT://localhost:{port}"
+    assert (entry["config_source"], entry["read_only"]) == ("DYNAMIC_BROKER_CONFIG", False)
+    r = kafka_configs(
+        broker.bootstrap, "--entity-type", "brokers", "--entity-default",
+        "--alter", "--add-config", f"advertised.listeners=PLAINTEXT://localhost:{port}", ok=False,
+    )  # fmt: skip
+    assert "Cannot update these configs at default cluster level, broker id must be specified" in (
+        r.stdout + r.stderr
+    )
+    r = kafka_configs(
+        broker.bootstrap, "--entity-type", "brokers", "--entity-name", "0",
+        "--alter", "--add-config", "advertised.listeners=OTHER://localhost:1", ok=False,
+    )  # fmt: skip
+    assert "must be a subset of listeners" in r.stdout + r.stderr

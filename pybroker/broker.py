@@ -399,6 +399,11 @@ class Broker:
         self.cluster.unclean_leader_election_enable = cfg.unclean_leader_election_enable
         if self.server is not None:
             self.server.max_connections = cfg.max_connections
+        if "advertised.listeners" in changed:
+            endpoints = [(e.listener, e.host, e.port) for e in cfg.advertised]
+            self._tasks.append(
+                asyncio.create_task(self.cluster.update_endpoints(endpoints), name="register")
+            )
         if changed & dynamic_config.CLEANER_CONFIGS and self.cleaner is not None:
             self._tasks.append(asyncio.create_task(self._restart_cleaner(), name="cleaner"))
         return changed

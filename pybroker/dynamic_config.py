@@ -114,7 +114,11 @@ CLEANER_CONFIGS = frozenset(
     }
 )
 CONNECTION_CONFIGS = frozenset({"max.connections"})
-SUPPORTED = LOG_CONFIGS | CLEANER_CONFIGS | CONNECTION_CONFIGS | frozenset(QUOTA_FIELDS)
+# per broker: the endpoints this broker registers (its /brokers/ids/<id> is rewritten)
+LISTENER_CONFIGS = frozenset({"advertised.listeners"})
+SUPPORTED = (
+    LOG_CONFIGS | CLEANER_CONFIGS | CONNECTION_CONFIGS | LISTENER_CONFIGS | frozenset(QUOTA_FIELDS)
+)
 assert SUPPORTED <= set(DYNAMIC_MODES) | set(QUOTA_FIELDS)
 
 # DynamicBrokerConfig.DynamicSecurityConfigs (SslConfigs.RECONFIGURABLE_CONFIGS): only with a
@@ -262,8 +266,18 @@ class DynamicBrokerConfig:
             candidate = self._values(props, self.cluster_default)
         else:
             candidate = self._values(self.per_broker, props)
+        new = self._replaced(candidate)
+        if new.advertised_listeners is not None:
+            listeners = {e.listener for e in new.listeners}
+            advertised = {e.listener for e in new.advertised_listeners}
+            if not advertised <= listeners:
+                # DynamicListenerConfig.validateReconfiguration
+                raise _bad(
+                    f"Advertised listeners '{_listener_names(advertised)}' must be a subset of"
+                    f" listeners '{_listener_names(listeners)}'"
+                )
         try:
-            config_module._validate(self._replaced(candidate))
+            config_module._validate(new)
         except ConfigError as e:
             raise _bad(str(e)) from None
 
@@ -388,6 +402,10 @@ class DynamicBrokerConfig:
             self.entry(key, value, False, documentation)
             for key, value in sorted(self.cluster_default.items())
         ]
+
+
+def _listener_names(names: set[str]) -> str:
+    return ",".join(sorted(names))
 
 
 def _guess_type(value: str | None) -> int:

@@ -605,6 +605,21 @@ class Cluster:
                 )
             await asyncio.sleep(0.2)
 
+    async def update_endpoints(self, endpoints: list[tuple[str, str, int]]) -> None:
+        """A dynamic advertised.listeners: rewrite our registration with the new endpoints
+        (Kafka's KafkaController.updateBrokerInfo); every broker's watch on /brokers/ids/<id>
+        brings the change into its metadata."""
+        if list(endpoints) == self.endpoints:
+            return
+        self.endpoints = list(endpoints)
+        try:
+            await self._register_broker()
+        except (StoreError, BrokerIdInUseError) as e:
+            log.error("could not register the new advertised listeners: %s", e)
+            return
+        log.info("registration updated: endpoints %s", self.endpoints)
+        self._mark(("brokers",))
+
     # ------------------------------------------------------------------ controller
 
     async def _elect(self) -> None:
