@@ -399,6 +399,8 @@ class Broker:
         self.cluster.unclean_leader_election_enable = cfg.unclean_leader_election_enable
         if self.server is not None:
             self.server.max_connections = cfg.max_connections
+        if any(k.startswith("listener.name.") for k in changed):
+            self.reload_tls()
         if "advertised.listeners" in changed:
             endpoints = [(e.listener, e.host, e.port) for e in cfg.advertised]
             self._tasks.append(
@@ -407,6 +409,20 @@ class Broker:
         if changed & dynamic_config.CLEANER_CONFIGS and self.cleaner is not None:
             self._tasks.append(asyncio.create_task(self._restart_cleaner(), name="cleaner"))
         return changed
+
+    def reload_tls(self) -> None:
+        """New server contexts for the SSL listeners from the current settings (files read
+        again): new connections use them, open ones keep theirs (Kafka's SslFactory
+        reconfiguration).  A context that cannot be built keeps the old one (logged)."""
+        if self.server is None:
+            return
+        for name in self.config.ssl_listeners:
+            try:
+                self.server.ssl_contexts[name] = self.config.ssl_context(name)
+            except Exception as e:
+                log.error("listener %s keeps its TLS context: %s", name, e)
+                continue
+            log.info("listener %s: TLS key and trust stores loaded", name)
 
     async def _restart_cleaner(self) -> None:
         """Kafka's LogCleaner.reconfigure: stop the cleaner threads (a clean under way is

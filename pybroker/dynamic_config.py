@@ -142,6 +142,26 @@ _CLUSTER_LEVEL_LISTENER_CONFIGS = frozenset(
     {"max.connections", "max.connection.creation.rate", "num.network.threads"}
 )
 _LISTENER_PREFIX = "listener.name."
+# the TLS settings of an SSL listener that can change at run time (per broker, with the listener
+# prefix, as Kafka's): new connections get a context built from them; open ones keep theirs
+TLS_LISTENER_CONFIGS = frozenset(
+    {
+        "ssl.keystore.type",
+        "ssl.keystore.location",
+        "ssl.keystore.certificate.chain",
+        "ssl.keystore.key",
+        "ssl.truststore.type",
+        "ssl.truststore.location",
+        "ssl.truststore.certificates",
+        "ssl.client.auth",
+        "ssl.enabled.protocols",
+        "ssl.cipher.suites",
+    }
+)
+# Kafka stores these encrypted with password.encoder.secret, which pybroker does not implement
+PASSWORD_CONFIGS = frozenset(
+    {"ssl.keystore.password", "ssl.key.password", "ssl.truststore.password"}
+)
 
 
 def _synonyms(name: str) -> list[str]:
@@ -164,6 +184,10 @@ def is_kafka_dynamic(name: str) -> bool:
     """Kafka 3.9 can change this broker config dynamically (read_only=False)."""
     base = _listener_base(name)
     return name in DYNAMIC_MODES or name in QUOTA_FIELDS or base is not None
+
+
+def _listener_name(name: str) -> str:
+    return name[len(_LISTENER_PREFIX) :].split(".", 1)[0].upper()
 
 
 def _scala_set(names: Iterable[str]) -> str:
@@ -216,6 +240,7 @@ class DynamicBrokerConfig:
             rendered = config_module._render(default)
             if rendered is not None:
                 self.defaults[key] = rendered
+        self.static_security = dict(config.security_settings)
         self.per_broker: dict[str, str] = {}
         self.cluster_default: dict[str, str] = {}
 
@@ -253,13 +278,22 @@ class DynamicBrokerConfig:
                     "Cannot update these configs at default cluster level, broker id must be"
                     f" specified: {_scala_set(per)}"
                 )
-        unsupported = {n for n in names if is_kafka_dynamic(n) and n not in SUPPORTED}
+        passwords = {n for n in names if (_listener_base(n) or n) in PASSWORD_CONFIGS}
+        if passwords:
+            # ZkAdminManager: toPersistentProps encrypts passwords with password.encoder.secret
+            raise KafkaError(
+                ErrorCode.INVALID_CONFIG,
+                f"Invalid config value for resource ConfigResource(type=BROKER, name='"
+                f"{self.config.broker_id if per_broker else ''}'): Password encoder secret not"
+                " configured",
+            )
+        unsupported = {n for n in names if is_kafka_dynamic(n) and not self.supported(n)}
         if unsupported:
             raise _bad(
                 f"Cannot update these configs dynamically in pybroker: {_scala_set(unsupported)}"
                 " (docs/operations.md lists the dynamic broker configs it applies)"
             )
-        unknown = names - SUPPORTED - unsupported
+        unknown = {n for n in names if not self.supported(n)} - unsupported
         if unknown:
             raise _bad(f"Unknown dynamic broker configs: {_scala_set(unknown)}")
         if per_broker:
@@ -281,16 +315,30 @@ class DynamicBrokerConfig:
         except ConfigError as e:
             raise _bad(str(e)) from None
 
+    def supported(self, name: str) -> bool:
+        """pybroker applies this key live (a TLS key only for one of this broker's SSL
+        listeners)."""
+        if name in SUPPORTED:
+            return True
+        return (
+            _listener_base(name) in TLS_LISTENER_CONFIGS
+            and _listener_name(name) in self.config.ssl_listeners
+        )
+
     # -- applying -----------------------------------------------------------------------
     def _clean(self, stored: Mapping[str, str], per_broker: bool) -> dict[str, str]:
         """fromPersistentProps: drop (and log) what cannot apply."""
         out = {}
         for key, value in stored.items():
-            if key not in SUPPORTED or (not per_broker and DYNAMIC_MODES.get(key) == "per-broker"):
+            per_broker_only = DYNAMIC_MODES.get(key) == "per-broker" or key.startswith(
+                _LISTENER_PREFIX
+            )
+            if not self.supported(key) or (not per_broker and per_broker_only):
                 log.error("dynamic broker config %s=%s is ignored: not applicable", key, value)
                 continue
             try:
-                _parse(key, value)
+                if key in SUPPORTED:
+                    _parse(key, value)
             except KafkaError as e:
                 log.error("dynamic broker config ignored: %s", e)
                 continue
@@ -304,10 +352,13 @@ class DynamicBrokerConfig:
                 for synonym in _synonyms(key):
                     props.pop(synonym, None)
                 props[key] = value
-        values = {}
+        values: dict[str, Any] = {}
         for key in _APPLIED:
             field, _, default_value = _spec(key)
             values[field] = _parse(key, props[key]) if key in props else default_value
+        security = dict(self.static_security)
+        security.update({k: v for k, v in props.items() if k.startswith(_LISTENER_PREFIX)})
+        values["security_settings"] = tuple(security.items())
         return values
 
     def _replaced(self, values: Mapping[str, Any]) -> Config:
@@ -335,11 +386,22 @@ class DynamicBrokerConfig:
             if getattr(self.config, field) != values[field]:
                 object.__setattr__(self.config, field, values[field])  # Config is frozen
                 changed.add(key)
+        old_security = dict(self.config.security_settings)
+        new_security = dict(values["security_settings"])
+        if old_security != new_security:
+            object.__setattr__(self.config, "security_settings", values["security_settings"])
+            changed |= {
+                k
+                for k in old_security.keys() | new_security.keys()
+                if old_security.get(k) != new_security.get(k)
+            }
         if changed:
             log.info(
                 "dynamic broker configs applied: %s",
                 ", ".join(
                     f"{k}={config_module._render(getattr(self.config, _spec(k)[0]))}"
+                    if k in _APPLIED
+                    else k
                     for k in sorted(changed)
                 ),
             )
@@ -353,11 +415,13 @@ class DynamicBrokerConfig:
         layers = (
             (self.per_broker, DYNAMIC_BROKER_CONFIG),
             (self.cluster_default, DYNAMIC_DEFAULT_BROKER_CONFIG),
-            (self.static, STATIC_BROKER_CONFIG),
+            ({**self.static, **self.static_security}, STATIC_BROKER_CONFIG),
             (self.defaults, DEFAULT_CONFIG),
         )
+        base = _listener_base(name)
+        names = [name, base] if base is not None else _synonyms(name)  # matchListenerOverride
         for layer, source in layers:
-            for synonym in _synonyms(name):
+            for synonym in names:
                 if synonym in layer:
                     out.append({"name": synonym, "value": layer[synonym], "source": source})
         while out and out[0]["name"] != name:
@@ -390,6 +454,8 @@ class DynamicBrokerConfig:
         out = []
         for key, value, _ in config_module.describe_settings(self.config):
             out.append(self.entry(key, value, True, documentation))
+        for key in sorted(k for k in self.per_broker if k.startswith(_LISTENER_PREFIX)):
+            out.append(self.entry(key, self.per_broker[key], True, documentation))
         for key, field in QUOTA_FIELDS.items():
             if key in self.per_broker or key in self.cluster_default:
                 value = config_module._render(getattr(self.config, field))

@@ -98,7 +98,12 @@ async def alter_broker(
         return new
 
     entity = name if per_broker else paths.DEFAULT_ENTITY
-    await ctx.services.cluster.alter_broker_configs(entity, checked, validate_only=validate_only)
+    new = await ctx.services.cluster.alter_broker_configs(
+        entity, checked, validate_only=validate_only
+    )
+    if per_broker and not validate_only and any(k.startswith("listener.name.") for k in new):
+        # Kafka's reloadUpdatedFilesWithoutConfigChange: the same paths, files read again
+        ctx.services.reload_tls()
 
 
 def alter_loggers(ctx: RequestContext, name: str, ops: list[dict], validate_only: bool) -> None:

@@ -5,7 +5,8 @@ attributes: ``config`` (pybroker.config.Config), ``cluster`` (pybroker.coord.clu
 ``logs`` (pybroker.log.manager.LogManager), ``purgatory`` (pybroker.purgatory.Purgatory),
 ``clock`` (pybroker.clock.Clock), ``fetch_sessions`` (pybroker.fetch_session.FetchSessionCache),
 ``groups`` (pybroker.coord.group_coordinator.GroupCoordinator), ``dynamic``
-(pybroker.dynamic_config.DynamicBrokerConfig: the dynamic broker configs applied to ``config``).
+(pybroker.dynamic_config.DynamicBrokerConfig: the dynamic broker configs applied to ``config``),
+``reload_tls()`` (new TLS contexts for the SSL listeners, files read again).
 """
 
 from __future__ import annotations
