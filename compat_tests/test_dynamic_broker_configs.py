@@ -310,3 +310,68 @@ def test_ssl_listener_key_store_changes_live(java_cp, tmp_path):
     finally:
         b.stop()
         b.cleanup()
+
+
+def _answers(bootstrap: str, conns: list) -> bool:
+    """A new connection from 127.0.0.1 gets an ApiVersions answer (kept open in ``conns``)."""
+    from compat_tests import rawkafka
+
+    host, port = bootstrap.rsplit(":", 1)
+    c = rawkafka.Conn(host, int(port), timeout=10)
+    try:
+        corr, body = c.roundtrip(rawkafka.api_versions_v0(1))
+    except (OSError, EOFError, TypeError):
+        c.close()
+        return False
+    if corr != 1:
+        c.close()
+        return False
+    conns.append(c)
+    return True
+
+
+@pytest.mark.broker_overrides({"max.connections.per.ip": "3"})
+def test_connections_per_ip(java_cp, broker):
+    """Kafka's max.connections.per.ip and its overrides, static and then dynamic: a connection
+    over the limit from an address is closed at once; raising the limit live lets more in."""
+    conns: list = []
+
+    def close_all() -> None:
+        for c in conns:
+            c.close()
+        conns.clear()
+
+        def one_more() -> bool:  # the broker has seen the closes
+            ok = _answers(broker.bootstrap, conns) and _answers(broker.bootstrap, conns)
+            ok = ok and _answers(broker.bootstrap, conns)
+            for c in conns:
+                c.close()
+            conns.clear()
+            return ok
+
+        wait_until(one_more, 30, 0.2, "connections released")
+
+    try:
+        for _ in range(3):
+            assert _answers(broker.bootstrap, conns)
+        assert not _answers(broker.bootstrap, conns)  # the fourth from 127.0.0.1
+        close_all()
+        kafka_configs(
+            broker.bootstrap, "--entity-type", "brokers", "--entity-default",
+            "--alter", "--add-config", "max.connections.per.ip.overrides=127.0.0.1:5",
+        )  # fmt: skip
+        for _ in range(5):
+            assert _answers(broker.bootstrap, conns)
+        assert not _answers(broker.bootstrap, conns)
+        close_all()
+        entry = described(broker.bootstrap, 0)["max.connections.per.ip.overrides"]
+        assert (entry["value"], entry["config_source"]) == (
+            "127.0.0.1:5",
+            "DYNAMIC_DEFAULT_BROKER_CONFIG",
+        )
+        assert described(broker.bootstrap, 0)["max.connections.per.ip"]["config_source"] == (
+            "STATIC_BROKER_CONFIG"
+        )
+    finally:
+        for c in conns:
+            c.close()

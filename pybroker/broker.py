@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import logging
 import resource
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -271,6 +272,7 @@ class Broker:
             sasl={name: cfg.listener_sasl(name) for name in cfg.sasl_listeners},
             principal_rules=cfg.principal_mapper(),
         )
+        self._apply_connection_limits()
         await self.server.start()
         if cfg.metrics_listener is not None:
             self.metrics.idle.start()
@@ -397,8 +399,7 @@ class Broker:
             if self.cleaner is not None:
                 self.cleaner.wake()
         self.cluster.unclean_leader_election_enable = cfg.unclean_leader_election_enable
-        if self.server is not None:
-            self.server.max_connections = cfg.max_connections
+        self._apply_connection_limits()
         if any(k.startswith("listener.name.") for k in changed):
             self.reload_tls()
         if "advertised.listeners" in changed:
@@ -409,6 +410,23 @@ class Broker:
         if changed & dynamic_config.CLEANER_CONFIGS and self.cleaner is not None:
             self._tasks.append(asyncio.create_task(self._restart_cleaner(), name="cleaner"))
         return changed
+
+    def _apply_connection_limits(self) -> None:
+        """max.connections and Kafka's per-address limits, read by the listeners at accept."""
+        if self.server is None:
+            return
+        cfg = self.config
+        self.server.max_connections = cfg.max_connections
+        self.server.max_connections_per_ip = cfg.max_connections_per_ip
+        overrides: dict[str, int] = {}
+        for host, limit in cfg.max_connections_per_ip_overrides:
+            overrides[host] = limit
+            try:  # a host name counts for the addresses it has now (Kafka resolves it too)
+                for info in socket.getaddrinfo(host, None):
+                    overrides.setdefault(info[4][0], limit)
+            except OSError:
+                log.warning("max.connections.per.ip.overrides: cannot resolve %s", host)
+        self.server.max_connections_per_ip_overrides = overrides
 
     def reload_tls(self) -> None:
         """New server contexts for the SSL listeners from the current settings (files read

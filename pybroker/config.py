@@ -80,6 +80,21 @@ def _migration_policy(s: str) -> str:
 LONG_MAX = 2**63 - 1
 
 
+def _ip_overrides(s: str) -> tuple[tuple[str, int], ...]:
+    """max.connections.per.ip.overrides: ``host:limit`` pairs, comma-separated (an IPv6
+    address's last colon separates the limit)."""
+    out = []
+    for item in s.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, limit = item.rpartition(":")
+        if not sep or not host.strip():
+            raise ValueError(f"expected host:limit, got {item!r}")
+        out.append((host.strip().strip("[]"), int(limit)))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class HttpEndpoint:
     host: str
@@ -236,6 +251,12 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
     "group.min.session.timeout.ms": ("group_min_session_timeout_ms", _int, 6000),
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", _int, 1800000),
     "max.connections": ("max_connections", _int, 2**31 - 1),
+    "max.connections.per.ip": ("max_connections_per_ip", _int, 2**31 - 1),
+    "max.connections.per.ip.overrides": (
+        "max_connections_per_ip_overrides",
+        lambda s: _ip_overrides(s),
+        (),
+    ),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool, False),
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int, 30000),
     "controlled.shutdown.enable": ("controlled_shutdown_enable", _bool, True),
@@ -342,6 +363,9 @@ class Config:
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1800000
     max_connections: int = 2**31 - 1
+    max_connections_per_ip: int = 2**31 - 1
+    # (host or IP as given, limit), Kafka's "hostName:100,127.0.0.1:200"
+    max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = ()
     unclean_leader_election_enable: bool = False
     replica_lag_time_max_ms: int = 30000
     controlled_shutdown_enable: bool = True
@@ -641,6 +665,15 @@ def _validate(cfg: Config) -> None:
     need(cfg.max_broker_partitions >= 1, "max.broker.partitions", "must be >= 1")
     need(cfg.quota_window_num >= 1, "quota.window.num", "must be >= 1")
     need(cfg.quota_window_size_seconds >= 1, "quota.window.size.seconds", "must be >= 1")
+    need(cfg.max_connections >= 0, "max.connections", "must be >= 0")
+    need(cfg.max_connections_per_ip >= 0, "max.connections.per.ip", "must be >= 0")
+    for host, limit in cfg.max_connections_per_ip_overrides:
+        need(limit >= 0, "max.connections.per.ip.overrides", f"{host}: must be >= 0")
+    need(
+        cfg.max_connections_per_ip > 0 or bool(cfg.max_connections_per_ip_overrides),
+        "max.connections.per.ip",
+        "0 needs max.connections.per.ip.overrides (it would refuse every connection)",
+    )
     need(cfg.group_consumer_session_timeout_ms >= 1, "group.consumer.session.timeout.ms", ">= 1")
     need(
         1 <= cfg.group_consumer_heartbeat_interval_ms < cfg.group_consumer_session_timeout_ms,
@@ -775,7 +808,9 @@ def _render(value: Any) -> str | None:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, tuple):
-        return ",".join(str(v) for v in value)
+        return ",".join(
+            ":".join(str(i) for i in v) if isinstance(v, tuple) else str(v) for v in value
+        )
     return str(value)
 
 

@@ -113,7 +113,9 @@ CLEANER_CONFIGS = frozenset(
         "log.cleaner.backoff.ms",
     }
 )
-CONNECTION_CONFIGS = frozenset({"max.connections"})
+CONNECTION_CONFIGS = frozenset(
+    {"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"}
+)
 # per broker: the endpoints this broker registers (its /brokers/ids/<id> is rewritten)
 LISTENER_CONFIGS = frozenset({"advertised.listeners"})
 SUPPORTED = (

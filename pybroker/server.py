@@ -49,6 +49,10 @@ class KafkaServer:
         self.endpoints = endpoints
         self.max_request_bytes = max_request_bytes
         self.max_connections = max_connections
+        # Kafka's ConnectionQuotas per client address (the broker sets them, dynamically too)
+        self.max_connections_per_ip = 2**31 - 1
+        self.max_connections_per_ip_overrides: dict[str, int] = {}
+        self._per_ip: dict[str, int] = {}
         self.connections: set[KafkaConnection] = set()
         self._sockets: list[socket.socket] = []
         self._retries: dict[int, asyncio.TimerHandle] = {}  # fd -> pending resume
@@ -62,14 +66,33 @@ class KafkaServer:
         self.sasl = sasl or {}  # SASL listeners' settings, by name
         self.principal_rules = principal_rules  # a client certificate's DN -> principal name
 
-    def _new_connection(self, listener: str | None = None) -> asyncio.Protocol:
+    def _ip_limit(self, ip: str) -> int:
+        return self.max_connections_per_ip_overrides.get(ip, self.max_connections_per_ip)
+
+    def _release(self, ip: str | None) -> None:
+        if ip is None:
+            return
+        left = self._per_ip.get(ip, 0) - 1
+        if left > 0:
+            self._per_ip[ip] = left
+        else:
+            self._per_ip.pop(ip, None)
+
+    def _closed(self, conn: KafkaConnection, ip: str | None) -> None:
+        self.connections.discard(conn)
+        self._release(ip)
+
+    def _new_connection(
+        self, listener: str | None = None, ip: str | None = None
+    ) -> asyncio.Protocol:
         if len(self.connections) >= self.max_connections:
             log.warning("max.connections=%d reached; refusing a connection", self.max_connections)
+            self._release(ip)
             return _Refused()
         conn = KafkaConnection(
             self.services,
             self.max_request_bytes,
-            on_close=self.connections.discard,
+            on_close=lambda c: self._closed(c, ip),
             listener=listener,
             sasl=self.sasl.get(listener) if listener is not None else None,
             principal_rules=self.principal_rules,
@@ -111,8 +134,23 @@ class KafkaServer:
                 log.info("accepting connections again")
             conn.setblocking(False)
             if self._throttled_ip(conn, _addr):
-                continue
-            task = self._loop.create_task(self._connect(conn, self._listener_of.get(sock.fileno())))
+                continue  # closed after its throttle time, never served nor counted
+            ip = _addr[0] if isinstance(_addr, tuple) else None
+            if ip is not None:
+                limit = self._ip_limit(ip)
+                if self._per_ip.get(ip, 0) >= limit:
+                    conn.close()
+                    log.info(
+                        "Rejected connection from %s, address already has the configured "
+                        "maximum of %d connections.",
+                        ip,
+                        limit,
+                    )
+                    continue
+                self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
+            task = self._loop.create_task(
+                self._connect(conn, self._listener_of.get(sock.fileno()), ip)
+            )
             self._accepting_tasks.add(task)
             task.add_done_callback(self._accepting_tasks.discard)
 
@@ -137,17 +175,20 @@ class KafkaServer:
         self._loop.call_later(ms / 1000.0, close)
         return True
 
-    async def _connect(self, conn: socket.socket, listener: str | None) -> None:
+    async def _connect(
+        self, conn: socket.socket, listener: str | None, ip: str | None = None
+    ) -> None:
         try:
             context = self.ssl_contexts.get(listener) if listener is not None else None
             await self._loop.connect_accepted_socket(
-                lambda: self._new_connection(listener),
+                lambda: self._new_connection(listener, ip),
                 conn,
                 ssl=context,
                 ssl_handshake_timeout=SSL_HANDSHAKE_TIMEOUT_S if context is not None else None,
             )
         except OSError as e:  # the peer went away, or no descriptor for the transport
             conn.close()
+            self._release(ip)
             log.warning("could not set up an accepted connection: %s", e)
 
     def _pause(self, sock: socket.socket, e: OSError) -> None:
