@@ -79,8 +79,10 @@ class KafkaServer:
             self._per_ip.pop(ip, None)
 
     def _closed(self, conn: KafkaConnection, ip: str | None) -> None:
-        self.connections.discard(conn)
-        self._release(ip)
+        """Once per connection: its slot and its address's count are released."""
+        if conn in self.connections:
+            self.connections.discard(conn)
+            self._release(ip)
 
     def _new_connection(
         self, listener: str | None = None, ip: str | None = None
@@ -178,17 +180,27 @@ class KafkaServer:
     async def _connect(
         self, conn: socket.socket, listener: str | None, ip: str | None = None
     ) -> None:
+        made: list[asyncio.Protocol] = []
+
+        def factory() -> asyncio.Protocol:
+            made.append(self._new_connection(listener, ip))
+            return made[-1]
+
         try:
             context = self.ssl_contexts.get(listener) if listener is not None else None
             await self._loop.connect_accepted_socket(
-                lambda: self._new_connection(listener, ip),
+                factory,
                 conn,
                 ssl=context,
                 ssl_handshake_timeout=SSL_HANDSHAKE_TIMEOUT_S if context is not None else None,
             )
         except OSError as e:  # the peer went away, or no descriptor for the transport
             conn.close()
-            self._release(ip)
+            # (a failed TLS handshake never tells the protocol it was connected or lost)
+            if made and isinstance(made[0], KafkaConnection):
+                self._closed(made[0], ip)
+            elif not made:
+                self._release(ip)
             log.warning("could not set up an accepted connection: %s", e)
 
     def _pause(self, sock: socket.socket, e: OSError) -> None:
