@@ -221,3 +221,24 @@ def test_entity_config_write_and_notification_in_the_embedded_store(tmp_path):
             await store.close()
 
     asyncio.run(run())
+
+
+def test_connections_per_ip_settings():
+    dyn = make(max__connections__per__ip="10")
+    cfg = dyn.config
+    dyn.update({}, {"max.connections.per.ip.overrides": "127.0.0.1:5,[::1]:7,db.example:2"})
+    assert cfg.max_connections_per_ip_overrides == (
+        ("127.0.0.1", 5),
+        ("::1", 7),
+        ("db.example", 2),
+    )
+    assert entry(dyn, "max.connections.per.ip.overrides")["value"] == (
+        "127.0.0.1:5,::1:7,db.example:2"
+    )
+    assert entry(dyn, "max.connections.per.ip")["config_source"] == STATIC_BROKER_CONFIG
+    with pytest.raises(KafkaError) as e:
+        dyn.validate({"max.connections.per.ip.overrides": "nohost"}, False)
+    assert e.value.code == ErrorCode.INVALID_REQUEST
+    with pytest.raises(KafkaError):
+        dyn.validate({"max.connections.per.ip": "0"}, False)  # would refuse everyone
+    dyn.validate({"max.connections.per.ip": "0", "max.connections.per.ip.overrides": "h:1"}, False)
