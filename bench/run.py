@@ -1283,6 +1283,68 @@ def w16_cmds(sizes: dict) -> list[str]:
     ]
 
 
+# W17 --------------------------------------------------------------------------------------
+# Kafka 3.9 serves the online migration with group.consumer.migration.policy (4.0's default,
+# bidirectional, set on both brokers)
+W17_OVERRIDES: dict[str, object] = dict(
+    W16_OVERRIDES, **{"group.consumer.migration.policy": "bidirectional"}
+)
+
+
+def _w17_start(target: Target, st: dict, group: str, name: str, protocol: str):
+    return java.start_main(
+        "GroupConsumer",
+        [target.bootstrap, group, st["topic"], "0", "0", f"group.protocol={protocol}"],
+        workdir=st["workdir"],
+        name=name,
+        cp=st["cp"],
+        log4j=None,
+    )
+
+
+def _w17_wait_split(procs: list, want: int, what: str, t0: float) -> float:
+    while True:
+        owned = [_w16_owned(p) for p in procs]
+        if all(len(o) == want for o in owned) and len(set().union(*owned)) == W16_PARTITIONS:
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > 180:
+            raise WorkloadError(f"{what}: no even split in 180 s: {owned}")
+        time.sleep(0.05)
+
+
+def w17_run(target: Target, st: dict, i: int) -> dict[str, float]:
+    """Two classic members hold the group; three consumer-protocol members join it (the
+    upgrade); then those three leave (the downgrade)."""
+    group = f"w17-{i}-{uuid.uuid4().hex[:6]}"
+    classic = [_w17_start(target, st, group, f"{group}-c{k}", "classic") for k in range(2)]
+    modern: list = []
+    try:
+        _w17_wait_split(classic, W16_PARTITIONS // 2, "classic members", time.monotonic())
+        t0 = time.monotonic()
+        modern = [_w17_start(target, st, group, f"{group}-k{k}", "consumer") for k in range(3)]
+        upgrade = _w17_wait_split(classic + modern, 2, "after the upgrade", t0)
+        t1 = time.monotonic()
+        for p in modern:
+            p.stop()
+        downgrade = _w17_wait_split(classic, W16_PARTITIONS // 2, "after the downgrade", t1)
+        return {"upgrade s": upgrade, "downgrade s": downgrade}
+    finally:
+        for p in classic + modern:
+            p.stop()
+
+
+def w17_cmds(sizes: dict) -> list[str]:
+    return [
+        f"topic: {W16_PARTITIONS} partitions, RF 1; brokers with "
+        "group.coordinator.rebalance.protocols=classic,consumer and "
+        "group.consumer.migration.policy=bidirectional (Kafka 3.9 and pybroker alike)",
+        "2 GroupConsumer processes (kafka-clients 4.1.1) with group.protocol=classic own 5 "
+        "partitions each; then 3 with group.protocol=consumer start: upgrade s = seconds until "
+        "the 5 own 2 each; then the 3 stop (close: leave): downgrade s = seconds until the 2 "
+        "classic members own 5 each again. JVM start-up is in the upgrade figure",
+    ]
+
+
 WORKLOADS: dict[str, Workload] = {
     w.wid: w
     for w in [
@@ -1470,6 +1532,15 @@ WORKLOADS: dict[str, Workload] = {
             w16_run,
             w16_cmds,
             overrides=W16_OVERRIDES,
+        ),
+        Workload(
+            "W17",
+            "KIP-848 online migration: classic group upgraded by consumer members, then downgraded",
+            [Metric("upgrade s", "s", False), Metric("downgrade s", "s", False)],
+            w16_setup,
+            w17_run,
+            w17_cmds,
+            overrides=W17_OVERRIDES,
         ),
     ]
 }
