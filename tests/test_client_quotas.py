@@ -292,6 +292,16 @@ def test_quotas_share_a_users_node_with_its_scram_credentials(broker, client):
     assert describe(client, [(U, EXACT, "carol")]) == {}
 
 
+def test_an_alteration_writes_kafkas_config_change_notification(broker, client):
+    """As kafka-configs on ZooKeeper: /config/changes/config_change_<seq> names the entity."""
+    store = broker.broker.store
+    before = set(broker.run(store.get_children("/config/changes")))
+    assert alter(client, [([(C, "notify-me")], {"producer_byte_rate": 100})]) == [(NONE, None)]
+    new = sorted(set(broker.run(store.get_children("/config/changes"))) - before)
+    docs = [json.loads(broker.run(store.get(f"/config/changes/{n}"))[0]) for n in new]
+    assert {"version": 2, "entity_path": "clients/notify-me"} in docs
+
+
 def test_a_throttled_produce_is_answered_at_once_and_the_connection_muted(broker, client):
     """producer_byte_rate=10000 on this client id, quota.window.num 11: 150 KB produced at
     once is measured over 10 s, 15000 B/s, so the answer says (15000 - 10000) / 10000 * 10 s

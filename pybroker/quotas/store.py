@@ -10,9 +10,10 @@ every node under them through the metadata store's watches, and on any event re-
 tree (one reload at a time; events during a reload cause one more).  Each broker sees a
 change made through any broker, or by Kafka's tools writing ZooKeeper directly.
 
-``config_change_notification(entity_path)`` is the single place where Kafka would write
-its /config/changes notification (``{"version":2,"entity_path":"clients/perf"}``); it
-does nothing here: brokers learn of quota changes through the watches above.
+``alter`` also writes Kafka's /config/changes notification
+(``{"version":2,"entity_path":"clients/perf"}``, coord/config_changes.py) in the same multi,
+so Kafka's ZooKeeper-mode readers see the change; pybroker's brokers learn of it through the
+watches above.
 """
 
 from __future__ import annotations
@@ -22,10 +23,9 @@ import json
 import logging
 from collections.abc import Callable
 
+from pybroker.coord.config_changes import write_entity_config
 from pybroker.coord.store import (
-    BadVersionError,
     MetadataStore,
-    NodeExistsError,
     NoNodeError,
     StoreError,
     WatchedEvent,
@@ -62,13 +62,6 @@ def quota_values(config: dict) -> dict[str, float]:
             except (TypeError, ValueError):
                 continue
     return out
-
-
-async def config_change_notification(entity_path: str) -> None:
-    """Where Kafka writes /config/changes/config_change_<seq> for ``entity_path`` (e.g.
-    ``clients/perf``, ``users/alice/clients/perf``).  Brokers here watch the quota nodes
-    themselves; the dynamic-config change mechanism may write the notification here."""
-    return None
 
 
 class QuotaStore:
@@ -179,31 +172,16 @@ class QuotaStore:
 
     # -- writing ----------------------------------------------------------------------------
     async def alter(self, e: Entity, changes: dict[str, str | None]) -> None:
-        """Set (a string value) or remove (None) quota keys of one entity, in one
-        compare-and-set write."""
-        path = path_of(e)
-        for _ in range(10):
-            try:
-                data, stat = await self.store.get(path)
-                doc, version = _parse(data), stat.version
-            except NoNodeError:
-                doc, version = {"version": 1, "config": {}}, None
-            config = doc["config"]
+        """Set (a string value) or remove (None) quota keys of one entity: one compare-and-set
+        write of its configs with the /config/changes notification, as kafka-configs does
+        (other keys of the node, a user's SCRAM credentials, are kept)."""
+
+        def update(config: dict[str, str]) -> dict[str, str]:
             for k, v in changes.items():
                 if v is None:
                     config.pop(k, None)
                 else:
                     config[k] = v
-            data = json.dumps(doc, separators=(",", ":")).encode()
-            try:
-                if version is None:
-                    if not config:
-                        return
-                    await self.store.create(path, data, makepath=True)
-                else:
-                    await self.store.set(path, data, version)
-            except (BadVersionError, NodeExistsError, NoNodeError):
-                continue  # written meanwhile: read again
-            await config_change_notification(path.removeprefix("/config/"))
-            return
-        raise BadVersionError(f"quotas of {path} kept changing", path)
+            return config
+
+        await write_entity_config(self.store, path_of(e).removeprefix("/config/"), update)
