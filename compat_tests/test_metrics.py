@@ -195,6 +195,10 @@ def test_http_listener_routes(start_broker):
     req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", data=b"x", method="POST")
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=10)
+    assert e.value.code == 405  # read-only: the method is refused first
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", data=b"x", method="GET")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10)
     assert e.value.code == 413
     req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", method="HEAD")
     with urllib.request.urlopen(req, timeout=10) as r:

@@ -22,6 +22,7 @@ from typing import Any
 from pybroker import dynamic_config
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.config import Config
+from pybroker.console import Console
 from pybroker.coord.cluster import Cluster
 from pybroker.coord.consumer_group import ConsumerGroupConfig, TopicMeta
 from pybroker.coord.group_coordinator import GroupCoordinator
@@ -143,6 +144,7 @@ class Broker:
             BrokerMetrics() if config.metrics_listener is not None else None
         )
         self.http: HttpServer | None = None
+        self.console: Console | None = None
 
     @property
     def metadata_backend(self) -> str:
@@ -278,7 +280,12 @@ class Broker:
             self.metrics.idle.start()
             self.http = HttpServer(cfg.metrics_listener.host, cfg.metrics_listener.port)
             self.http.route("/metrics", self._metrics_route)
+            if cfg.console_enable:
+                self.console = Console(self, cfg.console_lag_sample_interval_ms / 1000.0)
+                self.console.install(self.http)
             await self.http.start()
+            if self.console is not None:
+                self.console.start()
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
         self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="checkpoint"))
 
@@ -314,6 +321,8 @@ class Broker:
             t.cancel()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=STOP_STEP_S)
+        if self.console is not None:
+            await _bounded("console", self.console.stop())
         if self.http is not None:
             await _bounded("HTTP listener", self.http.stop())
         if self.server is not None:

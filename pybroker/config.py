@@ -294,6 +294,9 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
     "loop.stall.warn.ms": ("loop_stall_warn_ms", _int, 100),
     # pybroker's own: Prometheus metrics (and later the web console) over HTTP; off by default
     "metrics.listener": ("metrics_listener", _http_listener, None),
+    # pybroker's own: the web console on that listener (docs/console.md)
+    "console.enable": ("console_enable", _bool, True),
+    "console.lag.sample.interval.ms": ("console_lag_sample_interval_ms", _int, 10000),
     "authorizer.class.name": ("authorizer_class_name", str, ""),
     "super.users": (
         "super_users",
@@ -392,6 +395,8 @@ class Config:
     log_cleaner_max_compaction_lag_ms: int = LONG_MAX
     loop_stall_warn_ms: int = 100
     metrics_listener: HttpEndpoint | None = None
+    console_enable: bool = True
+    console_lag_sample_interval_ms: int = 10000
     authorizer_class_name: str = ""
     super_users: tuple[str, ...] = ()
     allow_everyone_if_no_acl_found: bool = False
@@ -721,6 +726,11 @@ def _validate(cfg: Config) -> None:
     if cfg.metrics_listener is not None and cfg.metrics_listener.port:
         clash = [str(e) for e in cfg.listeners if e.port == cfg.metrics_listener.port]
         need(not clash, "metrics.listener", f"its port is the Kafka listener's: {clash}")
+    need(
+        cfg.console_lag_sample_interval_ms >= 100,
+        "console.lag.sample.interval.ms",
+        "must be >= 100",
+    )
     need(
         cfg.authorizer_class_name in ("", *AUTHORIZERS),
         "authorizer.class.name",

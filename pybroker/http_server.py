@@ -1,15 +1,18 @@
 """A minimal HTTP/1.1 server on the broker's event loop, with a router.
 
-It serves ``metrics.listener`` (``/metrics``, pybroker/metrics.py) and is meant to host more
-routes later (a web console at ``/``): ``HttpServer.route(path, fn)`` adds one, where
-``fn(request) -> HttpResponse`` is a coroutine run on the event loop (it must not block it:
-long work yields or goes to a thread).
+It serves ``metrics.listener`` (``/metrics``, pybroker/metrics.py) and the web console
+(pybroker/console/): ``HttpServer.route(path, fn)`` adds an exact path,
+``HttpServer.route_prefix(prefix, fn)`` every path under a prefix (the longest matching prefix
+wins, exact paths first), where ``fn(request) -> HttpResponse`` is a coroutine run on the event
+loop (it must not block it: long work yields or goes to a thread).
 
-What it speaks: GET and HEAD (anything else: 405), exact path match after dropping the query
-string (unknown path: 404), request headers up to ``MAX_HEAD_BYTES`` (else 431), a request
-body is refused (413) since no route takes one, keep-alive unless the client asks to close
-(or speaks HTTP/1.0 without keep-alive), ``Content-Length`` on every answer, a connection
-idle for ``IDLE_TIMEOUT_S`` is closed.  A route that raises answers 500 and is logged.
+What it speaks: GET and HEAD (anything else: 405), path match after dropping the query string
+(``HttpRequest.path`` stays percent-encoded; unknown path: 404), request headers up to
+``MAX_HEAD_BYTES`` (else 431), a request body is refused (413 on GET/HEAD, 405 otherwise)
+since no route takes one, and the connection is then closed (the body is never read),
+keep-alive unless the client asks to close (or speaks HTTP/1.0 without keep-alive),
+``Content-Length`` on every answer, a connection idle for ``IDLE_TIMEOUT_S`` is closed.  A
+route that raises answers 500 and is logged.  ``HttpRequest.peer`` is the client's address.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ IDLE_TIMEOUT_S = 30.0
 _REASONS = {
     200: "OK",
     400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     413: "Content Too Large",
@@ -42,6 +47,7 @@ class HttpRequest:
     path: str
     query: dict[str, list[str]]
     headers: dict[str, str]  # names lower-cased
+    peer: tuple | None = None  # the client's (host, port, ...)
 
 
 @dataclass
@@ -62,12 +68,24 @@ class HttpServer:
         self.host = host
         self.port = port
         self.routes: dict[str, Route] = {}
+        self.prefixes: dict[str, Route] = {}
         self.bound: tuple[str, int] | None = None
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[asyncio.Task] = set()
 
     def route(self, path: str, fn: Route) -> None:
         self.routes[path] = fn
+
+    def route_prefix(self, prefix: str, fn: Route) -> None:
+        """Serve every path starting with ``prefix`` (e.g. ``/topics/``) with ``fn``."""
+        self.prefixes[prefix] = fn
+
+    def _find(self, path: str) -> Route | None:
+        fn = self.routes.get(path)
+        if fn is not None:
+            return fn
+        best = max((p for p in self.prefixes if path.startswith(p)), key=len, default=None)
+        return None if best is None else self.prefixes[best]
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
@@ -99,11 +117,11 @@ class HttpServer:
                     return
                 except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
                     return
-                request, version = _parse(head)
+                request, version = _parse(head, writer.get_extra_info("peername"))
                 if request is None:
                     await self._write(writer, "GET", HttpResponse(400, b"bad request\n"))
                     return
-                keep = _keep_alive(version, request.headers)
+                keep = _keep_alive(version, request.headers) and not _has_body(request)
                 response = await self._dispatch(request)
                 await self._write(writer, request.method, response, keep)
                 if not keep:
@@ -116,15 +134,13 @@ class HttpServer:
             writer.close()
 
     async def _dispatch(self, request: HttpRequest) -> HttpResponse:
-        if request.headers.get("content-length", "0").strip() not in ("", "0"):
-            return HttpResponse(413, b"no route takes a request body\n")
-        if "chunked" in request.headers.get("transfer-encoding", ""):
-            return HttpResponse(413, b"no route takes a request body\n")
-        fn = self.routes.get(request.path)
+        fn = self._find(request.path)
         if fn is None:
             return HttpResponse(404, b"not found\n")
         if request.method not in ("GET", "HEAD"):
             return HttpResponse(405, b"GET or HEAD only\n", headers={"Allow": "GET, HEAD"})
+        if _has_body(request):
+            return HttpResponse(413, b"no route takes a request body\n")
         try:
             return await fn(request)
         except Exception:
@@ -148,7 +164,14 @@ class HttpServer:
         await writer.drain()
 
 
-def _parse(head: bytes) -> tuple[HttpRequest | None, str]:
+def _has_body(request: HttpRequest) -> bool:
+    h = request.headers
+    return h.get("content-length", "0").strip() not in ("", "0") or "chunked" in h.get(
+        "transfer-encoding", ""
+    )
+
+
+def _parse(head: bytes, peer: tuple | None = None) -> tuple[HttpRequest | None, str]:
     try:
         text = head.decode("latin-1")
         first, *rest = text.split("\r\n")
@@ -166,7 +189,8 @@ def _parse(head: bytes) -> tuple[HttpRequest | None, str]:
             return None, version
         headers[name.strip().lower()] = value.strip()
     parts = urlsplit(target)
-    return HttpRequest(method, parts.path or "/", parse_qs(parts.query), headers), version
+    request = HttpRequest(method, parts.path or "/", parse_qs(parts.query), headers, peer)
+    return request, version
 
 
 def _keep_alive(version: str, headers: dict[str, str]) -> bool:

@@ -1,0 +1,376 @@
+"""The web console (pybroker/console/, docs/console.md) in a real browser: Debian's headless
+Chromium loads each page from a running broker (``metrics.listener``) holding data that
+kafka-python produced and a consumer group committed, screenshots go to the artifact dir
+(compat_tests/chromium.py), and the assertions read the rendered DOM: topic names, partition
+counts, a produced record's decoded value, lag equal to what the group committed.  Plus the
+hostile-string, 10,000-partition, read-only and ACL checks.
+
+The console does not depend on the metadata backend, so these run on the embedded one.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import (
+    ACL,
+    ACLOperation,
+    ACLPermissionType,
+    KafkaAdminClient,
+    NewTopic,
+    ResourcePattern,
+    ResourceType,
+)
+from kafka.structs import OffsetAndMetadata
+
+from compat_tests import chromium
+from compat_tests.broker_process import BrokerProcess
+from compat_tests.dom import Dom
+from compat_tests.procutil import free_port
+
+T0 = 1_700_000_000_000  # record timestamps: T0 + i seconds
+HOSTILE = "<script>document.body.setAttribute('data-pwned','1')</script>"
+HOSTILE_IMG = "<img src=x onerror=\"document.body.setAttribute('data-pwned','2')\">"
+
+
+def console_broker(start_broker, **overrides):
+    port = free_port()
+    b = start_broker(
+        **{
+            "metrics.listener": f"http://127.0.0.1:{port}",
+            "console.lag.sample.interval.ms": "300",
+            "group.initial.rebalance.delay.ms": "0",
+            **overrides,
+        }
+    )
+    b.http = f"http://127.0.0.1:{port}"
+    return b
+
+
+def get(url: str, auth: tuple[str, str] | None = None, method: str = "GET"):
+    """(status, headers, body text) of one plain HTTP request."""
+    req = urllib.request.Request(url, method=method)
+    if auth:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        req.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.headers, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read().decode()
+
+
+def page(url: str, shot: str | None = None) -> Dom:
+    if shot:
+        chromium.screenshot(url, shot)
+    return Dom(chromium.dump_dom(url))
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+def test_every_page_in_chromium(start_broker):
+    chromium.require()
+    b = console_broker(start_broker)
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    admin.create_topics(
+        [
+            NewTopic("orders", 3, 1, topic_configs={"retention.ms": "86400000"}),
+            NewTopic("audit", 1, 1),
+        ]
+    )
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=b.bootstrap)
+    for i in range(30):
+        value = json.dumps({"order": i, "item": "book"}).encode()
+        producer.send(
+            "orders", key=f"k{i}".encode(), value=value, partition=i % 3, timestamp_ms=T0 + 1000 * i
+        )
+    producer.send("audit", value=bytes(range(8)))
+    producer.flush()
+    producer.close()
+    committed = {0: 4, 1: 7, 2: 10}
+    consumer = KafkaConsumer(
+        "orders",
+        bootstrap_servers=b.bootstrap,
+        group_id="billing",
+        client_id="billing-app",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    deadline = time.monotonic() + 30
+    while len(consumer.assignment()) < 3 and time.monotonic() < deadline:
+        consumer.poll(200)
+    assert len(consumer.assignment()) == 3
+    consumer.commit(
+        {TopicPartition("orders", p): OffsetAndMetadata(o, "", -1) for p, o in committed.items()}
+    )
+    try:
+        # the overview
+        dom = page(b.http + "/", "overview.png")
+        assert dom.text("topic-count") == "2"
+        assert dom.text("partition-count") == "4"
+        assert dom.text("controller") == "0"
+        assert dom.rows("brokers") == [
+            {"id": "0", "host:port": b.bootstrap, "rack": "–", "role": "controller"}
+        ]
+        assert dom.has("urp-none") and dom.has("offline-none")
+
+        # the topic list
+        dom = page(b.http + "/topics", "topics.png")
+        rows = {r["topic"]: r for r in dom.rows("topics")}
+        assert set(rows) == {"orders", "audit"}
+        assert rows["orders"]["partitions"] == "3"
+        assert rows["orders"]["replication factor"] == "1"
+        assert rows["orders"]["under-replicated"] == "0"
+
+        # one topic: partitions, configs, the browser by offset, JSON decoding
+        url = b.http + "/topics/orders?browse=1&partition=1&offset=5&limit=3&format=json"
+        dom = page(url, "topic.png")
+        parts = dom.rows("partitions")
+        assert [
+            (r["partition"], r["leader"], r["log end"], r["high watermark"]) for r in parts
+        ] == [
+            ("0", "0", "10", "10"),
+            ("1", "0", "10", "10"),
+            ("2", "0", "10", "10"),
+        ]
+        configs = {r["config"]: r for r in dom.rows("configs")}
+        assert configs["retention.ms"]["value"] == "86400000"
+        assert configs["retention.ms"]["source"] == "set"
+        assert configs["cleanup.policy"]["source"] == "default"
+        records = dom.rows("records")
+        assert [r["offset"] for r in records] == ["5", "6", "7"]
+        # partition 1 holds orders 1, 4, 7, ...: offset 5 is order 16, pretty-printed JSON
+        assert records[0]["key"] == "k16"
+        assert json.loads(records[0]["value"]) == {"order": 16, "item": "book"}
+        assert '<pre class="value">{\n  &quot;order&quot;: 16,' in get(url)[2]  # pretty
+        assert records[0]["timestamp"] == "2023-11-14T22:13:36.000+00:00"
+
+        # by time (ListOffsets semantics: the first record at or after it), and hex
+        ts = T0 + 1000 * 13 + 500  # partition 1's orders 13 (offset 4) and 16 (offset 5)
+        dom = page(b.http + f"/topics/orders?browse=1&partition=1&ts={ts}&limit=1&format=hex")
+        (r,) = dom.rows("records")
+        assert r["offset"] == "5" and r["key"] == "6b 31 36"  # "k16"
+        dom = page(b.http + "/topics/audit?browse=1&partition=0&format=hex")
+        assert dom.rows("records")[0]["value"] == "00 01 02 03 04 05 06 07"
+        dom = page(b.http + "/topics/orders?browse=1&partition=0&ts=2099-01-01T00:00:00Z")
+        assert dom.text("browse-note") == "no record at or after that time"
+
+        # the groups
+        dom = page(b.http + "/groups", "groups.png")
+        (g,) = dom.rows("groups")
+        assert g["group"] == "billing" and g["state"] == "Stable" and g["members"] == "1"
+        assert g["total lag"] == str(sum(10 - o for o in committed.values()))
+
+        def group_page() -> Dom:
+            return page(b.http + "/groups/billing")
+
+        deadline = time.monotonic() + 30
+        while not (dom := group_page()).elements("polyline") and time.monotonic() < deadline:
+            time.sleep(0.3)
+        chromium.screenshot(b.http + "/groups/billing", "group.png")
+        lags = {int(r["partition"]): r for r in dom.rows("offsets")}
+        for p, o in committed.items():
+            assert lags[p]["committed offset"] == str(o)
+            assert lags[p]["log end (high watermark)"] == "10"
+            assert lags[p]["lag"] == str(10 - o)
+        (m,) = dom.rows("members")
+        assert m["client id"] == "billing-app"
+        assert m["assignment"] == "orders: 0,1,2"
+        assert dom.text("group-state") == "Stable"
+        assert dom.elements("polyline"), "no lag chart after 30 s of samples"
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+def test_hostile_strings_are_shown_as_text(start_broker):
+    chromium.require()
+    b = console_broker(start_broker)
+    producer = KafkaProducer(bootstrap_servers=b.bootstrap)
+    producer.send(
+        "hostile",
+        key=HOSTILE_IMG.encode(),
+        value=HOSTILE.encode(),
+        headers=[("h<script>", HOSTILE.encode())],
+    ).get(timeout=20)
+    producer.close()
+    group = "g" + HOSTILE
+    consumer = KafkaConsumer(bootstrap_servers=b.bootstrap, group_id=group, client_id=HOSTILE_IMG)
+    consumer.commit({TopicPartition("hostile", 0): OffsetAndMetadata(0, "", -1)})
+    consumer.close()
+    gurl = b.http + "/groups/" + urllib.request.quote(group, safe="")
+    pages = [
+        (b.http + "/topics/hostile?browse=1&partition=0", "hostile-topic.png"),
+        (b.http + "/groups", None),
+        (gurl, "hostile-group.png"),
+        (b.http + "/topics/" + urllib.request.quote(HOSTILE, safe=""), None),
+    ]
+    for url, shot in pages:
+        status, _, body = get(url)
+        assert status in (200, 404), url
+        assert "<script>" not in body and "<img" not in body, url
+        if shot:
+            chromium.screenshot(url, shot)
+        dom = Dom(chromium.dump_dom(url))
+        assert 'data-pwned="' not in dom.markup, url  # no script ran
+        assert not dom.elements("script") and not dom.elements("img"), url
+    dom = Dom(chromium.dump_dom(b.http + "/topics/hostile?browse=1&partition=0"))
+    (r,) = dom.rows("records")
+    assert r["value"] == HOSTILE and r["key"] == HOSTILE_IMG
+    assert r["headers"] == f"h<script>: {HOSTILE}"
+    dom = Dom(chromium.dump_dom(b.http + "/groups"))
+    assert [g["group"] for g in dom.rows("groups")] == [group]
+    dom = Dom(chromium.dump_dom(gurl))
+    assert dom.text("total-lag") == "1"
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+def test_a_topic_of_10000_partitions(start_broker):
+    chromium.require()
+    b = console_broker(start_broker)
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap, request_timeout_ms=120_000)
+    admin.create_topics([NewTopic("wide", 10_000, 1)], timeout_ms=120_000)
+    admin.close()
+    dom = page(b.http + "/topics/wide", "wide.png")
+    assert dom.text("partition-count") == "10,000"
+    rows = dom.rows("partitions")
+    assert len(rows) == 1000 and rows[0]["partition"] == "0" and rows[-1]["partition"] == "999"
+    assert "page 1 of 10" in dom.markup
+    dom = page(b.http + "/topics/wide?page=10")
+    rows = dom.rows("partitions")
+    assert rows[-1]["partition"] == "9999" and rows[-1]["leader"] == "0"
+    dom = page(b.http + "/topics")
+    assert dom.rows("topics") == [
+        {
+            "topic": "wide",
+            "partitions": "10,000",
+            "replication factor": "1",
+            "size (local replicas)": "0 B",
+            "under-replicated": "0",
+        }
+    ]
+    dom = page(b.http + "/")
+    assert dom.text("partition-count") == "10,000"
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+def test_read_only(start_broker):
+    b = console_broker(start_broker)
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
+        for path in ("/", "/topics", "/topics/x", "/groups/y"):
+            status, headers, _ = get(b.http + path, method=method)
+            assert status == 405, (method, path)
+            assert headers["Allow"] == "GET, HEAD"
+    status, headers, body = get(b.http + "/", method="HEAD")
+    assert status == 200 and body == "" and headers["Content-Type"].startswith("text/html")
+    assert "script-src" not in headers["Content-Security-Policy"]  # default-src 'none'
+    status, headers, body = get(b.http + "/static/console.css")
+    assert status == 200 and headers["Content-Type"].startswith("text/css") and "table" in body
+    assert get(b.http + "/metrics")[0] == 200  # the metrics route is still there
+
+
+PLAIN_JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'username="admin" password="admin-secret" '
+    'user_admin="admin-secret" user_alice="alice-secret";'
+)
+
+
+def test_with_an_authorizer_the_console_asks_who_and_shows_what_acls_allow(tmp_path):
+    port = free_port()
+    settings = {
+        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
+        "security.inter.broker.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:admin",
+    }
+    http = free_port()
+    settings.update(
+        {"metrics.listener": f"http://127.0.0.1:{http}", "console.lag.sample.interval.ms": "300"}
+    )
+    b = BrokerProcess(tmp_path / "secured", port=port, overrides=settings)
+    b.http = f"http://127.0.0.1:{http}"
+    # carol has a SCRAM credential only, added before the first start (python -m pybroker
+    # add-scram, as kafka-storage format --add-scram)
+    overrides = [a for k, v in b.settings().items() for a in ("--override", f"{k}={v}")]
+    subprocess.run(
+        [sys.executable, "-m", "pybroker", "add-scram", *overrides,
+         "SCRAM-SHA-256=[name=carol,password=carol-secret]"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    b.start()
+    try:
+        _check_acls(b, port)
+    finally:
+        b.stop()
+        b.cleanup()
+    assert not b.traceback_excerpt(), b.traceback_excerpt()
+
+
+def _check_acls(b: BrokerProcess, port: int) -> None:
+    sasl = {
+        "bootstrap_servers": f"127.0.0.1:{port}",
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "admin",
+        "sasl_plain_password": "admin-secret",
+    }
+    admin = KafkaAdminClient(**sasl)
+    admin.create_topics([NewTopic("visible", 1, 1), NewTopic("secret", 1, 1)])
+    for user in ("User:alice", "User:carol"):
+        admin.create_acls(
+            [
+                ACL(
+                    user,
+                    "*",
+                    ACLOperation.DESCRIBE,
+                    ACLPermissionType.ALLOW,
+                    ResourcePattern(ResourceType.TOPIC, "visible"),
+                )
+            ]
+        )
+    admin.close()
+    time.sleep(0.5)  # ACL change notifications reach the authorizer
+
+    for path in ("/", "/topics", "/groups", "/topics/visible"):
+        status, headers, _ = get(b.http + path)
+        assert status == 401 and headers["WWW-Authenticate"].startswith("Basic ")
+        assert get(b.http + path, ("alice", "wrong"))[0] == 401
+        assert get(b.http + path, ("nobody", "alice-secret"))[0] == 401
+    assert get(b.http + "/static/console.css")[0] == 200
+    assert get(b.http + "/metrics")[0] == 200  # metrics stay as they were (docs/metrics.md)
+
+    # admin (super user, PLAIN) sees everything; alice (PLAIN) and carol (SCRAM) only "visible"
+    status, _, body = get(b.http + "/topics", ("admin", "admin-secret"))
+    assert status == 200
+    assert [r["topic"] for r in Dom(body).rows("topics")] == ["secret", "visible"]
+    for who in (("alice", "alice-secret"), ("carol", "carol-secret")):
+        status, _, body = get(b.http + "/topics", who)
+        assert status == 200, who
+        assert [r["topic"] for r in Dom(body).rows("topics")] == ["visible"]
+        assert f"User:{who[0]}" in body
+        status, _, body = get(b.http + "/", who)
+        assert Dom(body).text("topic-count") == "1"
+        assert "Counts cover only the topics you may describe" in body
+        assert get(b.http + "/topics/secret", who)[0] == 403
+        assert get(b.http + "/topics/no-such-topic", who)[0] == 403  # existence not revealed
+        status, _, body = get(b.http + "/topics/visible?browse=1", who)
+        assert status == 200 and "You may not read this topic" in body  # DESCRIBE, not READ
+        assert "You may not describe this topic's configs" in body
+
+    # the browser with the credentials in the URL (HTTP Basic, as a user would type them)
+    chromium.require()
+    url = b.http.replace("http://", "http://alice:alice-secret@") + "/topics"
+    dom = Dom(chromium.dump_dom(url))
+    assert [r["topic"] for r in dom.rows("topics")] == ["visible"]
