@@ -5,7 +5,8 @@ metadata cache (``broker.cluster``: brokers, controller, topics, partition leade
 ISR), this broker's replicas (``broker.replicas``: log start / end, high watermark, size of
 the partitions it hosts) and the group coordinator (``broker.groups``: the groups it
 coordinates, their members and committed offsets).  Walks over partitions yield to the loop
-every ``CHUNK`` partitions, so a topic of 10,000 partitions never holds it for long.  Only
+once they held it for ``SLICE_S`` (checked every ``CHECK_EVERY`` partitions), so a topic of
+10,000 partitions never holds it for long, and an idle loop is not yielded needlessly.  Only
 topics and groups the viewer may DESCRIBE are returned.
 
 Log figures exist only for partitions with a replica on this broker; elsewhere they are None.
@@ -14,6 +15,7 @@ Log figures exist only for partitions with a replica on this broker; elsewhere t
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +23,8 @@ from pybroker.console.auth import Viewer
 from pybroker.coord.group_coordinator import coordinator_for
 from pybroker.wire.consumer_protocol import parse_assignment
 
-CHUNK = 500
+SLICE_S = 0.01
+CHECK_EVERY = 64
 
 
 @dataclass(slots=True)
@@ -59,9 +62,20 @@ class Overview:
     cluster_described: bool = True
 
 
-async def _tick(i: int) -> None:
-    if i and i % CHUNK == 0:
-        await asyncio.sleep(0)
+class _Slice:
+    """Yield to the event loop once the walk held it for SLICE_S."""
+
+    __slots__ = ("_since", "_n")
+
+    def __init__(self) -> None:
+        self._since = time.perf_counter()
+        self._n = 0
+
+    async def tick(self) -> None:
+        self._n += 1
+        if self._n % CHECK_EVERY == 0 and time.perf_counter() - self._since > SLICE_S:
+            await asyncio.sleep(0)
+            self._since = time.perf_counter()
 
 
 def _row(broker: Any, topic: str, p: int, state: Any, live: Any) -> PartitionRow:
@@ -88,14 +102,13 @@ async def overview(broker: Any, viewer: Viewer) -> Overview:
     live = cluster.brokers
     out = Overview(cluster.cluster_id, cluster.controller_id, brokers(broker), 0, 0)
     out.cluster_described = viewer.cluster()
-    i = 0
+    walk = _Slice()
     for name, info in sorted(cluster.topics.items()):
         if not viewer.topic(name):
             continue
         out.topics += 1
         for p, state in sorted(info.partitions.items()):
-            i += 1
-            await _tick(i)
+            await walk.tick()
             out.partitions += 1
             offline = state.leader < 0 or state.leader not in live
             if offline or len(state.isr) < len(state.replicas):
@@ -109,15 +122,14 @@ async def topic_rows(broker: Any, viewer: Viewer) -> list[TopicRow]:
     live = cluster.brokers
     local = broker.replicas.replicas if broker.replicas is not None else {}
     out = []
-    i = 0
+    walk = _Slice()
     for name, info in sorted(cluster.topics.items()):
         if not viewer.topic(name):
             continue
         size: int | None = None
         urp = offline = rf = 0
         for p, state in info.partitions.items():
-            i += 1
-            await _tick(i)
+            await walk.tick()
             rf = max(rf, len(state.replicas))
             if state.leader < 0 or state.leader not in live:
                 offline += 1
@@ -141,8 +153,9 @@ async def partition_rows(broker: Any, topic: str, first: int, count: int) -> lis
         return []
     live = cluster.brokers
     out = []
-    for i, p in enumerate(sorted(info.partitions)[first : first + count]):
-        await _tick(i)
+    walk = _Slice()
+    for p in sorted(info.partitions)[first : first + count]:
+        await walk.tick()
         out.append(_row(broker, topic, p, info.partitions[p], live))
     return out
 
@@ -197,8 +210,9 @@ async def lag_rows(broker: Any, group_id: str, viewer: Viewer | None = None) -> 
     committed = await broker.groups.offsets.load(group_id)
     local = broker.replicas.replicas if broker.replicas is not None else {}
     out = []
-    for i, ((topic, partition), co) in enumerate(sorted(committed.items())):
-        await _tick(i)
+    walk = _Slice()
+    for (topic, partition), co in sorted(committed.items()):
+        await walk.tick()
         if viewer is not None and not viewer.topic(topic):
             continue
         r = local.get((topic, partition))
