@@ -13,7 +13,7 @@ offline (every leader up), then measures, ``--runs`` times each:
   the browser's own start-up cost, which the difference removes.
 
 Prints every run and the medians, the broker's "event loop stalled" lines logged while
-measuring, and the machine's load average (the figures depend on what else runs).
+measuring and how many it logged in ``--idle`` seconds without requests before (a baseline), and the machine's load average (the figures depend on what else runs).
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--partitions", type=int, default=10_000)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--idle", type=float, default=15.0, help="seconds of idle baseline")
     args = ap.parse_args()
     from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -79,7 +80,13 @@ def main() -> None:
             _wait_for_leaders(f"http://127.0.0.1:{http}/", args.partitions)
             base = f"http://127.0.0.1:{http}"
             time.sleep(5)  # the new leaders' start-up work is over
+            idle_from = _stalls(b)
+            time.sleep(args.idle)
             before = _stalls(b)
+            print(
+                f"event loop stalls over 50 ms in {args.idle} s idle: {len(before) - len(idle_from)}"
+            )
+            started = time.monotonic()
             results: dict[str, list[float]] = {}
             for run in range(args.runs):
                 for name, path in (
@@ -101,7 +108,8 @@ def main() -> None:
             for name, xs in results.items():
                 print(f"  {name}: {statistics.median(xs) * 1000:.0f} ms")
             stalls = _stalls(b)[len(before) :]
-            print(f"event loop stalls over 50 ms while measuring: {len(stalls)}")
+            took = time.monotonic() - started
+            print(f"event loop stalls over 50 ms in {took:.0f} s of measuring: {len(stalls)}")
             for line in stalls[:20]:
                 print("  " + line)
             with open("/proc/loadavg") as f:
