@@ -191,6 +191,52 @@ def test_every_page_in_chromium(start_broker):
 
 
 @pytest.mark.parametrize("backend", ["embedded"])
+def test_a_kip848_consumer_group(start_broker):
+    """A group of the consumer protocol (KIP-848, librdkafka's group.protocol=consumer): its
+    member and server-side assignment, offsets and lag."""
+    from confluent_kafka import Consumer, Producer
+
+    chromium.require()
+    b = console_broker(start_broker, **{"num.partitions": "2"})
+    producer = Producer({"bootstrap.servers": b.bootstrap})
+    for i in range(10):
+        producer.produce("k848", b"v%d" % i, partition=i % 2)
+    producer.flush(30)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": b.bootstrap,
+            "group.id": "g848",
+            "group.protocol": "consumer",
+            "client.id": "cid848",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.subscribe(["k848"])
+        got = 0
+        deadline = time.monotonic() + 60
+        while got < 10 and time.monotonic() < deadline:
+            m = consumer.poll(1.0)
+            if m is not None and not m.error():
+                got += 1
+        assert got == 10
+        consumer.commit(asynchronous=False)
+        dom = page(b.http + "/groups/g848", "group-kip848.png")
+        assert dom.text("group-state") == "Stable"
+        (m,) = dom.rows("members")
+        assert m["client id"] == "cid848" and m["assignment"] == "k848: 0,1"
+        assert [(r["partition"], r["committed offset"], r["lag"]) for r in dom.rows("offsets")] == [
+            ("0", "5", "0"),
+            ("1", "5", "0"),
+        ]
+        (g,) = page(b.http + "/groups").rows("groups")
+        assert (g["group"], g["protocol type"], g["members"]) == ("g848", "consumer", "1")
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
 def test_hostile_strings_are_shown_as_text(start_broker):
     chromium.require()
     b = console_broker(start_broker)

@@ -258,7 +258,7 @@ async def group_detail(broker: Any, group_id: str, viewer: Viewer) -> GroupDetai
     members: list[MemberRow] = []
     protocol = ""
     if g.group_type == "consumer":
-        desc = groups.describe_consumer_group(group_id) or {"members": []}
+        desc = await groups.describe_consumer_group(group_id) or {"members": []}
         protocol = desc.get("assignor_name") or ""
         for m in desc["members"]:
             assigned = [
