@@ -420,3 +420,43 @@ def _check_acls(b: BrokerProcess, port: int) -> None:
     url = b.http.replace("http://", "http://alice:alice-secret@") + "/topics"
     dom = Dom(chromium.dump_dom(url))
     assert [r["topic"] for r in dom.rows("topics")] == ["visible"]
+
+
+def test_a_cluster_with_a_broker_down(tmp_path):
+    """Three brokers on ZooKeeper: every broker's overview lists the three brokers; with one
+    killed (the only replica of "single", one replica of "replicated"), another broker's
+    overview lists "replicated" as under-replicated (ISR of the two others) and "single" as
+    offline."""
+    chromium.require()
+    from compat_tests.cluster import running_cluster
+
+    with running_cluster(tmp_path, overrides={"replica.lag.time.max.ms": 2000}) as c:
+        ports = {}
+        for i, b in c.brokers.items():
+            ports[i] = free_port()
+            b.overrides["metrics.listener"] = f"http://127.0.0.1:{ports[i]}"
+            c.restart(i)
+        c.create_topic("replicated", partitions=1, rf=3)
+        c.create_topic("single", partitions=1, rf=1)
+        c.wait_isr_full("replicated")
+        for i in c.ids:
+            dom = page(f"http://127.0.0.1:{ports[i]}/")
+            assert [r["id"] for r in dom.rows("brokers")] == [str(x) for x in sorted(c.ids)]
+            assert dom.text("partition-count") == "2"
+        victim = c.leader_of("single", 0).leader  # its only replica: "single" goes offline
+        watcher = next(i for i in c.ids if i != victim)  # metadata is the same on every broker
+        c.kill9(victim)
+        url = f"http://127.0.0.1:{ports[watcher]}/"
+        deadline = time.monotonic() + 60
+        while not ((dom := page(url)).has("urp") and dom.has("offline")):
+            assert time.monotonic() < deadline, "no under-replicated and offline partitions shown"
+            time.sleep(0.5)
+        chromium.screenshot(url, "cluster-broker-down.png")
+        (urp,) = dom.rows("urp")
+        assert (urp["topic"], urp["partition"]) == ("replicated", "0")
+        assert sorted(urp["replicas"].split(",")) == sorted(str(i) for i in c.ids)
+        assert sorted(urp["ISR"].split(",")) == sorted(str(i) for i in c.ids if i != victim)
+        (off,) = dom.rows("offline")
+        assert (off["topic"], off["partition"], off["replicas"]) == ("single", "0", str(victim))
+        assert dom.text("urp-count") == "1" and dom.text("offline-count") == "1"
+    assert not c.stop_problems, c.stop_problems
