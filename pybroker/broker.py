@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
+import os
 import resource
 import socket
 from collections.abc import Callable
@@ -22,6 +24,7 @@ from typing import Any
 from pybroker import dynamic_config
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.config import Config
+from pybroker.coord import paths
 from pybroker.coord.cluster import Cluster
 from pybroker.coord.consumer_group import ConsumerGroupConfig, TopicMeta
 from pybroker.coord.group_coordinator import GroupCoordinator
@@ -40,6 +43,7 @@ from pybroker.handlers._txn_markers import MarkerSender
 from pybroker.http_server import HttpRequest, HttpResponse, HttpServer
 from pybroker.log import LogManager, PartitionLog
 from pybroker.log.cleaner import CleanerConfig, LogCleaner
+from pybroker.log.mover import LogDirMover
 from pybroker.log.partition_metadata import other_incarnation
 from pybroker.log.segment import DESCRIPTORS, descriptor_budget
 from pybroker.loop_monitor import LoopMonitor
@@ -61,7 +65,6 @@ LOG_DELETE_BUDGET_S = 0.01
 log = logging.getLogger("pybroker.broker")
 
 METADATA_DIR = "__cluster_metadata"
-CHECKPOINT_INTERVAL_S = 60.0
 STOP_STEP_S = 3.0  # the most one shutdown step may take (SIGTERM must end the process)
 
 
@@ -119,6 +122,7 @@ class Broker:
         self.store: MetadataStore | None = None
         self.cluster: Cluster | None = None
         self.logs: LogManager | None = None
+        self.log_mover: LogDirMover | None = None
         self.groups: GroupCoordinator | None = None
         self.transactions: TransactionCoordinator | None = None
         self.credentials: CredentialStore | None = None
@@ -159,8 +163,15 @@ class Broker:
             soft,
             DESCRIPTORS.capacity,
         )
-        self.logs = LogManager(data_dir, log_config(cfg, {}), self.clock)
+        self.logs = LogManager(cfg.log_dir_list, log_config(cfg, {}), self.clock)
         await asyncio.to_thread(self.logs.load_all)
+        self.logs.dir_failure_listeners.append(self._on_log_dir_failure)
+        self.log_mover = LogDirMover(
+            self.logs,
+            # read at every chunk: a dynamic change applies to moves under way
+            rate=lambda: self.config.replica_alter_log_dirs_io_max_bytes_per_second,
+            clock=self.clock,
+        )
         self.store = make_store(cfg, data_dir, self.clock)
         await self.store.start()
         endpoints = [(e.listener, e.host, e.port) for e in cfg.advertised]
@@ -206,6 +217,7 @@ class Broker:
         self.cleaner.start()
         self.flusher.start()
         await self.replicas.start()
+        self.log_mover.resume()  # moves a crash interrupted go on
         self.cluster.add_listener(self._on_cluster_event)
         self.groups = GroupCoordinator(
             OffsetStore(self.store, self.clock),
@@ -332,6 +344,8 @@ class Broker:
             self._marker_sender.close()
         if self.groups is not None:
             await _bounded("group coordinator", self.groups.stop())
+        if self.log_mover is not None:
+            await _bounded("log dir mover", self.log_mover.stop())
         if self.replicas is not None:
             await _bounded("replica manager", self.replicas.stop())
         await _bounded("flusher", self.flusher.stop())
@@ -455,6 +469,56 @@ class Broker:
         self.cleaner.start()
         log.info("log cleaner restarted with %d threads", self.config.log_cleaner_threads)
 
+    def _on_log_dir_failure(self, directory: Path, lost: list[tuple[str, int]]) -> None:
+        """LogManager.fail_dir's listener (any thread): Kafka's handleLogDirFailure."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._log_dir_failed(directory, lost)
+        else:
+            loop.call_soon_threadsafe(self._log_dir_failed, directory, lost)
+
+    def _log_dir_failed(self, directory: Path, lost: list[tuple[str, int]]) -> None:
+        """On the loop: its partitions go offline here and the controller is told (it moves
+        their leadership and takes this broker out of their ISRs); with no log dir left the
+        process halts with status 1, as Kafka does ("all log dirs have failed")."""
+        if self.replicas is not None:
+            self.replicas.mark_offline(lost)
+        if not self.logs.online_dirs:
+            log.critical(
+                "Shutdown broker because all log dirs in %s have failed",
+                ", ".join(map(str, self.logs.log_dirs)),
+            )
+            logging.shutdown()
+            os._exit(1)
+        if lost and self.store is not None and not self._stopping:
+            asyncio.get_running_loop().create_task(
+                self._announce_offline(lost), name="log-dir-failure"
+            )
+
+    async def _announce_offline(self, lost: list[tuple[str, int]]) -> None:
+        data = json.dumps(
+            {"version": 1, "broker": self.config.broker_id, "partitions": sorted(lost)}
+        ).encode()
+        for attempt in range(10):
+            try:
+                await self.store.create(
+                    paths.offline_replicas_prefix(self.config.broker_id),
+                    data,
+                    ephemeral=True,
+                    sequence=True,
+                    makepath=True,
+                )
+                return
+            except Exception as e:  # (store unreachable: try again)
+                log.warning("log dir failure not announced yet: %s", e)
+                await asyncio.sleep(min(0.1 * 2**attempt, 5.0))
+
     def _run_on_loop(self, fn: Callable[[], Any]) -> Any:
         """The log cleaner's one handoff: run ``fn`` (a segment swap, a look at the producer
         state) on the event loop, the owner of the logs, and wait for its result."""
@@ -571,7 +635,7 @@ class Broker:
         # Flushing moves each log's recovery point, which bounds how much of the tail a
         # start after a crash must scan (the OS page cache already survives a process kill).
         while True:
-            await asyncio.sleep(CHECKPOINT_INTERVAL_S)
+            await asyncio.sleep(self.config.log_flush_offset_checkpoint_interval_ms / 1000)
             try:
                 await asyncio.to_thread(self.logs.flush_all)
             except Exception:
@@ -583,6 +647,6 @@ def describe(broker: Broker) -> dict[str, Any]:
     return {
         "broker.id": cfg.broker_id,
         "listeners": ",".join(str(e) for e in cfg.listeners),
-        "log.dirs": str(cfg.data_dir),
+        "log.dirs": ",".join(str(d) for d in cfg.log_dir_list),
         "metadata": broker.metadata_backend,
     }
