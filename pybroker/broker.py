@@ -17,6 +17,7 @@ import logging
 import os
 import resource
 import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -132,7 +133,11 @@ class Broker:
         self._fake_salt_key: bytes | None = None
         self._marker_sender: MarkerSender | None = None
         self.replicas: ReplicaManager | None = None
-        self.flusher = Flusher(self._flush_policy, clock)
+        self.flusher = Flusher(
+            self._flush_policy,
+            clock,
+            on_io_error=lambda plog, e: self.logs.fail_dir(self.logs.dir_of(plog), e),
+        )
         self._flush_policies: dict[str, tuple[int, int]] = {}
         self.server: KafkaServer | None = None
         self.cleaner: LogCleaner | None = None
@@ -213,6 +218,8 @@ class Broker:
         )
         self._apply_topic_configs()
         self._loop = asyncio.get_running_loop()
+        self.logs.owner_thread = threading.get_ident()
+        self.logs.call_on_owner = self._loop.call_soon_threadsafe
         self.cleaner = self._new_cleaner()
         self.cleaner.start()
         self.flusher.start()
@@ -470,23 +477,12 @@ class Broker:
         log.info("log cleaner restarted with %d threads", self.config.log_cleaner_threads)
 
     def _on_log_dir_failure(self, directory: Path, lost: list[tuple[str, int]]) -> None:
-        """LogManager.fail_dir's listener (any thread): Kafka's handleLogDirFailure."""
-        loop = self._loop
-        if loop is None:
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            self._log_dir_failed(directory, lost)
-        else:
-            loop.call_soon_threadsafe(self._log_dir_failed, directory, lost)
-
-    def _log_dir_failed(self, directory: Path, lost: list[tuple[str, int]]) -> None:
-        """On the loop: its partitions go offline here and the controller is told (it moves
-        their leadership and takes this broker out of their ISRs); with no log dir left the
-        process halts with status 1, as Kafka does ("all log dirs have failed")."""
+        """LogManager.fail_dir's listener (on the loop: LogManager.owner_thread), Kafka's
+        handleLogDirFailure: the dir's partitions go offline here and the controller is told
+        (it moves their leadership and takes this broker out of their ISRs); with no log dir
+        left the process halts with status 1, as Kafka does ("all log dirs have failed")."""
+        if self._loop is None:
+            return  # (at start: load_all reports what it could not load)
         if self.replicas is not None:
             self.replicas.mark_offline(lost)
         if not self.logs.online_dirs:
@@ -497,9 +493,7 @@ class Broker:
             logging.shutdown()
             os._exit(1)
         if lost and self.store is not None and not self._stopping:
-            asyncio.get_running_loop().create_task(
-                self._announce_offline(lost), name="log-dir-failure"
-            )
+            self._loop.create_task(self._announce_offline(lost), name="log-dir-failure")
 
     async def _announce_offline(self, lost: list[tuple[str, int]]) -> None:
         data = json.dumps(

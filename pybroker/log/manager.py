@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -153,6 +154,11 @@ class LogManager:
         # (Kafka's HostedPartition.Offline), never created again in another dir meanwhile
         self.offline_partitions: set[Key] = set()
         self.dir_failure_listeners: list[DirFailureListener] = []
+        # the owner of the logs (the broker's event loop thread) and how to run a call there:
+        # a failure seen in a worker thread (flush, checkpoint) is handled by the owner, so the
+        # tables never change under the loop's feet.  None: any thread (tests, start-up).
+        self.owner_thread: int | None = None
+        self.call_on_owner: Callable[..., object] | None = None
         self._pending_dir_deletes: list[tuple[int, Path, PartitionLog]] = []
         self.had_clean_shutdown = False
 
@@ -202,7 +208,15 @@ class LogManager:
         """Kafka's handleLogDirFailure: ``directory`` (a log dir, or a path inside one) is
         offline from now on.  Its logs are dropped (their descriptors closed, nothing else
         touched on that disk), a future copy whose source or target was there is abandoned,
-        and every listener is told (dir, partitions whose current log was there).  Idempotent."""
+        and every listener is told (dir, partitions whose current log was there).  Idempotent.
+        Called in another thread than ``owner_thread``, it is handed to the owner."""
+        if (
+            self.owner_thread is not None
+            and self.call_on_owner is not None
+            and threading.get_ident() != self.owner_thread
+        ):
+            self.call_on_owner(self.fail_dir, directory, error)
+            return
         d = self._owning_dir(directory)
         if d is None or d in self.offline_dirs:
             return
