@@ -218,9 +218,65 @@ def test_a_failed_dir_moves_leadership_on_a_zookeeper_cluster(tmp_path):
         wait_until(moved, 60, what="leadership off the failed replicas")
         for p in range(6):  # acks=all still works everywhere (two in-sync replicas left)
             _produce(cluster.bootstrap, topic, p, b"after-failure", timeout=20)
+        # AlterReplicaLogDirs to a broker that holds no replica of the partition
+        from kafka.admin import NewTopic
+        from kafka.errors import ReplicaNotAvailableError
+        from kafka.structs import TopicPartitionReplica
+
+        single = unique_topic("jbod-single")
+        adm = admin(cluster.bootstrap)
+        try:
+            other = next(i for i in cluster.ids if i != victim)  # both its dirs are online
+            adm.create_topics([NewTopic(single, -1, -1, replica_assignments={0: [victim]})])
+            wait_until(lambda: cluster.metadata([single]).topic(single), 30)
+            elsewhere = TopicPartitionReplica(single, 0, other)
+            target = str(cluster.brokers[other].workdir / "d1")
+            assert adm.alter_replica_log_dirs({elsewhere: target}) == {
+                elsewhere: ReplicaNotAvailableError
+            }
+        finally:
+            adm.close()
         assert cluster.brokers[victim].is_running()
         problems = cluster.stop()
         assert problems == [], problems
     finally:
         cluster.cleanup()
         zk.stop()
+
+
+def test_kafka_log_dirs_tool_describes_both_dirs(start_broker, tmp_path):
+    """Kafka 3.9's kafka-log-dirs --describe (LogDirsCommand) against a two-dir broker."""
+    import json
+
+    from kafka.admin import NewTopic
+
+    from compat_tests import java
+
+    try:
+        java.classpath()
+    except java.JavaDepsError as e:
+        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    b = start_broker(**{"log.dirs": f"{d1},{d2}"})
+    topic = unique_topic("jbod-tool")
+    adm = admin(b.bootstrap)
+    try:
+        adm.create_topics([NewTopic(topic, 4, 1)])
+        wait_until(lambda: sum(len(p) for _, p in placement(adm, topic).values()) == 4, 30)
+    finally:
+        adm.close()
+    r = java.run_main(
+        "org.apache.kafka.tools.LogDirsCommand",
+        ["--bootstrap-server", b.bootstrap, "--describe", "--topic-list", topic],
+        timeout=120,
+    )
+    assert r.ok, r.stdout + r.stderr
+    (line,) = [x for x in r.stdout.splitlines() if x.startswith('{"brokers"')]
+    (broker,) = json.loads(line)["brokers"]
+    dirs = {d["logDir"]: d for d in broker["logDirs"]}
+    assert set(dirs) == {str(d1), str(d2)}
+    for d in dirs.values():
+        assert d["error"] is None
+        assert len(d["partitions"]) == 2
+        for p in d["partitions"]:
+            assert p["partition"].startswith(f"{topic}-") and p["isFuture"] is False
