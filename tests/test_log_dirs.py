@@ -332,3 +332,10 @@ def test_every_dir_failed_leaves_no_online_dir(dirs):
     assert mgr.online_dirs == [] and mgr.logs == {}
     with pytest.raises(OfflineLogDirError):
         mgr.get_or_create("b", 0)
+
+
+def test_a_dir_that_fails_to_create_a_log_goes_offline_and_the_next_one_is_used(dirs):
+    mgr = manager(dirs[:2])
+    fail(dirs[0])  # not noticed yet: the first dir is still the emptiest
+    plog = mgr.get_or_create("a", 0)
+    assert mgr.dir_of(plog) == dirs[1] and mgr.offline_dirs == {dirs[0]}

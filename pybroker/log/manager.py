@@ -182,16 +182,19 @@ class LogManager:
         return plog.directory.parent
 
     def logs_in(self, directory: Path) -> list[tuple[Key, PartitionLog, bool]]:
-        """(key, log, is_future) of every log in ``directory``."""
-        out = [(k, lg, False) for k, lg in self.logs.items() if self.dir_of(lg) == directory]
-        out += [(k, lg, True) for k, lg in self.future_logs.items() if self.dir_of(lg) == directory]
+        """(key, log, is_future) of every log in ``directory``.  Worker-thread safe (the
+        checkpoint runs in one): the tables are copied first, in one step each."""
+        current, future = list(self.logs.items()), list(self.future_logs.items())
+        out = [(k, lg, False) for k, lg in current if self.dir_of(lg) == directory]
+        out += [(k, lg, True) for k, lg in future if self.dir_of(lg) == directory]
         return sorted(out, key=lambda e: (e[0], e[2]))
 
-    def next_log_dir(self, key: Key) -> Path:
+    def next_log_dir(self, key: Key, exclude: Iterable[Path] = ()) -> Path:
         """Where a new log goes: the dir named for it by AlterReplicaLogDirs if online, else
         the online dir holding the fewest logs, current and future (Kafka's nextLogDirs; ties
         in log.dirs order)."""
-        online = self.online_dirs
+        skip = set(exclude)
+        online = [d for d in self.online_dirs if d not in skip]
         if not online:
             raise OfflineLogDirError("every log dir is offline")
         preferred = self.preferred_dirs.get(key)
@@ -348,7 +351,8 @@ class LogManager:
         """The partition's log, created if needed (in :meth:`next_log_dir`).  With
         ``topic_id`` (the topic's current incarnation), a log that holds another incarnation
         (partition.metadata) is deleted and an empty one created in its place; a log without
-        an id adopts this one.  OfflineLogDirError when no dir is online."""
+        an id adopts this one.  A dir that fails to create it goes offline and the next is tried;
+        OfflineLogDirError when none is left."""
         key = (topic, partition)
         plog = self.logs.get(key)
         if topic_id == partition_metadata.ZERO:
@@ -359,14 +363,16 @@ class LogManager:
         if plog is None:
             if key in self.offline_partitions:
                 raise OfflineLogDirError(f"{topic}-{partition} is offline (its log dir failed)")
-            d = self.next_log_dir(key)
-            try:
-                plog = PartitionLog.open(
-                    d / f"{topic}-{partition}", config or self.default_config, self.clock
-                )
-            except OSError as e:
-                self.fail_dir(d, e)
-                raise OfflineLogDirError(f"Log directory {d} is offline") from e
+            tried: list[Path] = []
+            while plog is None:  # a dir that fails here goes offline; the next one is tried
+                d = self.next_log_dir(key, tried)
+                try:
+                    plog = PartitionLog.open(
+                        d / f"{topic}-{partition}", config or self.default_config, self.clock
+                    )
+                except OSError as e:
+                    tried.append(d)
+                    self.fail_dir(d, e)
             self.preferred_dirs.pop(key, None)
             self.logs[key] = plog
         elif config is not None:
@@ -407,7 +413,10 @@ class LogManager:
         src = self.logs.get((topic, partition))
         if src is not None and src.future_copy is fut:
             src.future_copy = None
-        self._retire(fut)
+        try:
+            self._retire(fut)
+        except OSError as e:
+            self.fail_dir(self.dir_of(fut), e)
 
     def replace_current_with_future(self, topic: str, partition: int) -> None:
         """The swap at the end of a move (Kafka's replaceCurrentWithFutureLog), when the
@@ -467,7 +476,11 @@ class LogManager:
         plog = self.logs.pop((topic, partition), None)
         if plog is None:
             return
-        self._retire(plog)
+        try:
+            self._retire(plog)
+        except OSError as e:  # (its dir failed: the partition goes with it)
+            self.logs[(topic, partition)] = plog
+            self.fail_dir(self.dir_of(plog), e)
 
     def partitions(self) -> Iterator[tuple[str, int, PartitionLog]]:
         for (topic, partition), plog in list(self.logs.items()):
