@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 from pathlib import Path
 
@@ -190,7 +192,9 @@ def test_every_dir_failed_halts_the_broker(zookeeper, tmp_path):
         b.cleanup()
 
 
-def test_a_failed_dir_moves_leadership_on_a_zookeeper_cluster(tmp_path):
+@contextlib.contextmanager
+def jbod_cluster(tmp_path: Path):
+    """Three brokers on a private ZooKeeper, each with log dirs d1 and d2 in its workdir."""
     zk = ZooKeeperServer(tmp_path / "zookeeper")
     zk.start()
     cluster = Cluster(tmp_path, zk, 3, {"log.flush.offset.checkpoint.interval.ms": 200})
@@ -198,6 +202,55 @@ def test_a_failed_dir_moves_leadership_on_a_zookeeper_cluster(tmp_path):
         br.overrides["log.dirs"] = f"{br.workdir / 'd1'},{br.workdir / 'd2'}"
     try:
         cluster.start()
+        yield cluster
+    finally:
+        cluster.cleanup()
+        zk.stop()
+
+
+def test_moving_leader_and_follower_replicas_on_a_cluster_loses_nothing(tmp_path):
+    from kafka.errors import NoError
+    from kafka.structs import TopicPartitionReplica
+
+    with jbod_cluster(tmp_path) as cluster:
+        topic = unique_topic("jbod-cluster-move")
+        cluster.create_topic(topic, partitions=4, rf=3, configs={"min.insync.replicas": "2"})
+        mover = 1  # leads some of the partitions, follows the others
+        work = cluster.brokers[mover].workdir
+        here = {p: "d1" if (work / "d1" / f"{topic}-{p}").is_dir() else "d2" for p in range(4)}
+        load = KafkaPythonLoad("kp", cluster.bootstrap, topic, 4, 0.002)
+        load.start()
+        wait_until(lambda: len(load.stats.acked) >= 300, 60, what="load running")
+        moves = {
+            TopicPartitionReplica(topic, p, mover): str(work / ("d2" if d == "d1" else "d1"))
+            for p, d in here.items()
+        }
+        adm = admin(cluster.bootstrap)
+        try:
+            assert set(adm.alter_replica_log_dirs(moves).values()) == {NoError}
+        finally:
+            adm.close()
+
+        def moved():
+            return all(
+                (Path(t) / f"{topic}-{r.partition}").is_dir()
+                and not (work / here[r.partition] / f"{topic}-{r.partition}").exists()
+                for r, t in moves.items()
+            ) and not any(n.endswith("-future") for d in ("d1", "d2") for n in os.listdir(work / d))
+
+        wait_until(moved, 60, what="every replica of broker 1 in its other dir")
+        acked = len(load.stats.acked)
+        wait_until(lambda: len(load.stats.acked) >= acked + 300, 60, what="more load")
+        stats = load.stop()
+        cluster.wait_isr_full(topic, partitions=4)
+        result = check_records(read_topic(cluster.bootstrap, topic, 4), [stats])
+        assert result.problems == [], result.problems
+        problems = cluster.stop()
+        assert problems == [], problems
+
+
+def test_a_failed_dir_moves_leadership_on_a_zookeeper_cluster(tmp_path):
+    with jbod_cluster(tmp_path) as cluster:
         topic = unique_topic("jbod-cluster")
         cluster.create_topic(topic, partitions=6, rf=3, configs={"min.insync.replicas": "2"})
         md = cluster.metadata([topic]).topic(topic)
@@ -239,9 +292,6 @@ def test_a_failed_dir_moves_leadership_on_a_zookeeper_cluster(tmp_path):
         assert cluster.brokers[victim].is_running()
         problems = cluster.stop()
         assert problems == [], problems
-    finally:
-        cluster.cleanup()
-        zk.stop()
 
 
 def test_kafka_log_dirs_tool_describes_both_dirs(start_broker, tmp_path):

@@ -181,3 +181,17 @@ def test_a_failed_dir_takes_only_its_partitions_offline(two_dirs):
         c.create_topic(other, partitions=2)
         wait_until(lambda: all(b.broker.logs.get(other, p) for p in range(2)))
         assert where(c, other, 0) == where(c, other, 1) == [str(d1)]
+
+
+def test_a_dir_named_before_the_partition_exists_is_where_it_is_created(two_dirs):
+    """As Kafka's maybeUpdatePreferredLogDir: the dir is remembered even though the answer
+    is an error, and the replica created later goes there (what kafka-reassign-partitions
+    relies on when it names log dirs for replicas it is adding)."""
+    b, d1, d2 = two_dirs
+    topic = unique_topic("later")
+    with b.client() as c:
+        assert alter(c, {(topic, 0): d2}) == {(topic, 0): UNKNOWN_TOPIC_OR_PARTITION}
+        c.create_topic(topic, partitions=2)
+        wait_until(lambda: all(b.broker.logs.get(topic, p) for p in range(2)))
+        assert where(c, topic, 0) == [str(d2)]  # (both dirs were empty: d1 otherwise)
+        assert where(c, topic, 1) == [str(d1)]
