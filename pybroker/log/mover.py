@@ -12,10 +12,12 @@ A move of partition P to dir D:
    the future at once (``PartitionLog.future_copy``), and a log start moved past the
    future's end (retention, DeleteRecords) restarts the future there, so the future is
    always a copy of a prefix of the current log.
-3. When the future reaches the current log's end it is flushed (in a worker thread), then,
-   back on the loop and with no await in between, if the ends are still equal, the swap
-   (``LogManager.replace_current_with_future``): appends are synchronous on the loop, so
-   nothing is appended between the last comparison and the swap.  Otherwise step 2 again.
+3. In the loop step whose copy reaches the current log's end, with no await in between, the
+   swap (``LogManager.replace_current_with_future``): appends are synchronous on the loop,
+   so nothing is appended between the comparison and the swap, and a partition under
+   constant load is moved too (waiting for anything at that point would let it run away).
+   The future is fsynced every 64 MiB copied, in a worker thread; after the swap the log's
+   unflushed tail is like any log's (its recovery point says what a crash makes recover).
 
 After a crash a ``-future`` log is loaded with its dir and the broker calls
 :meth:`LogDirMover.resume` (as Kafka's fetchers pick up future logs): the copy goes on from its
@@ -37,6 +39,7 @@ from pybroker.wire.records import parse_batches
 log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 1 << 20  # Kafka: replica.fetch.max.bytes's default
+FLUSH_BYTES = 64 << 20  # the future log is fsynced (worker thread) after this many bytes
 UNLIMITED = (1 << 63) - 1
 
 
@@ -116,28 +119,32 @@ class LogDirMover:
         logs = self.logs
         fut = logs.future_logs[key]
         log.info("%s-%d: moving to %s", key[0], key[1], logs.dir_of(fut))
-        flushed_at = -1
+        unflushed = 0
         while True:
             src = logs.logs.get(key)
             if logs.future_logs.get(key) is not fut or src is None or src.future_copy is not fut:
                 return  # abandoned (cancelled, deleted, a dir failed)
+            copied = 0
+            if fut.log_end_offset != src.log_end_offset:
+                copied = self._copy_chunk(src, fut)
+                if copied < 0:
+                    return
             if fut.log_end_offset == src.log_end_offset:
-                if flushed_at != fut.log_end_offset:
-                    flushed_at = fut.log_end_offset
-                    try:
-                        await asyncio.to_thread(fut.flush)
-                    except OSError as e:
-                        logs.fail_dir(logs.dir_of(fut), e)
-                        return
-                    continue  # compare again: the loop ran meanwhile
+                # in the same loop step as the comparison (and the copy that caught up): no
+                # append can come between (a wait here would let a busy partition run away)
                 logs.replace_current_with_future(*key)
                 self.completed += 1
                 log.info("%s-%d: moved to %s", key[0], key[1], logs.dir_of(src))
                 return
-            copied = self._copy_chunk(src, fut)
-            if copied < 0:
-                return
-            if copied == 0:  # nothing readable at the future's end yet
+            unflushed += copied
+            if unflushed >= FLUSH_BYTES:  # bounds what a crash leaves to recover
+                unflushed = 0
+                try:
+                    await asyncio.to_thread(fut.flush)
+                except OSError as e:
+                    logs.fail_dir(logs.dir_of(fut), e)
+                    return
+            elif copied == 0:  # nothing readable at the future's end yet
                 await asyncio.sleep(0.05)
             else:
                 await self._pace(copied)
