@@ -15,9 +15,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from compat_tests import rawkafka
 from compat_tests.broker_process import BrokerProcess
@@ -29,6 +31,7 @@ from compat_tests.cluster import (
     wait_until,
 )
 from compat_tests.helpers import unique_topic
+from compat_tests.procutil import free_port
 from tests.zk_server import ZooKeeperServer
 
 pytestmark = pytest.mark.timeout(240)
@@ -122,8 +125,13 @@ def test_a_failed_dir_takes_only_its_partitions_offline(start_broker, tmp_path):
 
     # the first dir also holds the embedded metadata store: it stays healthy here
     meta, d1, d2 = tmp_path / "meta", tmp_path / "d1", tmp_path / "d2"
+    metrics_port = free_port()
     b = start_broker(
-        **{"log.dirs": f"{meta},{d1},{d2}", "log.flush.offset.checkpoint.interval.ms": 200}
+        **{
+            "log.dirs": f"{meta},{d1},{d2}",
+            "log.flush.offset.checkpoint.interval.ms": 200,
+            "metrics.listener": f"http://127.0.0.1:{metrics_port}",
+        }
     )
     topic = unique_topic("jbod-fail")
     adm = admin(b.bootstrap)
@@ -170,6 +178,16 @@ def test_a_failed_dir_takes_only_its_partitions_offline(start_broker, tmp_path):
     assert got == {p: [b"before", b"after"] for p in kept}
     assert b.is_running()
     assert f"log dir {d2} is offline" in b.output()
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+        samples = {
+            (s.name, tuple(s.labels.values())): s.value
+            for f in text_string_to_metric_families(r.read().decode())
+            for s in f.samples
+        }
+    assert samples[("kafka_log_logmanager_offlinelogdirectorycount", ())] == 1
+    assert samples[("kafka_server_replicamanager_offlinereplicacount", ())] == 2
+    assert samples[("kafka_log_logmanager_logdirectoryoffline", (str(d2),))] == 1
+    assert samples[("kafka_log_logmanager_logdirectoryoffline", (str(d1),))] == 0
 
 
 def test_every_dir_failed_halts_the_broker(zookeeper, tmp_path):
