@@ -339,3 +339,19 @@ def test_a_dir_that_fails_to_create_a_log_goes_offline_and_the_next_one_is_used(
     fail(dirs[0])  # not noticed yet: the first dir is still the emptiest
     plog = mgr.get_or_create("a", 0)
     assert mgr.dir_of(plog) == dirs[1] and mgr.offline_dirs == {dirs[0]}
+
+
+def test_a_log_start_moved_during_a_move_is_kept_by_the_moved_log(dirs):
+    mgr = manager(dirs[:2], segment_bytes=300)
+    log = mgr.get_or_create("a", 0)
+    for i in range(20):
+        append(log, value=b"%d" % i)
+    fut = mgr.create_future("a", 0, dirs[1])
+    mover = LogDirMover(mgr)
+    while fut.log_end_offset < log.log_end_offset:
+        mover._copy_chunk(log, fut)
+    mgr.delete_records(log.topic, log.partition, 11)  # DeleteRecords (or retention) meanwhile
+    mgr.replace_current_with_future("a", 0)
+    assert mgr.dir_of(log) == dirs[1]
+    assert log.log_start_offset == 11 and log.high_watermark == 40
+    assert values(log)[0] == b"5"  # offsets 10-11: the batch holding 11 starts at 10

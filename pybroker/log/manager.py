@@ -435,6 +435,7 @@ class LogManager:
             )
         del self.future_logs[key]
         src.future_copy = None
+        fut.high_watermark = fut.log_end_offset  # (so that its start may move up to there)
         if src.log_start_offset > fut.log_start_offset:
             fut.delete_records_before(src.log_start_offset)
         fut.high_watermark = src.high_watermark
