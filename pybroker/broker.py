@@ -42,7 +42,7 @@ from pybroker.flusher import Flusher
 from pybroker.handlers._topics import flush_policy, log_config
 from pybroker.handlers._txn_markers import MarkerSender
 from pybroker.http_server import HttpRequest, HttpResponse, HttpServer
-from pybroker.log import LogManager, PartitionLog
+from pybroker.log import LogManager, PartitionLog, meta_properties
 from pybroker.log.cleaner import CleanerConfig, LogCleaner
 from pybroker.log.mover import LogDirMover
 from pybroker.log.partition_metadata import other_incarnation
@@ -170,6 +170,8 @@ class Broker:
         )
         self.logs = LogManager(cfg.log_dir_list, log_config(cfg, {}), self.clock)
         await asyncio.to_thread(self.logs.load_all)
+        for d in self.logs.online_dirs:  # a disk of another broker: refused, as Kafka does
+            meta_properties.check_broker_id(d, cfg.broker_id)
         self.logs.dir_failure_listeners.append(self._on_log_dir_failure)
         self.log_mover = LogDirMover(
             self.logs,
@@ -201,6 +203,13 @@ class Broker:
         )
         self.loop_monitor.add_listener(self.cluster.loop_stalled)
         await self.cluster.start()
+        for d in self.logs.online_dirs:  # (a wrong zookeeper.connect: refused, as Kafka does)
+            meta_properties.check_cluster_id(d, self.cluster.cluster_id)
+        for d in self.logs.online_dirs:
+            try:
+                meta_properties.write(d, cfg.broker_id, self.cluster.cluster_id)
+            except OSError as e:
+                self.logs.fail_dir(d, e)
         self._apply_broker_configs()  # before anything below reads a dynamic value
         self.replicas = ReplicaManager(
             cfg.broker_id,

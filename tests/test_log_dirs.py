@@ -355,3 +355,19 @@ def test_a_log_start_moved_during_a_move_is_kept_by_the_moved_log(dirs):
     assert mgr.dir_of(log) == dirs[1]
     assert log.log_start_offset == 11 and log.high_watermark == 40
     assert values(log)[0] == b"5"  # offsets 10-11: the batch holding 11 starts at 10
+
+
+def test_meta_properties_format_and_checks(tmp_path):
+    from pybroker.log import meta_properties as mp
+
+    assert mp.read(tmp_path) is None
+    mp.check_broker_id(tmp_path, 3)  # a new dir belongs to nobody yet
+    mp.write(tmp_path, 3, "abc")
+    lines = (tmp_path / "meta.properties").read_text().splitlines()
+    assert lines[0] == "#" and lines[2:] == ["cluster.id=abc", "version=0", "broker.id=3"]
+    mp.check_broker_id(tmp_path, 3)
+    mp.check_cluster_id(tmp_path, "abc")
+    with pytest.raises(mp.MetaPropertiesError, match="Configured broker.id 4"):
+        mp.check_broker_id(tmp_path, 4)
+    with pytest.raises(mp.MetaPropertiesError, match="trying to join the wrong cluster"):
+        mp.check_cluster_id(tmp_path, "xyz")

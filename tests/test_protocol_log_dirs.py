@@ -8,6 +8,8 @@ import shutil
 import pytest
 from broker_fixture import NONE, batch, fetched_values, unique_topic, wait_until
 
+from pybroker.log import meta_properties
+
 ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 34, 35
 UNKNOWN_TOPIC_OR_PARTITION, KAFKA_STORAGE_ERROR, LOG_DIR_NOT_FOUND = 3, 56, 57
 
@@ -195,3 +197,21 @@ def test_a_dir_named_before_the_partition_exists_is_where_it_is_created(two_dirs
         wait_until(lambda: all(b.broker.logs.get(topic, p) for p in range(2)))
         assert where(c, topic, 0) == [str(d2)]  # (both dirs were empty: d1 otherwise)
         assert where(c, topic, 1) == [str(d1)]
+
+
+def test_meta_properties_name_the_broker_and_cluster_in_every_dir(two_dirs):
+    """Kafka's meta.properties in each log dir; a dir of another broker stops the start."""
+    b, d1, d2 = two_dirs
+    cluster_id = b.broker.cluster.cluster_id
+    for d in (d1, d2):
+        assert meta_properties.read(d) == {
+            "cluster.id": cluster_id,
+            "version": "0",
+            "broker.id": "0",
+        }
+    b.stop()
+    b.settings["broker.id"] = "7"
+    with pytest.raises(meta_properties.MetaPropertiesError, match="broker.id 7 doesn't match"):
+        b.start()
+    b.settings["broker.id"] = "0"
+    b.start()  # the right broker starts again
