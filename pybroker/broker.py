@@ -37,6 +37,7 @@ from pybroker.coord.store import MetadataStore
 from pybroker.coord.transactions import TransactionCoordinator, TxnConfig
 from pybroker.coord.txn_store import TxnStateStore
 from pybroker.dynamic_config import DynamicBrokerConfig
+from pybroker.errors import ErrorCode, KafkaError
 from pybroker.fetch_session import FetchSessionCache
 from pybroker.flusher import Flusher
 from pybroker.handlers._topics import flush_policy, log_config
@@ -124,6 +125,7 @@ class Broker:
         self.cluster: Cluster | None = None
         self.logs: LogManager | None = None
         self.log_mover: LogDirMover | None = None
+        self._hosted_at_start: set[tuple[str, int]] = set()
         self.groups: GroupCoordinator | None = None
         self.transactions: TransactionCoordinator | None = None
         self.credentials: CredentialStore | None = None
@@ -232,6 +234,13 @@ class Broker:
         self.cleaner = self._new_cleaner()
         self.cleaner.start()
         self.flusher.start()
+        me = cfg.broker_id
+        self._hosted_at_start = {  # existing replicas (Kafka's isNew = false)
+            (name, p)
+            for name, info in self.cluster.topics.items()
+            for p, st in info.partitions.items()
+            if me in st.replicas
+        }
         await self.replicas.start()
         self.log_mover.resume()  # moves a crash interrupted go on
         self.cluster.add_listener(self._on_cluster_event)
@@ -390,6 +399,20 @@ class Broker:
         info = self.cluster.topics[topic]
         if existing is not None and not other_incarnation(existing.topic_id, info.topic_id):
             return existing
+        key = (topic, partition)
+        if existing is None and self.logs.offline_dirs and key in self._hosted_at_start:
+            # Kafka's getOrCreateLog(isNew = false) while a dir is offline: the replica may
+            # be in that dir, and an empty log in its place could lead (data loss): offline
+            # here, the controller is told (it moves the leadership, drops it from the ISR)
+            log.error(
+                "%s-%d: no log in the online dirs and %s offline: offline here",
+                topic,
+                partition,
+                ", ".join(map(str, sorted(self.logs.offline_dirs))),
+            )
+            self.logs.offline_partitions.add(key)
+            self._on_log_dir_failure(None, [key])
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition} is offline")
         # new, or a log of an earlier incarnation of the topic (replaced by an empty one)
         return self.logs.get_or_create(
             topic, partition, log_config(self.config, info.configs), topic_id=info.topic_id
@@ -485,7 +508,7 @@ class Broker:
         self.cleaner.start()
         log.info("log cleaner restarted with %d threads", self.config.log_cleaner_threads)
 
-    def _on_log_dir_failure(self, directory: Path, lost: list[tuple[str, int]]) -> None:
+    def _on_log_dir_failure(self, directory: Path | None, lost: list[tuple[str, int]]) -> None:
         """LogManager.fail_dir's listener (on the loop: LogManager.owner_thread), Kafka's
         handleLogDirFailure: the dir's partitions go offline here and the controller is told
         (it moves their leadership and takes this broker out of their ISRs); with no log dir

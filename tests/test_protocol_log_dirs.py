@@ -21,6 +21,12 @@ def two_dirs(start_broker, tmp_path):
     return b, d1.absolute(), d2.absolute()
 
 
+def fail(path):
+    """Replace a log dir by a regular file: every open below it fails (root too)."""
+    shutil.rmtree(path)
+    path.write_text("the disk is gone")
+
+
 def describe(client, version=4, topics=None):
     body = client.request(DESCRIBE_LOG_DIRS, version, {"topics": topics})
     return {
@@ -215,3 +221,31 @@ def test_meta_properties_name_the_broker_and_cluster_in_every_dir(two_dirs):
         b.start()
     b.settings["broker.id"] = "0"
     b.start()  # the right broker starts again
+
+
+def test_a_dir_failed_while_the_broker_was_down_is_not_replaced_by_empty_logs(two_dirs):
+    """Kafka's getOrCreateLog(isNew = false) with an offline dir: a replica this broker held
+    at start whose log is in no online dir stays offline (an empty log in its place could
+    lead and lose its records); partitions created afterwards are placed as usual."""
+    b, d1, d2 = two_dirs
+    topic = unique_topic("down")
+    with b.client() as c:
+        c.create_topic(topic, partitions=2)
+        wait_until(lambda: all(b.broker.logs.get(topic, p) for p in range(2)))
+        for p in range(2):
+            assert c.produce(topic, p, batch([b"kept"]))["error_code"] == NONE
+        (lost,) = [p for p in range(2) if where(c, topic, p) == [str(d2)]]
+    b.stop()
+    fail(d2)
+    b.start()
+    with b.client() as c:
+        assert describe(c)[str(d2)][0] == KAFKA_STORAGE_ERROR
+        assert c.produce(topic, lost, batch([b"x"]))["error_code"] == KAFKA_STORAGE_ERROR
+        assert b.broker.logs.get(topic, lost) is None
+        assert not (d1 / f"{topic}-{lost}").exists()
+        kept = 1 - lost
+        assert [v for _, v in fetched_values(c.fetch(topic, kept, 0)["records"])] == [b"kept"]
+        other = unique_topic("after")
+        c.create_topic(other, partitions=1)
+        wait_until(lambda: b.broker.logs.get(other, 0))
+        assert c.produce(other, 0, batch([b"new"]))["error_code"] == NONE

@@ -254,7 +254,14 @@ class ReplicaManager:
             self._detach(self.replicas.pop(key))
             r = None
         if r is None:
-            r = Replica(name, index, self.open_log(name, index))
+            try:
+                plog = self.open_log(name, index)
+            except KafkaError as e:  # its log dir is offline (Broker.partition_log)
+                if e.code != ErrorCode.KAFKA_STORAGE_ERROR:
+                    raise
+                self.offline.add(key)
+                return
+            r = Replica(name, index, plog)
             self.replicas[key] = r
         r.replicas = list(state.replicas)
         if state.leader == me:
