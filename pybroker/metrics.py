@@ -296,7 +296,6 @@ class Snapshot:
     fetch_session_evictions: int = 0
     # client quotas: total throttle time given, by quota key (quotas/manager.py)
     quota_throttle_ms: dict[str, int] = field(default_factory=dict)
-
     offline_replicas: int = 0  # replicas lost with a failed log dir
     # (log dir, 1 if offline) of every entry of log.dirs
     log_dirs: list[tuple[str, int]] = field(default_factory=list)
