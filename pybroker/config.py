@@ -264,11 +264,6 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
         _int,
         60000,
     ),
-    "replica.alter.log.dirs.io.max.bytes.per.second": (
-        "replica_alter_log_dirs_io_max_bytes_per_second",
-        _int,
-        (1 << 63) - 1,
-    ),
     "controlled.shutdown.enable": ("controlled_shutdown_enable", _bool, True),
     "controlled.shutdown.max.retries": ("controlled_shutdown_max_retries", _int, 3),
     "controlled.shutdown.retry.backoff.ms": ("controlled_shutdown_retry_backoff_ms", _int, 5000),
@@ -381,8 +376,6 @@ class Config:
     # recovery point (and the other) checkpoints of every log dir: also when a failed dir is
     # noticed at the latest if nothing else writes there
     log_flush_offset_checkpoint_interval_ms: int = 60000
-    # AlterReplicaLogDirs copies (log/mover.py) read it at every chunk: dynamic-ready
-    replica_alter_log_dirs_io_max_bytes_per_second: int = (1 << 63) - 1
     controlled_shutdown_enable: bool = True
     controlled_shutdown_max_retries: int = 3
     controlled_shutdown_retry_backoff_ms: int = 5000

@@ -10,7 +10,9 @@ from broker_fixture import NONE, batch, fetched_values, unique_topic, wait_until
 
 from pybroker.log import meta_properties
 
-ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 34, 35
+ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS, INCREMENTAL_ALTER_CONFIGS = 34, 35, 44
+BROKER = 4  # the BROKER config resource type
+MOVE_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
 UNKNOWN_TOPIC_OR_PARTITION, KAFKA_STORAGE_ERROR, LOG_DIR_NOT_FOUND = 3, 56, 57
 
 
@@ -111,17 +113,33 @@ def test_alter_replica_log_dirs_moves_a_replica_with_its_data(two_dirs, version)
     assert str(b.broker.logs.dir_of(b.broker.logs.get(topic, 0))) == other
 
 
-def set_config(broker, **values):
-    """Change the running broker's config as a dynamic config does (attributes set)."""
-    for k, v in values.items():
-        object.__setattr__(broker.broker.config, k, v)
+def set_move_rate(broker, client, rate):
+    """replica.alter.log.dirs.io.max.bytes.per.second as a dynamic broker config
+    (IncrementalAlterConfigs on the BROKER resource, as kafka-configs sends it)."""
+    body = client.request(
+        INCREMENTAL_ALTER_CONFIGS,
+        1,
+        {
+            "resources": [
+                {
+                    "resource_type": BROKER,
+                    "resource_name": str(broker.broker_id),
+                    "configs": [{"name": MOVE_RATE, "config_operation": 0, "value": str(rate)}],
+                }
+            ],
+            "validate_only": False,
+        },
+    )
+    assert [r["error_code"] for r in body["responses"]] == [NONE], body
+    config = broker.broker.config
+    wait_until(lambda: config.replica_alter_log_dirs_io_max_bytes_per_second == rate)
 
 
 def test_a_throttled_move_shows_the_future_replica_until_it_is_done(two_dirs):
     b, d1, d2 = two_dirs
     topic = unique_topic("slow")
-    set_config(b, replica_alter_log_dirs_io_max_bytes_per_second=100)
     with b.client() as c:
+        set_move_rate(b, c, 100)
         c.create_topic(topic, partitions=1)
         for i in range(30):
             assert c.produce(topic, 0, batch([b"%d" % i]))["error_code"] == NONE
@@ -133,7 +151,7 @@ def test_a_throttled_move_shows_the_future_replica_until_it_is_done(two_dirs):
         assert describe(c)[home][1][(topic, 0, False)]["offset_lag"] == 0
         for i in range(30, 40):  # the current replica serves meanwhile
             assert c.produce(topic, 0, batch([b"%d" % i]))["error_code"] == NONE
-        set_config(b, replica_alter_log_dirs_io_max_bytes_per_second=(1 << 63) - 1)
+        set_move_rate(b, c, (1 << 63) - 1)
         wait_until(lambda: where(c, topic, 0) == [other])
         data = c.fetch(topic, 0, 0)["records"]
     assert [v for _, v in fetched_values(data)] == [b"%d" % i for i in range(40)]
