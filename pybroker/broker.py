@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
+import os
 import resource
 import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from pybroker import dynamic_config
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.config import Config
 from pybroker.console import Console
+from pybroker.coord import paths
 from pybroker.coord.cluster import Cluster
 from pybroker.coord.consumer_group import ConsumerGroupConfig, TopicMeta
 from pybroker.coord.group_coordinator import GroupCoordinator
@@ -34,13 +38,15 @@ from pybroker.coord.store import MetadataStore
 from pybroker.coord.transactions import TransactionCoordinator, TxnConfig
 from pybroker.coord.txn_store import TxnStateStore
 from pybroker.dynamic_config import DynamicBrokerConfig
+from pybroker.errors import ErrorCode, KafkaError
 from pybroker.fetch_session import FetchSessionCache
 from pybroker.flusher import Flusher
 from pybroker.handlers._topics import flush_policy, log_config
 from pybroker.handlers._txn_markers import MarkerSender
 from pybroker.http_server import HttpRequest, HttpResponse, HttpServer
-from pybroker.log import LogManager, PartitionLog
+from pybroker.log import LogManager, PartitionLog, meta_properties
 from pybroker.log.cleaner import CleanerConfig, LogCleaner
+from pybroker.log.mover import LogDirMover
 from pybroker.log.partition_metadata import other_incarnation
 from pybroker.log.segment import DESCRIPTORS, descriptor_budget
 from pybroker.loop_monitor import LoopMonitor
@@ -62,7 +68,6 @@ LOG_DELETE_BUDGET_S = 0.01
 log = logging.getLogger("pybroker.broker")
 
 METADATA_DIR = "__cluster_metadata"
-CHECKPOINT_INTERVAL_S = 60.0
 STOP_STEP_S = 3.0  # the most one shutdown step may take (SIGTERM must end the process)
 
 
@@ -120,6 +125,8 @@ class Broker:
         self.store: MetadataStore | None = None
         self.cluster: Cluster | None = None
         self.logs: LogManager | None = None
+        self.log_mover: LogDirMover | None = None
+        self._hosted_at_start: set[tuple[str, int]] = set()
         self.groups: GroupCoordinator | None = None
         self.transactions: TransactionCoordinator | None = None
         self.credentials: CredentialStore | None = None
@@ -129,7 +136,11 @@ class Broker:
         self._fake_salt_key: bytes | None = None
         self._marker_sender: MarkerSender | None = None
         self.replicas: ReplicaManager | None = None
-        self.flusher = Flusher(self._flush_policy, clock)
+        self.flusher = Flusher(
+            self._flush_policy,
+            clock,
+            on_io_error=lambda plog, e: self.logs.fail_dir(self.logs.dir_of(plog), e),
+        )
         self._flush_policies: dict[str, tuple[int, int]] = {}
         self.server: KafkaServer | None = None
         self.cleaner: LogCleaner | None = None
@@ -161,8 +172,17 @@ class Broker:
             soft,
             DESCRIPTORS.capacity,
         )
-        self.logs = LogManager(data_dir, log_config(cfg, {}), self.clock)
+        self.logs = LogManager(cfg.log_dir_list, log_config(cfg, {}), self.clock)
         await asyncio.to_thread(self.logs.load_all)
+        for d in self.logs.online_dirs:  # a disk of another broker: refused, as Kafka does
+            meta_properties.check_broker_id(d, cfg.broker_id)
+        self.logs.dir_failure_listeners.append(self._on_log_dir_failure)
+        self.log_mover = LogDirMover(
+            self.logs,
+            # read at every chunk: a dynamic change applies to moves under way
+            rate=lambda: self.config.replica_alter_log_dirs_io_max_bytes_per_second,
+            clock=self.clock,
+        )
         self.store = make_store(cfg, data_dir, self.clock)
         await self.store.start()
         endpoints = [(e.listener, e.host, e.port) for e in cfg.advertised]
@@ -187,6 +207,13 @@ class Broker:
         )
         self.loop_monitor.add_listener(self.cluster.loop_stalled)
         await self.cluster.start()
+        for d in self.logs.online_dirs:  # (a wrong zookeeper.connect: refused, as Kafka does)
+            meta_properties.check_cluster_id(d, self.cluster.cluster_id)
+        for d in self.logs.online_dirs:
+            try:
+                meta_properties.write(d, cfg.broker_id, self.cluster.cluster_id)
+            except OSError as e:
+                self.logs.fail_dir(d, e)
         self._apply_broker_configs()  # before anything below reads a dynamic value
         self.replicas = ReplicaManager(
             cfg.broker_id,
@@ -204,10 +231,20 @@ class Broker:
         )
         self._apply_topic_configs()
         self._loop = asyncio.get_running_loop()
+        self.logs.owner_thread = threading.get_ident()
+        self.logs.call_on_owner = self._loop.call_soon_threadsafe
         self.cleaner = self._new_cleaner()
         self.cleaner.start()
         self.flusher.start()
+        me = cfg.broker_id
+        self._hosted_at_start = {  # existing replicas (Kafka's isNew = false)
+            (name, p)
+            for name, info in self.cluster.topics.items()
+            for p, st in info.partitions.items()
+            if me in st.replicas
+        }
         await self.replicas.start()
+        self.log_mover.resume()  # moves a crash interrupted go on
         self.cluster.add_listener(self._on_cluster_event)
         self.groups = GroupCoordinator(
             OffsetStore(self.store, self.clock),
@@ -341,6 +378,8 @@ class Broker:
             self._marker_sender.close()
         if self.groups is not None:
             await _bounded("group coordinator", self.groups.stop())
+        if self.log_mover is not None:
+            await _bounded("log dir mover", self.log_mover.stop())
         if self.replicas is not None:
             await _bounded("replica manager", self.replicas.stop())
         await _bounded("flusher", self.flusher.stop())
@@ -369,6 +408,20 @@ class Broker:
         info = self.cluster.topics[topic]
         if existing is not None and not other_incarnation(existing.topic_id, info.topic_id):
             return existing
+        key = (topic, partition)
+        if existing is None and self.logs.offline_dirs and key in self._hosted_at_start:
+            # Kafka's getOrCreateLog(isNew = false) while a dir is offline: the replica may
+            # be in that dir, and an empty log in its place could lead (data loss): offline
+            # here, the controller is told (it moves the leadership, drops it from the ISR)
+            log.error(
+                "%s-%d: no log in the online dirs and %s offline: offline here",
+                topic,
+                partition,
+                ", ".join(map(str, sorted(self.logs.offline_dirs))),
+            )
+            self.logs.offline_partitions.add(key)
+            self._on_log_dir_failure(None, [key])
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition} is offline")
         # new, or a log of an earlier incarnation of the topic (replaced by an empty one)
         return self.logs.get_or_create(
             topic, partition, log_config(self.config, info.configs), topic_id=info.topic_id
@@ -463,6 +516,43 @@ class Broker:
         self.cleaner = self._new_cleaner()
         self.cleaner.start()
         log.info("log cleaner restarted with %d threads", self.config.log_cleaner_threads)
+
+    def _on_log_dir_failure(self, directory: Path | None, lost: list[tuple[str, int]]) -> None:
+        """LogManager.fail_dir's listener (on the loop: LogManager.owner_thread), Kafka's
+        handleLogDirFailure: the dir's partitions go offline here and the controller is told
+        (it moves their leadership and takes this broker out of their ISRs); with no log dir
+        left the process halts with status 1, as Kafka does ("all log dirs have failed")."""
+        if self._loop is None:
+            return  # (at start: load_all reports what it could not load)
+        if self.replicas is not None:
+            self.replicas.mark_offline(lost)
+        if not self.logs.online_dirs:
+            log.critical(
+                "Shutdown broker because all log dirs in %s have failed",
+                ", ".join(map(str, self.logs.log_dirs)),
+            )
+            logging.shutdown()
+            os._exit(1)
+        if lost and self.store is not None and not self._stopping:
+            self._loop.create_task(self._announce_offline(lost), name="log-dir-failure")
+
+    async def _announce_offline(self, lost: list[tuple[str, int]]) -> None:
+        data = json.dumps(
+            {"version": 1, "broker": self.config.broker_id, "partitions": sorted(lost)}
+        ).encode()
+        for attempt in range(10):
+            try:
+                await self.store.create(
+                    paths.offline_replicas_prefix(self.config.broker_id),
+                    data,
+                    ephemeral=True,
+                    sequence=True,
+                    makepath=True,
+                )
+                return
+            except Exception as e:  # (store unreachable: try again)
+                log.warning("log dir failure not announced yet: %s", e)
+                await asyncio.sleep(min(0.1 * 2**attempt, 5.0))
 
     def _run_on_loop(self, fn: Callable[[], Any]) -> Any:
         """The log cleaner's one handoff: run ``fn`` (a segment swap, a look at the producer
@@ -580,7 +670,7 @@ class Broker:
         # Flushing moves each log's recovery point, which bounds how much of the tail a
         # start after a crash must scan (the OS page cache already survives a process kill).
         while True:
-            await asyncio.sleep(CHECKPOINT_INTERVAL_S)
+            await asyncio.sleep(self.config.log_flush_offset_checkpoint_interval_ms / 1000)
             try:
                 await asyncio.to_thread(self.logs.flush_all)
             except Exception:
@@ -592,6 +682,6 @@ def describe(broker: Broker) -> dict[str, Any]:
     return {
         "broker.id": cfg.broker_id,
         "listeners": ",".join(str(e) for e in cfg.listeners),
-        "log.dirs": str(cfg.data_dir),
+        "log.dirs": ",".join(str(d) for d in cfg.log_dir_list),
         "metadata": broker.metadata_backend,
     }

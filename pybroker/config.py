@@ -259,6 +259,11 @@ _KEYS: dict[str, tuple[str, Any, Any]] = {
     ),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool, False),
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int, 30000),
+    "log.flush.offset.checkpoint.interval.ms": (
+        "log_flush_offset_checkpoint_interval_ms",
+        _int,
+        60000,
+    ),
     "controlled.shutdown.enable": ("controlled_shutdown_enable", _bool, True),
     "controlled.shutdown.max.retries": ("controlled_shutdown_max_retries", _int, 3),
     "controlled.shutdown.retry.backoff.ms": ("controlled_shutdown_retry_backoff_ms", _int, 5000),
@@ -371,6 +376,9 @@ class Config:
     max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = ()
     unclean_leader_election_enable: bool = False
     replica_lag_time_max_ms: int = 30000
+    # recovery point (and the other) checkpoints of every log dir: also when a failed dir is
+    # noticed at the latest if nothing else writes there
+    log_flush_offset_checkpoint_interval_ms: int = 60000
     controlled_shutdown_enable: bool = True
     controlled_shutdown_max_retries: int = 3
     controlled_shutdown_retry_backoff_ms: int = 5000
@@ -427,6 +435,19 @@ class Config:
             raise ConfigError("log.dirs is not set")
         first = d.split(",")[0].strip()
         return Path(first)
+
+    @property
+    def log_dir_list(self) -> list[Path]:
+        """Every entry of log.dirs (else log.dir), in order, duplicates dropped (JBOD: each
+        one holds partitions; the first also the embedded metadata store)."""
+        d = self.log_dirs or self.log_dir
+        if d is None:
+            raise ConfigError("log.dirs is not set")
+        out: list[Path] = []
+        for entry in d.split(","):
+            if entry.strip() and Path(entry.strip()) not in out:
+                out.append(Path(entry.strip()))
+        return out
 
     @property
     def roll_ms(self) -> int:

@@ -19,9 +19,17 @@ NEVER = 2**63 - 1
 
 
 class Flusher:
-    def __init__(self, policy: Callable[[str], tuple[int, int]], clock: Any) -> None:
-        """``policy(topic) -> (flush.messages, flush.ms)``; NEVER (or below 1) disables one."""
+    def __init__(
+        self,
+        policy: Callable[[str], tuple[int, int]],
+        clock: Any,
+        on_io_error: Callable[[Any, OSError], None] | None = None,
+    ) -> None:
+        """``policy(topic) -> (flush.messages, flush.ms)``; NEVER (or below 1) disables one.
+        ``on_io_error(log, error)``: a flush failed with an OSError (the broker takes the log
+        dir offline)."""
         self.policy = policy
+        self.on_io_error = on_io_error
         self.clock = clock
         self._pending: dict[Any, list] = {}  # log -> [messages, first unflushed ms, topic]
         self._running: set[Any] = set()
@@ -55,7 +63,10 @@ class Flusher:
     def _done(self, plog: Any, task: asyncio.Future) -> None:
         self._running.discard(plog)
         if not task.cancelled() and task.exception() is not None:
-            log.error("flush failed: %s", task.exception())
+            error = task.exception()
+            log.error("flush failed: %s", error)
+            if isinstance(error, OSError) and self.on_io_error is not None:
+                self.on_io_error(plog, error)
 
     async def _timer_loop(self) -> None:
         while True:

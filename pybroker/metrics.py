@@ -296,6 +296,9 @@ class Snapshot:
     fetch_session_evictions: int = 0
     # client quotas: total throttle time given, by quota key (quotas/manager.py)
     quota_throttle_ms: dict[str, int] = field(default_factory=dict)
+    offline_replicas: int = 0  # replicas lost with a failed log dir
+    # (log dir, 1 if offline) of every entry of log.dirs
+    log_dirs: list[tuple[str, int]] = field(default_factory=list)
 
 
 async def snapshot(broker: Any) -> Snapshot:
@@ -345,6 +348,10 @@ async def snapshot(broker: Any) -> Snapshot:
             )
         except (OSError, ValueError, AttributeError):  # closed under us (topic deleted)
             continue
+    snap.offline_replicas = len(getattr(replicas, "offline", ()))
+    logs = broker.logs
+    if logs is not None:
+        snap.log_dirs = [(str(d), int(d in logs.offline_dirs)) for d in logs.log_dirs]
     snap.controller = cluster.controller_id == snap.broker_id
     if snap.controller:
         live = cluster.brokers
@@ -544,6 +551,25 @@ class SnapshotCollector(Collector):
             "AtMinIsrPartitionCount: led partitions whose ISR is at min.insync.replicas",
             sum(1 for r in leaders if r.isr == r.min_isr),
         )
+        yield gauge(
+            "replicamanager_offlinereplicacount",
+            "OfflineReplicaCount: replicas offline here after their log dir failed",
+            s.offline_replicas,
+        )
+        yield gauge(
+            "logmanager_offlinelogdirectorycount",
+            "OfflineLogDirectoryCount: entries of log.dirs offline after an I/O error",
+            sum(off for _, off in s.log_dirs),
+            "log",
+        )
+        per_dir = GaugeMetricFamily(
+            "kafka_log_logmanager_logdirectoryoffline",
+            "LogDirectoryOffline: 1 when that log dir is offline",
+            labels=["logDirectory"],
+        )
+        for d, off in s.log_dirs:
+            per_dir.add_metric([d], off)
+        yield per_dir
         for name, value in (("isrshrinks", s.isr_shrinks), ("isrexpands", s.isr_expands)):
             f = _counter(f"kafka_server_replicamanager_{name}", f"{name}: ISR changes")
             f.add_metric([], value)

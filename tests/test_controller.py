@@ -465,6 +465,41 @@ def test_controlled_shutdown_and_preferred_rebalance(make_env):
     run(main())
 
 
+def test_offline_replicas_after_a_log_dir_failure(make_env):
+    """Broker 2 announces replicas lost to a log dir failure (/pybroker/offline_replicas):
+    the partition it led moves to another ISR member (epoch + 1) and it leaves the ISR of the
+    lost partitions only; a partition whose replica it lost and nobody else can lead goes
+    offline (leader -1), as Kafka's OfflinePartition."""
+
+    async def main():
+        env = make_env()
+        try:
+            await three_brokers(env)
+            c1, c2 = env.clusters[1], env.clusters[2]
+            await c1.create_topic("t", 3, 3, assignments=ASSIGNMENT)
+            await c1.create_topic("solo", 1, 1, assignments={0: [2]})
+            for p in (0, 1, 2):
+                await env.wait_cached("t", p, lambda s: len(s.isr) == 3)
+            lost = {"version": 1, "broker": 2, "partitions": [["t", 0], ["t", 1], ["solo", 0]]}
+            await c2.store.create(
+                paths.offline_replicas_prefix(2),
+                json.dumps(lost).encode(),
+                ephemeral=True,
+                sequence=True,
+                makepath=True,
+            )
+            await env.wait_cached("t", 1, lambda s: (s.leader, s.leader_epoch) == (3, 1))
+            await env.wait_cached("t", 1, lambda s: 2 not in s.isr)
+            await env.wait_cached("t", 0, lambda s: s.leader == 1 and 2 not in s.isr)
+            await env.wait_cached("solo", 0, lambda s: s.leader == -1)
+            assert 2 in c1.topics["t"].partitions[2].isr  # its replica there is fine
+            assert c1.topics["t"].partitions[0].leader_epoch == 0
+        finally:
+            await env.close()
+
+    run(main())
+
+
 def test_many_partitions_batched_in_fenced_multis(make_env):
     async def main():
         env = make_env()

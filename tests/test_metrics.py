@@ -91,6 +91,8 @@ def test_a_snapshot_renders_and_parses():
     m.request(0, 9, {}, {"responses": []}, 0.001)
     snap = Snapshot(
         broker_id=0,
+        offline_replicas=2,
+        log_dirs=[("/d1", 0), ("/d2", 1)],
         topics_in={"t": [1000, 10, 0]},
         totals=m.totals(),
         requests=dict(m.requests),
@@ -105,6 +107,11 @@ def test_a_snapshot_renders_and_parses():
     }
     assert samples[("kafka_server_brokertopicmetrics_bytesin_total", (("topic", "t"),))] == 1000
     assert samples[("kafka_server_brokertopicmetrics_bytesin_total", ())] == 1000
+    assert samples[("kafka_server_replicamanager_offlinereplicacount", ())] == 2
+    assert samples[("kafka_log_logmanager_offlinelogdirectorycount", ())] == 1
+    offline = "kafka_log_logmanager_logdirectoryoffline"
+    assert samples[(offline, (("logDirectory", "/d2"),))] == 1
+    assert samples[(offline, (("logDirectory", "/d1"),))] == 0
     key = (
         "kafka_network_requestmetrics_requests_total",
         (("request", "Produce"), ("version", "9")),

@@ -27,6 +27,12 @@ resigns, loses its store session (LOST), or is fenced.  Its duties:
   is never elected; the partitions it leads move to the first other live ISR member (leader
   epoch + 1) and it leaves every ISR (Kafka's ControlledShutdownPartitionLeaderElection and
   OfflineReplica transition).  A partition nobody else can lead stays with it.
+* **Log dir failure.**  A broker whose log dir failed creates an ephemeral
+  ``/pybroker/offline_replicas/<id>-<seq>`` naming the partitions it lost (log/manager.py,
+  ``fail_dir``); every pass reads them (a watch on the children starts a full pass).  For
+  such a partition that broker counts as dead: a partition it leads gets a new leader from
+  the other live ISR members (or goes offline, leader -1, as Kafka's OfflinePartition), and it
+  leaves the ISR (Kafka's OfflineReplica transition after a LogDirEventNotification).
 * **Preferred leaders.**  With ``auto.leader.rebalance.enable``, 5 s after the start and then
   every ``leader.imbalance.check.interval.seconds``, :meth:`Controller.
   rebalance_preferred_leaders` runs Kafka's checkAndTriggerAutoLeaderRebalance: a preferred
@@ -68,6 +74,7 @@ Design decisions:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -257,6 +264,11 @@ class Controller:
         self._cs_watch_pending = False
         self._cs_dirty = True
         self._cs_ids: set[int] = set()  # the children as last read
+        # replicas offline after a log dir failure: {child name: (broker, partitions)}
+        # (children are immutable: each is read once), watch as for controlled shutdown
+        self._offline_nodes: dict[str, tuple[int, frozenset[TopicPartition]]] = {}
+        self._or_watch_pending = False
+        self._or_dirty = True
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -361,6 +373,7 @@ class Controller:
             self._check_active()
             live = await self._live_brokers()
             shutting = await self._read_shutting_down(live)
+            offline = await self._read_offline_replicas(live)
             candidates: list[TopicPartition] = []
             for name in topics:
                 info = self.cluster.topics.get(name)
@@ -371,13 +384,15 @@ class Controller:
                     cached = StoredState(
                         ps.leader, ps.leader_epoch, ps.isr, ps.controller_epoch, ps.zk_version
                     )
-                    if decide_for_live_set(cached, ps.replicas, live, unclean, shutting):
+                    here = live - offline.get((name, p), set())
+                    if decide_for_live_set(cached, ps.replicas, here, unclean, shutting):
                         candidates.append((name, p))
             if not candidates:
                 return
 
             def auto(tp: TopicPartition, st: StoredState, replicas: list[int], live: set[int]):
-                d = decide_for_live_set(st, replicas, live, self._unclean(tp[0]), shutting)
+                here = live - offline.get(tp, set())
+                d = decide_for_live_set(st, replicas, here, self._unclean(tp[0]), shutting)
                 return (ErrorCode.NONE, None) if d is None else d
 
             await self._run_decisions(candidates, auto, live, {})
@@ -516,6 +531,60 @@ class Controller:
             log.info("controller (epoch %d): broker %d is in controlled shutdown", self.epoch, b)
         self.shutting_down = shutting
         return shutting
+
+    async def _read_offline_replicas(self, live: set[int]) -> dict[TopicPartition, set[int]]:
+        """{partition: live brokers whose replica of it is offline (log dir failure)}."""
+        if not (self._or_watch_pending and not self._or_dirty):
+            watch = None
+            if not self._or_watch_pending:
+                self._or_watch_pending = True
+                watch = self._on_offline_changed
+            try:
+                children = await self.store.get_children(paths.OFFLINE_REPLICAS, watch=watch)
+            except BaseException as e:
+                if watch is not None:
+                    self._or_watch_pending = False
+                if not isinstance(e, NoNodeError):
+                    raise
+                children = []
+            self._or_dirty = False
+            nodes = {}
+            for child in children:
+                known = self._offline_nodes.get(child)
+                if known is None:
+                    try:
+                        data, _ = await self.store.get(f"{paths.OFFLINE_REPLICAS}/{child}")
+                        doc = json.loads(data)
+                        known = (
+                            int(doc["broker"]),
+                            frozenset((str(t), int(p)) for t, p in doc["partitions"]),
+                        )
+                    except NoNodeError:
+                        continue
+                    except (ValueError, KeyError, TypeError):
+                        log.warning("unreadable offline replicas node %s", child)
+                        continue
+                    log.info(
+                        "controller (epoch %d): broker %d lost %d replica(s) to a log dir failure",
+                        self.epoch,
+                        known[0],
+                        len(known[1]),
+                    )
+                nodes[child] = known
+            self._offline_nodes = nodes
+        out: dict[TopicPartition, set[int]] = {}
+        for broker, tps in self._offline_nodes.values():
+            if broker in live:
+                for tp in tps:
+                    out.setdefault(tp, set()).add(broker)
+        return out
+
+    def _on_offline_changed(self, event: object) -> None:
+        self._or_watch_pending = False
+        self._or_dirty = True
+        if self.active:
+            self._full = True
+            self._wake.set()
 
     def _on_shutting_down_changed(self, event: object) -> None:
         self._cs_watch_pending = False

@@ -48,6 +48,12 @@ CONSUMERS = "/consumers"
 CONTROLLED_SHUTDOWN = "/pybroker/controlled_shutdown"
 # KIP-848 consumer groups' records (coord/consumer_group_store.py)
 CONSUMER_GROUPS = "/pybroker/consumer_groups"
+# pybroker's own (Kafka ZooKeeper mode writes /log_dir_event_notification and learns the
+# offline replicas through LeaderAndIsr, which pybroker has not): a broker whose log dir
+# failed creates an ephemeral sequential <OFFLINE_REPLICAS>/<id>-<seq> holding
+# {"version": 1, "broker": id, "partitions": [[topic, partition], ...]}; they go with its
+# session (a restarted broker looks at its dirs again)
+OFFLINE_REPLICAS = "/pybroker/offline_replicas"
 
 # kafka.zk.ZkData.PersistentZkPaths: the persistent paths a Kafka broker ensures at startup
 PERSISTENT_PATHS: tuple[str, ...] = (
@@ -67,6 +73,7 @@ PERSISTENT_PATHS: tuple[str, ...] = (
     "/config/ips",
     CONTROLLED_SHUTDOWN,
     CONSUMER_GROUPS,
+    OFFLINE_REPLICAS,
 )
 
 
@@ -76,6 +83,10 @@ def broker(broker_id: int) -> str:
 
 def controlled_shutdown(broker_id: int) -> str:
     return f"{CONTROLLED_SHUTDOWN}/{broker_id}"
+
+
+def offline_replicas_prefix(broker_id: int) -> str:
+    return f"{OFFLINE_REPLICAS}/{broker_id}-"
 
 
 def topic(name: str) -> str:

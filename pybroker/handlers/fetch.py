@@ -192,7 +192,11 @@ def _read_all(
             region = None
             if diverging is None and offset < upper and remaining > 0:
                 limit = min(p.partition_max_bytes, remaining)
-                region = log.read(offset, limit, min_one_batch=total == 0, max_offset=upper)
+                try:
+                    region = log.read(offset, limit, min_one_batch=total == 0, max_offset=upper)
+                except OSError as e:  # the log dir failed: offline from now on
+                    ctx.services.logs.fail_dir(ctx.services.logs.dir_of(log), e)
+                    raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR) from e
                 if region is not None and region.size:
                     total += region.size
                     remaining -= region.size

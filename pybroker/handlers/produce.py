@@ -279,7 +279,11 @@ async def _append(
             services.replicas.check_enough_replicas(replica)
         for b in batches:
             set_partition_leader_epoch(records, b.position, replica.leader_epoch)
-        info = log.append(records, batches)
+        try:
+            info = log.append(records, batches)
+        except OSError as e:  # the log dir failed: offline from now on (Kafka's answer)
+            services.logs.fail_dir(services.logs.dir_of(log), e)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{index}: {e}") from e
     except KafkaError as e:
         return _partition_error(index, e.code, str(e) if ctx.version >= 8 else None), None
     services.replicas.after_leader_append(replica)

@@ -82,6 +82,9 @@ async def _write_one(
         )
     except KafkaError as e:
         return e.code
+    except OSError as e:  # the log dir failed: offline from now on (Kafka's answer)
+        services.logs.fail_dir(services.logs.dir_of(replica.log), e)
+        return ErrorCode.KAFKA_STORAGE_ERROR
     replicas.after_leader_append(replica)
     services.flusher.appended(topic, log, 1)
     end = appended.last_offset + 1

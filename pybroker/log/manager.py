@@ -1,7 +1,8 @@
-"""All partition logs of one log dir, in Kafka's layout::
+"""All partition logs of the broker's log dirs (log.dirs, JBOD), each dir in Kafka's layout::
 
     <log.dir>/
         <topic>-<partition>/                     one PartitionLog each
+        <topic>-<partition>.<hex>-future/        a replica being moved here (AlterReplicaLogDirs)
         recovery-point-offset-checkpoint         text, see below
         log-start-offset-checkpoint              text, same format: each log's start offset
         .kafka_cleanshutdown                     present only after a clean shutdown
@@ -16,6 +17,13 @@ Checkpoint file format (Kafka's OffsetCheckpointFile), UTF-8 text::
 Checkpoints are written atomically: temporary file, fsync, rename, fsync of the directory.
 The log start offset checkpoint keeps a start moved by DeleteRecords (inside a segment) across
 restarts; on open a log starts at max(its first segment's base offset, the checkpointed value).
+Every dir has its own checkpoints and marker, listing the logs (current and future) it holds.
+A partition is in one dir; a new one goes to the online dir holding the fewest logs (Kafka's
+nextLogDirs), or to the dir an AlterReplicaLogDirs named for it before it existed.  A
+partition found in two dirs at start (other than a ``-future`` copy) stops the start, as Kafka
+does (:class:`DuplicateLogError`).  A dir whose I/O fails is offline from then on
+(:meth:`LogManager.fail_dir`): its logs are dropped and the listeners told.
+
 At start the clean-shutdown marker decides whether logs are scanned at all; it is removed
 once the logs are loaded (so a crash afterwards means an unclean start) and written again by
 :meth:`LogManager.close` after every log was flushed and the checkpoint written.
@@ -23,15 +31,26 @@ once the logs are loaded (so a crash afterwards means an unclean start) and writ
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
+import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.log import partition_metadata
-from pybroker.log.partition_log import LogConfig, PartitionLog, parse_partition_dir
+from pybroker.log.leader_epoch import LeaderEpochCache
+from pybroker.log.partition_log import (
+    FUTURE_DIR_SUFFIX,
+    LogConfig,
+    PartitionLog,
+    parse_future_dir,
+    parse_partition_dir,
+)
+
+log = logging.getLogger(__name__)
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
@@ -91,37 +110,211 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+class DuplicateLogError(Exception):
+    """A partition's log found in two log dirs at start (Kafka refuses to start too)."""
+
+
+class LogDirNotFoundError(Exception):
+    """A path that is not one of log.dirs (Kafka's LogDirNotFoundException)."""
+
+
+class OfflineLogDirError(Exception):
+    """The log dir is offline (Kafka's KafkaStorageException)."""
+
+
+Key = tuple[str, int]
+# fail_dir's listeners: (the dir, the partitions whose current log was in it)
+DirFailureListener = Callable[[Path, list[Key]], None]
+
+
 class LogManager:
     def __init__(
-        self, log_dir: Path, default_config: LogConfig, clock: Clock = SYSTEM_CLOCK
+        self,
+        log_dirs: Path | Sequence[Path],
+        default_config: LogConfig,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self.log_dir = Path(log_dir)
+        dirs = [log_dirs] if isinstance(log_dirs, (str, Path)) else list(log_dirs)
+        self.log_dirs: list[Path] = []
+        for d in dirs:
+            p = Path(os.path.abspath(d))
+            if p not in self.log_dirs:
+                self.log_dirs.append(p)
+        if not self.log_dirs:
+            raise ValueError("no log dir")
+        self.log_dir = self.log_dirs[0]  # the first: the cleaner's checkpoint lives there
         self.default_config = default_config
         self.clock = clock
-        self.logs: dict[tuple[str, int], PartitionLog] = {}
+        self.logs: dict[Key, PartitionLog] = {}
+        self.future_logs: dict[Key, PartitionLog] = {}
+        # AlterReplicaLogDirs for a replica not created yet: where it is to be created
+        self.preferred_dirs: dict[Key, Path] = {}
+        self.offline_dirs: set[Path] = set()
+        # partitions whose log was in a dir that failed: offline here until the next start
+        # (Kafka's HostedPartition.Offline), never created again in another dir meanwhile
+        self.offline_partitions: set[Key] = set()
+        self.dir_failure_listeners: list[DirFailureListener] = []
+        # the owner of the logs (the broker's event loop thread) and how to run a call there:
+        # a failure seen in a worker thread (flush, checkpoint) is handled by the owner, so the
+        # tables never change under the loop's feet.  None: any thread (tests, start-up).
+        self.owner_thread: int | None = None
+        self.call_on_owner: Callable[..., object] | None = None
         self._pending_dir_deletes: list[tuple[int, Path, PartitionLog]] = []
         self.had_clean_shutdown = False
 
+    # -- dirs -------------------------------------------------------------------------------
+    @property
+    def online_dirs(self) -> list[Path]:
+        return [d for d in self.log_dirs if d not in self.offline_dirs]
+
+    def resolve_dir(self, path: str | Path) -> Path:
+        """The log dir ``path`` names (compared as absolute paths, as Kafka does);
+        LogDirNotFoundError if it is none of them, OfflineLogDirError if it is offline."""
+        p = Path(os.path.abspath(path))
+        if p not in self.log_dirs:
+            raise LogDirNotFoundError(f"Failed to find the log directory {path}")
+        if p in self.offline_dirs:
+            raise OfflineLogDirError(f"Log directory {p} is offline")
+        return p
+
+    @staticmethod
+    def dir_of(plog: PartitionLog) -> Path:
+        return plog.directory.parent
+
+    def logs_in(self, directory: Path) -> list[tuple[Key, PartitionLog, bool]]:
+        """(key, log, is_future) of every log in ``directory``.  Worker-thread safe (the
+        checkpoint runs in one): the tables are copied first, in one step each."""
+        current, future = list(self.logs.items()), list(self.future_logs.items())
+        out = [(k, lg, False) for k, lg in current if self.dir_of(lg) == directory]
+        out += [(k, lg, True) for k, lg in future if self.dir_of(lg) == directory]
+        return sorted(out, key=lambda e: (e[0], e[2]))
+
+    def next_log_dir(self, key: Key, exclude: Iterable[Path] = ()) -> Path:
+        """Where a new log goes: the dir named for it by AlterReplicaLogDirs if online, else
+        the online dir holding the fewest logs, current and future (Kafka's nextLogDirs; ties
+        in log.dirs order)."""
+        skip = set(exclude)
+        online = [d for d in self.online_dirs if d not in skip]
+        if not online:
+            raise OfflineLogDirError("every log dir is offline")
+        preferred = self.preferred_dirs.get(key)
+        if preferred in online:
+            return preferred
+        counts = dict.fromkeys(online, 0)
+        for lg in [*self.logs.values(), *self.future_logs.values()]:
+            d = self.dir_of(lg)
+            if d in counts:
+                counts[d] += 1
+        return min(online, key=lambda d: counts[d])
+
+    def fail_dir(self, directory: Path, error: BaseException | None = None) -> None:
+        """Kafka's handleLogDirFailure: ``directory`` (a log dir, or a path inside one) is
+        offline from now on.  Its logs are dropped (their descriptors closed, nothing else
+        touched on that disk), a future copy whose source or target was there is abandoned,
+        and every listener is told (dir, partitions whose current log was there).  Idempotent.
+        Called in another thread than ``owner_thread``, it is handed to the owner."""
+        if (
+            self.owner_thread is not None
+            and self.call_on_owner is not None
+            and threading.get_ident() != self.owner_thread
+        ):
+            self.call_on_owner(self.fail_dir, directory, error)
+            return
+        d = self._owning_dir(directory)
+        if d is None or d in self.offline_dirs:
+            return
+        self.offline_dirs.add(d)
+        log.error(
+            "log dir %s is offline (%s); %d log dir(s) left online",
+            d,
+            error or "I/O error",
+            len(self.online_dirs),
+        )
+        lost = [k for k, lg in self.logs.items() if self.dir_of(lg) == d]
+        self.offline_partitions.update(lost)
+        for k in lost:
+            self._drop(self.logs.pop(k))
+            fut = self.future_logs.pop(k, None)
+            if fut is not None:
+                self._drop(fut)
+        for k, fut in list(self.future_logs.items()):
+            if self.dir_of(fut) == d:
+                del self.future_logs[k]
+                src = self.logs.get(k)
+                if src is not None:
+                    src.future_copy = None
+                self._drop(fut)
+        for listener in list(self.dir_failure_listeners):
+            listener(d, lost)
+
+    def _owning_dir(self, path: Path) -> Path | None:
+        p = Path(os.path.abspath(path))
+        for d in self.log_dirs:
+            if p == d or d in p.parents:
+                return d
+        return None
+
+    @staticmethod
+    def _drop(plog: PartitionLog) -> None:
+        plog.future_copy = None
+        plog.closed = True
+        for seg in plog.segments:
+            try:
+                seg.release()
+            except OSError:
+                pass
+
+    # -- start ------------------------------------------------------------------------------
     def load_all(self) -> None:
-        """Open and recover every ``<topic>-<partition>`` directory; ignore anything else."""
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        marker = self.log_dir / CLEAN_SHUTDOWN_FILE
+        """Open and recover every ``<topic>-<partition>`` directory of every log dir (and the
+        ``-future`` copies); ignore anything else.  A dir that cannot be read or written is
+        offline (OfflineLogDirError if all are); a partition in two dirs: DuplicateLogError."""
+        cleans = []
+        for d in self.log_dirs:
+            try:
+                cleans.append(self._load_dir(d))
+            except DuplicateLogError:
+                raise
+            except OSError as e:
+                self.offline_dirs.add(d)
+                log.error("log dir %s is offline at start: %s", d, e)
+        if not self.online_dirs:
+            raise OfflineLogDirError(f"no log dir is usable: {', '.join(map(str, self.log_dirs))}")
+        self.had_clean_shutdown = all(cleans)
+        self.checkpoint()
+
+    def _load_dir(self, d: Path) -> bool:
+        d.mkdir(parents=True, exist_ok=True)
+        marker = d / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
-        self.had_clean_shutdown = clean
-        points = read_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT)
-        starts = read_checkpoint(self.log_dir / LOG_START_OFFSET_CHECKPOINT)
-        hws = read_checkpoint(self.log_dir / REPLICATION_OFFSET_CHECKPOINT)
-        for entry in sorted(os.listdir(self.log_dir)):
-            path = self.log_dir / entry
+        points = read_checkpoint(d / RECOVERY_POINT_CHECKPOINT)
+        starts = read_checkpoint(d / LOG_START_OFFSET_CHECKPOINT)
+        hws = read_checkpoint(d / REPLICATION_OFFSET_CHECKPOINT)
+        for entry in sorted(os.listdir(d)):
+            path = d / entry
             if not path.is_dir():
                 continue
             if entry.endswith(DELETE_DIR_SUFFIX):
                 shutil.rmtree(path, ignore_errors=True)
                 continue
-            parsed = parse_partition_dir(entry)
-            if parsed is None or parsed in self.logs:
+            future = parse_future_dir(entry)
+            parsed = future or parse_partition_dir(entry)
+            if parsed is None:
                 continue
-            self.logs[parsed] = PartitionLog.open(
+            table = self.future_logs if future else self.logs
+            if parsed in table:
+                other = table[parsed].directory
+                if future:
+                    raise DuplicateLogError(f"Duplicate log directories found: {path}, {other}")
+                raise DuplicateLogError(
+                    f"Duplicate log directories for {parsed[0]}-{parsed[1]} are found in both"
+                    f" {path} and {other}. It is likely because log directory failure happened"
+                    " while broker was replacing current replica with future replica. Recover"
+                    " broker from this failure by manually deleting one of the two directories"
+                    " for this partition. It is recommended to delete the partition in the log"
+                    " directory that is known to have failed recently."
+                )
+            plog = PartitionLog.open(
                 path,
                 self.default_config,
                 self.clock,
@@ -129,16 +322,24 @@ class LogManager:
                 clean_shutdown=clean,
                 log_start_offset=starts.get(parsed, 0),
             )
-            log = self.logs[parsed]
-            log.high_watermark = max(
-                min(hws.get(parsed, 0), log.log_end_offset), log.log_start_offset
+            plog.high_watermark = max(
+                min(hws.get(parsed, 0), plog.log_end_offset), plog.log_start_offset
             )
+            table[parsed] = plog
+        for key, fut in self.future_logs.items():
+            src = self.logs.get(key)
+            if src is not None:
+                src.future_copy = fut
         marker.unlink(missing_ok=True)
-        _fsync_dir(self.log_dir)
-        self.checkpoint()
+        _fsync_dir(d)
+        return clean
 
+    # -- logs -------------------------------------------------------------------------------
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self.logs.get((topic, partition))
+
+    def get_future(self, topic: str, partition: int) -> PartitionLog | None:
+        return self.future_logs.get((topic, partition))
 
     def get_or_create(
         self,
@@ -147,105 +348,233 @@ class LogManager:
         config: LogConfig | None = None,
         topic_id: uuid.UUID | None = None,
     ) -> PartitionLog:
-        """The partition's log, created if needed.  With ``topic_id`` (the topic's current
-        incarnation), a log that holds another incarnation (partition.metadata) is deleted and
-        an empty one created in its place; a log without an id adopts this one."""
-        log = self.logs.get((topic, partition))
+        """The partition's log, created if needed (in :meth:`next_log_dir`).  With
+        ``topic_id`` (the topic's current incarnation), a log that holds another incarnation
+        (partition.metadata) is deleted and an empty one created in its place; a log without
+        an id adopts this one.  A dir that fails to create it goes offline and the next is tried;
+        OfflineLogDirError when none is left."""
+        key = (topic, partition)
+        plog = self.logs.get(key)
         if topic_id == partition_metadata.ZERO:
             topic_id = None
-        if log is not None and partition_metadata.other_incarnation(log.topic_id, topic_id):
+        if plog is not None and partition_metadata.other_incarnation(plog.topic_id, topic_id):
             self.delete(topic, partition)
-            log = None
-        if log is None:
-            log = PartitionLog.open(
-                self.log_dir / f"{topic}-{partition}", config or self.default_config, self.clock
-            )
-            self.logs[(topic, partition)] = log
+            plog = None
+        if plog is None:
+            if key in self.offline_partitions:
+                raise OfflineLogDirError(f"{topic}-{partition} is offline (its log dir failed)")
+            tried: list[Path] = []
+            while plog is None:  # a dir that fails here goes offline; the next one is tried
+                d = self.next_log_dir(key, tried)
+                try:
+                    plog = PartitionLog.open(
+                        d / f"{topic}-{partition}", config or self.default_config, self.clock
+                    )
+                except OSError as e:
+                    tried.append(d)
+                    self.fail_dir(d, e)
+            self.preferred_dirs.pop(key, None)
+            self.logs[key] = plog
         elif config is not None:
-            log.config = config
-        if topic_id is not None and log.topic_id is None:
-            partition_metadata.write(log.directory, topic_id)
-            log.topic_id = topic_id
-        return log
+            plog.config = config
+        if topic_id is not None and plog.topic_id is None:
+            partition_metadata.write(plog.directory, topic_id)
+            plog.topic_id = topic_id
+        return plog
+
+    def create_future(self, topic: str, partition: int, directory: Path) -> PartitionLog:
+        """An empty copy of the partition's current log in ``directory``, named
+        ``<topic>-<partition>.<uuid hex>-future`` (Kafka's), starting at the current log's
+        start offset, with its topic id and config; log/mover.py fills it."""
+        key = (topic, partition)
+        src = self.logs[key]
+        if key in self.future_logs:
+            raise ValueError(f"{topic}-{partition} already has a future log")
+        path = directory / f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
+        try:
+            fut = PartitionLog.open(path, src.config, self.clock)
+            if src.log_start_offset > 0:
+                fut.truncate_fully_and_start_at(src.log_start_offset)
+            if src.topic_id is not None:
+                partition_metadata.write(fut.directory, src.topic_id)
+                fut.topic_id = src.topic_id
+        except OSError as e:
+            self.fail_dir(directory, e)
+            raise OfflineLogDirError(f"Log directory {directory} is offline") from e
+        self.future_logs[key] = fut
+        src.future_copy = fut
+        return fut
+
+    def remove_future(self, topic: str, partition: int) -> None:
+        """Abandon a move: the future log is renamed ``-delete`` and removed later."""
+        fut = self.future_logs.pop((topic, partition), None)
+        if fut is None:
+            return
+        src = self.logs.get((topic, partition))
+        if src is not None and src.future_copy is fut:
+            src.future_copy = None
+        try:
+            self._retire(fut)
+        except OSError as e:
+            self.fail_dir(self.dir_of(fut), e)
+
+    def replace_current_with_future(self, topic: str, partition: int) -> None:
+        """The swap at the end of a move (Kafka's replaceCurrentWithFutureLog), when the
+        future log holds exactly the current one's offsets (same log end).  Caller: the owner
+        (event loop), with no await since it last compared them.  On disk: the future dir is
+        renamed to ``<topic>-<partition>``, then the old dir to ``<name>.<hex>-delete``
+        (a crash between leaves the partition in two dirs: the next start refuses, naming
+        both, as Kafka's).  The log object everyone holds takes the future's state
+        (PartitionLog.exchange_state); the old state is deleted after file.delete.delay.ms."""
+        key = (topic, partition)
+        src = self.logs[key]
+        fut = self.future_logs[key]
+        if fut.log_end_offset != src.log_end_offset:
+            raise ValueError(
+                f"{topic}-{partition}: future log end {fut.log_end_offset} != {src.log_end_offset}"
+            )
+        del self.future_logs[key]
+        src.future_copy = None
+        fut.high_watermark = fut.log_end_offset  # (so that its start may move up to there)
+        if src.log_start_offset > fut.log_start_offset:
+            fut.delete_records_before(src.log_start_offset)
+        fut.high_watermark = src.high_watermark
+        epochs = LeaderEpochCache(fut.leader_epochs.path, src.leader_epochs.entries())
+        epochs.flush()
+        fut.leader_epochs = epochs
+        target = fut.directory.parent / f"{topic}-{partition}"
+        try:
+            os.rename(fut.directory, target)
+        except OSError as e:
+            self.future_logs[key] = fut
+            src.future_copy = fut
+            self.fail_dir(fut.directory, e)
+            raise
+        fut.moved_to(target)
+        src.exchange_state(fut)  # src: the moved log now; fut: the old one
+        try:
+            self._retire(fut)
+        except OSError as e:  # the old dir failed: the partition lives on in the new one
+            self.fail_dir(fut.directory, e)
+        self.checkpoint()
+
+    def _retire(self, plog: PartitionLog) -> None:
+        target = (
+            plog.directory.parent / f"{plog.directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        )
+        os.rename(plog.directory, target)
+        plog.moved_to(target)
+        for seg in plog.segments:  # as Kafka closes a deleted log's handles at once
+            seg.release()
+        due = self.clock.time_ms() + plog.config.file_delete_delay_ms
+        self._pending_dir_deletes.append((due, target, plog))
 
     def delete(self, topic: str, partition: int) -> None:
-        """Forget the partition and rename its directory to ``<name>.<hex>-delete``; the files
-        go in :meth:`delete_pending_files` after file.delete.delay.ms (in-flight reads)."""
-        log = self.logs.pop((topic, partition), None)
-        if log is None:
+        """Forget the partition and rename its directory to ``<name>.<hex>-delete`` (a move
+        under way is abandoned too); the files go in :meth:`delete_pending_files` after
+        file.delete.delay.ms (in-flight reads)."""
+        self.remove_future(topic, partition)
+        plog = self.logs.pop((topic, partition), None)
+        if plog is None:
             return
-        target = self.log_dir / f"{log.directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-        os.rename(log.directory, target)
-        log.moved_to(target)
-        for seg in log.segments:  # as Kafka closes a deleted log's handles at once
-            seg.release()
-        due = self.clock.time_ms() + log.config.file_delete_delay_ms
-        self._pending_dir_deletes.append((due, target, log))
+        try:
+            self._retire(plog)
+        except OSError as e:  # (its dir failed: the partition goes with it)
+            self.logs[(topic, partition)] = plog
+            self.fail_dir(self.dir_of(plog), e)
 
     def partitions(self) -> Iterator[tuple[str, int, PartitionLog]]:
-        for (topic, partition), log in list(self.logs.items()):
-            yield topic, partition, log
+        for (topic, partition), plog in list(self.logs.items()):
+            yield topic, partition, plog
 
     def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """DeleteRecords on one partition (PartitionLog.delete_records_before), then write the
         log start offset checkpoint so the new start survives a crash.  Returns the new log
         start offset; KeyError if the partition has no log here."""
-        log = self.logs[(topic, partition)]
-        before = log.log_start_offset
-        start = log.delete_records_before(offset)
+        plog = self.logs[(topic, partition)]
+        before = plog.log_start_offset
+        start = plog.delete_records_before(offset)
         if start != before:
             self.checkpoint()
         return start
 
     def run_retention(self) -> int:
         """Apply retention to every log (cheap: renames only).  Returns segments removed."""
-        return sum(log.delete_old_segments() for log in list(self.logs.values()))
+        removed = 0
+        for plog in list(self.logs.values()):
+            try:
+                removed += plog.delete_old_segments()
+            except OSError as e:
+                self.fail_dir(self.dir_of(plog), e)
+        return removed
 
     def delete_pending_files(self, *, force: bool = False) -> None:
         """Unlink files of deleted segments and partitions once due.  Worker-thread safe."""
-        for log in list(self.logs.values()):
-            log.delete_pending_files(force=force)
+        for plog in [*self.logs.values(), *self.future_logs.values()]:
+            try:
+                plog.delete_pending_files(force=force)
+            except OSError:
+                pass  # (its dir failed: the next write there reports it)
         now = self.clock.time_ms()
         keep = []
-        for due, path, log in self._pending_dir_deletes:
+        for due, path, plog in self._pending_dir_deletes:
             if force or due <= now:
-                log.delete()
+                try:
+                    plog.delete()
+                except OSError:
+                    pass
                 shutil.rmtree(path, ignore_errors=True)
             else:
-                keep.append((due, path, log))
+                keep.append((due, path, plog))
         self._pending_dir_deletes = keep
 
     def flush_all(self) -> None:
         """fsync every log and checkpoint the recovery points (may run in a worker thread)."""
-        for log in list(self.logs.values()):
-            log.flush()
+        for plog in [*self.logs.values(), *self.future_logs.values()]:
+            try:
+                plog.flush()
+            except OSError as e:
+                self.fail_dir(self.dir_of(plog), e)
         self.checkpoint()
 
     def checkpoint(self) -> None:
-        items = sorted(self.logs.items())
-        write_checkpoint(
-            self.log_dir / RECOVERY_POINT_CHECKPOINT,
-            [(t, p, log.recovery_point) for (t, p), log in items],
-        )
-        write_checkpoint(
-            self.log_dir / LOG_START_OFFSET_CHECKPOINT,
-            [(t, p, log.log_start_offset) for (t, p), log in items],
-        )
-        write_checkpoint(
-            self.log_dir / REPLICATION_OFFSET_CHECKPOINT,
-            [(t, p, log.high_watermark) for (t, p), log in items],
-        )
+        """Each online dir's three checkpoint files (its current and future logs); a dir
+        whose write fails goes offline."""
+        for d in self.online_dirs:
+            items = [(k, lg) for k, lg, _ in self.logs_in(d)]
+            try:
+                write_checkpoint(
+                    d / RECOVERY_POINT_CHECKPOINT,
+                    [(t, p, lg.recovery_point) for (t, p), lg in items],
+                )
+                write_checkpoint(
+                    d / LOG_START_OFFSET_CHECKPOINT,
+                    [(t, p, lg.log_start_offset) for (t, p), lg in items],
+                )
+                write_checkpoint(
+                    d / REPLICATION_OFFSET_CHECKPOINT,
+                    [(t, p, lg.high_watermark) for (t, p), lg in items],
+                )
+            except OSError as e:
+                self.fail_dir(d, e)
 
     def close(self) -> None:
-        """Clean shutdown: close (flush + producer snapshot) every log, checkpoint, marker."""
-        for log in list(self.logs.values()):
-            log.close()
+        """Clean shutdown: close (flush + producer snapshot) every log, checkpoint, and the
+        marker in every online dir."""
+        for plog in [*self.logs.values(), *self.future_logs.values()]:
+            try:
+                plog.close()
+            except OSError as e:
+                self.fail_dir(self.dir_of(plog), e)
         self.delete_pending_files(force=True)
         self.checkpoint()
-        marker = self.log_dir / CLEAN_SHUTDOWN_FILE
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        _fsync_dir(self.log_dir)
+        for d in self.online_dirs:
+            try:
+                fd = os.open(d / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                _fsync_dir(d)
+            except OSError as e:
+                log.error("log dir %s: clean shutdown marker not written: %s", d, e)

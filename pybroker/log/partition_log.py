@@ -157,12 +157,26 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return topic, int(part)
 
 
+FUTURE_DIR_SUFFIX = "-future"
+
+
+def parse_future_dir(name: str) -> tuple[str, int] | None:
+    """``<topic>-<partition>.<32 hex>-future`` (Kafka's logFutureDirName): the copy of a
+    replica being moved to another log dir (AlterReplicaLogDirs), or None."""
+    if not name.endswith(FUTURE_DIR_SUFFIX):
+        return None
+    stem, dot, unique = name[: -len(FUTURE_DIR_SUFFIX)].rpartition(".")
+    if not dot or len(unique) != 32 or any(c not in "0123456789abcdef" for c in unique):
+        return None
+    return parse_partition_dir(stem)
+
+
 class PartitionLog:
     def __init__(self, directory: Path, config: LogConfig, clock: Clock) -> None:
         self.directory = directory
         self.config = config
         self.clock = clock
-        parsed = parse_partition_dir(directory.name)
+        parsed = parse_partition_dir(directory.name) or parse_future_dir(directory.name)
         self.topic, self.partition = parsed if parsed else (directory.name, 0)
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
@@ -178,6 +192,9 @@ class PartitionLog:
         # lowest log end offset a truncation left since the log cleaner last looked (it pulls
         # its checkpoint back there: records below it may have been replaced)
         self.truncated_to: int | None = None
+        # a copy of this log being made in another log dir (log/mover.py): truncations are
+        # applied to it at once, so it is always a prefix of this log
+        self.future_copy: PartitionLog | None = None
         # the incarnation of the topic this directory holds (partition.metadata), if known
         self.topic_id: uuid.UUID | None = partition_metadata.read(directory)
 
@@ -919,6 +936,18 @@ class PartitionLog:
 
     def _note_truncation(self, offset: int) -> None:
         self.truncated_to = offset if self.truncated_to is None else min(self.truncated_to, offset)
+        future = self.future_copy
+        if future is not None and future.log_end_offset > offset:
+            future.truncate_to(offset)
+
+    def exchange_state(self, other: PartitionLog) -> None:
+        """AlterReplicaLogDirs' swap (LogManager.replace_current_with_future): this object,
+        the one the replica manager, the handlers and the cleaner hold, takes ``other``'s
+        whole state (directory, segments, indexes, offsets, producer state, epoch cache) and
+        ``other`` takes this one's, to be deleted.  Holders of the partition's log keep a
+        valid reference across a move.  Owner (event loop) only, with no await between the
+        last catch-up and this call."""
+        self.__dict__, other.__dict__ = other.__dict__, self.__dict__
 
     # -- the log cleaner's swap ---------------------------------------------------------------
 
@@ -1024,5 +1053,6 @@ __all__ = [
     "LogConfig",
     "PartitionLog",
     "TIME_INDEX_SUFFIX",
+    "parse_future_dir",
     "parse_partition_dir",
 ]

@@ -320,7 +320,11 @@ class ReplicaFetcher:
                 f.truncated = False
                 return True
             if batches:
-                plog.append_as_follower(buf, batches)
+                try:
+                    plog.append_as_follower(buf, batches)
+                except OSError as e:  # the log dir failed (LogManager.fail_dir: offline)
+                    self.manager.logs.fail_dir(plog.directory.parent, e)
+                    return True
                 self.manager.replication_bytes_in += len(buf)
         leader_start = p.get("log_start_offset", -1)
         plog.high_watermark = min(max(p["high_watermark"], 0), plog.log_end_offset)

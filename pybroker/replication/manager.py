@@ -140,6 +140,9 @@ class ReplicaManager:
         self.isr_shrinks = 0
         self.isr_expands = 0
         self.replication_bytes_in = 0  # ReplicationBytesInPerSec: batches copied as a follower
+        # partitions whose log dir failed (LogManager.fail_dir): offline on this broker until
+        # it restarts, answered KAFKA_STORAGE_ERROR (Kafka's HostedPartition.Offline)
+        self.offline: set[tuple[str, int]] = set()
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -235,6 +238,8 @@ class ReplicaManager:
     ) -> None:
         me = self.broker_id
         key = (name, index)
+        if key in self.offline:
+            return
         r = self.replicas.get(key)
         costly = (
             r is None
@@ -249,7 +254,14 @@ class ReplicaManager:
             self._detach(self.replicas.pop(key))
             r = None
         if r is None:
-            r = Replica(name, index, self.open_log(name, index))
+            try:
+                plog = self.open_log(name, index)
+            except KafkaError as e:  # its log dir is offline (Broker.partition_log)
+                if e.code != ErrorCode.KAFKA_STORAGE_ERROR:
+                    raise
+                self.offline.add(key)
+                return
+            r = Replica(name, index, plog)
             self.replicas[key] = r
         r.replicas = list(state.replicas)
         if state.leader == me:
@@ -272,6 +284,16 @@ class ReplicaManager:
             self._detach(r)
             r.role, r.leader, r.leader_epoch = OFFLINE, state.leader, state.leader_epoch
             r.isr = list(state.isr)
+
+    def mark_offline(self, keys: list[tuple[str, int]]) -> None:
+        """Their log dir failed: stop fetching and leading them here, for good."""
+        for key in keys:
+            self.offline.add(key)
+            r = self.replicas.get(key)
+            if r is not None:
+                self._detach(r)
+                r.role = OFFLINE
+                log.warning("%s-%d: offline on this broker (log dir failure)", *key)
 
     def _detach(self, r: Replica) -> None:
         for f in self.fetchers.values():
@@ -332,6 +354,8 @@ class ReplicaManager:
 
     # -- leader side ------------------------------------------------------------------------
     def leader_replica(self, topic: str, partition: int, current_leader_epoch: int = -1) -> Replica:
+        if (topic, partition) in self.offline:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "the replica's log dir is offline")
         r = self.replicas.get((topic, partition))
         info = self.cluster.topics.get(topic)
         if r is not None and info is not None and r.checked_info is not info:
