@@ -58,6 +58,7 @@ from pybroker.replication import manager as replica_manager
 from pybroker.replication.controlled_shutdown import controlled_shutdown
 from pybroker.replication.fetcher import ReplicaFetcher
 from pybroker.replication.manager import ReplicaManager
+from pybroker.replication.throttle import ReplicationThrottles
 from pybroker.security.authorizer import Authorizer
 from pybroker.security.credentials import CredentialStore, fake_salt_key
 from pybroker.server import KafkaServer
@@ -228,6 +229,10 @@ class Broker:
             inter_broker_listener=cfg.inter_broker_listener,
             inter_broker_ssl=cfg.inter_broker_ssl_context(),
             inter_broker_sasl=cfg.inter_broker_sasl(),
+            on_replica_removed=lambda t, p, plog: self._delete_logs([(t, p, plog)]),
+            throttles=ReplicationThrottles(
+                lambda: self.config, self.cluster, cfg.broker_id, self.clock
+            ),
         )
         self._apply_topic_configs()
         self._loop = asyncio.get_running_loop()

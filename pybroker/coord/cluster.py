@@ -137,6 +137,14 @@ class PartitionState:
     # of equality: two states with the same content compare equal whatever version they were
     # read at (the cache still tracks it: see _update_topic).
     zk_version: int = field(default=-1, compare=False)
+    # a reassignment in progress (KIP-455, the topic znode's adding_replicas /
+    # removing_replicas): ``replicas`` is then the full set, original plus target
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+    @property
+    def being_reassigned(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
 
 
 @dataclass(frozen=True)
@@ -296,6 +304,15 @@ def validate_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
             wrong = [s for s in items if s not in constraint]
             if wrong:
                 raise invalid(f"[{', '.join(wrong)}] are not in [{', '.join(sorted(constraint))}]")
+    for key in ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas"):
+        value = configs.get(key)
+        if value is not None and not _valid_throttled_replicas(str(value)):
+            # Kafka's ThrottledReplicaListValidator
+            raise bad(
+                f"Invalid value {value} for configuration {key}: Must be the literal '*' or a "
+                "list of replicas in the following format: "
+                "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
+            )
     lag_min, lag_max = configs.get("min.compaction.lag.ms"), configs.get("max.compaction.lag.ms")
     if lag_min is not None and lag_max is not None and int(lag_min) > int(lag_max):
         # Kafka's LogConfig.validateValues
@@ -304,6 +321,18 @@ def validate_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
             f" max.compaction.lag.ms ({int(lag_max)})"
         )
     return {k: str(v) for k, v in configs.items()}
+
+
+def _valid_throttled_replicas(value: str) -> bool:
+    """``*``, empty, or ``[partitionId]:[brokerId],...``."""
+    items = [i.strip() for i in value.split(",")]
+    if not value.strip() or items == ["*"]:
+        return True
+    for item in items:
+        p, sep, b = item.partition(":")
+        if not sep or not p.strip().isdigit() or not b.strip().isdigit():
+            return False
+    return True
 
 
 def assign_replicas_to_brokers(
@@ -712,6 +741,26 @@ class Cluster:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "this broker is not the controller")
         return await controller.elect_leaders(partitions, preferred=preferred)
 
+    async def alter_partition_reassignments(
+        self, requests: dict[TopicPartition, list[int] | None]
+    ) -> dict[TopicPartition, ElectionResult]:
+        """AlterPartitionReassignments on this broker: see coord/reassignment.py.  Raises
+        KafkaError(NOT_CONTROLLER) unless this broker is the (active) controller."""
+        controller = self.controller
+        if controller is None:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "this broker is not the controller")
+        return await controller.alter_partition_reassignments(requests)
+
+    def list_partition_reassignments(
+        self, partitions: list[TopicPartition] | None
+    ) -> dict[TopicPartition, Any]:
+        """ListPartitionReassignments on this broker: {partition: ReplicaAssignment}.  Raises
+        KafkaError(NOT_CONTROLLER) unless this broker is the (active) controller."""
+        controller = self.controller
+        if controller is None:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "this broker is not the controller")
+        return controller.list_partition_reassignments(partitions)
+
     # ------------------------------------------------------------------ watches + refresh
 
     def _watch(self, key: tuple) -> Callable[[WatchedEvent], None] | None:
@@ -885,11 +934,16 @@ class Cluster:
                 self._notify(ClusterEvent("TOPIC_DELETED", name))
             return
         topic_id, assignment = paths.decode_topic(data)
+        adding, removing = paths.decode_topic_reassignment(data)
         partitions = {}
         for k, (p, replicas) in enumerate(sorted(assignment.items())):
             if k % 256 == 255:
                 await asyncio.sleep(0)  # the embedded store answers at once: let others run
-            partitions[p] = await self._read_partition(name, p, replicas)
+            partitions[p] = dataclasses.replace(
+                await self._read_partition(name, p, replicas),
+                adding_replicas=tuple(adding.get(p, ())),
+                removing_replicas=tuple(removing.get(p, ())),
+            )
         configs = await self._read_config(name)
         old = self.topics.get(name)
         if old is not None and (topic_id is None or topic_id == old.topic_id):
@@ -898,7 +952,12 @@ class Cluster:
                 if cached is not None and 0 <= st.zk_version < cached.zk_version:
                     # read before a newer local write (update_isr, the controller) landed
                     # in the cache: keep the newer one (the watch brings any later change)
-                    partitions[p] = dataclasses.replace(cached, replicas=st.replicas)
+                    partitions[p] = dataclasses.replace(
+                        cached,
+                        replicas=st.replicas,
+                        adding_replicas=st.adding_replicas,
+                        removing_replicas=st.removing_replicas,
+                    )
         info = TopicInfo(
             name, topic_id or (old.topic_id if old else uuid.UUID(int=0)), partitions, configs
         )
@@ -944,13 +1003,21 @@ class Cluster:
 
     def _set_partition_state(self, name: str, p: int, state: PartitionState) -> None:
         """Put one partition's state into the cache (from a watch's re-read or a local write),
-        unless the cache already holds a newer znode version."""
+        unless the cache already holds a newer znode version.  Only leader, epochs and ISR are
+        taken: the assignment (replicas, adding and removing replicas) is the topic znode's,
+        cached by _refresh_topic and set_assignment."""
         info = self.topics.get(name)
         if info is None or p not in info.partitions:
             return
         cached = info.partitions[p]
         if 0 <= state.zk_version < cached.zk_version:
             return  # an older read than what a local write already put there
+        state = dataclasses.replace(
+            state,
+            replicas=list(cached.replicas),
+            adding_replicas=cached.adding_replicas,
+            removing_replicas=cached.removing_replicas,
+        )
         self._update_topic(
             TopicInfo(info.name, info.topic_id, {**info.partitions, p: state}, info.configs)
         )
@@ -1317,6 +1384,11 @@ class Cluster:
         info = self.topics.get(name)
         if info is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}")
+        if any(st.being_reassigned for st in info.partitions.values()):
+            # Kafka's ZkAdminManager.createPartitions (the topic znode holds the reassignment)
+            raise KafkaError(
+                ErrorCode.REASSIGNMENT_IN_PROGRESS, "A partition reassignment is in progress."
+            )
         current = len(info.partitions)
         if count <= current:
             raise KafkaError(

@@ -81,6 +81,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pybroker.coord import paths
+from pybroker.coord.reassignment import Reassignments, ReplicaAssignment
 from pybroker.coord.store import (
     BadVersionError,
     Check,
@@ -269,6 +270,7 @@ class Controller:
         self._offline_nodes: dict[str, tuple[int, frozenset[TopicPartition]]] = {}
         self._or_watch_pending = False
         self._or_dirty = True
+        self.reassignments = Reassignments(self)  # KIP-455 (coord/reassignment.py)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -310,6 +312,11 @@ class Controller:
                     await task
                 except asyncio.CancelledError:
                     pass
+
+    def wake(self) -> None:
+        """Run a pass soon (a watch of a duty's own fired)."""
+        if self.active:
+            self._wake.set()
 
     def _fence(self, why: str) -> None:
         if self.active:
@@ -369,6 +376,7 @@ class Controller:
 
     async def reconcile(self, topics: Iterable[str]) -> None:
         """One level-triggered pass over ``topics`` (see the module docstring)."""
+        topics = list(topics)
         async with self._lock:
             self._check_active()
             live = await self._live_brokers()
@@ -387,15 +395,42 @@ class Controller:
                     here = live - offline.get((name, p), set())
                     if decide_for_live_set(cached, ps.replicas, here, unclean, shutting):
                         candidates.append((name, p))
-            if not candidates:
-                return
+            if candidates:
 
-            def auto(tp: TopicPartition, st: StoredState, replicas: list[int], live: set[int]):
-                here = live - offline.get(tp, set())
-                d = decide_for_live_set(st, replicas, here, self._unclean(tp[0]), shutting)
-                return (ErrorCode.NONE, None) if d is None else d
+                def auto(tp: TopicPartition, st: StoredState, replicas: list[int], live: set[int]):
+                    here = live - offline.get(tp, set())
+                    d = decide_for_live_set(st, replicas, here, self._unclean(tp[0]), shutting)
+                    return (ErrorCode.NONE, None) if d is None else d
 
-            await self._run_decisions(candidates, auto, live, {})
+                await self._run_decisions(candidates, auto, live, {})
+            await self.reassignments.on_pass(topics, live - shutting)
+
+    async def alter_partition_reassignments(
+        self, requests: dict[TopicPartition, list[int] | None]
+    ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
+        """AlterPartitionReassignments (coord/reassignment.py): per partition (error code,
+        message).  Raises KafkaError(NOT_CONTROLLER) when this controller is not active, or
+        REQUEST_TIMED_OUT when the store cannot be reached."""
+        async with self._lock:
+            if not self.active:
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, "this broker is not the controller")
+            try:
+                live = await self._live_brokers()
+                live -= await self._read_shutting_down(live)
+                return await self.reassignments.alter(requests, live)
+            except ControllerFencedError as e:
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, "the controller was fenced") from e
+            except ConnectionLossError as e:
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, str(e)) from e
+
+    def list_partition_reassignments(
+        self, partitions: list[TopicPartition] | None
+    ) -> dict[TopicPartition, ReplicaAssignment]:
+        """ListPartitionReassignments: the partitions being reassigned (of ``partitions``, or
+        all).  Raises KafkaError(NOT_CONTROLLER) when this controller is not active."""
+        if not self.active:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "this broker is not the controller")
+        return self.reassignments.listing(partitions)
 
     async def elect_leaders(
         self, partitions: Iterable[TopicPartition], *, preferred: bool = True

@@ -13,6 +13,7 @@ reading our ZooKeeper sees familiar data.
     /config/changes/config_change_<10-digit seq> {"version":2,"entity_path":"brokers/<id>"} (written
                                                  after every entity config change; see coord/config_changes.py)
     /admin/delete_topics                         (notification parent, not used yet)
+    /admin/reassign_partitions                   {"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2]}]}
     /latest_producer_id_block                    {"version":1,"broker":1,"block_start":"0","block_end":"999"}
     /consumers/<group>/offsets/<topic>/<p>       "<offset>" (the old consumer's layout)
 """
@@ -41,6 +42,7 @@ CONFIG_CHANGE_PREFIX = "config_change_"
 DEFAULT_ENTITY = "<default>"
 ADMIN = "/admin"
 DELETE_TOPICS = "/admin/delete_topics"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CONSUMERS = "/consumers"
 # pybroker's own (no Kafka path): a broker in controlled shutdown holds the ephemeral
@@ -253,15 +255,21 @@ def decode_broker(data: bytes) -> dict[str, Any]:
     }
 
 
-def encode_topic(topic_id: uuid.UUID | None, assignment: dict[int, list[int]]) -> bytes:
-    """TopicZNode.encode, version 3."""
+def encode_topic(
+    topic_id: uuid.UUID | None,
+    assignment: dict[int, list[int]],
+    adding: dict[int, list[int]] | None = None,
+    removing: dict[int, list[int]] | None = None,
+) -> bytes:
+    """TopicZNode.encode, version 3: the full replica set of each partition, and for partitions
+    being reassigned (KIP-455) the replicas being added and removed."""
     obj: dict[str, Any] = {
         "partitions": {str(p): list(r) for p, r in sorted(assignment.items())},
     }
     if topic_id is not None:
         obj["topic_id"] = kafka_uuid_str(topic_id)
-    obj["adding_replicas"] = {}
-    obj["removing_replicas"] = {}
+    obj["adding_replicas"] = {str(p): list(r) for p, r in sorted((adding or {}).items()) if r}
+    obj["removing_replicas"] = {str(p): list(r) for p, r in sorted((removing or {}).items()) if r}
     obj["version"] = 3
     return _dumps(obj)
 
@@ -271,6 +279,43 @@ def decode_topic(data: bytes) -> tuple[uuid.UUID | None, dict[int, list[int]]]:
     tid = obj.get("topic_id")
     assignment = {int(p): [int(b) for b in r] for p, r in (obj.get("partitions") or {}).items()}
     return (parse_kafka_uuid(tid) if tid else None), assignment
+
+
+def decode_topic_reassignment(
+    data: bytes,
+) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """The adding_replicas and removing_replicas of a topic znode (empty before version 2)."""
+    obj = _loads(data) or {}
+
+    def part(key: str) -> dict[int, list[int]]:
+        return {int(p): [int(b) for b in r] for p, r in (obj.get(key) or {}).items() if r}
+
+    return part("adding_replicas"), part("removing_replicas")
+
+
+def encode_reassignment(targets: dict[tuple[str, int], list[int]]) -> bytes:
+    """ReassignPartitionsZNode.encode: the target replicas of each partition."""
+    return _dumps(
+        {
+            "version": 1,
+            "partitions": [
+                {"topic": t, "partition": p, "replicas": list(r)}
+                for (t, p), r in sorted(targets.items())
+            ],
+        }
+    )
+
+
+def decode_reassignment(data: bytes) -> dict[tuple[str, int], list[int]]:
+    """ReassignPartitionsZNode.decode; raises ValueError on what Kafka would not parse."""
+    try:
+        obj = _loads(data)
+        return {
+            (str(e["topic"]), int(e["partition"])): [int(b) for b in e["replicas"]]
+            for e in obj["partitions"]
+        }
+    except (TypeError, KeyError, AttributeError) as e:
+        raise ValueError(f"unreadable reassignment: {e}") from e
 
 
 def encode_partition_state(

@@ -115,6 +115,9 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
     "min.insync.replicas": TopicConfigDef(
         lambda c: str(c.min_insync_replicas), "min.insync.replicas", INT
     ),
+    # replication throttles (replication/throttle.py); no broker synonym in Kafka
+    "leader.replication.throttled.replicas": TopicConfigDef(lambda c: "", "", LIST),
+    "follower.replication.throttled.replicas": TopicConfigDef(lambda c: "", "", LIST),
     "unclean.leader.election.enable": TopicConfigDef(
         lambda c: str(c.unclean_leader_election_enable).lower(),
         "unclean.leader.election.enable",

@@ -37,6 +37,9 @@ Follower replicas (replica_id >= 0) read up to the log end and long-poll on appe
 fetch offset tells the leader how far they have copied (ISR and high watermark).  v12's
 last_fetched_epoch is checked against the leader-epoch cache: a mismatch answers
 diverging_epoch so the follower truncates.  Preferred read replicas (v11) are always -1.
+Replication throttles (replication/throttle.py): a follower outside the ISR gets no records of
+a partition this leader throttles while the leader quota is exceeded; the bytes answered for
+throttled partitions count against it.
 """
 
 from __future__ import annotations
@@ -190,7 +193,15 @@ def _read_all(
             else:
                 upper = lso if read_committed else hw
             region = None
-            if diverging is None and offset < upper and remaining > 0:
+            throttled = (
+                replica_id >= 0
+                and replicas.throttles is not None
+                and replicas.throttles.leader_throttled(topic, index)
+            )
+            held = (
+                throttled and replica_id not in replica.isr and replicas.throttles.leader_exceeded()
+            )
+            if diverging is None and offset < upper and remaining > 0 and not held:
                 limit = min(p.partition_max_bytes, remaining)
                 try:
                     region = log.read(offset, limit, min_one_batch=total == 0, max_offset=upper)
@@ -200,6 +211,8 @@ def _read_all(
                 if region is not None and region.size:
                     total += region.size
                     remaining -= region.size
+                    if throttled:
+                        replicas.throttles.record_leader(region.size)
                 else:
                     region = None
             aborted = None

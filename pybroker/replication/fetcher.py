@@ -15,6 +15,9 @@ For each partition handed over by the replica manager:
    the answer sends the partition back to step 1; OFFSET_OUT_OF_RANGE below the leader's log
    start restarts the local log there.
 
+Replication throttles (replication/throttle.py): a throttled partition this broker is not yet
+in the ISR of is left out of the fetch while the follower quota is exceeded.
+
 Connection failures back off and retry; a partition the manager takes away (role change) is
 dropped at once, and answers that arrive for it afterwards are ignored.
 """
@@ -38,6 +41,7 @@ EPOCH_VERSION = 4
 MAX_WAIT_MS = 500
 PARTITION_MAX_BYTES = 1024 * 1024
 MAX_BYTES = 16 * 1024 * 1024
+THROTTLE_BACKOFF_S = 1.0  # Kafka's replica.fetch.backoff.ms, when every partition is held
 SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH)
 
 
@@ -213,7 +217,17 @@ class ReplicaFetcher:
     # -- fetching ----------------------------------------------------------------------------------
     async def _fetch(self, conn: BrokerConnection, ready: dict[tuple[str, int], _Fetching]) -> None:
         wanted: dict[tuple[str, int], dict] = {}
+        throttles = self.manager.throttles
+        held = False
         for key, f in ready.items():
+            if (
+                throttles is not None
+                and self.manager.broker_id not in f.replica.isr
+                and throttles.follower_throttled(*key)
+                and throttles.follower_exceeded()
+            ):
+                held = True  # Kafka's shouldFollowerThrottle: left out of this fetch
+                continue
             plog = f.replica.log
             wanted[key] = {
                 "partition": key[1],
@@ -223,6 +237,9 @@ class ReplicaFetcher:
                 "log_start_offset": plog.log_start_offset,
                 "partition_max_bytes": PARTITION_MAX_BYTES,
             }
+        if not wanted and held:
+            await asyncio.sleep(THROTTLE_BACKOFF_S)
+            return
         data = self._session.build(wanted)
         by_topic: dict[str, list[dict]] = {}
         for (topic, _), params in data.partitions.items():
@@ -326,6 +343,9 @@ class ReplicaFetcher:
                     self.manager.logs.fail_dir(plog.directory.parent, e)
                     return True
                 self.manager.replication_bytes_in += len(buf)
+                throttles = self.manager.throttles
+                if throttles is not None and throttles.follower_throttled(r.topic, r.partition):
+                    throttles.record_follower(len(buf))
         leader_start = p.get("log_start_offset", -1)
         plog.high_watermark = min(max(p["high_watermark"], 0), plog.log_end_offset)
         if plog.log_start_offset < leader_start <= plog.high_watermark:

@@ -76,6 +76,9 @@ class Replica:
     # As leader: the log end offset when this leader epoch began (Kafka's
     # leaderEpochStartOffsetOpt); -1 otherwise.
     leader_epoch_start_offset: int = -1
+    # As leader: the epoch this broker's uninterrupted leadership began in (a same-leader epoch
+    # bump keeps it): acks=all produces appended since then settle by the high watermark.
+    leadership_epoch: int = -1
     # the TopicInfo this replica's log was last found to belong to (cluster metadata replaces
     # TopicInfo objects when a topic changes): an identity check per request instead of
     # comparing topic ids
@@ -112,8 +115,15 @@ class ReplicaManager:
         inter_broker_listener: str | None = None,
         inter_broker_ssl: Any = None,
         inter_broker_sasl: tuple[str, str, str] | None = None,
+        on_replica_removed: Callable[[str, int, PartitionLog], None] | None = None,
+        throttles: Any = None,
     ) -> None:
         self.broker_id = broker_id
+        # a reassignment took this broker out of a partition's replicas (the topic still
+        # exists): the broker deletes the log (Kafka's StopReplica with deletePartition)
+        self.on_replica_removed = on_replica_removed
+        # replication throttles (replication/throttle.py); None: never throttled
+        self.throttles = throttles
         self.cluster = cluster
         self.logs = logs
         self.purgatory = purgatory
@@ -206,7 +216,19 @@ class ReplicaManager:
                     self._sync_partition(name, index, info, state, budget)
         stale = [k for k in self.replicas if k not in seen and (topic is None or k[0] == topic)]
         for key in stale:
-            self._detach(self.replicas.pop(key))
+            r = self.replicas.pop(key)
+            self._detach(r)
+            r.role = OFFLINE
+            info = self.cluster.topics.get(key[0])
+            if (
+                info is not None
+                and key[1] in info.partitions
+                and not other_incarnation(r.log.topic_id, info.topic_id)
+            ):
+                # still a partition of this topic, no longer ours: reassigned away
+                log.info("%s-%d: no longer a replica here (reassigned): stopping", *key)
+                if self.on_replica_removed is not None:
+                    self.on_replica_removed(key[0], key[1], r.log)
         self._defer(budget.deferred)
 
     def _sync_deferred(self) -> None:
@@ -301,15 +323,25 @@ class ReplicaManager:
         self._wake(r)
 
     def _become_leader(self, r: Replica, state: Any) -> None:
-        self._detach(r)
         now = self.clock.time_ms()
+        if r.role == LEADER:
+            # the same leader in a new epoch (the controller bumped it: a reassignment, an ISR
+            # change of its own): as Kafka's makeLeader with isNewLeader false, followers keep
+            # their positions and waiting acks=all produces stay valid
+            followers = r.followers
+            r.followers = {
+                b: followers.get(b) or FollowerState() for b in r.replicas if b != self.broker_id
+            }
+        else:
+            self._detach(r)
+            r.leadership_epoch = state.leader_epoch
+            r.followers = {
+                b: FollowerState(last_caught_up_ms=now if b in state.isr else 0)
+                for b in r.replicas
+                if b != self.broker_id
+            }
         r.role, r.leader, r.leader_epoch = LEADER, self.broker_id, state.leader_epoch
         r.isr = list(state.isr)
-        r.followers = {
-            b: FollowerState(last_caught_up_ms=now if b in r.isr else 0)
-            for b in r.replicas
-            if b != self.broker_id
-        }
         r.leader_epoch_start_offset = r.log.log_end_offset
         r.log.leader_epochs.assign(state.leader_epoch, r.log.log_end_offset)
         log.info(
@@ -519,7 +551,7 @@ class ReplicaManager:
     def commit_result(self, r: Replica, end_offset: int, epoch: int) -> int | None:
         """acks=all: the error code for a batch ending before ``end_offset`` appended in leader
         epoch ``epoch``, if it is settled now (None: wait for the high watermark)."""
-        if r.role != LEADER or r.leader_epoch != epoch:
+        if r.role != LEADER or not r.leadership_epoch <= epoch <= r.leader_epoch:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if r.log.high_watermark >= end_offset:
             if len(r.isr) < self.min_insync_replicas(r.topic):
