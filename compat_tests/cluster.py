@@ -143,6 +143,7 @@ class Cluster:
         self.zookeeper = zookeeper
         settings = dict(CLUSTER_OVERRIDES)
         settings.update(overrides or {})
+        self.settings = settings
         self.brokers: dict[int, BrokerProcess] = {}
         first = None
         for i in range(size):
@@ -187,6 +188,24 @@ class Cluster:
         except OSError:
             return False
         return set(md.brokers) == set(self.ids) and md.controller_id in self.ids
+
+    def add_broker(self, timeout: float = 60.0) -> int:
+        """Start one more broker (the next id, same settings and chroot), as an operator adds
+        a machine to a running cluster; returns its id once the cluster knows it."""
+        new_id = max(self.brokers) + 1
+        first = self.brokers[min(self.brokers)]
+        b = BrokerProcess(
+            self.workdir / f"broker{new_id}",
+            zookeeper_connect=self.zookeeper.connect,
+            overrides=self.settings,
+            broker_id=new_id,
+            chroot=first.chroot,
+        )
+        self.brokers[new_id] = b
+        self.note(f"add broker {new_id}")
+        b.start(timeout)
+        wait_until(self._all_registered, timeout, 0.2, f"broker {new_id} registered")
+        return new_id
 
     def kill9(self, broker_id: int) -> float:
         """kill -9; returns the time.monotonic() of the kill."""

@@ -153,6 +153,9 @@ class TopicInfo:
     topic_id: uuid.UUID
     partitions: dict[int, PartitionState]
     configs: dict[str, str]
+    # the topic znode's version the assignment was read at (or a local write made): a read
+    # that started before a local reassignment write never puts the older assignment back
+    assignment_version: int = field(default=-1, compare=False)
 
 
 class ClusterEvent(NamedTuple):
@@ -927,7 +930,9 @@ class Cluster:
     async def _refresh_topic(self, name: str) -> None:
         gen = self._local_gen
         try:
-            data, _ = await self._watched(("topic", name), self.store.get, paths.topic(name))
+            data, topic_stat = await self._watched(
+                ("topic", name), self.store.get, paths.topic(name)
+            )
         except NoNodeError:
             if name in self.topics and self._locally_written.get(name, -1) <= gen:
                 del self.topics[name]
@@ -946,10 +951,28 @@ class Cluster:
             )
         configs = await self._read_config(name)
         old = self.topics.get(name)
+        version = topic_stat.version
         if old is not None and (topic_id is None or topic_id == old.topic_id):
-            for p, st in partitions.items():
+            stale_assignment = version < old.assignment_version
+            if stale_assignment:
+                # read before a local write of the topic znode (a reassignment step, new
+                # partitions) landed in the cache: its assignment stays (its watch brings any
+                # later change)
+                version = old.assignment_version
+                for p, cached in old.partitions.items():
+                    partitions.setdefault(p, cached)
+            for p, st in list(partitions.items()):
                 cached = old.partitions.get(p)
-                if cached is not None and 0 <= st.zk_version < cached.zk_version:
+                if cached is None:
+                    continue
+                if stale_assignment:
+                    st = partitions[p] = dataclasses.replace(
+                        st,
+                        replicas=list(cached.replicas),
+                        adding_replicas=cached.adding_replicas,
+                        removing_replicas=cached.removing_replicas,
+                    )
+                if 0 <= st.zk_version < cached.zk_version:
                     # read before a newer local write (update_isr, the controller) landed
                     # in the cache: keep the newer one (the watch brings any later change)
                     partitions[p] = dataclasses.replace(
@@ -959,7 +982,11 @@ class Cluster:
                         removing_replicas=st.removing_replicas,
                     )
         info = TopicInfo(
-            name, topic_id or (old.topic_id if old else uuid.UUID(int=0)), partitions, configs
+            name,
+            topic_id or (old.topic_id if old else uuid.UUID(int=0)),
+            partitions,
+            configs,
+            version,
         )
         self._update_topic(info)
 
@@ -1018,15 +1045,13 @@ class Cluster:
             adding_replicas=cached.adding_replicas,
             removing_replicas=cached.removing_replicas,
         )
-        self._update_topic(
-            TopicInfo(info.name, info.topic_id, {**info.partitions, p: state}, info.configs)
-        )
+        self._update_topic(dataclasses.replace(info, partitions={**info.partitions, p: state}))
 
     async def _refresh_config(self, name: str) -> None:
         configs = await self._read_config(name)
         info = self.topics.get(name)
         if info is not None:
-            self._update_topic(TopicInfo(info.name, info.topic_id, info.partitions, configs))
+            self._update_topic(dataclasses.replace(info, configs=configs))
 
     # ------------------------------------------------------------------ entity configs
 
@@ -1206,7 +1231,7 @@ class Cluster:
             p: PartitionState(replicas[0], 0, list(replicas), list(replicas), epoch, 0)
             for p, replicas in assignment.items()
         }
-        info = TopicInfo(name, topic_id, partitions, clean_configs)
+        info = TopicInfo(name, topic_id, partitions, clean_configs, 0)
         if validate_only:
             return info
 
@@ -1332,7 +1357,7 @@ class Cluster:
         log.info("topic %s: configs %s -> %s", name, current, clean)
         info = self.topics.get(name)
         if info is not None:
-            self._update_topic(TopicInfo(info.name, info.topic_id, info.partitions, clean))
+            self._update_topic(dataclasses.replace(info, configs=clean))
         self._mark(("config", name))  # read it back (and keep its watch set)
         return clean
 
@@ -1431,7 +1456,7 @@ class Cluster:
         partitions = dict(info.partitions)
         for p, replicas in added.items():
             partitions[p] = PartitionState(replicas[0], 0, list(replicas), list(replicas), epoch, 0)
-        new_info = TopicInfo(name, info.topic_id, partitions, info.configs)
+        new_info = dataclasses.replace(info, partitions=partitions)
         if validate_only:
             return new_info
         try:
@@ -1463,6 +1488,7 @@ class Cluster:
             ) from e
         self._local_gen += 1
         self._locally_written[name] = self._local_gen
+        new_info = dataclasses.replace(new_info, assignment_version=stat.version + 1)
         self._update_topic(new_info)
         self._mark(("topic", name))
         return new_info

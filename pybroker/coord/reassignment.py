@@ -341,6 +341,8 @@ class Reassignments:
                 return (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
             topic_data, topic_version, state, state_version = read
             assignment = new or self._assignment_in(topic_data, tp[1])
+            if new is None and not assignment.being_reassigned:
+                return None  # completed already (the cache was behind)
             if not is_complete(assignment, state["isr"]):
                 return None
             target = assignment.target
@@ -457,7 +459,7 @@ class Reassignments:
             leader_epoch,
             isr,
         )
-        self._cache(tp, assignment, leader, leader_epoch, isr, state_version + 1)
+        self._cache(tp, assignment, leader, leader_epoch, isr, state_version + 1, topic_version + 1)
         return True
 
     def _cache(
@@ -468,9 +470,8 @@ class Reassignments:
         leader_epoch: int,
         isr: list[int],
         zk_version: int,
+        topic_version: int,
     ) -> None:
-        from pybroker.coord.cluster import TopicInfo
-
         info = self.cluster.topics.get(tp[0])
         if info is None or tp[1] not in info.partitions:
             return
@@ -486,7 +487,11 @@ class Reassignments:
             zk_version=zk_version,
         )
         self.cluster._update_topic(
-            TopicInfo(info.name, info.topic_id, {**info.partitions, tp[1]: st}, info.configs)
+            dataclasses.replace(
+                info,
+                partitions={**info.partitions, tp[1]: st},
+                assignment_version=max(topic_version, info.assignment_version),
+            )
         )
 
     # ------------------------------------------------------------------ /admin/reassign_partitions
