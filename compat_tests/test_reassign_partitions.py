@@ -246,3 +246,64 @@ def test_execute_with_throttle(cluster, tmp_path):
          "--entity-name", topic],
     ).stdout  # fmt: skip
     assert "throttled.replicas" not in described, described
+
+
+@pytest.fixture
+def throttled_cluster(request, tmp_path):
+    """Brokers whose throttle rates are set in their static configuration (50 kB/s)."""
+    overrides = {
+        "auto.leader.rebalance.enable": "false",
+        "leader.replication.throttled.rate": 50_000,
+        "follower.replication.throttled.rate": 50_000,
+    }
+    with running_cluster(tmp_path, overrides=overrides) as c:
+        request.node._pybrokers = list(c.brokers.values())
+        yield c
+    if c.stop_problems:
+        pytest.fail("brokers did not stop cleanly: " + "; ".join(c.stop_problems))
+
+
+def test_throttled_replicas_hold_back_a_catching_up_replica(throttled_cluster, tmp_path):
+    """Throttled replicas (the topic configs, as --throttle sets them) and rates (static here):
+    3 MB at 50 kB/s take a minute to copy, so seconds after --execute the new replica is still
+    catching up (a lower bound only: a slower machine makes it slower); the producer, whose
+    followers are in the ISR, is not held back; once the throttled-replicas configs are
+    deleted the reassignment completes and every record is there."""
+    from kafka import KafkaProducer
+
+    cluster = throttled_cluster
+    topic = unique_topic("throttled")
+    cluster.create_topic(topic, 1, 2)
+    original = replicas_of(cluster, topic)[0]
+    spare = next(b for b in cluster.ids if b not in original)
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all", linger_ms=20)
+    payload = b"x" * 3000
+    for _ in range(1000):
+        producer.send(topic, payload)
+    producer.flush(60)
+    producer.close()
+    tool(
+        CONFIGS,
+        ["--bootstrap-server", cluster.bootstrap, "--alter", "--entity-type", "topics",
+         "--entity-name", topic, "--add-config",
+         "leader.replication.throttled.replicas=*,follower.replication.throttled.replicas=*"],
+    )  # fmt: skip
+    plan = plan_file(tmp_path, "plan.json", {(topic, 0): [*original, spare]})
+    reassign(cluster, "--execute", "--reassignment-json-file", str(plan))
+    time.sleep(3.0)
+    r = reassign(cluster, "--list")
+    assert f"{topic}-0: replicas: " in r.stdout and f"adding: {spare}." in r.stdout, r.stdout
+    copied = sum(
+        f.stat().st_size for f in (cluster.brokers[spare].log_dir / f"{topic}-0").glob("*.log")
+    )
+    assert copied < 2_000_000, f"{copied} bytes copied in 3 s at 50 kB/s"
+    tool(
+        CONFIGS,
+        ["--bootstrap-server", cluster.bootstrap, "--alter", "--entity-type", "topics",
+         "--entity-name", topic, "--delete-config",
+         "leader.replication.throttled.replicas,follower.replication.throttled.replicas"],
+    )  # fmt: skip
+    verify_until_done(cluster, plan)
+    assert replicas_of(cluster, topic)[0] == [*original, spare]
+    read = read_topic(cluster.bootstrap, topic, 1)
+    assert len(read[0]) == 1000 and all(v == payload for _, v in read[0])
