@@ -307,3 +307,19 @@ def test_throttled_replicas_hold_back_a_catching_up_replica(throttled_cluster, t
     assert replicas_of(cluster, topic)[0] == [*original, spare]
     read = read_topic(cluster.bootstrap, topic, 1)
     assert len(read[0]) == 1000 and all(v == payload for _, v in read[0])
+
+
+def test_a_replica_removed_while_its_broker_is_down_is_deleted_when_it_returns(cluster, tmp_path):
+    topic = unique_topic("away")
+    cluster.create_topic(topic, 1, 2)
+    original = replicas_of(cluster, topic)[0]
+    gone, kept = original[1], original[0]
+    spare = next(b for b in cluster.ids if b not in original)
+    cluster.stop_broker(gone)
+    plan = plan_file(tmp_path, "plan.json", {(topic, 0): [kept, spare]})
+    reassign(cluster, "--execute", "--reassignment-json-file", str(plan))
+    verify_until_done(cluster, plan)
+    assert has_log(cluster, gone, topic, 0)  # it was down: nobody could delete it
+    cluster.restart(gone)
+    poll(lambda: not has_log(cluster, gone, topic, 0), 30, 0.2, "the stray log deleted")
+    assert replicas_of(cluster, topic)[0] == [kept, spare]

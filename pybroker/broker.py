@@ -249,6 +249,7 @@ class Broker:
             if me in st.replicas
         }
         await self.replicas.start()
+        self._delete_stray_logs()
         self.log_mover.resume()  # moves a crash interrupted go on
         self.cluster.add_listener(self._on_cluster_event)
         self.groups = GroupCoordinator(
@@ -619,6 +620,27 @@ class Broker:
                     and (info is None or other_incarnation(plog.topic_id, info.topic_id))
                 ]
             )
+
+    def _delete_stray_logs(self) -> None:
+        """At start: the logs of partitions this broker is no longer a replica of (a
+        reassignment removed it while it was down) are deleted, as Kafka's controller has a
+        returning broker delete such replicas."""
+        me = self.config.broker_id
+        stray = []
+        for name, partition, plog in self.logs.partitions():
+            info = self.cluster.topics.get(name)
+            state = info.partitions.get(partition) if info is not None else None
+            if state is None or other_incarnation(plog.topic_id, info.topic_id):
+                continue
+            if me not in state.replicas:
+                stray.append((name, partition, plog))
+        if stray:
+            log.info(
+                "deleting the logs of %d partitions reassigned away from this broker: %s",
+                len(stray),
+                ", ".join(f"{n}-{p}" for n, p, _ in stray[:20]),
+            )
+            self._delete_logs(stray)
 
     def _delete_logs(self, doomed: list[tuple[str, int, PartitionLog]]) -> None:
         """Delete these logs (a rename and closing its files each), for LOG_DELETE_BUDGET_S
