@@ -315,6 +315,12 @@ def test_a_replica_removed_while_its_broker_is_down_is_deleted_when_it_returns(c
     original = replicas_of(cluster, topic)[0]
     gone, kept = original[1], original[0]
     spare = next(b for b in cluster.ids if b not in original)
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+    producer.send(topic, b"v").get(30)  # acknowledged: both replicas hold it
+    producer.close()
+    poll(lambda: has_log(cluster, gone, topic, 0), 30, 0.1, "the replica's log")
     cluster.stop_broker(gone)
     plan = plan_file(tmp_path, "plan.json", {(topic, 0): [kept, spare]})
     reassign(cluster, "--execute", "--reassignment-json-file", str(plan))
