@@ -37,7 +37,8 @@ resigns, loses its store session (LOST), or is fenced.  Its duties:
   every ``leader.imbalance.check.interval.seconds``, :meth:`Controller.
   rebalance_preferred_leaders` runs Kafka's checkAndTriggerAutoLeaderRebalance: a preferred
   election for the partitions of each broker whose imbalance ratio exceeds
-  ``leader.imbalance.per.broker.percentage``.
+  ``leader.imbalance.per.broker.percentage``; skipped while any partition is being reassigned
+  (as Kafka's check).
 
 Design decisions:
 
@@ -499,6 +500,17 @@ class Controller:
         ratio (its preferred partitions led elsewhere / its preferred partitions) exceeds
         leader.imbalance.per.broker.percentage, a preferred election of those partitions
         (the broker leads each again when it is in the ISR).  Returns the election results."""
+        if any(
+            st.being_reassigned
+            for info in self.cluster.topics.values()
+            for st in info.partitions.values()
+        ):
+            # Kafka: "only if ... there are no partitions being reassigned currently"
+            log.info(
+                "controller (epoch %d): leader imbalance check skipped: reassignments in progress",
+                self.epoch,
+            )
+            return {}
         live = await self._live_brokers()
         eligible = live - await self._read_shutting_down(live)
         assignments = [

@@ -158,8 +158,9 @@ def build(current: ReplicaAssignment, target: list[int] | None) -> ReplicaAssign
 
 
 def is_complete(assignment: ReplicaAssignment, isr: list[int]) -> bool:
-    """isReassignmentComplete: every target replica is in the ISR."""
-    return set(assignment.target) <= set(isr)
+    """isReassignmentComplete: every target replica is in the ISR (at once for an assignment
+    with nothing to add or remove, such as a cancellation back to the original replicas)."""
+    return not assignment.being_reassigned or set(assignment.target) <= set(isr)
 
 
 def completion_leader(
@@ -347,7 +348,9 @@ class Reassignments:
                 return None
             target = assignment.target
             leader = completion_leader(assignment, state["leader"], state["isr"], live)
-            if leader < 0:
+            if leader < 0 and not assignment.being_reassigned:
+                leader = state["leader"] if state["leader"] in target else -1  # nothing moves
+            elif leader < 0:
                 log.info(
                     "controller: %s-%d cannot complete its reassignment to %s yet: no target "
                     "replica is live and in the ISR %s",
