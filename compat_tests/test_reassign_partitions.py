@@ -13,7 +13,9 @@
   and the partition is back on its original replicas, with nothing left in progress.
 - Changing the replication factor 2 -> 3 with --execute, then --verify.
 - --throttle sets the topic's throttled-replicas configs and the brokers' throttled rates
-  (the broker part needs dynamic broker configs: IncrementalAlterConfigs on BROKER).
+  (dynamic broker configs); --verify clears them once done.
+- Throttled replicas and rates hold a catching-up replica back until they are removed.
+- A replica removed while its broker is down is deleted when the broker returns.
 """
 
 from __future__ import annotations
@@ -75,10 +77,10 @@ def plan_file(tmp_path: Path, name: str, partitions: dict[tuple[str, int], list[
     return path
 
 
-def verify_until_done(cluster, plan: Path, timeout: float = 120, *, preserve: bool = True) -> str:
-    """--verify until it reports every partition complete; its last output.  ``preserve``:
-    with --preserve-throttles (a plain --verify, once complete, also clears the brokers'
-    throttle rates: IncrementalAlterConfigs on BROKER resources, test_execute_with_throttle)."""
+def verify_until_done(cluster, plan: Path, timeout: float = 120, *, preserve: bool = False) -> str:
+    """--verify until it reports every partition complete (which, without ``preserve``
+    (--preserve-throttles), also clears every throttle: the topics' and the brokers' rates,
+    through IncrementalAlterConfigs); its last output."""
     last = ""
     extra = ["--preserve-throttles"] if preserve else []
 
@@ -203,7 +205,8 @@ def test_cancel_returns_to_the_original_replicas(cluster, tmp_path):
         r = reassign(cluster, "--verify", "--reassignment-json-file", str(plan), ok=False)
         assert f"Reassignment of partition {topic}-0 is still in progress" in r.stdout, r.stdout
         assert set(replicas_of(cluster, topic)[0]) == set(original) | {spare}
-        # (--preserve-throttles: clearing them needs dynamic broker configs, see below)
+        # (--preserve-throttles: clearing the brokers' throttles sends each broker, the
+        # paused one too, an IncrementalAlterConfigs)
         r = reassign(
             cluster, "--cancel", "--reassignment-json-file", str(plan), "--preserve-throttles"
         )
@@ -230,12 +233,6 @@ def test_replication_factor_two_to_three(cluster, tmp_path):
     assert all(len(rs) == 3 for rs in after.values())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kafka-reassign-partitions --throttle and --verify set and clear the brokers' "
-    "leader/follower.replication.throttled.rate through IncrementalAlterConfigs on BROKER "
-    "resources: needs dynamic broker configs (issue 15 point 4, the dynamic-configs helper)",
-)
 def test_execute_with_throttle(cluster, tmp_path):
     topic = unique_topic("throttle")
     cluster.create_topic(topic, 1, 2)
@@ -253,7 +250,7 @@ def test_execute_with_throttle(cluster, tmp_path):
     ).stdout  # fmt: skip
     assert "leader.replication.throttled.replicas=" in described, described
     assert "follower.replication.throttled.replicas=" in described, described
-    verify_until_done(cluster, plan, preserve=False)  # and the throttles are cleared
+    verify_until_done(cluster, plan)  # and the throttles are cleared
     assert replicas_of(cluster, topic)[0] == [spare, original[0]]
     described = tool(
         CONFIGS,
@@ -263,30 +260,14 @@ def test_execute_with_throttle(cluster, tmp_path):
     assert "throttled.replicas" not in described, described
 
 
-@pytest.fixture
-def throttled_cluster(request, tmp_path):
-    """Brokers whose throttle rates are set in their static configuration (50 kB/s)."""
-    overrides = {
-        "auto.leader.rebalance.enable": "false",
-        "leader.replication.throttled.rate": 50_000,
-        "follower.replication.throttled.rate": 50_000,
-    }
-    with running_cluster(tmp_path, overrides=overrides) as c:
-        request.node._pybrokers = list(c.brokers.values())
-        yield c
-    if c.stop_problems:
-        pytest.fail("brokers did not stop cleanly: " + "; ".join(c.stop_problems))
-
-
-def test_throttled_replicas_hold_back_a_catching_up_replica(throttled_cluster, tmp_path):
-    """Throttled replicas (the topic configs, as --throttle sets them) and rates (static here):
+def test_throttled_replicas_hold_back_a_catching_up_replica(cluster, tmp_path):
+    """Throttled replicas (the topic configs) and rates (the brokers' dynamic default):
     3 MB at 50 kB/s take a minute to copy, so seconds after --execute the new replica is still
     catching up (a lower bound only: a slower machine makes it slower); the producer, whose
     followers are in the ISR, is not held back; once the throttled-replicas configs are
     deleted the reassignment completes and every record is there."""
     from kafka import KafkaProducer
 
-    cluster = throttled_cluster
     topic = unique_topic("throttled")
     cluster.create_topic(topic, 1, 2)
     original = replicas_of(cluster, topic)[0]
@@ -297,6 +278,12 @@ def test_throttled_replicas_hold_back_a_catching_up_replica(throttled_cluster, t
         producer.send(topic, payload)
     producer.flush(60)
     producer.close()
+    tool(
+        CONFIGS,
+        ["--bootstrap-server", cluster.bootstrap, "--alter", "--entity-type", "brokers",
+         "--entity-default", "--add-config",
+         "leader.replication.throttled.rate=50000,follower.replication.throttled.rate=50000"],
+    )  # fmt: skip
     tool(
         CONFIGS,
         ["--bootstrap-server", cluster.bootstrap, "--alter", "--entity-type", "topics",

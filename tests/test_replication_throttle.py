@@ -1,5 +1,6 @@
-"""Replication throttles (replication/throttle.py): Kafka's windowed rate, the throttled
-replica lists, and the topic config check (Kafka's ThrottledReplicaListValidator)."""
+"""Replication throttles (replication/throttle.py): the throttled replica lists, and the topic
+config check (Kafka's ThrottledReplicaListValidator).  The windowed rate is the client
+quotas' (pybroker/quotas/rate.py, tested there)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,7 @@ import pytest
 
 from pybroker.coord.cluster import validate_topic_configs
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.replication.throttle import WindowedRate, throttled_partitions
-
-
-def test_windowed_rate_counts_at_least_ten_windows():
-    rate = WindowedRate()  # 11 windows of 1 s
-    rate.record(100_000, now_ms=0)
-    # one second in: Kafka divides by (samples - 1) full windows, not by the elapsed second
-    assert rate.rate(1000) == pytest.approx(10_000)
-    for t in range(1000, 20_000, 1000):
-        rate.record(50_000, now_ms=t)
-    # a steady 50 kB/s: the old burst has left the 11 s window
-    assert rate.rate(20_000) == pytest.approx(50_000, rel=0.11)
-    assert rate.rate(60_000) == 0.0
+from pybroker.replication.throttle import throttled_partitions
 
 
 def test_throttled_partitions_of_this_broker():

@@ -24,44 +24,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from pybroker.quotas.rate import WindowedRate
+
 LONG_MAX = 2**63 - 1
 NUM_SAMPLES = 11  # Kafka's replication.quota.window.num
-WINDOW_MS = 1000  # Kafka's replication.quota.window.size.seconds
+WINDOW_MS = 1000  # Kafka's replication.quota.window.size.seconds (the client quotas' class)
 LEADER_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
-
-
-class WindowedRate:
-    """Kafka's Rate over a SampledStat of ``samples`` windows of ``window_ms``: the total of
-    the windows still held, over the time they span (at least samples - 1 full windows)."""
-
-    def __init__(self, samples: int = NUM_SAMPLES, window_ms: int = WINDOW_MS) -> None:
-        self.samples = samples
-        self.window_ms = window_ms
-        self._windows: list[list[float]] = []  # [start ms, total]
-
-    def _purge(self, now_ms: float) -> None:
-        horizon = now_ms - self.samples * self.window_ms
-        self._windows = [w for w in self._windows if w[0] > horizon]
-
-    def record(self, value: float, now_ms: float) -> None:
-        self._purge(now_ms)
-        if not self._windows or now_ms >= self._windows[-1][0] + self.window_ms:
-            self._windows.append([now_ms, 0.0])
-        self._windows[-1][1] += value
-
-    def rate(self, now_ms: float) -> float:
-        """Units per second."""
-        self._purge(now_ms)
-        if not self._windows:
-            return 0.0
-        total = sum(w[1] for w in self._windows)
-        elapsed = now_ms - self._windows[0][0]
-        full = int(elapsed // self.window_ms)
-        minimum = self.samples - 1
-        if full < minimum:
-            elapsed += (minimum - full) * self.window_ms
-        return total / (elapsed / 1000.0)
 
 
 def throttled_partitions(value: str | None, broker_id: int) -> set[int] | None:
@@ -95,16 +64,16 @@ class ReplicationThrottles:
         cluster: Any,
         broker_id: int,
         clock: Any,
-        now_ms: Callable[[], float] | None = None,
+        now_ms: Callable[[], int] | None = None,
     ) -> None:
         """``config``: gives the broker's Config, whose throttle rates are read at each check
         (dynamic broker configs change them at run time)."""
         self._config = config
         self.cluster = cluster
         self.broker_id = broker_id
-        self._now = now_ms or (lambda: clock.monotonic() * 1000.0)
-        self.leader_rate = WindowedRate()
-        self.follower_rate = WindowedRate()
+        self._now = now_ms or (lambda: int(clock.monotonic() * 1000))
+        self.leader_rate = WindowedRate(NUM_SAMPLES, WINDOW_MS)
+        self.follower_rate = WindowedRate(NUM_SAMPLES, WINDOW_MS)
         self._parsed: dict[tuple[str, str, str], set[int] | None] = {}
 
     def _throttled(self, key: str, topic: str, partition: int) -> bool:
@@ -130,11 +99,11 @@ class ReplicationThrottles:
 
     def leader_exceeded(self) -> bool:
         limit = getattr(self._config(), "leader_replication_throttled_rate", LONG_MAX)
-        return limit < LONG_MAX and self.leader_rate.rate(self._now()) > limit
+        return limit < LONG_MAX and self.leader_rate.measure(self._now()) > limit
 
     def follower_exceeded(self) -> bool:
         limit = getattr(self._config(), "follower_replication_throttled_rate", LONG_MAX)
-        return limit < LONG_MAX and self.follower_rate.rate(self._now()) > limit
+        return limit < LONG_MAX and self.follower_rate.measure(self._now()) > limit
 
     def record_leader(self, nbytes: int) -> None:
         if nbytes:
