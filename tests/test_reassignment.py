@@ -5,6 +5,7 @@ leader's ISR writes (Cluster.update_isr), as the replica manager makes them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -93,17 +94,23 @@ async def topic_znode(env: Env, name: str) -> dict:
 
 
 async def catch_up(env: Env, name: str, p: int, isr: list[int]) -> None:
-    """The leader adds caught-up followers to the ISR (its own write, at its epoch)."""
-    st, _ = await env.read_state(name, p)
-    leader = env.clusters[st["leader"]]
-    await wait_until(
-        lambda: (
-            name in leader.topics and set(isr) <= set(leader.topics[name].partitions[p].replicas)
+    """The leader adds caught-up followers to the ISR (its own write, at its epoch; tried again
+    when the controller bumped the epoch meanwhile, as a leader's next fetch would)."""
+    for _ in range(100):
+        st, _ = await env.read_state(name, p)
+        leader = env.clusters[st["leader"]]
+        await wait_until(
+            lambda leader=leader: (
+                name in leader.topics
+                and set(isr) <= set(leader.topics[name].partitions[p].replicas)
+            )
         )
-    )
-    assert await leader.update_isr(
-        name, p, isr, leader=st["leader"], leader_epoch=st["leader_epoch"]
-    )
+        if await leader.update_isr(
+            name, p, isr, leader=st["leader"], leader_epoch=st["leader_epoch"]
+        ):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{name}-{p}: the leader could not write the ISR {isr}")
 
 
 def test_move_to_new_brokers_and_complete(make_env):
@@ -273,7 +280,7 @@ def test_admin_znode_and_controller_failover(make_env):
             for _ in range(500):
                 if await gone():
                     break
-                await __import__("asyncio").sleep(0.01)
+                await asyncio.sleep(0.01)
             assert await gone(), "the znode is deleted once its reassignments are done"
         finally:
             await env.close()
