@@ -31,8 +31,9 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 DYNAMIC_BROKER_LOGGER_CONFIG = 6  # DescribeConfigsResponse.ConfigSource
 
 
-def _node_id(ctx: RequestContext, name: str) -> None:
-    """ConfigAdminManager.validateResourceNameIsCurrentNodeId."""
+def _node_id(ctx: RequestContext, name: str, mismatch: str | None = None) -> None:
+    """ConfigAdminManager.validateResourceNameIsCurrentNodeId; ``mismatch``: the message for
+    another node's id (Kafka's loggers word it differently)."""
     me = ctx.services.config.broker_id
     try:
         requested = int(name)
@@ -42,7 +43,8 @@ def _node_id(ctx: RequestContext, name: str) -> None:
         ) from None
     if requested != me:
         raise KafkaError(
-            ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {me}, but received {name}"
+            ErrorCode.INVALID_REQUEST,
+            mismatch or f"Unexpected broker id, expected {me}, but received {name}",
         )
 
 
@@ -109,17 +111,8 @@ async def alter_broker(
 def alter_loggers(ctx: RequestContext, name: str, ops: list[dict], validate_only: bool) -> None:
     """RuntimeLoggerManager.applyChangesForResource (authorization checked by the caller)."""
     me = ctx.services.config.broker_id
-    try:
-        requested = int(name)
-    except ValueError:
-        raise KafkaError(
-            ErrorCode.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}"
-        ) from None
-    if requested != me:
-        # sic: Kafka 3.9 prints its own id twice
-        raise KafkaError(
-            ErrorCode.INVALID_REQUEST, f"Unexpected node id. Expected {me}, but received {me}"
-        )
+    # sic: Kafka 3.9 prints its own id twice
+    _node_id(ctx, name, f"Unexpected node id. Expected {me}, but received {me}")
     _broker_loggers.validate(ops)
     if not validate_only:
         _broker_loggers.apply(ops, log)
