@@ -26,17 +26,17 @@ from pybroker import dynamic_config
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.config import Config
 from pybroker.console import Console
-from pybroker.coord import paths
-from pybroker.coord.cluster import Cluster
-from pybroker.coord.consumer_group import ConsumerGroupConfig, TopicMeta
-from pybroker.coord.group_coordinator import GroupCoordinator
-from pybroker.coord.groups import GroupConfig
-from pybroker.coord.local import LocalStore
-from pybroker.coord.offsets import OffsetStore
-from pybroker.coord.paths import DEFAULT_ENTITY
-from pybroker.coord.store import MetadataStore
-from pybroker.coord.transactions import TransactionCoordinator, TxnConfig
-from pybroker.coord.txn_store import TxnStateStore
+from pybroker.coord.group.classic import GroupConfig
+from pybroker.coord.group.consumer import ConsumerGroupConfig, TopicMeta
+from pybroker.coord.group.coordinator import GroupCoordinator
+from pybroker.coord.group.offsets import OffsetStore
+from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.cluster import Cluster
+from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.paths import DEFAULT_ENTITY
+from pybroker.coord.metadata.store import MetadataStore
+from pybroker.coord.txn.coordinator import TransactionCoordinator, TxnConfig
+from pybroker.coord.txn.store import TxnStateStore
 from pybroker.dynamic_config import DynamicBrokerConfig
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.fetch_session import FetchSessionCache
@@ -86,7 +86,7 @@ async def _bounded(what: str, step: Any, timeout: float = STOP_STEP_S) -> None:
 
 def make_store(config: Config, data_dir: Path, clock: Clock) -> MetadataStore:
     if config.zookeeper_connect:
-        from pybroker.coord.zk import ZooKeeperStore
+        from pybroker.coord.metadata.zk import ZooKeeperStore
 
         return ZooKeeperStore(
             config.zookeeper_connect,
@@ -202,7 +202,7 @@ class Broker:
             auto_leader_rebalance_enable=cfg.auto_leader_rebalance_enable,
             leader_imbalance_check_interval_s=cfg.leader_imbalance_check_interval_seconds,
             leader_imbalance_per_broker_percentage=cfg.leader_imbalance_per_broker_percentage,
-            # the session lease (coord/cluster.py): a loop held up past a third of the session
+            # the session lease (coord/metadata/cluster.py): a loop held up past a third of the session
             stall_limit_ms=cfg.zookeeper_session_timeout_ms / 3 if cfg.zookeeper_connect else 0,
             loop_blocked_ms=self.loop_monitor.blocked_ms,
         )

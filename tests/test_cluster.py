@@ -12,8 +12,8 @@ import uuid
 import pytest
 
 from pybroker.clock import ManualClock
-from pybroker.coord import paths
-from pybroker.coord.cluster import (
+from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.cluster import (
     BrokerIdInUseError,
     Cluster,
     ClusterEvent,
@@ -21,9 +21,9 @@ from pybroker.coord.cluster import (
     assign_replicas_to_brokers,
     validate_topic_name,
 )
-from pybroker.coord.local import LocalStore
-from pybroker.coord.store import StoreError
-from pybroker.coord.zk import ZooKeeperStore
+from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.store import StoreError
+from pybroker.coord.metadata.zk import ZooKeeperStore
 from pybroker.errors import ErrorCode, KafkaError
 
 try:
@@ -411,7 +411,7 @@ def test_zk_session_loss_reregisters(zk_connect, zk_server):
 def test_watch_survives_failed_reread(tmp_path):
     """A watch fires and the re-read fails with a lost connection: the retry must set the
     watch again, or the partition's later changes never reach the cache."""
-    from pybroker.coord.store import ConnectionLossError
+    from pybroker.coord.metadata.store import ConnectionLossError
 
     async def main():
         store = LocalStore(tmp_path)

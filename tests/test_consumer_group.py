@@ -1,4 +1,4 @@
-"""The KIP-848 consumer group state machine (coord/consumer_group.py) and its assignors, with a
+"""The KIP-848 consumer group state machine (coord/group/consumer.py) and its assignors, with a
 given clock: epochs, reconciliation (revocation before assignment), fencing, static members,
 timeouts."""
 
@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from pybroker.coord.assignors import assign
-from pybroker.coord.consumer_group import (
+from pybroker.coord.group.assignors import assign
+from pybroker.coord.group.consumer import (
     ConsumerGroup,
     ConsumerGroupConfig,
     ConsumerGroupError,

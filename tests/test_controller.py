@@ -1,5 +1,5 @@
 """The controller's partition-leadership duties and the leader's ISR write path
-(coord/controller.py, Cluster.update_isr), with several Cluster objects in one process playing
+(coord/controller/controller.py, Cluster.update_isr), with several Cluster objects in one process playing
 brokers 1, 2, 3.
 
 Backends: ``zk`` gives every broker its own ZooKeeper session (a crash closes it, so its
@@ -18,9 +18,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pybroker.coord import paths
-from pybroker.coord.cluster import Cluster, PartitionState
-from pybroker.coord.controller import (
+from pybroker.coord.controller.controller import (
     Controller,
     ControllerFencedError,
     StoredState,
@@ -29,9 +27,11 @@ from pybroker.coord.controller import (
     decide_unclean,
     imbalanced_partitions,
 )
-from pybroker.coord.local import LocalStore
-from pybroker.coord.store import CONNECTED, LOST, BadVersionError, MetadataStore, SetData
-from pybroker.coord.zk import ZooKeeperStore
+from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.cluster import Cluster, PartitionState
+from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.store import CONNECTED, LOST, BadVersionError, MetadataStore, SetData
+from pybroker.coord.metadata.zk import ZooKeeperStore
 from pybroker.errors import ErrorCode, KafkaError
 
 try:
@@ -258,7 +258,7 @@ def test_leader_imbalance_selection_pure():
 
 
 def test_leader_loss_elects_from_isr(make_env, caplog):
-    caplog.set_level(logging.INFO, logger="pybroker.coord.controller")
+    caplog.set_level(logging.INFO, logger="pybroker.coord.controller.controller")
 
     async def main():
         env = make_env()

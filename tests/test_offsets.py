@@ -1,4 +1,4 @@
-"""OffsetStore (pybroker/coord/offsets.py) on both backends: LocalStore and a real ZooKeeper."""
+"""OffsetStore (pybroker/coord/group/offsets.py) on both backends: LocalStore and a real ZooKeeper."""
 
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pybroker.clock import ManualClock
-from pybroker.coord import paths
-from pybroker.coord.local import LocalStore
-from pybroker.coord.offsets import (
+from pybroker.coord.group.offsets import (
     CommittedOffset,
     OffsetStore,
     component_to_name,
@@ -22,13 +20,15 @@ from pybroker.coord.offsets import (
     encode_offset,
     name_to_component,
 )
-from pybroker.coord.store import (
+from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.store import (
     BadVersionError,
     ConnectionLossError,
     MetadataStore,
     validate_path,
 )
-from pybroker.coord.zk import ZooKeeperStore
+from pybroker.coord.metadata.zk import ZooKeeperStore
 
 try:
     from tests.zk_server import require_zookeeper, zk_connect, zk_server

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from pybroker.clock import ManualClock
-from pybroker.coord.local import LocalStore
-from pybroker.coord.store import (
+from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.store import (
     CONNECTED,
     SUSPENDED,
     BadVersionError,
@@ -31,7 +31,7 @@ from pybroker.coord.store import (
     StoreError,
     WatchedEvent,
 )
-from pybroker.coord.zk import ZooKeeperStore
+from pybroker.coord.metadata.zk import ZooKeeperStore
 
 try:
     from tests.zk_server import ZooKeeperServer, require_zookeeper, zk_connect, zk_server
@@ -578,4 +578,4 @@ def test_no_kazoo_import_outside_zk():
         )
     ]
     assert offenders == []
-    assert os.path.exists(root / "coord" / "zk.py")
+    assert os.path.exists(root / "coord" / "metadata" / "zk.py")

@@ -1,10 +1,10 @@
 """The transaction coordinator's marker sender (Kafka's TransactionMarkerChannelManager).
 
-``MarkerSender(services)`` is the ``MarkerWriter`` of coord/transactions.py: it writes one
+``MarkerSender(services)`` is the ``MarkerWriter`` of coord/txn/coordinator.py: it writes one
 transaction's COMMIT / ABORT marker to each of its partitions and answers an error code per
 partition.  A data partition's marker goes to its leader; a marker for (__consumer_offsets, p)
 goes to the coordinator of offsets partition p, which commits or drops the transaction's
-pending offsets of its groups (coord/txn_offsets.py).  Partitions this broker leads (or
+pending offsets of its groups (coord/group/txn_offsets.py).  Partitions this broker leads (or
 coordinates) are written directly (handlers/write_txn_markers.py); the others go as one
 WriteTxnMarkers v1 request per broker, over the inter-broker listener, all concurrently.  A
 partition with no leader, an unreachable broker or a lost connection answers a retriable
@@ -17,7 +17,7 @@ import asyncio
 import logging
 from typing import Any
 
-from pybroker.coord.group_coordinator import OFFSETS_TOPIC, partition_coordinator
+from pybroker.coord.group.coordinator import OFFSETS_TOPIC, partition_coordinator
 from pybroker.errors import ErrorCode
 from pybroker.handlers.write_txn_markers import TxnMarker, write_txn_markers
 from pybroker.replication.client import BrokerConnection

@@ -25,7 +25,7 @@ one ``{(topic, partition): error code}`` per marker.
 
 A marker for (__consumer_offsets, p) goes to the coordinator of offsets partition p (pybroker
 keeps that partitioning without the log): it commits or drops the offsets the producer sent
-with TxnOffsetCommit for the groups of p (coord/txn_offsets.py); NOT_COORDINATOR when this
+with TxnOffsetCommit for the groups of p (coord/group/txn_offsets.py); NOT_COORDINATOR when this
 broker does not coordinate p (the transaction coordinator sends again).
 
 Left out: v0 and v2 (TransactionVersion, KIP-890).
@@ -37,7 +37,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from pybroker.coord.group_coordinator import OFFSETS_TOPIC
+from pybroker.coord.group.coordinator import OFFSETS_TOPIC
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers._authz import on_cluster
 from pybroker.handlers.context import RequestContext

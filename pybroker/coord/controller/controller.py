@@ -81,9 +81,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pybroker.coord import paths
-from pybroker.coord.reassignment import Reassignments, ReplicaAssignment
-from pybroker.coord.store import (
+from pybroker.coord.controller.reassignment import Reassignments, ReplicaAssignment
+from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.store import (
     BadVersionError,
     Check,
     ConnectionLossError,
@@ -95,7 +95,7 @@ from pybroker.coord.store import (
 from pybroker.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from pybroker.coord.cluster import Cluster, ClusterEvent
+    from pybroker.coord.metadata.cluster import Cluster, ClusterEvent
 
 log = logging.getLogger(__name__)
 
@@ -271,7 +271,7 @@ class Controller:
         self._offline_nodes: dict[str, tuple[int, frozenset[TopicPartition]]] = {}
         self._or_watch_pending = False
         self._or_dirty = True
-        self.reassignments = Reassignments(self)  # KIP-455 (coord/reassignment.py)
+        self.reassignments = Reassignments(self)  # KIP-455 (coord/controller/reassignment.py)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -409,7 +409,7 @@ class Controller:
     async def alter_partition_reassignments(
         self, requests: dict[TopicPartition, list[int] | None]
     ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
-        """AlterPartitionReassignments (coord/reassignment.py): per partition (error code,
+        """AlterPartitionReassignments (coord/controller/reassignment.py): per partition (error code,
         message).  Raises KafkaError(NOT_CONTROLLER) when this controller is not active, or
         REQUEST_TIMED_OUT when the store cannot be reached."""
         async with self._lock:
@@ -753,7 +753,7 @@ class Controller:
     def _applied(
         self, tp: TopicPartition, st: StoredState, replicas: list[int], d: Decision
     ) -> None:
-        from pybroker.coord.cluster import PartitionState
+        from pybroker.coord.metadata.cluster import PartitionState
 
         log.info(
             "controller (epoch %d): %s-%d %s: leader %d -> %d, leader_epoch %d, isr %s -> %s",

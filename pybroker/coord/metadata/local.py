@@ -75,7 +75,7 @@ from pathlib import Path
 import crc32c
 
 from pybroker.clock import SYSTEM_CLOCK, Clock
-from pybroker.coord.store import (
+from pybroker.coord.metadata.store import (
     BadVersionError,
     Check,
     Create,

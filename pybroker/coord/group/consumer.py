@@ -7,7 +7,7 @@ As Kafka's GroupMetadataManager.consumerGroupHeartbeat (3.9/4.x), without awaiti
   assignor; it leaves with -1, a static member (instance id) leaves "for now" with -2 and a
   new process with the same instance id takes its place and assignment.
 - Any change of membership or subscriptions, or of the partition count of a subscribed topic,
-  bumps the group epoch; the server-side assignor (coord/assignors.py: uniform or range) then
+  bumps the group epoch; the server-side assignor (coord/group/assignors.py: uniform or range) then
   computes the target assignment for the new epoch (the assignment epoch).
 - Each member reconciles towards its target (Kafka's CurrentAssignmentBuilder): partitions it
   must give up are revoked first (the member stays at its epoch, UNREVOKED_PARTITIONS, and is
@@ -26,7 +26,7 @@ Group states (ListGroups, DescribeGroups, ConsumerGroupDescribe): Empty (no memb
 (the target assignment lags the group epoch), Reconciling (some member is not at the
 assignment epoch yet), Stable, Dead.
 
-Classic members (Kafka 4.0's online migration, coord/migration.py).  A member with ``classic``
+Classic members (Kafka 4.0's online migration, coord/group/migration.py).  A member with ``classic``
 set speaks JoinGroup/SyncGroup/Heartbeat/LeaveGroup: ``classic_join`` updates it from its
 subscription and reconciles it at once (its subscription's owned partitions are what it owns),
 ``classic_sync`` hands it its current assignment, ``classic_heartbeat`` asks it to rejoin
@@ -37,7 +37,7 @@ the time it takes to rejoin and to sync.
 Records.  ``meta_record()`` and ``member_record(member)`` are the group's durable state, as
 Kafka's ConsumerGroupMetadata / ConsumerGroupMemberMetadata / target and current assignment
 records in __consumer_offsets; ``ConsumerGroup.from_records`` rebuilds the group from them
-(coord/consumer_group_store.py writes them to the metadata store), so after the coordinator
+(coord/group/consumer_store.py writes them to the metadata store), so after the coordinator
 moves, members carry on at their epochs with their assignments.  Timers are not state: a
 loaded member's session (and a pending revocation's deadline) starts again at load time, as
 Kafka's coordinator does when it loads a group.
@@ -53,8 +53,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pybroker.coord.assignors import ASSIGNORS, Assignment, assign
-from pybroker.coord.groups import JoinRequest, join_error
+from pybroker.coord.group.assignors import ASSIGNORS, Assignment, assign
+from pybroker.coord.group.classic import JoinRequest, join_error
 from pybroker.errors import ErrorCode
 from pybroker.wire.consumer_protocol import encode_assignment, parse_subscription
 

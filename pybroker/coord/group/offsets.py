@@ -74,8 +74,8 @@ from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from pybroker.clock import Clock
-from pybroker.coord import paths
-from pybroker.coord.store import (
+from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.store import (
     BadVersionError,
     Create,
     Delete,

@@ -29,7 +29,7 @@ Listeners (``add_listener``) get a :class:`ClusterEvent` on the loop whenever th
 the controller or a topic changes; the broker uses it to create the partition logs it leads.
 
 Controller (multi-broker replication, docs/replication.md).  While this broker holds
-/controller, a :class:`pybroker.coord.controller.Controller` runs (created in
+/controller, a :class:`pybroker.coord.controller.controller.Controller` runs (created in
 ``_on_become_controller`` with our epoch and the znode version of /controller_epoch we wrote;
 stopped in ``_on_resign``, on a LOST session, at ``stop()``, or when its writes find the
 epoch moved).  It elects partition leaders when brokers go and come back and drops dead
@@ -75,9 +75,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from pybroker.clock import SYSTEM_CLOCK, Clock
-from pybroker.coord import config_changes, paths
-from pybroker.coord.controller import Controller, ElectionResult, TopicPartition
-from pybroker.coord.store import (
+from pybroker.coord.controller.controller import Controller, ElectionResult, TopicPartition
+from pybroker.coord.metadata import config_changes, paths
+from pybroker.coord.metadata.store import (
     CONNECTED,
     LOST,
     SUSPENDED,
@@ -413,7 +413,7 @@ class Cluster:
         leader_imbalance_per_broker_percentage: int = 10,
     ) -> None:
         self.store = store
-        # the controller's preferred-leader rebalance (coord/controller.py); the broker passes
+        # the controller's preferred-leader rebalance (coord/controller/controller.py); the broker passes
         # Kafka's auto.leader.rebalance.enable (default true), off for a bare Cluster
         self.auto_leader_rebalance_enable = auto_leader_rebalance_enable
         self.leader_imbalance_check_interval_s = leader_imbalance_check_interval_s
@@ -718,7 +718,7 @@ class Cluster:
 
     async def _on_become_controller(self) -> None:
         """Controller duties start here: a fresh Controller for our new epoch (see
-        coord/controller.py)."""
+        coord/controller/controller.py)."""
         await self._stop_controller()
         self._controller = Controller(
             self, self.controller_epoch, self._controller_epoch_zk_version
@@ -747,7 +747,7 @@ class Cluster:
     async def alter_partition_reassignments(
         self, requests: dict[TopicPartition, list[int] | None]
     ) -> dict[TopicPartition, ElectionResult]:
-        """AlterPartitionReassignments on this broker: see coord/reassignment.py.  Raises
+        """AlterPartitionReassignments on this broker: see coord/controller/reassignment.py.  Raises
         KafkaError(NOT_CONTROLLER) unless this broker is the (active) controller."""
         controller = self.controller
         if controller is None:
@@ -1323,7 +1323,7 @@ class Cluster:
         validate_only: bool = False,
     ) -> dict[str, str]:
         """Replace a topic's config overrides in /config/topics/<t>, with a change notification
-        (Kafka's AdminZkClient.changeTopicConfig; coord/config_changes.py): ``new_configs`` is the new set, or a function from the
+        (Kafka's AdminZkClient.changeTopicConfig; coord/metadata/config_changes.py): ``new_configs`` is the new set, or a function from the
         stored set to the new one (incremental changes; it may raise KafkaError).  The result
         goes through Kafka's checks (:func:`validate_topic_configs`, INVALID_CONFIG) and is
         written with compare-and-set on the znode version, re-reading and re-applying the

@@ -44,8 +44,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pybroker.coord import paths
-from pybroker.coord.store import (
+from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.store import (
     BadVersionError,
     Check,
     ConnectionLossError,
@@ -58,7 +58,7 @@ from pybroker.coord.store import (
 from pybroker.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from pybroker.coord.controller import Controller
+    from pybroker.coord.controller.controller import Controller
 
 log = logging.getLogger(__name__)
 
@@ -398,7 +398,7 @@ class Reassignments:
             return None
         state = paths.decode_partition_state(state_data)
         if state["controller_epoch"] > self.controller.epoch:
-            from pybroker.coord.controller import ControllerFencedError
+            from pybroker.coord.controller.controller import ControllerFencedError
 
             self.controller._fence(f"{tp[0]}-{tp[1]} carries a newer controller epoch")
             raise ControllerFencedError("newer controller epoch")
@@ -417,7 +417,7 @@ class Reassignments:
         """One fenced multi: the topic znode with ``assignment`` for tp (the other partitions
         as read) and tp's state.  False when a compare-and-set lost (re-read and decide
         again)."""
-        from pybroker.coord.controller import ControllerFencedError
+        from pybroker.coord.controller.controller import ControllerFencedError
 
         self.controller._check_active()
         topic_id, full = paths.decode_topic(topic_data)

@@ -22,7 +22,8 @@ cannot be read (the heartbeat then gets GROUP_ID_NOT_FOUND, as in Kafka).
 
 from __future__ import annotations
 
-from pybroker.coord.consumer_group import (
+from pybroker.coord.group.classic import Group, GroupConfig, GroupState, Member, Output
+from pybroker.coord.group.consumer import (
     ClassicMetadata,
     ConsumerGroup,
     ConsumerGroupConfig,
@@ -31,7 +32,6 @@ from pybroker.coord.consumer_group import (
     Partitions,
     TopicMeta,
 )
-from pybroker.coord.groups import Group, GroupConfig, GroupState, Member, Output
 from pybroker.errors import ErrorCode
 from pybroker.wire.consumer_protocol import (
     PROTOCOL_TYPE,

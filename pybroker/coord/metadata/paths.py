@@ -11,7 +11,7 @@ reading our ZooKeeper sees familiar data.
     /config/topics/<t>                           {"version":1,"config":{"k":"v"}}
     /config/brokers/<id>, /config/brokers/<default>   {"version":1,"config":{"k":"v"}} (dynamic broker configs)
     /config/changes/config_change_<10-digit seq> {"version":2,"entity_path":"brokers/<id>"} (written
-                                                 after every entity config change; see coord/config_changes.py)
+                                                 after every entity config change; see coord/metadata/config_changes.py)
     /admin/delete_topics                         (notification parent, not used yet)
     /admin/reassign_partitions                   {"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2]}]}
     /latest_producer_id_block                    {"version":1,"broker":1,"block_start":"0","block_end":"999"}
@@ -48,7 +48,7 @@ CONSUMERS = "/consumers"
 # pybroker's own (no Kafka path): a broker in controlled shutdown holds the ephemeral
 # <CONTROLLED_SHUTDOWN>/<id> until its session ends; the controller watches the children
 CONTROLLED_SHUTDOWN = "/pybroker/controlled_shutdown"
-# KIP-848 consumer groups' records (coord/consumer_group_store.py)
+# KIP-848 consumer groups' records (coord/group/consumer_store.py)
 CONSUMER_GROUPS = "/pybroker/consumer_groups"
 # pybroker's own (Kafka ZooKeeper mode writes /log_dir_event_notification and learns the
 # offline replicas through LeaderAndIsr, which pybroker has not): a broker whose log dir

@@ -17,7 +17,7 @@ offsets stay safe because the store writes them with compare-and-set on their zn
 versions (see offsets.py).  A classic group's membership is held in memory only, as on a
 Kafka coordinator that has just loaded a group: after a coordinator change or a restart,
 members get UNKNOWN_MEMBER_ID and rejoin, and consumption resumes from the committed offsets.
-A KIP-848 group's state is durable (coord/consumer_group_store.py): a change is written before
+A KIP-848 group's state is durable (coord/group/consumer_store.py): a change is written before
 the request that made it is answered, a coordinator loads the group before its first request
 for it in a coordination term, and members carry on at their epochs with their assignments.
 
@@ -43,15 +43,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from pybroker.clock import Clock
-from pybroker.coord.consumer_group import (
-    ConsumerGroup,
-    ConsumerGroupConfig,
-    ConsumerGroupError,
-    HeartbeatRequest,
-    TopicMeta,
-)
-from pybroker.coord.consumer_group_store import ConsumerGroupStore
-from pybroker.coord.groups import (
+from pybroker.coord.group.classic import (
     Group,
     GroupConfig,
     GroupState,
@@ -59,20 +51,28 @@ from pybroker.coord.groups import (
     Output,
     join_error,
 )
-from pybroker.coord.migration import (
+from pybroker.coord.group.consumer import (
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerGroupError,
+    HeartbeatRequest,
+    TopicMeta,
+)
+from pybroker.coord.group.consumer_store import ConsumerGroupStore
+from pybroker.coord.group.migration import (
     MigrationRefused,
     can_downgrade,
     can_upgrade,
     downgrade,
     upgrade,
 )
-from pybroker.coord.offsets import CommittedOffset, OffsetStore
-from pybroker.coord.store import StoreError
-from pybroker.coord.txn_offsets import PendingTxnOffsets
+from pybroker.coord.group.offsets import CommittedOffset, OffsetStore
+from pybroker.coord.group.txn_offsets import PendingTxnOffsets
+from pybroker.coord.metadata.store import StoreError
 from pybroker.errors import ErrorCode
 from pybroker.wire.consumer_protocol import PROTOCOL_TYPE, subscription_topics
 
-log = logging.getLogger("pybroker.coord.groups")
+log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 
@@ -404,7 +404,7 @@ class GroupCoordinator:
 
     async def _maybe_downgrade(self, g: ConsumerGroup, generation_id: int) -> None:
         """After a member speaking the consumer protocol left: a group of classic members
-        only becomes a classic group again (coord/migration.py), its stored KIP-848 state
+        only becomes a classic group again (coord/group/migration.py), its stored KIP-848 state
         deleted first."""
         if self.groups.get(g.group_id) is not g or not can_downgrade(g, self.consumer_config):
             return
