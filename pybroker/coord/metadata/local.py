@@ -419,15 +419,6 @@ class LocalStore(MetadataStore):
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
 
-    def _crash_for_tests(self) -> None:
-        """Drop everything as a killed process would: no ephemeral cleanup, no fsync."""
-        self._open = False
-        if self._fsync_handle is not None:
-            self._fsync_handle.cancel()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-        self._release_files()
-
     # ------------------------------------------------------------------ the write path
 
     def _check_open(self) -> None:
