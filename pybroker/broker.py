@@ -36,13 +36,14 @@ from pybroker.coord.metadata.local import LocalStore
 from pybroker.coord.metadata.paths import DEFAULT_ENTITY
 from pybroker.coord.metadata.store import MetadataStore
 from pybroker.coord.txn.coordinator import TransactionCoordinator, TxnConfig
+from pybroker.coord.txn.markers import MarkerSender
 from pybroker.coord.txn.store import TxnStateStore
 from pybroker.dynamic_config import DynamicBrokerConfig
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.fetch_session import FetchSessionCache
 from pybroker.flusher import Flusher
 from pybroker.handlers._topics import flush_policy, log_config
-from pybroker.handlers._txn_markers import MarkerSender
+from pybroker.handlers.write_txn_markers import write_txn_markers
 from pybroker.http_server import HttpRequest, HttpResponse, HttpServer
 from pybroker.log import LogManager, PartitionLog, meta_properties
 from pybroker.log.cleaner import CleanerConfig, LogCleaner
@@ -55,6 +56,7 @@ from pybroker.purgatory import Purgatory
 from pybroker.quotas.manager import QuotaManager
 from pybroker.quotas.store import QuotaStore
 from pybroker.replication import manager as replica_manager
+from pybroker.replication.client import BrokerConnection
 from pybroker.replication.controlled_shutdown import controlled_shutdown
 from pybroker.replication.fetcher import ReplicaFetcher
 from pybroker.replication.manager import ReplicaManager
@@ -275,7 +277,19 @@ class Broker:
             topics=self._topic_meta,
         )
         await self.groups.start()
-        self._marker_sender = MarkerSender(self)
+        self._marker_sender = MarkerSender(
+            self.cluster,
+            cfg.broker_id,
+            write_local=lambda markers: write_txn_markers(self, markers),
+            connect=lambda host, port: BrokerConnection(
+                host,
+                port,
+                f"txn-coordinator-{self.config.broker_id}",
+                ssl=self.config.inter_broker_ssl_context(),
+                sasl=self.config.inter_broker_sasl(),
+            ),
+            listener=lambda: self.config.inter_broker_listener,
+        )
         self.transactions = TransactionCoordinator(
             TxnStateStore(self.store),
             self.clock,

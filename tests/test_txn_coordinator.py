@@ -7,8 +7,8 @@ import asyncio
 import itertools
 
 from pybroker.clock import ManualClock
-from pybroker.coord.group.coordinator import coordinator_for
 from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.placement import coordinator_for
 from pybroker.coord.txn import state as ts
 from pybroker.coord.txn.coordinator import TransactionCoordinator, TxnConfig
 from pybroker.coord.txn.store import TxnStateStore

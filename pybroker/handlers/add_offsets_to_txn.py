@@ -12,7 +12,7 @@ with the coordinator.
 
 from __future__ import annotations
 
-from pybroker.coord.group.coordinator import OFFSETS_TOPIC, partition_for
+from pybroker.coord.metadata.placement import OFFSETS_TOPIC, partition_for
 from pybroker.errors import ErrorCode
 from pybroker.handlers._authz import on_group, on_txn
 from pybroker.handlers._txn import coordinator, older_error

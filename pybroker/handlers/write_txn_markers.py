@@ -19,9 +19,10 @@ TRANSACTION_COORDINATOR_FENCED (its coordinator epoch is older than the one of t
 last marker here).  A marker for a producer with no ongoing transaction in a partition is
 appended all the same (Kafka does; it completes nothing).
 
-The coordinator calls :func:`write_txn_markers` directly for the partitions this broker
-leads, without the network; ``await write_txn_markers(services, [TxnMarker(...)])`` answers
-one ``{(topic, partition): error code}`` per marker.
+The coordinator's marker sender (coord/txn/markers.py) calls :func:`write_txn_markers`
+directly for the partitions this broker leads, without the network;
+``await write_txn_markers(services, [TxnMarker(...)])`` answers one
+``{(topic, partition): error code}`` per marker.
 
 A marker for (__consumer_offsets, p) goes to the coordinator of offsets partition p (pybroker
 keeps that partitioning without the log): it commits or drops the offsets the producer sent
@@ -35,9 +36,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
-from pybroker.coord.group.coordinator import OFFSETS_TOPIC
+from pybroker.coord.metadata.placement import OFFSETS_TOPIC
+from pybroker.coord.txn.markers import TxnMarker
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers._authz import on_cluster
 from pybroker.handlers.context import RequestContext
@@ -45,17 +47,6 @@ from pybroker.registry import handler
 from pybroker.security.acl import Operation
 
 REQUEST_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default, which the markers wait for
-
-
-class TxnMarker(NamedTuple):
-    """One marker to write: the transaction of ``producer_id`` (at ``producer_epoch``) ends
-    with COMMIT (``committed``) or ABORT in every one of ``partitions``."""
-
-    producer_id: int
-    producer_epoch: int
-    committed: bool
-    coordinator_epoch: int
-    partitions: Sequence[tuple[str, int]]
 
 
 async def _write_one(

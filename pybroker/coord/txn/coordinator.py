@@ -1,7 +1,7 @@
 """The transaction coordinator: the asyncio shell around coord/txn/state.py.
 
-Ownership of a transactional.id is the group coordinator's rendezvous hashing over the live
-brokers (``coordinator_for``), so it moves exactly as group ownership does.  Every accepted
+Ownership of a transactional.id is the owner of its partition (metadata/placement.py,
+``coordinator_for``), so it moves exactly as group ownership does.  Every accepted
 decision is persisted (coord/txn/store.py, compare-and-set) before it is answered; a write
 that loses the compare-and-set means another broker coordinates the id now: the cached state
 is dropped and the client gets NOT_COORDINATOR.  A transaction in PrepareCommit/PrepareAbort
@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from pybroker.clock import Clock
-from pybroker.coord.group.coordinator import coordinator_for
+from pybroker.coord.metadata.placement import coordinator_for
 from pybroker.coord.metadata.store import BadVersionError, NodeExistsError, StoreError
 from pybroker.coord.txn import state as ts
 from pybroker.coord.txn.store import TxnStateStore
