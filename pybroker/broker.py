@@ -26,6 +26,7 @@ from pybroker import dynamic_config
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.config import Config
 from pybroker.console import Console
+from pybroker.coord.controller.controller import Controller
 from pybroker.coord.group.classic import GroupConfig
 from pybroker.coord.group.consumer import ConsumerGroupConfig, TopicMeta
 from pybroker.coord.group.coordinator import GroupCoordinator
@@ -204,9 +205,11 @@ class Broker:
             auto_leader_rebalance_enable=cfg.auto_leader_rebalance_enable,
             leader_imbalance_check_interval_s=cfg.leader_imbalance_check_interval_seconds,
             leader_imbalance_per_broker_percentage=cfg.leader_imbalance_per_broker_percentage,
-            # the session lease (coord/metadata/cluster.py): a loop held up past a third of the session
+            # the session lease (coord/metadata/cluster.py): a loop held up past a third of
+            # the session
             stall_limit_ms=cfg.zookeeper_session_timeout_ms / 3 if cfg.zookeeper_connect else 0,
             loop_blocked_ms=self.loop_monitor.blocked_ms,
+            controller=Controller,
         )
         self.loop_monitor.add_listener(self.cluster.loop_stalled)
         await self.cluster.start()

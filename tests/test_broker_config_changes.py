@@ -10,8 +10,9 @@ import time
 
 from pybroker.clock import ManualClock
 from pybroker.coord.metadata import config_changes, paths
-from pybroker.coord.metadata.cluster import Cluster, ClusterEvent
+from pybroker.coord.metadata.cluster import Cluster
 from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.model import ClusterEvent
 from pybroker.coord.metadata.zk import ZooKeeperStore
 
 try:

@@ -13,16 +13,11 @@ import pytest
 
 from pybroker.clock import ManualClock
 from pybroker.coord.metadata import paths
-from pybroker.coord.metadata.cluster import (
-    BrokerIdInUseError,
-    Cluster,
-    ClusterEvent,
-    PartitionState,
-    assign_replicas_to_brokers,
-    validate_topic_name,
-)
+from pybroker.coord.metadata.cluster import Cluster
 from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.model import BrokerIdInUseError, ClusterEvent, PartitionState
 from pybroker.coord.metadata.store import StoreError
+from pybroker.coord.metadata.topic_rules import assign_replicas_to_brokers, validate_topic_name
 from pybroker.coord.metadata.zk import ZooKeeperStore
 from pybroker.errors import ErrorCode, KafkaError
 

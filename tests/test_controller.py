@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 import pytest
 
-from pybroker.coord.controller.controller import (
-    Controller,
-    ControllerFencedError,
+from pybroker.coord.controller.context import ControllerFencedError
+from pybroker.coord.controller.controller import Controller
+from pybroker.coord.controller.election import (
     StoredState,
     decide_for_live_set,
     decide_preferred,
@@ -28,8 +28,9 @@ from pybroker.coord.controller.controller import (
     imbalanced_partitions,
 )
 from pybroker.coord.metadata import paths
-from pybroker.coord.metadata.cluster import Cluster, PartitionState
+from pybroker.coord.metadata.cluster import Cluster
 from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.model import PartitionState
 from pybroker.coord.metadata.store import CONNECTED, LOST, BadVersionError, MetadataStore, SetData
 from pybroker.coord.metadata.zk import ZooKeeperStore
 from pybroker.errors import ErrorCode, KafkaError
@@ -88,7 +89,7 @@ class Env:
 
     async def start_broker(self, bid: int, **kw) -> Cluster:
         store = self.shared if self.kind == "local" else await self._zk_store()
-        c = Cluster(store, bid, endpoints(9090 + bid), **kw)
+        c = Cluster(store, bid, endpoints(9090 + bid), controller=Controller, **kw)
         await c.start()
         self.clusters[bid] = c
         self.stores[bid] = store
@@ -805,7 +806,7 @@ def test_session_ok_local(tmp_path):
     async def main():
         store = LocalStore(tmp_path / "m")
         await store.start()
-        c = Cluster(store, 1, endpoints(9092))
+        c = Cluster(store, 1, endpoints(9092), controller=Controller)
         assert not c.session_ok
         await c.start()
         assert c.session_ok and c.controller is not None

@@ -41,9 +41,9 @@ class TopicConfigDef:
 
 
 # The topic configs whose behaviour pybroker implements.  Kafka's own value checks run in
-# pybroker.coord.metadata.cluster.validate_topic_configs when the topic is created.
+# pybroker.coord.metadata.topic_rules.validate_topic_configs when the topic is created.
 TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
-    # compact, delete or both (either order): Kafka's list check in coord/metadata/cluster.py
+    # compact, delete or both (either order): Kafka's list check in coord/metadata/topic_rules.py
     "cleanup.policy": TopicConfigDef(lambda c: c.log_cleanup_policy, "log.cleanup.policy", LIST),
     "delete.retention.ms": TopicConfigDef(
         lambda c: str(c.log_cleaner_delete_retention_ms), "log.cleaner.delete.retention.ms", LONG
