@@ -12,16 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pybroker.clock import ManualClock
-from pybroker.coord.group.offsets import (
-    CommittedOffset,
-    OffsetStore,
-    component_to_name,
-    decode_offset,
-    encode_offset,
-    name_to_component,
-)
+from pybroker.coord.group.offsets import CommittedOffset, OffsetStore, decode_offset, encode_offset
 from pybroker.coord.metadata import paths
 from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.paths import component_to_name, name_to_component
 from pybroker.coord.metadata.store import (
     BadVersionError,
     ConnectionLossError,

@@ -30,8 +30,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from pybroker.coord.group.consumer import ConsumerGroup
-from pybroker.coord.group.offsets import component_to_name, name_to_component
 from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.paths import component_to_name, name_to_component
 from pybroker.coord.metadata.store import (
     Create,
     Delete,

@@ -25,6 +25,7 @@ import json
 import re
 import uuid
 from typing import Any
+from urllib.parse import unquote
 
 CLUSTER_ID = "/cluster/id"
 CONTROLLER = "/controller"
@@ -390,3 +391,31 @@ def decode_producer_id_block(data: bytes) -> tuple[int, int, int] | None:
         return None
     obj = _loads(data)
     return int(obj["broker"]), int(obj["block_start"]), int(obj["block_end"])
+
+
+# --------------------------------------------------------------------------- client names
+
+# characters that may not appear in a znode name (ZooKeeper's PathUtils), plus '/' and the
+# escape character itself
+_UNSAFE = re.compile(r"[%/\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
+
+
+def _escape_char(m: re.Match[str]) -> str:
+    return "".join(f"%{b:02X}" for b in m.group().encode("utf-8", "surrogatepass"))
+
+
+def name_to_component(name: str) -> str:
+    """A group id or topic name -> the znode name it is stored under (bijective)."""
+    if name == "":
+        return "%"  # never produced otherwise: an escape is always '%' + two hex digits
+    if name in (".", ".."):
+        return "%2E" * len(name)
+    return _UNSAFE.sub(_escape_char, name)
+
+
+def component_to_name(component: str) -> str:
+    if component == "%":
+        return ""
+    if "%" not in component:
+        return component
+    return unquote(component, errors="surrogatepass")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from pybroker.coord.group.offsets import component_to_name, name_to_component
+from pybroker.coord.metadata.paths import component_to_name, name_to_component
 from pybroker.coord.metadata.store import MetadataStore
 from pybroker.coord.txn.state import TxnMetadata
 
@@ -19,7 +19,7 @@ TRANSACTIONS = "/transactions"
 
 def txn_path(transactional_id: str) -> str:
     """Any transactional.id maps to one valid znode name (encoded as group ids are:
-    coord/group/offsets.py; "", "." and ".." included)."""
+    metadata/paths.name_to_component; "", "." and ".." included)."""
     return f"{TRANSACTIONS}/{name_to_component(transactional_id)}"
 
 
