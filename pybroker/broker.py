@@ -28,7 +28,7 @@ from pybroker.config import Config
 from pybroker.console import Console
 from pybroker.coord.controller.controller import Controller
 from pybroker.coord.group.classic import GroupConfig
-from pybroker.coord.group.consumer import ConsumerGroupConfig, TopicMeta
+from pybroker.coord.group.consumer_member import ConsumerGroupConfig, TopicMeta
 from pybroker.coord.group.coordinator import GroupCoordinator
 from pybroker.coord.group.offsets import OffsetStore
 from pybroker.coord.metadata import paths

@@ -9,8 +9,8 @@ import uuid
 import pytest
 
 from pybroker.coord.group.assignors import assign
-from pybroker.coord.group.consumer import (
-    ConsumerGroup,
+from pybroker.coord.group.consumer import ConsumerGroup
+from pybroker.coord.group.consumer_member import (
     ConsumerGroupConfig,
     ConsumerGroupError,
     ConsumerGroupState,

@@ -9,7 +9,8 @@ import asyncio
 
 import pytest
 
-from pybroker.coord.group.consumer import ConsumerGroup, ConsumerGroupConfig, MemberState
+from pybroker.coord.group.consumer import ConsumerGroup
+from pybroker.coord.group.consumer_member import ConsumerGroupConfig, MemberState
 from pybroker.coord.group.consumer_store import ConsumerGroupStore, StalePlanError, group_path
 from pybroker.coord.metadata import paths
 from pybroker.coord.metadata.local import LocalStore

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from pybroker.coord.group.consumer import (
+from pybroker.coord.group.consumer_member import (
     LEAVE_EPOCH,
     LEAVE_STATIC_EPOCH,
     HeartbeatRequest,

@@ -48,8 +48,8 @@ from pybroker.coord.group.classic import (
     Output,
     join_error,
 )
-from pybroker.coord.group.consumer import (
-    ConsumerGroup,
+from pybroker.coord.group.consumer import ConsumerGroup
+from pybroker.coord.group.consumer_member import (
     ConsumerGroupConfig,
     ConsumerGroupError,
     HeartbeatRequest,

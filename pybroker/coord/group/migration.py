@@ -23,9 +23,9 @@ cannot be read (the heartbeat then gets GROUP_ID_NOT_FOUND, as in Kafka).
 from __future__ import annotations
 
 from pybroker.coord.group.classic import Group, GroupConfig, GroupState, Member, Output
-from pybroker.coord.group.consumer import (
+from pybroker.coord.group.consumer import ConsumerGroup
+from pybroker.coord.group.consumer_member import (
     ClassicMetadata,
-    ConsumerGroup,
     ConsumerGroupConfig,
     ConsumerMember,
     MemberState,
