@@ -1,4 +1,4 @@
-"""Dynamic broker configs between brokers (coord/metadata/cluster.py + coord/metadata/config_changes.py): a change
+"""Dynamic broker configs between brokers (coord/metadata/cache.py + config_changes.py): a change
 written through one broker's Cluster reaches the others through /config/changes, on the
 embedded store (two Clusters sharing it) and on ZooKeeper (two sessions); expired
 notifications are purged; topic config changes write notifications too."""

@@ -1,6 +1,6 @@
 """The controller's partition-leadership duties and the leader's ISR write path
-(coord/controller/controller.py, Cluster.update_isr), with several Cluster objects in one process playing
-brokers 1, 2, 3.
+(coord/controller/, coord/metadata/isr.py), with several Cluster objects in one process
+playing brokers 1, 2, 3.
 
 Backends: ``zk`` gives every broker its own ZooKeeper session (a crash closes it, so its
 ephemerals vanish at once, as after a session timeout); ``local`` shares one LocalStore

@@ -1,7 +1,7 @@
 """Dynamic broker configs (pybroker/dynamic_config.py): precedence per-broker > cluster default >
 static > Kafka's default, reverting on delete, synonyms, Kafka's validation messages and the
-DescribeConfigs sources; and the change-notification znodes (coord/metadata/config_changes.py) on the
-embedded store."""
+DescribeConfigs sources; and the change-notification znodes (coord/metadata/config_changes.py)
+on the embedded store."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""OffsetStore (pybroker/coord/group/offsets.py) on both backends: LocalStore and a real ZooKeeper."""
+"""OffsetStore (pybroker/coord/group/offsets.py) on both backends: LocalStore and a real
+ZooKeeper."""
 
 from __future__ import annotations
 

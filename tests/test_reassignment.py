@@ -1,5 +1,5 @@
-"""Partition reassignment (coord/controller/reassignment.py): the pure ReplicaAssignment rules, and the
-controller's state machine with several Cluster objects in one process playing brokers 1-4 on
+"""Partition reassignment (coord/controller/reassignment.py): the pure ReplicaAssignment rules,
+and the controller's state machine with several Cluster objects in one process playing brokers 1-4 on
 both store backends (test_controller.py's Env).  Followers catching up are played by the
 leader's ISR writes (Cluster.update_isr), as the replica manager makes them."""
 

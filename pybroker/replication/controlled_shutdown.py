@@ -10,7 +10,7 @@ so that clients see a leader change instead of a failover:
    controller talks through the metadata store, not through Kafka's ControlledShutdown
    request, which is not served).  The controller then moves the leadership of every
    partition this broker leads to the first other replica that is in the ISR and live, and
-   removes this broker from every ISR (coord/controller/controller.py, ``decide_for_live_set``).  A
+   removes this broker from every ISR (coord/controller/election.py, ``decide_for_live_set``).  A
    broker in controlled shutdown is never elected.  The znode goes with the broker's session
    when it stops.
 3. It waits until the metadata shows the work done: it leads no partition another live ISR

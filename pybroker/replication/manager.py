@@ -412,7 +412,8 @@ class ReplicaManager:
         if r.role != LEADER:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if not getattr(self.cluster, "lease_ok", True):
-            # held up past a third of the session: we may have been replaced (coord/metadata/cluster.py)
+            # held up past a third of the session: we may have been replaced
+            # (coord/metadata/cluster.py)
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "leadership is being confirmed")
         return r
 

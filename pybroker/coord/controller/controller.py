@@ -40,8 +40,9 @@ Design decisions:
 * **Compare-and-set + epoch fencing.**  Writes are ``SetData(state, version=<read version>)``
   batched in store multis of at most :data:`MAX_OPS_PER_MULTI` operations, each behind the
   epoch check of :class:`~.context.ControllerFence` (a superseded controller writes nothing;
-  a failed check, or a state stamped with a newer controller epoch, fences this controller).  A failure on a state op (BadVersion: a leader wrote its ISR meanwhile;
-  NoNode: the topic went) rolls the multi back; its partitions are re-read and decided again
+  a failed check, or a state stamped with a newer controller epoch, fences this controller).
+  A failure on a state op (BadVersion: a leader wrote its ISR meanwhile; NoNode: the topic
+  went) rolls the multi back; its partitions are re-read and decided again
   while this controller is active.  A lost connection retries with backoff, also re-reading
   (so a write that did land is seen and not repeated).
 * **One writer.**  Passes and ``elect_leaders`` hold one lock, so this controller never races

@@ -196,8 +196,8 @@ class ClusterAdmin:
         validate_only: bool = False,
     ) -> dict[str, str]:
         """Replace a topic's config overrides in /config/topics/<t>, with a change notification
-        (Kafka's AdminZkClient.changeTopicConfig; coord/metadata/config_changes.py): ``new_configs`` is the new set, or a function from the
-        stored set to the new one (incremental changes; it may raise KafkaError).  The result
+        (Kafka's AdminZkClient.changeTopicConfig; config_changes.py): ``new_configs`` is the
+        new set, or a function from the stored set to the new one (incremental changes; it may raise KafkaError).  The result
         goes through Kafka's checks (:func:`validate_topic_configs`, INVALID_CONFIG) and is
         written with compare-and-set on the znode version, re-reading and re-applying the
         function when another writer got in first.  validate_only: everything but the write.
