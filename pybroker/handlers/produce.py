@@ -44,39 +44,33 @@ transactional batch).
 from __future__ import annotations
 
 import asyncio
-import functools
 from typing import Any
 
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers._authz import enabled, on_topic, on_txn
 from pybroker.handlers._topics import (
-    LONG_MAX,
     is_compacted,
     max_message_bytes,
     target_codec,
     timestamp_bounds,
 )
 from pybroker.handlers.context import CloseConnection, RequestContext
-from pybroker.log.compacted_records import (
-    compacted_topic_record_errors,
-    read_records,
-    rebuild_batch,
-    record_errors_message,
+from pybroker.log.validator import (
+    RecordValidationError,
+    ValidationConfig,
+    analyze_records,
+    check_batch_size,
+    recompress,
+    validate_records,
 )
-from pybroker.log.validator import ValidationResult, validate_batch
 from pybroker.registry import handler
 from pybroker.security.acl import Operation
 from pybroker.wire.compression import DecompressedSizeError
 from pybroker.wire.records import (
     ATTRIBUTES_OFFSET,
-    COMPRESSION_MASK,
-    CREATE_TIME,
-    LOG_APPEND_TIME,
     TRANSACTIONAL_MASK,
     BatchHeader,
     InvalidRecordError,
-    parse_batches,
-    set_max_timestamp,
     set_partition_leader_epoch,
 )
 
@@ -96,114 +90,53 @@ def _partition_error(index: int, code: int, message: str | None = None) -> dict:
     }
 
 
-def _record_errors(
-    index: int, errors: list[tuple[int, str]], version: int, code: int = ErrorCode.INVALID_RECORD
-) -> dict:
-    """INVALID_RECORD (or ``code``) with Kafka's per-record errors (v8+ carries them)."""
-    entry = _partition_error(index, code)
+def _record_errors(index: int, e: RecordValidationError, version: int) -> dict:
+    """INVALID_RECORD / INVALID_TIMESTAMP with Kafka's per-record errors (v8+ carries them)."""
+    entry = _partition_error(index, e.code)
     if version >= 8:
         entry["record_errors"] = [
-            {"batch_index": i, "batch_index_error_message": m} for i, m in errors
+            {"batch_index": i, "batch_index_error_message": m} for i, m in e.record_errors
         ]
-        entry["error_message"] = (
-            "One or more records have been rejected due to invalid timestamp"
-            if code == ErrorCode.INVALID_TIMESTAMP
-            else record_errors_message(errors)
-        )
+        entry["error_message"] = str(e)
     return entry
 
 
-def timestamp_errors(
-    now: int, config: Any, topic_configs: dict[str, str], records: Any, batches: list[BatchHeader]
-) -> list[tuple[int, str]]:
-    """Kafka's LogValidator.validateTimestamp: ``(batchIndex, message)`` of every record that
-    on a CreateTime topic has its own timestamp (not -1) more than
-    message.timestamp.before.max.ms before now or more than message.timestamp.after.max.ms
-    after it (KIP-937), and of every other record of a batch the producer marked
-    LogAppendTime (which Kafka refuses on any topic)."""
-    create_time = (
-        topic_configs.get("message.timestamp.type", config.log_message_timestamp_type)
-        == "CreateTime"
-    )
+def validation_config(
+    config: Any, topic_configs: dict[str, str], topic: str, index: int
+) -> ValidationConfig:
+    """What the topic's configs (and the broker's) ask of LogValidator for one append."""
     before, after = timestamp_bounds(config, topic_configs)
-    bounded = create_time and (before != LONG_MAX or after != LONG_MAX)
-    out: list[tuple[int, str]] = []
-    mv = memoryview(records)
-    for h in batches:
-        producer_lat = h.timestamp_type == LOG_APPEND_TIME
-        if not bounded and not producer_lat:
-            continue  # the default: nothing to walk
-        _, recs = read_records(bytes(mv[h.position : h.position + h.size]))
-        for i, r in enumerate(recs):
-            diff = now - r.timestamp
-            if create_time and r.timestamp != -1 and (diff > before or -diff > after):
-                out.append(
-                    (
-                        i,
-                        f"Timestamp {r.timestamp} of message with offset {r.offset} is out of"
-                        f" range. The timestamp should be within [{now - before},"
-                        f" {now + after}]",
-                    )
-                )
-            elif producer_lat:
-                out.append(
-                    (
-                        i,
-                        f"Invalid timestamp type in message (offset={r.offset},"
-                        f" timestamp={r.timestamp}). Producer should not set timestamp type to"
-                        " LogAppendTime.",
-                    )
-                )
-    return out
-
-
-def _recompress_sync(
-    records: Any, batches: list[BatchHeader], codec: int
-) -> tuple[bytearray, list[BatchHeader]]:
-    mv = memoryview(records)
-    out = bytearray()
-    for h in batches:
-        raw = bytes(mv[h.position : h.position + h.size])
-        if h.compression == codec:
-            out += raw
-            continue
-        _, recs = read_records(raw)
-        attrs = (h.attributes & ~COMPRESSION_MASK) | codec
-        out += rebuild_batch(h._replace(attributes=attrs), recs)
-    return out, parse_batches(out)
-
-
-async def _recompress(
-    records: Any, batches: list[BatchHeader], codec: int
-) -> tuple[bytearray, list[BatchHeader]]:
-    """Kafka's LogValidator when the topic's compression.type differs from the batch's codec:
-    a new batch in the topic's codec, with the records, producer fields (id, epoch, base
-    sequence, transactional flag) and timestamps kept.  Off the event loop (a thread)."""
-    return await asyncio.get_running_loop().run_in_executor(
-        None, _recompress_sync, records, batches, codec
+    timestamp_type = topic_configs.get("message.timestamp.type", config.log_message_timestamp_type)
+    return ValidationConfig(
+        topic_partition=f"{topic}-{index}",
+        max_message_bytes=max_message_bytes(config, topic_configs),
+        max_uncompressed_bytes=config.socket_request_max_bytes,
+        target_codec=target_codec(config, topic_configs),
+        compacted=is_compacted(config, topic_configs),
+        log_append_time=timestamp_type == "LogAppendTime",
+        timestamp_before_max_ms=before,
+        timestamp_after_max_ms=after,
     )
+
+
+def _inline(batches: list[BatchHeader]) -> bool:
+    """Walked on the event loop first (with a 64 KiB inflation budget): no uncompressed batch
+    larger than that."""
+    return all(b.compression != 0 or b.size <= INLINE_BYTES for b in batches)
 
 
 async def _validate(
-    ctx: RequestContext, records: Any, h: BatchHeader, limit: int
-) -> ValidationResult:
-    cap = ctx.services.config.socket_request_max_bytes
-    if h.compression == 0 and h.size > INLINE_BYTES:
-        inline_cap = 0  # straight to the thread
-    else:
-        inline_cap = min(cap, INLINE_BYTES)
+    buf: Any, batches: list[BatchHeader], config: ValidationConfig, now: int
+) -> list[BatchHeader]:
+    if _inline(batches):
+        inline_cap = min(config.max_uncompressed_bytes, INLINE_BYTES)
         try:
-            return validate_batch(
-                records, h, max_record_bytes=limit, max_uncompressed_bytes=inline_cap
-            )
+            return validate_records(buf, batches, config, now, max_uncompressed_bytes=inline_cap)
         except DecompressedSizeError:
-            if inline_cap >= cap:
+            if inline_cap >= config.max_uncompressed_bytes:
                 raise
     return await asyncio.get_running_loop().run_in_executor(
-        None,
-        functools.partial(
-            validate_batch, records, h, max_record_bytes=limit, max_uncompressed_bytes=cap
-        ),
+        None, validate_records, buf, batches, config, now
     )
 
 
@@ -220,10 +153,8 @@ async def _append(
     services = ctx.services
     try:
         services.replicas.leader_replica(topic, index)
-        if records is None or len(records) == 0:
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no record batch in the request")
         try:
-            batches = parse_batches(records)
+            buf, batches = analyze_records(records)
         except InvalidRecordError as e:
             raise KafkaError(e.code, str(e)) from None
         if len(batches) != 1 and ctx.version >= 3:  # as Kafka's ProduceRequest.validateRecords
@@ -234,13 +165,12 @@ async def _append(
         info = services.cluster.topics.get(topic)
         if info is None:  # deleted a moment ago; the replica goes when the change arrives
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic}")
-        limit = max_message_bytes(services.config, info.configs)
+        config = validation_config(services.config, info.configs, topic, index)
         for b in batches:
-            if b.size > limit:
-                raise KafkaError(
-                    ErrorCode.MESSAGE_TOO_LARGE,
-                    f"batch of {b.size} bytes exceeds max.message.bytes={limit}",
-                )
+            try:
+                check_batch_size(b, config)
+            except InvalidRecordError as e:
+                raise KafkaError(e.code, str(e)) from None
             if b.compression == ZSTD and ctx.version < 7:
                 raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7+")
             if b.is_transactional and transactional_id is None:
@@ -248,39 +178,29 @@ async def _append(
                     ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     "transactional records without a transactional id",
                 )
-        for i, b in enumerate(batches):
-            try:
-                result = await _validate(ctx, records, b, limit)
-            except InvalidRecordError as e:
-                raise KafkaError(e.code, str(e)) from None
-            if b.timestamp_type == CREATE_TIME and result.max_timestamp != b.max_timestamp:
-                set_max_timestamp(records, b.position, CREATE_TIME, result.max_timestamp)
-                batches[i] = b._replace(max_timestamp=result.max_timestamp)
+        try:
+            batches = await _validate(buf, batches, config, services.clock.time_ms())
+        except RecordValidationError as e:
+            return _record_errors(index, e, ctx.version), None
+        except InvalidRecordError as e:
+            raise KafkaError(e.code, str(e)) from None
         # compression.type other than producer: batches in another codec are rebuilt
-        codec = target_codec(services.config, info.configs)
+        codec = config.target_codec
         if codec is not None and any(b.compression != codec for b in batches):
-            records, batches = await _recompress(records, batches, codec)
+            buf, batches = await asyncio.get_running_loop().run_in_executor(
+                None, recompress, buf, batches, codec
+            )
         # the walk may have waited for a thread: leadership is checked again
         replica = services.replicas.leader_replica(topic, index)
         log = replica.log
-        info = services.cluster.topics.get(topic)
-        if info is None:
+        if services.cluster.topics.get(topic) is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        errors = timestamp_errors(
-            services.clock.time_ms(), services.config, info.configs, records, batches
-        )
-        if errors:
-            return _record_errors(index, errors, ctx.version, ErrorCode.INVALID_TIMESTAMP), None
-        if is_compacted(services.config, info.configs):
-            errors = compacted_topic_record_errors(records, batches, f"{topic}-{index}")
-            if errors:
-                return _record_errors(index, errors, ctx.version), None
         if acks == -1:
             services.replicas.check_enough_replicas(replica)
         for b in batches:
-            set_partition_leader_epoch(records, b.position, replica.leader_epoch)
+            set_partition_leader_epoch(buf, b.position, replica.leader_epoch)
         try:
-            info = log.append(records, batches)
+            info = log.append(buf, batches)
         except OSError as e:  # the log dir failed: offline from now on (Kafka's answer)
             services.logs.fail_dir(services.logs.dir_of(log), e)
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{index}: {e}") from e
@@ -291,7 +211,7 @@ async def _append(
     services.flusher.appended(topic, log, records_count)
     metrics = services.metrics
     if metrics is not None:  # Kafka's BytesInPerSec / MessagesInPerSec (the request's batches)
-        metrics.produced(topic, len(records), records_count)
+        metrics.produced(topic, len(buf), records_count)
     entry = {
         "index": index,
         "error_code": ErrorCode.NONE,

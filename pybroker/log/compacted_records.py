@@ -17,7 +17,7 @@ written as an empty batch (records count 0, no compression), as Kafka's writeEmp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -89,39 +89,6 @@ def read_records(
     except InvalidRecordError as e:
         raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, str(e)) from e
     return h, out
-
-
-def keyless_records(
-    buf: bytes | bytearray | memoryview, batches: Iterable[BatchHeader]
-) -> list[int]:
-    """Positions (Kafka's batchIndex: the record's index within its batch) of the records
-    without a key, which a compacted topic refuses (Kafka's LogValidator.validateKey)."""
-    out: list[int] = []
-    mv = memoryview(buf)
-    for h in batches:
-        _, records = read_records(bytes(mv[h.position : h.position + h.size]))
-        out.extend(i for i, r in enumerate(records) if r.key is None)
-    return out
-
-
-def compacted_topic_record_errors(
-    buf: bytes | bytearray | memoryview, batches: Iterable[BatchHeader], topic_partition: str
-) -> list[tuple[int, str]]:
-    """Produce to a compacted topic: ``(batchIndex, message)`` of every record without a key,
-    Kafka's words (the produce handler answers INVALID_RECORD with them as record_errors)."""
-    message = (
-        f"Compacted topic cannot accept message without key in topic partition {topic_partition}."
-    )
-    return [(i, message) for i in keyless_records(buf, batches)]
-
-
-def record_errors_message(errors: list[tuple[int, str]]) -> str:
-    """Kafka's RecordValidationException message for the partition's error_message."""
-    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
-    return (
-        f"One or more records have been rejected due to {len(errors)} record errors in total,"
-        f" and only showing the first three errors at most: [{shown}]"
-    )
 
 
 def _finish(buf: bytearray) -> bytes:
