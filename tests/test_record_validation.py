@@ -401,7 +401,8 @@ def test_large_batches_are_walked_off_the_event_loop(broker, client, topic, monk
     uncompressed batches are walked on the loop."""
     import threading
 
-    from pybroker.handlers import list_offsets, produce
+    from pybroker import replica_manager
+    from pybroker.handlers import list_offsets
 
     walks: list[tuple[str, int, bool]] = []  # (what, batch size, on the loop thread?)
 
@@ -413,7 +414,8 @@ def test_large_batches_are_walked_off_the_event_loop(broker, client, topic, monk
 
         return wrapper
 
-    monkeypatch.setattr(produce, "validate_records", spy("produce", produce.validate_records))
+    validate = replica_manager.validate_records
+    monkeypatch.setattr(replica_manager, "validate_records", spy("produce", validate))
     monkeypatch.setattr(list_offsets, "find_record", spy("list_offsets", list_offsets.find_record))
     big = valid_records_bomb(30_000, 200, COMPRESSION_GZIP)  # 6 MB of records
     assert client.produce(topic, 0, big, version=9)["error_code"] == NONE

@@ -75,6 +75,16 @@ COMPRESSION_SNAPPY = 2
 COMPRESSION_LZ4 = 3
 COMPRESSION_ZSTD = 4
 COMPRESSION_MASK = 0x07
+# compression.type's values (Kafka's BrokerCompressionType) and the codec each asks stored
+# batches to have; producer: the batch's own
+COMPRESSION_TYPES: dict[str, int | None] = {
+    "producer": None,
+    "uncompressed": COMPRESSION_NONE,
+    "gzip": COMPRESSION_GZIP,
+    "snappy": COMPRESSION_SNAPPY,
+    "lz4": COMPRESSION_LZ4,
+    "zstd": COMPRESSION_ZSTD,
+}
 TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
