@@ -142,4 +142,13 @@ def test_walk_batch_and_decode_records_agree(codec):
     assert [(r.offset, r.key, r.value, r.headers) for r in decoded] == [
         (i, k, v, hs) for i, (k, v, hs) in enumerate(recs)
     ]
+    keys = []  # an uncompressed batch is walked in place (a memoryview): fields are copies
+    walk_batch(
+        bytearray(batch),
+        h,
+        max_record_bytes=1 << 20,
+        max_uncompressed_bytes=1 << 20,
+        visit=lambda buf, *a: keys.append(fields(buf, a[4]).key(buf)),
+    )
+    assert keys == [k for k, _, _ in recs] and all(type(k) is bytes for k in keys)
     assert len(batch) > HEADER_SIZE

@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 from pybroker.errors import ErrorCode
 from pybroker.wire.compression import decompressed_chunks
 from pybroker.wire.primitives import DecodeError, varint_at
-from pybroker.wire.records import HEADER_SIZE, BatchHeader, InvalidRecordError
+from pybroker.wire.records import COMPRESSION_NONE, HEADER_SIZE, BatchHeader, InvalidRecordError
 
 # attributes(1) timestampDelta(1) offsetDelta(1) keyLength(1) valueLength(1) headerCount(1)
 MIN_RECORD_BODY = 6
@@ -221,7 +221,7 @@ def walk(
             if index >= count:
                 break
             # -- the next record reaches past ``buf``: move it to the front, read on --------
-            parts = [buf[pos:]]
+            parts = [buf[pos:]] if pos < n else []
             have = n - pos
             while have < need:
                 chunk = next(source, None)
@@ -230,7 +230,8 @@ def walk(
                     break
                 parts.append(chunk)
                 have += len(chunk)
-            buf = b"".join(parts)
+            # (one piece is used as it is: an uncompressed batch is walked in place)
+            buf = parts[0] if len(parts) == 1 else b"".join(parts)
             n = len(buf)
             pos = 0
             if pos >= n and not more:
@@ -255,7 +256,9 @@ def walk_batch(
     stream: at most ``max_uncompressed_bytes``, else DecompressedSizeError, MESSAGE_TOO_LARGE;
     an undecodable payload is CORRUPT_MESSAGE)."""
     start = h.position + HEADER_SIZE
-    payload = bytes(memoryview(batch)[start : h.position + h.size])
+    payload: Any = memoryview(batch)[start : h.position + h.size]
+    if h.compression != COMPRESSION_NONE:
+        payload = bytes(payload)  # (what the codec libraries take)
     chunks = decompressed_chunks(h.compression, payload, max_uncompressed_bytes)
     try:
         return walk(
