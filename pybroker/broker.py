@@ -56,11 +56,11 @@ from pybroker.metrics import BrokerMetrics, exposition
 from pybroker.purgatory import Purgatory
 from pybroker.quotas.manager import QuotaManager
 from pybroker.quotas.store import QuotaStore
+from pybroker.replica_manager import ReplicaManager
 from pybroker.replication import manager as replica_manager
 from pybroker.replication.client import BrokerConnection
 from pybroker.replication.controlled_shutdown import controlled_shutdown
 from pybroker.replication.fetcher import ReplicaFetcher
-from pybroker.replication.manager import ReplicaManager
 from pybroker.replication.throttle import ReplicationThrottles
 from pybroker.security.authorizer import Authorizer
 from pybroker.security.credentials import CredentialStore, fake_salt_key
@@ -238,6 +238,9 @@ class Broker:
             throttles=ReplicationThrottles(
                 lambda: self.config, self.cluster, cfg.broker_id, self.clock
             ),
+            config=self.config,
+            flusher=self.flusher,
+            metrics=self.metrics,
         )
         self._apply_topic_configs()
         self._loop = asyncio.get_running_loop()
