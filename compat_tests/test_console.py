@@ -68,6 +68,22 @@ def get(url: str, auth: tuple[str, str] | None = None, method: str = "GET"):
         return e.code, e.headers, e.read().decode()
 
 
+def assigned_consumer(bootstrap: str, topic: str, partitions: int, **kw) -> KafkaConsumer:
+    """A kafka-python consumer in a group that has all ``partitions`` of ``topic`` assigned.
+    It learns the topic's partitions before it subscribes: a group leader that joins without
+    them assigns nothing (kafka-python: "No partition metadata")."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **kw)
+    deadline = time.monotonic() + 60
+    while not consumer.partitions_for_topic(topic):
+        assert time.monotonic() < deadline, f"no metadata for {topic}"
+        time.sleep(0.1)
+    consumer.subscribe([topic])
+    while len(consumer.assignment()) < partitions:
+        assert time.monotonic() < deadline, f"assigned {consumer.assignment()}"
+        consumer.poll(200)
+    return consumer
+
+
 def page(url: str, shot: str | None = None) -> Dom:
     if shot:
         chromium.screenshot(url, shot)
@@ -96,18 +112,14 @@ def test_every_page_in_chromium(start_broker):
     producer.flush()
     producer.close()
     committed = {0: 4, 1: 7, 2: 10}
-    consumer = KafkaConsumer(
+    consumer = assigned_consumer(
+        b.bootstrap,
         "orders",
-        bootstrap_servers=b.bootstrap,
+        3,
         group_id="billing",
         client_id="billing-app",
-        enable_auto_commit=False,
         auto_offset_reset="earliest",
     )
-    deadline = time.monotonic() + 60
-    while len(consumer.assignment()) < 3 and time.monotonic() < deadline:
-        consumer.poll(200)
-    assert len(consumer.assignment()) == 3
     consumer.commit(
         {TopicPartition("orders", p): OffsetAndMetadata(o, "", -1) for p, o in committed.items()}
     )
@@ -318,17 +330,9 @@ def test_a_group_lists_assigned_partitions_without_a_commit(start_broker):
         producer.send("orders", value=b"v", partition=i % 3)
     producer.flush()
     producer.close()
-    consumer = KafkaConsumer(
-        "orders",
-        bootstrap_servers=b.bootstrap,
-        group_id="reports",
-        client_id="reports-app",
-        enable_auto_commit=False,
+    consumer = assigned_consumer(
+        b.bootstrap, "orders", 3, group_id="reports", client_id="reports-app"
     )
-    deadline = time.monotonic() + 60
-    while len(consumer.assignment()) < 3 and time.monotonic() < deadline:
-        consumer.poll(200)
-    assert len(consumer.assignment()) == 3
     consumer.commit({TopicPartition("orders", 0): OffsetAndMetadata(4, "", -1)})
     try:
         dom = page(b.http + "/groups/reports", "group-uncommitted.png")

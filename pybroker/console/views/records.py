@@ -69,7 +69,13 @@ def form(topic_url: str, partitions: int, f: Mapping[str, str]) -> str:
 def _range(s: Span) -> str:
     if s.end <= s.start:
         return f"nothing to scan at offset {num(s.start)}"
+    if s.end - 1 == s.start:
+        return f"offset {num(s.start)}"
     return f"offsets {num(s.start)} to {num(s.end - 1)}"
+
+
+def _records_word(n: int) -> str:
+    return f"{num(n)} record" + ("" if n == 1 else "s")
 
 
 def _scan_report(b: Browse, filtered: bool) -> str:
@@ -77,12 +83,12 @@ def _scan_report(b: Browse, filtered: bool) -> str:
     if len(b.spans) == 1:
         (s,) = b.spans
         text = (
-            f"Scanned {num(s.scanned)} records from partition {s.partition}, {_range(s)} "
+            f"Scanned {_records_word(s.scanned)} from partition {s.partition}, {_range(s)} "
             f"(log start {num(s.log_start)}, high watermark {num(s.high_watermark)}){matched}."
         )
         return f'<p class="note" id="browse-scan">{text}</p>'
     text = (
-        f"Scanned {num(b.scanned)} records in {num(len(b.spans))} partitions, merged by "
+        f"Scanned {_records_word(b.scanned)} in {num(len(b.spans))} partitions, merged by "
         f"timestamp{matched}."
     )
     rows = [
