@@ -212,3 +212,52 @@ def test_cursors_parse_and_refuse_garbage():
     for bad in ("5", "a:1", "1:b", ",".join(f"{p}:0" for p in range(records.MERGE_MAX + 1))):
         with pytest.raises(ValueError):
             records.parse_cursor(bad)
+
+
+def test_record_counts_are_exact_only_without_compaction_or_transactions(tmp_path):
+    """High watermark minus log start; approximate (an upper bound) once the log is compacted
+    or holds transactions, whose markers take offsets."""
+    from pybroker.console import state
+    from pybroker.console.state import RecordCount
+    from pybroker.console.views.topics import TopicPage, _record_count
+
+    def row(log):
+        broker = SimpleNamespace(
+            replicas=SimpleNamespace(replicas={("t", 0): SimpleNamespace(log=log)})
+        )
+        meta = SimpleNamespace(leader=0, replicas=[0], isr=[0])
+        return state._row(broker, "t", 0, meta, {0: None})
+
+    plain = PartitionLog.open(tmp_path / "t-0", LogConfig(), ManualClock())
+    buf = bytearray(build_batch([(None, b"v", [])] * 3, timestamp=T0))
+    plain.append(buf, parse_batches(buf))
+    plain.high_watermark = plain.log_end_offset
+    txn = PartitionLog.open(tmp_path / "x" / "t-0", LogConfig(), ManualClock())
+    buf = bytearray(
+        build_batch(
+            [(None, b"v", [])] * 2, timestamp=T0, producer_id=7, producer_epoch=0,
+            base_sequence=0, is_transactional=True,
+        )
+    )  # fmt: skip
+    txn.append(buf, parse_batches(buf))
+    txn.append_txn_marker(7, 0, 0, committed=True)
+    txn.high_watermark = txn.log_end_offset
+    compacted = PartitionLog.open(
+        tmp_path / "c" / "t-0", LogConfig(cleanup_policy="compact"), ManualClock()
+    )
+    r_plain, r_txn, r_compacted = row(plain), row(txn), row(compacted)
+    assert (r_plain.records, r_plain.transactional, r_plain.compacted) == (3, False, False)
+    assert (r_txn.records, r_txn.transactional) == (3, True)  # 2 records + 1 marker
+    assert r_compacted.compacted and r_compacted.records == 0
+
+    def label(rows):
+        page = TopicPage("t", "id", len(rows), 1, 0, 0, rows, None, [], 1, True, {})
+        return _record_count(page)
+
+    assert "exact: high watermark minus log start offset over all partitions" in label([r_plain])
+    assert "approximate (transactions: their markers take offsets)" in label([r_plain, r_txn])
+    assert "approximate (compacted" in label([r_compacted])
+    count = RecordCount()
+    count.add(r_plain)
+    count.add(r_txn)
+    assert (count.records, count.local, count.approximate) == (6, 2, True)
