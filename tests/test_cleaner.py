@@ -530,7 +530,7 @@ def test_stale_cleaned_file_does_not_undo_a_complete_swap(tmp_path, clock):
 def test_a_clean_in_the_cleaner_process_equals_one_in_the_thread(tmp_path, clock):
     """The broker hands the work on files to a spawned process (CleanerConfig.use_process),
     so the event loop never waits for the GIL on it: same result, byte for byte."""
-    from pybroker.log.cleaner_job import CleanerProcess
+    from pybroker.log.cleaner_process import CleanerProcess
 
     logs = {}
     for mode in ("thread", "process"):
@@ -560,7 +560,7 @@ def test_stopping_the_cleaner_ends_a_clean_in_its_process(tmp_path, clock):
     log reads as before, and a later clean (a new process) completes."""
     import threading
 
-    from pybroker.log.cleaner_job import CleanerProcess
+    from pybroker.log.cleaner_process import CleanerProcess
 
     config = LogConfig(
         segment_bytes=64 * 1024, cleanup_policy="compact", min_cleanable_dirty_ratio=0.01

@@ -74,7 +74,6 @@ from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.log.cleaner_job import (
     CleanAborted,
     CleanedGroup,
-    CleanerProcess,
     CleanJob,
     OffsetMap,
     SegmentRef,
@@ -82,6 +81,7 @@ from pybroker.log.cleaner_job import (
     run_clean_job,
     segment_paths,
 )
+from pybroker.log.cleaner_process import CleanerProcess
 from pybroker.log.manager import LogManager, read_checkpoint, write_checkpoint
 from pybroker.log.partition_log import PartitionLog
 from pybroker.log.segment import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment
@@ -163,6 +163,16 @@ class Cleanable:
 
 def _direct(fn: Callable[[], T]) -> T:
     return fn()
+
+
+def discard_cleaned(directory: Path) -> None:
+    """Delete the ``.cleaned`` files of a clean that ended before its swaps (one clean of a
+    log at a time: every ``.cleaned`` file in its directory is that clean's)."""
+    try:
+        for path in directory.glob("*" + CLEANED_SUFFIX):
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass  # (the directory went: a deleted or moved log)
 
 
 class LogCleaner:
@@ -376,7 +386,11 @@ class LogCleaner:
         segments = list(plog.segments)[:-1]
         job = self._job(c, segments, now)
         if process is not None:
-            result = process.run(job, self._stop.is_set)
+            try:
+                result = process.run(job, self._stop.is_set)
+            except Exception:
+                discard_cleaned(plog.directory)  # what a process killed mid-write left
+                raise
         else:
             result = run_clean_job(job, offset_map, self._check_stop)
         stats.map_full = result.end_offset < c.first_uncleanable
