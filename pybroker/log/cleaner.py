@@ -24,7 +24,8 @@ Contract (docs/internals.md has the summary):
   ``log.cleaner.backoff.ms``.
 * A clean (cleaner_job.py): the offset map (key hash -> latest offset; MD5 of the key, as
   Kafka's SkimpyOffsetMap; ``log.cleaner.dedupe.buffer.size / threads`` bytes at load factor
-  0.9, counted at the 128 bytes a dict entry takes, where Kafka's packed entry takes 24) is filled from the dirty range; when it fills up, the clean stops at the
+  0.9, counted at the 148 bytes an entry takes here, where Kafka's packed entry takes 24) is
+  filled from the dirty range; when it fills up, the clean stops at the
   last offset mapped and the rest waits for the next pass.  Then every segment from the log
   start up to that end is rewritten, in groups of consecutive segments whose total size fits
   segment.bytes (and the index size limit), each group into one ``.cleaned`` segment.  A
@@ -92,10 +93,12 @@ log = logging.getLogger("pybroker.log.cleaner")
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 # Memory of one offset map entry: Kafka's SkimpyOffsetMap packs a 16-byte MD5 and an 8-byte
-# offset into 24 bytes; here an entry is a dict item (16-byte bytes key -> int offset), which
-# CPython 3.11 keeps in 127 bytes (measured with tracemalloc over 1,000,000 entries).  The
-# capacity is counted in these, so the map stays within log.cleaner.dedupe.buffer.size.
-BYTES_PER_ENTRY = 128
+# offset into 24 bytes; here an entry is a dict item (the key, or its 16-byte MD5 for keys of
+# 16 bytes or more -> an int packing offset and position) plus its place in pass 2's sorted
+# list of values: at most 146 bytes in CPython 3.11 (tracemalloc, 100,000 to 1,000,000
+# entries, MD5 keys, offsets above 2**40).  The capacity is counted in these, so the map stays
+# within log.cleaner.dedupe.buffer.size.
+BYTES_PER_ENTRY = 148
 INT32_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
 # The cleaner's threads share the GIL with the event loop: they let go of it at least this
