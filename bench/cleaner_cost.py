@@ -116,7 +116,7 @@ def run_once(pythonpath: str, directory: Path, capacity: int, profile: str | Non
     out = subprocess.run(
         cmd, env=env, check=True, capture_output=True, text=True, cwd=directory
     ).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
 
 
 def main() -> None:

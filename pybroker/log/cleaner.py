@@ -3,15 +3,17 @@ LogCleaner, LogCleanerManager and Cleaner).
 
 Contract (docs/internals.md has the summary):
 
-* Threads and process: ``log.cleaner.threads`` threads (none when ``log.cleaner.enable`` is
-  false) choose the logs; each hands a clean's work on files (mapping keys, writing the
-  ``.cleaned`` segments: pybroker/log/cleaner_job.py) to a spawned process of its own
-  (``CleanerConfig.use_process``, the broker), so that pure-Python work never holds the
-  event loop's GIL; tests run it in the thread.  The one handoff to the owner of the logs
-  (``run_on_owner``: the event loop in the broker, a direct call in tests) is the swap of
-  each cleaned group (:meth:`PartitionLog.replace_segments`: renames and a list update) and
-  two reads (aborted transactions, producers' last batches).  A clean that finds the log
-  changed under it (retention, truncation, deletion) is dropped and tried again later.
+* Threads and processes: ``log.cleaner.threads`` threads (none when ``log.cleaner.enable``
+  is false) choose the logs; each hands a clean's work on files (mapping keys, writing the
+  ``.cleaned`` segments: pybroker/log/cleaner_job.py) to a worker process of its own
+  (pybroker/log/cleaner_process.py; ``CleanerConfig.use_process``, the broker), which runs
+  on another core and never holds the event loop's GIL; tests run the same job in the
+  thread.  The one handoff to the owner of the logs (``run_on_owner``: the event loop in
+  the broker, a direct call in tests) is the swap of each cleaned group
+  (:meth:`PartitionLog.replace_segments`: renames and a list update) and two reads (aborted
+  transactions, producers' last batches).  A clean that finds the log changed under it
+  (retention, truncation, deletion) is dropped and tried again later; so is one whose
+  process died (its ``.cleaned`` files deleted: :func:`discard_cleaned`).
 * Which log: per compacted log, the cleanable range runs from the first dirty offset (the
   ``cleaner-offset-checkpoint`` entry, or the log start) to the first uncleanable offset:
   the smallest of the active segment's base offset, the high watermark (the last stable
@@ -22,10 +24,11 @@ Contract (docs/internals.md has the summary):
   max.compaction.lag.ms is cleaned whatever its ratio; when none qualifies, a log with
   tombstones whose delete horizon has passed is cleaned.  Nothing to do: sleep
   ``log.cleaner.backoff.ms``.
-* A clean (cleaner_job.py): the offset map (key hash -> latest offset; MD5 of the key, as
-  Kafka's SkimpyOffsetMap; ``log.cleaner.dedupe.buffer.size / threads`` bytes at load factor
-  0.9, counted at the 148 bytes an entry takes here, where Kafka's packed entry takes 24) is
-  filled from the dirty range; when it fills up, the clean stops at the
+* A clean (cleaner_job.py): the offset map (key -> latest offset; the key itself when
+  shorter than 16 bytes, else its MD5 as Kafka's SkimpyOffsetMap;
+  ``log.cleaner.dedupe.buffer.size / threads`` bytes at load factor 0.9, counted at the 148
+  bytes an entry takes here, where Kafka's packed entry takes 24) is filled from the dirty
+  range; when it fills up, the clean stops at the
   last offset mapped and the rest waits for the next pass.  Then every segment from the log
   start up to that end is rewritten, in groups of consecutive segments whose total size fits
   segment.bytes (and the index size limit), each group into one ``.cleaned`` segment.  A

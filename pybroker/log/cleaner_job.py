@@ -1,8 +1,23 @@
 """One clean's work on files (Kafka's Cleaner): map the keys of the dirty range, then write
 each group of segments, filtered, as a ``.cleaned`` segment.  It reads segment files and
 writes new ones; it never touches a PartitionLog, so it runs the same in the cleaner's
-thread (tests) or in a cleaner process (the broker: :class:`CleanerProcess`), where its
-pure-Python work does not hold the event loop's GIL.
+thread (tests) or in a cleaner process (the broker: pybroker/log/cleaner_process.py), where
+it does not hold the event loop's GIL.
+
+Per record, only what cannot be done in bulk runs in Python (docs/performance.md, "The log
+cleaner"):
+
+* Segments are read through a read-only mmap (:class:`MappedSegment`): no copy into the
+  process, pages let go behind the scan.
+* Pass 1 (:func:`build_offset_map`): one inline loop per batch
+  (:func:`compacted_records.map_records`) puts ``key -> offset << 32 | position`` for every
+  keyed record; no object is made per record but its key.
+* Pass 2 (:func:`filter_batch`): the map's values sorted by offset (:class:`LiveRecords`)
+  are the records of the mapped range that stay, with their positions.  A batch wholly in
+  that range is filtered from them: only the records it keeps are read, and those are
+  copied as bytes; a batch that keeps every record is copied whole, undecoded.  Other
+  batches (below the first dirty offset, across the map's end) are read record by record
+  (:func:`compacted_records.scan_records`).  Compression and CRC-32C are C libraries.
 
 Contract with pybroker/log/cleaner.py (the manager: which log, the swap, the checkpoint):
 
