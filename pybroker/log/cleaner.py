@@ -201,6 +201,7 @@ class LogCleaner:
         self.crash_hook: Callable[[str], None] | None = None  # tests: "crash" at a step
         # logs whose clean failed unexpectedly: skipped until their log is opened again
         self.uncleanable: dict[tuple[str, int], PartitionLog] = {}
+        self.compacted_logs = False  # a compacted log was seen: the processes are started
         self._lock = threading.Lock()
         self._in_progress: set[tuple[str, int]] = set()
         self._stop = threading.Event()
@@ -243,6 +244,8 @@ class LogCleaner:
                 cleaned = False
                 try:
                     cleaned = self.clean_filthiest(offset_map, process) is not None
+                    if process is not None and not process.started and self.compacted_logs:
+                        process.start()  # warm before the first clean a compacted log needs
                 except Exception:
                     log.exception("log cleaner failed")
                 if not cleaned:
@@ -311,7 +314,10 @@ class LogCleaner:
         candidates: list[Cleanable] = []
         expired: list[Cleanable] = []
         for topic, partition, plog in self.logs.partitions():
-            if not plog.config.compact or plog.closed or (topic, partition) in self._in_progress:
+            if not plog.config.compact or plog.closed:
+                continue
+            self.compacted_logs = True
+            if (topic, partition) in self._in_progress:
                 continue
             if self.uncleanable.get((topic, partition)) is plog:
                 continue

@@ -82,8 +82,8 @@ def main(argv: list[str]) -> None:
 
 
 class CleanerProcess:
-    """One cleaner thread's worker process, started at its first :meth:`run` and kept for
-    the next ones."""
+    """One cleaner thread's worker process, started once the broker has a compacted log (or
+    at the first :meth:`run`) and kept for the next cleans."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -93,6 +93,14 @@ class CleanerProcess:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
+
+    @property
+    def started(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> None:
+        """Start the process now (else at the first :meth:`run`)."""
+        self._ensure()
 
     def _ensure(self) -> Connection:
         if self._proc is None or self._proc.poll() is not None:
