@@ -259,7 +259,7 @@ class MappedSegment:
     SIGBUS, which the manager takes as an abandoned clean (only a follower's truncation
     shortens an inactive segment)."""
 
-    RELEASE_BYTES = 32 * 1024 * 1024
+    RELEASE_BYTES = 16 * 1024 * 1024
 
     def __init__(self, seg: SegmentRef) -> None:
         self.seg = seg
