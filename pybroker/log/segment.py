@@ -291,6 +291,8 @@ class LogSegment:
         self.bytes_since_last_index_entry = 0
         # clock time of the first append (segment.ms / roll_ms); load time for a loaded segment
         self.rolling_base_ms: int | None = None
+        # segment.jitter.ms: taken off segment.ms for this segment (set by its log)
+        self.roll_jitter_ms = 0
         self.deleted = False  # renamed for deletion or deleted: nothing left to flush
 
     # -- the descriptor -----------------------------------------------------------------------
