@@ -59,6 +59,7 @@ from pybroker.replication.controlled_shutdown import controlled_shutdown
 from pybroker.replication.fetcher import ReplicaFetcher
 from pybroker.replication.manager import ReplicaManager
 from pybroker.replication.throttle import ReplicationThrottles
+from pybroker.security import listeners as listener_security
 from pybroker.security.authorizer import Authorizer
 from pybroker.security.credentials import CredentialStore, fake_salt_key
 from pybroker.server import KafkaServer
@@ -227,8 +228,8 @@ class Broker:
             open_log=self.partition_log,
             fetcher_factory=ReplicaFetcher,
             inter_broker_listener=cfg.inter_broker_listener,
-            inter_broker_ssl=cfg.inter_broker_ssl_context(),
-            inter_broker_sasl=cfg.inter_broker_sasl(),
+            inter_broker_ssl=listener_security.inter_broker_ssl_context(cfg),
+            inter_broker_sasl=listener_security.inter_broker_sasl(cfg),
             on_replica_removed=lambda t, p, plog: self._delete_logs([(t, p, plog)]),
             throttles=ReplicationThrottles(
                 lambda: self.config, self.cluster, cfg.broker_id, self.clock
@@ -313,9 +314,11 @@ class Broker:
             cfg.listeners,
             max_request_bytes=cfg.socket_request_max_bytes,
             max_connections=cfg.max_connections,
-            ssl_contexts={name: cfg.ssl_context(name) for name in cfg.ssl_listeners},
-            sasl={name: cfg.listener_sasl(name) for name in cfg.sasl_listeners},
-            principal_rules=cfg.principal_mapper(),
+            ssl_contexts={
+                name: listener_security.ssl_context(cfg, name) for name in cfg.ssl_listeners
+            },
+            sasl={name: listener_security.listener_sasl(cfg, name) for name in cfg.sasl_listeners},
+            principal_rules=listener_security.principal_mapper(cfg),
         )
         self._apply_connection_limits()
         await self.server.start()
@@ -504,7 +507,7 @@ class Broker:
             return
         for name in self.config.ssl_listeners:
             try:
-                self.server.ssl_contexts[name] = self.config.ssl_context(name)
+                self.server.ssl_contexts[name] = listener_security.ssl_context(self.config, name)
             except Exception as e:
                 log.error("listener %s keeps its TLS context: %s", name, e)
                 continue

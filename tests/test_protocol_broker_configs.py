@@ -159,3 +159,32 @@ def test_broker_logger_levels(start_broker):
             assert describe(c, BROKER_LOGGER, "0", [name])[2][name]["value"] == root
         finally:
             logging.getLogger(name).setLevel(logging.NOTSET)
+
+
+def test_list_operations_follow_kafkas_config_admin_manager(start_broker):
+    """APPEND with nothing stored starts from Kafka's default, SUBTRACT removes one
+    occurrence per item named (configdef.incremental; both differed before)."""
+    b = start_broker()
+    SUBTRACT = 3
+    with b.client() as c:
+        assert incremental(c, BROKER, "0", [("log.cleanup.policy", APPEND, "compact")]) == (
+            NONE,
+            None,
+        )
+        _, _, e = describe(c, BROKER, "0", ["log.cleanup.policy"])
+        assert e["log.cleanup.policy"]["value"] == "delete,compact"
+        ops = [("log.cleanup.policy", SET, "compact,delete,compact")]
+        assert incremental(c, BROKER, "0", ops) == (NONE, None)
+        assert incremental(c, BROKER, "0", [("log.cleanup.policy", SUBTRACT, "compact")]) == (
+            NONE,
+            None,
+        )
+        _, _, e = describe(c, BROKER, "0", ["log.cleanup.policy"])
+        assert e["log.cleanup.policy"]["value"] == "delete,compact"
+        assert b.broker.config.log_cleanup_policy == "delete,compact"
+        # not a list, and a name Kafka does not define (its lookup throws: no message)
+        assert incremental(c, BROKER, "0", [("message.max.bytes", APPEND, "5")]) == (
+            INVALID_CONFIG,
+            "Config value append is not allowed for config key: message.max.bytes",
+        )
+        assert incremental(c, BROKER, "0", [("no.such.key", APPEND, "5")]) == (-1, None)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from pybroker.configdef import Type, incremental
 from pybroker.coord import paths
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers import _broker_loggers
@@ -27,7 +28,6 @@ from pybroker.kafka_broker_configs import DEFINITIONS
 
 log = logging.getLogger(__name__)
 
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 DYNAMIC_BROKER_LOGGER_CONFIG = 6  # DescribeConfigsResponse.ConfigSource
 
 
@@ -48,37 +48,16 @@ def _node_id(ctx: RequestContext, name: str, mismatch: str | None = None) -> Non
         )
 
 
-def _list_items(value: str | None) -> list[str]:
-    return [v for v in value.split(",") if v] if value else []
+def _kafka_key(name: str) -> tuple[Type, str | None] | None:
+    """KafkaConfig.configKeys: (type, default) of every key Kafka 3.9 defines."""
+    definition = DEFINITIONS.get(name)
+    return (Type[definition[0]], definition[1]) if definition is not None else None
 
 
 def apply_ops(ops: list[dict], current: dict[str, str]) -> dict[str, str]:
-    """ConfigAdminManager.prepareIncrementalConfigs over KafkaConfig's keys."""
-    new = dict(current)
-    for op in ops:
-        name, value, kind = op["name"], op["value"], op["config_operation"]
-        if kind == SET:
-            new[name] = value
-        elif kind == DELETE:
-            new.pop(name, None)
-        elif kind in (APPEND, SUBTRACT):
-            definition = DEFINITIONS.get(name)
-            if definition is None:
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown config name: {name}")
-            if definition[0] != "LIST":
-                verb = "append" if kind == APPEND else "subtract"
-                raise KafkaError(
-                    ErrorCode.INVALID_CONFIG,
-                    f"Config value {verb} is not allowed for config key: {name}",
-                )
-            old = _list_items(new.get(name))
-            if kind == APPEND:
-                new[name] = ",".join(old + [v for v in value.split(",") if v not in old])
-            else:
-                new[name] = ",".join(v for v in old if v not in value.split(","))
-        else:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {kind}")
-    return new
+    """ConfigAdminManager.prepareIncrementalConfigs over KafkaConfig's keys
+    (configdef.incremental: APPEND and SUBTRACT start from Kafka's default)."""
+    return incremental(ops, current, _kafka_key)
 
 
 async def alter_broker(

@@ -21,6 +21,7 @@ from pybroker.coord.group_coordinator import OFFSETS_TOPIC, partition_coordinato
 from pybroker.errors import ErrorCode
 from pybroker.handlers.write_txn_markers import TxnMarker, write_txn_markers
 from pybroker.replication.client import BrokerConnection
+from pybroker.security import listeners as listener_security
 
 log = logging.getLogger("pybroker.transactions.markers")
 
@@ -128,8 +129,8 @@ class MarkerSender:
                     addr[0],
                     addr[1],
                     f"txn-coordinator-{self.services.config.broker_id}",
-                    ssl=self.services.config.inter_broker_ssl_context(),
-                    sasl=self.services.config.inter_broker_sasl(),
+                    ssl=listener_security.inter_broker_ssl_context(self.services.config),
+                    sasl=listener_security.inter_broker_sasl(self.services.config),
                 ),
                 asyncio.Lock(),
             )
