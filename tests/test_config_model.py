@@ -6,6 +6,9 @@ SUBTRACT with ConfigAdminManager's exact semantics, and the unknown-key suggesti
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
+import threading
 
 import pytest
 
@@ -399,3 +402,29 @@ def test_describe_settings_lists_every_key_read_from_the_file(tmp_path):
 def test_config_stays_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         Config().num_partitions = 3  # type: ignore[misc]
+
+
+def test_serve_logs_the_suggestion(tmp_path):
+    """What an operator sees for a misspelt --override: a warning naming the key it meant, and
+    a broker that starts (Kafka only warns about unknown keys)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pybroker", "serve", "--override", f"log.dirs={tmp_path}",
+         "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+         "--override", "log.retention.hourz=5"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    killer = threading.Timer(60, proc.kill)
+    killer.start()
+    seen = []
+    try:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            seen.append(line)
+            if line.startswith("pybroker started"):
+                break
+    finally:
+        killer.cancel()
+        proc.terminate()
+        proc.wait(timeout=60)
+    text = "".join(seen)
+    assert "unknown configuration key 'log.retention.hourz' ignored: did you mean" in text, text
+    assert "'log.retention.hours'?" in text and "pybroker started" in text, text
