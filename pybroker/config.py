@@ -733,8 +733,17 @@ def _listener_protocols(settings: Mapping[str, str]) -> set[str]:
 def unknown_key_warning(key: str) -> str:
     """What the broker says about a key it does not read: a Kafka key is said to have no
     effect here; anything else is unknown, with the nearest known key suggested."""
-    if key in KAFKA_CONFIG_NAMES or key in topic_config.KEYS:
+    if key in KEYS:  # Kafka's DynamicConfig.Broker keys: not KafkaConfig ones
+        return (
+            f"configuration key {key!r} ignored: it is set dynamically only"
+            " (kafka-configs --entity-type brokers)"
+        )
+    if key in KAFKA_CONFIG_NAMES:
         return f"configuration key {key!r} (Kafka's) has no effect in pybroker"
+    if key in topic_config.KEYS:
+        broker_key = topic_config.broker_synonym(key)
+        hint = f"; its broker default is {broker_key!r}" if broker_key else ""
+        return f"configuration key {key!r} is a topic config, ignored here{hint}"
     near = did_you_mean(key, [*KEYS, *KAFKA_CONFIG_NAMES])
     hint = f": did you mean {near!r}?" if near else ""
     return f"unknown configuration key {key!r} ignored{hint}"

@@ -368,7 +368,17 @@ def test_unknown_keys_suggest_the_nearest_known_one(tmp_path):
             "log.retention.hourz": "5",
             "num.io.threads": "8",
             "completely.unrelated.thing": "1",
+            "leader.replication.throttled.rate": "100",
+            "retention.ms": "1000",
         }
+    )
+    assert (
+        "configuration key 'retention.ms' is a topic config, ignored here; its broker default is"
+        " 'log.retention.ms'" in cfg.warnings
+    )
+    assert (
+        "configuration key 'leader.replication.throttled.rate' ignored: it is set dynamically"
+        " only (kafka-configs --entity-type brokers)" in cfg.warnings
     )
     assert (
         "unknown configuration key 'log.retention.hourz' ignored: did you mean"
