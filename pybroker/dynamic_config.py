@@ -152,6 +152,13 @@ PASSWORD_CONFIGS = frozenset(
 )
 
 
+_SYNONYM_GROUPS = (
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+)
+
+
 def _synonyms(name: str) -> list[str]:
     """DynamicBrokerConfig.brokerConfigSynonyms (without listener overrides), highest first."""
     for group in _SYNONYM_GROUPS:
@@ -160,13 +167,6 @@ def _synonyms(name: str) -> list[str]:
     if name == "log.flush.interval.ms":  # the scheduler interval is its default
         return ["log.flush.interval.ms", "log.flush.scheduler.interval.ms"]
     return [name]
-
-
-_SYNONYM_GROUPS = (
-    ("log.roll.ms", "log.roll.hours"),
-    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
-    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-)
 
 
 def _listener_base(name: str) -> str | None:
