@@ -27,8 +27,8 @@ from typing import Any
 from pybroker.console.auth import Viewer
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers.list_offsets import list_offsets
-from pybroker.wire.compression import decompressed_chunks
-from pybroker.wire.records import HEADER_SIZE, LOG_APPEND_TIME, BatchHeader, scan_batches
+from pybroker.wire.record_walker import fields, headers, walk_batch
+from pybroker.wire.records import LOG_APPEND_TIME, BatchHeader, InvalidRecordError, scan_batches
 
 READ_BYTES = 1024 * 1024
 MAX_READS = 4
@@ -69,77 +69,38 @@ def parse_timestamp(text: str) -> int:
     return int(dt.timestamp() * 1000)
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
-def _payload(data: bytes, h: BatchHeader) -> tuple[bytes, bool]:
-    """The batch's records section, decompressed up to DECODE_BUDGET (True: cut short)."""
-    raw = data[h.position + HEADER_SIZE : h.position + h.size]
-    parts, have = [], 0
-    chunks = decompressed_chunks(h.compression, raw, 2**62)
-    try:
-        for chunk in chunks:
-            parts.append(chunk)
-            have += len(chunk)
-            if have >= DECODE_BUDGET:
-                return b"".join(parts), True
-    finally:
-        chunks.close()
-    return b"".join(parts), False
-
-
 def _records(data: bytes, h: BatchHeader, start: int, end: int, room: int) -> tuple[list, bool]:
     """Records of batch ``h`` with start <= offset < end, at most ``room``; True when the
-    batch was cut by the decode budget or malformed."""
-    payload, cut = _payload(data, h)
-    base_ts = h.max_timestamp if h.timestamp_type == LOG_APPEND_TIME else h.base_timestamp
+    batch was cut by the decode budget or malformed (the records before that are shown)."""
+    base_offset = h.base_offset
+    log_append = h.timestamp_type == LOG_APPEND_TIME
+    base_ts = h.max_timestamp if log_append else h.base_timestamp
     out: list[Shown] = []
-    pos = 0
+
+    def show(buf: bytes, _i: int, off: int, ts: int, _klen: int, at: int, _end: int) -> bool:
+        offset = base_offset + off
+        if offset >= end:
+            return True
+        if offset >= start:
+            f = fields(buf, at)
+            names = [(k.decode("utf-8", "replace"), v) for k, v in headers(buf, f.headers_pos)]
+            stamp = base_ts if log_append else base_ts + ts
+            out.append(Shown(offset, stamp, f.key(buf), f.value(buf), names))
+            return len(out) >= room
+        return False
+
     try:
-        for _ in range(h.records_count):
-            length, pos = _varint(payload, pos)
-            nxt = pos + length
-            if nxt > len(payload):
-                return out, True
-            pos += 1
-            ts_delta, pos = _varint(payload, pos)
-            off_delta, pos = _varint(payload, pos)
-            blobs: list[bytes | None] = []
-            for _kv in range(2):
-                n, pos = _varint(payload, pos)
-                blobs.append(None if n < 0 else payload[pos : pos + n])
-                pos += max(n, 0)
-            count, pos = _varint(payload, pos)
-            headers: list[tuple[str, bytes | None]] = []
-            for _h in range(max(count, 0)):
-                n, pos = _varint(payload, pos)
-                name = payload[pos : pos + n].decode("utf-8", "replace")
-                pos += n
-                n, pos = _varint(payload, pos)
-                headers.append((name, None if n < 0 else payload[pos : pos + n]))
-                pos += max(n, 0)
-            pos = nxt
-            offset = h.base_offset + off_delta
-            if offset >= end:
-                break
-            if offset >= start:
-                ts = base_ts if h.timestamp_type == LOG_APPEND_TIME else base_ts + ts_delta
-                out.append(Shown(offset, ts, blobs[0], blobs[1], headers))
-                if len(out) >= room:
-                    break
-    except (IndexError, ValueError):
+        walk_batch(
+            data,
+            h,
+            max_record_bytes=DECODE_BUDGET,
+            max_uncompressed_bytes=DECODE_BUDGET,
+            gaps=True,
+            visit=show,
+        )
+    except InvalidRecordError:  # too large to show whole, or malformed
         return out, True
-    return out, cut
+    return out, False
 
 
 def _decode(data: bytes, start: int, end: int, room: int) -> tuple[list[Shown], int, bool]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pybroker.console.auth import Viewer
-from pybroker.coord.group_coordinator import coordinator_for
+from pybroker.coord.metadata.placement import coordinator_for
 from pybroker.wire.consumer_protocol import parse_assignment
 
 SLICE_S = 0.01

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 
 from pybroker.configdef import Type, incremental
-from pybroker.coord import paths
+from pybroker.coord.metadata import paths
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers import _broker_loggers
 from pybroker.handlers.context import RequestContext

@@ -3,8 +3,8 @@ auto-creation.
 
 Topic configs are Kafka 3.9's, every one of them (pybroker/topic_config.py: declarations,
 validation, broker synonyms); each falls back to the broker setting Kafka derives it from
-(``Config.setting``, dynamic values included).  The functions below read them for the log, the
-produce path, the flusher and DescribeConfigs / CreateTopics.
+(``Config.setting``, dynamic values included).  The functions below read them for the log,
+the flusher and DescribeConfigs / CreateTopics (the produce path: replica_manager.py).
 """
 
 from __future__ import annotations
@@ -19,19 +19,8 @@ from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers.context import RequestContext
 from pybroker.log import LogConfig
 
-# compression.type values and the codec id each means (producer: the batch's own).
-CODECS: dict[str, int | None] = {
-    "producer": None,
-    "uncompressed": 0,
-    "gzip": 1,
-    "snappy": 2,
-    "lz4": 3,
-    "zstd": 4,
-}
-
 # DescribeConfigsResponse.ConfigSource ids
 TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
-LONG_MAX = 2**63 - 1
 
 
 def check_configs(config: Config, configs: Mapping[str, str | None]) -> dict[str, str]:
@@ -103,36 +92,12 @@ def log_config(config: Config, topic_configs: Mapping[str, str]) -> LogConfig:
     )
 
 
-def is_compacted(config: Config, topic_configs: Mapping[str, str]) -> bool:
-    """cleanup.policy of the topic (or log.cleanup.policy) includes compact."""
-    return "compact" in topic_value(config, topic_configs, "cleanup.policy")
-
-
 def flush_policy(config: Config, topic_configs: Mapping[str, str]) -> tuple[int, int]:
     """(flush.messages, flush.ms) in effect for a topic."""
     return (
         topic_value(config, topic_configs, "flush.messages"),
         topic_value(config, topic_configs, "flush.ms"),
     )
-
-
-def timestamp_bounds(config: Config, topic_configs: Mapping[str, str]) -> tuple[int, int]:
-    """(before.max.ms, after.max.ms) as Kafka 3.9's LogConfig derives them: each is its own
-    setting unless that is Long.MAX, then message.timestamp.difference.max.ms (topic, else the
-    broker's log.* settings)."""
-    diff = topic_value(config, topic_configs, "message.timestamp.difference.max.ms")
-    before = topic_value(config, topic_configs, "message.timestamp.before.max.ms")
-    after = topic_value(config, topic_configs, "message.timestamp.after.max.ms")
-    return (before if before != LONG_MAX else diff, after if after != LONG_MAX else diff)
-
-
-def target_codec(config: Config, topic_configs: Mapping[str, str]) -> int | None:
-    """The codec compression.type asks stored batches to have; None: the producer's."""
-    return CODECS[topic_value(config, topic_configs, "compression.type")]
-
-
-def max_message_bytes(config: Config, topic_configs: Mapping[str, str]) -> int:
-    return topic_value(config, topic_configs, "max.message.bytes")
 
 
 async def auto_create(ctx: RequestContext, topic: str) -> Any:

@@ -18,7 +18,7 @@ import uuid
 
 from pybroker import topic_config
 from pybroker.configdef import ConfigException
-from pybroker.coord.cluster import validate_topic_name
+from pybroker.coord.metadata.topic_rules import validate_topic_name
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers._authz import on_cluster, on_topic
 from pybroker.handlers._topics import check_configs, topic_config_entries

@@ -1,0 +1,103 @@
+"""Kafka's rules for a topic: its name (Topic.validate, collisions between "." and "_"), its
+config overrides (LogConfig.validate: pybroker/topic_config.py) and where its replicas go
+(AdminUtils.assignReplicasToBrokersRackUnaware).  Pure functions; errors are KafkaError with
+Kafka's codes and messages."""
+
+from __future__ import annotations
+
+import random
+import re
+
+from pybroker import topic_config
+from pybroker.configdef import ConfigException
+from pybroker.errors import ErrorCode, KafkaError
+
+MAX_TOPIC_NAME_LENGTH = 249
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def validate_topic_name(name: str) -> None:
+    """org.apache.kafka.common.internals.Topic.validate: raises INVALID_TOPIC_EXCEPTION."""
+
+    def bad(msg: str) -> KafkaError:
+        return KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, msg)
+
+    if not name:
+        raise bad("Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise bad('Topic name cannot be "." or ".."')
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise bad(
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} "
+            f"characters, topic name: {name}"
+        )
+    if not _LEGAL_TOPIC.match(name):
+        raise bad(
+            f'Topic name "{name}" is illegal, it contains a character other than '
+            "ASCII alphanumerics, '.', '_' and '-'"
+        )
+
+
+def has_collision_chars(name: str) -> bool:
+    return "." in name or "_" in name
+
+
+def unify_collision_chars(name: str) -> str:
+    return name.replace(".", "_")
+
+
+def validate_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
+    """Kafka's checks of a topic's configs (pybroker/topic_config.py, over Kafka's defaults:
+    the handlers check them over the broker's first); raises INVALID_CONFIG.  Returns the
+    configs as given (Kafka stores the strings the client sent)."""
+    try:
+        return topic_config.validate(configs, {})
+    except ConfigException as e:
+        raise topic_config.create_error(e) from None
+
+
+def assign_replicas_to_brokers(
+    broker_ids: list[int],
+    num_partitions: int,
+    replication_factor: int,
+    rng: random.Random | None = None,
+    *,
+    fixed_start_index: int = -1,
+    start_partition_id: int = -1,
+) -> dict[int, list[int]]:
+    """kafka.admin.AdminUtils.assignReplicasToBrokersRackUnaware: the first replica of
+    partition p is broker[(p + start) % n]; followers are shifted by nextReplicaShift, which
+    grows by one every n partitions, so replicas spread evenly."""
+    if num_partitions <= 0:
+        raise KafkaError(
+            ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
+        )
+    if replication_factor <= 0:
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0."
+        )
+    if replication_factor > len(broker_ids):
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"Replication factor: {replication_factor} larger than available brokers: "
+            f"{len(broker_ids)}.",
+        )
+    rng = rng or random.Random()
+    brokers = sorted(broker_ids)
+    n = len(brokers)
+    start_index = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
+    next_replica_shift = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
+    current = max(0, start_partition_id)
+    result: dict[int, list[int]] = {}
+    for _ in range(num_partitions):
+        if current > 0 and current % n == 0:
+            next_replica_shift += 1
+        first = (current + start_index) % n
+        replicas = [brokers[first]]
+        for j in range(replication_factor - 1):
+            shift = 1 + (next_replica_shift + j) % (n - 1)
+            replicas.append(brokers[(first + shift) % n])
+        result[current] = replicas
+        current += 1
+    return result
