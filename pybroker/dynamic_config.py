@@ -80,10 +80,10 @@ LOG_CONFIGS = frozenset(
         "log.message.timestamp.after.max.ms",
         "min.insync.replicas",
         "unclean.leader.election.enable",
-        # accepted, with no effect on pybroker's logs (README: topic configs without effect)
         "compression.gzip.level",
         "compression.lz4.level",
         "compression.zstd.level",
+        # accepted, with no effect on pybroker's logs (README: topic configs without effect)
         "log.preallocate",
         "log.message.downconversion.enable",
         "log.local.retention.ms",

@@ -101,12 +101,15 @@ class LogReadResult(NamedTuple):
     idle: bool = False  # nothing to read: the fetcher is at the upper bound
 
 
+_LEVELS = ("gzip", "lz4", "zstd")  # the codecs with a compression.<codec>.level
+
+
 def validation_config(
     config: Any, topic_configs: dict[str, str], topic: str, partition: int
 ) -> ValidationConfig:
     """What a topic's configs (each falling back to its broker setting: pybroker/topic_config.py
     over ``Config.topic_defaults()``) ask of LogValidator: max.message.bytes, compression.type,
-    cleanup.policy, message.timestamp.type and KIP-937's before/after bounds (each its own
+    compression.<codec>.level, cleanup.policy, message.timestamp.type and KIP-937's before/after bounds (each its own
     setting unless Long.MAX, then message.timestamp.difference.max.ms, as Kafka 3.9's
     LogConfig)."""
     defaults = config.topic_defaults()
@@ -114,6 +117,7 @@ def validation_config(
     def get(name: str) -> Any:
         return topic_config.value(name, topic_configs, defaults)
 
+    codec = get("compression.type")
     diff = get("message.timestamp.difference.max.ms")
     before = get("message.timestamp.before.max.ms")
     after = get("message.timestamp.after.max.ms")
@@ -121,7 +125,8 @@ def validation_config(
         topic_partition=f"{topic}-{partition}",
         max_message_bytes=get("max.message.bytes"),
         max_uncompressed_bytes=config.socket_request_max_bytes,
-        target_codec=COMPRESSION_TYPES[get("compression.type")],
+        target_codec=COMPRESSION_TYPES[codec],
+        target_level=get(f"compression.{codec}.level") if codec in _LEVELS else None,
         compacted="compact" in get("cleanup.policy"),
         log_append_time=get("message.timestamp.type") == "LogAppendTime",
         timestamp_before_max_ms=before if before != LONG_MAX else diff,
@@ -264,7 +269,7 @@ class ReplicaManager(PartitionReplicas):
             codec = config.target_codec
             if codec is not None and any(b.compression != codec for b in batches):
                 buf, batches = await asyncio.get_running_loop().run_in_executor(
-                    None, recompress, buf, batches, codec
+                    None, recompress, buf, batches, codec, config.target_level
                 )
             # the walk may have waited for a thread: leadership is checked again
             replica = self.leader_replica(topic, partition)

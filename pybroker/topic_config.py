@@ -111,10 +111,6 @@ _NO_PREALLOCATE = (
     "segment files grow as records are appended (Kafka preallocates them only to speed up"
     " appends on some file systems; the log's contents are the same)"
 )
-_NO_LEVELS = (
-    "recompression (a batch in another codec than the topic's compression.type) uses each"
-    " codec's default level"
-)
 _FORMAT_IGNORED = (
     "ignored, as Kafka 3.x ignores it (inter.broker.protocol.version 3.0 and newer always"
     " write message format v2)"
@@ -261,7 +257,6 @@ TOPIC_CONFIG = ConfigDef(
             -1,
             Check(_gzip_level, "[1,...,9] or -1"),
             (Synonym("compression.gzip.level"),),
-            _NO_LEVELS,
         ),
         _key(
             "compression.lz4.level",
@@ -269,7 +264,6 @@ TOPIC_CONFIG = ConfigDef(
             9,
             between(1, 17),
             (Synonym("compression.lz4.level"),),
-            _NO_LEVELS,
         ),
         _key(
             "compression.zstd.level",
@@ -277,7 +271,6 @@ TOPIC_CONFIG = ConfigDef(
             3,
             between(-131072, 22),
             (Synonym("compression.zstd.level"),),
-            _NO_LEVELS,
         ),
         _key("preallocate", BOOLEAN, False, None, (_log("preallocate"),), _NO_PREALLOCATE),
         _key(

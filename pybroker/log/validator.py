@@ -77,6 +77,7 @@ class ValidationConfig:
     max_message_bytes: int  # max.message.bytes: a batch's size and a record's length
     max_uncompressed_bytes: int  # socket.request.max.bytes: what a batch may inflate to
     target_codec: int | None = None  # compression.type; None: the producer's
+    target_level: int | None = None  # compression.<target codec>.level (gzip, lz4, zstd)
     compacted: bool = False  # cleanup.policy holds compact: records need keys
     log_append_time: bool = False  # message.timestamp.type=LogAppendTime
     timestamp_before_max_ms: int = LONG_MAX
@@ -239,9 +240,9 @@ def _record_checks(
 
 
 def recompress(
-    buf: Buffer, batches: list[BatchHeader], codec: int
+    buf: Buffer, batches: list[BatchHeader], codec: int, level: int | None = None
 ) -> tuple[bytearray, list[BatchHeader]]:
-    """Batches whose codec differs from the topic's ``codec`` rebuilt in it (Kafka's
+    """Batches whose codec differs from the topic's ``codec`` rebuilt in it at ``level`` (Kafka's
     buildRecordsAndAssignOffsets with the producer fields kept); the others as they are."""
     mv = memoryview(buf)
     out = bytearray()
@@ -252,7 +253,7 @@ def recompress(
             continue
         _, recs = read_records(raw)
         attrs = (h.attributes & ~COMPRESSION_MASK) | codec
-        out += rebuild_batch(h._replace(attributes=attrs), recs)
+        out += rebuild_batch(h._replace(attributes=attrs), recs, level=level)
     return out, parse_batches(out)
 
 

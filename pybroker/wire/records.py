@@ -315,14 +315,18 @@ _XERIAL_HEADER = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK = 32 * 1024
 
 
-def compress(codec: int, data: bytes) -> bytes:
-    """Compress a records section the way Kafka clients do."""
+def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
+    """Compress a records section the way Kafka clients do; ``level`` is Kafka's
+    compression.<codec>.level for gzip, lz4 and zstd (None: this module's default)."""
     if codec == COMPRESSION_NONE:
         return data
     if codec == COMPRESSION_GZIP:
         # mtime 0, as Java's GZIPOutputStream writes it: the same records give the same bytes
-        # (a batch the cleaner rewrites is the same on every replica and every run)
-        return gzip.compress(data, mtime=0)
+        # (a batch the cleaner rewrites is the same on every replica and every run).  Kafka's
+        # -1 is zlib's default level, 6.
+        if level is None:
+            return gzip.compress(data, mtime=0)
+        return gzip.compress(data, compresslevel=6 if level == -1 else level, mtime=0)
     if codec == COMPRESSION_SNAPPY:
         # Java's producer (snappy-java SnappyOutputStream) and kafka-python write xerial framing:
         # a 16-byte header then (int32 length, raw snappy block) per 32 KiB of input.
@@ -336,12 +340,15 @@ def compress(codec: int, data: bytes) -> bytes:
     if codec == COMPRESSION_LZ4:
         import lz4.frame
 
-        # Kafka only supports independent LZ4 blocks (KafkaLZ4BlockOutputStream).
-        return lz4.frame.compress(data, block_linked=False, store_size=False)
+        # Kafka only supports independent LZ4 blocks (KafkaLZ4BlockOutputStream).  Its level 9
+        # (the default) is LZ4's fast compressor, any other the high-compression one at that
+        # level (lz4.frame's 3..16).
+        hc = 0 if level is None or level == 9 else min(max(level, 3), 16)
+        return lz4.frame.compress(data, compression_level=hc, block_linked=False, store_size=False)
     if codec == COMPRESSION_ZSTD:
         import zstandard
 
-        return zstandard.ZstdCompressor().compress(data)
+        return zstandard.ZstdCompressor(level=3 if level is None else level).compress(data)
     raise InvalidRecordError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"codec {codec}")
 
 
