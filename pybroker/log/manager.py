@@ -161,6 +161,10 @@ class LogManager:
         self.call_on_owner: Callable[..., object] | None = None
         self._pending_dir_deletes: list[tuple[int, Path, PartitionLog]] = []
         self.had_clean_shutdown = False
+        # The checkpoint files are written from the loop (after a move, DeleteRecords) and
+        # from the periodic flush's worker thread: one writer at a time (as Kafka's
+        # CheckpointFile locks), or two share a .tmp file and the second rename fails.
+        self._checkpoint_lock = threading.Lock()
 
     # -- dirs -------------------------------------------------------------------------------
     @property
@@ -539,7 +543,11 @@ class LogManager:
 
     def checkpoint(self) -> None:
         """Each online dir's three checkpoint files (its current and future logs); a dir
-        whose write fails goes offline."""
+        whose write fails goes offline.  Safe from any thread (one writer at a time)."""
+        with self._checkpoint_lock:
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
         for d in self.online_dirs:
             items = [(k, lg) for k, lg, _ in self.logs_in(d)]
             try:
