@@ -35,8 +35,6 @@ DIFFERENT = {
     8: "OffsetCommit v0-1 (pre-0.9 ZooKeeper-stored offsets) are not served",
     9: "OffsetFetch v0 (ZooKeeper-stored offsets) is not served",
     2: "ListOffsets v0 (old_style_offsets) is not served",
-    19: "CreateTopics v0-1 are not served",
-    27: "WriteTxnMarkers v0 (brokers send v1 since Kafka 2.8; Kafka 4.0 removed v0)",
     68: "ConsumerGroupHeartbeat v1 (Kafka 4.0: regex subscriptions, client-chosen member ids)",
     69: "ConsumerGroupDescribe v1 (Kafka 4.0: member types)",
 }
