@@ -32,7 +32,6 @@ KAFKA_39 = {
 DIFFERENT = {
     0: "Produce v12 (Kafka 4.0) is served too: the same request as v11",
     1: "Fetch v0-3 would need magic 0/1 down-conversion (README: not supported)",
-    2: "ListOffsets v0 (old_style_offsets) is not served",
     68: "ConsumerGroupHeartbeat v1 (Kafka 4.0: regex subscriptions, client-chosen member ids)",
     69: "ConsumerGroupDescribe v1 (Kafka 4.0: member types)",
 }

@@ -6,10 +6,11 @@ Kafka 3.9's behaviour is the spec (KafkaApis, LogValidator, LazyDownConversionRe
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 
-from broker_fixture import NONE, unique_topic
+from broker_fixture import NONE, batch, unique_topic
 
 from pybroker.coord import paths
 
@@ -131,3 +132,80 @@ def test_offset_commit_v1_commit_timestamp_is_the_commit_time(broker, client):
     assert dropped == 1
     left = fetch_offsets(client, 1, group, [(topic, 0), (topic, 1), (topic, 2)])
     assert [left[(topic, p)][0] for p in range(3)] == [-1, 2, 3]
+
+
+# -- ListOffsets v0 --------------------------------------------------------------------------
+
+LIST_OFFSETS = 2
+UNSUPPORTED_VERSION, UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION = 35, -1, 3
+
+
+def old_style(client, topic: str, timestamp: int, max_num: int = 10, partition: int = 0,
+              replica_id: int = -1) -> tuple[int, list[int]]:  # fmt: skip
+    body = client.request(
+        LIST_OFFSETS,
+        0,
+        {
+            "replica_id": replica_id,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {
+                            "partition_index": partition,
+                            "timestamp": timestamp,
+                            "max_num_offsets": max_num,
+                        }  # fmt: skip
+                    ],
+                }
+            ],
+        },
+    )
+    (t,) = body["topics"]
+    (p,) = t["partitions"]
+    assert t["name"] == topic and p["partition_index"] == partition
+    return p["error_code"], p["old_style_offsets"]
+
+
+def test_list_offsets_v0_of_one_segment(client):
+    topic = unique_topic()
+    client.create_topic(topic)
+    assert old_style(client, topic, -1) == (NONE, [0])  # an empty log: its one segment
+    assert old_style(client, topic, -2) == (NONE, [0])
+    for _ in range(3):
+        assert client.produce(topic, 0, batch([b"x"]))["error_code"] == NONE
+    assert old_style(client, topic, -1) == (NONE, [3, 0])  # the log end, then the segment
+    assert old_style(client, topic, -1, max_num=1) == (NONE, [3])
+    assert old_style(client, topic, -2) == (NONE, [0])
+    future = int(time.time() * 1000) + 3600_000
+    assert old_style(client, topic, future) == (NONE, [3, 0])
+    assert old_style(client, topic, 0) == (NONE, [])  # nothing written that early
+    assert old_style(client, topic, -3)[0] == UNSUPPORTED_VERSION
+    assert old_style(client, topic, -1, max_num=-1)[0] == UNKNOWN_SERVER_ERROR
+    assert old_style(client, topic, -1, max_num=0) == (NONE, [])
+    assert old_style(client, topic, -1, partition=5)[0] == UNKNOWN_TOPIC_OR_PARTITION
+    assert old_style(client, "no-such-topic-v0", -1)[0] == UNKNOWN_TOPIC_OR_PARTITION
+    assert old_style(client, topic, -1, replica_id=-2) == (NONE, [3, 0])
+
+
+def test_list_offsets_v0_walks_segments_by_file_time(broker, client):
+    topic = unique_topic()
+    client.create_topic(topic, configs={"segment.bytes": "1024"})
+    for _ in range(4):  # one segment per batch
+        assert client.produce(topic, 0, batch([b"v" * 700]))["error_code"] == NONE
+    logs = sorted((broker.log_dir / f"{topic}-0").glob("*.log"))
+    assert [int(p.name.split(".")[0]) for p in logs] == [0, 1, 2, 3]
+    for i, path in enumerate(logs):  # segment i last written at (i + 1) * 1000 s
+        os.utime(path, (1000.0 * (i + 1), 1000.0 * (i + 1)))
+    # the log end offset (now), then every segment's base offset
+    assert old_style(client, topic, -1, max_num=100) == (NONE, [4, 3, 2, 1, 0])
+    # at 2,500 s the second segment is the last one written: it and those before it
+    assert old_style(client, topic, 2_500_000) == (NONE, [1, 0])
+    assert old_style(client, topic, 2_500_000, max_num=1) == (NONE, [1])
+    assert old_style(client, topic, 999_999) == (NONE, [])
+    assert old_style(client, topic, -2) == (NONE, [0])
+    # DeleteRecords moves the log start: the first segment then stands for it
+    body = client.request(21, 0, {"topics": [{"name": topic, "partitions": [
+        {"partition_index": 0, "offset": 2}]}], "timeout_ms": 10000})  # fmt: skip
+    assert body["topics"][0]["partitions"][0]["error_code"] == NONE
+    assert old_style(client, topic, -2) == (NONE, [2])
