@@ -26,11 +26,13 @@ for the thread keeps each producer's per-partition order; leadership is checked 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from pybroker import topic_config
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.log.legacy_validator import up_convert
 from pybroker.log.validator import (
     LONG_MAX,
     RecordValidationError,
@@ -44,6 +46,7 @@ from pybroker.replication.manager import Replica
 from pybroker.replication.manager import ReplicaManager as PartitionReplicas
 from pybroker.wire.compression import DecompressedSizeError
 from pybroker.wire.records import (
+    COMPRESSION_MASK,
     COMPRESSION_NONE,
     COMPRESSION_TYPES,
     COMPRESSION_ZSTD,
@@ -53,6 +56,8 @@ from pybroker.wire.records import (
 )
 
 INLINE_BYTES = 64 * 1024  # records walked on the event loop per batch, at most
+MAGIC_OFFSET = 16  # of every entry: v0/v1 messages and v2 batches alike
+LEGACY_INLINE_BYTES = 16 * 1024  # uncompressed v0/v1 message sets converted on the loop
 READ_COMMITTED = 1
 
 
@@ -213,6 +218,34 @@ class ReplicaManager(PartitionReplicas):
                 out[i] = _settled(out[i], code)
         return out
 
+    async def _from_legacy(self, topic: str, partition: int, records: Any, version: int) -> Any:
+        """Produce v0-2 may carry message format v0/v1 (Kafka checks the magic from v3 only,
+        in ProduceRequest.validateRecords: INVALID_RECORD): one v2 batch with its records
+        (log/legacy_validator.py), converted on the loop when small and uncompressed, else in a
+        worker thread.  The records as they are when their first entry is not v0/v1."""
+        if records is None or len(records) <= MAGIC_OFFSET or records[MAGIC_OFFSET] >= 2:
+            return records
+        if version >= 3:
+            raise InvalidRecordError(
+                ErrorCode.INVALID_RECORD,
+                f"Produce requests with version {version} are only allowed to contain record"
+                " batches with magic version 2",
+            )
+        info = self.cluster.topics.get(topic)
+        if info is None:  # deleted a moment ago
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic}")
+        config = validation_config(self.config, info.configs, topic, partition)
+        convert = functools.partial(
+            up_convert,
+            records,
+            max_message_bytes=config.max_message_bytes,
+            max_uncompressed_bytes=config.max_uncompressed_bytes,
+            create_time=not config.log_append_time,
+        )
+        if len(records) <= LEGACY_INLINE_BYTES and not records[MAGIC_OFFSET + 1] & COMPRESSION_MASK:
+            return bytearray(convert())
+        return bytearray(await asyncio.get_running_loop().run_in_executor(None, convert))
+
     async def _append(
         self,
         topic: str,
@@ -227,6 +260,7 @@ class ReplicaManager(PartitionReplicas):
         try:
             self.leader_replica(topic, partition)
             try:
+                records = await self._from_legacy(topic, partition, records, version)
                 buf, batches = analyze_records(records)
             except InvalidRecordError as e:
                 raise KafkaError(e.code, str(e)) from None

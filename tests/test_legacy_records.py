@@ -418,3 +418,48 @@ def test_down_convert_log_append_time():
         (m,) = parse_message_set(convert_batch(batch, 1, 0))
         assert m.timestamp_type == 1 and m.timestamp == lat
     assert {ts for _, ts, _, _ in _messages(down_convert(stored, 1, 0))} == {h.max_timestamp}
+
+
+def test_up_convert_of_mutated_message_sets_fails_only_with_kafka_codes():
+    """Bytes flipped, lengths changed, entries cut (CRCs recomputed, so the walk goes deep):
+    up_convert gives a valid v2 batch or an InvalidRecordError, never another exception."""
+    import gzip
+    import random
+
+    from pybroker.wire.legacy_records import _entry, _message
+
+    rng = random.Random(1234)
+    seeds = [build_message_set(RECS, magic=m, compression=c) for m in (0, 1) for c in CODECS]
+    inner = build_message_set(RECS, magic=1)
+    seeds.append(_entry(3, _message(1, COMPRESSION_GZIP, 9, None, gzip.compress(inner))))
+    outcomes = set()
+    for _ in range(3000):
+        ms = bytearray(rng.choice(seeds))
+        for _mutation in range(rng.randint(1, 3)):
+            if not ms:
+                break
+            how = rng.randrange(4)
+            pos = rng.randrange(len(ms))
+            if how == 0:
+                ms[pos] ^= 1 << rng.randrange(8)
+            elif how == 1 and len(ms) > 4:
+                struct.pack_into(
+                    ">i", ms, min(pos, len(ms) - 4), rng.choice([-2, -1, 0, 1, 13, 14, 1 << 30])
+                )
+            elif how == 2:
+                del ms[pos:]
+            else:
+                ms[pos:pos] = rng.randbytes(rng.randint(1, 8))
+        if rng.random() < 0.8 and len(ms) >= 17:
+            size = struct.unpack_from(">i", ms, 8)[0]
+            if 14 <= size <= len(ms) - 12:
+                struct.pack_into(">I", ms, 12, zlib.crc32(ms[16 : 12 + size]))
+        try:
+            batch = _convert(bytes(ms))
+        except InvalidRecordError as e:
+            outcomes.add(ErrorCode(e.code).name)
+            continue
+        parse_batches(batch)
+        decode_records(batch)
+        outcomes.add("converted")
+    assert {"converted", "CORRUPT_MESSAGE", "INVALID_RECORD"} <= outcomes, outcomes
