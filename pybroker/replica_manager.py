@@ -79,6 +79,7 @@ class FetchParams(NamedTuple):
     max_bytes: int  # for the whole response
     isolation_level: int = 0  # 1: read_committed
     check_diverging: bool = False  # Fetch v12+: compare last_fetched_epoch with ours
+    hard_max_bytes_limit: bool = False  # Fetch v0-2: no batch above partition_max_bytes
 
 
 class ReadPartition(NamedTuple):
@@ -381,7 +382,7 @@ class ReplicaManager(PartitionReplicas):
         """Read each partition in order from this broker's leader replica: (one result each,
         the bytes read).  ``params.max_bytes`` bounds the total and ``partition_max_bytes``
         each partition, except that the first batch of the first partition with records is
-        returned whole (KIP-74).  Followers (replica_id >= 0) read up to the log end and
+        returned whole (KIP-74; not with ``hard_max_bytes_limit``, Fetch v0-2).  Followers (replica_id >= 0) read up to the log end and
         record their position (ISR, high watermark); consumers up to the high watermark, or
         below the last stable offset for read_committed, which also get the aborted
         transactions overlapping what they read."""
@@ -389,7 +390,9 @@ class ReplicaManager(PartitionReplicas):
         total = 0
         out = []
         for p in partitions:
-            result = self._read(params, p, remaining, total == 0)
+            result = self._read(
+                params, p, remaining, total == 0 and not params.hard_max_bytes_limit
+            )
             if result.records is not None:
                 total += result.records.size
                 remaining -= result.records.size

@@ -31,7 +31,6 @@ KAFKA_39 = {
 # Where pybroker's range differs from Kafka 3.9's, and why (nothing else may differ).
 DIFFERENT = {
     0: "Produce v12 (Kafka 4.0) is served too: the same request as v11",
-    1: "Fetch v0-3 would need magic 0/1 down-conversion (README: not supported)",
     68: "ConsumerGroupHeartbeat v1 (Kafka 4.0: regex subscriptions, client-chosen member ids)",
     69: "ConsumerGroupDescribe v1 (Kafka 4.0: member types)",
 }

@@ -7,12 +7,37 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import time
 import uuid
 
-from broker_fixture import NONE, batch, unique_topic
+import pytest
+from broker_fixture import (
+    MESSAGE_TOO_LARGE,
+    NONE,
+    batch,
+    produce_body,
+    split_batches,
+    unique_topic,
+)
 
 from pybroker.coord import paths
+from pybroker.wire.legacy_records import (
+    LegacyRecord,
+    build_message_set,
+    inner_messages,
+    parse_message_set,
+)
+from pybroker.wire.records import (
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_NONE,
+    COMPRESSION_SNAPPY,
+    COMPRESSION_ZSTD,
+    build_batch,
+    decode_records,
+    unpack_header,
+)
 
 OFFSET_COMMIT, OFFSET_FETCH = 8, 9
 UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION = 25, 22
@@ -209,3 +234,268 @@ def test_list_offsets_v0_walks_segments_by_file_time(broker, client):
         {"partition_index": 0, "offset": 2}]}], "timeout_ms": 10000})  # fmt: skip
     assert body["topics"][0]["partitions"][0]["error_code"] == NONE
     assert old_style(client, topic, -2) == (NONE, [2])
+
+
+# -- Produce v0-2 with message format v0/v1 --------------------------------------------------
+
+PRODUCE, FETCH = 0, 1
+CORRUPT_MESSAGE, INVALID_RECORD, INVALID_TIMESTAMP = 2, 87, 32
+UNSUPPORTED_COMPRESSION_TYPE = 76
+CODECS = [COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4]
+TS = 1_700_000_000_000
+
+
+def legacy(magic: int, codec: int = 0, n: int = 3, **kw) -> bytes:
+    """A producer's message set: offsets 0..n-1, as clients write them."""
+    recs = [LegacyRecord(i, TS + i, f"k{i}".encode(), f"v{i}".encode()) for i in range(n)]
+    return build_message_set(recs, magic=magic, compression=codec, **kw)
+
+
+def produce(client, topic: str, records: bytes, version: int, partition: int = 0) -> dict:
+    body = client.request(PRODUCE, version, produce_body(topic, partition, records))
+    (t,) = body["responses"]
+    (p,) = t["partition_responses"]
+    return p
+
+
+def stored(client, topic: str, partition: int = 0) -> list[bytes]:
+    return split_batches(client.fetch(topic, partition, 0)["records"])
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize(("version", "magic"), [(0, 0), (1, 0), (2, 1), (2, 0), (0, 1)])
+def test_produce_v0_to_v2_converts_message_sets_to_v2(client, version, magic, codec):
+    topic = unique_topic()
+    client.create_topic(topic)
+    assert produce(client, topic, legacy(magic, codec), version)["error_code"] == NONE
+    r = produce(client, topic, legacy(magic, codec, n=2), version)
+    assert (r["error_code"], r["base_offset"]) == (NONE, 3)
+    if version >= 2:
+        assert r["log_append_time_ms"] == -1  # CreateTime topic
+    first, second = stored(client, topic)
+    h = unpack_header(first)
+    assert (h.magic, h.base_offset, h.records_count, h.compression) == (2, 0, 3, codec)
+    assert (h.producer_id, h.timestamp_type) == (-1, 0)
+    got = [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in decode_records(first)]
+    ts = [TS + i if magic else -1 for i in range(3)]
+    assert got == [(i, ts[i], f"k{i}".encode(), f"v{i}".encode(), []) for i in range(3)]
+    assert h.max_timestamp == max(ts)
+    assert unpack_header(second).base_offset == 3
+
+
+def test_a_v0_message_whose_bytes_look_transactional_is_not_refused(client):
+    """The issue's TRANSACTIONAL_ID_AUTHORIZATION_FAILED: the v2 attributes offset (byte 22)
+    of a v0/v1 message is a key byte or a timestamp byte; its transactional bit is not one."""
+    topic = unique_topic()
+    client.create_topic(topic)
+    v0 = build_message_set([LegacyRecord(0, -1, b"p-key", b"v")], magic=0)
+    assert v0[22] & 0x10
+    v1 = build_message_set([LegacyRecord(0, 0x1_1000_0000, None, b"v")], magic=1)
+    assert v1[22] & 0x10
+    for records, version in ((v0, 0), (v0, 1), (v1, 2)):
+        assert produce(client, topic, records, version)["error_code"] == NONE
+    assert [r.key for b in stored(client, topic) for r in decode_records(b)] == [
+        b"p-key",
+        b"p-key",
+        None,
+    ]
+
+
+def test_produce_v3_and_later_refuse_message_format_v0_v1(client):
+    topic = unique_topic()
+    client.create_topic(topic)
+    for version in (3, 8):
+        for magic in (0, 1):
+            assert produce(client, topic, legacy(magic), version)["error_code"] == INVALID_RECORD
+    assert stored(client, topic) == []
+
+
+def test_produce_of_bad_message_sets_appends_nothing(client):
+    topic = unique_topic()
+    client.create_topic(topic)
+    flipped = bytearray(legacy(1))
+    flipped[-1] ^= 1
+    assert produce(client, topic, bytes(flipped), 2)["error_code"] == CORRUPT_MESSAGE
+    assert produce(client, topic, legacy(1)[:-2], 2)["error_code"] == CORRUPT_MESSAGE
+    assert produce(client, topic, legacy(0) + legacy(1), 2)["error_code"] == INVALID_RECORD
+    gz = legacy(1, COMPRESSION_GZIP)
+    assert produce(client, topic, gz + gz, 2)["error_code"] == INVALID_RECORD
+    lat = legacy(1, timestamp_type=1, log_append_time=TS)
+    assert produce(client, topic, lat, 2)["error_code"] == NONE  # CreateTime: only bounds
+    assert stored(client, topic) != []
+
+
+def test_produce_of_message_format_v1_to_a_log_append_time_topic(client):
+    topic = unique_topic()
+    client.create_topic(topic, configs={"message.timestamp.type": "LogAppendTime"})
+    before = int(time.time() * 1000)
+    r = produce(client, topic, legacy(1, COMPRESSION_GZIP), 2)
+    assert r["error_code"] == NONE and r["log_append_time_ms"] >= before
+    (b,) = stored(client, topic)
+    h = unpack_header(b)
+    assert h.timestamp_type == 1 and h.max_timestamp == r["log_append_time_ms"]
+    # a producer may not set LogAppendTime itself
+    lat = legacy(1, timestamp_type=1, log_append_time=TS)
+    assert produce(client, topic, lat, 2)["error_code"] == INVALID_TIMESTAMP
+
+
+def test_produce_of_message_format_v0_honours_topic_configs(client):
+    compacted = unique_topic()
+    client.create_topic(compacted, configs={"cleanup.policy": "compact"})
+    keyless = build_message_set([LegacyRecord(0, -1, None, b"v")], magic=0)
+    assert produce(client, compacted, keyless, 1)["error_code"] == INVALID_RECORD
+    assert produce(client, compacted, legacy(0), 1)["error_code"] == NONE
+    gzip_topic = unique_topic()
+    client.create_topic(gzip_topic, configs={"compression.type": "gzip"})
+    assert produce(client, gzip_topic, legacy(0, COMPRESSION_SNAPPY), 1)["error_code"] == NONE
+    (b,) = stored(client, gzip_topic)
+    assert unpack_header(b).compression == COMPRESSION_GZIP
+    small = unique_topic()
+    client.create_topic(small, configs={"max.message.bytes": "100"})
+    big = build_message_set([LegacyRecord(0, -1, None, b"x" * 200)], magic=0)
+    assert produce(client, small, big, 1)["error_code"] == MESSAGE_TOO_LARGE
+
+
+# -- Fetch v0-3: down-conversion -------------------------------------------------------------
+
+
+def messages(data) -> list[tuple[int, int, bytes | None, bytes | None, int]]:
+    """(offset, timestamp, key, value, magic) of every whole message of a down-converted
+    answer, wrappers opened, as an old client reads them (a trailing partial one skipped)."""
+    data = bytes(data or b"")
+    out = []
+    pos = 0
+    while len(data) - pos >= 12:
+        _, size = struct.unpack_from(">qi", data, pos)
+        if size < 0 or pos + 12 + size > len(data):
+            break
+        for m in parse_message_set(data[pos : pos + 12 + size]):
+            inner = [m] if m.compression == 0 else inner_messages(m, 1 << 20)
+            out += [(i.offset, i.timestamp, i.key, i.value, i.magic) for i in inner]
+        pos += 12 + size
+    return out
+
+
+def first_message(data):
+    """The first (outer) message of a down-converted answer."""
+    data = bytes(data)
+    (size,) = struct.unpack_from(">i", data, 8)
+    (m,) = parse_message_set(data[: 12 + size])
+    return m
+
+
+def old_fetch(client, topic: str, offset: int, version: int, pmax: int = 1 << 20) -> dict:
+    return client.fetch(topic, 0, offset, version=version, partition_max_bytes=pmax)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
+def test_fetch_v0_to_v3_down_converts(client, version, codec):
+    topic = unique_topic()
+    client.create_topic(topic)
+    recs = [(b"k0", b"v0", [("h", b"x")], TS), (None, b"v1", [], TS + 5), (b"k2", None, [], TS + 1)]
+    assert client.produce(topic, 0, build_batch(recs, compression=codec))["error_code"] == NONE
+    assert client.produce(topic, 0, batch([b"last"], timestamp=TS + 9))["error_code"] == NONE
+    p = old_fetch(client, topic, 0, version)
+    assert (p["error_code"], p["high_watermark"]) == (NONE, 4)
+    magic = 0 if version <= 1 else 1
+    got = messages(p["records"])
+    want = [(0, TS, b"k0", b"v0"), (1, TS + 5, None, b"v1"), (2, TS + 1, b"k2", None),
+            (3, TS + 9, None, b"last")]  # fmt: skip
+    assert got == [(o, ts if magic else -1, k, v, magic) for o, ts, k, v in want]
+    if codec != COMPRESSION_NONE:  # the codec is kept: one wrapper for the first batch
+        wrapper = first_message(p["records"])
+        assert wrapper.compression == codec and wrapper.offset == 2
+
+
+def test_fetch_v1_of_what_a_v0_producer_wrote(client):
+    topic = unique_topic()
+    client.create_topic(topic)
+    for codec in CODECS:
+        assert produce(client, topic, legacy(0, codec), 1)["error_code"] == NONE
+    got = []
+    offset = 0
+    while offset < 12:
+        part = messages(old_fetch(client, topic, offset, 1, pmax=300)["records"])
+        assert part, offset
+        got += part
+        offset = part[-1][0] + 1
+    assert [(o, k, v) for o, _, k, v, _ in got] == [
+        (i, f"k{i % 3}".encode(), f"v{i % 3}".encode()) for i in range(12)
+    ]
+
+
+def test_fetch_from_inside_an_uncompressed_batch_drops_the_records_before(client):
+    topic = unique_topic()
+    client.create_topic(topic)
+    assert client.produce(topic, 0, batch([b"a", b"b", b"c"]))["error_code"] == NONE
+    assert [m[0] for m in messages(old_fetch(client, topic, 1, 2)["records"])] == [1, 2]
+
+
+def test_fetch_v0_to_v3_skip_transaction_markers(client):
+    topic = unique_topic()
+    client.create_topic(topic)
+    pid = client.init_producer_id()["producer_id"]
+    txn = build_batch([(None, b"t", [])], producer_id=pid, producer_epoch=0, base_sequence=0,
+                      is_transactional=True)  # fmt: skip
+    body = client.request(PRODUCE, 8, {**produce_body(topic, 0, txn), "transactional_id": "tx"})
+    assert body["responses"][0]["partition_responses"][0]["error_code"] == NONE
+    markers = client.request(27, 1, {"markers": [{"producer_id": pid, "producer_epoch": 0,
+        "transaction_result": True, "topics": [{"name": topic, "partition_indexes": [0]}],
+        "coordinator_epoch": 0}]})  # fmt: skip
+    assert markers["markers"][0]["topics"][0]["partitions"][0]["error_code"] == NONE
+    assert client.produce(topic, 0, batch([b"after"]))["error_code"] == NONE
+    for version in (1, 3):
+        got = messages(old_fetch(client, topic, 0, version)["records"])
+        assert [(o, v) for o, _, _, v, _ in got] == [(0, b"t"), (2, b"after")]
+        # from the marker's offset: the marker vanishes, the next batch comes
+        got = messages(old_fetch(client, topic, 1, version)["records"])
+        assert [(o, v) for o, _, _, v, _ in got] == [(2, b"after")]
+
+
+def test_fetch_v0_to_v2_never_return_a_batch_above_partition_max_bytes(client):
+    topic = unique_topic()
+    client.create_topic(topic)
+    assert client.produce(topic, 0, batch([b"x" * 500]))["error_code"] == NONE
+    for version in (0, 1, 2):  # Kafka's hard limit: nothing, the client must fetch larger
+        assert old_fetch(client, topic, 0, version, pmax=100)["records"] in (b"", None)
+    got = messages(old_fetch(client, topic, 0, 3, pmax=100)["records"])  # KIP-74 from v3
+    assert [m[0] for m in got] == [0]
+
+
+def test_fetch_v0_to_v3_obey_message_downconversion_enable(client):
+    topic = unique_topic()
+    client.create_topic(topic, configs={"message.downconversion.enable": "false"})
+    assert client.produce(topic, 0, batch([b"x"]))["error_code"] == NONE
+    for version in (0, 1, 2, 3):
+        p = old_fetch(client, topic, 0, version)
+        assert (p["error_code"], p["high_watermark"]) == (UNSUPPORTED_VERSION, -1)
+    assert old_fetch(client, topic, 0, 4)["error_code"] == NONE
+
+
+def test_fetch_below_v10_of_zstd(client):
+    zstd_topic = unique_topic()
+    client.create_topic(zstd_topic, configs={"compression.type": "zstd"})
+    assert client.produce(zstd_topic, 0, batch([b"x"]))["error_code"] == NONE
+    for version in (0, 3, 4, 9):
+        p = old_fetch(client, zstd_topic, 0, version)
+        assert p["error_code"] == UNSUPPORTED_COMPRESSION_TYPE, version
+    assert old_fetch(client, zstd_topic, 0, 10)["error_code"] == NONE
+    # a zstd batch on a producer-compression topic: v0-3 cannot have it down-converted
+    topic = unique_topic()
+    client.create_topic(topic)
+    zstd_batch = batch([b"z"], compression=COMPRESSION_ZSTD)
+    assert client.produce(topic, 0, zstd_batch)["error_code"] == NONE
+    assert old_fetch(client, topic, 0, 3)["error_code"] == UNSUPPORTED_COMPRESSION_TYPE
+    assert old_fetch(client, topic, 0, 4)["error_code"] == NONE
+
+
+def test_fetch_v0_to_v3_of_a_log_append_time_topic(client):
+    topic = unique_topic()
+    client.create_topic(topic, configs={"message.timestamp.type": "LogAppendTime"})
+    r = client.produce(topic, 0, batch([b"a", b"b"], compression=COMPRESSION_GZIP))
+    assert r["error_code"] == NONE
+    got = messages(old_fetch(client, topic, 0, 2)["records"])
+    assert {ts for _, ts, _, _, _ in got} == {r["log_append_time_ms"]}
+    wrapper = first_message(old_fetch(client, topic, 0, 2)["records"])
+    assert wrapper.timestamp_type == 1 and wrapper.timestamp == r["log_append_time_ms"]
