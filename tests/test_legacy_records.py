@@ -463,3 +463,18 @@ def test_up_convert_of_mutated_message_sets_fails_only_with_kafka_codes():
         decode_records(batch)
         outcomes.add("converted")
     assert {"converted", "CORRUPT_MESSAGE", "INVALID_RECORD"} <= outcomes, outcomes
+
+
+def test_down_convert_sized_by_kafkas_slice_with_a_partial_batch_at_its_end():
+    from pybroker.wire.legacy_records import _overflow
+
+    a = _stored([(None, b"a" * 30, [])])
+    b = _stored([(None, b"b" * 30, [])], base_offset=1)
+    converted = convert_batch(a, 1, 0) + convert_batch(b, 1, 0)
+    for extra in (0, 5, 40, 200):  # Kafka's slice also holds the start of a third batch
+        size = max(len(a + b) + extra, len(convert_batch(a, 1, 0)))
+        got = down_convert(a + b, 1, 0, stored_size=len(a + b) + extra)
+        want = converted[:size]
+        if len(want) < size:
+            want += _overflow(size - len(want))
+        assert got == want, extra

@@ -51,7 +51,10 @@ def _stored_bytes(records: Any) -> bytes:
 
 
 def _convert(records: Any, magic: int, fetch_offset: int) -> bytes:
-    return down_convert(_stored_bytes(records), magic, fetch_offset)
+    stored = getattr(records, "slice_size", -1)  # Kafka's slice: with a partial batch at the end
+    return down_convert(
+        _stored_bytes(records), magic, fetch_offset, stored if stored >= 0 else None
+    )
 
 
 async def convert_fetched_data(

@@ -458,13 +458,16 @@ def _overflow(remaining: int) -> bytes:
     return (head + bytes(max(size - len(head), 0)))[:remaining]
 
 
-def down_convert(data: bytes, to_magic: int, first_offset: int) -> bytes:
-    """The records a Fetch v0-3 answer carries for stored v2 ``data``: exactly the bytes
-    Kafka's LazyDownConversionRecords sends.  Its size is the stored size, or the first
-    non-empty converted batch's if larger (so a fetch always makes progress); converted
-    messages past it are cut (clients skip a trailing partial message) and a shortfall is
-    filled with an overflow header.  UNSUPPORTED_COMPRESSION_TYPE when a zstd batch comes
-    before any convertible one; a later one ends the converted part there."""
+def down_convert(
+    data: bytes, to_magic: int, first_offset: int, stored_size: int | None = None
+) -> bytes:
+    """The records a Fetch v0-3 answer carries for stored v2 ``data`` (whole batches): exactly
+    the bytes Kafka's LazyDownConversionRecords sends.  Its size is the stored size
+    (``stored_size``: Kafka's slice, which may end in a partial batch; default len(data)), or
+    the first non-empty converted batch's if larger (so a fetch always makes progress);
+    converted messages past it are cut (clients skip a trailing partial message) and a
+    shortfall is filled with an overflow header.  UNSUPPORTED_COMPRESSION_TYPE when a zstd
+    batch comes before any convertible one; a later one ends the converted part there."""
     batches = _v2_batches(data)
     index = 0
     first = b""
@@ -473,7 +476,7 @@ def down_convert(data: bytes, to_magic: int, first_offset: int) -> bytes:
         index += 1
     if not first:
         return b"" if not batches else _overflow(MIN_OVERFLOW_MESSAGE_LENGTH)
-    size = max(len(data), len(first))
+    size = max(len(data) if stored_size is None else max(stored_size, len(data)), len(first))
     out = bytearray(first[:size])
     while len(out) < size and index < len(batches):
         chunk = [batches[index]]  # as the Send groups batches: up to MAX_READ_SIZE each time
