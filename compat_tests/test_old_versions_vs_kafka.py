@@ -252,9 +252,47 @@ def test_bad_message_sets_get_kafkas_error_codes(both):
         "magic 0 on v7": (legacy(0, 0, 1, "p"), 7),
         "wrapper of a wrapper": (nested, 2),
     }
+    inner = legacy(1, 0, 3, "i")  # relative offsets 0, 1, 2
+    below = _entry(1, _message(1, 1, TS, None, compress_legacy(1, inner, 1)))
+    zero = _entry(0, _message(1, 1, TS, None, compress_legacy(1, inner, 1)))
+    cases.update(
+        {
+            "v1 wrapper offset below its last inner offset": (below, 2),
+            "empty wrapper": (_entry(0, _message(1, 1, TS, None, compress_legacy(1, b"", 1))), 2),
+            "null wrapper value": (_entry(0, _message(1, 1, TS, None, None)), 2),
+            "inner magic 0 in a v1 wrapper": (
+                _entry(2, _message(1, 1, TS, None, compress_legacy(1, legacy(0, 0, 3, "j"), 1))),
+                2,
+            ),
+        }
+    )
     for name, (records, version) in cases.items():
         k, p = on_both(both, lambda c, r=records, v=version: produce(c, topic, r, v)[0])
         assert k == p and k != 0, (name, k, p)
+    # accepted as Kafka accepts them
+    lat = build_message_set([LegacyRecord(0, TS, None, b"x")], magic=1, timestamp_type=1,
+                            log_append_time=TS)  # fmt: skip
+    for name, records in (("wrapper offset 0", zero), ("producer LogAppendTime", lat)):
+        k, p = on_both(both, lambda c, r=records: produce(c, topic, r, 2)[0])
+        assert k == p == 0, (name, k, p)
+
+
+def test_topic_configs_apply_to_converted_message_sets(both):
+    lat, compacted, small = topic_name(), topic_name(), topic_name()
+    for name, configs in ((lat, {"message.timestamp.type": "LogAppendTime"}),
+                          (compacted, {"cleanup.policy": "compact"}),
+                          (small, {"max.message.bytes": "100"})):  # fmt: skip
+        assert on_both(both, lambda c, n=name, cf=configs: create(c, n, cf, version=1)) == (0, 0)
+    lat_msg = build_message_set([LegacyRecord(0, TS, None, b"x")], magic=1, timestamp_type=1,
+                                log_append_time=TS)  # fmt: skip
+    keyless = build_message_set([LegacyRecord(0, -1, None, b"v")], magic=0)
+    big = build_message_set([LegacyRecord(0, -1, None, b"x" * 200)], magic=0)
+    many = build_message_set([LegacyRecord(i, -1, None, b"x" * 30) for i in range(5)], magic=0)
+    cases = [(lat, lat_msg, 2), (lat, legacy(1, 1, 2, "t"), 2), (compacted, keyless, 1),
+             (compacted, legacy(0, 2, 2, "u"), 1), (small, big, 1), (small, many, 1)]  # fmt: skip
+    for topic, records, version in cases:
+        k, p = on_both(both, lambda c, t=topic, r=records, v=version: produce(c, t, r, v)[0])
+        assert k == p, (topic, k, p)
 
 
 def test_list_offsets_v0_and_create_topics_v0_v1(both):
