@@ -21,7 +21,7 @@ from broker_fixture import (
     unique_topic,
 )
 
-from pybroker.coord import paths
+from pybroker.coord.metadata import paths
 from pybroker.wire.legacy_records import (
     LegacyRecord,
     build_message_set,
