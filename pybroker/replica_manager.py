@@ -9,17 +9,20 @@ high watermark, acks=all completion), which they use:
 
 * :meth:`ReplicaManager.append_records`: per partition, leadership, Kafka's LogValidator
   (pybroker/log/validator.py: pure functions, run on the event loop for small batches and in
-  a worker thread for large or inflating ones), the topic's codec, min.insync.replicas, the
-  log append, then the flush policy and metrics; for acks=all it waits for the high watermark.
+  a worker thread for large or inflating ones; a Produce v0-2's message set of format v0/v1
+  converted to v2 first, pybroker/log/legacy_validator.py), the topic's codec,
+  min.insync.replicas, the log append, then the flush policy and metrics; for acks=all it
+  waits for the high watermark.
 * :meth:`ReplicaManager.read_from_log`: per partition, leadership and leader epoch, the
-  offset range, a follower's diverging epoch and fetch position, the isolation level's upper
-  bound, replication throttles, the log read (a file region), aborted transactions.
+  offset range (Fetch v0-2: a hard partition_max_bytes), a follower's diverging epoch and
+  fetch position, the isolation level's upper bound, replication throttles, the log read (a
+  file region), aborted transactions.
 * :meth:`ReplicaManager.append_txn_marker`: a transaction coordinator's COMMIT/ABORT marker,
   waited for as an acks=all produce.
 
 Everything runs on the event loop, which owns the partitions' state; only the validator's
-walk of a large batch and recompression run in a worker thread, on a batch no one else holds.
-A connection handles one request at a time and a request's partitions in order, so waiting
+walk of a large batch, recompression and converting a large or compressed v0/v1 message set
+run in a worker thread, on a batch no one else holds.  A connection handles one request at a time and a request's partitions in order, so waiting
 for the thread keeps each producer's per-partition order; leadership is checked again after.
 """
 
