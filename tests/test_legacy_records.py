@@ -478,3 +478,32 @@ def test_down_convert_sized_by_kafkas_slice_with_a_partial_batch_at_its_end():
         if len(want) < size:
             want += _overflow(size - len(want))
         assert got == want, extra
+
+
+def test_a_wrapper_inflating_to_zeros_fails_at_its_first_inner_message():
+    """A gzip bomb in a wrapper: the inner set is parsed as it inflates, so the first (empty)
+    inner message ends it, whatever the inflated size would be."""
+    import gzip
+    import tracemalloc
+
+    from pybroker.wire.legacy_records import _entry, _message
+
+    bomb = _entry(0, _message(1, COMPRESSION_GZIP, 5, None, gzip.compress(bytes(64 << 20), 1)))
+    tracemalloc.start()
+    try:
+        assert _code(_convert, bomb) == ErrorCode.CORRUPT_MESSAGE
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, peak
+
+
+def test_converting_an_uncompressed_batch_stops_once_the_answer_is_full():
+    stored = _stored([(None, b"x" * 100, []) for _ in range(1000)])
+    whole = convert_batch(stored, 1, 0)
+    part = convert_batch(stored, 1, 0, 1000)
+    assert 1000 <= len(part) < 1200 and whole.startswith(part)
+    assert (
+        down_convert(stored + _stored([(None, b"y", [])], base_offset=1000), 1, 0)[: len(whole)]
+        == whole
+    )

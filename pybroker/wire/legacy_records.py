@@ -29,6 +29,11 @@ before 0.10 computed the LZ4 frame descriptor's header checksum over the frame's
 too, and Kafka keeps that for magic 0 (it writes the broken checksum and ignores the checksum
 on read, KafkaLZ4BlockInputStream); magic 1 has the correct one.  zstd does not exist here.
 
+Readers and writers stream: :func:`stream_entries` parses a wrapper's inner set as it inflates
+(one chunk and one message held), :class:`MessageSetBuilder` writes messages as they come, and
+:func:`convert_batch` walks a stored batch's records with the record walker straight into it
+(an uncompressed batch's conversion stops once the answer is full).
+
 What follows Kafka (AbstractLegacyRecordBatch, LegacyRecord, MemoryRecordsBuilder,
 RecordsUtil.downConvert, LazyDownConversionRecords[Send]); errors are InvalidRecordError with
 the code Kafka answers: a message under 14 bytes, a bad CRC, torn lengths: CORRUPT_MESSAGE; a
@@ -41,7 +46,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pybroker.errors import ErrorCode
 from pybroker.wire.compression import decompressed_chunks
@@ -58,7 +63,6 @@ from pybroker.wire.records import (
     TIMESTAMP_TYPE_MASK,
     InvalidRecordError,
     compress,
-    decode_records,
     unpack_header,
 )
 
@@ -276,8 +280,9 @@ def compress_legacy(codec: int, data: bytes, magic: int) -> bytes:
     return out
 
 
-def decompress_legacy(wrapper: LegacyMessage, limit: int) -> bytes:
-    """A wrapper's inner message set, at most ``limit`` bytes (MESSAGE_TOO_LARGE above)."""
+def inner_chunks(wrapper: LegacyMessage, limit: int) -> Iterator[bytes]:
+    """A wrapper's inner message set decompressed, chunk by chunk, at most ``limit`` bytes
+    (MESSAGE_TOO_LARGE above); INVALID_RECORD for a zstd wrapper or no value."""
     codec = wrapper.compression
     if codec == COMPRESSION_ZSTD:
         raise _invalid(
@@ -294,39 +299,73 @@ def decompress_legacy(wrapper: LegacyMessage, limit: int) -> bytes:
         )
     if codec == COMPRESSION_LZ4 and wrapper.magic == MAGIC_V0:
         value = _lz4_set_hc(value, broken=False)  # Kafka ignores magic 0's checksum
-    return b"".join(decompressed_chunks(codec, value, limit))
+    return decompressed_chunks(codec, value, limit)
+
+
+def stream_entries(chunks: Iterator[bytes]) -> Iterator[tuple[int, bytes]]:
+    """(offset, message bytes) of each whole entry of a message set arriving in chunks (a
+    wrapper's inner set: at most one entry and one chunk held); stops at an incomplete tail
+    as Kafka's DataLogInputStream; a size below 14 is CORRUPT_MESSAGE."""
+    buf = bytearray()
+    pos = 0
+    try:
+        for chunk in chunks:
+            buf += chunk
+            while len(buf) - pos >= LOG_OVERHEAD:
+                offset, size = _ENTRY.unpack_from(buf, pos)
+                if size < RECORD_OVERHEAD_V0:
+                    raise _corrupt(
+                        "Record size is less than the minimum record overhead "
+                        f"({RECORD_OVERHEAD_V0})"
+                    )
+                end = pos + LOG_OVERHEAD + size
+                if end > len(buf):
+                    break
+                yield offset, bytes(buf[pos + LOG_OVERHEAD : end])
+                pos = end
+            if pos:
+                del buf[:pos]
+                pos = 0
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
 
 
 def inner_messages(wrapper: LegacyMessage, limit: int) -> list[LegacyMessage]:
     """The messages of compressed ``wrapper``, with absolute offsets and (v1) the wrapper's
-    timestamp when it is LogAppendTime: Kafka's DeepRecordsIterator.  Inner CRCs are left
-    to the caller (``valid_crc``), who checks them after the magic as Kafka's LogValidator."""
-    data = decompress_legacy(wrapper, limit)
+    timestamp when it is LogAppendTime: Kafka's DeepRecordsIterator (for tests and tools: the
+    broker's conversion streams them, pybroker/log/legacy_validator.py).  Inner CRCs are left
+    to the caller (``valid_crc``)."""
     inner: list[LegacyMessage] = []
-    for offset, msg in iter_entries(data):
-        m = parse_message(offset, msg)
+    for offset, msg in stream_entries(inner_chunks(wrapper, limit)):
+        m = parse_message(offset, memoryview(msg))
         if m.magic == MAGIC_V1 and wrapper.timestamp_type == LOG_APPEND_TIME:
             m = m._replace(timestamp=wrapper.timestamp)
         inner.append(m)
     if not inner:
         raise _invalid("Found invalid compressed record set with no inner records")
     if wrapper.magic == MAGIC_V1:
-        last = inner[-1].offset
-        if wrapper.offset == 0:
-            base = 0
-        elif wrapper.offset < last:
-            raise _invalid(
-                "Found invalid wrapper offset in compressed v1 message set, wrapper offset "
-                f"'{wrapper.offset}' is less than the last inner message offset '{last}' and it "
-                "is not zero."
-            )
-        else:
-            base = wrapper.offset - last
+        base = wrapper_base_offset(wrapper, inner[-1].offset)
         inner = [m._replace(offset=base + m.offset) for m in inner]
     for m in inner:
         if m.compression != COMPRESSION_NONE:
             raise _invalid("Inner messages must not be compressed")
     return inner
+
+
+def wrapper_base_offset(wrapper: LegacyMessage, last_inner_offset: int) -> int:
+    """A v1 wrapper's base for its relative inner offsets (INVALID_RECORD when the wrapper's
+    offset is below the last inner one and not 0, which some librdkafka versions write)."""
+    if wrapper.offset == 0:
+        return 0
+    if wrapper.offset < last_inner_offset:
+        raise _invalid(
+            "Found invalid wrapper offset in compressed v1 message set, wrapper offset "
+            f"'{wrapper.offset}' is less than the last inner message offset "
+            f"'{last_inner_offset}' and it is not zero."
+        )
+    return wrapper.offset - last_inner_offset
 
 
 # --------------------------------------------------------------------------- building
@@ -359,6 +398,64 @@ class LegacyRecord(NamedTuple):
     value: bytes | None
 
 
+class MessageSetBuilder:
+    """Kafka's MemoryRecordsBuilder for magic 0/1: records appended one at a time (absolute
+    offsets, ascending); uncompressed, one message each; compressed, one wrapper (offset of
+    the last record; v1: relative inner offsets, timestamp the largest or the log append
+    time).  With LogAppendTime every v1 message carries ``log_append_time`` and timestamp type
+    bit 3.  A negative timestamp other than -1 is written as -1."""
+
+    def __init__(
+        self,
+        magic: int,
+        compression: int = COMPRESSION_NONE,
+        timestamp_type: int = CREATE_TIME,
+        log_append_time: int = NO_TIMESTAMP,
+    ) -> None:
+        if magic not in (MAGIC_V0, MAGIC_V1):
+            raise ValueError(f"magic {magic}")
+        self.magic = magic
+        self.compression = compression
+        lat = magic > MAGIC_V0 and timestamp_type == LOG_APPEND_TIME
+        self._lat_time = log_append_time if lat else None
+        self._type_bit = TIMESTAMP_TYPE_MASK if lat else 0
+        self._out = bytearray()  # the message set, or the wrapper's inner set
+        self._base: int | None = None
+        self._last = -1
+        self._max_ts = NO_TIMESTAMP
+
+    def __len__(self) -> int:
+        """Bytes written so far (uncompressed: of the message set)."""
+        return len(self._out)
+
+    def _stamp(self, ts: int) -> int:
+        if self._lat_time is not None:
+            ts = self._lat_time
+        return ts if ts >= 0 else NO_TIMESTAMP
+
+    def append(self, offset: int, timestamp: int, key: bytes | None, value: bytes | None) -> None:
+        if self._base is None:
+            self._base = offset
+        inner_offset = offset
+        if self.compression != COMPRESSION_NONE and self.magic > MAGIC_V0:
+            inner_offset = offset - self._base
+        self._out += _entry(
+            inner_offset, _message(self.magic, self._type_bit, self._stamp(timestamp), key, value)
+        )
+        self._last = offset
+        self._max_ts = max(self._max_ts, timestamp)
+
+    def build(self) -> bytes:
+        if self._base is None:
+            return b""
+        if self.compression == COMPRESSION_NONE:
+            return bytes(self._out)
+        value = compress_legacy(self.compression, bytes(self._out), self.magic)
+        attributes = self.compression | self._type_bit
+        wrapper = _message(self.magic, attributes, self._stamp(self._max_ts), None, value)
+        return _entry(self._last, wrapper)
+
+
 def build_message_set(
     records: Sequence[LegacyRecord],
     *,
@@ -367,46 +464,18 @@ def build_message_set(
     timestamp_type: int = CREATE_TIME,
     log_append_time: int = NO_TIMESTAMP,
 ) -> bytes:
-    """A v0/v1 message set holding ``records`` (absolute offsets), as Kafka's
-    MemoryRecordsBuilder writes one: uncompressed, one message per record; compressed, one
-    wrapper (offset of the last record; v1: relative inner offsets, timestamp the largest or
-    the log append time).  With LogAppendTime every v1 message carries ``log_append_time``
-    and timestamp type bit 3.  A negative timestamp other than -1 is written as -1."""
-    if magic not in (MAGIC_V0, MAGIC_V1):
-        raise ValueError(f"magic {magic}")
-    if not records:
-        return b""
-    lat = magic > MAGIC_V0 and timestamp_type == LOG_APPEND_TIME
-    type_bit = TIMESTAMP_TYPE_MASK if lat else 0
-
-    def stamp(ts: int) -> int:
-        if lat:
-            ts = log_append_time
-        return ts if ts >= 0 else NO_TIMESTAMP
-
-    if compression == COMPRESSION_NONE:
-        return b"".join(
-            _entry(r.offset, _message(magic, type_bit, stamp(r.timestamp), r.key, r.value))
-            for r in records
-        )
-    base = records[0].offset
-    inner = b"".join(
-        _entry(
-            r.offset - base if magic > MAGIC_V0 else r.offset,
-            _message(magic, type_bit, stamp(r.timestamp), r.key, r.value),
-        )
-        for r in records
-    )
-    wrapper_ts = stamp(max(r.timestamp for r in records))
-    value = compress_legacy(compression, inner, magic)
-    wrapper = _message(magic, compression | type_bit, wrapper_ts, None, value)
-    return _entry(records[-1].offset, wrapper)
+    """A v0/v1 message set holding ``records`` (absolute offsets): MessageSetBuilder."""
+    builder = MessageSetBuilder(magic, compression, timestamp_type, log_append_time)
+    for r in records:
+        builder.append(r.offset, r.timestamp, r.key, r.value)
+    return builder.build()
 
 
 # --------------------------------------------------------------------------- down-conversion
 
 MAX_READ_SIZE = 128 * 1024  # LazyDownConversionRecordsSend's chunk of stored batches
 MIN_OVERFLOW_MESSAGE_LENGTH = LOG_OVERHEAD
+READ_MAX_UNCOMPRESSED_BYTES = 100 * 1024 * 1024  # what a stored batch could inflate to
 
 
 def _v2_batches(data: bytes) -> list[bytes]:
@@ -423,10 +492,21 @@ def _v2_batches(data: bytes) -> list[bytes]:
     return out
 
 
-def convert_batch(batch: bytes, to_magic: int, first_offset: int) -> bytes:
+def convert_batch(
+    batch: bytes,
+    to_magic: int,
+    first_offset: int,
+    enough: int | None = None,
+    max_uncompressed_bytes: int = READ_MAX_UNCOMPRESSED_BYTES,
+) -> bytes:
     """One stored v2 batch as a ``to_magic`` message set (RecordsUtil.downConvert): control
     batches vanish, headers are dropped, the codec is kept (zstd: UNSUPPORTED_COMPRESSION_TYPE),
-    and an uncompressed batch loses its records before ``first_offset``."""
+    and an uncompressed batch loses its records before ``first_offset``.  Records are walked
+    as a stream and written as they come (an uncompressed batch's conversion stops once it has
+    ``enough`` bytes: the rest would be cut).  A stored batch that cannot be walked:
+    CORRUPT_MESSAGE."""
+    from pybroker.wire.record_walker import fields, walk_batch  # (it builds on wire.records)
+
     h = unpack_header(batch)
     if h.is_control:
         return b""
@@ -435,19 +515,35 @@ def convert_batch(batch: bytes, to_magic: int, first_offset: int) -> bytes:
             ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
             "Down-conversion of zstandard-compressed batches is not supported",
         )
-    kept = [
-        LegacyRecord(r.offset, r.timestamp, r.key, r.value)
-        for r in decode_records(batch)
-        if h.compression != COMPRESSION_NONE or r.offset >= first_offset
-    ]
     lat = h.timestamp_type == LOG_APPEND_TIME
-    return build_message_set(
-        kept,
-        magic=to_magic,
-        compression=h.compression,
-        timestamp_type=h.timestamp_type,
-        log_append_time=h.max_timestamp if lat else NO_TIMESTAMP,
+    builder = MessageSetBuilder(
+        to_magic, h.compression, h.timestamp_type, h.max_timestamp if lat else NO_TIMESTAMP
     )
+    uncompressed = h.compression == COMPRESSION_NONE
+
+    def visit(buf: Any, _i: int, off: int, ts: int, _k: int, at: int, _end: int) -> bool:
+        offset = h.base_offset + off
+        if uncompressed and offset < first_offset:
+            return False
+        f = fields(buf, at)
+        stamp = h.max_timestamp if lat else h.base_timestamp + ts
+        builder.append(offset, stamp, f.key(buf), f.value(buf))
+        return uncompressed and enough is not None and len(builder) >= enough
+
+    try:
+        walk_batch(
+            batch,
+            h._replace(position=0),
+            max_record_bytes=max_uncompressed_bytes,
+            max_uncompressed_bytes=max_uncompressed_bytes,
+            gaps=True,
+            visit=visit,
+        )
+    except InvalidRecordError as e:
+        if e.code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE:
+            raise
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, f"stored batch: {e}") from e
+    return builder.build()
 
 
 def _overflow(remaining: int) -> bytes:
@@ -487,7 +583,13 @@ def down_convert(
             read += len(batches[index])
             index += 1
         try:
-            converted = b"".join(convert_batch(b, to_magic, first_offset) for b in chunk)
+            converted = bytearray()
+            for b in chunk:  # (converting no more than the answer can hold)
+                if len(out) + len(converted) < size:
+                    left = size - len(out) - len(converted)
+                    converted += convert_batch(b, to_magic, first_offset, left)
+                elif unpack_header(b).compression == COMPRESSION_ZSTD:
+                    convert_batch(b, to_magic, first_offset, 0)  # Kafka fails the chunk
         except InvalidRecordError as e:
             if e.code != ErrorCode.UNSUPPORTED_COMPRESSION_TYPE:
                 raise
