@@ -19,6 +19,7 @@ from broker_fixture import (
     produce_body,
     split_batches,
     unique_topic,
+    wait_until,
 )
 
 from pybroker.coord.metadata import paths
@@ -499,3 +500,40 @@ def test_fetch_v0_to_v3_of_a_log_append_time_topic(client):
     assert {ts for _, ts, _, _, _ in got} == {r["log_append_time_ms"]}
     wrapper = first_message(old_fetch(client, topic, 0, 2)["records"])
     assert wrapper.timestamp_type == 1 and wrapper.timestamp == r["log_append_time_ms"]
+
+
+def test_a_dynamic_broker_default_turns_down_conversion_off(broker, client):
+    topic = unique_topic()
+    client.create_topic(topic)
+    assert client.produce(topic, 0, batch([b"x"]))["error_code"] == NONE
+
+    def set_default(value: str | None) -> None:
+        body = client.request(
+            44,
+            1,
+            {
+                "resources": [
+                    {
+                        "resource_type": 4,  # BROKER; "" is the cluster-wide default
+                        "resource_name": "",
+                        "configs": [
+                            {
+                                "name": "log.message.downconversion.enable",
+                                "config_operation": 0 if value is not None else 1,
+                                "value": value,
+                            }
+                        ],
+                    }
+                ],
+                "validate_only": False,
+            },
+        )
+        assert body["responses"][0]["error_code"] == NONE, body
+
+    set_default("false")
+    try:
+        wait_until(lambda: old_fetch(client, topic, 0, 1)["error_code"] == UNSUPPORTED_VERSION)
+        assert old_fetch(client, topic, 0, 4)["error_code"] == NONE
+    finally:
+        set_default(None)
+    wait_until(lambda: old_fetch(client, topic, 0, 1)["error_code"] == NONE)
