@@ -1,4 +1,4 @@
-"""Fetch (key 1), versions 4-17.
+"""Fetch (key 1), versions 0-17.
 
 A real long poll: the answer leaves as soon as ``min_bytes`` are available across the
 requested partitions or ``max_wait_ms`` has passed; appends wake parked fetches through the
@@ -20,6 +20,11 @@ watermark's wake-up serves parked read_committed fetches too.  Errors per partit
 UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE, FENCED_LEADER_EPOCH /
 UNKNOWN_LEADER_EPOCH (v9+ current_leader_epoch), UNSUPPORTED_COMPRESSION_TYPE is not needed
 (batches are served as stored; zstd producers already required v7+).
+
+Versions 0-3 (Kafka 4.0 removed them) read as v4 with isolation level 0, and v0-2 with a hard
+limit: no first batch larger than partition_max_bytes (Kafka's hardMaxBytesLimit).  Below v10
+the answer goes through Kafka's maybeConvertFetchedData (pybroker/handlers/_down_conversion.py):
+v0-3 get message format v0 / v1 by down-conversion, zstd topics UNSUPPORTED_COMPRESSION_TYPE.
 
 Fetch sessions (KIP-227, v7+): pybroker/fetch_session.py keeps them.  Epoch 0 opens one (a
 full answer with the new session id, or 0 when the cache has no room), epoch -1 is
@@ -51,6 +56,7 @@ from typing import Any
 from pybroker.errors import ErrorCode
 from pybroker.fetch_session import FetchContext, FetchPartition
 from pybroker.handlers._authz import enabled, on_cluster, on_topic
+from pybroker.handlers._down_conversion import convert_fetched_data
 from pybroker.handlers._topic_ids import Resolver
 from pybroker.handlers.context import RequestContext
 from pybroker.quotas.client import fetch_bound, fetch_throttle
@@ -200,6 +206,7 @@ def _read_all(
         req.get("max_bytes", 0x7FFFFFFF),
         req.get("isolation_level", 0),
         check_diverging=ctx.version >= 12,
+        hard_max_bytes_limit=ctx.version <= 2,
     )
     results, total = replicas.read_from_log(params, [r for _, r, _ in to_read])
     for (p, read, stamp), r in zip(to_read, results, strict=True):
@@ -273,7 +280,7 @@ def _count_bytes_out(
                 metrics.consumed(topic, size)
 
 
-@handler(1, 4, 17)
+@handler(1, 0, 17)
 async def fetch(ctx: RequestContext, req: dict) -> dict:
     version = ctx.version
     uses_ids = version >= 13
@@ -345,6 +352,8 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
     metrics = ctx.services.metrics
     if metrics is not None and total:
         _count_bytes_out(metrics, answered, replica_id, uses_ids, resolver)
+    if replica_id < 0 and version < 10:  # (the bytes out counted before, as Kafka)
+        answered = await convert_fetched_data(ctx, answered)
     resp = {
         "throttle_time_ms": 0,
         "error_code": error,

@@ -1,4 +1,4 @@
-"""ListOffsets (key 2), versions 1-9.
+"""ListOffsets (key 2), versions 0-9.
 
 timestamp -2: the log start offset; -1: the high watermark (read_uncommitted) or the last
 stable offset (isolation_level 1, read_committed: below the earliest open transaction); -3
@@ -12,8 +12,15 @@ whose high watermark is still below the start offset of its leader epoch answers
 lookups beyond its high watermark with OFFSET_NOT_AVAILABLE (78, retriable), as Kafka does
 (KIP-207): its high watermark may be below what the previous leader showed, and what
 clients are shown must not go back.  current_leader_epoch (v4+) is checked (FENCED_LEADER_EPOCH /
-UNKNOWN_LEADER_EPOCH) and leader_epoch answered.  Left out: v0 (old_style_offsets) and
-follower requests (replica_id >= 0), which no client pybroker targets sends.
+UNKNOWN_LEADER_EPOCH) and leader_epoch answered.  Left out: follower requests
+(replica_id >= 0) from v1, which no client pybroker targets sends.
+
+v0 (Kafka's handleListOffsetRequestV0): up to max_num_offsets old_style_offsets, largest
+first, from the segments' base offsets and file times (PartitionLog.legacy_offsets_before: -1
+starts at the log end offset, -2 at the log start, a time at the last segment written at or
+before it); a consumer's (replica_id -1) are capped at the high watermark, a debugging
+request's (-2) may be served by a follower.  A timestamp below -2 is UNSUPPORTED_VERSION; the
+topics the principal may not DESCRIBE come last with TOPIC_AUTHORIZATION_FAILED.
 
 Lookups by timestamp and -3 walk the records of one stored batch (decompressing it as a
 stream, pybroker.log.validator.find_record): the log hands over a copy of the batch's bytes on
@@ -139,10 +146,76 @@ async def _lookup(ctx: RequestContext, topic: str, p: dict, read_committed: bool
 
 
 YIELD_EVERY = 256  # partitions looked up per loop step (~30 us each)
+CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID = -1, -2
 
 
-@handler(2, 1, 9)
+def _legacy_lookup(ctx: RequestContext, topic: str, p: dict, replica_id: int) -> dict:
+    index = p["partition_index"]
+    out = {"partition_index": index, "error_code": ErrorCode.NONE, "old_style_offsets": []}
+    ts = p["timestamp"]
+    if ts < EARLIEST:
+        out["error_code"] = ErrorCode.UNSUPPORTED_VERSION
+        return out
+    replicas = ctx.services.replicas
+    try:
+        try:
+            log = replicas.leader_replica(topic, index).log
+        except KafkaError as e:
+            local = replicas.replicas.get((topic, index))
+            if replica_id != DEBUGGING_REPLICA_ID or e.code != ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                raise
+            if local is None:
+                raise
+            log = local.log  # a debugging request may read a follower's log
+        offsets = log.legacy_offsets_before(ts, p["max_num_offsets"])
+    except KafkaError as e:
+        out["error_code"] = e.code
+        return out
+    except ValueError:  # a negative max_num_offsets: Kafka fails allocating the answer
+        out["error_code"] = ErrorCode.UNKNOWN
+        return out
+    if replica_id == CONSUMER_REPLICA_ID:
+        hw = log.high_watermark
+        if any(o > hw for o in offsets):
+            offsets = [hw] + [o for o in offsets if o <= hw]
+    out["old_style_offsets"] = offsets
+    return out
+
+
+def _list_offsets_v0(ctx: RequestContext, req: dict) -> dict:
+    allowed, denied = [], []
+    for t in req["topics"]:
+        (allowed if on_topic(ctx, Operation.DESCRIBE, t["name"]) else denied).append(t)
+    topics = [
+        {
+            "name": t["name"],
+            "partitions": [
+                _legacy_lookup(ctx, t["name"], p, req["replica_id"]) for p in t["partitions"]
+            ],
+        }
+        for t in allowed
+    ]
+    topics += [
+        {
+            "name": t["name"],
+            "partitions": [
+                {
+                    "partition_index": p["partition_index"],
+                    "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    "old_style_offsets": [],
+                }
+                for p in t["partitions"]
+            ],
+        }
+        for t in denied
+    ]
+    return {"topics": topics}
+
+
+@handler(2, 0, 9)
 async def list_offsets(ctx: RequestContext, req: dict) -> dict:
+    if ctx.version == 0:
+        return _list_offsets_v0(ctx, req)
     topics = []
     read_committed = req.get("isolation_level", 0) == READ_COMMITTED
     done = 0

@@ -23,6 +23,9 @@ batch_header              a batch header field (count, lastOffsetDelta, length, 
 poison_records            records inside a batch broken (over-long varint, wrong length,
                           truncated, garbage, corrupt compressed payload), CRC recomputed
 bomb                      a small compressed batch inflating to hundreds of MiB
+(legacy)                  Produce v0-2 carry a message set of format v0/v1 half of the time
+                          (every codec); the batch mutations then break it (bytes, lengths,
+                          cuts, CRC-32 recomputed) or make it a wrapper of zeros
 pipeline                  20-40 valid requests back to back; answers must keep their order
 ========================  ==================================================================
 
@@ -40,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pybroker.wire import codec
+from pybroker.wire.legacy_records import LegacyRecord, _entry, _message, build_message_set
 from pybroker.wire.primitives import Reader, Writer
 from pybroker.wire.records import (
     ATTRIBUTES_OFFSET,
@@ -385,8 +389,60 @@ class _Gen:
         return rng.choice((0, 0, 1, -1))
 
 
+LEGACY_CODECS = (COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4)
+
+
+def legacy_message_set(rng: random.Random) -> bytes:
+    """A message set of format v0 or v1, as clients before Kafka 0.11 write them."""
+    recs = [
+        LegacyRecord(
+            i,
+            BASE_TIMESTAMP + rng.randrange(10**6),
+            None if rng.random() < 0.3 else f"k{i}".encode(),
+            rng.randbytes(rng.randint(0, 40)),
+        )
+        for i in range(rng.randint(1, 4))
+    ]
+    return build_message_set(recs, magic=rng.choice((0, 1)), compression=rng.choice(LEGACY_CODECS))
+
+
+def mutate_legacy(rng: random.Random, ms: bytes) -> tuple[bytes, str]:
+    """A v0/v1 message set broken: a byte flipped, a length changed, cut or bytes inserted,
+    the first message's CRC-32 recomputed most of the time (so the broker looks deeper); or
+    a wrapper inflating to zeros."""
+    if rng.random() < 0.05:
+        zeros = bomb_payload(COMPRESSION_GZIP, "zeros")
+        return _entry(
+            0, _message(1, COMPRESSION_GZIP, BASE_TIMESTAMP, None, zeros)
+        ), "v1 zeros bomb"
+    b = bytearray(ms)
+    how = rng.choice(("flip", "length", "cut", "insert"))
+    pos = rng.randrange(len(b))
+    if how == "flip":
+        b[pos] ^= 1 << rng.randrange(8)
+    elif how == "length":
+        pos = min(pos, len(b) - 4)
+        struct.pack_into(">i", b, pos, rng.choice((-2, -1, 0, 1, 13, 14, 1 << 30)))
+    elif how == "cut":
+        del b[pos:]
+    else:
+        b[pos:pos] = rng.randbytes(rng.randint(1, 8))
+    if rng.random() < 0.8 and len(b) >= 17:
+        (size,) = struct.unpack_from(">i", b, 8)
+        if 14 <= size <= len(b) - 12:
+            struct.pack_into(">I", b, 12, zlib.crc32(b[16 : 12 + size]))
+    return bytes(b), f"v{ms[16]} message set: {how} at {pos}"
+
+
 def valid_body(api_key: int, version: int, rng: random.Random, pool: Pool) -> dict:
-    return _Gen(rng, pool).struct(SCHEMAS.by_key[api_key].request.fields, version, "")
+    body = _Gen(rng, pool).struct(SCHEMAS.by_key[api_key].request.fields, version, "")
+    if api_key == 0 and version <= 2:  # Produce v0-2: message format v0/v1 half of the time
+        fields: list = []
+        _records_fields(body, fields)
+        for holder, key in fields:
+            if rng.random() < 0.5:
+                holder[key] = legacy_message_set(rng)
+    return body
 
 
 def encode(api_key: int, version: int, corr: int, body: dict) -> bytes:
@@ -633,7 +689,9 @@ def make_frame(seed: int, index: int, pairs: list[tuple[int, int]], pool: Pool,
     if kind in BATCH_KINDS:
         holder, key = rng.choice(records)
         batch = holder[key]
-        if kind == "batch_crc":
+        if batch[16] < 2:  # a v0/v1 message set
+            holder[key], detail = mutate_legacy(rng, batch)
+        elif kind == "batch_crc":
             b = bytearray(batch)
             b[CRC_OFFSET + rng.randrange(4)] ^= 1 << rng.randrange(8)
             holder[key], detail = bytes(b), "CRC-32C flipped"

@@ -519,11 +519,13 @@ class GroupCoordinator:
         offsets: dict[TopicPartition, tuple[int, int, str | None]],
         *,
         retention_ms: int | None = None,
+        commit_timestamps: dict[TopicPartition, int] | None = None,
         api_version: int = 9,
     ) -> dict[TopicPartition, int]:
         """Commit (offset, leader epoch, metadata) per partition; an error code per partition.
-        ``retention_ms`` (OffsetCommit v2-4) gives these commits an explicit expiry time.  In a
-        KIP-848 group the generation is the member epoch (ConsumerGroup.validate_offset_commit)."""
+        ``retention_ms`` (OffsetCommit v2-4) gives these commits an explicit expiry time, and
+        ``commit_timestamps`` (v1) their commit time instead of now.  In a KIP-848 group the
+        generation is the member epoch (ConsumerGroup.validate_offset_commit)."""
         load_error = await self.load_group(group_id)
         if load_error is not None:
             return dict.fromkeys(offsets, load_error)
@@ -546,7 +548,8 @@ class GroupCoordinator:
                 results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
                 continue
             expire = now + retention_ms if retention_ms is not None else None
-            to_write[tp] = CommittedOffset(offset, epoch, metadata, now, expire)
+            stamp = now if commit_timestamps is None else commit_timestamps.get(tp, now)
+            to_write[tp] = CommittedOffset(offset, epoch, metadata, stamp, expire)
         if to_write:
             try:
                 await self.offsets.commit(group_id, to_write)
