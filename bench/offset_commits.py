@@ -1,4 +1,4 @@
-"""Offset-commit throughput of pybroker.coord.offsets.OffsetStore on both metadata stores.
+"""Offset-commit throughput of pybroker.coord.group.offsets.OffsetStore on both metadata stores.
 
     python bench/offset_commits.py [--commits N] [--backends local,zookeeper]
 
@@ -27,10 +27,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pybroker.clock import SYSTEM_CLOCK  # noqa: E402
-from pybroker.coord.local import LocalStore  # noqa: E402
-from pybroker.coord.offsets import CommittedOffset, OffsetStore, encode_offset  # noqa: E402
-from pybroker.coord.store import MetadataStore, SetData  # noqa: E402
-from pybroker.coord.zk import ZooKeeperStore  # noqa: E402
+from pybroker.coord.group.offsets import CommittedOffset, OffsetStore, encode_offset  # noqa: E402
+from pybroker.coord.metadata.local import LocalStore  # noqa: E402
+from pybroker.coord.metadata.store import MetadataStore, SetData  # noqa: E402
+from pybroker.coord.metadata.zk import ZooKeeperStore  # noqa: E402
 from tests.zk_server import ZooKeeperServer, zookeeper_available  # noqa: E402
 
 

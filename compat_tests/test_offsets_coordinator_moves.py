@@ -104,7 +104,7 @@ class Offsets:
 
 def _coordinators(cluster, group: str) -> tuple[int, int]:
     """(C, D): the coordinator with every broker up, and the one after C leaves."""
-    from pybroker.coord.group_coordinator import coordinator_for
+    from pybroker.coord.metadata.placement import coordinator_for
 
     ids = cluster.ids
     c = coordinator_for(group, ids)

@@ -29,23 +29,25 @@ from pybroker import dynamic_config
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.config import Config
 from pybroker.console import Console
-from pybroker.coord import paths
-from pybroker.coord.cluster import Cluster
-from pybroker.coord.consumer_group import ConsumerGroupConfig, TopicMeta
-from pybroker.coord.group_coordinator import GroupCoordinator
-from pybroker.coord.groups import GroupConfig
-from pybroker.coord.local import LocalStore
-from pybroker.coord.offsets import OffsetStore
-from pybroker.coord.paths import DEFAULT_ENTITY
-from pybroker.coord.store import MetadataStore
-from pybroker.coord.transactions import TransactionCoordinator, TxnConfig
-from pybroker.coord.txn_store import TxnStateStore
+from pybroker.coord.controller.controller import Controller
+from pybroker.coord.group.classic import GroupConfig
+from pybroker.coord.group.consumer_member import ConsumerGroupConfig, TopicMeta
+from pybroker.coord.group.coordinator import GroupCoordinator
+from pybroker.coord.group.offsets import OffsetStore
+from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.cluster import Cluster
+from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.paths import DEFAULT_ENTITY
+from pybroker.coord.metadata.store import MetadataStore
+from pybroker.coord.txn.coordinator import TransactionCoordinator, TxnConfig
+from pybroker.coord.txn.markers import MarkerSender
+from pybroker.coord.txn.store import TxnStateStore
 from pybroker.dynamic_config import DynamicBrokerConfig
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.fetch_session import FetchSessionCache
 from pybroker.flusher import Flusher
 from pybroker.handlers._topics import flush_policy, log_config
-from pybroker.handlers._txn_markers import MarkerSender
+from pybroker.handlers.write_txn_markers import write_txn_markers
 from pybroker.http_server import HttpRequest, HttpResponse, HttpServer
 from pybroker.log import LogManager, PartitionLog, meta_properties
 from pybroker.log.cleaner import CleanerConfig, LogCleaner
@@ -58,10 +60,11 @@ from pybroker.metrics import BrokerMetrics, exposition
 from pybroker.purgatory import Purgatory
 from pybroker.quotas.manager import QuotaManager
 from pybroker.quotas.store import QuotaStore
+from pybroker.replica_manager import ReplicaManager
 from pybroker.replication import manager as replica_manager
+from pybroker.replication.client import BrokerConnection
 from pybroker.replication.controlled_shutdown import controlled_shutdown
 from pybroker.replication.fetcher import ReplicaFetcher
-from pybroker.replication.manager import ReplicaManager
 from pybroker.replication.throttle import ReplicationThrottles
 from pybroker.security.authorizer import Authorizer
 from pybroker.security.credentials import CredentialStore, fake_salt_key
@@ -90,7 +93,7 @@ async def _bounded(what: str, step: Any, timeout: float = STOP_STEP_S) -> None:
 
 def make_store(config: Config, data_dir: Path, clock: Clock) -> MetadataStore:
     if config.zookeeper_connect:
-        from pybroker.coord.zk import ZooKeeperStore
+        from pybroker.coord.metadata.zk import ZooKeeperStore
 
         return ZooKeeperStore(
             config.zookeeper_connect,
@@ -226,9 +229,11 @@ class Broker:
             auto_leader_rebalance_enable=cfg.auto_leader_rebalance_enable,
             leader_imbalance_check_interval_s=cfg.leader_imbalance_check_interval_seconds,
             leader_imbalance_per_broker_percentage=cfg.leader_imbalance_per_broker_percentage,
-            # the session lease (coord/cluster.py): a loop held up past a third of the session
+            # the session lease (coord/metadata/cluster.py): a loop held up past a third of
+            # the session
             stall_limit_ms=cfg.zookeeper_session_timeout_ms / 3 if cfg.zookeeper_connect else 0,
             loop_blocked_ms=self.loop_monitor.blocked_ms,
+            controller=Controller,
         )
         self.loop_monitor.add_listener(self.cluster.loop_stalled)
         await self.cluster.start()
@@ -257,6 +262,9 @@ class Broker:
             throttles=ReplicationThrottles(
                 lambda: self.config, self.cluster, cfg.broker_id, self.clock
             ),
+            config=self.config,
+            flusher=self.flusher,
+            metrics=self.metrics,
         )
         self._apply_topic_configs()
         self._loop = asyncio.get_running_loop()
@@ -299,7 +307,19 @@ class Broker:
             topics=self._topic_meta,
         )
         await self.groups.start()
-        self._marker_sender = MarkerSender(self)
+        self._marker_sender = MarkerSender(
+            self.cluster,
+            cfg.broker_id,
+            write_local=lambda markers: write_txn_markers(self, markers),
+            connect=lambda host, port: BrokerConnection(
+                host,
+                port,
+                f"txn-coordinator-{self.config.broker_id}",
+                ssl=self.config.inter_broker_ssl_context(),
+                sasl=self.config.inter_broker_sasl(),
+            ),
+            listener=lambda: self.config.inter_broker_listener,
+        )
         self.transactions = TransactionCoordinator(
             TxnStateStore(self.store),
             self.clock,

@@ -9,8 +9,8 @@ and every other client waited.  It is logged as a WARNING::
 
 The broker always runs it; ``loop.stall.warn.ms`` (0 = no warnings) sets the logging threshold.
 Listeners (``add_listener``) hear of every late wake-up, and ``blocked_ms()`` says how late
-the pending one already is: the ZooKeeper session lease (coord/cluster.py) uses both, because
-a loop held up for longer than a third of the session (SIGSTOP, a swapped-out process) may
+the pending one already is: the ZooKeeper session lease (coord/metadata/cluster.py) uses
+both, because a loop held up for longer than a third of the session (SIGSTOP, a swapped-out process) may
 have lost the session and with it leadership, before ZooKeeper's client thread can say so.
 The cost is one timer wake-up per interval: measured at about 0.1 % of one core (see
 docs/testing.md).  The protocol fuzzer (tests/fuzz) fails when the log holds any such line.

@@ -34,7 +34,7 @@ from typing import Any
 
 from pybroker.broker import Broker
 from pybroker.config import build_config
-from pybroker.coord import paths
+from pybroker.coord.metadata import paths
 from pybroker.wire import codec
 from pybroker.wire.records import LOG_OVERHEAD, build_batch, decode_records, unpack_header
 

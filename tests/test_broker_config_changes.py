@@ -1,4 +1,4 @@
-"""Dynamic broker configs between brokers (coord/cluster.py + coord/config_changes.py): a change
+"""Dynamic broker configs between brokers (coord/metadata/cache.py + config_changes.py): a change
 written through one broker's Cluster reaches the others through /config/changes, on the
 embedded store (two Clusters sharing it) and on ZooKeeper (two sessions); expired
 notifications are purged; topic config changes write notifications too."""
@@ -9,10 +9,11 @@ import asyncio
 import time
 
 from pybroker.clock import ManualClock
-from pybroker.coord import config_changes, paths
-from pybroker.coord.cluster import Cluster, ClusterEvent
-from pybroker.coord.local import LocalStore
-from pybroker.coord.zk import ZooKeeperStore
+from pybroker.coord.metadata import config_changes, paths
+from pybroker.coord.metadata.cluster import Cluster
+from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.model import ClusterEvent
+from pybroker.coord.metadata.zk import ZooKeeperStore
 
 try:
     from tests.zk_server import zk_connect, zk_server

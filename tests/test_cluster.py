@@ -12,18 +12,13 @@ import uuid
 import pytest
 
 from pybroker.clock import ManualClock
-from pybroker.coord import paths
-from pybroker.coord.cluster import (
-    BrokerIdInUseError,
-    Cluster,
-    ClusterEvent,
-    PartitionState,
-    assign_replicas_to_brokers,
-    validate_topic_name,
-)
-from pybroker.coord.local import LocalStore
-from pybroker.coord.store import StoreError
-from pybroker.coord.zk import ZooKeeperStore
+from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.cluster import Cluster
+from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.model import BrokerIdInUseError, ClusterEvent, PartitionState
+from pybroker.coord.metadata.store import StoreError
+from pybroker.coord.metadata.topic_rules import assign_replicas_to_brokers, validate_topic_name
+from pybroker.coord.metadata.zk import ZooKeeperStore
 from pybroker.errors import ErrorCode, KafkaError
 
 try:
@@ -411,7 +406,7 @@ def test_zk_session_loss_reregisters(zk_connect, zk_server):
 def test_watch_survives_failed_reread(tmp_path):
     """A watch fires and the re-read fails with a lost connection: the retry must set the
     watch again, or the partition's later changes never reach the cache."""
-    from pybroker.coord.store import ConnectionLossError
+    from pybroker.coord.metadata.store import ConnectionLossError
 
     async def main():
         store = LocalStore(tmp_path)

@@ -1,4 +1,4 @@
-"""The KIP-848 consumer group state machine (coord/consumer_group.py) and its assignors, with a
+"""The KIP-848 consumer group state machine (coord/group/consumer.py) and its assignors, with a
 given clock: epochs, reconciliation (revocation before assignment), fencing, static members,
 timeouts."""
 
@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
-from pybroker.coord.assignors import assign
-from pybroker.coord.consumer_group import (
-    ConsumerGroup,
+from pybroker.coord.group.assignors import assign
+from pybroker.coord.group.consumer import ConsumerGroup
+from pybroker.coord.group.consumer_member import (
     ConsumerGroupConfig,
     ConsumerGroupError,
     ConsumerGroupState,

@@ -1,4 +1,4 @@
-"""KIP-848 groups' durable state (coord/consumer_group_store.py) on the embedded store: what a
+"""KIP-848 groups' durable state (coord/group/consumer_store.py) on the embedded store: what a
 new coordinator loads is the group the old one had (members at their epochs, mid-reconciliation
 included), unchanged heartbeats write nothing, and a write that lost a race with another
 coordinator fails instead of overwriting it."""
@@ -9,11 +9,12 @@ import asyncio
 
 import pytest
 
-from pybroker.coord import paths
-from pybroker.coord.consumer_group import ConsumerGroup, ConsumerGroupConfig, MemberState
-from pybroker.coord.consumer_group_store import ConsumerGroupStore, StalePlanError, group_path
-from pybroker.coord.local import LocalStore
-from pybroker.coord.store import BadVersionError
+from pybroker.coord.group.consumer import ConsumerGroup
+from pybroker.coord.group.consumer_member import ConsumerGroupConfig, MemberState
+from pybroker.coord.group.consumer_store import ConsumerGroupStore, StalePlanError, group_path
+from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.store import BadVersionError
 from tests.test_consumer_group import T, hb
 
 CONFIG = ConsumerGroupConfig(session_timeout_ms=10_000)
@@ -126,7 +127,7 @@ def test_a_write_that_lost_a_race_fails_and_voids_the_plans_behind_it(tmp_path):
 def test_a_classic_member_of_a_consumer_group_survives_the_round_trip(tmp_path):
     """Online migration: a member speaking the classic protocol keeps its session timeout and
     protocols (name and subscription bytes) through its record."""
-    from pybroker.coord.groups import JoinRequest
+    from pybroker.coord.group.classic import JoinRequest
     from pybroker.wire.consumer_protocol import subscription_topics
 
     sub = b"\x00\x00\x00\x00\x00\x01\x00\x01a\xff\xff\xff\xff"  # v0: topics ["a"], null data

@@ -1,6 +1,6 @@
 """The controller's partition-leadership duties and the leader's ISR write path
-(coord/controller.py, Cluster.update_isr), with several Cluster objects in one process playing
-brokers 1, 2, 3.
+(coord/controller/, coord/metadata/isr.py), with several Cluster objects in one process
+playing brokers 1, 2, 3.
 
 Backends: ``zk`` gives every broker its own ZooKeeper session (a crash closes it, so its
 ephemerals vanish at once, as after a session timeout); ``local`` shares one LocalStore
@@ -18,20 +18,21 @@ from collections.abc import Callable
 
 import pytest
 
-from pybroker.coord import paths
-from pybroker.coord.cluster import Cluster, PartitionState
-from pybroker.coord.controller import (
-    Controller,
-    ControllerFencedError,
+from pybroker.coord.controller.context import ControllerFencedError
+from pybroker.coord.controller.controller import Controller
+from pybroker.coord.controller.election import (
     StoredState,
     decide_for_live_set,
     decide_preferred,
     decide_unclean,
     imbalanced_partitions,
 )
-from pybroker.coord.local import LocalStore
-from pybroker.coord.store import CONNECTED, LOST, BadVersionError, MetadataStore, SetData
-from pybroker.coord.zk import ZooKeeperStore
+from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.cluster import Cluster
+from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.model import PartitionState
+from pybroker.coord.metadata.store import CONNECTED, LOST, BadVersionError, MetadataStore, SetData
+from pybroker.coord.metadata.zk import ZooKeeperStore
 from pybroker.errors import ErrorCode, KafkaError
 
 try:
@@ -88,7 +89,7 @@ class Env:
 
     async def start_broker(self, bid: int, **kw) -> Cluster:
         store = self.shared if self.kind == "local" else await self._zk_store()
-        c = Cluster(store, bid, endpoints(9090 + bid), **kw)
+        c = Cluster(store, bid, endpoints(9090 + bid), controller=Controller, **kw)
         await c.start()
         self.clusters[bid] = c
         self.stores[bid] = store
@@ -258,7 +259,7 @@ def test_leader_imbalance_selection_pure():
 
 
 def test_leader_loss_elects_from_isr(make_env, caplog):
-    caplog.set_level(logging.INFO, logger="pybroker.coord.controller")
+    caplog.set_level(logging.INFO, logger="pybroker.coord.controller.controller")
 
     async def main():
         env = make_env()
@@ -805,7 +806,7 @@ def test_session_ok_local(tmp_path):
     async def main():
         store = LocalStore(tmp_path / "m")
         await store.start()
-        c = Cluster(store, 1, endpoints(9092))
+        c = Cluster(store, 1, endpoints(9092), controller=Controller)
         assert not c.session_ok
         await c.start()
         assert c.session_ok and c.controller is not None

@@ -1,7 +1,7 @@
 """Dynamic broker configs (pybroker/dynamic_config.py): precedence per-broker > cluster default >
 static > Kafka's default, reverting on delete, synonyms, Kafka's validation messages and the
-DescribeConfigs sources; and the change-notification znodes (coord/config_changes.py) on the
-embedded store."""
+DescribeConfigs sources; and the change-notification znodes (coord/metadata/config_changes.py)
+on the embedded store."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import logging
 import pytest
 
 from pybroker.config import LONG_MAX, build_config
-from pybroker.coord import config_changes, paths
-from pybroker.coord.local import LocalStore
+from pybroker.coord.metadata import config_changes, paths
+from pybroker.coord.metadata.local import LocalStore
 from pybroker.dynamic_config import (
     DEFAULT_CONFIG,
     DYNAMIC_BROKER_CONFIG,

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from pybroker.coord.groups import Group, GroupConfig, GroupState, JoinRequest
+from pybroker.coord.group.classic import Group, GroupConfig, GroupState, JoinRequest
 from pybroker.errors import ErrorCode as E
 
 _tokens = itertools.count()

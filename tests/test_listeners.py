@@ -10,7 +10,7 @@ import types
 
 from broker_fixture import Client, free_port, unique_topic
 
-from pybroker.coord.cluster import BrokerInfo, PartitionState, TopicInfo
+from pybroker.coord.metadata.model import BrokerInfo, PartitionState, TopicInfo
 from pybroker.errors import ErrorCode
 from pybroker.handlers.context import RequestContext
 from pybroker.handlers.metadata import topic_metadata

@@ -1,4 +1,5 @@
-"""OffsetStore (pybroker/coord/offsets.py) on both backends: LocalStore and a real ZooKeeper."""
+"""OffsetStore (pybroker/coord/group/offsets.py) on both backends: LocalStore and a real
+ZooKeeper."""
 
 from __future__ import annotations
 
@@ -12,23 +13,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pybroker.clock import ManualClock
-from pybroker.coord import paths
-from pybroker.coord.local import LocalStore
-from pybroker.coord.offsets import (
-    CommittedOffset,
-    OffsetStore,
-    component_to_name,
-    decode_offset,
-    encode_offset,
-    name_to_component,
-)
-from pybroker.coord.store import (
+from pybroker.coord.group.offsets import CommittedOffset, OffsetStore, decode_offset, encode_offset
+from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.paths import component_to_name, name_to_component
+from pybroker.coord.metadata.store import (
     BadVersionError,
     ConnectionLossError,
     MetadataStore,
     validate_path,
 )
-from pybroker.coord.zk import ZooKeeperStore
+from pybroker.coord.metadata.zk import ZooKeeperStore
 
 try:
     from tests.zk_server import require_zookeeper, zk_connect, zk_server

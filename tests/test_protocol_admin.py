@@ -21,7 +21,7 @@ from broker_fixture import (
     wait_until,
 )
 
-from pybroker.coord import paths
+from pybroker.coord.metadata import paths
 from pybroker.wire.consumer_protocol import subscription_topics
 
 SECURITY_DISABLED = 54

@@ -134,7 +134,7 @@ def test_default_and_per_broker_sources_and_legacy_replace(start_broker):
 
 def test_broker_logger_levels(start_broker):
     b = start_broker()
-    name = "pybroker.coord.cluster"
+    name = "pybroker.coord.metadata.cluster"
     with b.client() as c:
         code, _, loggers = describe(c, BROKER_LOGGER, "0")
         assert code == NONE and "root" in loggers and name in loggers

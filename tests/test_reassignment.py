@@ -1,5 +1,5 @@
-"""Partition reassignment (coord/reassignment.py): the pure ReplicaAssignment rules, and the
-controller's state machine with several Cluster objects in one process playing brokers 1-4 on
+"""Partition reassignment (coord/controller/reassignment.py): the pure ReplicaAssignment rules,
+and the controller's state machine with several Cluster objects in one process playing brokers 1-4 on
 both store backends (test_controller.py's Env).  Followers catching up are played by the
 leader's ISR writes (Cluster.update_isr), as the replica manager makes them."""
 
@@ -10,14 +10,14 @@ import json
 
 import pytest
 
-from pybroker.coord import paths
-from pybroker.coord.reassignment import (
+from pybroker.coord.controller.reassignment import (
     ReplicaAssignment,
     build,
     completion_leader,
     is_complete,
     validate_replicas,
 )
+from pybroker.coord.metadata import paths
 from pybroker.errors import ErrorCode, KafkaError
 
 try:

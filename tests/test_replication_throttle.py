@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pybroker.coord.cluster import validate_topic_configs
+from pybroker.coord.metadata.topic_rules import validate_topic_configs
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.replication.throttle import throttled_partitions
 

@@ -6,14 +6,18 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import signal
+import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
 from pybroker.clock import ManualClock
-from pybroker.coord.local import LocalStore
-from pybroker.coord.store import (
+from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.store import (
     CONNECTED,
     SUSPENDED,
     BadVersionError,
@@ -31,7 +35,7 @@ from pybroker.coord.store import (
     StoreError,
     WatchedEvent,
 )
-from pybroker.coord.zk import ZooKeeperStore
+from pybroker.coord.metadata.zk import ZooKeeperStore
 
 try:
     from tests.zk_server import ZooKeeperServer, require_zookeeper, zk_connect, zk_server
@@ -356,69 +360,111 @@ def test_local_persistence_across_reopen(tmp_path):
     asyncio.run(main(), debug=True)
 
 
+def crash_after(directory: Path, ops: str, **store_kwargs: object) -> None:
+    """Open a LocalStore on ``directory`` in a child process, run ``ops`` (statements awaiting
+    on ``s``, the open store), then kill -9 the child: no close, no ephemeral cleanup, no fsync,
+    as a broker that crashed."""
+    body = textwrap.indent(textwrap.dedent(ops), "    ")
+    script = (
+        "import asyncio, os, signal\n"
+        "from pybroker.coord.metadata.local import LocalStore\n"
+        "from pybroker.coord.metadata.store import Create, SetData\n"
+        "async def main():\n"
+        f"    s = LocalStore({str(directory)!r}, **{store_kwargs!r})\n"
+        "    await s.start()\n"
+        f"{body}\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], timeout=120)
+    assert done.returncode == -signal.SIGKILL
+
+
 def test_local_crash_keeps_writes_drops_ephemerals(tmp_path):
-    async def main():
-        s = LocalStore(tmp_path, fsync_interval_ms=60_000)
-        await s.start()
+    crash_after(
+        tmp_path,
+        """
         await s.create("/keep", b"k")
         await s.create("/keep/eph", b"e", ephemeral=True)
         await s.create("/keep/seq-", sequence=True, ephemeral=True)
-        s._crash_for_tests()  # no close, no fsync
+        """,
+        fsync_interval_ms=60_000,
+    )
 
+    async def main():
         s = LocalStore(tmp_path)
         await s.start()
         assert (await s.get("/keep"))[0] == b"k"
         assert await s.get_children("/keep") == []
-        # sequence numbers never go backwards after ephemerals are expired
+        await s.close()
+
+    asyncio.run(main(), debug=True)
+    # sequence numbers never go backwards after ephemerals are expired
+    crash_after(
+        tmp_path,
+        """
         assert await s.create("/keep/seq-", sequence=True) == "/keep/seq-0000000004"
-        s._crash_for_tests()
+        """,
+    )
+
+    async def after() -> None:
         s = LocalStore(tmp_path)
         await s.start()
         assert await s.get_children("/keep") == ["seq-0000000004"]
         await s.close()
 
-    asyncio.run(main(), debug=True)
+    asyncio.run(after(), debug=True)
 
 
 def test_local_torn_journal_tail_is_ignored(tmp_path):
-    async def main():
-        s = LocalStore(tmp_path)
-        await s.start()
+    crash_after(
+        tmp_path,
+        """
         await s.create("/a", b"A")
         await s.multi([Create("/b"), Create("/b/c"), SetData("/a", b"A2")])
-        s._crash_for_tests()
-        (journal,) = tmp_path.glob("journal-*")
-        size = journal.stat().st_size
-        with open(journal, "r+b") as f:  # tear the last entry (the multi)
-            f.truncate(size - 3)
+        """,
+    )
+    (journal,) = tmp_path.glob("journal-*")
+    size = journal.stat().st_size
+    with open(journal, "r+b") as f:  # tear the last entry (the multi)
+        f.truncate(size - 3)
+
+    async def torn() -> None:
         s = LocalStore(tmp_path)
         await s.start()
         assert (await s.get("/a"))[0] == b"A"  # the multi is all-or-nothing on replay too
         assert await s.exists("/b") is None
-        await s.create("/after")
-        s._crash_for_tests()
-        (journal,) = tmp_path.glob("journal-*")
-        with open(journal, "ab") as f:  # garbage after a good entry
-            f.write(b"\x00\x00\x00\x10garbage")
+        await s.close()
+
+    asyncio.run(torn(), debug=True)
+    crash_after(tmp_path, 'await s.create("/after")')
+    (journal,) = tmp_path.glob("journal-*")
+    with open(journal, "ab") as f:  # garbage after a good entry
+        f.write(b"\x00\x00\x00\x10garbage")
+
+    async def garbage() -> None:
         s = LocalStore(tmp_path)
         await s.start()
         assert await s.exists("/after") is not None
         await s.close()
 
-    asyncio.run(main(), debug=True)
+    asyncio.run(garbage(), debug=True)
 
 
 def test_local_corrupt_entry_crc(tmp_path):
-    async def main():
-        s = LocalStore(tmp_path)
-        await s.start()
+    crash_after(
+        tmp_path,
+        """
         await s.create("/a", b"AAAA")
         await s.create("/b", b"BBBB")
-        s._crash_for_tests()
-        (journal,) = tmp_path.glob("journal-*")
-        raw = bytearray(journal.read_bytes())
-        raw[raw.rindex(b"BBBB")] ^= 0xFF
-        journal.write_bytes(bytes(raw))
+        """,
+    )
+    (journal,) = tmp_path.glob("journal-*")
+    raw = bytearray(journal.read_bytes())
+    raw[raw.rindex(b"BBBB")] ^= 0xFF
+    journal.write_bytes(bytes(raw))
+
+    async def main():
         s = LocalStore(tmp_path)
         await s.start()
         assert await s.exists("/a") is not None
@@ -429,9 +475,9 @@ def test_local_corrupt_entry_crc(tmp_path):
 
 
 def test_local_snapshot_rotation(tmp_path):
-    async def main():
-        s = LocalStore(tmp_path, snapshot_bytes=2000)
-        await s.start()
+    crash_after(
+        tmp_path,
+        """
         await s.create("/t")
         for i in range(300):
             await s.create(f"/t/n{i:03d}", b"x" * 20)
@@ -441,9 +487,13 @@ def test_local_snapshot_rotation(tmp_path):
         await asyncio.wrap_future(s._snapshot_job)
         await s.create("/t/last")  # the journal is over the limit again: rotate once more
         await asyncio.wrap_future(s._snapshot_job)
-        journals = list(tmp_path.glob("journal-*"))
-        assert sum(j.stat().st_size for j in journals) < 4000  # truncated by snapshots
-        s._crash_for_tests()
+        """,
+        snapshot_bytes=2000,
+    )
+    journals = list(tmp_path.glob("journal-*"))
+    assert sum(j.stat().st_size for j in journals) < 4000  # truncated by snapshots
+
+    async def main():
         s = LocalStore(tmp_path)
         await s.start()
         children = await s.get_children("/t")
@@ -578,4 +628,4 @@ def test_no_kazoo_import_outside_zk():
         )
     ]
     assert offenders == []
-    assert os.path.exists(root / "coord" / "zk.py")
+    assert os.path.exists(root / "coord" / "metadata" / "zk.py")

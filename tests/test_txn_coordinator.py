@@ -7,11 +7,11 @@ import asyncio
 import itertools
 
 from pybroker.clock import ManualClock
-from pybroker.coord import txn_state as ts
-from pybroker.coord.group_coordinator import coordinator_for
-from pybroker.coord.local import LocalStore
-from pybroker.coord.transactions import TransactionCoordinator, TxnConfig
-from pybroker.coord.txn_store import TxnStateStore
+from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.placement import coordinator_for
+from pybroker.coord.txn import state as ts
+from pybroker.coord.txn.coordinator import TransactionCoordinator, TxnConfig
+from pybroker.coord.txn.store import TxnStateStore
 from pybroker.errors import ErrorCode
 
 TPS = [("t", 0), ("t", 1), ("t", 2)]

@@ -9,7 +9,7 @@ import time
 import pytest
 from broker_fixture import FETCH, INVALID_PRODUCER_EPOCH, INVALID_REQUEST, NONE, unique_topic
 
-from pybroker.coord.group_coordinator import partition_for
+from pybroker.coord.metadata.placement import partition_for
 from pybroker.wire.records import build_batch
 
 FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN = 10, 22, 24, 25, 26

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pybroker.clock import ManualClock
-from pybroker.coord import txn_state as ts
-from pybroker.coord.txn_state import TxnMetadata, TxnState
+from pybroker.coord.txn import state as ts
+from pybroker.coord.txn.state import TxnMetadata, TxnState
 from pybroker.errors import ErrorCode
 
 MAX = 900_000

@@ -7,10 +7,10 @@ import asyncio
 import pytest
 
 from pybroker.clock import ManualClock
-from pybroker.coord import txn_state as ts
-from pybroker.coord.local import LocalStore
-from pybroker.coord.store import BadVersionError, NodeExistsError
-from pybroker.coord.txn_store import TxnStateStore, txn_path
+from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.store import BadVersionError, NodeExistsError
+from pybroker.coord.txn import state as ts
+from pybroker.coord.txn.store import TxnStateStore, txn_path
 
 TP = frozenset({("t", 0), ("t", 2)})
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from pybroker.coord import paths
+from pybroker.coord.metadata import paths
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers import _broker_loggers
 from pybroker.handlers.context import RequestContext

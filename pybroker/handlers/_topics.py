@@ -17,16 +17,10 @@ from pybroker.errors import ErrorCode, KafkaError
 from pybroker.flusher import NEVER
 from pybroker.handlers.context import RequestContext
 from pybroker.log import LogConfig
+from pybroker.wire.records import COMPRESSION_TYPES
 
 # compression.type values and the codec id each means (producer: the batch's own).
-CODECS: dict[str, int | None] = {
-    "producer": None,
-    "uncompressed": 0,
-    "gzip": 1,
-    "snappy": 2,
-    "lz4": 3,
-    "zstd": 4,
-}
+CODECS = COMPRESSION_TYPES
 
 # Kafka's ConfigType codes (DescribeConfigs v3+).
 BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
@@ -41,9 +35,9 @@ class TopicConfigDef:
 
 
 # The topic configs whose behaviour pybroker implements.  Kafka's own value checks run in
-# pybroker.coord.cluster.validate_topic_configs when the topic is created.
+# pybroker.coord.metadata.topic_rules.validate_topic_configs when the topic is created.
 TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
-    # compact, delete or both (either order): Kafka's list check in coord/cluster.py
+    # compact, delete or both (either order): Kafka's list check in coord/metadata/topic_rules.py
     "cleanup.policy": TopicConfigDef(lambda c: c.log_cleanup_policy, "log.cleanup.policy", LIST),
     "delete.retention.ms": TopicConfigDef(
         lambda c: str(c.log_cleaner_delete_retention_ms), "log.cleaner.delete.retention.ms", LONG
@@ -175,46 +169,10 @@ def log_config(config: Config, topic_configs: dict[str, str]) -> LogConfig:
     )
 
 
-def is_compacted(config: Config, topic_configs: dict[str, str]) -> bool:
-    """cleanup.policy of the topic (or log.cleanup.policy) includes compact."""
-    policy = topic_configs.get("cleanup.policy", config.log_cleanup_policy)
-    return "compact" in [i.strip() for i in policy.split(",")]
-
-
 def flush_policy(config: Config, topic_configs: dict[str, str]) -> tuple[int, int]:
     """(flush.messages, flush.ms) in effect for a topic."""
     eff = effective_topic_configs(config, topic_configs)
     return int(eff["flush.messages"][0]), int(eff["flush.ms"][0])
-
-
-LONG_MAX = 2**63 - 1
-
-
-def timestamp_bounds(config: Config, topic_configs: dict[str, str]) -> tuple[int, int]:
-    """(before.max.ms, after.max.ms) as Kafka 3.9's LogConfig derives them: each is its own
-    setting unless that is Long.MAX, then message.timestamp.difference.max.ms (topic, else the
-    broker's log.* settings)."""
-
-    def get(name: str, default: int) -> int:
-        v = topic_configs.get(name)
-        return int(v) if v is not None else default
-
-    diff = get(
-        "message.timestamp.difference.max.ms", config.log_message_timestamp_difference_max_ms
-    )
-    before = get("message.timestamp.before.max.ms", config.log_message_timestamp_before_max_ms)
-    after = get("message.timestamp.after.max.ms", config.log_message_timestamp_after_max_ms)
-    return (before if before != LONG_MAX else diff, after if after != LONG_MAX else diff)
-
-
-def target_codec(config: Config, topic_configs: dict[str, str]) -> int | None:
-    """The codec compression.type asks stored batches to have; None: the producer's."""
-    return CODECS[topic_configs.get("compression.type", config.compression_type)]
-
-
-def max_message_bytes(config: Config, topic_configs: dict[str, str]) -> int:
-    v = topic_configs.get("max.message.bytes")
-    return int(v) if v is not None else config.message_max_bytes
 
 
 async def auto_create(ctx: RequestContext, topic: str) -> Any:

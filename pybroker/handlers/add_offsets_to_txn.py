@@ -1,9 +1,9 @@
 """AddOffsetsToTxn (key 25), versions 0-4.
 
 Adds the group's offsets partition, (__consumer_offsets, partitionFor(group_id)) with Kafka's
-partitioning (coord/group_coordinator.py), to the producer's transaction, so the transaction's
+partitioning (coord/group/coordinator.py), to the producer's transaction, so the transaction's
 marker reaches the group's coordinator, which then commits or drops the offsets the producer
-sent with TxnOffsetCommit (coord/txn_offsets.py).  Errors as AddPartitionsToTxn's.
+sent with TxnOffsetCommit (coord/group/txn_offsets.py).  Errors as AddPartitionsToTxn's.
 
 v4 (KIP-890) only tells the broker that the client knows TRANSACTION_ABORTABLE; pybroker
 has no case that answers it, since partition leaders do not verify transactional appends
@@ -12,7 +12,7 @@ with the coordinator.
 
 from __future__ import annotations
 
-from pybroker.coord.group_coordinator import OFFSETS_TOPIC, partition_for
+from pybroker.coord.metadata.placement import OFFSETS_TOPIC, partition_for
 from pybroker.errors import ErrorCode
 from pybroker.handlers._authz import on_group, on_txn
 from pybroker.handlers._txn import coordinator, older_error

@@ -5,7 +5,7 @@ CLUSTER_ACTION (else a top-level CLUSTER_AUTHORIZATION_FAILED) and not per trans
 topic; a transaction marked verify_only is only checked: NONE for its partitions already in
 the transaction, TRANSACTION_ABORTABLE (v4: INVALID_TXN_STATE) for the others, or the
 producer's error for all (coord/txn_state.verify_partitions).  Otherwise, for each transaction:
-the partitions join the producer's transaction at its coordinator (coord/transactions.py),
+the partitions join the producer's transaction at its coordinator (coord/txn/coordinator.py),
 which persists them before answering; the first one starts the transaction (Ongoing) and its
 timeout.  As Kafka answers: without WRITE on the transactional id every partition gets
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED; a partition of a topic the principal may not WRITE

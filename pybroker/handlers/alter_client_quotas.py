@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 from decimal import Decimal
 
-from pybroker.coord.store import StoreError
+from pybroker.coord.metadata.store import StoreError
 from pybroker.errors import ErrorCode
 from pybroker.handlers._authz import on_cluster
 from pybroker.handlers.context import RequestContext

@@ -1,6 +1,6 @@
 """AlterPartitionReassignments (key 45), version 0.
 
-Served by the controller (coord/reassignment.py, Kafka's ZooKeeper controller's
+Served by the controller (coord/controller/reassignment.py, Kafka's ZooKeeper controller's
 handleAlterPartitionReassignments): a list of replicas starts (or replaces) the partition's
 reassignment, a null list cancels it.  Per partition: NONE, NO_REASSIGNMENT_IN_PROGRESS (a
 cancellation of a partition not being reassigned), INVALID_REPLICA_ASSIGNMENT (empty list,

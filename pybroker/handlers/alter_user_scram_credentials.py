@@ -12,7 +12,7 @@ user's changes is refused if one of them is.
 
 from __future__ import annotations
 
-from pybroker.coord.store import StoreError
+from pybroker.coord.metadata.store import StoreError
 from pybroker.errors import ErrorCode
 from pybroker.handlers._authz import on_cluster
 from pybroker.handlers.context import RequestContext

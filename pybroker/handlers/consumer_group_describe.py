@@ -6,7 +6,7 @@ DESCRIBE on the group is needed (GROUP_AUTHORIZATION_FAILED)."""
 
 from __future__ import annotations
 
-from pybroker.coord.store import StoreError
+from pybroker.coord.metadata.store import StoreError
 from pybroker.errors import ErrorCode
 from pybroker.handlers._authz import authorized_operations, enabled
 from pybroker.handlers._groups import coordinator_error

@@ -3,7 +3,7 @@
 The request is checked as Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid does
 (INVALID_REQUEST with Kafka's messages; an unknown server assignor UNSUPPORTED_ASSIGNOR; a
 regular expression that does not compile INVALID_REGULAR_EXPRESSION), the principal needs READ
-on the group, and the group's coordinator runs the state machine (coord/consumer_group.py):
+on the group, and the group's coordinator runs the state machine (coord/group/consumer.py):
 member epochs, the server-side assignment and its reconciliation.  Owned and assigned
 partitions travel as topic ids; an owned topic id the broker no longer knows is dropped.  With
 group.coordinator.rebalance.protocols not naming "consumer", the API is not advertised and
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from pybroker.coord.consumer_group import (
+from pybroker.coord.group.consumer_member import (
     LEAVE_EPOCH,
     LEAVE_STATIC_EPOCH,
     HeartbeatRequest,

@@ -1,10 +1,10 @@
 """What a handler receives: the request's header facts and the broker's services.
 
 ``services`` is the composed broker (pybroker.broker.Broker); handlers use only these of its
-attributes: ``config`` (pybroker.config.Config), ``cluster`` (pybroker.coord.cluster.Cluster),
-``logs`` (pybroker.log.manager.LogManager), ``purgatory`` (pybroker.purgatory.Purgatory),
+attributes: ``config`` (pybroker.config.Config), ``cluster``
+(pybroker.coord.metadata.cluster.Cluster), ``logs`` (pybroker.log.manager.LogManager), ``purgatory`` (pybroker.purgatory.Purgatory),
 ``clock`` (pybroker.clock.Clock), ``fetch_sessions`` (pybroker.fetch_session.FetchSessionCache),
-``groups`` (pybroker.coord.group_coordinator.GroupCoordinator), ``dynamic``
+``groups`` (pybroker.coord.group.coordinator.GroupCoordinator), ``dynamic``
 (pybroker.dynamic_config.DynamicBrokerConfig: the dynamic broker configs applied to ``config``),
 ``reload_tls()`` (new TLS contexts for the SSL listeners, files read again).
 """

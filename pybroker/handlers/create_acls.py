@@ -10,7 +10,7 @@ Kafka without an authorizer: SECURITY_DISABLED for each.
 
 from __future__ import annotations
 
-from pybroker.coord.store import StoreError
+from pybroker.coord.metadata.store import StoreError
 from pybroker.errors import ErrorCode
 from pybroker.handlers._acls import InvalidAcl, binding_from
 from pybroker.handlers._authz import on_cluster

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import uuid
 
-from pybroker.coord.cluster import validate_topic_name
+from pybroker.coord.metadata.topic_rules import validate_topic_name
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers._authz import on_cluster, on_topic
 from pybroker.handlers._topics import (

@@ -8,7 +8,7 @@ per filter.
 
 from __future__ import annotations
 
-from pybroker.coord.store import StoreError
+from pybroker.coord.metadata.store import StoreError
 from pybroker.errors import ErrorCode
 from pybroker.handlers._acls import InvalidAcl, filter_from, wire
 from pybroker.handlers._authz import on_cluster

@@ -14,7 +14,7 @@ is read at each request, so any broker answers what any broker altered.
 
 from __future__ import annotations
 
-from pybroker.coord.store import StoreError
+from pybroker.coord.metadata.store import StoreError
 from pybroker.errors import ErrorCode
 from pybroker.handlers._authz import on_cluster
 from pybroker.handlers.context import RequestContext

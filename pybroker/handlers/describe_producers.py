@@ -12,7 +12,7 @@ partition the metadata does not know; INVALID_TOPIC_EXCEPTION for an illegal top
 
 from __future__ import annotations
 
-from pybroker.coord.cluster import validate_topic_name
+from pybroker.coord.metadata.topic_rules import validate_topic_name
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers._authz import on_topic
 from pybroker.handlers.context import RequestContext

@@ -2,8 +2,8 @@
 
 Commit or abort the producer's transaction: its coordinator persists PrepareCommit /
 PrepareAbort and answers; the markers are written to every partition of the transaction in
-the background (handlers/_txn_markers.py), then CompleteCommit / CompleteAbort is persisted
-(coord/transactions.py).  Until then the next transaction's requests get
+the background (coord/txn/markers.py), then CompleteCommit / CompleteAbort is persisted
+(coord/txn/coordinator.py).  Until then the next transaction's requests get
 CONCURRENT_TRANSACTIONS, which clients retry.  A retried EndTxn of a completed transaction is
 answered NONE; the opposite outcome INVALID_TXN_STATE.  PRODUCER_FENCED is answered as
 INVALID_PRODUCER_EPOCH below v2.

@@ -2,7 +2,7 @@
 
 Group keys (key_type 0) and transactional ids (key_type 1) map to the owner of their
 partition (Kafka's partitionFor over 50 partitions), a live broker chosen by rendezvous hashing
-over /brokers/ids (see pybroker.coord.group_coordinator).  v4 batches several keys; v5 only
+over /brokers/ids (see pybroker.coord.metadata.placement).  v4 batches several keys; v5 only
 tells the broker that the client knows TRANSACTION_ABORTABLE.  Share groups (key_type 2, v6,
 KIP-932) are not served, and the answers are Kafka 3.9's for a broker without them: below v6
 INVALID_REQUEST, from v6 CLUSTER_AUTHORIZATION_FAILED without CLUSTER_ACTION, else
@@ -11,7 +11,7 @@ COORDINATOR_NOT_AVAILABLE.  Other key types and empty keys get INVALID_REQUEST, 
 
 from __future__ import annotations
 
-from pybroker.coord.group_coordinator import coordinator_for
+from pybroker.coord.metadata.placement import coordinator_for
 from pybroker.errors import ErrorCode
 from pybroker.handlers._authz import on_cluster, on_group, on_txn
 from pybroker.handlers.context import RequestContext

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pybroker.coord.cluster import TOPIC_CONFIGS as KAFKA_TOPIC_CONFIGS
+from pybroker.coord.metadata.topic_rules import TOPIC_CONFIGS as KAFKA_TOPIC_CONFIGS
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers import _broker_configs
 from pybroker.handlers._authz import on_cluster, on_topic

@@ -6,7 +6,7 @@ epoch are answered the same way: a new id supersedes the old one).  Producer ids
 blocks claimed from the metadata store, so they stay unique across restarts and brokers.
 
 With a transactional_id the request goes to the transaction coordinator
-(coord/transactions.py): NOT_COORDINATOR unless this broker coordinates the id, the epoch
+(coord/txn/coordinator.py): NOT_COORDINATOR unless this broker coordinates the id, the epoch
 bumped (a new producer id once it is exhausted), an older instance fenced, an ongoing
 transaction aborted first (CONCURRENT_TRANSACTIONS until its markers are written, which
 clients retry), KIP-360's producer_id/producer_epoch (v3+) checked, and

@@ -1,6 +1,6 @@
 """JoinGroup (key 11), versions 0-9.
 
-The classic protocol (pybroker.coord.groups): v0 uses the session timeout as the rebalance
+The classic protocol (pybroker.coord.group.classic): v0 uses the session timeout as the rebalance
 timeout; from v4 an unknown member first gets MEMBER_ID_REQUIRED with its new id; v5+ static
 membership (group_instance_id); v7+ protocol type in the answer; v8 reason (logged); v9
 skip_assignment is always false (the leader always computes assignments).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from pybroker.coord.groups import JoinRequest
+from pybroker.coord.group.classic import JoinRequest
 from pybroker.handlers._groups import coordinator_error
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler

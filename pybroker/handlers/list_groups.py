@@ -2,7 +2,7 @@
 type, (v4+) state and (v5+) group type, optionally filtered by state (v4+) and by type (v5+,
 KIP-848: "classic", "consumer", "share"; case-insensitive, as Kafka compares them).  Groups
 that only hold committed offsets are listed as Empty, as in Kafka.  Groups are "classic"
-(JoinGroup/SyncGroup) or "consumer" (KIP-848, coord/consumer_group.py)."""
+(JoinGroup/SyncGroup) or "consumer" (KIP-848, coord/group/consumer.py)."""
 
 from __future__ import annotations
 

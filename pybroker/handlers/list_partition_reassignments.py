@@ -1,7 +1,7 @@
 """ListPartitionReassignments (key 46), version 0.
 
-Served by the controller (coord/reassignment.py): the partitions being reassigned, all of them
-or those asked about, each with its full replica set (original plus target replicas), the
+Served by the controller (coord/controller/reassignment.py): the partitions being reassigned,
+all of them or those asked about, each with its full replica set (original plus target replicas), the
 replicas being added and those being removed.  As in Kafka, partitions that do not exist or
 are not being reassigned are simply not listed (the response has no per-partition error).  A
 broker that is not the controller answers the top-level error NOT_CONTROLLER, and the admin

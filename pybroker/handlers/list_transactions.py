@@ -9,7 +9,7 @@ COORDINATOR_NOT_AVAILABLE while the broker cannot coordinate.
 
 from __future__ import annotations
 
-from pybroker.coord.txn_state import TxnState
+from pybroker.coord.txn.state import TxnState
 from pybroker.errors import ErrorCode
 from pybroker.handlers._authz import on_txn
 from pybroker.handlers._txn import coordinator

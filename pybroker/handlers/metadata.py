@@ -24,7 +24,7 @@ import uuid
 import weakref
 from typing import Any
 
-from pybroker.coord.cluster import validate_topic_name
+from pybroker.coord.metadata.topic_rules import validate_topic_name
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers._authz import authorized_operations, enabled, on_cluster, on_topic
 from pybroker.handlers._topics import auto_create

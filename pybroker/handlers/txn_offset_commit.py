@@ -1,7 +1,7 @@
 """TxnOffsetCommit (key 28), versions 0-4.
 
 Sent by a transactional producer to the group's coordinator (sendOffsetsToTransaction, after
-AddOffsetsToTxn): the offsets stay pending (coord/txn_offsets.py) until the transaction's
+AddOffsetsToTxn): the offsets stay pending (coord/group/txn_offsets.py) until the transaction's
 marker commits them as the group's offsets, or drops them.  v3 (KIP-447) carries the consumer's
 member id, group instance id and generation, checked as Kafka does: UNKNOWN_MEMBER_ID,
 ILLEGAL_GENERATION, FENCED_INSTANCE_ID.  Other errors: NOT_COORDINATOR, INVALID_GROUP_ID,

@@ -19,13 +19,15 @@ TRANSACTION_COORDINATOR_FENCED (its coordinator epoch is older than the one of t
 last marker here).  A marker for a producer with no ongoing transaction in a partition is
 appended all the same (Kafka does; it completes nothing).
 
-The coordinator calls :func:`write_txn_markers` directly for the partitions this broker
-leads, without the network; ``await write_txn_markers(services, [TxnMarker(...)])`` answers
-one ``{(topic, partition): error code}`` per marker.
+The append is the replica manager's (ReplicaManager.append_txn_marker, pybroker/replica_manager.py).
+The coordinator's marker sender (coord/txn/markers.py) calls :func:`write_txn_markers`
+directly for the partitions this broker leads, without the network;
+``await write_txn_markers(services, [TxnMarker(...)])`` answers one
+``{(topic, partition): error code}`` per marker.
 
 A marker for (__consumer_offsets, p) goes to the coordinator of offsets partition p (pybroker
 keeps that partitioning without the log): it commits or drops the offsets the producer sent
-with TxnOffsetCommit for the groups of p (coord/txn_offsets.py); NOT_COORDINATOR when this
+with TxnOffsetCommit for the groups of p (coord/group/txn_offsets.py); NOT_COORDINATOR when this
 broker does not coordinate p (the transaction coordinator sends again).
 
 Left out: v0 and v2 (TransactionVersion, KIP-890).
@@ -35,27 +37,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
-from pybroker.coord.group_coordinator import OFFSETS_TOPIC
-from pybroker.errors import ErrorCode, KafkaError
+from pybroker.coord.metadata.placement import OFFSETS_TOPIC
+from pybroker.coord.txn.markers import TxnMarker
+from pybroker.errors import ErrorCode
 from pybroker.handlers._authz import on_cluster
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 from pybroker.security.acl import Operation
 
 REQUEST_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default, which the markers wait for
-
-
-class TxnMarker(NamedTuple):
-    """One marker to write: the transaction of ``producer_id`` (at ``producer_epoch``) ends
-    with COMMIT (``committed``) or ABORT in every one of ``partitions``."""
-
-    producer_id: int
-    producer_epoch: int
-    committed: bool
-    coordinator_epoch: int
-    partitions: Sequence[tuple[str, int]]
 
 
 async def _write_one(
@@ -65,33 +57,15 @@ async def _write_one(
         if services.groups is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return await services.groups.complete_txn(marker.producer_id, marker.committed, partition)
-    replicas = services.replicas
-    try:
-        info = services.cluster.topics.get(topic)
-        if info is None or partition not in info.partitions:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        replica = replicas.leader_replica(topic, partition)
-        replicas.check_enough_replicas(replica)
-        log = replica.log
-        appended = log.append_txn_marker(
-            marker.producer_id,
-            marker.producer_epoch,
-            marker.coordinator_epoch,
-            marker.committed,
-            leader_epoch=replica.leader_epoch,
-        )
-    except KafkaError as e:
-        return e.code
-    except OSError as e:  # the log dir failed: offline from now on (Kafka's answer)
-        services.logs.fail_dir(services.logs.dir_of(replica.log), e)
-        return ErrorCode.KAFKA_STORAGE_ERROR
-    replicas.after_leader_append(replica)
-    services.flusher.appended(topic, log, 1)
-    end = appended.last_offset + 1
-    code = replicas.commit_result(replica, end, replica.leader_epoch)
-    if code is None:
-        code = await replicas.wait_for_commit(replica, end, timeout_ms)
-    return code
+    return await services.replicas.append_txn_marker(
+        topic,
+        partition,
+        marker.producer_id,
+        marker.producer_epoch,
+        marker.committed,
+        marker.coordinator_epoch,
+        timeout_ms,
+    )
 
 
 async def write_txn_markers(

@@ -1,17 +1,8 @@
 """Records inside a v2 batch, as log compaction needs them: keys, tombstones, and batches
 rewritten with some records left out (Kafka's MemoryRecords.filterTo).
 
-Record layout (Kafka's DefaultRecord; varints are zig-zag)::
-
-    length          varint   bytes after this field
-    attributes      int8     unused (0)
-    timestampDelta  varlong  record timestamp - batch baseTimestamp
-    offsetDelta     varint   record offset - batch baseOffset
-    keyLength       varint   -1: null key
-    key             bytes
-    valueLength     varint   -1: null value (a tombstone)
-    value           bytes
-    headers         varint count, then the headers (copied as they are)
+Records are read with pybroker/wire/record_walker.py (which documents their layout); a kept
+record's bytes from its keyLength field on are copied as they are.
 
 A rewritten batch keeps, as Kafka's buildRetainedRecordsInto does: the base offset, the last
 offset delta (so the last offset and the producer's last sequence survive the clean), the
@@ -26,12 +17,14 @@ written as an empty batch (records count 0, no compression), as Kafka's writeEmp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import NamedTuple
 
 from crc32c import crc32c
 
 from pybroker.errors import ErrorCode
+from pybroker.wire.primitives import write_varint
+from pybroker.wire.record_walker import fields, walk
 from pybroker.wire.records import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
@@ -59,27 +52,6 @@ class RawRecord(NamedTuple):
     tail: bytes  # key length, key, value length, value, headers: as stored
 
 
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if shift > 63 or pos >= len(buf):
-            raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "bad varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-
-
-def _write_varint(out: bytearray, value: int) -> None:
-    v = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
 def has_delete_horizon(h: BatchHeader) -> bool:
     return bool(h.attributes & DELETE_HORIZON_MASK)
 
@@ -87,78 +59,36 @@ def has_delete_horizon(h: BatchHeader) -> bool:
 def read_records(
     batch: bytes, every_64: Callable[[], None] | None = None
 ) -> tuple[BatchHeader, list[RawRecord]]:
-    """The header and the records of one whole v2 batch (decompressed).  Raises
-    InvalidRecordError(CORRUPT_MESSAGE) on malformed data.  ``every_64`` is called every 64
-    records (the cleaner lets other threads run there)."""
+    """The header and the records of one whole v2 batch (decompressed), through the record
+    walker (offset deltas may have gaps).  Raises InvalidRecordError(CORRUPT_MESSAGE) on
+    malformed data.  ``every_64`` is called every 64 records (the cleaner lets other threads
+    run there)."""
     h = unpack_header(batch)
     payload = decompress(h.compression, bytes(batch[HEADER_SIZE : LOG_OVERHEAD + h.batch_length]))
+    base_offset = h.base_offset
+    base_ts = h.max_timestamp if h.timestamp_type == LOG_APPEND_TIME else h.base_timestamp
     log_append = h.timestamp_type == LOG_APPEND_TIME
     out: list[RawRecord] = []
-    pos = 0
-    end = len(payload)
+    append = out.append
+
+    def collect(buf: bytes, i: int, off: int, ts: int, _klen: int, at: int, end: int) -> None:
+        if every_64 is not None and i % 64 == 63:
+            every_64()
+        f = fields(buf, at)
+        timestamp = base_ts if log_append else base_ts + ts
+        append(RawRecord(base_offset + off, timestamp, f.key(buf), f.value_len >= 0, buf[at:end]))
+
     try:
-        for n in range(h.records_count):
-            if every_64 is not None and n % 64 == 63:
-                every_64()
-            length, pos = _read_varint(payload, pos)
-            stop = pos + length
-            if length < 1 or stop > end:
-                raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "record length")
-            p = pos + 1  # attributes
-            ts_delta, p = _read_varint(payload, p)
-            off_delta, p = _read_varint(payload, p)
-            tail_start = p
-            klen, p = _read_varint(payload, p)
-            key = None
-            if klen >= 0:
-                key = payload[p : p + klen]
-                p += klen
-            vlen, p = _read_varint(payload, p)
-            if p > stop or (vlen > 0 and p + vlen > stop):
-                raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "record fields")
-            ts = h.max_timestamp if log_append else h.base_timestamp + ts_delta
-            out.append(
-                RawRecord(h.base_offset + off_delta, ts, key, vlen >= 0, payload[tail_start:stop])
-            )
-            pos = stop
-    except IndexError as e:
-        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "truncated record") from e
-    if pos != end:
-        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "bytes after the last record")
+        walk(
+            (payload,),
+            h.records_count,
+            max_record_bytes=len(payload),
+            gaps_up_to=h.last_offset_delta,
+            visit=collect,
+        )
+    except InvalidRecordError as e:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, str(e)) from e
     return h, out
-
-
-def keyless_records(
-    buf: bytes | bytearray | memoryview, batches: Iterable[BatchHeader]
-) -> list[int]:
-    """Positions (Kafka's batchIndex: the record's index within its batch) of the records
-    without a key, which a compacted topic refuses (Kafka's LogValidator.validateKey)."""
-    out: list[int] = []
-    mv = memoryview(buf)
-    for h in batches:
-        _, records = read_records(bytes(mv[h.position : h.position + h.size]))
-        out.extend(i for i, r in enumerate(records) if r.key is None)
-    return out
-
-
-def compacted_topic_record_errors(
-    buf: bytes | bytearray | memoryview, batches: Iterable[BatchHeader], topic_partition: str
-) -> list[tuple[int, str]]:
-    """Produce to a compacted topic: ``(batchIndex, message)`` of every record without a key,
-    Kafka's words (the produce handler answers INVALID_RECORD with them as record_errors)."""
-    message = (
-        f"Compacted topic cannot accept message without key in topic partition {topic_partition}."
-    )
-    return [(i, message) for i in keyless_records(buf, batches)]
-
-
-def record_errors_message(errors: list[tuple[int, str]]) -> str:
-    """Kafka's RecordValidationException message for the partition's error_message."""
-    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
-    return (
-        f"One or more records have been rejected due to {len(errors)} record errors in total,"
-        f" and only showing the first three errors at most: [{shown}]"
-    )
 
 
 def _finish(buf: bytearray) -> bytes:
@@ -188,10 +118,10 @@ def rebuild_batch(
         if every_64 is not None and n % 64 == 63:
             every_64()
         rec = bytearray(b"\x00")
-        _write_varint(rec, r.timestamp - base_ts if h.timestamp_type != LOG_APPEND_TIME else 0)
-        _write_varint(rec, r.offset - h.base_offset)
+        write_varint(rec, r.timestamp - base_ts if h.timestamp_type != LOG_APPEND_TIME else 0)
+        write_varint(rec, r.offset - h.base_offset)
         rec += r.tail
-        _write_varint(body, len(rec))
+        write_varint(body, len(rec))
         body += rec
     payload = compress(h.compression, bytes(body))
     if h.timestamp_type == LOG_APPEND_TIME:

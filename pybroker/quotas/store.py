@@ -11,8 +11,8 @@ tree (one reload at a time; events during a reload cause one more).  Each broker
 change made through any broker, or by Kafka's tools writing ZooKeeper directly.
 
 ``alter`` also writes Kafka's /config/changes notification
-(``{"version":2,"entity_path":"clients/perf"}``, coord/config_changes.py) in the same multi,
-so Kafka's ZooKeeper-mode readers see the change; pybroker's brokers learn of it through the
+(``{"version":2,"entity_path":"clients/perf"}``, coord/metadata/config_changes.py) in the same
+multi, so Kafka's ZooKeeper-mode readers see the change; pybroker's brokers learn of it through the
 watches above.
 """
 
@@ -23,8 +23,8 @@ import json
 import logging
 from collections.abc import Callable
 
-from pybroker.coord.config_changes import write_entity_config
-from pybroker.coord.store import (
+from pybroker.coord.metadata.config_changes import write_entity_config
+from pybroker.coord.metadata.store import (
     MetadataStore,
     NoNodeError,
     StoreError,

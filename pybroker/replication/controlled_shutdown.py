@@ -10,7 +10,7 @@ so that clients see a leader change instead of a failover:
    controller talks through the metadata store, not through Kafka's ControlledShutdown
    request, which is not served).  The controller then moves the leadership of every
    partition this broker leads to the first other replica that is in the ISR and live, and
-   removes this broker from every ISR (coord/controller.py, ``decide_for_live_set``).  A
+   removes this broker from every ISR (coord/controller/election.py, ``decide_for_live_set``).  A
    broker in controlled shutdown is never elected.  The znode goes with the broker's session
    when it stops.
 3. It waits until the metadata shows the work done: it leads no partition another live ISR
@@ -34,8 +34,8 @@ import logging
 import time
 from typing import Any
 
-from pybroker.coord import paths
-from pybroker.coord.store import NodeExistsError, NoNodeError, StoreError
+from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.store import NodeExistsError, NoNodeError, StoreError
 
 log = logging.getLogger("pybroker.controlled_shutdown")
 

@@ -14,7 +14,9 @@ watermark passes their records.  As follower it hands the partition to the fetch
 leader (fetcher.py), which truncates a divergent tail and then copies the leader's batches.
 
 Everything here runs on the event loop, which owns the partitions' state; store writes are
-awaited in tasks of their own so no request waits on them.
+awaited in tasks of their own so no request waits on them.  The request paths over these
+replicas (append_records, read_from_log) are pybroker/replica_manager.py's subclass, which is
+the broker's replica manager.
 """
 
 from __future__ import annotations
@@ -412,7 +414,8 @@ class ReplicaManager:
         if r.role != LEADER:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if not getattr(self.cluster, "lease_ok", True):
-            # held up past a third of the session: we may have been replaced (coord/cluster.py)
+            # held up past a third of the session: we may have been replaced
+            # (coord/metadata/cluster.py)
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "leadership is being confirmed")
         return r
 

@@ -25,7 +25,7 @@ import json
 import logging
 from collections.abc import Iterable, Sequence
 
-from pybroker.coord.store import (
+from pybroker.coord.metadata.store import (
     BadVersionError,
     MetadataStore,
     NodeExistsError,

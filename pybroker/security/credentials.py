@@ -14,7 +14,12 @@ from __future__ import annotations
 import json
 import secrets
 
-from pybroker.coord.store import BadVersionError, MetadataStore, NodeExistsError, NoNodeError
+from pybroker.coord.metadata.store import (
+    BadVersionError,
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+)
 from pybroker.quotas.entities import desanitize as quota_desanitize
 from pybroker.quotas.entities import sanitize as quota_sanitize
 from pybroker.security.scram import (

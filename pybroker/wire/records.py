@@ -27,10 +27,11 @@ One record (inside the possibly compressed records section)::
     headerCount varint | headers: (keyLength varint | key utf-8 | valueLength varint | value)*
 
 Varints are zig-zag encoded (protobuf style).  ``parse_batches`` reads headers and checks
-CRCs only; the records inside are walked by pybroker/log/validator.py (over the bounded
-streams of pybroker/wire/compression.py) at append and for ListOffsets by timestamp.
-``build_batch`` and ``decode_records`` implement the record format and all four codecs for
-tests and tools, never on the broker's paths (``decode_records`` inflates a whole batch).
+CRCs only; the records inside are read by pybroker/wire/record_walker.py (over the bounded
+streams of pybroker/wire/compression.py) for the validator at append, ListOffsets by
+timestamp, the cleaner and the console.  ``build_batch`` and ``decode_records`` build and
+decode whole batches in all four codecs for tests and tools, never on the broker's paths
+(``decode_records`` inflates a whole batch).
 
 Validation follows Kafka (ProduceRequest.validateRecords, UnifiedLog.analyzeAndValidateRecords,
 LogValidator.validateBatch), with these error codes:
@@ -56,6 +57,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from pybroker.errors import ErrorCode
+from pybroker.wire.primitives import write_varint
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -73,6 +75,16 @@ COMPRESSION_SNAPPY = 2
 COMPRESSION_LZ4 = 3
 COMPRESSION_ZSTD = 4
 COMPRESSION_MASK = 0x07
+# compression.type's values (Kafka's BrokerCompressionType) and the codec each asks stored
+# batches to have; producer: the batch's own
+COMPRESSION_TYPES: dict[str, int | None] = {
+    "producer": None,
+    "uncompressed": COMPRESSION_NONE,
+    "gzip": COMPRESSION_GZIP,
+    "snappy": COMPRESSION_SNAPPY,
+    "lz4": COMPRESSION_LZ4,
+    "zstd": COMPRESSION_ZSTD,
+}
 TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
@@ -299,30 +311,6 @@ class Record(NamedTuple):
     headers: list[tuple[str, bytes | None]]
 
 
-def _write_varint(out: bytearray, value: int) -> None:
-    v = (value << 1) ^ (value >> 63)  # zig-zag (64-bit)
-    v &= 0xFFFFFFFFFFFFFFFF
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
-def _read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    shift = 0
-    result = 0
-    while True:
-        if shift > 63:
-            raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "varint too long")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-    return (result >> 1) ^ -(result & 1), pos
-
-
 _XERIAL_HEADER = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK = 32 * 1024
 
@@ -425,25 +413,25 @@ def build_batch(
     for delta, (rec, ts) in enumerate(zip(records, stamps, strict=True)):
         key, value, headers = rec[0], rec[1], rec[2] or []
         r = bytearray(b"\x00")
-        _write_varint(r, ts - first_ts)
-        _write_varint(r, delta)
+        write_varint(r, ts - first_ts)
+        write_varint(r, delta)
         for blob in (key, value):
             if blob is None:
-                _write_varint(r, -1)
+                write_varint(r, -1)
             else:
-                _write_varint(r, len(blob))
+                write_varint(r, len(blob))
                 r += blob
-        _write_varint(r, len(headers))
+        write_varint(r, len(headers))
         for hk, hv in headers:
             hkb = hk.encode()
-            _write_varint(r, len(hkb))
+            write_varint(r, len(hkb))
             r += hkb
             if hv is None:
-                _write_varint(r, -1)
+                write_varint(r, -1)
             else:
-                _write_varint(r, len(hv))
+                write_varint(r, len(hv))
                 r += hv
-        _write_varint(body, len(r))
+        write_varint(body, len(r))
         body += r
     payload = compress(compression, bytes(body))
     attributes = compression
@@ -476,8 +464,11 @@ def build_batch(
 
 
 def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
-    """Decode the records of one whole batch (decompressing it).  Raises InvalidRecordError
-    (CORRUPT_MESSAGE) on malformed data."""
+    """Decode the records of one whole batch (decompressing it) with the record walker
+    (pybroker/wire/record_walker.py; offset deltas may have gaps, as in a compacted log).
+    Raises InvalidRecordError (CORRUPT_MESSAGE) on malformed data."""
+    from pybroker.wire.record_walker import fields, headers, walk  # (it builds on this module)
+
     data = bytes(batch)
     if len(data) < HEADER_SIZE:
         raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "short batch")
@@ -490,48 +481,23 @@ def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
     payload = decompress(h.compression, data[HEADER_SIZE:end])
     log_append = h.timestamp_type == LOG_APPEND_TIME
     out: list[Record] = []
-    pos = 0
+
+    def collect(buf: bytes, _i: int, off: int, ts: int, _klen: int, at: int, _end: int) -> None:
+        f = fields(buf, at)
+        hs = [(k.decode(), v) for k, v in headers(buf, f.headers_pos)]
+        stamp = h.max_timestamp if log_append else h.base_timestamp + ts
+        out.append(Record(h.base_offset + off, stamp, f.key(buf), f.value(buf), hs))
+
     try:
-        for _ in range(h.records_count):
-            length, pos = _read_varint(payload, pos)
-            start = pos
-            pos += 1  # record attributes, unused
-            ts_delta, pos = _read_varint(payload, pos)
-            off_delta, pos = _read_varint(payload, pos)
-            blobs: list[bytes | None] = []
-            for _kv in range(2):
-                n, pos = _read_varint(payload, pos)
-                if n < 0:
-                    blobs.append(None)
-                else:
-                    if pos + n > len(payload):
-                        raise IndexError
-                    blobs.append(payload[pos : pos + n])
-                    pos += n
-            count, pos = _read_varint(payload, pos)
-            if count < 0:
-                raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "negative header count")
-            headers: list[tuple[str, bytes | None]] = []
-            for _h in range(count):
-                n, pos = _read_varint(payload, pos)
-                if n < 0 or pos + n > len(payload):
-                    raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "header key")
-                hk = payload[pos : pos + n].decode()
-                pos += n
-                n, pos = _read_varint(payload, pos)
-                hv = None
-                if n >= 0:
-                    if pos + n > len(payload):
-                        raise IndexError
-                    hv = payload[pos : pos + n]
-                    pos += n
-                headers.append((hk, hv))
-            if pos - start != length:
-                raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "record length mismatch")
-            ts = h.max_timestamp if log_append else h.base_timestamp + ts_delta
-            out.append(Record(h.base_offset + off_delta, ts, blobs[0], blobs[1], headers))
-    except (IndexError, UnicodeDecodeError) as e:
-        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "truncated record") from e
-    if pos != len(payload):
-        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "bytes after the last record")
+        walk(
+            (payload,),
+            h.records_count,
+            max_record_bytes=len(payload),
+            gaps_up_to=h.last_offset_delta,
+            visit=collect,
+        )
+    except UnicodeDecodeError as e:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "header key is not UTF-8") from e
+    except InvalidRecordError as e:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, str(e)) from e
     return out

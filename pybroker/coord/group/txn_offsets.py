@@ -2,13 +2,13 @@
 
 Kafka writes them to __consumer_offsets as transactional records, which the marker of the
 transaction then commits or aborts.  pybroker keeps committed offsets in the metadata store
-(coord/offsets.py), and the pending ones beside them::
+(coord/group/offsets.py), and the pending ones beside them::
 
     /transaction-offsets/<producer id>/<group component>
         {"producer_epoch": E, "offsets": [[topic, partition, offset, leader_epoch, metadata,
                                            commit_timestamp], ...]}
 
-(``<group component>`` is the group id encoded as in coord/offsets.py.)  The group's
+(``<group component>`` is the group id encoded by metadata/paths.name_to_component.)  The group's
 coordinator writes the node at TxnOffsetCommit (later commits of the same transaction merge
 into it).  The transaction's marker for the group's offsets partition (WriteTxnMarkers on
 (__consumer_offsets, p), sent by the transaction coordinator to the coordinator of p) makes
@@ -30,10 +30,11 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 
-from pybroker.coord.offsets import CommittedOffset, component_to_name, name_to_component
-from pybroker.coord.store import MetadataStore, NodeExistsError, NoNodeError, NotEmptyError
+from pybroker.coord.group.offsets import CommittedOffset
+from pybroker.coord.metadata.paths import component_to_name, name_to_component
+from pybroker.coord.metadata.store import MetadataStore, NodeExistsError, NoNodeError, NotEmptyError
 
-log = logging.getLogger("pybroker.coord.txn_offsets")
+log = logging.getLogger(__name__)
 
 ROOT = "/transaction-offsets"
 TopicPartition = tuple[str, int]

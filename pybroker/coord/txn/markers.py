@@ -1,42 +1,89 @@
 """The transaction coordinator's marker sender (Kafka's TransactionMarkerChannelManager).
 
-``MarkerSender(services)`` is the ``MarkerWriter`` of coord/transactions.py: it writes one
-transaction's COMMIT / ABORT marker to each of its partitions and answers an error code per
-partition.  A data partition's marker goes to its leader; a marker for (__consumer_offsets, p)
-goes to the coordinator of offsets partition p, which commits or drops the transaction's
-pending offsets of its groups (coord/txn_offsets.py).  Partitions this broker leads (or
-coordinates) are written directly (handlers/write_txn_markers.py); the others go as one
-WriteTxnMarkers v1 request per broker, over the inter-broker listener, all concurrently.  A
-partition with no leader, an unreachable broker or a lost connection answers a retriable
-error, and the coordinator sends again.
+``MarkerSender`` is the ``MarkerWriter`` of txn/coordinator.py: it writes one transaction's
+COMMIT / ABORT marker to each of its partitions and answers an error code per partition.  A
+data partition's marker goes to its leader; a marker for (__consumer_offsets, p) goes to the
+coordinator of offsets partition p (metadata/placement.py), which commits or drops the
+transaction's pending offsets of its groups (group/txn_offsets.py).  Partitions this broker
+leads (or coordinates) are written directly (``write_local``: the broker passes
+handlers/write_txn_markers.py's writer); the others go as one WriteTxnMarkers v1 request per
+broker, over the inter-broker listener, all concurrently, through a :class:`BrokerChannel`
+the broker's ``connect`` opens (replication/client.py's BrokerConnection).  A partition with
+no leader, an unreachable broker or a lost connection answers a retriable error, and the
+coordinator sends again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import NamedTuple, Protocol
 
-from pybroker.coord.group_coordinator import OFFSETS_TOPIC, partition_coordinator
+from pybroker.coord.metadata.cluster import Cluster
+from pybroker.coord.metadata.placement import OFFSETS_TOPIC, partition_coordinator
 from pybroker.errors import ErrorCode
-from pybroker.handlers.write_txn_markers import TxnMarker, write_txn_markers
-from pybroker.replication.client import BrokerConnection
 
-log = logging.getLogger("pybroker.transactions.markers")
+log = logging.getLogger(__name__)
 
 WRITE_TXN_MARKERS_KEY, WRITE_TXN_MARKERS_VERSION = 27, 1
 TopicPartition = tuple[str, int]
 
 
+class TxnMarker(NamedTuple):
+    """One marker to write: the transaction of ``producer_id`` (at ``producer_epoch``) ends
+    with COMMIT (``committed``) or ABORT in every one of ``partitions``."""
+
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    coordinator_epoch: int
+    partitions: Sequence[TopicPartition]
+
+
+class BrokerChannel(Protocol):
+    """A connection to another broker: one request at a time (the sender serializes them);
+    ``request`` raises ConnectionError when the broker cannot be reached or the connection
+    is lost."""
+
+    async def request(
+        self, api_key: int, api_version: int, body: dict, *, timeout_s: float | None = None
+    ) -> dict: ...
+
+    def close(self) -> None: ...
+
+
+#: the markers for partitions this broker leads or coordinates: an error code per partition,
+#: per marker
+LocalMarkerWriter = Callable[[Sequence[TxnMarker]], Awaitable[list[dict[TopicPartition, int]]]]
+#: (host, port) of a broker's inter-broker listener -> a channel to it
+Connect = Callable[[str, int], BrokerChannel]
+
+
 class MarkerSender:
-    def __init__(self, services: Any, *, request_timeout_s: float = 35.0) -> None:
-        self.services = services
+    def __init__(
+        self,
+        cluster: Cluster,
+        broker_id: int,
+        *,
+        write_local: LocalMarkerWriter,
+        connect: Connect,
+        listener: Callable[[], str | None],
+        request_timeout_s: float = 35.0,
+    ) -> None:
+        """``listener``: the inter-broker listener's name (read at each send: the endpoint
+        the markers go to)."""
+        self.cluster = cluster
+        self.broker_id = broker_id
+        self._write_local = write_local
+        self._connect = connect
+        self._listener = listener
         self.request_timeout_s = request_timeout_s
-        self._conns: dict[int, tuple[tuple[str, int], BrokerConnection, asyncio.Lock]] = {}
+        self._conns: dict[int, tuple[tuple[str, int], BrokerChannel, asyncio.Lock]] = {}
 
     def _destination(self, topic: str, partition: int) -> int | None:
         """The broker that takes this partition's marker; None: the topic is gone."""
-        cluster = self.services.cluster
+        cluster = self.cluster
         if topic == OFFSETS_TOPIC:
             return partition_coordinator(partition, cluster.brokers)
         info = cluster.topics.get(topic)
@@ -52,7 +99,6 @@ class MarkerSender:
         coordinator_epoch: int,
         partitions: list[TopicPartition],
     ) -> dict[TopicPartition, int]:
-        me = self.services.config.broker_id
         codes: dict[TopicPartition, int] = {}
         by_broker: dict[int, list[TopicPartition]] = {}
         for tp in partitions:
@@ -66,8 +112,8 @@ class MarkerSender:
 
         async def send(broker: int, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
             marker = TxnMarker(producer_id, producer_epoch, committed, coordinator_epoch, tps)
-            if broker == me:
-                return (await write_txn_markers(self.services, [marker]))[0]
+            if broker == self.broker_id:
+                return (await self._write_local([marker]))[0]
             return await self._remote(broker, marker)
 
         results = await asyncio.gather(*(send(b, tps) for b, tps in by_broker.items()))
@@ -76,8 +122,8 @@ class MarkerSender:
         return codes
 
     async def _remote(self, broker: int, marker: TxnMarker) -> dict[TopicPartition, int]:
-        info = self.services.cluster.brokers.get(broker)
-        addr = None if info is None else info.endpoint(self.services.config.inter_broker_listener)
+        info = self.cluster.brokers.get(broker)
+        addr = None if info is None else info.endpoint(self._listener())
         if addr is None:
             return dict.fromkeys(marker.partitions, ErrorCode.NOT_LEADER_OR_FOLLOWER)
         conn = self._connection(broker, addr)
@@ -117,22 +163,12 @@ class MarkerSender:
 
     def _connection(
         self, broker: int, addr: tuple[str, int]
-    ) -> tuple[tuple[str, int], BrokerConnection, asyncio.Lock]:
+    ) -> tuple[tuple[str, int], BrokerChannel, asyncio.Lock]:
         got = self._conns.get(broker)
         if got is None or got[0] != addr:
             if got is not None:
                 got[1].close()
-            got = (
-                addr,
-                BrokerConnection(
-                    addr[0],
-                    addr[1],
-                    f"txn-coordinator-{self.services.config.broker_id}",
-                    ssl=self.services.config.inter_broker_ssl_context(),
-                    sasl=self.services.config.inter_broker_sasl(),
-                ),
-                asyncio.Lock(),
-            )
+            got = (addr, self._connect(*addr), asyncio.Lock())
             self._conns[broker] = got
         return got
 

@@ -31,7 +31,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.protocol.states import EventType as KzEventType
 from kazoo.retry import KazooRetry
 
-from pybroker.coord.store import (
+from pybroker.coord.metadata.store import (
     CONNECTED,
     LOST,
     SUSPENDED,

@@ -11,7 +11,7 @@ reading our ZooKeeper sees familiar data.
     /config/topics/<t>                           {"version":1,"config":{"k":"v"}}
     /config/brokers/<id>, /config/brokers/<default>   {"version":1,"config":{"k":"v"}} (dynamic broker configs)
     /config/changes/config_change_<10-digit seq> {"version":2,"entity_path":"brokers/<id>"} (written
-                                                 after every entity config change; see coord/config_changes.py)
+                                                 after every entity config change; see coord/metadata/config_changes.py)
     /admin/delete_topics                         (notification parent, not used yet)
     /admin/reassign_partitions                   {"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2]}]}
     /latest_producer_id_block                    {"version":1,"broker":1,"block_start":"0","block_end":"999"}
@@ -25,6 +25,7 @@ import json
 import re
 import uuid
 from typing import Any
+from urllib.parse import unquote
 
 CLUSTER_ID = "/cluster/id"
 CONTROLLER = "/controller"
@@ -48,7 +49,7 @@ CONSUMERS = "/consumers"
 # pybroker's own (no Kafka path): a broker in controlled shutdown holds the ephemeral
 # <CONTROLLED_SHUTDOWN>/<id> until its session ends; the controller watches the children
 CONTROLLED_SHUTDOWN = "/pybroker/controlled_shutdown"
-# KIP-848 consumer groups' records (coord/consumer_group_store.py)
+# KIP-848 consumer groups' records (coord/group/consumer_store.py)
 CONSUMER_GROUPS = "/pybroker/consumer_groups"
 # pybroker's own (Kafka ZooKeeper mode writes /log_dir_event_notification and learns the
 # offline replicas through LeaderAndIsr, which pybroker has not): a broker whose log dir
@@ -390,3 +391,31 @@ def decode_producer_id_block(data: bytes) -> tuple[int, int, int] | None:
         return None
     obj = _loads(data)
     return int(obj["broker"]), int(obj["block_start"]), int(obj["block_end"])
+
+
+# --------------------------------------------------------------------------- client names
+
+# characters that may not appear in a znode name (ZooKeeper's PathUtils), plus '/' and the
+# escape character itself
+_UNSAFE = re.compile(r"[%/\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
+
+
+def _escape_char(m: re.Match[str]) -> str:
+    return "".join(f"%{b:02X}" for b in m.group().encode("utf-8", "surrogatepass"))
+
+
+def name_to_component(name: str) -> str:
+    """A group id or topic name -> the znode name it is stored under (bijective)."""
+    if name == "":
+        return "%"  # never produced otherwise: an escape is always '%' + two hex digits
+    if name in (".", ".."):
+        return "%2E" * len(name)
+    return _UNSAFE.sub(_escape_char, name)
+
+
+def component_to_name(component: str) -> str:
+    if component == "%":
+        return ""
+    if "%" not in component:
+        return component
+    return unquote(component, errors="surrogatepass")

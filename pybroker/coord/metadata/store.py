@@ -1,7 +1,7 @@
 """The metadata-store interface: ZooKeeper's data model, asynchronous, with two backends.
 
-* ``pybroker.coord.zk.ZooKeeperStore``: a real ZooKeeper ensemble through kazoo.
-* ``pybroker.coord.local.LocalStore``: in process, persisted under a directory (one node).
+* ``pybroker.coord.metadata.zk.ZooKeeperStore``: a real ZooKeeper ensemble through kazoo.
+* ``pybroker.coord.metadata.local.LocalStore``: in process, persisted under a directory (one node).
 
 The data model is ZooKeeper's:
 

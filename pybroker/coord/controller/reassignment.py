@@ -40,25 +40,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from pybroker.coord import paths
-from pybroker.coord.store import (
+from pybroker.coord.controller.context import ClusterView, ControllerFence
+from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.model import PartitionState
+from pybroker.coord.metadata.store import (
     BadVersionError,
-    Check,
     ConnectionLossError,
     Delete,
     NoNodeError,
     Op,
     SetData,
-    StoreError,
 )
 from pybroker.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from pybroker.coord.controller import Controller
 
 log = logging.getLogger(__name__)
 
@@ -102,12 +98,10 @@ class ReplicaAssignment:
         )
 
 
-def assignment_of(state: object) -> ReplicaAssignment:
+def assignment_of(state: PartitionState) -> ReplicaAssignment:
     """The ReplicaAssignment a cached PartitionState carries."""
     return ReplicaAssignment(
-        tuple(state.replicas),  # type: ignore[attr-defined]
-        tuple(state.adding_replicas),  # type: ignore[attr-defined]
-        tuple(state.removing_replicas),  # type: ignore[attr-defined]
+        tuple(state.replicas), tuple(state.adding_replicas), tuple(state.removing_replicas)
     )
 
 
@@ -184,10 +178,14 @@ def completion_leader(
 class Reassignments:
     """The reassignment duties of one Controller (its lock held by every caller)."""
 
-    def __init__(self, controller: Controller) -> None:
-        self.controller = controller
-        self.cluster = controller.cluster
-        self.store = controller.store
+    def __init__(
+        self, cluster: ClusterView, fence: ControllerFence, wake: Callable[[], None]
+    ) -> None:
+        """``fence``: the controller's epoch; ``wake``: runs a controller pass soon."""
+        self.cluster = cluster
+        self.store = cluster.store
+        self.fence = fence
+        self._wake = wake
         self._admin_watch_pending = False
         self._admin_dirty = True  # read /admin/reassign_partitions at the next pass
         self._resumed = False
@@ -397,11 +395,7 @@ class Reassignments:
         if tp[1] not in assignment:
             return None
         state = paths.decode_partition_state(state_data)
-        if state["controller_epoch"] > self.controller.epoch:
-            from pybroker.coord.controller import ControllerFencedError
-
-            self.controller._fence(f"{tp[0]}-{tp[1]} carries a newer controller epoch")
-            raise ControllerFencedError("newer controller epoch")
+        self.fence.check_read(state["controller_epoch"], f"{tp[0]}-{tp[1]}")
         return topic_data, topic_stat.version, state, state_stat.version
 
     async def _write(
@@ -417,9 +411,6 @@ class Reassignments:
         """One fenced multi: the topic znode with ``assignment`` for tp (the other partitions
         as read) and tp's state.  False when a compare-and-set lost (re-read and decide
         again)."""
-        from pybroker.coord.controller import ControllerFencedError
-
-        self.controller._check_active()
         topic_id, full = paths.decode_topic(topic_data)
         adding, removing = paths.decode_topic_reassignment(topic_data)
         p = tp[1]
@@ -428,7 +419,6 @@ class Reassignments:
         removing[p] = list(assignment.removing)
         leader, leader_epoch, isr = state
         ops: list[Op] = [
-            Check(paths.CONTROLLER_EPOCH, self.controller.epoch_zk_version),
             SetData(
                 paths.topic(tp[0]),
                 paths.encode_topic(topic_id, full, adding, removing),
@@ -436,23 +426,18 @@ class Reassignments:
             ),
             SetData(
                 paths.partition_state(*tp),
-                paths.encode_partition_state(leader, leader_epoch, isr, self.controller.epoch),
+                paths.encode_partition_state(leader, leader_epoch, isr, self.fence.epoch),
                 state_version,
             ),
         ]
         try:
-            await self.store.multi(ops)
-        except StoreError as e:
-            if e.op_index == 0 and not isinstance(e, ConnectionLossError):
-                self.controller._fence(f"{type(e).__name__} on {paths.CONTROLLER_EPOCH}")
-                raise ControllerFencedError(str(e)) from e
-            if isinstance(e, (BadVersionError, NoNodeError)):
-                return False
-            raise
+            await self.fence.multi(self.store, ops)
+        except (BadVersionError, NoNodeError):
+            return False
         log.info(
             "controller (epoch %d): %s-%d %s: replicas %s (adding %s, removing %s), "
             "leader %d, leader_epoch %d, isr %s",
-            self.controller.epoch,
+            self.fence.epoch,
             *tp,
             why,
             list(assignment.replicas),
@@ -486,23 +471,17 @@ class Reassignments:
             replicas=list(assignment.replicas),
             adding_replicas=tuple(assignment.adding),
             removing_replicas=tuple(assignment.removing),
-            controller_epoch=self.controller.epoch,
+            controller_epoch=self.fence.epoch,
             zk_version=zk_version,
         )
-        self.cluster._update_topic(
-            dataclasses.replace(
-                info,
-                partitions={**info.partitions, tp[1]: st},
-                assignment_version=max(topic_version, info.assignment_version),
-            )
-        )
+        self.cluster.put_assignment(tp[0], tp[1], st, topic_version)
 
     # ------------------------------------------------------------------ /admin/reassign_partitions
 
     def _on_admin_node(self, event: object) -> None:
         self._admin_watch_pending = False
         self._admin_dirty = True
-        self.controller.wake()
+        self._wake()
 
     async def _read_admin_node(self) -> tuple[dict[TopicPartition, list[int]], int] | None:
         """The znode's requests and version, setting one watch for its creation/change."""

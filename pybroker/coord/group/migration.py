@@ -22,16 +22,16 @@ cannot be read (the heartbeat then gets GROUP_ID_NOT_FOUND, as in Kafka).
 
 from __future__ import annotations
 
-from pybroker.coord.consumer_group import (
+from pybroker.coord.group.classic import Group, GroupConfig, GroupState, Member, Output
+from pybroker.coord.group.consumer import ConsumerGroup
+from pybroker.coord.group.consumer_member import (
     ClassicMetadata,
-    ConsumerGroup,
     ConsumerGroupConfig,
     ConsumerMember,
     MemberState,
     Partitions,
     TopicMeta,
 )
-from pybroker.coord.groups import Group, GroupConfig, GroupState, Member, Output
 from pybroker.errors import ErrorCode
 from pybroker.wire.consumer_protocol import (
     PROTOCOL_TYPE,

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import json
 
-from pybroker.coord.offsets import component_to_name, name_to_component
-from pybroker.coord.store import MetadataStore
-from pybroker.coord.txn_state import TxnMetadata
+from pybroker.coord.metadata.paths import component_to_name, name_to_component
+from pybroker.coord.metadata.store import MetadataStore
+from pybroker.coord.txn.state import TxnMetadata
 
 TRANSACTIONS = "/transactions"
 
 
 def txn_path(transactional_id: str) -> str:
     """Any transactional.id maps to one valid znode name (encoded as group ids are:
-    coord/offsets.py; "", "." and ".." included)."""
+    metadata/paths.name_to_component; "", "." and ".." included)."""
     return f"{TRANSACTIONS}/{name_to_component(transactional_id)}"
 
 

@@ -89,7 +89,6 @@ class Member:
     assignment: bytes = b""
     awaiting_join: Reply | None = None
     awaiting_sync: Reply | None = None
-    is_new: bool = True
 
     def metadata(self, protocol: str) -> bytes:
         for name, meta in self.protocols:
@@ -214,7 +213,6 @@ class Group:
         g.protocol_type = "consumer"
         g.state_timestamp_ms = now
         for m in members:
-            m.is_new = False
             m.last_heartbeat_ms = now
             g.members[m.member_id] = m
             if m.group_instance_id is not None:
@@ -407,7 +405,6 @@ class Group:
         for m in self.members.values():
             out.append((m.awaiting_join, self._join_response(m)))
             m.awaiting_join = None
-            m.is_new = False
             m.last_heartbeat_ms = now
         return out
 

@@ -6,9 +6,8 @@ An entity's configs live at ``/config/<entity type>/<sanitized name>`` as
 two writes in Kafka) by a sequential ``/config/changes/config_change_<10 digits>`` holding
 ``{"version":2,"entity_path":"<entity type>/<name>"}``.  Every broker watches the children of
 /config/changes, reads the notifications newer than the last one it processed and re-reads the
-entity each names (pybroker.coord.cluster.Cluster: ``("changes",)`` refresh key).  Notifications
-older than ``CHANGE_EXPIRATION_MS`` (Kafka's 15 minutes) are deleted by whichever broker sees
-them.
+entity each names (metadata/cache.py: the ``("changes",)`` refresh key).  Notifications older
+than ``CHANGE_EXPIRATION_MS`` (Kafka's 15 minutes) are deleted by whichever broker sees them.
 
 Entity types written today: ``brokers`` (this module's callers: dynamic broker configs, entity
 ``<default>`` or a broker id) and ``topics`` (AlterConfigs on topics).  Other helpers' entity
@@ -20,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pybroker.coord import paths
-from pybroker.coord.store import (
+from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.store import (
     BadVersionError,
     Create,
     MetadataStore,

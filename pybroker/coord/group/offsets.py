@@ -67,15 +67,13 @@ import asyncio
 import collections
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import unquote
 
 from pybroker.clock import Clock
-from pybroker.coord import paths
-from pybroker.coord.store import (
+from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.store import (
     BadVersionError,
     Create,
     Delete,
@@ -146,32 +144,6 @@ def decode_offset(data: bytes, mtime: int) -> CommittedOffset:
         commit_timestamp=int(obj.get("commit_timestamp", mtime)),
         expire_timestamp=None if expire is None else int(expire),
     )
-
-
-# characters that may not appear in a znode name (ZooKeeper's PathUtils), plus '/' and the
-# escape character itself
-_UNSAFE = re.compile(r"[%/\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
-
-
-def _escape_char(m: re.Match[str]) -> str:
-    return "".join(f"%{b:02X}" for b in m.group().encode("utf-8", "surrogatepass"))
-
-
-def name_to_component(name: str) -> str:
-    """A group id or topic name -> the znode name it is stored under (bijective)."""
-    if name == "":
-        return "%"  # never produced otherwise: an escape is always '%' + two hex digits
-    if name in (".", ".."):
-        return "%2E" * len(name)
-    return _UNSAFE.sub(_escape_char, name)
-
-
-def component_to_name(component: str) -> str:
-    if component == "%":
-        return ""
-    if "%" not in component:
-        return component
-    return unquote(component, errors="surrogatepass")
 
 
 def _group_path(gc: str) -> str:
@@ -310,13 +282,13 @@ class OffsetStore:
             children = await self._store.get_children(paths.CONSUMERS)
         except NoNodeError:
             return []
-        names = [component_to_name(c) for c in children]
+        names = [paths.component_to_name(c) for c in children]
 
         async def has_offsets(name: str) -> bool:
             g = self._groups.get(name)
             if g is not None and not g.stale:
                 return bool(g.versions)
-            stat = await self._store.exists(_offsets_path(name_to_component(name)))
+            stat = await self._store.exists(_offsets_path(paths.name_to_component(name)))
             return stat is not None and stat.num_children > 0
 
         found = await asyncio.gather(*(has_offsets(n) for n in names))
@@ -345,7 +317,7 @@ class OffsetStore:
 
     async def _read_group(self, group: str) -> _Group:
         store = self._store
-        gc = name_to_component(group)
+        gc = paths.name_to_component(group)
         g = _Group()
         try:
             g.group_children = set(await store.get_children(_group_path(gc)))
@@ -390,7 +362,7 @@ class OffsetStore:
                 g.topics[tc].discard(str(p))
                 continue
             data, stat = res
-            key = (component_to_name(tc), p)
+            key = (paths.component_to_name(tc), p)
             g.versions[key] = stat.version  # known, so a commit overwrites it with SetData
             try:
                 g.offsets[key] = decode_offset(data, stat.mtime)
@@ -448,7 +420,9 @@ class OffsetStore:
 
         async def run() -> None:
             try:
-                await self._store.delete(_group_path(name_to_component(group)), recursive=True)
+                await self._store.delete(
+                    _group_path(paths.name_to_component(group)), recursive=True
+                )
             except NoNodeError:
                 pass
             except StoreError:
@@ -571,7 +545,7 @@ class OffsetStore:
     async def _commit_once(
         self, group: str, g: _Group, offsets: dict[TopicPartition, CommittedOffset]
     ) -> None:
-        gc = name_to_component(group)
+        gc = paths.name_to_component(group)
         creates: list[Op] = []
         sets: list[Op] = []
         new_topics: set[str] = set()
@@ -581,7 +555,7 @@ class OffsetStore:
             if old is not None and _unchanged(old, co, self._refresh_ms):
                 continue
             topic, p = key
-            tc = name_to_component(topic)
+            tc = paths.name_to_component(topic)
             path = paths.consumer_offset(gc, tc, p)
             version = g.versions.get(key)
             if version is None:
@@ -622,11 +596,11 @@ class OffsetStore:
     async def _delete_once(self, group: str, g: _Group, keys: list[TopicPartition]) -> int:
         if not keys:
             return 0
-        gc = name_to_component(group)
+        gc = paths.name_to_component(group)
         ops: list[Op] = []
         removed: dict[str, set[str]] = {}
         for topic, p in keys:
-            tc = name_to_component(topic)
+            tc = paths.name_to_component(topic)
             ops.append(Delete(paths.consumer_offset(gc, tc, p), g.versions[(topic, p)]))
             removed.setdefault(tc, set()).add(str(p))
         emptied = sorted(tc for tc, gone in removed.items() if not g.topics.get(tc, set()) - gone)

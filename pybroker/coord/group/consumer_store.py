@@ -29,10 +29,10 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from pybroker.coord import paths
-from pybroker.coord.consumer_group import ConsumerGroup
-from pybroker.coord.offsets import component_to_name, name_to_component
-from pybroker.coord.store import (
+from pybroker.coord.group.consumer import ConsumerGroup
+from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.paths import component_to_name, name_to_component
+from pybroker.coord.metadata.store import (
     Create,
     Delete,
     MetadataStore,

@@ -6,18 +6,16 @@ futures used as the machine's reply tokens, and each group has at most one timer
 (loop.call_later) set to the machine's next deadline.  That gives the "one owner per group"
 rule without a task and queue per group: the loop is the queue.
 
-Which broker coordinates a group.  Every broker computes the same answer from the same input,
-the live brokers registered under /brokers/ids: rendezvous hashing (the live broker id with the
-highest hash of (group id, broker id)).  It needs no extra state, and when a broker joins or
-leaves, only the groups it wins or held move.  A broker answers requests for groups it does
-not coordinate with NOT_COORDINATOR, and clients look the coordinator up again.  While the
+Which broker coordinates a group: the owner of its offsets partition (metadata/placement.py),
+computed by every broker from the live brokers alone.  A broker answers requests for groups it
+does not coordinate with NOT_COORDINATOR, and clients look the coordinator up again.  While the
 broker set changes, two brokers can both believe they coordinate a group for a moment.
 Membership is then rebuilt by the clients' rejoin on the new coordinator, and committed
 offsets stay safe because the store writes them with compare-and-set on their znode
 versions (see offsets.py).  A classic group's membership is held in memory only, as on a
 Kafka coordinator that has just loaded a group: after a coordinator change or a restart,
 members get UNKNOWN_MEMBER_ID and rejoin, and consumption resumes from the committed offsets.
-A KIP-848 group's state is durable (coord/consumer_group_store.py): a change is written before
+A KIP-848 group's state is durable (coord/group/consumer_store.py): a change is written before
 the request that made it is answered, a coordinator loads the group before its first request
 for it in a coordination term, and members carry on at their epochs with their assignments.
 
@@ -38,20 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from pybroker.clock import Clock
-from pybroker.coord.consumer_group import (
-    ConsumerGroup,
-    ConsumerGroupConfig,
-    ConsumerGroupError,
-    HeartbeatRequest,
-    TopicMeta,
-)
-from pybroker.coord.consumer_group_store import ConsumerGroupStore
-from pybroker.coord.groups import (
+from pybroker.coord.group.classic import (
     Group,
     GroupConfig,
     GroupState,
@@ -59,61 +48,31 @@ from pybroker.coord.groups import (
     Output,
     join_error,
 )
-from pybroker.coord.migration import (
+from pybroker.coord.group.consumer import ConsumerGroup
+from pybroker.coord.group.consumer_member import (
+    ConsumerGroupConfig,
+    ConsumerGroupError,
+    HeartbeatRequest,
+    TopicMeta,
+)
+from pybroker.coord.group.consumer_store import ConsumerGroupStore
+from pybroker.coord.group.migration import (
     MigrationRefused,
     can_downgrade,
     can_upgrade,
     downgrade,
     upgrade,
 )
-from pybroker.coord.offsets import CommittedOffset, OffsetStore
-from pybroker.coord.store import StoreError
-from pybroker.coord.txn_offsets import PendingTxnOffsets
+from pybroker.coord.group.offsets import CommittedOffset, OffsetStore
+from pybroker.coord.group.txn_offsets import PendingTxnOffsets
+from pybroker.coord.metadata.placement import coordinator_for, partition_coordinator, partition_for
+from pybroker.coord.metadata.store import StoreError
 from pybroker.errors import ErrorCode
 from pybroker.wire.consumer_protocol import PROTOCOL_TYPE, subscription_topics
 
-log = logging.getLogger("pybroker.coord.groups")
+log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-
-
-#: offsets.topic.num.partitions (and transaction.state.log.num.partitions): Kafka's default.
-#: pybroker has no __consumer_offsets log, but keeps its partitioning: a group's coordinator
-#: is the owner of the group's offsets partition, so every group of one partition has the same
-#: coordinator, as in Kafka, and a transaction marker for (__consumer_offsets, p) has one
-#: destination.
-OFFSETS_PARTITIONS = 50
-OFFSETS_TOPIC = "__consumer_offsets"
-
-
-def java_string_hash(s: str) -> int:
-    """java.lang.String.hashCode (over UTF-16 code units), as a signed 32-bit int."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for(key: str, partitions: int = OFFSETS_PARTITIONS) -> int:
-    """Kafka's partitionFor: Utils.abs(key.hashCode) % partitions."""
-    h = java_string_hash(key)
-    return (0 if h == -(2**31) else abs(h)) % partitions
-
-
-def partition_coordinator(partition: int, broker_ids: Iterable[int]) -> int:
-    """Rendezvous hashing of an offsets partition over the live brokers; -1 when none is."""
-    best, best_id = -1, -1
-    for b in broker_ids:
-        h = zlib.crc32(f"{partition}\x00{b}".encode())
-        if (h, b) > (best, best_id):
-            best, best_id = h, b
-    return best_id
-
-
-def coordinator_for(key: str, broker_ids: Iterable[int]) -> int:
-    """The coordinator of a group id (or transactional.id): its partition's owner."""
-    return partition_coordinator(partition_for(key), broker_ids)
 
 
 def _subscribed_topics(g: Group) -> set[str] | None:
@@ -404,7 +363,7 @@ class GroupCoordinator:
 
     async def _maybe_downgrade(self, g: ConsumerGroup, generation_id: int) -> None:
         """After a member speaking the consumer protocol left: a group of classic members
-        only becomes a classic group again (coord/migration.py), its stored KIP-848 state
+        only becomes a classic group again (coord/group/migration.py), its stored KIP-848 state
         deleted first."""
         if self.groups.get(g.group_id) is not g or not can_downgrade(g, self.consumer_config):
             return

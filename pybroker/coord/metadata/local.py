@@ -10,34 +10,7 @@ Directory: the broker passes ``<first log.dir>/__cluster_metadata``; the store o
     snapshot                   the whole tree as of txid S (written to snapshot.tmp, fsync, rename)
     journal-<first txid>       committed transactions after the snapshot, %020d in the name
 
-Byte layout (all integers big-endian; CRC is CRC-32C, Castagnoli)::
-
-    snapshot:
-        magic        4   b"PBMS"
-        format       u32 1
-        last_txid    u64 the txid of the last transaction included
-        node_count   u32
-        node_count x node (pre-order: a parent before its children; the root "/" first):
-            path_len u16, path utf-8, data_len u32, data,
-            version i32, cversion i32, ctime i64, mtime i64, ephemeral_owner i64
-        crc          u32 CRC-32C of every byte above
-
-    journal file:
-        magic        4   b"PBMJ"
-        format       u32 1
-        first_txid   u64 txid of the first entry that may follow
-        entries, back to back:
-            length   u32 byte length of body
-            crc      u32 CRC-32C of body
-            body:    txid u64, time_ms i64, count u32, then count records:
-                kind u8  1 = create: path_len u16, path, data_len u32, data, ephemeral_owner i64
-                         2 = set:    path_len u16, path, data_len u32, data
-                         3 = delete: path_len u16, path
-
-One entry is one committed transaction (a single create/set/delete or a whole ``multi``: all or
-nothing on replay too).  Records hold resolved results (the sequential name), so replay is
-deterministic and reproduces versions, cversions, ctime/mtime (the entry's time_ms, from the
-injected clock) and sequence numbers (taken from the parent's cversion, as ZooKeeper does).
+The byte layouts of the snapshot and journal files are in metadata/local_format.py.
 
 Loading: read the snapshot (its CRC must match: it is written atomically), then replay the
 journals in txid order, skipping txids <= last_txid (a crash between a snapshot's rename and the
@@ -68,14 +41,23 @@ import fcntl
 import logging
 import os
 import random
-import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import crc32c
-
 from pybroker.clock import SYSTEM_CLOCK, Clock
-from pybroker.coord.store import (
+from pybroker.coord.metadata.local_format import (
+    K_CREATE,
+    K_DELETE,
+    K_SET,
+    Node,
+    Record,
+    decode_snapshot,
+    encode_entry,
+    encode_journal_header,
+    encode_snapshot,
+    read_journal,
+)
+from pybroker.coord.metadata.store import (
     BadVersionError,
     Check,
     Create,
@@ -100,115 +82,6 @@ from pybroker.coord.store import (
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_MAGIC = b"PBMS"
-JOURNAL_MAGIC = b"PBMJ"
-FORMAT = 1
-_SNAP_HEADER = struct.Struct(">4sIQI")
-_JOURNAL_HEADER = struct.Struct(">4sIQ")
-_ENTRY_HEADER = struct.Struct(">II")
-_BODY_HEADER = struct.Struct(">QqI")
-_NODE_STAT = struct.Struct(">iiqqq")
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_I64 = struct.Struct(">q")
-
-K_CREATE, K_SET, K_DELETE = 1, 2, 3
-
-Record = tuple  # (K_CREATE, path, data, owner) | (K_SET, path, data) | (K_DELETE, path)
-
-
-class _Node:
-    __slots__ = ("data", "version", "cversion", "ctime", "mtime", "owner", "children")
-
-    def __init__(self, data: bytes, ctime: int, owner: int = 0) -> None:
-        self.data = data
-        self.version = 0
-        self.cversion = 0
-        self.ctime = ctime
-        self.mtime = ctime
-        self.owner = owner
-        self.children: set[str] = set()
-
-    def stat(self) -> Stat:
-        return Stat(
-            self.version, self.owner, self.ctime, self.mtime, len(self.children), self.cversion
-        )
-
-
-def _encode_path(path: str) -> bytes:
-    raw = path.encode()
-    return _U16.pack(len(raw)) + raw
-
-
-def encode_entry(txid: int, time_ms: int, records: list[Record]) -> bytes:
-    parts = [_BODY_HEADER.pack(txid, time_ms, len(records))]
-    for rec in records:
-        kind = rec[0]
-        parts.append(bytes([kind]))
-        parts.append(_encode_path(rec[1]))
-        if kind in (K_CREATE, K_SET):
-            parts.append(_U32.pack(len(rec[2])))
-            parts.append(rec[2])
-        if kind == K_CREATE:
-            parts.append(_I64.pack(rec[3]))
-    body = b"".join(parts)
-    return _ENTRY_HEADER.pack(len(body), crc32c.crc32c(body)) + body
-
-
-def _decode_body(body: bytes) -> tuple[int, int, list[Record]]:
-    txid, time_ms, count = _BODY_HEADER.unpack_from(body, 0)
-    pos = _BODY_HEADER.size
-    records: list[Record] = []
-    for _ in range(count):
-        kind = body[pos]
-        pos += 1
-        (plen,) = _U16.unpack_from(body, pos)
-        pos += 2
-        path = body[pos : pos + plen].decode()
-        pos += plen
-        if kind in (K_CREATE, K_SET):
-            (dlen,) = _U32.unpack_from(body, pos)
-            pos += 4
-            data = bytes(body[pos : pos + dlen])
-            pos += dlen
-            if kind == K_CREATE:
-                (owner,) = _I64.unpack_from(body, pos)
-                pos += 8
-                records.append((K_CREATE, path, data, owner))
-            else:
-                records.append((K_SET, path, data))
-        elif kind == K_DELETE:
-            records.append((K_DELETE, path))
-        else:
-            raise ValueError(f"unknown record kind {kind}")
-    if pos != len(body):
-        raise ValueError("trailing bytes in journal entry")
-    return txid, time_ms, records
-
-
-def read_journal(path: Path) -> Iterator[tuple[int, int, list[Record]]]:
-    """Yield (txid, time_ms, records) for each intact entry; stop at a torn/corrupt tail."""
-    buf = path.read_bytes()
-    if len(buf) < _JOURNAL_HEADER.size:
-        return
-    magic, fmt, _first = _JOURNAL_HEADER.unpack_from(buf, 0)
-    if magic != JOURNAL_MAGIC or fmt != FORMAT:
-        raise StoreError(f"{path}: not a pybroker metadata journal (format {fmt})")
-    pos = _JOURNAL_HEADER.size
-    while pos + _ENTRY_HEADER.size <= len(buf):
-        length, crc = _ENTRY_HEADER.unpack_from(buf, pos)
-        start = pos + _ENTRY_HEADER.size
-        body = buf[start : start + length]
-        if len(body) < length or crc32c.crc32c(body) != crc:
-            log.warning("%s: ignoring torn/corrupt journal tail at byte %d", path, pos)
-            return
-        try:
-            yield _decode_body(body)
-        except (ValueError, struct.error, UnicodeDecodeError, IndexError):
-            log.warning("%s: ignoring undecodable journal entry at byte %d", path, pos)
-            return
-        pos = start + length
-
 
 def _fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
@@ -232,7 +105,7 @@ class LocalStore(MetadataStore):
         self._fsync_interval = fsync_interval_ms / 1000.0
         self._snapshot_bytes = snapshot_bytes
         self._session_id = random.getrandbits(62) | 1
-        self._nodes: dict[str, _Node] = {}
+        self._nodes: dict[str, Node] = {}
         self._data_watches: dict[str, list[WatchCallback]] = {}
         self._child_watches: dict[str, list[WatchCallback]] = {}
         self._listeners: list[SessionListener] = []
@@ -276,7 +149,7 @@ class LocalStore(MetadataStore):
         try:
             self._load()
             self._expire_ephemerals()
-            blob = self._serialize_snapshot()
+            blob = encode_snapshot(self._txid, self._nodes)
             self._write_snapshot(blob)
             for p in self._journal_files():
                 p.unlink()
@@ -296,11 +169,11 @@ class LocalStore(MetadataStore):
         return [p for _, p in sorted(files)]
 
     def _load(self) -> None:
-        self._nodes = {"/": _Node(b"", 0)}
+        self._nodes = {"/": Node(b"", 0)}
         self._txid = 0
         snap = self.data_dir / "snapshot"
         if snap.exists():
-            self._load_snapshot(snap.read_bytes())
+            self._txid, self._nodes = decode_snapshot(snap.read_bytes(), str(snap))
         for jpath in self._journal_files():
             for txid, time_ms, records in read_journal(jpath):
                 if txid <= self._txid:
@@ -311,52 +184,6 @@ class LocalStore(MetadataStore):
                 for rec in records:
                     self._replay(rec, time_ms)
                 self._txid = txid
-
-    def _load_snapshot(self, buf: bytes) -> None:
-        if len(buf) < _SNAP_HEADER.size + 4:
-            raise StoreError(f"{self.data_dir}/snapshot is truncated")
-        (crc,) = _U32.unpack_from(buf, len(buf) - 4)
-        if crc32c.crc32c(buf[:-4]) != crc:
-            raise StoreError(f"{self.data_dir}/snapshot fails its CRC check")
-        magic, fmt, last_txid, count = _SNAP_HEADER.unpack_from(buf, 0)
-        if magic != SNAPSHOT_MAGIC or fmt != FORMAT:
-            raise StoreError(f"{self.data_dir}/snapshot: unknown format {fmt}")
-        pos = _SNAP_HEADER.size
-        nodes: dict[str, _Node] = {}
-        for _ in range(count):
-            (plen,) = _U16.unpack_from(buf, pos)
-            pos += 2
-            path = buf[pos : pos + plen].decode()
-            pos += plen
-            (dlen,) = _U32.unpack_from(buf, pos)
-            pos += 4
-            data = buf[pos : pos + dlen]
-            pos += dlen
-            version, cversion, ctime, mtime, owner = _NODE_STAT.unpack_from(buf, pos)
-            pos += _NODE_STAT.size
-            node = _Node(data, ctime, owner)
-            node.version, node.cversion, node.mtime = version, cversion, mtime
-            nodes[path] = node
-            if path != "/":
-                nodes[parent_of(path)].children.add(path[path.rfind("/") + 1 :])
-        self._nodes = nodes
-        self._txid = last_txid
-
-    def _serialize_snapshot(self) -> bytes:
-        parts = [_SNAP_HEADER.pack(SNAPSHOT_MAGIC, FORMAT, self._txid, len(self._nodes))]
-        stack = ["/"]
-        while stack:
-            path = stack.pop()
-            node = self._nodes[path]
-            parts.append(_encode_path(path))
-            parts.append(_U32.pack(len(node.data)))
-            parts.append(node.data)
-            parts.append(
-                _NODE_STAT.pack(node.version, node.cversion, node.ctime, node.mtime, node.owner)
-            )
-            stack.extend(join(path, c) for c in sorted(node.children, reverse=True))
-        blob = b"".join(parts)
-        return blob + _U32.pack(crc32c.crc32c(blob))
 
     def _write_snapshot(self, blob: bytes) -> None:
         tmp = self.data_dir / "snapshot.tmp"
@@ -375,7 +202,7 @@ class LocalStore(MetadataStore):
         first = self._txid + 1
         path = self.data_dir / f"journal-{first:020d}"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        os.write(fd, _JOURNAL_HEADER.pack(JOURNAL_MAGIC, FORMAT, first))
+        os.write(fd, encode_journal_header(first))
         self._jfd = fd
         self._journal_bytes = 0
 
@@ -418,15 +245,6 @@ class LocalStore(MetadataStore):
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
-
-    def _crash_for_tests(self) -> None:
-        """Drop everything as a killed process would: no ephemeral cleanup, no fsync."""
-        self._open = False
-        if self._fsync_handle is not None:
-            self._fsync_handle.cancel()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-        self._release_files()
 
     # ------------------------------------------------------------------ the write path
 
@@ -522,7 +340,7 @@ class LocalStore(MetadataStore):
 
     def _raw_create(self, path: str, data: bytes, owner: int, now: int) -> None:
         parent = self._nodes[parent_of(path)]
-        self._nodes[path] = _Node(data, now, owner)
+        self._nodes[path] = Node(data, now, owner)
         parent.children.add(path[path.rfind("/") + 1 :])
         parent.cversion += 1
 
@@ -544,7 +362,7 @@ class LocalStore(MetadataStore):
         parent.children.discard(path[path.rfind("/") + 1 :])
         parent.cversion += 1
 
-    def _undo_delete(self, path: str, node: _Node) -> None:
+    def _undo_delete(self, path: str, node: Node) -> None:
         self._nodes[path] = node
         parent = self._nodes[parent_of(path)]
         parent.children.add(path[path.rfind("/") + 1 :])
@@ -591,7 +409,7 @@ class LocalStore(MetadataStore):
             await self._loop.run_in_executor(self._executor, os.fsync, self._jfd)
 
     def _rotate(self) -> None:
-        blob = self._serialize_snapshot()
+        blob = encode_snapshot(self._txid, self._nodes)
         old_fd = self._jfd
         old_files = self._journal_files()
         self._start_journal()

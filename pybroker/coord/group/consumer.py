@@ -7,7 +7,7 @@ As Kafka's GroupMetadataManager.consumerGroupHeartbeat (3.9/4.x), without awaiti
   assignor; it leaves with -1, a static member (instance id) leaves "for now" with -2 and a
   new process with the same instance id takes its place and assignment.
 - Any change of membership or subscriptions, or of the partition count of a subscribed topic,
-  bumps the group epoch; the server-side assignor (coord/assignors.py: uniform or range) then
+  bumps the group epoch; the server-side assignor (coord/group/assignors.py: uniform or range) then
   computes the target assignment for the new epoch (the assignment epoch).
 - Each member reconciles towards its target (Kafka's CurrentAssignmentBuilder): partitions it
   must give up are revoked first (the member stays at its epoch, UNREVOKED_PARTITIONS, and is
@@ -26,18 +26,14 @@ Group states (ListGroups, DescribeGroups, ConsumerGroupDescribe): Empty (no memb
 (the target assignment lags the group epoch), Reconciling (some member is not at the
 assignment epoch yet), Stable, Dead.
 
-Classic members (Kafka 4.0's online migration, coord/migration.py).  A member with ``classic``
-set speaks JoinGroup/SyncGroup/Heartbeat/LeaveGroup: ``classic_join`` updates it from its
-subscription and reconciles it at once (its subscription's owned partitions are what it owns),
-``classic_sync`` hands it its current assignment, ``classic_heartbeat`` asks it to rejoin
-(REBALANCE_IN_PROGRESS) while it lags the group epoch, must revoke, or may collect released
-partitions; its session timeout is the one of its JoinGroup, and one rebalance timeout bounds
-the time it takes to rejoin and to sync.
+Classic members (Kafka 4.0's online migration): members that speak JoinGroup/SyncGroup/
+Heartbeat/LeaveGroup, handled by consumer_classic.py's ClassicMembers (a base of ConsumerGroup).
+Members, states and the group's config are consumer_member.py's.
 
 Records.  ``meta_record()`` and ``member_record(member)`` are the group's durable state, as
 Kafka's ConsumerGroupMetadata / ConsumerGroupMemberMetadata / target and current assignment
 records in __consumer_offsets; ``ConsumerGroup.from_records`` rebuilds the group from them
-(coord/consumer_group_store.py writes them to the metadata store), so after the coordinator
+(coord/group/consumer_store.py writes them to the metadata store), so after the coordinator
 moves, members carry on at their epochs with their assignments.  Timers are not state: a
 loaded member's session (and a pending revocation's deadline) starts again at load time, as
 Kafka's coordinator does when it loads a group.
@@ -46,140 +42,38 @@ Kafka's coordinator does when it loads a group.
 from __future__ import annotations
 
 import base64
-import enum
-import re
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pybroker.coord.assignors import ASSIGNORS, Assignment, assign
-from pybroker.coord.groups import JoinRequest, join_error
+from pybroker.coord.group.assignors import Assignment, assign
+from pybroker.coord.group.consumer_classic import ClassicMembers
+from pybroker.coord.group.consumer_member import (
+    CONSUMER,
+    LEAVE_EPOCH,
+    LEAVE_STATIC_EPOCH,
+    ClassicMetadata,
+    ConsumerGroupConfig,
+    ConsumerGroupError,
+    ConsumerGroupState,
+    ConsumerMember,
+    HeartbeatRequest,
+    MemberState,
+    Partitions,
+    TopicMeta,
+    copy_partitions,
+    intersect,
+    is_subset,
+    subtract,
+    to_wire,
+)
 from pybroker.errors import ErrorCode
-from pybroker.wire.consumer_protocol import encode_assignment, parse_subscription
 
-Partitions = dict[str, set[int]]  # topic name -> partitions
-TopicMeta = dict[str, tuple[uuid.UUID, int]]  # topic name -> (topic id, partition count)
-
-LEAVE_EPOCH, LEAVE_STATIC_EPOCH = -1, -2
 RECORD_VERSION = 1
-CONSUMER = "consumer"
-
-
-class ConsumerGroupState(enum.Enum):
-    EMPTY = "Empty"
-    ASSIGNING = "Assigning"
-    RECONCILING = "Reconciling"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-
-class MemberState(enum.Enum):
-    STABLE = "STABLE"
-    UNREVOKED_PARTITIONS = "UNREVOKED_PARTITIONS"
-    UNRELEASED_PARTITIONS = "UNRELEASED_PARTITIONS"
-
-
-@dataclass(frozen=True)
-class ConsumerGroupConfig:
-    session_timeout_ms: int = 45000
-    heartbeat_interval_ms: int = 5000
-    assignors: tuple[str, ...] = ASSIGNORS  # the first is the default
-    max_size: int = 2**31 - 1
-    migration_policy: str = "bidirectional"  # group.consumer.migration.policy
-
-    @property
-    def upgrade_enabled(self) -> bool:
-        return self.migration_policy in ("upgrade", "bidirectional")
-
-    @property
-    def downgrade_enabled(self) -> bool:
-        return self.migration_policy in ("downgrade", "bidirectional")
 
 
 @dataclass
-class ClassicMetadata:
-    """What a member that speaks the classic protocol (JoinGroup/SyncGroup/Heartbeat) brought
-    with its JoinGroup: its session timeout and protocols (name, subscription metadata)."""
-
-    session_timeout_ms: int
-    protocols: list[tuple[str, bytes]]
-
-    @property
-    def protocol_name(self) -> str:
-        return self.protocols[0][0]
-
-
-@dataclass
-class ConsumerMember:
-    member_id: str
-    instance_id: str | None
-    rack_id: str | None
-    client_id: str
-    client_host: str
-    rebalance_timeout_ms: int
-    subscribed_names: list[str]
-    subscribed_regex: str | None
-    server_assignor: str | None
-    epoch: int = 0
-    previous_epoch: int = -1
-    state: MemberState = MemberState.STABLE
-    assigned: Partitions = field(default_factory=dict)
-    pending_revocation: Partitions = field(default_factory=dict)
-    last_heartbeat_ms: int = 0
-    revocation_deadline_ms: int | None = None
-    left_static: bool = False  # a static member that left with -2 and may come back
-    classic: ClassicMetadata | None = None  # a classic-protocol member (online migration)
-    classic_deadline_ms: int | None = None  # a classic member's join or sync timeout
-
-    def subscribed(self, topics: TopicMeta) -> set[str]:
-        names = {t for t in self.subscribed_names if t in topics}
-        if self.subscribed_regex is not None:
-            pattern = re.compile(self.subscribed_regex)
-            names |= {t for t in topics if pattern.fullmatch(t)}
-        return names
-
-
-def _copy(p: Partitions) -> Partitions:
-    return {t: set(ps) for t, ps in p.items() if ps}
-
-
-def _minus(a: Partitions, b: Partitions) -> Partitions:
-    return {t: ps - b.get(t, set()) for t, ps in a.items() if ps - b.get(t, set())}
-
-
-def _and(a: Partitions, b: Partitions) -> Partitions:
-    return {t: ps & b.get(t, set()) for t, ps in a.items() if ps & b.get(t, set())}
-
-
-def _is_subset(a: Partitions, b: Partitions) -> bool:
-    return all(ps <= b.get(t, set()) for t, ps in a.items())
-
-
-@dataclass
-class HeartbeatRequest:
-    member_id: str
-    member_epoch: int
-    instance_id: str | None
-    rack_id: str | None
-    rebalance_timeout_ms: int
-    subscribed_names: list[str] | None
-    subscribed_regex: str | None
-    server_assignor: str | None
-    owned: Partitions | None  # None: unchanged since the last heartbeat
-    client_id: str = ""
-    client_host: str = ""
-
-
-class ConsumerGroupError(Exception):
-    def __init__(self, code: int, message: str | None = None) -> None:
-        super().__init__(message or ErrorCode(code).name)
-        self.code = code
-        self.message = message
-
-
-@dataclass
-class ConsumerGroup:
+class ConsumerGroup(ClassicMembers):
     group_id: str
     config: ConsumerGroupConfig
     state_timestamp_ms: int = 0
@@ -276,7 +170,7 @@ class ConsumerGroup:
             self.group_epoch += 1
         if self.assignment_epoch < self.group_epoch:
             self._compute_target(topics)
-        before = (_copy(member.assigned), member.epoch)
+        before = (copy_partitions(member.assigned), member.epoch)
         self._reconcile(now, member, req.owned)
         self._update_state(now)
         resp: dict[str, Any] = {
@@ -288,7 +182,7 @@ class ConsumerGroup:
             "assignment": None,
         }
         if full or before != (member.assigned, member.epoch):
-            resp["assignment"] = {"topic_partitions": _to_wire(member.assigned, topics)}
+            resp["assignment"] = {"topic_partitions": to_wire(member.assigned, topics)}
         return resp
 
     def _member_for(self, now: int, req: HeartbeatRequest) -> ConsumerMember:
@@ -343,7 +237,7 @@ class ConsumerGroup:
                 f"Member {req.member_id} is not a member of group {self.group_id}.",
             )
         if req.member_epoch != member.epoch:
-            owned_ok = req.owned is not None and _is_subset(req.owned, member.assigned)
+            owned_ok = req.owned is not None and is_subset(req.owned, member.assigned)
             if not (req.member_epoch == member.previous_epoch and owned_ok):
                 raise ConsumerGroupError(
                     ErrorCode.FENCED_MEMBER_EPOCH,
@@ -443,24 +337,24 @@ class ConsumerGroup:
             and m.assigned == {t: ps for t, ps in target.items() if ps}
         ):
             return
-        keep = _and(m.assigned, target)
-        revoke = _minus(m.assigned, target)
+        keep = intersect(m.assigned, target)
+        revoke = subtract(m.assigned, target)
         # a member whose request shows it no longer owns them has revoked them already
-        if revoke and (owned is None or _and(owned, revoke)):
+        if revoke and (owned is None or intersect(owned, revoke)):
             m.assigned = keep
             m.pending_revocation = revoke
             m.state = MemberState.UNREVOKED_PARTITIONS
             m.revocation_deadline_ms = now + m.rebalance_timeout_ms
             return
         # nothing to give up: at the target epoch, with what no one else still owns
-        free = _minus(_minus(target, keep), self._owned_by_others(m.member_id))
-        new_assigned = _copy(keep)
+        free = subtract(subtract(target, keep), self._owned_by_others(m.member_id))
+        new_assigned = copy_partitions(keep)
         for t, ps in free.items():
             new_assigned.setdefault(t, set()).update(ps)
         if m.epoch != self.assignment_epoch:
             m.previous_epoch, m.epoch = m.epoch, self.assignment_epoch
         m.assigned = new_assigned
-        unreleased = _minus(target, new_assigned)
+        unreleased = subtract(target, new_assigned)
         m.state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
 
     # -- timers ----------------------------------------------------------------------------
@@ -493,227 +387,6 @@ class ConsumerGroup:
         what the current target assignment was computed from is their subscriptions now."""
         self._subscribed_partitions = self._subscribed_partition_counts(topics)
         self._update_state(now)
-
-    @property
-    def all_classic(self) -> bool:
-        """Every member speaks the classic protocol (and there is one): a downgrade candidate."""
-        return bool(self.members) and all(m.classic for m in self.members.values())
-
-    def _common_classic_protocols(self, but: str | None = None) -> set[str] | None:
-        common: set[str] | None = None
-        for m in self.members.values():
-            if m.classic is None or m.member_id == but:
-                continue
-            names = {n for n, _ in m.classic.protocols}
-            common = names if common is None else common & names
-        return common
-
-    def _classic_member(self, member_id: str, instance_id: str | None) -> ConsumerMember:
-        if instance_id is None:
-            m = self.members.get(member_id)
-            if m is None:
-                raise ConsumerGroupError(
-                    ErrorCode.UNKNOWN_MEMBER_ID,
-                    f"Member {member_id} is not a member of group {self.group_id}.",
-                )
-        else:
-            found = self._by_instance(instance_id)
-            if found is None:
-                raise ConsumerGroupError(
-                    ErrorCode.UNKNOWN_MEMBER_ID,
-                    f"Member with instance id {instance_id} is not a member of group "
-                    f"{self.group_id}.",
-                )
-            if found.member_id != member_id:
-                raise ConsumerGroupError(
-                    ErrorCode.FENCED_INSTANCE_ID,
-                    f"Static member {member_id} with instance id {instance_id} was fenced by "
-                    f"member {found.member_id}.",
-                )
-            m = found
-        if m.classic is None:
-            raise ConsumerGroupError(
-                ErrorCode.UNKNOWN_MEMBER_ID,
-                f"Member {m.member_id} does not use the classic protocol.",
-            )
-        return m
-
-    def _waiting_on_unreleased(self, m: ConsumerMember) -> bool:
-        if m.state is not MemberState.UNRELEASED_PARTITIONS:
-            return False
-        pending = _minus(self.target.get(m.member_id, {}), m.assigned)
-        return bool(_and(pending, self._owned_by_others(m.member_id)))
-
-    def classic_join(self, now: int, req: JoinRequest, topics: TopicMeta) -> dict:
-        """A classic JoinGroup in this group (Kafka's classicGroupJoinToConsumerGroup): the
-        member is created or updated from its subscription, reconciled at once with what its
-        subscription says it owns, and answered without waiting for anyone (generation id =
-        its member epoch; no leader: it syncs with no assignments and gets its own)."""
-        unknown = not req.member_id
-        member_id = req.member_id or str(uuid.uuid4())
-        existing = self.members.get(member_id)
-        static = self._by_instance(req.group_instance_id) if req.group_instance_id else None
-        if len(self.members) >= self.config.max_size and existing is None and static is None:
-            raise ConsumerGroupError(
-                ErrorCode.GROUP_MAX_SIZE_REACHED,
-                f"The consumer group has reached its maximum capacity of "
-                f"{self.config.max_size} members.",
-            )
-        if existing is not None and existing.classic is None:
-            raise ConsumerGroupError(
-                ErrorCode.UNKNOWN_MEMBER_ID,
-                f"Member {member_id} does not use the classic protocol.",
-            )
-        common = self._common_classic_protocols(but=member_id)
-        names = {n for n, _ in req.protocols}
-        if (
-            req.protocol_type != CONSUMER
-            or not names
-            or (common is not None and not common & names)
-        ):
-            raise ConsumerGroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-        if unknown and req.require_known_member_id and req.group_instance_id is None:
-            return {**join_error(ErrorCode.MEMBER_ID_REQUIRED), "member_id": member_id}
-        try:
-            sub = parse_subscription(req.protocols[0][1])
-        except ValueError as e:
-            raise ConsumerGroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, str(e)) from e
-        changed = False
-        if static is not None and static.member_id != member_id:
-            if not unknown:
-                raise ConsumerGroupError(
-                    ErrorCode.FENCED_INSTANCE_ID,
-                    f"Static member {member_id} with instance id {req.group_instance_id} was "
-                    f"fenced by member {static.member_id}.",
-                )
-            # a restarted static member takes its place and assignment under a new id
-            del self.members[static.member_id]
-            self.target[member_id] = self.target.pop(static.member_id, {})
-            static.member_id, static.left_static = member_id, False
-            self.members[member_id] = static
-            member = static
-        elif existing is not None or static is not None:
-            member = existing or static  # type: ignore[assignment]
-        else:
-            member = ConsumerMember(
-                member_id=member_id,
-                instance_id=req.group_instance_id,
-                rack_id=None,
-                client_id=req.client_id,
-                client_host=req.client_host,
-                rebalance_timeout_ms=req.rebalance_timeout_ms,
-                subscribed_names=[],
-                subscribed_regex=None,
-                server_assignor=None,
-            )
-            self.members[member_id] = member
-            changed = True
-        if sub.rack_id is not None:
-            member.rack_id = sub.rack_id
-        member.instance_id = req.group_instance_id
-        member.rebalance_timeout_ms = req.rebalance_timeout_ms
-        member.client_id, member.client_host = req.client_id, req.client_host
-        member.server_assignor = None
-        member.classic = ClassicMetadata(req.session_timeout_ms, list(req.protocols))
-        if sorted(sub.topics) != sorted(member.subscribed_names):
-            member.subscribed_names = list(sub.topics)
-            changed = True
-        subscribed = self._subscribed_partition_counts(topics)
-        if changed or subscribed != self._subscribed_partitions:
-            self._subscribed_partitions = subscribed
-            self.group_epoch += 1
-        if self.assignment_epoch < self.group_epoch:
-            self._compute_target(topics)
-        owned = {t: set(ps) for t, ps in sub.owned_partitions.items() if t in topics and ps}
-        self._reconcile(now, member, owned)
-        member.last_heartbeat_ms = now
-        member.classic_deadline_ms = now + member.rebalance_timeout_ms  # until its SyncGroup
-        self._update_state(now)
-        return {
-            **join_error(ErrorCode.NONE),
-            "generation_id": member.epoch,
-            "protocol_type": CONSUMER,
-            "protocol_name": member.classic.protocol_name,
-            "member_id": member.member_id,
-        }
-
-    def classic_sync(
-        self,
-        now: int,
-        member_id: str,
-        instance_id: str | None,
-        generation_id: int,
-        protocol_type: str | None,
-        protocol_name: str | None,
-    ) -> dict:
-        """A classic SyncGroup: the member's current assignment in the consumer protocol's
-        encoding (Kafka's classicGroupSyncToConsumerGroup).  Raises ConsumerGroupError."""
-        m = self._classic_member(member_id, instance_id)
-        assert m.classic is not None
-        if generation_id != m.epoch:
-            raise ConsumerGroupError(ErrorCode.ILLEGAL_GENERATION)
-        if (protocol_type is not None and protocol_type != CONSUMER) or (
-            protocol_name is not None and protocol_name != m.classic.protocol_name
-        ):
-            raise ConsumerGroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-        if self.group_epoch > m.epoch and m.state is not MemberState.UNREVOKED_PARTITIONS:
-            raise ConsumerGroupError(ErrorCode.REBALANCE_IN_PROGRESS)
-        m.classic_deadline_ms = None
-        m.last_heartbeat_ms = now
-        try:
-            version = max(0, min(3, int.from_bytes(m.classic.protocols[0][1][:2], "big")))
-        except (IndexError, ValueError):
-            version = 0
-        return {
-            "error_code": ErrorCode.NONE,
-            "protocol_type": protocol_type,
-            "protocol_name": protocol_name,
-            "assignment": encode_assignment(m.assigned, version),
-        }
-
-    def classic_heartbeat(
-        self, now: int, member_id: str, instance_id: str | None, generation_id: int
-    ) -> int:
-        """A classic Heartbeat (Kafka's classicGroupHeartbeatToConsumerGroup): the member
-        rejoins (REBALANCE_IN_PROGRESS) while its epoch lags the group's, while it has
-        partitions to revoke, or once partitions it waits for were released."""
-        try:
-            m = self._classic_member(member_id, instance_id)
-        except ConsumerGroupError as e:
-            return e.code
-        if generation_id != m.epoch:
-            return ErrorCode.ILLEGAL_GENERATION
-        m.last_heartbeat_ms = now
-        if (
-            m.epoch < self.group_epoch
-            or m.state is MemberState.UNREVOKED_PARTITIONS
-            or (m.state is MemberState.UNRELEASED_PARTITIONS and not self._waiting_on_unreleased(m))
-        ):
-            if m.classic_deadline_ms is None:
-                m.classic_deadline_ms = now + m.rebalance_timeout_ms  # until it rejoins
-            return ErrorCode.REBALANCE_IN_PROGRESS
-        return ErrorCode.NONE
-
-    def classic_leave(
-        self, now: int, leaving: list[tuple[str, str | None]], topics: TopicMeta
-    ) -> list[int]:
-        """A classic LeaveGroup (members by id, or by instance id as the admin client removes
-        static members): an error code per member."""
-        out = []
-        for member_id, instance_id in leaving:
-            try:
-                if instance_id is not None and not member_id:
-                    m = self._by_instance(instance_id)
-                    if m is None:
-                        raise ConsumerGroupError(ErrorCode.UNKNOWN_MEMBER_ID)
-                else:
-                    m = self._classic_member(member_id, instance_id)
-            except ConsumerGroupError as e:
-                out.append(e.code)
-                continue
-            self._remove(now, m.member_id, topics)
-            out.append(ErrorCode.NONE)
-        return out
 
     # -- offsets ---------------------------------------------------------------------------
     def validate_offset_commit(
@@ -900,9 +573,9 @@ class ConsumerGroup:
                     "client_host": m.client_host,
                     "subscribed_topic_names": list(m.subscribed_names),
                     "subscribed_topic_regex": m.subscribed_regex,
-                    "assignment": {"topic_partitions": _to_wire(m.assigned, topics, True)},
+                    "assignment": {"topic_partitions": to_wire(m.assigned, topics, True)},
                     "target_assignment": {
-                        "topic_partitions": _to_wire(self.target.get(m.member_id, {}), topics, True)
+                        "topic_partitions": to_wire(self.target.get(m.member_id, {}), topics, True)
                     },
                 }
                 for m in self.members.values()
@@ -916,30 +589,3 @@ def _sorted_lists(p: Partitions) -> dict[str, list[int]]:
 
 def _sets(d: dict) -> Partitions:
     return {str(t): {int(x) for x in ps} for t, ps in d.items() if ps}
-
-
-def _to_wire(p: Partitions, topics: TopicMeta, with_names: bool = False) -> list[dict]:
-    out = []
-    for t in sorted(p):
-        if not p[t] or t not in topics:
-            continue
-        entry: dict[str, Any] = {"topic_id": topics[t][0], "partitions": sorted(p[t])}
-        if with_names:
-            entry["topic_name"] = t
-        out.append(entry)
-    return out
-
-
-def owned_from_wire(
-    items: list[dict] | None, name_of: Callable[[uuid.UUID], str | None]
-) -> Partitions | None:
-    """A heartbeat's owned partitions by topic name (``name_of``: topic id -> name or None;
-    partitions of unknown topics are dropped); None when the request did not send them."""
-    if items is None:
-        return None
-    out: Partitions = {}
-    for tp in items:
-        name = name_of(tp["topic_id"])
-        if name is not None and tp["partitions"]:
-            out.setdefault(name, set()).update(tp["partitions"])
-    return out

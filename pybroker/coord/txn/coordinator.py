@@ -1,8 +1,8 @@
-"""The transaction coordinator: the asyncio shell around coord/txn_state.py.
+"""The transaction coordinator: the asyncio shell around coord/txn/state.py.
 
-Ownership of a transactional.id is the group coordinator's rendezvous hashing over the live
-brokers (``coordinator_for``), so it moves exactly as group ownership does.  Every accepted
-decision is persisted (coord/txn_store.py, compare-and-set) before it is answered; a write
+Ownership of a transactional.id is the owner of its partition (metadata/placement.py,
+``coordinator_for``), so it moves exactly as group ownership does.  Every accepted
+decision is persisted (coord/txn/store.py, compare-and-set) before it is answered; a write
 that loses the compare-and-set means another broker coordinates the id now: the cached state
 is dropped and the client gets NOT_COORDINATOR.  A transaction in PrepareCommit/PrepareAbort
 has its markers written in the background (``write_markers``, retried until every partition
@@ -20,13 +20,13 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from pybroker.clock import Clock
-from pybroker.coord import txn_state as ts
-from pybroker.coord.group_coordinator import coordinator_for
-from pybroker.coord.store import BadVersionError, NodeExistsError, StoreError
-from pybroker.coord.txn_store import TxnStateStore
+from pybroker.coord.metadata.placement import coordinator_for
+from pybroker.coord.metadata.store import BadVersionError, NodeExistsError, StoreError
+from pybroker.coord.txn import state as ts
+from pybroker.coord.txn.store import TxnStateStore
 from pybroker.errors import ErrorCode
 
-log = logging.getLogger("pybroker.coord.transactions")
+log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 #: (producer id, epoch, committed, coordinator epoch, partitions) -> error code per partition

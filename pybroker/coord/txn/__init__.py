@@ -1,0 +1,1 @@
+"""The transaction coordinator: transaction state, its store, and the markers it sends."""
