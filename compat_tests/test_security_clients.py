@@ -2,13 +2,19 @@
 `python -m pybroker add-scram`), used by real programs: Kafka's kafka-acls (AclCommand) adds
 and lists ACLs as the admin, confluent-kafka (librdkafka) and Kafka's Java client produce and
 consume as a user with ACLs (kafka-console-consumer too), and are refused where the ACLs do
-not allow."""
+not allow.  Debian's kcat (librdkafka 2.0.2, whose SCRAM client-final nonce repeats its own
+nonce) logs in with both SCRAM mechanisms, and README's secured example runs as written."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -56,7 +62,8 @@ def secured(tmp_path_factory):
     r = subprocess.run(
         [sys.executable, "-m", "pybroker", "add-scram", str(props),
          "SCRAM-SHA-512=[name=admin,password=admin-secret]",
-         "SCRAM-SHA-256=[name=alice,password=alice-secret,iterations=8192]"],
+         "SCRAM-SHA-256=[name=alice,password=alice-secret,iterations=8192]",
+         "SCRAM-SHA-512=[name=alice,password=alice-secret]"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -193,3 +200,77 @@ def test_java_client_as_a_user_and_a_wrong_password(secured):
     events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     assert not [e for e in events if e["name"] == "producer_send_success"]
     assert "Authentication failed" in r.stdout + r.stderr, r.describe(3000)
+
+
+def _kcat(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    assert shutil.which("kcat"), "kcat missing: scripts/install-test-deps installs it"
+    return subprocess.run(["kcat", *args], input=stdin, capture_output=True, text=True, timeout=60)
+
+
+def test_kcat_scram_sha_256_and_512_over_sasl_ssl(secured):
+    """librdkafka before 2.6.1 sends r=<client nonce><server nonce> (Kafka 3.8.1+ accepts it):
+    Debian 12's kcat logs in with each mechanism and round-trips a record."""
+    s = secured
+    topic = unique_topic("kcat-scram")
+    _create_topic(s, topic)
+    r = _acls(s, "--add", "--allow-principal", "User:alice", "--operation", "Write",
+              "--operation", "Read", "--topic", topic)  # fmt: skip
+    assert r.returncode == 0, r.describe(3000)
+    for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        auth = ["-b", s["bootstrap"], "-X", "security.protocol=SASL_SSL",
+                "-X", f"sasl.mechanisms={mech}", "-X", "sasl.username=alice",
+                "-X", "sasl.password=alice-secret", "-X", f"ssl.ca.location={s['certs'].ca}"]  # fmt: skip
+        p = _kcat(*auth, "-P", "-t", topic, "-p", "0", "-K:", stdin=f"{mech}:hello\n")
+        assert p.returncode == 0 and "nonce" not in p.stderr, p.stderr
+        p = _kcat(*auth, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e",
+                  "-f", "%k=%s\n")  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        assert f"{mech}=hello" in p.stdout.splitlines(), (p.stdout, p.stderr)
+
+
+def _readme_secured_commands() -> list[str]:
+    """The shell commands of README's "A secured broker" example after the broker starts."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text[text.index("## A secured broker") :]
+    block = re.findall(r"```sh\n(.*?)```", section, re.S)[0]
+    commands = [c.strip() for c in block.replace("\\\n", " ").splitlines()]
+    commands = [c for c in commands if c and not c.startswith("#")]
+    assert commands[1].startswith("python -m pybroker serve"), commands
+    return commands[2:]
+
+
+def test_readme_secured_example_with_kcat_as_written(secured):
+    """README's commands, literally: the broker's address, ca.pem and admin.properties are
+    the fixture's; kafka-topics.sh and kafka-acls.sh are Kafka 3.9's classes on PATH."""
+    s = secured
+    work = s["tmp"] / "readme"
+    (work / "bin").mkdir(parents=True)
+    shutil.copy(s["certs"].ca, work / "ca.pem")
+    shutil.copy(s["admin"], work / "admin.properties")
+    for script, main in (("kafka-topics.sh", java.TOPIC_COMMAND), ("kafka-acls.sh", ACL_COMMAND)):
+        cmd = shlex.join(java.java_command(main, []))
+        (work / "bin" / script).write_text(f'#!/bin/sh\nexec {cmd} "$@"\n')
+        (work / "bin" / script).chmod(0o755)
+    env = {**os.environ, "PATH": f"{work / 'bin'}:{os.environ['PATH']}"}
+    commands = [c.replace("localhost:9094", s["bootstrap"]) for c in _readme_secured_commands()]
+    *finite, consumer = commands
+    assert "kcat" in finite[-1] and "kcat" in consumer and " -G " in consumer, commands
+    assert "auto.offset.reset=earliest" in consumer  # a new group starts at the end otherwise
+    for c in finite:
+        r = subprocess.run(["bash", "-c", c], cwd=work, env=env, capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+        assert r.returncode == 0 and "nonce" not in r.stderr, (c, r.stdout, r.stderr)
+    out = work / "consumer.out"
+    with open(out, "wb") as sink:  # the group consumer runs until stopped
+        proc = subprocess.Popen(["bash", "-c", f"exec {consumer}"], cwd=work, env=env,
+                                stdout=sink, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+    try:  # kcat's stdout into a file is block-buffered: "hello" shows once it stops
+        deadline = time.monotonic() + 60
+        while b"Reached end of topic orders [0] at offset 1" not in out.read_bytes():
+            assert proc.poll() is None and time.monotonic() < deadline, out.read_text()
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=30)
+    assert "hello" in out.read_text().splitlines(), (consumer, out.read_text())
