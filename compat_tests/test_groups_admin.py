@@ -8,6 +8,9 @@ OffsetFetch (all topics: null topic list, v2+) and DeleteGroups on the wire.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -145,6 +148,59 @@ def test_admin_views_of_an_empty_group(broker):
         admin.close()
     print(f"[{broker.backend}] {len(problems)} mismatches")
     assert not problems, "\n".join(problems)
+
+
+def _cli_groups(broker) -> dict[str, dict]:
+    r = subprocess.run(
+        [sys.executable, "-m", "pybroker", "groups", "list", "-b", broker.bootstrap,
+         "--output", "json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return {g["group"]: g for g in json.loads(r.stdout)}
+
+
+def _admin_views(broker, group: str) -> dict[str, object]:
+    """Everything an admin tool shows of an idle group: ListGroups' entry, DescribeGroups,
+    OffsetFetch (all topics) and `pybroker groups list`."""
+    admin = _admin(broker)
+    try:
+        listed = [g for g in admin.list_groups() if g["group_id"] == group]
+        described = admin.describe_groups([group])[group]
+        offsets = admin.list_group_offsets(group)[group]
+    finally:
+        admin.close()
+    return {
+        "list_groups": listed,
+        "describe_groups": described,
+        "list_group_offsets": {(tp.topic, tp.partition): om for tp, om in offsets.items()},
+        "pybroker groups list": _cli_groups(broker).get(group),
+    }
+
+
+def test_an_empty_groups_admin_views_are_the_same_after_a_broker_restart(broker):
+    """Kafka stores a classic group's metadata (protocol type, generation, state time) with
+    its offsets and loads it when the coordinator starts: an Empty group that had "consumer"
+    members is listed and described as "consumer" after a restart too.  The check for the
+    class: every admin view of the idle group is equal before and after the restart."""
+    topic, group = unique_topic("grp"), f"restart-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    _consume_and_commit(broker, topic, group, 40)
+    before = _admin_views(broker, group)
+    assert [(g["protocol_type"], g.get("group_state")) for g in before["list_groups"]] == [
+        ("consumer", "Empty")
+    ], before
+    assert before["describe_groups"]["protocol_type"] == "consumer", before
+    assert before["pybroker groups list"]["protocol_type"] == "consumer", before
+    broker.restart()
+    after = wait_until(
+        lambda: (lambda got: got if got["list_groups"] else None)(_admin_views(broker, group)),
+        60,
+        interval=0.5,
+        what="the group listed again after the restart",
+    )
+    print(f"[{broker.backend}] before restart {before}\nafter {after}")
+    assert after == before
 
 
 def test_admin_describe_stable_group_and_refuse_delete(broker):

@@ -50,6 +50,8 @@ CONSUMERS = "/consumers"
 CONTROLLED_SHUTDOWN = "/pybroker/controlled_shutdown"
 # KIP-848 consumer groups' records (coord/consumer_group_store.py)
 CONSUMER_GROUPS = "/pybroker/consumer_groups"
+# classic groups' metadata without members (coord/classic_group_store.py)
+CLASSIC_GROUPS = "/pybroker/classic_groups"
 # pybroker's own (Kafka ZooKeeper mode writes /log_dir_event_notification and learns the
 # offline replicas through LeaderAndIsr, which pybroker has not): a broker whose log dir
 # failed creates an ephemeral sequential <OFFLINE_REPLICAS>/<id>-<seq> holding
@@ -75,6 +77,7 @@ PERSISTENT_PATHS: tuple[str, ...] = (
     "/config/ips",
     CONTROLLED_SHUTDOWN,
     CONSUMER_GROUPS,
+    CLASSIC_GROUPS,
     OFFLINE_REPLICAS,
 )
 
