@@ -59,6 +59,13 @@ CLASSIC_GROUPS = "/pybroker/classic_groups"
 # session (a restarted broker looks at its dirs again)
 OFFLINE_REPLICAS = "/pybroker/offline_replicas"
 
+#: The longest group id, transactional.id or coordinator key pybroker serves (characters): the
+#: longest a non-flexible request's string can be.  Longer names (only compact strings carry
+#: them) get INVALID_GROUP_ID / INVALID_REQUEST before they are hashed or escaped, so their
+#: cost stays bounded; a name up to this length whose escaped store path is still too long
+#: (store.MAX_PATH_BYTES) gets the store error of the API.
+MAX_NAME_CHARS = 32767
+
 # kafka.zk.ZkData.PersistentZkPaths: the persistent paths a Kafka broker ensures at startup
 PERSISTENT_PATHS: tuple[str, ...] = (
     CONSUMERS,
