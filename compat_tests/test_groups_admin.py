@@ -231,3 +231,59 @@ def test_admin_describe_stable_group_and_refuse_delete(broker):
     finally:
         admin.close()
         close_all(members)
+
+
+def test_groups_with_odd_names_work_across_a_restart(broker):
+    """Kafka accepts any group id (offsets live in __consumer_offsets); pybroker escapes them
+    into store paths: groups ".", "..", "a/b" and "grüße" consume, commit, are listed and
+    described, keep their offsets across a restart and are deleted."""
+    from kafka import KafkaConsumer, KafkaProducer
+
+    topic = unique_topic("odd")
+    create_topic(broker.bootstrap, topic, 1)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    for i in range(5):
+        producer.send(topic, f"v{i}".encode(), partition=0)
+    producer.flush(30)
+    producer.close()
+    groups = [".", "..", "a/b", "grüße"]
+    for g in groups:
+        consumer = KafkaConsumer(
+            topic,
+            bootstrap_servers=broker.bootstrap,
+            group_id=g,
+            auto_offset_reset="earliest",
+            consumer_timeout_ms=10000,
+            enable_auto_commit=False,
+        )
+        try:
+            got = [m.value for m in consumer][:5]
+            consumer.commit()
+        finally:
+            consumer.close()
+        assert got == [f"v{i}".encode() for i in range(5)], (g, got)
+
+    def views() -> dict:
+        admin = _admin(broker)
+        try:
+            listed = {x["group_id"]: x["protocol_type"] for x in admin.list_groups()}
+            return {
+                g: (
+                    listed.get(g),
+                    admin.describe_groups([g])[g]["group_state"],
+                    {tp.partition: om.offset for tp, om in admin.list_group_offsets(g)[g].items()},
+                )
+                for g in groups
+            }
+        finally:
+            admin.close()
+
+    want = {g: ("consumer", "Empty", {0: 5}) for g in groups}
+    assert views() == want
+    broker.restart()
+    assert wait_until(lambda: views() == want or None, 60, 0.5, "the groups back") is True
+    admin = _admin(broker)
+    try:
+        assert admin.delete_groups(groups) == dict.fromkeys(groups, "OK")
+    finally:
+        admin.close()
