@@ -119,9 +119,11 @@ def rebuild_batch(
     *,
     delete_horizon_ms: int | None = None,
     every_64: Callable[[], None] | None = None,
+    level: int | None = None,
 ) -> bytes:
     """A batch holding ``records`` (a non-empty subset of ``h``'s, in order) with ``h``'s
-    offsets, producer fields and codec; see the module docstring."""
+    offsets, producer fields and codec (at ``level``: compression.<codec>.level, None: the
+    codec's default, as Kafka's cleaner); see the module docstring."""
     if not records:
         return empty_batch(h)
     attributes = h.attributes
@@ -139,7 +141,7 @@ def rebuild_batch(
         rec += r.tail
         write_varint(body, len(rec))
         body += rec
-    payload = compress(h.compression, bytes(body))
+    payload = compress(h.compression, bytes(body), level)
     if h.timestamp_type == LOG_APPEND_TIME:
         max_ts = h.max_timestamp
     else:
