@@ -35,7 +35,7 @@ MIB = 1 << 20
 SEGMENT_BYTES = 64 * MIB
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
-# Runs in the child, with the checkout under test first on sys.path.
+# Runs in the child, with the checkout under test first on its PYTHONPATH.
 _CHILD = r"""
 import json, os, resource, sys, time
 from pathlib import Path

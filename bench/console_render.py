@@ -8,7 +8,7 @@ offline (every leader up), then measures, ``--runs`` times each:
 
 * server time: the wall time of ``GET /topics/<name>`` (the first page of 1,000 partitions,
   plus the page size in bytes) and of ``GET /topics`` and ``GET /`` over HTTP from this process;
-* browser time: headless Chromium (compat_tests/chromium.py) loading the same page with
+* browser time: headless Chromium (pybroker/testing/chromium.py) loading the same page with
   ``--dump-dom``, and loading a near-empty page (``/groups`` of a broker without groups) for
   the browser's own start-up cost, which the difference removes.
 
@@ -20,18 +20,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from pybroker.testing import chromium
+from pybroker.testing.process import BrokerProcess
+from pybroker.testing.procutil import free_port
 
-from compat_tests import chromium  # noqa: E402
-from compat_tests.procutil import free_port  # noqa: E402
-from pybroker.testing.process import BrokerProcess  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _get(url: str) -> tuple[float, int]:

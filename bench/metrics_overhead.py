@@ -23,14 +23,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.procstat import cpu_seconds
+from pybroker.testing.process import BrokerProcess
+from pybroker.testing.procutil import free_port
+from pybroker.wire import codec
+from pybroker.wire.records import build_batch
 
-from bench.procstat import cpu_seconds  # noqa: E402
-from compat_tests.procutil import free_port  # noqa: E402
-from pybroker.testing.process import BrokerProcess  # noqa: E402
-from pybroker.wire import codec  # noqa: E402
-from pybroker.wire.records import build_batch  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PARTITIONS = 6
 WINDOW = 8  # requests in flight

@@ -2,7 +2,7 @@
 
     python bench/offset_commits.py [--commits N] [--backends local,zookeeper]
 
-Starts a throwaway ZooKeeper (tests/zk_server.py: Debian's zookeeper package, default
+Starts a throwaway ZooKeeper (pybroker/testing/zookeeper.py: Debian's zookeeper package, default
 forceSync=yes, data dir under /tmp) and an embedded LocalStore (default fsync policy: journal
 os.write per commit, fsync at most every 1000 ms), then for 1 and 10 partitions per commit and
 1 and 8 concurrent groups (each a consumer committing after every poll: one commit awaited
@@ -24,14 +24,12 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pybroker.clock import SYSTEM_CLOCK  # noqa: E402
-from pybroker.coord.group.offsets import CommittedOffset, OffsetStore, encode_offset  # noqa: E402
-from pybroker.coord.metadata.local import LocalStore  # noqa: E402
-from pybroker.coord.metadata.store import MetadataStore, SetData  # noqa: E402
-from pybroker.coord.metadata.zk import ZooKeeperStore  # noqa: E402
-from tests.zk_server import ZooKeeperServer, zookeeper_available  # noqa: E402
+from pybroker.clock import SYSTEM_CLOCK
+from pybroker.coord.group.offsets import CommittedOffset, OffsetStore, encode_offset
+from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.store import MetadataStore, SetData
+from pybroker.coord.metadata.zk import ZooKeeperStore
+from pybroker.testing.zookeeper import ZooKeeperServer, zookeeper_available
 
 
 def offsets_for(

@@ -3,10 +3,10 @@
     python -m bench.run [--workloads W1,W2,...] [--runs 3] [--scale small|full] [--smoke]
                         [--results-dir bench/results] [--no-write] [--keep-logs DIR]
 
-For each workload: start Apache Kafka (bench/kafka_reference.py: KRaft, -Xmx512m), set the
+For each workload: start Apache Kafka (pybroker/testing/kafka_reference.py: KRaft, -Xmx512m), set the
 workload up, run it `--runs` times, record the broker processes' peak RSS (VmHWM), stop; then
 the same against pybroker (`python -m pybroker serve`, embedded metadata store; W6 uses
-ZooKeeper + 3 brokers, compat_tests/cluster.py). Both run on loopback, log dirs under one temp
+ZooKeeper + 3 brokers, pybroker/testing/cluster_harness.py). Both run on loopback, log dirs under one temp
 dir on the same disk, no fsync (Kafka's default; pybroker's too), and
 group.initial.rebalance.delay.ms=0. The table gives the median of the runs per metric and the
 ratio pybroker / Kafka; results go to bench/results/<YYYY-MM-DD>.md with the machine, the
@@ -40,14 +40,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench import compaction
+from bench.procstat import cpu_seconds, rss_mib
+from pybroker.testing import java, kafka_reference, rawkafka
+from pybroker.testing.debug_process import BrokerProcess
+from pybroker.testing.procutil import free_port
 
-from bench import compaction, kafka_reference  # noqa: E402
-from bench.procstat import cpu_seconds, rss_mib  # noqa: E402
-from compat_tests import java, rawkafka  # noqa: E402
-from compat_tests.broker_process import BrokerProcess  # noqa: E402
-from compat_tests.procutil import free_port  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 HOST = "127.0.0.1"
 KAFKA, PYBROKER = "kafka", "pybroker"
@@ -172,7 +171,7 @@ def _tls(workdir: Path, protocol: str = "SSL") -> tuple[dict[str, object], list[
     """Throwaway certificates: the brokers' ssl.* settings (a PEM key store) and the clients'
     properties (a PEM trust store).  ``protocol`` SASL_SSL: SCRAM-SHA-512 on top, as user
     BENCH_USER (each broker creates it its own way before it starts)."""
-    from tests.tls_certs import make_certs
+    from pybroker.testing.tls_certs import make_certs
 
     certs = make_certs(workdir / "certs")
     broker: dict[str, object] = {
@@ -266,8 +265,8 @@ def start_target(
             tls_bootstrap=f"127.0.0.1:{ssl_port}" if tls else None,
             tls_props=ssl_client,
         )
-    from compat_tests.cluster import Cluster
-    from tests.zk_server import ZooKeeperServer
+    from pybroker.testing.cluster_harness import Cluster
+    from pybroker.testing.zookeeper import ZooKeeperServer
 
     zk = ZooKeeperServer(workdir / "zookeeper")
     zk.start()
@@ -365,7 +364,7 @@ def create_topics(
 
 
 def metadata_v7(host: str, port: int, topics: list[str] | None, timeout: float = 30.0):
-    from compat_tests.cluster import metadata_v7_request, parse_metadata_v7
+    from pybroker.testing.cluster_harness import metadata_v7_request, parse_metadata_v7
 
     with rawkafka.Conn(host, port, timeout=timeout) as c:
         _corr, body = c.roundtrip(metadata_v7_request(1, topics))
@@ -985,7 +984,7 @@ def w11_run(target: Target, st: dict, i: int) -> dict[str, float]:
 def w11_cmds(sizes: dict) -> list[str]:
     return [
         "both brokers: an SSL listener beside PLAINTEXT, ssl.keystore.type=PEM with a throwaway "
-        "EC P-256 certificate (tests/tls_certs.py); clients: security.protocol=SSL, "
+        "EC P-256 certificate (pybroker/testing/tls_certs.py); clients: security.protocol=SSL, "
         "ssl.truststore.type=PEM",
         "topic: 6 partitions, RF 1 (fresh per run, created over PLAINTEXT)",
         pp_cmd("w11-<run>", sizes["w1_records"], 1024, ["acks=1", "security.protocol=SSL", "..."]),
@@ -1754,7 +1753,7 @@ def report(
     ]
     lines += [f"- {k}: {v}" for k, v in versions().items()]
     lines += [
-        "- Kafka: bench/kafka_reference.py (one KRaft node = broker + controller; W6: 3 nodes, "
+        "- Kafka: pybroker/testing/kafka_reference.py (one KRaft node = broker + controller; W6: 3 nodes, "
         "node 1 broker+controller). Overrides: "
         + ", ".join(f"{k}={v}" for k, v in KAFKA_OVERRIDES.items())
         + ". Its heap is fixed at 512 MiB (-Xms = -Xmx, pages touched as used), which "
@@ -1762,7 +1761,7 @@ def report(
         "- pybroker: `python -m pybroker serve --override listeners=... --override log.dirs=... "
         + " ".join(f"--override {k}={v}" for k, v in PYBROKER_OVERRIDES.items())
         + "` (embedded metadata store; asyncio debug off). W6: 3 brokers on one private "
-        "ZooKeeper (compat_tests/cluster.py settings, min.insync.replicas=2, "
+        "ZooKeeper (pybroker/testing/cluster_harness.py settings, min.insync.replicas=2, "
         "default.replication.factor=3); ZooKeeper's RSS is listed separately, not in the table.",
         "- Open-file limit (RLIMIT_NOFILE soft/hard) inherited by both brokers: "
         + "/".join(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
-from compat_tests.helpers import assign_consumer
+from pybroker.testing.client_helpers import assign_consumer
 
 
 @dataclass

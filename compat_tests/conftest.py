@@ -1,6 +1,6 @@
 """Fixtures: a real ZooKeeper and real pybroker processes on free loopback ports.
 
-- `zookeeper` (session): a throwaway Debian ZooKeeper server (tests/zk_server.py);
+- `zookeeper` (session): a throwaway Debian ZooKeeper server (pybroker/testing/zookeeper.py);
   `.connect` is "host:port".
 - `backend` ("embedded" | "zookeeper"): every test that uses a broker runs on both.
   Pick one with `-k embedded` / `-k zookeeper` or PYBROKER_BACKENDS=embedded.
@@ -21,8 +21,8 @@ import os
 
 import pytest
 
-from compat_tests.broker_process import BrokerProcess
-from tests.zk_server import ZK_SERVER_SH, ZooKeeperServer, zookeeper_available
+from pybroker.testing.debug_process import BrokerProcess
+from pybroker.testing.zookeeper import ZK_SERVER_SH, ZooKeeperServer, zookeeper_available
 
 ALL_BACKENDS = ["embedded", "zookeeper"]
 
@@ -50,7 +50,7 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory):
-    """The coord layer's ZooKeeperServer (tests/zk_server.py), one per session."""
+    """The coord layer's ZooKeeperServer (pybroker/testing/zookeeper.py), one per session."""
     if not zookeeper_available():
         pytest.fail(
             f"ZooKeeper not installed ({ZK_SERVER_SH} or java missing): "

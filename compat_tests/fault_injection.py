@@ -57,7 +57,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compat_tests.cluster import (
+from compat_tests.invariants import CommittingConsumer, InvariantMonitor
+from pybroker.testing.cluster_harness import (
     KNOWN_PROBLEMS,
     SESSION_TIMEOUT_S,
     Cluster,
@@ -70,7 +71,6 @@ from compat_tests.cluster import (
     running_cluster,
     wait_until,
 )
-from compat_tests.invariants import CommittingConsumer, InvariantMonitor
 
 PARTITIONS = 3
 TOPIC = "faults"

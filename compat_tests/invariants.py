@@ -32,7 +32,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from compat_tests import rawkafka
+from pybroker.testing import rawkafka
 
 API_LIST_OFFSETS = 2
 API_OFFSET_FETCH = 9
@@ -204,7 +204,7 @@ class MonitorStats:
 class InvariantMonitor(threading.Thread):
     def __init__(
         self,
-        cluster,  # compat_tests.cluster.Cluster
+        cluster,  # pybroker.testing.cluster_harness.Cluster
         topic: str,
         partitions: int,
         consumer: CommittingConsumer | None,

@@ -27,9 +27,6 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.partitioner.default import murmur2
 
-from compat_tests import java
-from compat_tests.broker_process import BrokerProcess
-from compat_tests.cluster import running_cluster
 from compat_tests.group_member import (
     GROUP_BROKER_OVERRIDES,
     ThreadMember,
@@ -37,7 +34,10 @@ from compat_tests.group_member import (
     wait_stable,
     wait_until,
 )
-from compat_tests.procutil import free_port
+from pybroker.testing import java
+from pybroker.testing.cluster_harness import running_cluster
+from pybroker.testing.debug_process import BrokerProcess
+from pybroker.testing.procutil import free_port
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -106,7 +106,7 @@ def sections(text: str) -> dict[str, list[dict]]:
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory):
     """One Apache Kafka 3.9 node for the module."""
-    from bench.kafka_reference import start_kafka
+    from pybroker.testing.kafka_reference import start_kafka
 
     try:
         java.classpath()
@@ -830,8 +830,7 @@ SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule"
 def secured(tmp_path_factory):
     """A broker with a SASL_SSL listener (SCRAM users admin and alice, ACLs, admin a super
     user), as README's "A secured broker" section configures one."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from tls_certs import make_certs
+    from pybroker.testing.tls_certs import make_certs
 
     tmp = tmp_path_factory.mktemp("secured")
     certs = make_certs(tmp / "certs")

@@ -11,8 +11,8 @@ import struct
 
 import pytest
 
-from compat_tests import rawkafka as rk
-from compat_tests.helpers import create_topic, read_all, unique_topic
+from pybroker.testing import rawkafka as rk
+from pybroker.testing.client_helpers import create_topic, read_all, unique_topic
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from compat_tests import java
+from pybroker.testing import java
 
 ROOT = Path(__file__).resolve().parent.parent
 NUMBER = r"[\d,]+(?:\.\d+)?"

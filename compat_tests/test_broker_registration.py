@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from compat_tests.broker_process import BrokerProcess, BrokerStartError
-from compat_tests.cluster import running_cluster
+from pybroker.testing.cluster_harness import running_cluster
+from pybroker.testing.debug_process import BrokerProcess
+from pybroker.testing.process import BrokerStartError
 
 pytestmark = pytest.mark.timeout(180)
 

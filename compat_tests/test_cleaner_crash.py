@@ -18,9 +18,9 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
-from compat_tests.helpers import unique_topic
 from pybroker.log.cleaner import CLEANER_OFFSET_CHECKPOINT
 from pybroker.log.manager import read_checkpoint
+from pybroker.testing.client_helpers import unique_topic
 
 KEYS = 500
 VALUE = b"v" * 1000

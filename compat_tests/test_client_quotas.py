@@ -18,8 +18,8 @@ import uuid
 
 import pytest
 
-from compat_tests import java
-from compat_tests.helpers import create_topic
+from pybroker.testing import java
+from pybroker.testing.client_helpers import create_topic
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -182,7 +182,7 @@ def _produce_throttle(host: str, port: int, topic: str, partition: int, client_i
     """A 150 KB Produce v3 (hand-built bytes) as ``client_id``: its answer's throttle_time_ms."""
     import struct
 
-    from compat_tests import rawkafka
+    from pybroker.testing import rawkafka
 
     records = rawkafka.record_batch_v2([(None, bytes(150_000))])
     body = rawkafka.kstring(None) + struct.pack(">hi", -1, 10_000)
@@ -204,7 +204,7 @@ def test_a_quota_altered_through_one_broker_holds_on_every_broker(tmp_path):
     """Three brokers on ZooKeeper: kafka-configs through broker 0 sets producer_byte_rate on
     client-id capped; each broker, leading one partition, throttles that client id (each
     learns of the quota by watching its znode), and not another client id."""
-    from compat_tests.cluster import running_cluster, wait_until
+    from pybroker.testing.cluster_harness import running_cluster, wait_until
 
     with running_cluster(tmp_path) as cluster:
         topic = unique("quota-cluster")

@@ -1,4 +1,4 @@
-"""Log compaction on a three-broker cluster (compat_tests/cluster.py): a compacted topic with
+"""Log compaction on a three-broker cluster (pybroker/testing/cluster_harness.py): a compacted topic with
 RF 3 written with acks=all while every replica cleans on its own; the leader is killed with
 kill -9 during the cleans, a new leader takes over, the old one restarts and catches up
 (fetching a compacted leader's batches, gaps included).  Every replica ends with the same
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from kafka import KafkaProducer
 
-from compat_tests.cluster import running_cluster, wait_until
-from compat_tests.helpers import assign_consumer, unique_topic
+from pybroker.testing.client_helpers import assign_consumer, unique_topic
+from pybroker.testing.cluster_harness import running_cluster, wait_until
 from pybroker.wire.records import decode_records, scan_batches
 
 pytestmark = pytest.mark.timeout(300)

@@ -1,4 +1,4 @@
-"""Three pybroker processes on one private ZooKeeper (compat_tests/cluster.py): failover.
+"""Three pybroker processes on one private ZooKeeper (pybroker/testing/cluster_harness.py): failover.
 
 - leader kill -9 under acks=all idempotent load (kafka-python and confluent-kafka at once):
   a new leader with a higher leader epoch, every acknowledged record read back exactly once
@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from compat_tests.cluster import (
+from pybroker.testing.client_helpers import unique_topic
+from pybroker.testing.cluster_harness import (
     ConfluentLoad,
     KafkaPythonLoad,
     check_records,
@@ -27,7 +28,6 @@ from compat_tests.cluster import (
     running_cluster,
     wait_until,
 )
-from compat_tests.helpers import unique_topic
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -1,5 +1,5 @@
 """A kafka-python consumer group across the loss of its coordinator broker (3 brokers, one
-private ZooKeeper, compat_tests/cluster.py).
+private ZooKeeper, pybroker/testing/cluster_harness.py).
 
 One member (group_id, manual synchronous commits after every batch) consumes an RF=3 topic
 while an acks=all idempotent producer writes to it.  The broker FindCoordinator names for the
@@ -19,9 +19,9 @@ from kafka import KafkaConsumer
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
-from compat_tests.cluster import KafkaPythonLoad, running_cluster, wait_until
 from compat_tests.group_member import _await_topic_metadata
-from compat_tests.helpers import unique_topic
+from pybroker.testing.client_helpers import unique_topic
+from pybroker.testing.cluster_harness import KafkaPythonLoad, running_cluster, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -14,7 +14,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
-from compat_tests.helpers import assign_consumer, unique_topic
+from pybroker.testing.client_helpers import assign_consumer, unique_topic
 
 KEYS = 1_000
 RECORDS = 100_000

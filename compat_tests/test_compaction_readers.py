@@ -10,9 +10,9 @@ from itertools import pairwise
 
 import pytest
 
-from compat_tests import java
 from compat_tests.compacted import build_cleaned_topic
-from compat_tests.helpers import unique_topic
+from pybroker.testing import java
+from pybroker.testing.client_helpers import unique_topic
 
 pytestmark = [
     pytest.mark.timeout(240),

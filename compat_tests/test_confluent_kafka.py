@@ -11,7 +11,7 @@ import time
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
-from compat_tests.helpers import create_topic, unique_topic
+from pybroker.testing.client_helpers import create_topic, unique_topic
 
 pytestmark = pytest.mark.timeout(120)
 

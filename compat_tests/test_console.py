@@ -1,7 +1,7 @@
 """The web console (pybroker/console/, docs/console.md) in a real browser: Debian's headless
 Chromium loads each page from a running broker (``metrics.listener``) holding data that
 kafka-python produced and a consumer group committed, screenshots go to the artifact dir
-(compat_tests/chromium.py), and the assertions read the rendered DOM: topic names, partition
+(pybroker/testing/chromium.py), and the assertions read the rendered DOM: topic names, partition
 counts, a produced record's decoded value, lag equal to what the group committed.  Plus the
 hostile-string, 10,000-partition, read-only and ACL checks.
 
@@ -31,10 +31,10 @@ from kafka.admin import (
 )
 from kafka.structs import OffsetAndMetadata
 
-from compat_tests import chromium
-from compat_tests.broker_process import BrokerProcess
 from compat_tests.dom import Dom
-from compat_tests.procutil import free_port
+from pybroker.testing import chromium
+from pybroker.testing.debug_process import BrokerProcess
+from pybroker.testing.procutil import free_port
 
 T0 = 1_700_000_000_000  # record timestamps: T0 + i seconds
 HOSTILE = "<script>document.body.setAttribute('data-pwned','1')</script>"
@@ -644,7 +644,7 @@ def test_a_cluster_with_a_broker_down(tmp_path):
     overview lists "replicated" as under-replicated (ISR of the two others) and "single" as
     offline."""
     chromium.require()
-    from compat_tests.cluster import running_cluster
+    from pybroker.testing.cluster_harness import running_cluster
 
     with running_cluster(tmp_path, overrides={"replica.lag.time.max.ms": 2000}) as c:
         ports = {}

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from kafka import KafkaProducer
 
-from compat_tests import java
-from compat_tests.helpers import create_topic
+from pybroker.testing import java
+from pybroker.testing.client_helpers import create_topic
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -340,7 +340,7 @@ def test_the_group_carries_on_when_its_coordinator_is_killed(consumer_cp, tmp_pa
     so the new coordinator knows the members at their epochs: they keep their partitions (no
     member sees a partition revoked or lost, no commit fails), heartbeat and commit on, and
     read every record produced afterwards."""
-    from compat_tests.cluster import running_cluster
+    from pybroker.testing.cluster_harness import running_cluster
 
     overrides = {
         "group.consumer.session.timeout.ms": "6000",

@@ -21,8 +21,9 @@ import time
 
 import pytest
 
-from compat_tests import java
-from compat_tests.cluster import (
+from pybroker.testing import java
+from pybroker.testing.client_helpers import unique_topic
+from pybroker.testing.cluster_harness import (
     ConfluentLoad,
     KafkaPythonLoad,
     check_records,
@@ -30,7 +31,6 @@ from compat_tests.cluster import (
     running_cluster,
     wait_until,
 )
-from compat_tests.helpers import unique_topic
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -16,8 +16,8 @@ import time
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from compat_tests import rawkafka
-from compat_tests.broker_process import BrokerProcess, api_versions_ok
+from pybroker.testing import rawkafka
+from pybroker.testing.debug_process import BrokerProcess, api_versions_ok
 
 
 class LimitedBroker(BrokerProcess):

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 from kafka import KafkaProducer
 
-from compat_tests.helpers import create_topic, read_all, unique_topic
+from pybroker.testing.client_helpers import create_topic, read_all, unique_topic
 
 pytestmark = pytest.mark.timeout(240)
 

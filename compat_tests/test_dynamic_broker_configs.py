@@ -14,8 +14,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 from kafka.errors import MessageSizeTooLargeError
 
-from compat_tests import java
-from compat_tests.cluster import running_cluster, wait_until
+from pybroker.testing import java
+from pybroker.testing.cluster_harness import running_cluster, wait_until
 
 CONFIG_COMMAND = "kafka.admin.ConfigCommand"
 
@@ -259,14 +259,10 @@ def test_ssl_listener_key_store_changes_live(java_cp, tmp_path):
     """listener.name.ssl.ssl.keystore.location per broker: new TLS connections get the new
     certificate at once; a broken store is refused naming the key; passwords need Kafka's
     password.encoder.secret, which pybroker does not have."""
-    import sys
-    from pathlib import Path
 
-    from compat_tests.broker_process import BrokerProcess
-    from compat_tests.procutil import free_port
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from tls_certs import make_certs
+    from pybroker.testing.debug_process import BrokerProcess
+    from pybroker.testing.procutil import free_port
+    from pybroker.testing.tls_certs import make_certs
 
     first, second = make_certs(tmp_path / "one"), make_certs(tmp_path / "two")
     plain, secure = free_port(), free_port()
@@ -314,7 +310,7 @@ def test_ssl_listener_key_store_changes_live(java_cp, tmp_path):
 
 def _answers(bootstrap: str, conns: list) -> bool:
     """A new connection from 127.0.0.1 gets an ApiVersions answer (kept open in ``conns``)."""
-    from compat_tests import rawkafka
+    from pybroker.testing import rawkafka
 
     host, port = bootstrap.rsplit(":", 1)
     c = rawkafka.Conn(host, int(port), timeout=10)

@@ -17,10 +17,10 @@ import uuid
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
-from compat_tests import java
-from compat_tests.broker_process import BrokerProcess
-from compat_tests.helpers import create_topic
 from compat_tests.wire_tap import WireTap
+from pybroker.testing import java
+from pybroker.testing.client_helpers import create_topic
+from pybroker.testing.debug_process import BrokerProcess
 
 FETCH = 1
 PARTITIONS = 40

@@ -22,7 +22,7 @@ from compat_tests.group_member import (
     produce,
     wait_until,
 )
-from compat_tests.helpers import create_topic, unique_topic
+from pybroker.testing.client_helpers import create_topic, unique_topic
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.broker_overrides(GROUP_BROKER_OVERRIDES)]
 

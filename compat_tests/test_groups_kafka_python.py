@@ -25,7 +25,7 @@ from compat_tests.group_member import (
     wait_stable,
     wait_until,
 )
-from compat_tests.helpers import create_topic, unique_topic
+from pybroker.testing.client_helpers import create_topic, unique_topic
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.broker_overrides(GROUP_BROKER_OVERRIDES)]
 

@@ -6,7 +6,7 @@ import socket
 
 from kazoo.client import KazooClient
 
-from compat_tests import rawkafka
+from pybroker.testing import rawkafka
 
 
 def test_zookeeper_fixture(zookeeper):

@@ -9,8 +9,8 @@ import uuid
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from compat_tests import java
-from compat_tests.helpers import create_topic
+from pybroker.testing import java
+from pybroker.testing.client_helpers import create_topic
 
 pytestmark = [
     pytest.mark.timeout(300),

@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 import pybroker.wire.messages  # noqa: F401
-from compat_tests import java
+from pybroker.testing import java
 from pybroker.wire.schema import SCHEMAS
 
 pytestmark = pytest.mark.skipif(not java.java_available(), reason="java not found")

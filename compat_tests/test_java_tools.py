@@ -4,7 +4,7 @@ Runs the real main classes the kafka-*.sh scripts run, on both metadata backends
 ClientCompatibilityTest (the ducktape client-compatibility driver), VerifiableProducer ->
 VerifiableConsumer (group) round trip, TopicCommand and ConsumerGroupCommand. The jars come
 from scripts/fetch-java-deps (Maven Central, cached in .cache/java); skipped only when java is
-absent. Helpers: compat_tests/java.py. See docs/java.md.
+absent. Helpers: pybroker/testing/java.py. See docs/java.md.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import uuid
 
 import pytest
 
-from compat_tests import java
-from compat_tests.helpers import create_topic
+from pybroker.testing import java
+from pybroker.testing.client_helpers import create_topic
 
 pytestmark = [
     pytest.mark.timeout(300),

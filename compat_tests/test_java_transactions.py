@@ -20,9 +20,9 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 
-from compat_tests import java
-from compat_tests.cluster import running_cluster
-from compat_tests.helpers import unique_topic
+from pybroker.testing import java
+from pybroker.testing.client_helpers import unique_topic
+from pybroker.testing.cluster_harness import running_cluster
 
 pytestmark = [
     pytest.mark.timeout(420),

@@ -21,8 +21,8 @@ import pytest
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType
 
-from compat_tests import java
-from compat_tests.helpers import assign_consumer, unique_topic
+from pybroker.testing import java
+from pybroker.testing.client_helpers import assign_consumer, unique_topic
 
 pytestmark = [
     pytest.mark.timeout(300),

@@ -8,7 +8,13 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import InvalidTopicError, TopicAlreadyExistsError
 
-from compat_tests.helpers import assign_consumer, create_topic, drain, read_all, unique_topic
+from pybroker.testing.client_helpers import (
+    assign_consumer,
+    create_topic,
+    drain,
+    read_all,
+    unique_topic,
+)
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -20,8 +20,8 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
-from compat_tests import java
-from compat_tests.helpers import assign_consumer, unique_topic
+from pybroker.testing import java
+from pybroker.testing.client_helpers import assign_consumer, unique_topic
 
 pytestmark = [
     pytest.mark.timeout(420),

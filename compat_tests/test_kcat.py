@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from compat_tests.helpers import create_topic, unique_topic
+from pybroker.testing.client_helpers import create_topic, unique_topic
 
 pytestmark = [
     pytest.mark.timeout(120),

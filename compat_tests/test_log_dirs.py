@@ -21,18 +21,18 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from compat_tests import rawkafka
-from compat_tests.broker_process import BrokerProcess
-from compat_tests.cluster import (
+from pybroker.testing import rawkafka
+from pybroker.testing.client_helpers import unique_topic
+from pybroker.testing.cluster_harness import (
     Cluster,
     KafkaPythonLoad,
     check_records,
     read_topic,
     wait_until,
 )
-from compat_tests.helpers import unique_topic
-from compat_tests.procutil import free_port
-from tests.zk_server import ZooKeeperServer
+from pybroker.testing.debug_process import BrokerProcess
+from pybroker.testing.procutil import free_port
+from pybroker.testing.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.timeout(240)
 KAFKA_STORAGE_ERROR = 56
@@ -318,7 +318,7 @@ def test_kafka_log_dirs_tool_describes_both_dirs(start_broker, tmp_path):
 
     from kafka.admin import NewTopic
 
-    from compat_tests import java
+    from pybroker.testing import java
 
     try:
         java.classpath()

@@ -17,9 +17,9 @@ from kafka.errors import UnknownTopicOrPartitionError
 from kafka.structs import OffsetAndMetadata
 from prometheus_client.parser import text_string_to_metric_families
 
-from compat_tests import rawkafka
-from compat_tests.cluster import running_cluster
-from compat_tests.procutil import free_port
+from pybroker.testing import rawkafka
+from pybroker.testing.cluster_harness import running_cluster
+from pybroker.testing.procutil import free_port
 
 N = 50
 VALUE = b"v" * 100

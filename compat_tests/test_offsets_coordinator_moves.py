@@ -16,9 +16,9 @@ import uuid
 
 import pytest
 
-from compat_tests import rawkafka
-from compat_tests.cluster import running_cluster, wait_until
 from compat_tests.invariants import offset_fetch_v1_request, parse_offset_fetch_v1
+from pybroker.testing import rawkafka
+from pybroker.testing.cluster_harness import running_cluster, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -24,8 +24,8 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from compat_tests.broker_process import BrokerProcess
 from compat_tests.wire_tap import WireTap
+from pybroker.testing.debug_process import BrokerProcess
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -1,4 +1,4 @@
-"""The old versions side by side with Apache Kafka 3.9 (bench/kafka_reference.py: one KRaft
+"""The old versions side by side with Apache Kafka 3.9 (pybroker/testing/kafka_reference.py: one KRaft
 node): the same requests to both, the same answers.
 
 Produce v0-2 with message sets of format v0/v1 (every codec, magic 0's LZ4 framing) and their
@@ -20,8 +20,8 @@ import uuid
 
 import pytest
 
-from compat_tests import java
-from compat_tests.broker_process import BrokerProcess
+from pybroker.testing import java
+from pybroker.testing.debug_process import BrokerProcess
 from pybroker.wire import codec
 from pybroker.wire.legacy_records import (
     LegacyRecord,
@@ -71,7 +71,7 @@ class Client:
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory):
-    from bench.kafka_reference import start_kafka
+    from pybroker.testing.kafka_reference import start_kafka
 
     try:
         java.classpath()

@@ -26,10 +26,15 @@ from pathlib import Path
 
 import pytest
 
-from compat_tests import java
-from compat_tests.cluster import KafkaPythonLoad, check_records, read_topic, running_cluster
-from compat_tests.cluster import wait_until as poll
-from compat_tests.helpers import unique_topic
+from pybroker.testing import java
+from pybroker.testing.client_helpers import unique_topic
+from pybroker.testing.cluster_harness import (
+    KafkaPythonLoad,
+    check_records,
+    read_topic,
+    running_cluster,
+)
+from pybroker.testing.cluster_harness import wait_until as poll
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -19,7 +19,8 @@ import time
 
 import pytest
 
-from compat_tests.cluster import (
+from pybroker.testing.client_helpers import unique_topic
+from pybroker.testing.cluster_harness import (
     SESSION_TIMEOUT_S,
     KafkaPythonLoad,
     compare_replicas,
@@ -27,7 +28,6 @@ from compat_tests.cluster import (
     running_cluster,
     wait_until,
 )
-from compat_tests.helpers import unique_topic
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -219,8 +219,8 @@ def test_leader_resumed_after_its_session_expired_answers_no_stale_high_watermar
     A broker whose event loop was held up for longer than a third of its session cannot know
     it still leads: it must answer NOT_LEADER_OR_FOLLOWER until it has heard from ZooKeeper
     again, and a lower offset never."""
-    from compat_tests import rawkafka
     from compat_tests.invariants import list_offsets_v4_request, parse_list_offsets_v4
+    from pybroker.testing import rawkafka
 
     topic = unique_topic("zombie")
     cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})

@@ -19,13 +19,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 
-from compat_tests import java
-from compat_tests.broker_process import BrokerProcess
-from compat_tests.helpers import unique_topic
-from compat_tests.procutil import free_port
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from tls_certs import make_certs  # noqa: E402
+from pybroker.testing import java
+from pybroker.testing.client_helpers import unique_topic
+from pybroker.testing.debug_process import BrokerProcess
+from pybroker.testing.procutil import free_port
+from pybroker.testing.tls_certs import make_certs
 
 pytestmark = pytest.mark.timeout(300)
 ACL_COMMAND = "kafka.admin.AclCommand"

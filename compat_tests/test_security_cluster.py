@@ -22,13 +22,11 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from compat_tests.cluster import Cluster, wait_until
-from compat_tests.helpers import unique_topic
-from compat_tests.procutil import free_port
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from tls_certs import make_certs  # noqa: E402
-from zk_server import ZooKeeperServer, zookeeper_available  # noqa: E402
+from pybroker.testing.client_helpers import unique_topic
+from pybroker.testing.cluster_harness import Cluster, wait_until
+from pybroker.testing.procutil import free_port
+from pybroker.testing.tls_certs import make_certs
+from pybroker.testing.zookeeper import ZooKeeperServer, zookeeper_available
 
 pytestmark = pytest.mark.timeout(420)
 SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule"

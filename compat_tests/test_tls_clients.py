@@ -8,18 +8,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from compat_tests import java
-from compat_tests.broker_process import BrokerProcess
-from compat_tests.helpers import unique_topic
-from compat_tests.procutil import free_port
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from tls_certs import make_certs  # noqa: E402
+from pybroker.testing import java
+from pybroker.testing.client_helpers import unique_topic
+from pybroker.testing.debug_process import BrokerProcess
+from pybroker.testing.procutil import free_port
+from pybroker.testing.tls_certs import make_certs
 
 pytestmark = pytest.mark.skipif(not java.java_available(), reason="java not found")
 
@@ -133,8 +129,8 @@ def test_a_cluster_replicates_over_an_ssl_inter_broker_listener(tmp_path):
     kill -9 of the leader every acknowledged record is read from the new one."""
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    from compat_tests.cluster import Cluster
-    from tests.zk_server import ZooKeeperServer, zookeeper_available
+    from pybroker.testing.cluster_harness import Cluster
+    from pybroker.testing.zookeeper import ZooKeeperServer, zookeeper_available
 
     if not zookeeper_available():
         pytest.skip("ZooKeeper not installed")

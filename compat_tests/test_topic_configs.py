@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from compat_tests import java
 from pybroker.kafka_topic_configs import TOPIC_DEFINITIONS
+from pybroker.testing import java
 
 pytestmark = [
     pytest.mark.timeout(600),

@@ -17,8 +17,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from compat_tests.cluster import running_cluster, wait_until
-from compat_tests.helpers import create_topic, unique_topic
+from pybroker.testing.client_helpers import create_topic, unique_topic
+from pybroker.testing.cluster_harness import running_cluster, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from compat_tests.cluster import running_cluster, wait_until
-from compat_tests.helpers import unique_topic
+from pybroker.testing.client_helpers import unique_topic
+from pybroker.testing.cluster_harness import running_cluster, wait_until
 from pybroker.wire.records import build_batch, decode_records, unpack_header
 from tests.broker_fixture import Client, fetch_body, split_batches
 

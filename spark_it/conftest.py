@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from compat_tests.broker_process import BrokerProcess
 from compat_tests.conftest import zookeeper  # noqa: F401  (session ZooKeeper fixture)
+from pybroker.testing.debug_process import BrokerProcess
 from spark_it import census
 from spark_it.session import SparkDepsError, build_session, connector_jars
 
@@ -48,20 +48,21 @@ class SparkBrokerProcess(BrokerProcess):
     def __init__(self, *args, log_level: str = "DEBUG", **kwargs):
         super().__init__(*args, **kwargs)
         self.log_level = log_level
+        if PYBROKER_SRC:
+            self.cwd = self.workdir
         self._scan_pos = 0
         self.problems: list[str] = []  # (label, line) of every problem line, in order
 
     def command(self) -> list[str]:
-        cmd = super().command() + ["--log-level", self.log_level]
+        return super().command() + ["--log-level", self.log_level]
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
         if PYBROKER_SRC:
-            # run pybroker from another checkout (sys.path[0] would otherwise be the cwd)
-            assert cmd[1:3] == ["-m", "pybroker"], cmd
-            boot = (
-                f"import runpy, sys; sys.path.insert(0, {PYBROKER_SRC!r}); "
-                "sys.argv[0] = 'pybroker'; runpy.run_module('pybroker', run_name='__main__')"
-            )
-            cmd = [cmd[0], "-c", boot] + cmd[3:]
-        return cmd
+            # run pybroker from another checkout: first on PYTHONPATH, and a working directory
+            # that is no checkout (`python -m` puts the cwd before PYTHONPATH)
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [PYBROKER_SRC, env.get("PYTHONPATH")]))
+        return env
 
     def output(self, max_lines: int = 200) -> str:
         """The log's tail without asyncio's debug chatter (PYTHONASYNCIODEBUG + DEBUG level)."""

@@ -1,4 +1,4 @@
-"""Spark against three pybroker processes on one ZooKeeper (compat_tests/cluster.py), topics
+"""Spark against three pybroker processes on one ZooKeeper (pybroker/testing/cluster_harness.py), topics
 with RF 3 and min.insync.replicas=2, and kill -9 of a partition leader:
 
 - batch: reads before the kill, during a read (the kill lands while the job's tasks run),
@@ -20,12 +20,12 @@ import time
 
 import pytest
 
-from compat_tests.cluster import Cluster, wait_until
+from pybroker.testing.cluster_harness import Cluster, wait_until
+from pybroker.testing.zookeeper import ZooKeeperServer
 from spark_it.conftest import SparkBrokerProcess
 from spark_it.kafkadata import Rec, produce, unique_topic
 from spark_it.pipelines import topic_to_files
 from spark_it.sparkio import batch_read, comparable, idents, read_parquet_dir
-from tests.zk_server import ZooKeeperServer
 
 pytestmark = pytest.mark.timeout(420)
 

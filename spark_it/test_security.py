@@ -6,19 +6,16 @@ written, as a user whose ACLs allow READ on the topic and on Spark's consumer gr
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from compat_tests.procutil import free_port
+from pybroker.testing.procutil import free_port
+from pybroker.testing.tls_certs import make_certs
 from spark_it.kafkadata import Rec, create_topic, produce, unique_topic
 from spark_it.pipelines import topic_to_files
 from spark_it.sparkio import batch_read, comparable, read_parquet_dir
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from tls_certs import make_certs  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"

@@ -1,11 +1,20 @@
 """Fixtures shared by the protocol tests (tests/test_protocol_*.py): a real in-process broker
 (tests/broker_fixture.py) and a raw client.  A test module overrides ``broker`` when it needs
-its own broker per test."""
+its own broker per test.
+
+``zk_server`` (one throwaway ZooKeeper per test module that uses it) and ``zk_connect`` (a
+connect string with a fresh chroot per test, so tests never see each other's znodes) skip, with
+the reason, when zkServer.sh is not installed."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+
 import pytest
 from broker_fixture import BrokerFactory
+
+from pybroker.testing.zookeeper import ZooKeeperServer, require_zookeeper
 
 
 @pytest.fixture
@@ -31,3 +40,19 @@ def broker(shared_broker):
 def client(broker):
     with broker.client() as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def zk_server() -> Iterator[ZooKeeperServer]:
+    require_zookeeper()
+    server = ZooKeeperServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+def zk_connect(zk_server: ZooKeeperServer) -> str:
+    return f"{zk_server.connect}/t-{uuid.uuid4().hex[:12]}"

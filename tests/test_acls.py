@@ -275,7 +275,8 @@ def test_mutual_tls_principal_and_kafka_python_over_sasl_ssl(start_broker, tmp_p
     ACLs name (SSL listener, ssl.client.auth=required); kafka-python logs in with
     SCRAM-SHA-512 over SASL_SSL on the same broker."""
     from kafka import KafkaConsumer, KafkaProducer
-    from tls_certs import make_certs
+
+    from pybroker.testing.tls_certs import make_certs
 
     certs = make_certs(tmp_path / "certs")
     plain, tls_port, sasl_port = free_port(), free_port(), free_port()

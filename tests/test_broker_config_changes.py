@@ -15,13 +15,6 @@ from pybroker.coord.metadata.local import LocalStore
 from pybroker.coord.metadata.model import ClusterEvent
 from pybroker.coord.metadata.zk import ZooKeeperStore
 
-try:
-    from tests.zk_server import zk_connect, zk_server
-except ImportError:
-    from zk_server import zk_connect, zk_server
-
-__all__ = ["zk_connect", "zk_server"]  # fixtures
-
 
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 60), debug=True)

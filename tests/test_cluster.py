@@ -20,13 +20,7 @@ from pybroker.coord.metadata.store import StoreError
 from pybroker.coord.metadata.topic_rules import assign_replicas_to_brokers, validate_topic_name
 from pybroker.coord.metadata.zk import ZooKeeperStore
 from pybroker.errors import ErrorCode, KafkaError
-
-try:
-    from tests.zk_server import require_zookeeper, zk_connect, zk_server
-except ImportError:
-    from zk_server import require_zookeeper, zk_connect, zk_server
-
-__all__ = ["zk_connect", "zk_server"]  # fixtures
+from pybroker.testing.zookeeper import require_zookeeper
 
 
 def run(coro):

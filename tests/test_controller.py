@@ -34,13 +34,7 @@ from pybroker.coord.metadata.model import PartitionState
 from pybroker.coord.metadata.store import CONNECTED, LOST, BadVersionError, MetadataStore, SetData
 from pybroker.coord.metadata.zk import ZooKeeperStore
 from pybroker.errors import ErrorCode, KafkaError
-
-try:
-    from tests.zk_server import require_zookeeper, zk_server
-except ImportError:
-    from zk_server import require_zookeeper, zk_server
-
-__all__ = ["zk_server"]  # fixture
+from pybroker.testing.zookeeper import require_zookeeper
 
 
 def run(coro):

@@ -24,13 +24,7 @@ from pybroker.coord.metadata.store import (
     validate_path,
 )
 from pybroker.coord.metadata.zk import ZooKeeperStore
-
-try:
-    from tests.zk_server import require_zookeeper, zk_connect, zk_server
-except ImportError:  # tests/ is on sys.path (rootdir-less import mode)
-    from zk_server import require_zookeeper, zk_connect, zk_server
-
-__all__ = ["zk_connect", "zk_server"]  # fixtures
+from pybroker.testing.zookeeper import require_zookeeper
 
 T0 = 1_700_000_000_000
 

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.timeout(240)
 
 
 @pytest.fixture(autouse=True)
-def _inner_sys_path(monkeypatch: pytest.MonkeyPatch) -> None:
+def _inner_pythonpath(monkeypatch: pytest.MonkeyPatch) -> None:
     """The inner pytest runs in pytester's directory: it imports pybroker (and, in the
     cluster test, compat_tests) from this checkout."""
     monkeypatch.setenv(
@@ -239,7 +239,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from compat_tests import rawkafka
-from compat_tests.cluster import metadata_v7_request, parse_metadata_v7
+from pybroker.testing.cluster_harness import metadata_v7_request, parse_metadata_v7
 
 
 def metadata(host, port, topic):
@@ -320,7 +320,7 @@ def test_the_pytest11_entry_point_loads_the_plugin_without_p(pytester, tmp_path,
 
 def _kafka_jars() -> bool:
     try:
-        from compat_tests import java
+        from pybroker.testing import java
     except ImportError:
         return False
     return java.java_available()
@@ -331,7 +331,7 @@ def test_kafka_topic_against_apache_kafka(pytester, tmp_path, monkeypatch):
     """--kafka-bootstrap at a real Apache Kafka 3.9 (KRaft): kafka_topic's CreateTopics and
     DeleteTopics through pybroker's codec work there as they do on pybroker, and a refusal
     carries Kafka's own message."""
-    from bench.kafka_reference import start_kafka  # bench/ is a namespace package at ROOT
+    from pybroker.testing.kafka_reference import start_kafka
 
     report = tmp_path / "report.jsonl"
     monkeypatch.setenv("REPORT", str(report))

@@ -22,12 +22,10 @@ from pybroker.errors import ErrorCode, KafkaError
 
 try:
     from tests.test_controller import Env, env_kind, make_env, run, wait_until  # noqa: F401
-    from tests.zk_server import zk_server
 except ImportError:
     from test_controller import Env, env_kind, make_env, run, wait_until  # noqa: F401
-    from zk_server import zk_server
 
-__all__ = ["zk_server", "make_env", "env_kind"]  # fixtures
+__all__ = ["make_env", "env_kind"]  # fixtures
 
 NONE = (ErrorCode.NONE, None)
 

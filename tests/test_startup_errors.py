@@ -25,10 +25,9 @@ import pytest
 
 from pybroker.testing.process import BrokerProcess
 from pybroker.testing.procutil import free_port
+from pybroker.testing.tls_certs import make_certs
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from tls_certs import make_certs  # noqa: E402
 
 PLAIN_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="s";'
 

@@ -36,13 +36,7 @@ from pybroker.coord.metadata.store import (
     WatchedEvent,
 )
 from pybroker.coord.metadata.zk import ZooKeeperStore
-
-try:
-    from tests.zk_server import ZooKeeperServer, require_zookeeper, zk_connect, zk_server
-except ImportError:  # tests/ is on sys.path (rootdir-less import mode)
-    from zk_server import ZooKeeperServer, require_zookeeper, zk_connect, zk_server
-
-__all__ = ["zk_connect", "zk_server"]  # fixtures
+from pybroker.testing.zookeeper import ZooKeeperServer, require_zookeeper
 
 
 def run_async(fn):

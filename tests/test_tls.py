@@ -10,10 +10,10 @@ import ssl
 
 import pytest
 from broker_fixture import free_port, unique_topic
-from tls_certs import make_certs
 
 from pybroker.config import ConfigError, build_config
 from pybroker.security.listeners import inter_broker_ssl_context
+from pybroker.testing.tls_certs import make_certs
 
 
 @pytest.fixture(scope="module")

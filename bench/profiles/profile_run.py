@@ -33,10 +33,9 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-sys.path.insert(0, str(ROOT))
+from bench import run as bench
 
-from bench import run as bench  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 TICK = os.sysconf("SC_CLK_TCK")
 

@@ -17,7 +17,7 @@ Loaded with `-p compat_tests.kafka_python_suite.plugin` by scripts/run-kafka-pyt
   and its tail printed when the session failed.
 - Their fixtures spawn a Java Kafka for SSL tests (KafkaFixture.instance(transport="SSL")):
   that call gets a pybroker process with an SSL listener instead (PEM certificates from
-  tests/tls_certs.py, the CA as <ssl_dir>/ca-cert where their tests look for it).
+  pybroker/testing/tls_certs.py, the CA as <ssl_dir>/ca-cert where their tests look for it).
 """
 
 from __future__ import annotations
@@ -73,12 +73,13 @@ def pytest_load_initial_conftests(early_config, parser, args):
     _state["workdir"] = workdir
     os.environ.setdefault("KAFKA_ROOT", str(workdir))
     if "KAFKA_URI" not in os.environ:
-        from compat_tests.broker_process import BrokerProcess, BrokerStartError
+        from pybroker.testing.debug_process import BrokerProcess
+        from pybroker.testing.process import BrokerStartError
 
         backend = os.environ.get("PYBROKER_SUITE_BACKEND", "embedded")
         zk_connect = None
         if backend == "zookeeper":
-            from tests.zk_server import ZooKeeperServer
+            from pybroker.testing.zookeeper import ZooKeeperServer
 
             zk = ZooKeeperServer(workdir / "zookeeper")
             zk.start()
@@ -115,9 +116,9 @@ class _SslBroker:
     transport, start(), close()."""
 
     def __init__(self, workdir: Path) -> None:
-        from compat_tests.broker_process import BrokerProcess
-        from compat_tests.procutil import free_port
-        from tests.tls_certs import make_certs
+        from pybroker.testing.debug_process import BrokerProcess
+        from pybroker.testing.procutil import free_port
+        from pybroker.testing.tls_certs import make_certs
 
         self.ssl_dir = str(workdir / "ssl")
         certs = make_certs(Path(self.ssl_dir))
@@ -158,8 +159,8 @@ class _SaslBroker:
     broker_user, broker_password = "alice", "alice-secret"
 
     def __init__(self, workdir: Path, mechanism: str, partitions: int = 4) -> None:
-        from compat_tests.broker_process import BrokerProcess
-        from compat_tests.procutil import free_port
+        from pybroker.testing.debug_process import BrokerProcess
+        from pybroker.testing.procutil import free_port
 
         self.host, self.port, self.transport = "127.0.0.1", free_port(), "SASL_PLAINTEXT"
         self.sasl_mechanism = mechanism.upper()

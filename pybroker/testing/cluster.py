@@ -10,7 +10,7 @@
     cluster.cleanup()          # kill whatever is left, stop ZooKeeper (always call it)
 
 Needs Debian's ZooKeeper (``zookeeper_available()``).  The compat tests' richer Cluster
-(compat_tests/cluster.py) shares CLUSTER_OVERRIDES and the parallel start with it.
+(pybroker/testing/cluster_harness.py) shares CLUSTER_OVERRIDES and the parallel start with it.
 """
 
 from __future__ import annotations

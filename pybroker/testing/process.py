@@ -10,7 +10,7 @@ stderr and stdout go to <workdir>/broker.stderr (appended across restarts); `out
 its tail for failure reports.  ``start_all(brokers)`` starts several at once (a cluster).
 
 ``ready()`` is an ApiVersions and a Metadata round trip through pybroker's codec
-(pybroker.testing.client); compat_tests/broker_process.py overrides it with hand-built bytes
+(pybroker.testing.client); pybroker/testing/debug_process.py overrides it with hand-built bytes
 and runs its brokers with asyncio's debug mode (``asyncio_debug``).
 """
 
@@ -40,6 +40,7 @@ class BrokerStartError(RuntimeError):
 
 class BrokerProcess:
     asyncio_debug = False  # PYTHONASYNCIODEBUG=1 in the broker (slower; finds loop misuse)
+    cwd: Path | None = None  # the broker's working directory (None: this process's)
 
     def __init__(
         self,
@@ -126,19 +127,24 @@ class BrokerProcess:
         with open(self.stderr_path, "ab") as out:
             out.write(f"\n===== start: {' '.join(self.command())}\n".encode())
             out.flush()
-            env = dict(os.environ, PYTHONUNBUFFERED="1")
-            if self.asyncio_debug:
-                env["PYTHONASYNCIODEBUG"] = "1"
-            else:  # not inherited either: debug mode slows the loop (bench, fuzz)
-                env.pop("PYTHONASYNCIODEBUG", None)
             self.proc = subprocess.Popen(
                 self.command(),
                 stdout=out,
                 stderr=out,
                 stdin=subprocess.DEVNULL,
-                env=env,
+                env=self.environment(),
+                cwd=self.cwd,
                 start_new_session=True,
             )
+
+    def environment(self) -> dict[str, str]:
+        """The broker's environment: this process's, unbuffered, asyncio debug as chosen."""
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if self.asyncio_debug:
+            env["PYTHONASYNCIODEBUG"] = "1"
+        else:  # not inherited either: debug mode slows the loop (bench, fuzz)
+            env.pop("PYTHONASYNCIODEBUG", None)
+        return env
 
     def _wait_ready(self, deadline: float) -> None:
         assert self.proc is not None

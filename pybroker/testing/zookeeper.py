@@ -6,8 +6,8 @@ its own process group; ``stop()`` always ends that group.  ``restart()`` keeps t
 data dir, so sessions survive it.  ``zookeeper_available()`` says whether zkServer.sh and java
 are installed (``ZK_SERVER_SH`` overrides the script's path).
 
-Used by the pytest plugin's ``kafka_cluster`` fixture and by the project's own tests
-(tests/zk_server.py adds their fixtures).
+Used by the pytest plugin's ``kafka_cluster`` fixture, the cluster harness and the project's
+own tests (tests/conftest.py's ``zk_server``/``zk_connect`` fixtures).
 """
 
 from __future__ import annotations
@@ -28,6 +28,14 @@ ZK_SERVER_SH = os.environ.get("ZK_SERVER_SH", "/usr/share/zookeeper/bin/zkServer
 
 def zookeeper_available() -> bool:
     return os.path.exists(ZK_SERVER_SH) and shutil.which("java") is not None
+
+
+def require_zookeeper() -> None:
+    """Skip the calling test (pytest) when ZooKeeper is not installed."""
+    if not zookeeper_available():
+        import pytest  # only under pytest; the module itself needs no test dependency
+
+        pytest.skip(f"ZooKeeper not installed ({ZK_SERVER_SH} or java missing)")
 
 
 class ZooKeeperServer:

@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compat_tests.broker_process import BrokerProcess
+from pybroker.testing.debug_process import BrokerProcess
 from pybroker.wire import codec
 from pybroker.wire.records import COMPRESSION_GZIP, COMPRESSION_NONE, COMPRESSION_ZSTD, build_batch
 from pybroker.wire.records import decode_records as _decode_records

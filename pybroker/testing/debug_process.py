@@ -1,7 +1,7 @@
 """The compat tests' broker process: pybroker.testing.process.BrokerProcess (shipped with the
 package for the pytest plugin) with the compat harness's two choices:
 
-- readiness is an ApiVersions v0 round trip in hand-built bytes (compat_tests/rawkafka.py), so
+- readiness is an ApiVersions v0 round trip in hand-built bytes (pybroker/testing/rawkafka.py), so
   what the harness waits for does not depend on pybroker's codec;
 - the broker runs with asyncio's debug mode on (PYTHONASYNCIODEBUG=1).
 
@@ -11,8 +11,8 @@ package for the pytest plugin) with the compat harness's two choices:
 
 from __future__ import annotations
 
-from compat_tests import rawkafka
 from pybroker.testing import process as _process
+from pybroker.testing import rawkafka
 from pybroker.testing.process import (  # noqa: F401
     HOST,
     START_TIMEOUT,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: scripts/, java/, .cache/
 FETCH_SCRIPT = ROOT / "scripts" / "fetch-java-deps"
 CLASSPATH_FILE = ROOT / ".cache" / "java" / "classpath.txt"
 APPS_CLASSPATH_FILE = ROOT / ".cache" / "java" / "apps-classpath.txt"

@@ -18,8 +18,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import pytest
-
 CANDIDATES = ("/usr/bin/chromium", "chromium", "chromium-browser")
 FLAGS = (
     "--headless",
@@ -49,6 +47,8 @@ def find() -> str | None:
 def require() -> str:
     path = find()
     if path is None:
+        import pytest  # only under pytest: this module needs no test dependency
+
         why = "chromium not installed (Debian package chromium: run scripts/install-test-deps)"
         if os.environ.get("CI") == "true":
             pytest.fail(why + "; CI=true requires it", pytrace=False)
@@ -58,7 +58,7 @@ def require() -> str:
 
 def artifacts_dir() -> Path:
     root = os.environ.get("PYBROKER_ARTIFACTS")
-    base = Path(root) if root else Path(__file__).resolve().parent.parent / "test-artifacts"
+    base = Path(root) if root else Path(__file__).resolve().parents[2] / "test-artifacts"
     out = base / "console"
     out.mkdir(parents=True, exist_ok=True)
     return out

@@ -2,13 +2,13 @@
 
 For side-by-side runs against pybroker:
 
-    from bench.kafka_reference import start_kafka, start_kafka_cluster
+    from pybroker.testing.kafka_reference import start_kafka, start_kafka_cluster
     with start_kafka() as kafka:                 # one node: broker + controller
         kafka.bootstrap                          # "127.0.0.1:<port>"
     with start_kafka_cluster(3) as cluster:      # node 1 broker+controller, nodes 2-3 brokers
         cluster.bootstrap                        # all three brokers' listeners
 
-    python -m bench.kafka_reference [--brokers 3] [--smoke] [--workdir DIR]
+    python -m pybroker.testing.kafka_reference [--brokers 3] [--smoke] [--workdir DIR]
         starts it, prints the bootstrap servers, and runs until Ctrl-C; --smoke instead
         produces and consumes with kafka-python and stops.
 
@@ -36,10 +36,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from compat_tests import java, rawkafka  # noqa: E402
-from compat_tests.procutil import free_port, tail  # noqa: E402
+from pybroker.testing import java, rawkafka
+from pybroker.testing.procutil import free_port, tail
 
 HOST = "127.0.0.1"
 HEAP = "512m"

@@ -14,7 +14,7 @@
 
 The `cluster` fixture (compat_tests/test_cluster_*.py import it) starts a private ZooKeeper
 and three brokers per test and always ends every process it started.  Wire bytes for
-Metadata / FindCoordinator are built by hand (struct, compat_tests/rawkafka.py), so what the
+Metadata / FindCoordinator are built by hand (struct, pybroker/testing/rawkafka.py), so what the
 tests see does not depend on pybroker's codec nor on a client's metadata cache.
 
 Also here: the acks=all idempotent producer loads (kafka-python and confluent-kafka) that
@@ -35,10 +35,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compat_tests import rawkafka
-from compat_tests.broker_process import BrokerProcess, start_all
+from pybroker.testing import rawkafka
 from pybroker.testing.cluster import CLUSTER_OVERRIDES  # settings every cluster broker gets
-from tests.zk_server import ZooKeeperServer
+from pybroker.testing.debug_process import BrokerProcess
+from pybroker.testing.process import start_all
+from pybroker.testing.zookeeper import ZooKeeperServer
 
 SESSION_TIMEOUT_S = 6.0
 
@@ -134,7 +135,7 @@ class Cluster:
     def __init__(
         self,
         workdir: Path,
-        zookeeper,  # tests/zk_server.ZooKeeperServer (running)
+        zookeeper,  # pybroker.testing.zookeeper.ZooKeeperServer (running)
         size: int = 3,
         overrides: dict[str, object] | None = None,
         chroot: str | None = None,
