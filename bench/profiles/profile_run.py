@@ -33,7 +33,10 @@ import threading
 import time
 from pathlib import Path
 
-from bench import run as bench
+from bench import procstat
+from bench.report import loadavg
+from bench.targets import PYBROKER, start_target
+from bench.workloads import SIZES, WORKLOADS
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -88,7 +91,7 @@ class CpuSampler:
     def _snapshot(self) -> tuple[dict[int, tuple[str, float]], tuple[int, int, int, int]]:
         out: dict[int, tuple[str, float]] = {}
         me = os.getpid()
-        for pid in bench._descendants(me):
+        for pid in procstat.descendants(me):
             c = _cpu_s(pid)
             if c is not None:
                 out[pid] = ("client" if pid == me else classify(pid), c)
@@ -190,16 +193,16 @@ def main() -> int:
     args = ap.parse_args()
     if args.event_loop:
         os.environ["PYBROKER_EVENT_LOOP"] = args.event_loop
-    w = bench.WORKLOADS[args.workload.upper()]
-    sizes = dict(bench.SIZES["full"], w8_topics=args.w8_topics)
+    w = WORKLOADS[args.workload.upper()]
+    sizes = dict(SIZES["full"], w8_topics=args.w8_topics)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="pyprof-"))
-    target = bench.start_target(bench.PYBROKER, w.brokers, workdir)
+    target = start_target(PYBROKER, w.brokers, workdir)
     try:
         state = w.setup(target, sizes)
         for i in range(args.runs):
-            load_before = bench.loadavg()
+            load_before = loadavg()
             procs = [] if args.no_profile else start_pyspy(target.pids, out, w.wid, args.suffix)
             t0 = time.monotonic()
             try:
@@ -217,7 +220,7 @@ def main() -> int:
                         "figures": figures,
                         "wall s": round(time.monotonic() - t0, 2),
                         "cpu": cpu.summary(),
-                        "load 1m before/after": [load_before, bench.loadavg()],
+                        "load 1m before/after": [load_before, loadavg()],
                     }
                 ),
                 flush=True,

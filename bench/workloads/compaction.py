@@ -27,7 +27,9 @@ import threading
 import time
 from pathlib import Path
 
+from bench.clients import create_topics
 from bench.procstat import cpu_seconds
+from bench.targets import Target
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -218,3 +220,47 @@ def measure_clean(
         "GiB cleaned": dirty / GIB,
         "probe samples": float(n_idle + n_clean),
     }
+
+
+# the workload W9 ----------------------------------------------------------------------
+# W9 ---------------------------------------------------------------------------------------
+# The cleaner's backoff is 15 s by default on both brokers: a clean would start up to 15 s
+# after the topic turns compact. 500 ms on both keeps that wait out of the cleaner's MB/s.
+W9_OVERRIDES: dict[str, object] = {"log.cleaner.backoff.ms": 500}
+W9_TOPIC_CONFIGS = {
+    "cleanup.policy": "delete",
+    "retention.ms": "-1",
+    "segment.bytes": str(SEGMENT_BYTES),
+}
+
+
+def w9_setup(target: Target, sizes: dict) -> dict:
+    create_topics(target, ["w9-probe"], 1)
+    return {"sizes": sizes}
+
+
+def w9_run(target: Target, st: dict, i: int) -> dict[str, float]:
+    topic = f"w9-{i}"
+    create_topics(target, [topic], 1, configs=W9_TOPIC_CONFIGS)
+    sizes = st["sizes"]
+    fill(target.bootstrap, topic, sizes["w9_bytes"], sizes["w9_keys"], seed=9 + i)
+    with LatencyProbe(target.bootstrap, "w9-probe") as probe:
+        return measure_clean(target.bootstrap, target.pids, target.log_dirs[0], topic, probe)
+
+
+def w9_cmds(sizes: dict) -> list[str]:
+    n = sizes["w9_bytes"] // VALUE_SIZE
+    return [
+        "brokers: " + ", ".join(f"{k}={v}" for k, v in W9_OVERRIDES.items()),
+        "topic w9-<run>: 1 partition, "
+        + ", ".join(f"{k}={v}" for k, v in W9_TOPIC_CONFIGS.items()),
+        f"fill (bench/py, confluent-kafka, acks=1, uncompressed): {n:,} records of "
+        f"{VALUE_SIZE} B, keys drawn from {sizes['w9_keys']:,} (seeded), so 10% of "
+        "the records are the latest of their key",
+        f"probe: a confluent-kafka producer, acks=1, linger.ms=0, {PROBE_RATE} "
+        f"records/s of 1 KiB to w9-probe; p99 over {IDLE_S:.0f} s idle, then over "
+        "the clean",
+        "clean: IncrementalAlterConfigs cleanup.policy=compact; timed until the broker's "
+        "cleaner-offset-checkpoint reaches the active segment's base offset; MB/s and CPU "
+        "s/GiB over the bytes of the inactive segments",
+    ]

@@ -1,0 +1,1 @@
+"""py-spy profiles of a bench workload against pybroker (docs/performance.md)."""
