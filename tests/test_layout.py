@@ -32,16 +32,25 @@ def python_files() -> list[Path]:
     return sorted(out)
 
 
+def python_scripts() -> list[Path]:
+    """scripts/ without the .py suffix whose #! line runs Python."""
+    return sorted(
+        p
+        for p in (ROOT / "scripts").iterdir()
+        if p.is_file() and "python" in p.read_text(errors="replace").partition("\n")[0]
+    )
+
+
 def test_no_module_edits_sys_path():
     me = Path(__file__).resolve()
     offenders = [
         f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
-        for p in python_files()
+        for p in python_files() + python_scripts()
         if p.resolve() != me
         for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
         if SYS_PATH_EDIT.search(line)
     ]
-    assert python_files(), "no Python files found"
+    assert python_files() and python_scripts(), "no Python files found"
     assert not offenders, "sys.path edited (use PYTHONPATH for a child):\n" + "\n".join(offenders)
 
 
@@ -57,7 +66,7 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
 
 
 def test_harness_and_bench_import_no_test_suite():
-    sources = [p for p in python_files() if p.is_relative_to(ROOT / "bench")]
+    sources = [p for p in python_files() if p.is_relative_to(ROOT / "bench")] + python_scripts()
     sources += [p for p in python_files() if p.is_relative_to(ROOT / "pybroker")]
     assert any(p.is_relative_to(ROOT / "bench") for p in sources)
     offenders = []

@@ -238,7 +238,7 @@ import time
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from compat_tests import rawkafka
+from pybroker.testing import rawkafka
 from pybroker.testing.cluster_harness import metadata_v7_request, parse_metadata_v7
 
 
