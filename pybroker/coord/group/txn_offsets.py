@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable
 
 from pybroker.coord.group.offsets import CommittedOffset
 from pybroker.coord.metadata.paths import component_to_name, name_to_component
+from pybroker.coord.metadata.placement import partition_for
 from pybroker.coord.metadata.store import MetadataStore, NodeExistsError, NoNodeError, NotEmptyError
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ def _encode(epoch: int, offsets: Offsets) -> bytes:
     return json.dumps({"producer_epoch": epoch, "offsets": rows}, separators=(",", ":")).encode()
 
 
-def _decode(data: bytes) -> tuple[int, Offsets]:
+def decode_pending(data: bytes) -> tuple[int, Offsets]:
     d = json.loads(data)
     offsets = {
         (str(t), int(p)): CommittedOffset(int(o), int(e), str(m), int(ts), None)
@@ -89,7 +90,7 @@ class PendingTxnOffsets:
                     data, _ = await self.store.get(f"{_path(pid)}/{child}")
                 except NoNodeError:
                     continue
-                index.setdefault(component_to_name(child), {})[pid] = _decode(data)
+                index.setdefault(component_to_name(child), {})[pid] = decode_pending(data)
         self._index = index
         return index
 
@@ -124,11 +125,11 @@ class PendingTxnOffsets:
         self,
         pid: int,
         committed: bool,
-        in_partition: Callable[[str], bool],
+        partition: int,
         commit: Callable[[str, Offsets], Awaitable[None]],
     ) -> int:
-        """The marker of ``pid``'s transaction for the groups ``in_partition`` selects:
-        ``commit`` their pending offsets (COMMIT) or drop them, and delete the nodes.
+        """The marker of ``pid``'s transaction for offsets partition ``partition``: ``commit``
+        the pending offsets of its groups (COMMIT) or drop them, and delete the nodes.
         Returns how many groups had pending offsets."""
         index = await self._loaded()
         try:
@@ -138,14 +139,14 @@ class PendingTxnOffsets:
         done = 0
         for child in children:
             group = component_to_name(child)
-            if not in_partition(group):
+            if partition_for(group) != partition:
                 continue
             path = f"{_path(pid)}/{child}"
             try:
                 data, stat = await self.store.get(path)
             except NoNodeError:
                 continue
-            _, offsets = _decode(data)
+            _, offsets = decode_pending(data)
             if committed and offsets:
                 await commit(group, offsets)
             try:
@@ -163,4 +164,4 @@ class PendingTxnOffsets:
         return done
 
 
-__all__ = ["ROOT", "PendingTxnOffsets"]
+__all__ = ["ROOT", "PendingTxnOffsets", "decode_pending"]
