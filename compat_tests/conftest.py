@@ -8,6 +8,10 @@
   listeners/log.dirs/broker.id (and zookeeper.connect with a fresh chroot on the zookeeper
   backend) plus Kafka-named overrides: start_broker(**{"num.partitions": 3}).
 - `broker`: start_broker() with the overrides of a `@pytest.mark.broker_overrides({...})`.
+- `storage` ("zookeeper" | "kafka"): a test that names it runs with each storage of committed
+  offsets and transaction state (offsets.storage and transaction.state.storage; "kafka" with
+  the internal topics' replication factor 1 on one broker), and its brokers get them
+  (`storage_overrides(storage)`).  Pick one with PYBROKER_STORAGES=kafka.
 
 Every broker a test started is killed at teardown; a broker still running is first stopped
 with SIGTERM and must exit 0, and a broker that logged a Python traceback fails the test
@@ -22,9 +26,20 @@ import os
 import pytest
 
 from compat_tests.broker_process import BrokerProcess
+from compat_tests.helpers import ALL_STORAGES, storage_overrides
 from tests.zk_server import ZK_SERVER_SH, ZooKeeperServer, zookeeper_available
 
 ALL_BACKENDS = ["embedded", "zookeeper"]
+
+
+def _storages() -> list[str]:
+    wanted = os.environ.get("PYBROKER_STORAGES")
+    if not wanted:
+        return ALL_STORAGES
+    chosen = [s.strip() for s in wanted.split(",") if s.strip()]
+    if set(chosen) - set(ALL_STORAGES):
+        raise pytest.UsageError(f"PYBROKER_STORAGES: unknown storage(s) in {chosen}")
+    return chosen
 
 
 def _backends() -> list[str]:
@@ -70,18 +85,25 @@ def backend(request) -> str:
     return request.param
 
 
+@pytest.fixture(params=_storages())
+def storage(request) -> str:
+    return request.param
+
+
 @pytest.fixture
 def start_broker(request, backend, tmp_path):
     """Factory: start_broker(**overrides) -> BrokerProcess (running)."""
     started: list[BrokerProcess] = []
     request.node._pybrokers = started
     zk_connect = request.getfixturevalue("zookeeper").connect if backend == "zookeeper" else None
+    chosen = request.getfixturevalue("storage") if "storage" in request.fixturenames else None
+    base = storage_overrides(chosen) if chosen else {}
 
     def factory(**overrides) -> BrokerProcess:
         b = BrokerProcess(
             tmp_path / f"broker{len(started)}",
             zookeeper_connect=zk_connect,
-            overrides={k.replace("__", "."): v for k, v in overrides.items()},
+            overrides={**base, **{k.replace("__", "."): v for k, v in overrides.items()}},
         )
         started.append(b)
         b.start()
