@@ -261,8 +261,9 @@ class GroupCoordinator:
         """If the placement's epoch moved since the last look: for every offsets partition
         whose coordination term moved (all of them with rendezvous placement; with
         __consumer_offsets only those this broker started or stopped leading), forget the
-        cached offsets and KIP-848 state of its groups and unload its groups that are KIP-848
-        groups or coordinated elsewhere now (module docstring)."""
+        cached offsets and KIP-848 state of its groups and unload its groups (with rendezvous
+        placement, only the KIP-848 groups and those coordinated elsewhere now: module
+        docstring)."""
         epoch = self.placement.epoch()
         if epoch == self._membership_epoch:
             return
@@ -272,7 +273,8 @@ class GroupCoordinator:
         self._terms = terms
         if not moved:
             return
-        if len(moved) == len(terms):
+        everything = len(moved) == len(terms)  # (rendezvous placement: any change of brokers)
+        if everything:
             self.offsets.forget_all()
             self.consumer_store.forget_all()
             self._checked.clear()
@@ -288,7 +290,10 @@ class GroupCoordinator:
             gid
             for gid, g in self.groups.items()
             if self.partition_of(gid) in moved
-            and (isinstance(g, ConsumerGroup) or not self._coordinates(gid))
+            and (
+                # a partition whose own term moved was interrupted here: its groups go
+                not everything or isinstance(g, ConsumerGroup) or not self._coordinates(gid)
+            )
         ]:
             g = self.groups.pop(gid)
             log.info("group %s: coordination may have moved; unloading it", gid)
