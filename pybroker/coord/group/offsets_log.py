@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 Offsets = dict[TopicPartition, CommittedOffset]
 LOAD_RETRY_S = 1.0
+LISTING_S = 5.0  # a listing of the metadata store's offsets serves the loads that follow
 
 
 @dataclass
@@ -134,6 +135,8 @@ class LogOffsetStore:
         self.partitions = partitions
         self.load_retry_s = load_retry_s
         self._parts: dict[int, PartitionCache] = {}
+        # (when, groups by partition, pending by partition): the metadata store's offsets
+        self._listing: tuple[float, dict, dict] | None = None
         self.epoch = 0  # moves at every election, resignation and finished load here
         self.on_change: Callable[[], None] | None = None  # called after the epoch moved
 
@@ -180,9 +183,9 @@ class LogOffsetStore:
 
     def term(self, partition: int) -> object:
         """This broker's load of the partition (None: not led here): it changes with every
-        election here, and only then."""
+        election here and when the load completes, and only then."""
         st = self._parts.get(partition)
-        return None if st is None else st.serial
+        return None if st is None else (st.serial, st.loaded)
 
     def load_error(self, partition: int) -> int | None:
         """None when this broker serves the partition's groups; else the error to answer."""
@@ -253,15 +256,8 @@ class LogOffsetStore:
         except NoNodeError:
             pass
         zk = OffsetStore(self.store, self.clock, timestamp_refresh_ms=0)
-        try:
-            names = [
-                paths.component_to_name(c) for c in await self.store.get_children(paths.CONSUMERS)
-            ]
-        except NoNodeError:
-            names = []
-        for group in names:
-            if self.partition_of(group) != partition:
-                continue
+        groups_in, pending_in = await self._store_listing()
+        for group in groups_in.get(partition, ()):
             stored = await zk.load(group)
             have = st.groups.get(group)
             newer = {
@@ -281,31 +277,52 @@ class LogOffsetStore:
                 len(newer),
                 partition,
             )
+        for pid, group, path in pending_in.get(partition, ()):
+            try:
+                data, stat = await self.store.get(path)
+            except NoNodeError:
+                continue
+            epoch, offsets = decode_pending(data)
+            await self.add_pending(partition, st, group, pid, epoch, offsets)
+            try:
+                await self.store.delete(path, stat.version)
+            except NoNodeError:
+                pass
+
+    async def _store_listing(
+        self,
+    ) -> tuple[dict[int, list[str]], dict[int, list[tuple[int, str, str]]]]:
+        """What the metadata store holds, by partition: the groups with offsets under
+        /consumers, and (producer id, group, path) of the pending transactional offsets.
+        Listed once for the partitions that load together (kept LISTING_S), not once each."""
+        now = self.clock.monotonic()
+        if self._listing is not None and now - self._listing[0] < LISTING_S:
+            return self._listing[1], self._listing[2]
+        groups: dict[int, list[str]] = {}
+        try:
+            children = await self.store.get_children(paths.CONSUMERS)
+        except NoNodeError:
+            children = []
+        for c in children:
+            name = paths.component_to_name(c)
+            groups.setdefault(self.partition_of(name), []).append(name)
+        pending: dict[int, list[tuple[int, str, str]]] = {}
         try:
             pids = await self.store.get_children(TXN_OFFSETS_ROOT)
         except NoNodeError:
-            return
+            pids = []
         for pid_name in pids:
             try:
                 pid = int(pid_name)
-                children = await self.store.get_children(f"{TXN_OFFSETS_ROOT}/{pid_name}")
+                kids = await self.store.get_children(f"{TXN_OFFSETS_ROOT}/{pid_name}")
             except (ValueError, NoNodeError):
                 continue
-            for child in children:
+            for child in kids:
                 group = paths.component_to_name(child)
-                if self.partition_of(group) != partition:
-                    continue
                 path = f"{TXN_OFFSETS_ROOT}/{pid_name}/{child}"
-                try:
-                    data, stat = await self.store.get(path)
-                except NoNodeError:
-                    continue
-                epoch, offsets = decode_pending(data)
-                await self.add_pending(partition, st, group, pid, epoch, offsets)
-                try:
-                    await self.store.delete(path, stat.version)
-                except NoNodeError:
-                    pass
+                pending.setdefault(self.partition_of(group), []).append((pid, group, path))
+        self._listing = (now, groups, pending)
+        return groups, pending
 
     # -- reads (OffsetStore's interface) ---------------------------------------------------
     def _served(self, group: str) -> PartitionCache:

@@ -134,9 +134,9 @@ class TxnStateLog:
 
     def term(self, partition: int) -> object:
         """This broker's load of the partition (None: not led here): it changes with every
-        election here, and only then."""
+        election here and when the load completes, and only then."""
         st = self._parts.get(partition)
-        return None if st is None else st.serial
+        return None if st is None else (st.serial, st.loaded)
 
     def load_error(self, partition: int) -> int | None:
         st = self._parts.get(partition)
