@@ -33,6 +33,7 @@ from pybroker.replication.manager import LEADER
 from pybroker.wire.control_records import read_end_txn_marker
 from pybroker.wire.records import (
     HEADER_SIZE,
+    InvalidRecordError,
     build_batch,
     decode_records,
     scan_batches,
@@ -89,7 +90,10 @@ def decode_batches(data: bytes) -> list[LogBatch]:
                 continue  # another control record type: nothing for the coordinators
             control = marker.committed
         elif h.size > HEADER_SIZE:
-            records = [(r.offset, r.key, r.value) for r in decode_records(raw)]
+            try:
+                records = [(r.offset, r.key, r.value) for r in decode_records(raw)]
+            except InvalidRecordError as e:  # (CRC checked: a codec that fails) skipped, loudly
+                log.error("internal topic batch at offset %d cannot be read: %s", h.base_offset, e)
         out.append(
             LogBatch(
                 h.base_offset,
@@ -227,7 +231,14 @@ class InternalTopic:
             if piece is None or piece.size == 0:
                 return
             batches = await asyncio.to_thread(_read_and_decode, piece)
-            if not batches:
+            if not batches:  # a batch that fails its CRC: what follows it cannot be read
+                log.error(
+                    "%s-%d: no valid batch at offset %d (log end %d): loaded up to there",
+                    self.name,
+                    partition,
+                    offset,
+                    plog.log_end_offset,
+                )
                 return
             for b in batches:
                 if b.last_offset >= offset:

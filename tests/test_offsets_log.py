@@ -222,3 +222,28 @@ def test_offsets_in_the_metadata_store_move_into_the_log(env) -> None:
         await meta.close()
 
     asyncio.run(main())
+
+
+def test_a_record_that_cannot_be_read_is_skipped_not_fatal(env) -> None:
+    async def main() -> None:
+        clock, meta = await env()
+        log = FakeLog(partitions=1)
+        good = cr.offset_commit_value(cr.OffsetCommitValue(5, -1, "", 1000))
+        await log.append(
+            0,
+            [
+                (cr.offset_commit_key("bad", "t", 0), b"\x00\x09garbage"),
+                (cr.group_metadata_key("bad"), b"\x00"),
+                (cr.offset_commit_key("ok", "t", 0), good),
+            ],
+            leader_epoch=0,
+        )
+        s = _new(log, meta, clock)
+        log.elect(s)
+        await _loaded(s, log)
+        assert await s.groups() == ["ok"]
+        assert (await s.load("ok"))[T0].offset == 5
+        await s.stop()
+        await meta.close()
+
+    asyncio.run(main())

@@ -539,30 +539,41 @@ def apply_batch(st: PartitionCache, batch: LogBatch) -> None:
     for offset, key, value in batch.records:
         if key is None:
             continue
-        k = cr.read_group_key(key)
-        if isinstance(k, cr.OffsetCommitKey):
-            tp = (k.topic, k.partition)
-            if batch.transactional:
-                if value is not None:
-                    pending = st.pending.setdefault(batch.producer_id, {})
-                    co = _committed(cr.read_offset_commit_value(value))
-                    pending.setdefault(k.group, {})[tp] = (co, offset)
-                continue
-            g = st.groups.setdefault(k.group, _Group())
-            if value is None:
-                g.offsets.pop(tp, None)
-                g.record_offsets.pop(tp, None)
-            else:
-                g.offsets[tp] = _committed(cr.read_offset_commit_value(value))
-                g.record_offsets[tp] = offset
-            if g.empty:
-                del st.groups[k.group]
-        elif isinstance(k, cr.GroupMetadataKey):
-            g = st.groups.setdefault(k.group, _Group())
-            g.metadata = None if value is None else cr.read_group_metadata_value(value)
-            if g.empty:
-                del st.groups[k.group]
-        # other keys (Kafka 4's KIP-848 and share-group records) are not ours
+        try:
+            _apply_record(st, batch, offset, key, value)
+        except DecodeError as e:  # (written by something else than a coordinator)
+            log.warning("__consumer_offsets: record at offset %d skipped: %s", offset, e)
+
+
+def _apply_record(
+    st: PartitionCache, batch: LogBatch, offset: int, key: bytes, value: bytes | None
+) -> None:
+    k = cr.read_group_key(key)
+    if isinstance(k, cr.OffsetCommitKey):
+        tp = (k.topic, k.partition)
+        if batch.transactional:
+            if value is not None:
+                pending = st.pending.setdefault(batch.producer_id, {})
+                co = _committed(cr.read_offset_commit_value(value))
+                pending.setdefault(k.group, {})[tp] = (co, offset)
+            return
+        co = None if value is None else _committed(cr.read_offset_commit_value(value))
+        g = st.groups.setdefault(k.group, _Group())
+        if co is None:
+            g.offsets.pop(tp, None)
+            g.record_offsets.pop(tp, None)
+        else:
+            g.offsets[tp] = co
+            g.record_offsets[tp] = offset
+        if g.empty:
+            del st.groups[k.group]
+    elif isinstance(k, cr.GroupMetadataKey):
+        metadata = None if value is None else cr.read_group_metadata_value(value)
+        g = st.groups.setdefault(k.group, _Group())
+        g.metadata = metadata
+        if g.empty:
+            del st.groups[k.group]
+    # other keys (Kafka 4's KIP-848 and share-group records) are not ours
 
 
 def _complete(st: PartitionCache, pid: int, committed: bool) -> int:

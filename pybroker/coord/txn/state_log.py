@@ -158,7 +158,7 @@ class TxnStateLog:
                     self._apply(st, batch)
             except asyncio.CancelledError:
                 raise
-            except (StoreError, DecodeError, OSError, ValueError) as e:
+            except (StoreError, OSError) as e:
                 if self._parts.get(partition) is not st:
                     return
                 log.warning(
@@ -186,13 +186,16 @@ class TxnStateLog:
         for offset, key, value in batch.records:
             if key is None:
                 continue
-            tid = cr.read_txn_key(key)
-            if not isinstance(tid, str):
-                continue
-            if value is None:
-                st.txns.pop(tid, None)
-            else:
-                st.txns[tid] = (from_value(tid, cr.read_txn_log_value(value)), offset)
+            try:
+                tid = cr.read_txn_key(key)
+                if not isinstance(tid, str):
+                    continue
+                if value is None:
+                    st.txns.pop(tid, None)
+                else:
+                    st.txns[tid] = (from_value(tid, cr.read_txn_log_value(value)), offset)
+            except (DecodeError, ValueError) as e:  # (written by something else)
+                log.warning("__transaction_state: record at offset %d skipped: %s", offset, e)
 
     # -- TxnStorage ------------------------------------------------------------------------
     def _served(self, tid: str) -> _Partition:
