@@ -14,6 +14,7 @@ same mapping, so a transaction's coordinator moves exactly as group coordination
 from __future__ import annotations
 
 import array
+import functools
 import operator
 import sys
 import zlib
@@ -52,9 +53,23 @@ def java_string_hash(s: str) -> int:
 
 
 def partition_for(key: str, partitions: int = OFFSETS_PARTITIONS) -> int:
-    """Kafka's partitionFor: Utils.abs(key.hashCode) % partitions."""
+    """Kafka's partitionFor: Utils.abs(key.hashCode) % partitions (asked several times per
+    group request: the answers for the short keys seen last are remembered, a bounded few
+    MiB at most)."""
+    if len(key) <= _CACHED_KEY_CHARS:
+        return _cached_partition_for(key, partitions)
+    return _partition_for(key, partitions)
+
+
+_CACHED_KEY_CHARS = 255
+
+
+def _partition_for(key: str, partitions: int) -> int:
     h = java_string_hash(key)
     return (0 if h == -(2**31) else abs(h)) % partitions
+
+
+_cached_partition_for = functools.lru_cache(maxsize=16384)(_partition_for)
 
 
 def partition_coordinator(partition: int, broker_ids: Iterable[int]) -> int:
