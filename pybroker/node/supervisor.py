@@ -117,6 +117,7 @@ class Worker:
                 sys.executable,
                 "-m",
                 "pybroker.node.worker",
+                f"--broker-id={self.broker_id}",  # (for ps; the settings come on stdin)
                 stdin=asyncio.subprocess.PIPE,
                 pass_fds=(w,),
                 env=env,
