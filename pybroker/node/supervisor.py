@@ -285,9 +285,19 @@ async def serve_node(config: Config, settings: dict[str, str], log_level: str) -
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     node = Node(config, settings, log_level)
+    starting = asyncio.create_task(node.start(), name="node-start")
+    stopped = asyncio.create_task(stop.wait(), name="node-stop-signal")
     try:
-        await node.start()
+        await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():  # SIGTERM while the processes start: stop them
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+            await node.stop()
+            print("pybroker stopped", file=sys.stderr, flush=True)
+            return 0
+        starting.result()
     except BaseException:
+        stopped.cancel()
         await node.stop()
         raise
     print(
@@ -295,7 +305,7 @@ async def serve_node(config: Config, settings: dict[str, str], log_level: str) -
         file=sys.stderr,
         flush=True,
     )
-    await stop.wait()
+    await stopped
     log.info("shutting down the node")
     code = await node.stop()
     print("pybroker stopped", file=sys.stderr, flush=True)
