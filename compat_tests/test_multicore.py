@@ -157,3 +157,33 @@ def test_a_taken_port_of_a_process_stops_the_start(tmp_path):
     out = str(e.value)
     assert "listeners" in out and str(b.port + 1) in out, out
     assert b.exit_codes and b.exit_codes[-1] != 0
+
+
+def test_a_node_on_zookeeper(tmp_path, zookeeper, request):
+    """With zookeeper.connect each process is a ZooKeeper client (no shared embedded store)."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    b = BrokerProcess(
+        tmp_path / "node", zookeeper_connect=zookeeper.connect, overrides={"node.cores": "2"}
+    )
+    request.node._pybrokers = [b]
+    try:
+        b.start()
+        assert sorted(x["node_id"] for x in metadata(b, None)["brokers"]) == [0, 1]
+        topic = unique_topic("zk")
+        create_topic(b, topic, 2)
+        assert sorted(p["leader_id"] for p in partitions_of(b, topic)) == [0, 1]
+        producer = KafkaProducer(bootstrap_servers=b.bootstrap, acks="all")
+        for i in range(100):
+            producer.send(topic, value=str(i).encode(), partition=i % 2)
+        producer.flush(30)
+        producer.close()
+        consumer = KafkaConsumer(bootstrap_servers=b.bootstrap, consumer_timeout_ms=20000)
+        consumer.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+        consumer.seek_to_beginning()
+        got = [r.value for _, r in zip(range(100), consumer, strict=False)]
+        consumer.close()
+        assert sorted(got) == sorted(str(i).encode() for i in range(100))
+        b.stop(timeout=90)
+    finally:
+        b.cleanup()
