@@ -20,7 +20,7 @@ from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from compat_tests.group_member import _await_topic_metadata
-from pybroker.testing.client_helpers import unique_topic
+from pybroker.testing.client_helpers import ALL_STORAGES, storage_overrides, unique_topic
 from pybroker.testing.cluster_harness import KafkaPythonLoad, running_cluster, wait_until
 
 pytestmark = pytest.mark.timeout(240)
@@ -28,9 +28,11 @@ pytestmark = pytest.mark.timeout(240)
 PARTITIONS = 3
 
 
-@pytest.fixture
+@pytest.fixture(params=ALL_STORAGES)
 def cluster(request, tmp_path):
-    with running_cluster(tmp_path) as c:
+    """Three brokers, with each storage of committed offsets (offsets.storage: the
+    metadata store, or __consumer_offsets with Kafka's RF 3)."""
+    with running_cluster(tmp_path, overrides=storage_overrides(request.param, 3)) as c:
         request.node._pybrokers = list(c.brokers.values())
         yield c
     if c.stop_problems:

@@ -15,7 +15,7 @@ INVALID_REQUEST, COORDINATOR_NOT_AVAILABLE = 42, 15
 INVALID_TXN_STATE, TRANSACTION_ABORTABLE, UNKNOWN_TOPIC_OR_PARTITION = 48, 120, 3
 
 # What Apache Kafka 3.9.0 (KRaft, one node) answers to ApiVersions v0 (measured with
-# bench/kafka_reference.start_kafka): api key -> (min, max).
+# pybroker/testing/kafka_reference.start_kafka): api key -> (min, max).
 KAFKA_39 = {
     0: (0, 11), 1: (0, 17), 2: (0, 9), 3: (0, 12), 8: (0, 9), 9: (0, 9), 10: (0, 6),
     11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 5), 16: (0, 5), 17: (0, 1),
