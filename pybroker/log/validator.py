@@ -8,7 +8,8 @@ The steps, in the order the replica manager calls them:
 1. :func:`analyze_records` (Kafka's UnifiedLog.analyzeAndValidateRecords): whole v2 batches,
    sizes, CRC-32C, magic, codec, count vs. last offset delta, control and sequence rules
    (pybroker.wire.records.parse_batches); the raw records of a Produce become a buffer of v2
-   batches here, so converting magic 0/1 message sets is a step of this function.  Then
+   batches here (a Produce v0-2's message set of format v0/v1 was converted to one v2 batch
+   just before: pybroker/log/legacy_validator.py, called by ReplicaManager._from_legacy).  Then
    :func:`check_batch_size` per batch: above max.message.bytes, MESSAGE_TOO_LARGE.
 2. :func:`validate_records` walks every record of every batch once
    (pybroker.wire.record_walker, decompressing a compressed batch as a bounded stream):
@@ -77,6 +78,7 @@ class ValidationConfig:
     max_message_bytes: int  # max.message.bytes: a batch's size and a record's length
     max_uncompressed_bytes: int  # socket.request.max.bytes: what a batch may inflate to
     target_codec: int | None = None  # compression.type; None: the producer's
+    target_level: int | None = None  # compression.<target codec>.level (gzip, lz4, zstd)
     compacted: bool = False  # cleanup.policy holds compact: records need keys
     log_append_time: bool = False  # message.timestamp.type=LogAppendTime
     timestamp_before_max_ms: int = LONG_MAX
@@ -239,9 +241,9 @@ def _record_checks(
 
 
 def recompress(
-    buf: Buffer, batches: list[BatchHeader], codec: int
+    buf: Buffer, batches: list[BatchHeader], codec: int, level: int | None = None
 ) -> tuple[bytearray, list[BatchHeader]]:
-    """Batches whose codec differs from the topic's ``codec`` rebuilt in it (Kafka's
+    """Batches whose codec differs from the topic's ``codec`` rebuilt in it at ``level`` (Kafka's
     buildRecordsAndAssignOffsets with the producer fields kept); the others as they are."""
     mv = memoryview(buf)
     out = bytearray()
@@ -252,7 +254,7 @@ def recompress(
             continue
         _, recs = read_records(raw)
         attrs = (h.attributes & ~COMPRESSION_MASK) | codec
-        out += rebuild_batch(h._replace(attributes=attrs), recs)
+        out += rebuild_batch(h._replace(attributes=attrs), recs, level=level)
     return out, parse_batches(out)
 
 
