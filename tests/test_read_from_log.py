@@ -2,7 +2,9 @@
 watermark or LSO) without the full read path: the answer is the one the full path
 (``_read``) gives, for every kind of partition a full fetch names: empty, at its end, behind
 it (records), inside an open transaction (read_committed and not), with a current leader
-epoch that matches, is old or is new, with a topic id of another incarnation, unknown."""
+epoch that matches, is old or is new, with a topic id of another incarnation, unknown; with
+and without diverging-epoch checks (a diverging epoch before OUT_OF_RANGE) and Fetch v0-2's hard
+limit."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import uuid
 import pytest
 from broker_fixture import BrokerFactory, unique_topic
 
+from pybroker.errors import ErrorCode
 from pybroker.replica_manager import READ_COMMITTED, FetchParams, ReadPartition
 from pybroker.wire.records import build_batch, parse_batches
 
@@ -71,19 +74,24 @@ def test_idle_partitions_answer_as_the_full_read_path(broker):
             ReadPartition(topic, 0, 0, 1 << 20, -1, -1, topic_id),
             ReadPartition(topic, 9, 0, 1 << 20),  # no such partition
             ReadPartition(topic, 1, 7, 1 << 20),  # beyond the log end
+            ReadPartition(topic, 1, 3, 1 << 20, -1, epoch),  # at its end, last epoch ours
+            # a last fetched epoch we never had, beyond the log end: diverging (v12+) comes
+            # before OUT_OF_RANGE, as Kafka's fetchRecords
+            ReadPartition(topic, 1, 7, 1 << 20, -1, epoch + 3),
         ]
         out = []
         for isolation in (0, READ_COMMITTED):
             for check_diverging in (False, True):
-                params = FetchParams(-1, 50 << 20, isolation, check_diverging)
-                got, _ = replicas.read_from_log(params, asks)
-                for ask, result in zip(asks, got, strict=True):
-                    want = replicas._read(params, ask, 50 << 20, True, True)
-                    out.append((f"{ask} isolation {isolation}", want, result))
+                for hard in (False, True):  # Fetch v0-2: no first batch above the limit
+                    params = FetchParams(-1, 50 << 20, isolation, check_diverging, hard)
+                    got, _ = replicas.read_from_log(params, asks)
+                    for ask, result in zip(asks, got, strict=True):
+                        want = replicas._read(params, ask, 50 << 20, not hard, True)
+                        out.append((f"{ask} {params}", want, result))
         return out
 
     checked = broker.run(scenario())
-    assert len(checked) == 44
+    assert len(checked) == 104
     for what, want, got in checked:
         if want.records is not None:  # a file region: the same bytes of the same file
             assert got.records is not None, what
@@ -96,3 +104,12 @@ def test_idle_partitions_answer_as_the_full_read_path(broker):
     # the scenarios do cover the idle answer and the LSO below the high watermark
     lso_cases = [g for w, _, g in checked if "partition=3, fetch_offset=2" in w]
     assert lso_cases and all(g.last_stable_offset == 2 and g.high_watermark == 5 for g in lso_cases)
+    past_end = [
+        (w, g) for w, _, g in checked if "fetch_offset=7" in w and "last_fetched_epoch=-1" not in w
+    ]
+    assert len(past_end) == 8
+    for what, got in past_end:
+        if "check_diverging=True" in what:
+            assert got.error == 0 and got.diverging_epoch is not None, what
+        else:
+            assert got.error == ErrorCode.OFFSET_OUT_OF_RANGE and got.diverging_epoch is None, what
