@@ -230,6 +230,7 @@ class Broker:
             replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
             min_insync_replicas=self._min_insync_replicas,
             open_log=self.partition_log,
+            create_logs=self.create_new_logs,
             fetcher_factory=ReplicaFetcher,
             inter_broker_listener=cfg.inter_broker_listener,
             inter_broker_ssl=cfg.inter_broker_ssl_context(),
@@ -449,6 +450,47 @@ class Broker:
         return self.logs.get_or_create(
             topic, partition, log_config(self.config, info.configs), topic_id=info.topic_id
         )
+
+    async def create_new_logs(self, keys: list[tuple[str, int]]) -> None:
+        """Create the logs of these new partitions in a worker thread (the replica manager's
+        create_logs: mkdir and file creation can block for seconds on a busy disk, and a
+        CreateTopics of thousands of partitions would stall every client), then hand them to
+        the log manager on the loop.  A partition that got a log meanwhile, whose topic went
+        or changed incarnation, is skipped (its new log deleted); the replica manager syncs
+        each key again afterwards."""
+        me = self.config.broker_id
+        plans = []
+        for t, p in keys:
+            info = self.cluster.topics.get(t)
+            st = info.partitions.get(p) if info is not None else None
+            if st is None or me not in st.replicas or self.logs.get(t, p) is not None:
+                continue
+            epoch = st.leader_epoch if st.leader == me else None
+            plans.append(((t, p), log_config(self.config, info.configs), info.topic_id, epoch))
+        if not plans or self.logs.offline_dirs:
+            return
+        placed = self.logs.place(key for key, *_ in plans)
+
+        def open_all() -> list[tuple[tuple[str, int], PartitionLog | OSError, Any]]:
+            out: list[tuple[tuple[str, int], PartitionLog | OSError, Any]] = []
+            for key, config, topic_id, epoch in plans:
+                try:
+                    plog = self.logs.open_new(placed[key], key, config, topic_id, epoch)
+                except OSError as e:
+                    out.append((key, e, topic_id))
+                else:
+                    out.append((key, plog, topic_id))
+            return out
+
+        for key, result, topic_id in await asyncio.to_thread(open_all):
+            if isinstance(result, OSError):
+                self.logs.fail_dir(placed[key], result)
+                continue
+            info = self.cluster.topics.get(key[0])
+            if info is None or other_incarnation(info.topic_id, topic_id):
+                self.logs.discard(result)  # (deleted, or created again, meanwhile)
+                continue
+            self.logs.adopt(key, result)
 
     def _new_cleaner(self) -> LogCleaner:
         cfg = self.config
