@@ -421,13 +421,23 @@ def test_watch_survives_failed_reread(tmp_path):
         real_get = store.get
         failed: list[str] = []
 
+        real_get_many = store.get_many
+
         async def flaky_get(p, watch=None):
             if p == path and watch is not None and len(failed) < 2:
                 failed.append(p)  # both brokers' re-reads fail once
                 raise ConnectionLossError("injected", p)
             return await real_get(p, watch=watch)
 
+        async def flaky_get_many(ps, watches=None):  # (re-reads go through get_many)
+            for p, w in zip(ps, watches or [None] * len(ps), strict=True):
+                if p == path and w is not None and len(failed) < 2:
+                    failed.append(p)
+                    raise ConnectionLossError("injected", p)
+            return await real_get_many(ps, watches)
+
         store.get = flaky_get
+        store.get_many = flaky_get_many
         try:
             await c1.update_isr("w", 0, [1], leader=1, leader_epoch=0)
             await wait_until(lambda: c2.topics["w"].partitions[0].isr == [1])
