@@ -152,6 +152,8 @@ class Broker:
         self._tasks: list[asyncio.Task] = []
         self._stopping = False
         self._topic_meta_cache: TopicMeta | None = None
+        # the configs object last applied to each topic's logs (TOPIC_CHANGED skips the same)
+        self._configs_applied: dict[str, dict[str, str]] = {}
         # always running: its warnings (loop.stall.warn.ms, 0 = none) and the session lease
         self.loop_monitor = LoopMonitor(config.loop_stall_warn_ms)
         # metrics.listener: counters the request paths move (None: off, nothing counted)
@@ -659,10 +661,17 @@ class Broker:
         topic = event.topic if event.kind in ("TOPIC_CHANGED", "TOPIC_DELETED") else None
         self.replicas.sync_roles(topic)  # first: stops fetching partitions that are going away
         self._flush_policies.pop(topic, None)
+        if event.kind == "TOPIC_DELETED":
+            self._configs_applied.pop(event.topic, None)
         if event.kind == "TOPIC_CHANGED":
-            self._apply_topic_configs(event.topic)
-            if self.cleaner is not None:
-                self.cleaner.wake()  # a topic that became compacted is looked at now
+            info = self.cluster.topics.get(event.topic)
+            # (every partition state change is a TOPIC_CHANGED: only a change of the topic's
+            # configs touches its logs, and only a compacted topic wakes the cleaner, whose
+            # look at every log per event stalled the loop at thousands of partitions)
+            if info is not None and self._configs_applied.get(event.topic) is not info.configs:
+                self._apply_topic_configs(event.topic)
+                if self.cleaner is not None and log_config(self.config, info.configs).compact:
+                    self.cleaner.wake()  # a topic that became compacted is looked at now
         if event.kind == "BROKERS_CHANGED" and self.groups is not None:
             self.groups.check_membership()
         if event.kind == "BROKERS_CHANGED" and self.transactions is not None:
@@ -719,6 +728,7 @@ class Broker:
         names = list(topics) if topic is None else [topic] if topic in topics else []
         for name in names:
             info = topics[name]
+            self._configs_applied[name] = info.configs
             wanted = log_config(self.config, info.configs)
             for partition in info.partitions:
                 plog = self.logs.get(name, partition)

@@ -149,6 +149,7 @@ class ReplicaManager:
         self.inter_broker_ssl = inter_broker_ssl  # client ssl.SSLContext if that listener is SSL
         self.inter_broker_sasl = inter_broker_sasl  # (mechanism, user, password) if it is SASL
         self.replicas: dict[tuple[str, int], Replica] = {}
+        self._by_topic: dict[str, set[int]] = {}  # the partitions of each topic in replicas
         self.fetchers: dict[int, Any] = {}
         self._tasks: set[asyncio.Task] = set()
         self._isr_task: asyncio.Task | None = None
@@ -229,9 +230,12 @@ class ReplicaManager:
                 if me in state.replicas:
                     seen.add((name, index))
                     self._sync_partition(name, index, info, state, budget)
-        stale = [k for k in self.replicas if k not in seen and (topic is None or k[0] == topic)]
+        if topic is None:
+            stale = [k for k in self.replicas if k not in seen]
+        else:  # (this topic's replicas only: a scan of all per topic event was O(n) each)
+            stale = [(topic, p) for p in self._by_topic.get(topic, ()) if (topic, p) not in seen]
         for key in stale:
-            r = self.replicas.pop(key)
+            r = self._pop_replica(key)
             self._detach(r)
             r.role = OFFLINE
             info = self.cluster.topics.get(key[0])
@@ -327,7 +331,7 @@ class ReplicaManager:
         if r is not None and other_incarnation(r.log.topic_id, info.topic_id):
             # the topic was deleted and created again: that replica's log belongs to
             # the old incarnation (open_log replaces it with an empty one)
-            self._detach(self.replicas.pop(key))
+            self._detach(self._pop_replica(key))
             r = None
         if r is None:
             try:
@@ -339,6 +343,7 @@ class ReplicaManager:
                 return
             r = Replica(name, index, plog)
             self.replicas[key] = r
+            self._by_topic.setdefault(name, set()).add(index)
         r.replicas = list(state.replicas)
         if state.leader == me:
             if r.role != LEADER or r.leader_epoch != state.leader_epoch:
@@ -360,6 +365,15 @@ class ReplicaManager:
             self._detach(r)
             r.role, r.leader, r.leader_epoch = OFFLINE, state.leader, state.leader_epoch
             r.isr = list(state.isr)
+
+    def _pop_replica(self, key: tuple[str, int]) -> Replica:
+        r = self.replicas.pop(key)
+        parts = self._by_topic.get(key[0])
+        if parts is not None:
+            parts.discard(key[1])
+            if not parts:
+                del self._by_topic[key[0]]
+        return r
 
     def mark_offline(self, keys: list[tuple[str, int]]) -> None:
         """Their log dir failed: stop fetching and leading them here, for good."""
