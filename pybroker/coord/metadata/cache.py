@@ -172,6 +172,24 @@ class MetadataCache:
                 except Exception:
                     log.exception("metadata refresh of %s failed", key)
 
+    async def _refresh_pending(self, skip: frozenset[str]) -> None:
+        """Re-read every key marked so far (but the kinds in ``skip``) now, partition states
+        together; a failure marks them all again and raises."""
+        keys = [k for k in self._dirty if k[0] not in skip]
+        for k in keys:
+            del self._dirty[k]
+        parts = [k for k in keys if k[0] == "partition"]
+        try:
+            for k in keys:
+                if k[0] != "partition":
+                    await self._refresh(k)
+            for i in range(0, len(parts), PARTITION_BATCH):
+                await self._refresh_partitions(parts[i : i + PARTITION_BATCH])
+        except BaseException:
+            for k in keys:
+                self._dirty[k] = None
+            raise
+
     def _take_dirty_partitions(self, limit: int) -> list[tuple]:
         taken = []
         for k in self._dirty:

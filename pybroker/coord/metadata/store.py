@@ -34,6 +34,7 @@ Session states reported to ``add_session_listener`` callbacks (on the loop):
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -222,6 +223,12 @@ class MetadataStore(ABC):
             except NoNodeError:
                 out.append(None)
         return out
+
+    async def barrier(self) -> None:
+        """Return once every watch event the store received before the latest answer to a
+        call of ours has been delivered (its callback has run).  A read followed by a barrier
+        shows every change made before that read, through the watches."""
+        await asyncio.sleep(0)  # (this default: watches are delivered by the loop itself)
 
     @abstractmethod
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat: ...

@@ -33,6 +33,7 @@ from typing import Any
 
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient, KazooState
+from kazoo.protocol.states import Callback
 from kazoo.protocol.states import EventType as KzEventType
 from kazoo.retry import KazooRetry
 
@@ -394,6 +395,23 @@ class ZooKeeperStore(MetadataStore):
             else:
                 raise _map_error(value, paths[i])
         return out
+
+    async def barrier(self) -> None:
+        """kazoo delivers watch events on its callback thread and call results on its
+        completion thread: a result can reach the loop before a watch event the server sent
+        earlier.  A marker queued behind the events already on the callback thread's queue
+        (the connection thread queued every event it read before the latest result) runs
+        after them, and its hand-off to the loop after theirs."""
+        loop, inbox = self._loop, self._inbox
+        assert loop is not None and inbox is not None
+        fut: asyncio.Future[None] = loop.create_future()
+
+        def settle() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        self._kz().handler.dispatch_callback(Callback("watch", inbox.put, (settle,)))
+        await fut
 
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
         validate_path(path)
