@@ -68,6 +68,22 @@ def get(url: str, auth: tuple[str, str] | None = None, method: str = "GET"):
         return e.code, e.headers, e.read().decode()
 
 
+def assigned_consumer(bootstrap: str, topic: str, partitions: int, **kw) -> KafkaConsumer:
+    """A kafka-python consumer in a group that has all ``partitions`` of ``topic`` assigned.
+    It learns the topic's partitions before it subscribes: a group leader that joins without
+    them assigns nothing (kafka-python: "No partition metadata")."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **kw)
+    deadline = time.monotonic() + 60
+    while not consumer.partitions_for_topic(topic):
+        assert time.monotonic() < deadline, f"no metadata for {topic}"
+        time.sleep(0.1)
+    consumer.subscribe([topic])
+    while len(consumer.assignment()) < partitions:
+        assert time.monotonic() < deadline, f"assigned {consumer.assignment()}"
+        consumer.poll(200)
+    return consumer
+
+
 def page(url: str, shot: str | None = None) -> Dom:
     if shot:
         chromium.screenshot(url, shot)
@@ -96,18 +112,14 @@ def test_every_page_in_chromium(start_broker):
     producer.flush()
     producer.close()
     committed = {0: 4, 1: 7, 2: 10}
-    consumer = KafkaConsumer(
+    consumer = assigned_consumer(
+        b.bootstrap,
         "orders",
-        bootstrap_servers=b.bootstrap,
+        3,
         group_id="billing",
         client_id="billing-app",
-        enable_auto_commit=False,
         auto_offset_reset="earliest",
     )
-    deadline = time.monotonic() + 60
-    while len(consumer.assignment()) < 3 and time.monotonic() < deadline:
-        consumer.poll(200)
-    assert len(consumer.assignment()) == 3
     consumer.commit(
         {TopicPartition("orders", p): OffsetAndMetadata(o, "", -1) for p, o in committed.items()}
     )
@@ -143,8 +155,14 @@ def test_every_page_in_chromium(start_broker):
         ]
         configs = {r["config"]: r for r in dom.rows("configs")}
         assert configs["retention.ms"]["value"] == "86400000"
-        assert configs["retention.ms"]["source"] == "set"
-        assert configs["cleanup.policy"]["source"] == "default"
+        assert configs["retention.ms"]["source"] == "DYNAMIC_TOPIC_CONFIG"
+        assert configs["cleanup.policy"]["source"] == "DEFAULT_CONFIG"
+        # the record count (nothing compacted, no transactions: exact) and who consumes it
+        assert dom.text("record-count") == "30"
+        assert dom.text("record-count-note").startswith("exact:")
+        consumers = {r["group"]: r for r in dom.rows("consumers")}
+        assert consumers["billing"]["committed"] == "3"
+        assert consumers["billing"]["lag"] == str(sum(10 - o for o in committed.values()))
         records = dom.rows("records")
         assert [r["offset"] for r in records] == ["5", "6", "7"]
         # partition 1 holds orders 1, 4, 7, ...: offset 5 is order 16, pretty-printed JSON
@@ -186,6 +204,154 @@ def test_every_page_in_chromium(start_broker):
         assert m["assignment"] == "orders: 0,1,2"
         assert dom.text("group-state") == "Stable"
         assert dom.elements("polyline"), "no lag chart after 60 s of samples"
+    finally:
+        consumer.close()
+
+
+def href(dom: Dom, ident: str) -> str:
+    """The href of the link with that id (the console's links to the same page are
+    query-only: ``?...``)."""
+    (a,) = [a for a in dom.elements("a") if a.get("id") == ident]
+    return a["href"]
+
+
+def keys(dom: Dom) -> list[str]:
+    return [r["key"] for r in dom.rows("records")] if dom.has("records") else []
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+def test_the_browser_pages_filters_and_tables_sort_in_chromium(start_broker):
+    """The message browser over all partitions (merged by time) and one, its next / previous
+    / newest links and key and value filters, with what it scanned; sorting and filtering the
+    topic list; the auto-refresh control; the broker's configs; the ACL page without an
+    authorizer."""
+    chromium.require()
+    b = console_broker(start_broker)
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    admin.create_topics(
+        [NewTopic("orders", 3, 1), NewTopic("audit", 1, 1), NewTopic("many", 70, 1)]
+    )
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=b.bootstrap)
+    for p in range(70):
+        producer.send("many", value=b"m", partition=p, timestamp_ms=T0 + p)
+    for i in range(30):  # order i in partition i % 3, at T0 + i s: time order is key order
+        value = json.dumps({"order": i}).encode()
+        producer.send(
+            "orders", key=b"k%d" % i, value=value, partition=i % 3, timestamp_ms=T0 + 1000 * i
+        )
+    producer.send("audit", value=b"a").get(timeout=20)
+    producer.flush()
+    producer.close()
+    topic = b.http + "/topics/orders"
+
+    # all partitions, oldest first, 4 a page: orders 0-3; next: 4-7; previous: 0-3 again
+    dom = page(topic + "?browse=1&limit=4", "browser-all.png")
+    assert keys(dom) == ["k0", "k1", "k2", "k3"]
+    assert [r["partition"] for r in dom.rows("records")] == ["0", "1", "2", "0"]
+    assert dom.text("browse-scan").startswith("Scanned 12 records in 3 partitions")
+    assert not dom.has("browse-prev")  # the oldest page
+    second = page(topic + href(dom, "browse-next"))
+    assert keys(second) == ["k4", "k5", "k6", "k7"]
+    assert keys(page(topic + href(second, "browse-prev"))) == ["k0", "k1", "k2", "k3"]
+    # the newest, and back from there
+    dom = page(topic + "?browse=1&limit=3&start=latest")
+    assert keys(dom) == ["k27", "k28", "k29"]
+    assert keys(page(topic + href(dom, "browse-prev"))) == ["k24", "k25", "k26"]
+    # one partition: 1 holds orders 1, 4, 7, ... at offsets 0, 1, 2, ...
+    dom = page(topic + "?browse=1&partition=1&offset=2&limit=2")
+    assert keys(dom) == ["k7", "k10"]
+    assert dom.text("browse-scan") == (
+        "Scanned 2 records from partition 1, offsets 2 to 3 (log start 0, high watermark 10)."
+    )
+    assert keys(page(topic + href(dom, "browse-next"))) == ["k13", "k16"]
+    # filters: value contains '"order": 2' (orders 2 and 20-29), key contains "k1" (1, 10-19)
+    url = topic + "?browse=1&limit=5&value=" + urllib.request.quote('"order": 2')
+    dom = page(url, "browser-filter.png")
+    assert keys(dom) == ["k2", "k20", "k21", "k22", "k23"]
+    assert "matched the filter" in dom.text("browse-scan")
+    assert keys(page(topic + href(dom, "browse-next"))) == ["k24", "k25", "k26", "k27", "k28"]
+    dom = page(topic + "?browse=1&partition=1&limit=50&key=k1")
+    assert keys(dom) == ["k1", "k10", "k13", "k16", "k19"]
+    assert dom.text("browse-scan").startswith("Scanned 10 records from partition 1")
+
+    # at most 64 partitions are merged, and the page says so
+    dom = page(b.http + "/topics/many?browse=1&limit=100")
+    assert dom.text("browse-not-merged").startswith("At most 64 partitions are merged: 6 more")
+    assert [r["partition"] for r in dom.rows("records")] == [str(p) for p in range(64)]
+
+    # the topic list sorts by a column (header links) and filters by name
+    dom = page(b.http + "/topics?sort=records&dir=desc", "topics-sorted.png")
+    assert [(r["topic"], r["records (local replicas)"]) for r in dom.rows("topics")] == [
+        ("many", "70"),
+        ("orders", "30"),
+        ("audit", "1"),
+    ]
+    (turn,) = [a["href"] for a in dom.elements("a") if a.get("class") == "sort desc"]
+    dom = page(b.http + "/topics" + turn)
+    assert [r["topic"] for r in dom.rows("topics")] == ["audit", "orders", "many"]
+    dom = page(b.http + "/topics?q=AUD")
+    assert [r["topic"] for r in dom.rows("topics")] == ["audit"]
+    assert dom.text("topics-count") == "1 of 3"
+
+    # auto-refresh: a meta tag, and the control to change it
+    dom = page(b.http + "/groups?refresh=5")
+    (meta,) = [m for m in dom.elements("meta") if m.get("http-equiv") == "refresh"]
+    assert meta["content"] == "5"
+    assert dom.text("refresh").startswith("auto-refresh (every 5 s)")
+    assert not [m for m in page(b.http + "/groups").elements("meta") if m.get("http-equiv")]
+    assert get(b.http + "/groups?refresh=soon")[0] == 400
+
+    # this broker's configs, as DescribeConfigs answers them
+    dom = page(b.http + "/brokers/0?q=log.", "broker-configs.png")
+    configs = {r["config"]: r for r in dom.rows("broker-configs")}
+    assert configs["log.dirs"]["source"] == "STATIC_BROKER_CONFIG"
+    assert configs["log.retention.hours"]["value"] == "168"
+    assert configs["log.retention.hours"]["source"] == "DEFAULT_CONFIG"
+    assert all("log." in name for name in configs)
+    status, _, body = get(b.http + "/brokers/7")
+    assert status == 404 and "each broker&#x27;s console shows that broker&#x27;s" in body
+    # no authorizer: no ACLs, said so
+    dom = page(b.http + "/acls")
+    assert "No authorizer is configured" in dom.text("acls-disabled")
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+def test_a_group_lists_assigned_partitions_without_a_commit(start_broker):
+    """As kafka-consumer-groups --describe: a partition assigned but never committed is
+    listed with "-" for its offset and lag, and the total lag counts only the others."""
+    chromium.require()
+    b = console_broker(start_broker)
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    admin.create_topics([NewTopic("orders", 3, 1)])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=b.bootstrap)
+    for i in range(30):
+        producer.send("orders", value=b"v", partition=i % 3)
+    producer.flush()
+    producer.close()
+    consumer = assigned_consumer(
+        b.bootstrap, "orders", 3, group_id="reports", client_id="reports-app"
+    )
+    consumer.commit({TopicPartition("orders", 0): OffsetAndMetadata(4, "", -1)})
+    try:
+        dom = page(b.http + "/groups/reports", "group-uncommitted.png")
+        rows = {int(r["partition"]): r for r in dom.rows("offsets")}
+        assert (rows[0]["committed offset"], rows[0]["lag"]) == ("4", "6")
+        for p in (1, 2):
+            assert (rows[p]["committed offset"], rows[p]["lag"]) == ("-", "-")
+            assert rows[p]["log end (high watermark)"] == "10"
+        assert {r["client id"] for r in rows.values()} == {"reports-app"}
+        assert dom.text("total-lag") == "6" and dom.text("uncommitted") == "2"
+        assert dom.text("uncommitted-note").startswith("2 assigned partition(s) have no")
+        dom = page(b.http + "/groups/reports?sort=lag&dir=desc")
+        assert [r["lag"] for r in dom.rows("offsets")] == ["6", "-", "-"]
+        (g,) = page(b.http + "/groups").rows("groups")
+        assert (g["total lag"], g["assigned without a commit"]) == ("6", "2")
+        dom = page(b.http + "/topics/orders")
+        (c,) = dom.rows("consumers")
+        assert (c["group"], c["assigned"], c["committed"], c["lag"]) == ("reports", "3", "1", "6")
+        assert c["without a commit"] == "2"
     finally:
         consumer.close()
 
@@ -253,15 +419,26 @@ def test_hostile_strings_are_shown_as_text(start_broker):
     consumer.commit({TopicPartition("hostile", 0): OffsetAndMetadata(0, "", -1)})
     consumer.close()
     gurl = b.http + "/groups/" + urllib.request.quote(group, safe="")
+    h = urllib.request.quote(HOSTILE, safe="")
     pages = [
         (b.http + "/topics/hostile?browse=1&partition=0", "hostile-topic.png"),
         (b.http + "/groups", None),
         (gurl, "hostile-group.png"),
-        (b.http + "/topics/" + urllib.request.quote(HOSTILE, safe=""), None),
+        (b.http + "/topics/" + h, None),
+        # what a user types comes back in forms and links: escaped there too
+        (b.http + f"/topics/hostile?browse=1&key={h}&value={h}&ts={h}&partition=all", None),
+        (b.http + f"/topics?q={h}&sort={h}&dir={h}&page=1", None),
+        (b.http + f"/groups?q=g{h}&sort=lag", None),
+        (gurl + f"?q={h}&refresh=5", None),
+        (b.http + f"/brokers/0?q={h}&{h}={h}", None),
+        (b.http + f"/acls?q={h}", None),
+        (b.http + f"/topics/hostile?browse=1&after={h}", None),  # 400
+        (b.http + f"/?refresh={h}", None),  # 400
+        (b.http + "/brokers/" + h, None),  # 404
     ]
     for url, shot in pages:
         status, _, body = get(url)
-        assert status in (200, 404), url
+        assert status in (200, 400, 404), url
         assert "<script>" not in body and "<img" not in body, url
         if shot:
             chromium.screenshot(url, shot)
@@ -276,6 +453,14 @@ def test_hostile_strings_are_shown_as_text(start_broker):
     assert [g["group"] for g in dom.rows("groups")] == [group]
     dom = Dom(chromium.dump_dom(gurl))
     assert dom.text("total-lag") == "1"
+    dom = Dom(chromium.dump_dom(b.http + f"/topics/hostile?browse=1&value={h}"))
+    (r,) = dom.rows("records")
+    assert r["value"] == HOSTILE  # the filter found it, and the form shows what was typed
+    (value,) = [i for i in dom.elements("input") if i.get("name") == "value"]
+    assert value["value"] == HOSTILE
+    dom = Dom(chromium.dump_dom(b.http + f"/groups?q={urllib.request.quote(group)}"))
+    assert [g["group"] for g in dom.rows("groups")] == [group]
+    assert get(b.http + f"/topics/hostile?browse=1&before={h}")[0] == 400
 
 
 @pytest.mark.parametrize("backend", ["embedded"])
@@ -293,12 +478,20 @@ def test_a_topic_of_10000_partitions(start_broker):
     dom = page(b.http + "/topics/wide?page=10")
     rows = dom.rows("partitions")
     assert rows[-1]["partition"] == "9999" and rows[-1]["leader"] == "0"
+    dom = page(b.http + "/topics/wide?sort=partition&dir=desc")  # sorted over all, then paged
+    rows = dom.rows("partitions")
+    assert (rows[0]["partition"], rows[-1]["partition"]) == ("9999", "9000")
+    # the browser merges at most 64 partitions at once and says so
+    dom = page(b.http + "/topics/wide?browse=1")
+    assert dom.text("browse-not-merged").startswith("At most 64 partitions are merged: ")
+    assert dom.has("no-records")
     dom = page(b.http + "/topics")
     assert dom.rows("topics") == [
         {
             "topic": "wide",
             "partitions": "10,000",
             "replication factor": "1",
+            "records (local replicas)": "0",
             "size (local replicas)": "0 B",
             "under-replicated": "0",
         }
@@ -311,7 +504,7 @@ def test_a_topic_of_10000_partitions(start_broker):
 def test_read_only(start_broker):
     b = console_broker(start_broker)
     for method in ("POST", "PUT", "DELETE", "PATCH"):
-        for path in ("/", "/topics", "/topics/x", "/groups/y"):
+        for path in ("/", "/topics", "/topics/x", "/groups/y", "/acls", "/brokers/0"):
             status, headers, _ = get(b.http + path, method=method)
             assert status == 405, (method, path)
             assert headers["Allow"] == "GET, HEAD"
@@ -374,7 +567,7 @@ def _check_acls(b: BrokerProcess, port: int) -> None:
     }
     admin = KafkaAdminClient(**sasl)
     admin.create_topics([NewTopic("visible", 1, 1), NewTopic("secret", 1, 1)])
-    for user in ("User:alice", "User:carol"):
+    for user in ("User:alice", "User:carol", "User:" + HOSTILE_IMG):
         admin.create_acls(
             [
                 ACL(
@@ -414,6 +607,29 @@ def _check_acls(b: BrokerProcess, port: int) -> None:
         status, _, body = get(b.http + "/topics/visible?browse=1", who)
         assert status == 200 and "You may not read this topic" in body  # DESCRIBE, not READ
         assert "You may not describe this topic's configs" in body
+        # ACLs and broker configs need DESCRIBE / DESCRIBE_CONFIGS on the cluster
+        assert get(b.http + "/acls", who)[0] == 403
+        assert get(b.http + "/brokers/0", who)[0] == 403
+
+    # the super user sees the ACLs (names escaped) and the broker's configs
+    status, _, body = get(b.http + "/acls", ("admin", "admin-secret"))
+    assert status == 200 and "<img" not in body
+    acls = Dom(body).rows("acls")
+    assert {
+        "resource type": "TOPIC",
+        "resource name": "visible",
+        "pattern type": "LITERAL",
+        "principal": "User:alice",
+        "host": "*",
+        "operation": "DESCRIBE",
+        "permission": "ALLOW",
+    } in acls
+    assert any(r["principal"] == "User:" + HOSTILE_IMG for r in acls)
+    status, _, body = get(b.http + "/acls?q=carol", ("admin", "admin-secret"))
+    assert [r["principal"] for r in Dom(body).rows("acls")] == ["User:carol"]
+    status, _, body = get(b.http + "/brokers/0?q=authorizer", ("admin", "admin-secret"))
+    (row,) = Dom(body).rows("broker-configs")
+    assert row["value"] == "kafka.security.authorizer.AclAuthorizer"
 
     # the browser with the credentials in the URL (HTTP Basic, as a user would type them)
     chromium.require()

@@ -1,5 +1,9 @@
 import java.util.*;
 import org.apache.kafka.common.config.ConfigDef;
+/** Kafka 3.9's broker configs (KafkaConfig's ConfigDef) as JSON: type, default, the validator's
+ *  description, internal or not, documentation; the dynamic update modes (KIP-226) and the
+ *  replication quota names.  scripts/gen-kafka-configs turns it into
+ *  pybroker/kafka_broker_configs.py. */
 public class DumpBrokerConfigs {
   public static void main(String[] a) throws Exception {
     ConfigDef def = kafka.server.KafkaConfig.configDef();
@@ -13,6 +17,7 @@ public class DumpBrokerConfigs {
       String d = (dv == ConfigDef.NO_DEFAULT_VALUE || dv == null) ? null : ConfigDef.convertToString(dv, k.type);
       sb.append(q(e.getKey())).append(":{\"type\":").append(q(k.type.name()))
         .append(",\"default\":").append(d == null ? "null" : q(d))
+        .append(",\"validator\":").append(k.validator == null ? "null" : q(k.validator.toString()))
         .append(",\"internal\":").append(k.internalConfig)
         .append(",\"doc\":").append(q(k.documentation == null ? "" : k.documentation)).append("}");
     }
@@ -24,7 +29,7 @@ public class DumpBrokerConfigs {
     }
     sb.append("},\"quota\":[");
     first = true;
-    for (String n : new TreeSet<>(kafka.server.DynamicConfig.Broker$.MODULE$.names())) {
+    for (String n : new TreeSet<>(org.apache.kafka.server.config.QuotaConfigs.brokerQuotaConfigs().names())) {
       if (!first) sb.append(","); first = false; sb.append(q(n));
     }
     sb.append("]}");

@@ -1,8 +1,17 @@
 """Broker configuration under Kafka's own names (server.properties + --override key=value).
 
-Every key below is honoured with Kafka's meaning and default.  Unknown keys are reported as
-warnings (Kafka logs them as unused); a value that does not parse fails start-up with a
-message naming the key.
+The config model: every broker key is declared once, as a field of :class:`Config` built by
+:func:`define` (Kafka's name, ConfigDef type, default, validator; Kafka's documentation and
+dynamic update mode come from Kafka itself, pybroker/kafka_broker_configs.py, and
+tests/test_config_model.py holds the declarations to Kafka's).  Everything else is derived
+from these declarations: :data:`KEYS` (the ConfigDef), :func:`build_config`, DescribeConfigs
+(:func:`describe_settings`), dynamic configs (pybroker/dynamic_config.py) and the broker
+defaults of topic configs (:meth:`Config.topic_defaults`, pybroker/topic_config.py).
+
+Values parse and validate as Kafka's (pybroker/configdef.py); a bad one fails start-up with a
+message naming the key, as do cross-key checks (:func:`validate`) and the listeners' security
+(pybroker/security/listeners.py).  Unknown keys are warnings, as Kafka logs them unused, with
+the nearest known key suggested; Kafka keys pybroker does not use are said to have no effect.
 """
 
 from __future__ import annotations
@@ -10,40 +19,57 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pybroker import tls
-from pybroker.security import sasl
+from pybroker import topic_config
+from pybroker.configdef import (
+    LONG_MAX,
+    Check,
+    ConfigDef,
+    ConfigException,
+    ConfigKey,
+    Type,
+    Validator,
+    ValidList,
+    ValidString,
+    at_least,
+    between,
+    did_you_mean,
+    java_double,
+)
+from pybroker.kafka_broker_configs import (
+    DEFINITIONS,
+    DYNAMIC_MODES,
+    KAFKA_CONFIG_NAMES,
+    QUOTA_CONFIGS,
+)
+from pybroker.security import listeners as listener_security
+from pybroker.security.sasl import SaslConfigError
+from pybroker.security.tls import TlsConfigError
+
+BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = (
+    Type.BOOLEAN,
+    Type.STRING,
+    Type.INT,
+    Type.LONG,
+    Type.DOUBLE,
+    Type.LIST,
+)
 
 
 class ConfigError(ValueError):
     pass
 
 
-def _bool(s: str) -> bool:
-    v = s.strip().lower()
-    if v in ("true", "false"):
-        return v == "true"
-    raise ValueError("expected true or false")
+# -- converters: a Kafka-typed value -> the attribute pybroker reads -------------------------
 
 
-def _int(s: str) -> int:
-    return int(s.strip())
-
-
-def _double(s: str) -> float:
-    return float(s.strip())
-
-
-def _policy(s: str) -> str:
-    """log.cleanup.policy: a list of ``compact`` and ``delete`` (either order)."""
-    items = [i.strip() for i in s.split(",") if i.strip()]
-    wrong = [i for i in items if i not in ("compact", "delete")]
-    if wrong:
-        raise ValueError(f"[{', '.join(wrong)}] are not in [compact, delete]")
+def _policy(items: list[str]) -> str:
+    """log.cleanup.policy: ``compact``, ``delete`` or both, as a comma-separated string."""
     return ",".join(items)
 
 
@@ -54,30 +80,32 @@ _ASSIGNOR_CLASSES = {
 }
 
 
-def _assignor_name(s: str) -> str:
-    name = _ASSIGNOR_CLASSES.get(s.strip(), s.strip().lower())
-    if name not in ("uniform", "range"):
-        raise ValueError(f"{s.strip()} is not a known assignor (uniform, range)")
-    return name
+def _assignors(items: list[str]) -> tuple[str, ...]:
+    out = []
+    for item in items:
+        name = _ASSIGNOR_CLASSES.get(item, item.lower())
+        if name not in ("uniform", "range"):
+            raise ValueError(f"{item} is not a known assignor (uniform, range)")
+        out.append(name)
+    if not out:
+        raise ValueError("must name an assignor")
+    return tuple(out)
 
 
-def _protocols(s: str) -> tuple[str, ...]:
-    items = tuple(p.strip().lower() for p in s.split(",") if p.strip())
-    wrong = [p for p in items if p not in ("classic", "consumer")]
-    if wrong or "classic" not in items:
+def _protocols(items: list[str]) -> tuple[str, ...]:
+    protocols = tuple(p.lower() for p in items if p)
+    wrong = [p for p in protocols if p not in ("classic", "consumer")]
+    if wrong or "classic" not in protocols:
         raise ValueError("must list classic, and may list consumer")
-    return items
+    return protocols
 
 
 def _migration_policy(s: str) -> str:
     """group.consumer.migration.policy (Kafka's ConsumerGroupMigrationPolicy, any case)."""
-    v = s.strip().lower()
+    v = s.lower()
     if v not in ("disabled", "upgrade", "downgrade", "bidirectional"):
         raise ValueError("must be one of disabled, upgrade, downgrade, bidirectional")
     return v
-
-
-LONG_MAX = 2**63 - 1
 
 
 def _ip_overrides(s: str) -> tuple[tuple[str, int], ...]:
@@ -91,8 +119,19 @@ def _ip_overrides(s: str) -> tuple[tuple[str, int], ...]:
         host, sep, limit = item.rpartition(":")
         if not sep or not host.strip():
             raise ValueError(f"expected host:limit, got {item!r}")
-        out.append((host.strip().strip("[]"), int(limit)))
+        n = int(limit)
+        if n < 0:
+            raise ValueError(f"{host.strip()}: must be >= 0")
+        out.append((host.strip().strip("[]"), n))
     return tuple(out)
+
+
+def _super_users(s: str) -> tuple[str, ...]:
+    users = tuple(u.strip() for u in s.split(";") if u.strip())
+    for u in users:
+        if ":" not in u or u.startswith(":"):
+            raise ValueError(f"{u!r} is not Type:name")
+    return users
 
 
 @dataclass(frozen=True)
@@ -107,7 +146,6 @@ class HttpEndpoint:
 
 def _http_listener(s: str) -> HttpEndpoint | None:
     """metrics.listener: ``http://host:port`` (port 0: any free port); empty: off."""
-    s = s.strip()
     if not s:
         return None
     m = re.fullmatch(r"http://(\[[^\]]*\]|[^:/\[\]]*):(\d+)/?", s)
@@ -149,7 +187,7 @@ def _listeners(s: str) -> tuple[Endpoint, ...]:
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-DEFAULT_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+DEFAULT_PROTOCOL_MAP = "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"
 
 
 def _protocol_map(s: str) -> tuple[tuple[str, str], ...]:
@@ -172,7 +210,7 @@ def _protocol_map(s: str) -> tuple[tuple[str, str], ...]:
 
 # Keys of Kafka's security settings that only act on an SSL or SASL listener: accepted (and
 # said to be inert) while every listener is PLAINTEXT.  Keys that ask for security whatever the
-# listeners (an authorizer, secure replication) are refused in _validate.
+# listeners (an authorizer, secure replication) are refused by validate().
 _INERT_WITHOUT_SECURE_LISTENER = ("ssl.", "sasl.", "listener.name.", "principal.builder.class")
 AUTHORIZERS = (
     "kafka.security.authorizer.AclAuthorizer",  # Kafka's ZooKeeper ACL authorizer
@@ -180,252 +218,388 @@ AUTHORIZERS = (
     "org.apache.kafka.metadata.authorizer.StandardAuthorizer",  # KRaft's, same model
 )
 
-# key -> (field name, parser, default)
-_KEYS: dict[str, tuple[str, Any, Any]] = {
-    "broker.id": ("broker_id", _int, 0),
-    "listeners": ("listeners", _listeners, _listeners("PLAINTEXT://127.0.0.1:9092")),
-    "advertised.listeners": ("advertised_listeners", _listeners, None),
-    "listener.security.protocol.map": (
-        "listener_security_protocol_map",
-        _protocol_map,
-        _protocol_map(DEFAULT_PROTOCOL_MAP),
-    ),
-    "security.inter.broker.protocol": ("security_inter_broker_protocol", str, "PLAINTEXT"),
-    "inter.broker.listener.name": ("inter_broker_listener_name", str, None),
-    "log.dirs": ("log_dirs", str, None),
-    "log.dir": ("log_dir", str, None),
-    "zookeeper.connect": ("zookeeper_connect", str, None),
-    "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", _int, 18000),
-    "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", _int, None),
-    "broker.rack": ("broker_rack", str, None),
-    "num.partitions": ("num_partitions", _int, 1),
-    "default.replication.factor": ("default_replication_factor", _int, 1),
-    "auto.create.topics.enable": ("auto_create_topics_enable", _bool, True),
-    "log.segment.bytes": ("log_segment_bytes", _int, 1024 * 1024 * 1024),
-    "log.roll.ms": ("log_roll_ms", _int, None),
-    "log.roll.hours": ("log_roll_hours", _int, 168),
-    "log.retention.ms": ("log_retention_ms", _int, None),
-    "log.retention.minutes": ("log_retention_minutes", _int, None),
-    "log.retention.hours": ("log_retention_hours", _int, 168),
-    "log.retention.bytes": ("log_retention_bytes", _int, -1),
-    "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int, 300000),
-    "log.index.interval.bytes": ("log_index_interval_bytes", _int, 4096),
-    "log.index.size.max.bytes": ("log_index_size_max_bytes", _int, 10 * 1024 * 1024),
-    "log.flush.interval.messages": ("log_flush_interval_messages", _int, None),
-    "log.flush.interval.ms": ("log_flush_interval_ms", _int, None),
-    "log.message.timestamp.type": ("log_message_timestamp_type", str, "CreateTime"),
-    "log.message.timestamp.difference.max.ms": (
-        "log_message_timestamp_difference_max_ms",
-        _int,
-        2**63 - 1,
-    ),
-    "log.message.timestamp.before.max.ms": ("log_message_timestamp_before_max_ms", _int, 2**63 - 1),
-    "log.message.timestamp.after.max.ms": ("log_message_timestamp_after_max_ms", _int, 2**63 - 1),
-    "message.max.bytes": ("message_max_bytes", _int, 1048588),
-    "compression.type": ("compression_type", str, "producer"),
-    "socket.request.max.bytes": ("socket_request_max_bytes", _int, 104857600),
-    "min.insync.replicas": ("min_insync_replicas", _int, 1),
-    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int, 3000),
-    # KIP-848 (Kafka 4.0's names and defaults)
-    "group.coordinator.rebalance.protocols": (
-        "group_coordinator_rebalance_protocols",
-        _protocols,
-        ("classic", "consumer"),
-    ),
-    "group.consumer.session.timeout.ms": ("group_consumer_session_timeout_ms", _int, 45000),
-    "group.consumer.heartbeat.interval.ms": ("group_consumer_heartbeat_interval_ms", _int, 5000),
-    "group.consumer.assignors": (
-        "group_consumer_assignors",
-        lambda s: tuple(_assignor_name(p) for p in s.split(",") if p.strip()),
-        ("uniform", "range"),
-    ),
-    "group.consumer.max.size": ("group_consumer_max_size", _int, 2**31 - 1),
-    "group.consumer.migration.policy": (
-        "group_consumer_migration_policy",
-        _migration_policy,
-        "bidirectional",
-    ),
-    "offsets.retention.minutes": ("offsets_retention_minutes", _int, 10080),
-    "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", _int, 600000),
-    "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int, 4096),
-    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", _int, 6000),
-    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", _int, 1800000),
-    "max.connections": ("max_connections", _int, 2**31 - 1),
-    "max.connections.per.ip": ("max_connections_per_ip", _int, 2**31 - 1),
-    "max.connections.per.ip.overrides": (
-        "max_connections_per_ip_overrides",
-        lambda s: _ip_overrides(s),
-        (),
-    ),
-    "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool, False),
-    "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int, 30000),
-    "log.flush.offset.checkpoint.interval.ms": (
-        "log_flush_offset_checkpoint_interval_ms",
-        _int,
-        60000,
-    ),
-    "controlled.shutdown.enable": ("controlled_shutdown_enable", _bool, True),
-    "controlled.shutdown.max.retries": ("controlled_shutdown_max_retries", _int, 3),
-    "controlled.shutdown.retry.backoff.ms": ("controlled_shutdown_retry_backoff_ms", _int, 5000),
-    "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", _bool, True),
-    "leader.imbalance.check.interval.seconds": (
-        "leader_imbalance_check_interval_seconds",
-        _int,
-        300,
-    ),
-    "leader.imbalance.per.broker.percentage": ("leader_imbalance_per_broker_percentage", _int, 10),
-    "max.broker.partitions": ("max_broker_partitions", _int, 20000),
-    "quota.window.num": ("quota_window_num", _int, 11),
-    "quota.window.size.seconds": ("quota_window_size_seconds", _int, 1),
-    "max.request.partition.size.limit": ("max_request_partition_size_limit", _int, 2000),
-    "max.incremental.fetch.session.cache.slots": (
-        "max_incremental_fetch_session_cache_slots",
-        _int,
-        1000,
-    ),
-    # log compaction (Kafka's LogConfig / CleanerConfig names and defaults)
-    "log.cleanup.policy": ("log_cleanup_policy", _policy, "delete"),
-    "log.cleaner.enable": ("log_cleaner_enable", _bool, True),
-    "log.cleaner.threads": ("log_cleaner_threads", _int, 1),
-    "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", _int, 128 * 1024 * 1024),
-    "log.cleaner.io.buffer.size": ("log_cleaner_io_buffer_size", _int, 512 * 1024),
-    "log.cleaner.io.buffer.load.factor": ("log_cleaner_io_buffer_load_factor", _double, 0.9),
-    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int, 15000),
-    "log.cleaner.min.cleanable.ratio": ("log_cleaner_min_cleanable_ratio", _double, 0.5),
-    "log.cleaner.delete.retention.ms": ("log_cleaner_delete_retention_ms", _int, 86400000),
-    "log.cleaner.min.compaction.lag.ms": ("log_cleaner_min_compaction_lag_ms", _int, 0),
-    "log.cleaner.max.compaction.lag.ms": ("log_cleaner_max_compaction_lag_ms", _int, LONG_MAX),
-    # pybroker's own (no Kafka equivalent): log "event loop stalled N ms" past this; 0 = off
-    "loop.stall.warn.ms": ("loop_stall_warn_ms", _int, 100),
-    # pybroker's own: Prometheus metrics (and later the web console) over HTTP; off by default
-    "metrics.listener": ("metrics_listener", _http_listener, None),
-    # pybroker's own: the web console on that listener (docs/console.md)
-    "console.enable": ("console_enable", _bool, True),
-    "console.lag.sample.interval.ms": ("console_lag_sample_interval_ms", _int, 10000),
-    "authorizer.class.name": ("authorizer_class_name", str, ""),
-    "super.users": (
-        "super_users",
-        lambda s: tuple(u.strip() for u in s.split(";") if u.strip()),
-        (),
-    ),
-    "allow.everyone.if.no.acl.found": ("allow_everyone_if_no_acl_found", _bool, False),
-    "transaction.max.timeout.ms": ("transaction_max_timeout_ms", _int, 900000),
-    "transactional.id.expiration.ms": ("transactional_id_expiration_ms", _int, 604800000),
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
-        "transaction_abort_timed_out_transaction_cleanup_interval_ms",
-        _int,
-        10000,
-    ),
-    "transaction.remove.expired.transaction.cleanup.interval.ms": (
-        "transaction_remove_expired_transaction_cleanup_interval_ms",
-        _int,
-        3600000,
-    ),
-}
+
+# -- the declarations ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BrokerConfigKey(ConfigKey):
+    """A broker key: a ConfigKey, the attribute's converter, and where it may be set."""
+
+    convert: Callable[[Any], Any] | None = None  # Kafka-typed value -> the attribute
+    dynamic_only: bool = False  # Kafka's DynamicConfig.Broker: never read from the file
+
+    @property
+    def dynamic(self) -> str | None:
+        """Kafka's dynamic update mode ("per-broker" / "cluster-wide"), None: read-only."""
+        if self.dynamic_only:
+            return "cluster-wide"
+        return DYNAMIC_MODES.get(self.name)
+
+    def attribute(self, value: Any) -> Any:
+        """The Config attribute for a Kafka-typed value (None stays None)."""
+        if value is None or self.convert is None:
+            return value
+        return self.convert(value)
+
+    def parse_attribute(self, raw: str) -> Any:
+        """Parse, validate and convert a string: ConfigException worded as Kafka's."""
+        value = self.parse(raw)
+        try:
+            return self.attribute(value)
+        except (ValueError, TypeError) as e:
+            raise ConfigException(self.name, raw, str(e)) from None
+
+
+def define(
+    name: str,
+    type_: Type,
+    default: Any,
+    validator: Validator | None = None,
+    *,
+    convert: Callable[[Any], Any] | None = None,
+    doc: str | None = None,
+    dynamic_only: bool = False,
+) -> Any:
+    """A Config field that is broker key ``name``: ``default`` is Kafka-typed (None: no
+    value); the documentation is Kafka's unless ``doc`` gives pybroker's own."""
+    if doc is None:
+        doc = DEFINITIONS[name][3] if name in DEFINITIONS else ""
+    key = BrokerConfigKey(name, type_, default, validator, doc, convert, dynamic_only)
+    return field(default=key.attribute(default), metadata={"key": key})
 
 
 @dataclass(frozen=True)
 class Config:
-    broker_id: int = 0
-    listeners: tuple[Endpoint, ...] = _KEYS["listeners"][2]
-    advertised_listeners: tuple[Endpoint, ...] | None = None
-    log_dirs: str | None = None
-    log_dir: str | None = None
-    zookeeper_connect: str | None = None
-    zookeeper_session_timeout_ms: int = 18000
-    zookeeper_connection_timeout_ms: int | None = None
-    broker_rack: str | None = None
-    num_partitions: int = 1
-    default_replication_factor: int = 1
-    auto_create_topics_enable: bool = True
-    log_segment_bytes: int = 1024 * 1024 * 1024
-    log_roll_ms: int | None = None
-    log_roll_hours: int = 168
-    log_retention_ms: int | None = None
-    log_retention_minutes: int | None = None
-    log_retention_hours: int = 168
-    log_retention_bytes: int = -1
-    log_retention_check_interval_ms: int = 300000
-    log_index_interval_bytes: int = 4096
-    log_index_size_max_bytes: int = 10 * 1024 * 1024
-    log_flush_interval_messages: int | None = None
-    log_flush_interval_ms: int | None = None
-    log_message_timestamp_type: str = "CreateTime"
-    log_message_timestamp_difference_max_ms: int = 2**63 - 1
-    log_message_timestamp_before_max_ms: int = 2**63 - 1
-    log_message_timestamp_after_max_ms: int = 2**63 - 1
-    message_max_bytes: int = 1048588
-    compression_type: str = "producer"
-    socket_request_max_bytes: int = 104857600
-    min_insync_replicas: int = 1
-    group_initial_rebalance_delay_ms: int = 3000
-    group_coordinator_rebalance_protocols: tuple[str, ...] = ("classic", "consumer")
-    group_consumer_session_timeout_ms: int = 45000
-    group_consumer_heartbeat_interval_ms: int = 5000
-    group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
-    group_consumer_max_size: int = 2**31 - 1
-    group_consumer_migration_policy: str = "bidirectional"
-    offsets_retention_minutes: int = 10080
-    offsets_retention_check_interval_ms: int = 600000
-    offset_metadata_max_bytes: int = 4096
-    group_min_session_timeout_ms: int = 6000
-    group_max_session_timeout_ms: int = 1800000
-    max_connections: int = 2**31 - 1
-    max_connections_per_ip: int = 2**31 - 1
+    broker_id: int = define("broker.id", INT, 0, at_least(0))
+    listeners: tuple[Endpoint, ...] = define(
+        "listeners", STRING, "PLAINTEXT://127.0.0.1:9092", convert=_listeners
+    )
+    advertised_listeners: tuple[Endpoint, ...] | None = define(
+        "advertised.listeners", STRING, None, convert=_listeners
+    )
+    listener_security_protocol_map: tuple[tuple[str, str], ...] = define(
+        "listener.security.protocol.map", STRING, DEFAULT_PROTOCOL_MAP, convert=_protocol_map
+    )
+    security_inter_broker_protocol: str = define(
+        "security.inter.broker.protocol", STRING, "PLAINTEXT", ValidString(*SECURITY_PROTOCOLS)
+    )
+    inter_broker_listener_name: str | None = define("inter.broker.listener.name", STRING, None)
+    log_dirs: str | None = define("log.dirs", STRING, None)
+    log_dir: str | None = define("log.dir", STRING, None)
+    zookeeper_connect: str | None = define("zookeeper.connect", STRING, None)
+    zookeeper_session_timeout_ms: int = define("zookeeper.session.timeout.ms", INT, 18000)
+    zookeeper_connection_timeout_ms: int | None = define(
+        "zookeeper.connection.timeout.ms", INT, None
+    )
+    broker_rack: str | None = define("broker.rack", STRING, None)
+    num_partitions: int = define("num.partitions", INT, 1, at_least(1))
+    default_replication_factor: int = define("default.replication.factor", INT, 1, at_least(1))
+    auto_create_topics_enable: bool = define("auto.create.topics.enable", BOOLEAN, True)
+    # -- logs (the broker defaults of topic configs: pybroker/topic_config.py's synonyms)
+    log_segment_bytes: int = define("log.segment.bytes", INT, 1024 * 1024 * 1024, at_least(14))
+    log_roll_ms: int | None = define("log.roll.ms", LONG, None)
+    log_roll_hours: int = define("log.roll.hours", INT, 168, at_least(1))
+    log_roll_jitter_ms: int | None = define("log.roll.jitter.ms", LONG, None)
+    log_roll_jitter_hours: int = define("log.roll.jitter.hours", INT, 0, at_least(0))
+    log_retention_ms: int | None = define("log.retention.ms", LONG, None)
+    log_retention_minutes: int | None = define("log.retention.minutes", INT, None)
+    log_retention_hours: int = define("log.retention.hours", INT, 168)
+    log_retention_bytes: int = define("log.retention.bytes", LONG, -1)
+    log_retention_check_interval_ms: int = define(
+        "log.retention.check.interval.ms", LONG, 300000, at_least(1)
+    )
+    log_index_interval_bytes: int = define("log.index.interval.bytes", INT, 4096, at_least(0))
+    log_index_size_max_bytes: int = define(
+        "log.index.size.max.bytes", INT, 10 * 1024 * 1024, at_least(4)
+    )
+    log_flush_interval_messages: int = define(
+        "log.flush.interval.messages", LONG, LONG_MAX, at_least(1)
+    )
+    log_flush_interval_ms: int | None = define("log.flush.interval.ms", LONG, None)
+    log_flush_scheduler_interval_ms: int = define("log.flush.scheduler.interval.ms", LONG, LONG_MAX)
+    log_segment_delete_delay_ms: int = define(
+        "log.segment.delete.delay.ms", LONG, 60000, at_least(0)
+    )
+    log_preallocate: bool = define("log.preallocate", BOOLEAN, False)
+    log_message_format_version: str = define(
+        "log.message.format.version",
+        STRING,
+        "3.0-IV1",
+        topic_config.KEYS["message.format.version"].validator,
+    )
+    log_message_downconversion_enable: bool = define(
+        "log.message.downconversion.enable", BOOLEAN, True
+    )
+    log_local_retention_ms: int = define("log.local.retention.ms", LONG, -2, at_least(-2))
+    log_local_retention_bytes: int = define("log.local.retention.bytes", LONG, -2, at_least(-2))
+    log_message_timestamp_type: str = define(
+        "log.message.timestamp.type",
+        STRING,
+        "CreateTime",
+        ValidString("CreateTime", "LogAppendTime"),
+    )
+    log_message_timestamp_difference_max_ms: int = define(
+        "log.message.timestamp.difference.max.ms", LONG, LONG_MAX, at_least(0)
+    )
+    log_message_timestamp_before_max_ms: int = define(
+        "log.message.timestamp.before.max.ms", LONG, LONG_MAX, at_least(0)
+    )
+    log_message_timestamp_after_max_ms: int = define(
+        "log.message.timestamp.after.max.ms", LONG, LONG_MAX, at_least(0)
+    )
+    message_max_bytes: int = define("message.max.bytes", INT, 1048588, at_least(0))
+    compression_type: str = define(
+        "compression.type",
+        STRING,
+        "producer",
+        ValidString("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+    )
+    compression_gzip_level: int = define(
+        "compression.gzip.level",
+        INT,
+        -1,
+        topic_config.KEYS["compression.gzip.level"].validator,
+    )
+    compression_lz4_level: int = define("compression.lz4.level", INT, 9, between(1, 17))
+    compression_zstd_level: int = define("compression.zstd.level", INT, 3, between(-131072, 22))
+    socket_request_max_bytes: int = define("socket.request.max.bytes", INT, 104857600, at_least(1))
+    min_insync_replicas: int = define("min.insync.replicas", INT, 1, at_least(1))
+    # -- groups and offsets
+    group_initial_rebalance_delay_ms: int = define(
+        "group.initial.rebalance.delay.ms", INT, 3000, at_least(0)
+    )
+    # KIP-848 (Kafka 4.0's names and defaults)
+    group_coordinator_rebalance_protocols: tuple[str, ...] = define(
+        "group.coordinator.rebalance.protocols", LIST, ["classic", "consumer"], convert=_protocols
+    )
+    group_consumer_session_timeout_ms: int = define(
+        "group.consumer.session.timeout.ms", INT, 45000, at_least(1)
+    )
+    group_consumer_heartbeat_interval_ms: int = define(
+        "group.consumer.heartbeat.interval.ms", INT, 5000, at_least(1)
+    )
+    group_consumer_assignors: tuple[str, ...] = define(
+        "group.consumer.assignors", LIST, ["uniform", "range"], convert=_assignors
+    )
+    group_consumer_max_size: int = define("group.consumer.max.size", INT, 2**31 - 1, at_least(1))
+    group_consumer_migration_policy: str = define(
+        "group.consumer.migration.policy",
+        STRING,
+        "bidirectional",
+        convert=_migration_policy,
+    )
+    offsets_retention_minutes: int = define("offsets.retention.minutes", INT, 10080, at_least(1))
+    offsets_retention_check_interval_ms: int = define(
+        "offsets.retention.check.interval.ms", LONG, 600000, at_least(1)
+    )
+    offset_metadata_max_bytes: int = define("offset.metadata.max.bytes", INT, 4096)
+    group_min_session_timeout_ms: int = define("group.min.session.timeout.ms", INT, 6000)
+    group_max_session_timeout_ms: int = define("group.max.session.timeout.ms", INT, 1800000)
+    # -- connections
+    max_connections: int = define("max.connections", INT, 2**31 - 1, at_least(0))
+    max_connections_per_ip: int = define("max.connections.per.ip", INT, 2**31 - 1, at_least(0))
     # (host or IP as given, limit), Kafka's "hostName:100,127.0.0.1:200"
-    max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = ()
-    unclean_leader_election_enable: bool = False
-    replica_lag_time_max_ms: int = 30000
+    max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = define(
+        "max.connections.per.ip.overrides", STRING, "", convert=_ip_overrides
+    )
+    # -- replication
+    unclean_leader_election_enable: bool = define("unclean.leader.election.enable", BOOLEAN, False)
+    replica_lag_time_max_ms: int = define("replica.lag.time.max.ms", LONG, 30000)
     # recovery point (and the other) checkpoints of every log dir: also when a failed dir is
     # noticed at the latest if nothing else writes there
-    log_flush_offset_checkpoint_interval_ms: int = 60000
-    controlled_shutdown_enable: bool = True
-    controlled_shutdown_max_retries: int = 3
-    controlled_shutdown_retry_backoff_ms: int = 5000
-    auto_leader_rebalance_enable: bool = True
-    leader_imbalance_check_interval_seconds: int = 300
-    leader_imbalance_per_broker_percentage: int = 10
-    max_broker_partitions: int = 20000
-    quota_window_num: int = 11  # client quotas' rate samples (quotas/rate.py)
-    quota_window_size_seconds: int = 1
-    max_incremental_fetch_session_cache_slots: int = 1000
-    max_request_partition_size_limit: int = 2000
-    log_cleanup_policy: str = "delete"
-    log_cleaner_enable: bool = True
-    log_cleaner_threads: int = 1
-    log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
-    log_cleaner_io_buffer_size: int = 512 * 1024
-    log_cleaner_io_buffer_load_factor: float = 0.9
-    log_cleaner_backoff_ms: int = 15000
-    log_cleaner_min_cleanable_ratio: float = 0.5
-    log_cleaner_delete_retention_ms: int = 86400000
-    log_cleaner_min_compaction_lag_ms: int = 0
-    log_cleaner_max_compaction_lag_ms: int = LONG_MAX
-    loop_stall_warn_ms: int = 100
-    metrics_listener: HttpEndpoint | None = None
-    console_enable: bool = True
-    console_lag_sample_interval_ms: int = 10000
-    authorizer_class_name: str = ""
-    super_users: tuple[str, ...] = ()
-    allow_everyone_if_no_acl_found: bool = False
-    transaction_max_timeout_ms: int = 900000
-    transactional_id_expiration_ms: int = 604800000
-    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
-    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3600000
-    listener_security_protocol_map: tuple[tuple[str, str], ...] = _protocol_map(
-        DEFAULT_PROTOCOL_MAP
+    log_flush_offset_checkpoint_interval_ms: int = define(
+        "log.flush.offset.checkpoint.interval.ms", INT, 60000, at_least(1)
     )
-    security_inter_broker_protocol: str = "PLAINTEXT"
-    inter_broker_listener_name: str | None = None
+    controlled_shutdown_enable: bool = define("controlled.shutdown.enable", BOOLEAN, True)
+    controlled_shutdown_max_retries: int = define(
+        "controlled.shutdown.max.retries", INT, 3, at_least(0)
+    )
+    controlled_shutdown_retry_backoff_ms: int = define(
+        "controlled.shutdown.retry.backoff.ms", LONG, 5000, at_least(0)
+    )
+    auto_leader_rebalance_enable: bool = define("auto.leader.rebalance.enable", BOOLEAN, True)
+    leader_imbalance_check_interval_seconds: int = define(
+        "leader.imbalance.check.interval.seconds", LONG, 300, at_least(1)
+    )
+    leader_imbalance_per_broker_percentage: int = define(
+        "leader.imbalance.per.broker.percentage", INT, 10, at_least(0)
+    )
+    max_broker_partitions: int = define(
+        "max.broker.partitions",
+        INT,
+        20000,
+        at_least(1),
+        doc="The largest number of partition replicas one broker may host (KIP-578's name;"
+        " pybroker's own default): CreateTopics, CreatePartitions and auto-creation beyond it"
+        " answer POLICY_VIOLATION.",
+    )
+    quota_window_num: int = define("quota.window.num", INT, 11, at_least(1))
+    quota_window_size_seconds: int = define("quota.window.size.seconds", INT, 1, at_least(1))
+    max_request_partition_size_limit: int = define(
+        "max.request.partition.size.limit", INT, 2000, at_least(1)
+    )
+    max_incremental_fetch_session_cache_slots: int = define(
+        "max.incremental.fetch.session.cache.slots", INT, 1000, at_least(0)
+    )
+    # -- log compaction (Kafka's LogConfig / CleanerConfig names and defaults)
+    log_cleanup_policy: str = define(
+        "log.cleanup.policy", LIST, ["delete"], ValidList("compact", "delete"), convert=_policy
+    )
+    log_cleaner_enable: bool = define("log.cleaner.enable", BOOLEAN, True)
+    log_cleaner_threads: int = define("log.cleaner.threads", INT, 1, at_least(0))
+    log_cleaner_dedupe_buffer_size: int = define(
+        "log.cleaner.dedupe.buffer.size", LONG, 128 * 1024 * 1024
+    )
+    log_cleaner_io_buffer_size: int = define(
+        "log.cleaner.io.buffer.size", INT, 512 * 1024, at_least(0)
+    )
+    log_cleaner_io_buffer_load_factor: float = define(
+        "log.cleaner.io.buffer.load.factor", DOUBLE, 0.9
+    )
+    log_cleaner_backoff_ms: int = define("log.cleaner.backoff.ms", LONG, 15000, at_least(0))
+    log_cleaner_min_cleanable_ratio: float = define(
+        "log.cleaner.min.cleanable.ratio", DOUBLE, 0.5, between(0, 1)
+    )
+    log_cleaner_delete_retention_ms: int = define(
+        "log.cleaner.delete.retention.ms", LONG, 86400000, at_least(0)
+    )
+    log_cleaner_min_compaction_lag_ms: int = define(
+        "log.cleaner.min.compaction.lag.ms", LONG, 0, at_least(0)
+    )
+    log_cleaner_max_compaction_lag_ms: int = define(
+        "log.cleaner.max.compaction.lag.ms", LONG, LONG_MAX, at_least(1)
+    )
+    # -- pybroker's own (no Kafka equivalent)
+    loop_stall_warn_ms: int = define(
+        "loop.stall.warn.ms",
+        LONG,
+        100,
+        at_least(0),
+        doc="pybroker's own: log 'event loop stalled N ms' when the event loop was blocked"
+        " longer than this (0: no warnings).",
+    )
+    metrics_listener: HttpEndpoint | None = define(
+        "metrics.listener",
+        STRING,
+        None,
+        convert=_http_listener,
+        doc="pybroker's own: http://host:port serving Prometheus metrics at /metrics and the"
+        " web console at / (unset: off).",
+    )
+    console_enable: bool = define(
+        "console.enable",
+        BOOLEAN,
+        True,
+        doc="pybroker's own: serve the web console on metrics.listener.",
+    )
+    console_lag_sample_interval_ms: int = define(
+        "console.lag.sample.interval.ms",
+        LONG,
+        10000,
+        at_least(100),
+        doc="pybroker's own: how often the web console samples each group's lag.",
+    )
+    # -- authorization (Kafka's AclAuthorizer keys)
+    authorizer_class_name: str = define(
+        "authorizer.class.name",
+        STRING,
+        "",
+        Check(
+            lambda v: (
+                None
+                if v in ("", *AUTHORIZERS)
+                else f"{v} is not an authorizer this broker has (one of: {', '.join(AUTHORIZERS)})"
+            ),
+            "empty, or one of " + ", ".join(AUTHORIZERS),
+        ),
+    )
+    super_users: tuple[str, ...] = define(
+        "super.users",
+        STRING,
+        "",
+        convert=_super_users,
+        doc="A list of principals (Type:name, separated by semicolons) that every operation is"
+        " allowed to (AclAuthorizer's key).",
+    )
+    allow_everyone_if_no_acl_found: bool = define(
+        "allow.everyone.if.no.acl.found",
+        BOOLEAN,
+        False,
+        doc="When a resource has no ACL, allow every principal (true) or only super users"
+        " (false) (AclAuthorizer's key).",
+    )
+    # -- transactions
+    transaction_max_timeout_ms: int = define("transaction.max.timeout.ms", INT, 900000, at_least(1))
+    transactional_id_expiration_ms: int = define(
+        "transactional.id.expiration.ms", INT, 604800000, at_least(1)
+    )
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = define(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms", INT, 10000, at_least(1)
+    )
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = define(
+        "transaction.remove.expired.transaction.cleanup.interval.ms", INT, 3600000, at_least(1)
+    )
     # the replication quotas (Kafka's DynamicConfig.Broker): set only dynamically
     # (pybroker/dynamic_config.py), Long.MAX = unthrottled; read at use time
-    leader_replication_throttled_rate: int = LONG_MAX
-    follower_replication_throttled_rate: int = LONG_MAX
-    replica_alter_log_dirs_io_max_bytes_per_second: int = LONG_MAX
+    leader_replication_throttled_rate: int = define(
+        "leader.replication.throttled.rate",
+        LONG,
+        LONG_MAX,
+        at_least(0),
+        dynamic_only=True,
+        doc="A long representing the upper bound (bytes/sec) on replication traffic for leaders"
+        " enumerated in the property leader.replication.throttled.replicas (for each topic).",
+    )
+    follower_replication_throttled_rate: int = define(
+        "follower.replication.throttled.rate",
+        LONG,
+        LONG_MAX,
+        at_least(0),
+        dynamic_only=True,
+        doc="A long representing the upper bound (bytes/sec) on replication traffic for"
+        " followers enumerated in the property follower.replication.throttled.replicas (for"
+        " each topic).",
+    )
+    replica_alter_log_dirs_io_max_bytes_per_second: int = define(
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+        LONG,
+        LONG_MAX,
+        at_least(0),
+        dynamic_only=True,
+        doc="A long representing the upper bound (bytes/sec) on disk IO used for moving"
+        " replica between log directories on the same broker.",
+    )
+    # -- not keys
+    revision: int = 0  # bumped by each dynamic change (DynamicBrokerConfig.update)
     warnings: tuple[str, ...] = ()
     explicit_keys: frozenset[str] = frozenset()  # keys set in the file or by --override
-    # ssl.* and listener.name.* settings as given (pybroker/tls.py reads them)
+    # ssl.*, sasl.* and listener.name.* settings as given (pybroker/security/listeners.py)
     security_settings: tuple[tuple[str, str], ...] = ()
+
+    # -- by Kafka key ------------------------------------------------------------------------
+    def value(self, key: str) -> Any:
+        """The attribute of Kafka key ``key``."""
+        return getattr(self, FIELDS[key])
+
+    def value_string(self, key: str) -> str | None:
+        """A key's value as Kafka prints it (None: unset)."""
+        return render(self.value(key))
+
+    def setting(self, key: str) -> str | None:
+        """A broker key's current value as a string; None when unset or not a pybroker key
+        (the lookup topic configs take their broker defaults through)."""
+        return render(getattr(self, FIELDS[key])) if key in FIELDS else None
+
+    def topic_defaults(self) -> Mapping[str, str]:
+        """The broker defaults of topic configs (KafkaConfig.extractLogConfigMap), as strings,
+        from the current values (dynamic ones included); computed again after each
+        ``revision`` (read-only: shared)."""
+        cached = self.__dict__.get("_topic_defaults")
+        if cached is None or cached[0] != self.revision:
+            cached = (self.revision, topic_config.broker_defaults(self.setting))
+            self.__dict__["_topic_defaults"] = cached  # a cache, not a field: Config stays frozen
+        return cached[1]
 
     # -- derived values, with Kafka's precedence (ms > minutes > hours) ---------------------
     @property
@@ -494,56 +668,34 @@ class Config:
             if self.security_protocol(e.listener) in ("SASL_PLAINTEXT", "SASL_SSL")
         ]
 
-    def listener_sasl(self, listener: str) -> Any:
-        """A SASL listener's settings (pybroker/security/sasl.py); SaslConfigError names
-        the key at fault."""
-        return sasl.listener_sasl(dict(self.security_settings), listener)
 
-    def principal_mapper(self) -> Any:
-        """ssl.principal.mapping.rules as a function of a certificate's DN."""
-        rules = sasl.parse_mapping_rules(
-            dict(self.security_settings).get("ssl.principal.mapping.rules", "DEFAULT")
+# -- derived from the declarations ----------------------------------------------------------
+
+KEYS: dict[str, BrokerConfigKey] = {
+    f.metadata["key"].name: f.metadata["key"]
+    for f in dataclasses.fields(Config)
+    if "key" in f.metadata
+}
+FIELDS: dict[str, str] = {
+    f.metadata["key"].name: f.name for f in dataclasses.fields(Config) if "key" in f.metadata
+}
+BROKER_CONFIG = ConfigDef(KEYS.values())
+assert set(QUOTA_CONFIGS) == {k for k, v in KEYS.items() if v.dynamic_only}
+
+
+def render(value: Any) -> str | None:
+    """A Config attribute as Kafka prints its value (None: unset)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return java_double(value)
+    if isinstance(value, tuple):
+        return ",".join(
+            ":".join(str(i) for i in v) if isinstance(v, tuple) else str(v) for v in value
         )
-        return lambda dn: sasl.map_principal(dn, rules)
-
-    def inter_broker_sasl(self) -> tuple[str, str, str] | None:
-        """(mechanism, username, password) this broker logs in with on the inter-broker
-        listener, when it is a SASL one; else None."""
-        if self.security_protocol(self.inter_broker_listener) not in (
-            "SASL_PLAINTEXT",
-            "SASL_SSL",
-        ):
-            return None
-        mech = (
-            dict(self.security_settings)
-            .get("sasl.mechanism.inter.broker.protocol", "GSSAPI")
-            .upper()
-        )
-        conf = self.listener_sasl(self.inter_broker_listener)
-        if mech not in conf.mechanisms:
-            raise sasl.SaslConfigError(
-                "sasl.mechanism.inter.broker.protocol",
-                f"{mech} is not enabled on the inter-broker listener {self.inter_broker_listener}",
-            )
-        if mech not in conf.logins:
-            raise sasl.SaslConfigError(
-                f"listener.name.{self.inter_broker_listener.lower()}.{mech.lower()}"
-                ".sasl.jaas.config",
-                "the inter-broker mechanism's JAAS entry needs username and password",
-            )
-        user, password = conf.logins[mech]
-        return mech, user, password
-
-    def ssl_context(self, listener: str) -> Any:
-        """The server ssl.SSLContext of an SSL listener (pybroker/tls.py)."""
-        return tls.server_context(dict(self.security_settings), listener)
-
-    def inter_broker_ssl_context(self) -> Any:
-        """The client ssl.SSLContext replication uses, when the inter-broker listener has TLS
-        (its ssl.* settings, as Kafka configures a broker's own client side); else None."""
-        if self.security_protocol(self.inter_broker_listener) not in ("SSL", "SASL_SSL"):
-            return None
-        return tls.client_context(dict(self.security_settings), self.inter_broker_listener)
+    return str(value)
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -567,9 +719,9 @@ def parse_properties(text: str) -> dict[str, str]:
     return out
 
 
-def _listener_protocols(settings: dict[str, str]) -> set[str]:
+def _listener_protocols(settings: Mapping[str, str]) -> set[str]:
     try:
-        listeners = _listeners(settings.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
+        listeners = _listeners(settings.get("listeners", "PLAINTEXT://127.0.0.1:9092").strip())
         protocols = dict(
             _protocol_map(settings.get("listener.security.protocol.map", DEFAULT_PROTOCOL_MAP))
         )
@@ -578,7 +730,26 @@ def _listener_protocols(settings: dict[str, str]) -> set[str]:
     return {protocols.get(e.listener, "") for e in listeners}
 
 
-def build_config(settings: dict[str, str]) -> Config:
+def unknown_key_warning(key: str) -> str:
+    """What the broker says about a key it does not read: a Kafka key is said to have no
+    effect here; anything else is unknown, with the nearest known key suggested."""
+    if key in KEYS:  # Kafka's DynamicConfig.Broker keys: not KafkaConfig ones
+        return (
+            f"configuration key {key!r} ignored: it is set dynamically only"
+            " (kafka-configs --entity-type brokers)"
+        )
+    if key in KAFKA_CONFIG_NAMES:
+        return f"configuration key {key!r} (Kafka's) has no effect in pybroker"
+    if key in topic_config.KEYS:
+        broker_key = topic_config.broker_synonym(key)
+        hint = f"; its broker default is {broker_key!r}" if broker_key else ""
+        return f"configuration key {key!r} is a topic config, ignored here{hint}"
+    near = did_you_mean(key, [*KEYS, *KAFKA_CONFIG_NAMES])
+    hint = f": did you mean {near!r}?" if near else ""
+    return f"unknown configuration key {key!r} ignored{hint}"
+
+
+def build_config(settings: Mapping[str, str]) -> Config:
     values: dict[str, Any] = {}
     warnings = []
     protocols = _listener_protocols(settings)
@@ -589,31 +760,32 @@ def build_config(settings: dict[str, str]) -> Config:
         if key.startswith(("ssl.", "sasl.", "listener.name.", "connections.max.reauth.ms")):
             security.append((key, raw))
             if ssl_served and ".ssl." in f".{key}":
-                continue  # read by pybroker/tls.py for the SSL listeners
+                continue  # read by pybroker/security/tls.py for the SSL listeners
             if sasl_served and (".sasl." in f".{key}" or key.endswith("connections.max.reauth.ms")):
                 continue  # read by pybroker/security/sasl.py for the SASL listeners
-        spec = _KEYS.get(key)
-        if spec is None:
+        spec = KEYS.get(key)
+        if spec is None or spec.dynamic_only:
             if key.startswith(_INERT_WITHOUT_SECURE_LISTENER):
-                # every listener is PLAINTEXT (or _validate refuses the configuration), and on
+                # every listener is PLAINTEXT (or validate refuses the configuration), and on
                 # PLAINTEXT listeners Kafka does not use these either
                 warnings.append(f"configuration key {key!r} has no effect: no SSL or SASL listener")
             else:
-                warnings.append(f"unknown configuration key {key!r} ignored")
+                warnings.append(unknown_key_warning(key))
             continue
-        field, parse, _ = spec
         try:
-            values[field] = parse(raw)
-        except (ValueError, TypeError) as e:
-            raise ConfigError(f"invalid value {raw!r} for configuration key {key!r}: {e}") from None
-    explicit = frozenset(k for k in settings if k in _KEYS)
+            values[FIELDS[key]] = spec.parse_attribute(raw)
+        except ConfigException as e:
+            raise ConfigError(
+                f"invalid value {raw!r} for configuration key {key!r}: {e.reason}"
+            ) from None
+    explicit = frozenset(k for k in settings if k in KEYS and not KEYS[k].dynamic_only)
     cfg = Config(
         **values,
         warnings=tuple(warnings),
         explicit_keys=explicit,
         security_settings=tuple(security),
     )
-    _validate(cfg)
+    validate(cfg)
     return cfg
 
 
@@ -630,34 +802,16 @@ def _validate_security(cfg: Config) -> None:
                     f"invalid value for configuration key 'listener.security.protocol.map': "
                     f"no security protocol for listener {e.listener} (named in {key!r})"
                 )
-    if cfg.security_inter_broker_protocol.upper() not in SECURITY_PROTOCOLS:
-        raise ConfigError(
-            f"invalid value for configuration key 'security.inter.broker.protocol': "
-            f"{cfg.security_inter_broker_protocol} (one of {', '.join(SECURITY_PROTOCOLS)})"
-        )
     if cfg.inter_broker_listener_name is not None:
         if "security.inter.broker.protocol" in cfg.explicit_keys:
             raise ConfigError(
                 "Only one of inter.broker.listener.name and security.inter.broker.protocol "
                 "should be set."
             )
-    for listener in cfg.ssl_listeners:
-        try:
-            cfg.ssl_context(listener)
-        except tls.TlsConfigError as e:
-            raise ConfigError(str(e)) from None
     names = [e.listener for e in cfg.advertised]
     try:
-        cfg.inter_broker_ssl_context()
-    except tls.TlsConfigError as e:
-        raise ConfigError(str(e)) from None
-    try:
-        for listener in cfg.sasl_listeners:
-            cfg.listener_sasl(listener)
-        if cfg.inter_broker_listener in [e.listener for e in cfg.advertised]:
-            cfg.inter_broker_sasl()  # (else refused below, naming the listener)
-        cfg.principal_mapper()
-    except sasl.SaslConfigError as e:
+        listener_security.check(cfg)
+    except (TlsConfigError, SaslConfigError) as e:
         raise ConfigError(str(e)) from None
     except ValueError as e:
         raise ConfigError(
@@ -676,133 +830,33 @@ def _validate_security(cfg: Config) -> None:
         )
 
 
-def _validate(cfg: Config) -> None:
+def validate(cfg: Config) -> None:
+    """The checks across keys (each key's own went through its validator when it was
+    parsed): raises ConfigError naming the key."""
+
     def need(cond: bool, key: str, why: str) -> None:
         if not cond:
             raise ConfigError(f"invalid value for configuration key {key!r}: {why}")
 
     _validate_security(cfg)
-    need(cfg.broker_id >= 0, "broker.id", "must be >= 0")
-    need(cfg.num_partitions >= 1, "num.partitions", "must be >= 1")
-    need(cfg.default_replication_factor >= 1, "default.replication.factor", "must be >= 1")
-    need(cfg.log_segment_bytes >= 14, "log.segment.bytes", "must be >= 14")
-    need(cfg.message_max_bytes >= 0, "message.max.bytes", "must be >= 0")
-    need(cfg.socket_request_max_bytes >= 1, "socket.request.max.bytes", "must be >= 1")
-    need(cfg.max_broker_partitions >= 1, "max.broker.partitions", "must be >= 1")
-    need(cfg.quota_window_num >= 1, "quota.window.num", "must be >= 1")
-    need(cfg.quota_window_size_seconds >= 1, "quota.window.size.seconds", "must be >= 1")
-    need(cfg.max_connections >= 0, "max.connections", "must be >= 0")
-    need(cfg.max_connections_per_ip >= 0, "max.connections.per.ip", "must be >= 0")
-    for host, limit in cfg.max_connections_per_ip_overrides:
-        need(limit >= 0, "max.connections.per.ip.overrides", f"{host}: must be >= 0")
     need(
         cfg.max_connections_per_ip > 0 or bool(cfg.max_connections_per_ip_overrides),
         "max.connections.per.ip",
         "0 needs max.connections.per.ip.overrides (it would refuse every connection)",
     )
-    need(cfg.group_consumer_session_timeout_ms >= 1, "group.consumer.session.timeout.ms", ">= 1")
     need(
-        1 <= cfg.group_consumer_heartbeat_interval_ms < cfg.group_consumer_session_timeout_ms,
+        cfg.group_consumer_heartbeat_interval_ms < cfg.group_consumer_session_timeout_ms,
         "group.consumer.heartbeat.interval.ms",
-        "must be >= 1 and below group.consumer.session.timeout.ms",
+        "must be below group.consumer.session.timeout.ms",
     )
-    need(bool(cfg.group_consumer_assignors), "group.consumer.assignors", "must name an assignor")
-    need(cfg.group_consumer_max_size >= 1, "group.consumer.max.size", "must be >= 1")
-    need(cfg.max_request_partition_size_limit >= 1, "max.request.partition.size.limit", ">= 1")
-    need(
-        cfg.max_incremental_fetch_session_cache_slots >= 0,
-        "max.incremental.fetch.session.cache.slots",
-        "must be >= 0",
-    )
-    need(cfg.min_insync_replicas >= 1, "min.insync.replicas", "must be >= 1")
-    need(cfg.controlled_shutdown_max_retries >= 0, "controlled.shutdown.max.retries", ">= 0")
-    need(
-        cfg.controlled_shutdown_retry_backoff_ms >= 0,
-        "controlled.shutdown.retry.backoff.ms",
-        "must be >= 0",
-    )
-    need(
-        cfg.leader_imbalance_check_interval_seconds >= 1,
-        "leader.imbalance.check.interval.seconds",
-        "must be >= 1",
-    )
-    need(
-        cfg.leader_imbalance_per_broker_percentage >= 0,
-        "leader.imbalance.per.broker.percentage",
-        "must be >= 0",
-    )
-    need(cfg.log_retention_check_interval_ms >= 1, "log.retention.check.interval.ms", ">= 1")
     need(cfg.roll_ms >= 1, "log.roll.ms", "must be >= 1")
-    need(
-        cfg.compression_type in ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
-        "compression.type",
-        "must be producer, uncompressed, gzip, snappy, lz4 or zstd",
-    )
-    need(
-        cfg.log_message_timestamp_type in ("CreateTime", "LogAppendTime"),
-        "log.message.timestamp.type",
-        "must be CreateTime or LogAppendTime",
-    )
-    need(cfg.loop_stall_warn_ms >= 0, "loop.stall.warn.ms", "must be >= 0 (0 turns it off)")
     if cfg.metrics_listener is not None and cfg.metrics_listener.port:
         clash = [str(e) for e in cfg.listeners if e.port == cfg.metrics_listener.port]
         need(not clash, "metrics.listener", f"its port is the Kafka listener's: {clash}")
     need(
-        cfg.console_lag_sample_interval_ms >= 100,
-        "console.lag.sample.interval.ms",
-        "must be >= 100",
-    )
-    need(
-        cfg.authorizer_class_name in ("", *AUTHORIZERS),
-        "authorizer.class.name",
-        f"{cfg.authorizer_class_name} is not an authorizer this broker has "
-        f"(one of: {', '.join(AUTHORIZERS)})",
-    )
-    for u in cfg.super_users:
-        need(":" in u and not u.startswith(":"), "super.users", f"{u!r} is not Type:name")
-    for key, value in (
-        ("transaction.max.timeout.ms", cfg.transaction_max_timeout_ms),
-        ("transactional.id.expiration.ms", cfg.transactional_id_expiration_ms),
-        (
-            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
-            cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
-        ),
-        (
-            "transaction.remove.expired.transaction.cleanup.interval.ms",
-            cfg.transaction_remove_expired_transaction_cleanup_interval_ms,
-        ),
-    ):
-        need(value >= 1, key, "must be >= 1")
-    need(cfg.group_initial_rebalance_delay_ms >= 0, "group.initial.rebalance.delay.ms", ">= 0")
-    need(
         0 < cfg.group_min_session_timeout_ms <= cfg.group_max_session_timeout_ms,
         "group.min.session.timeout.ms",
         "must be > 0 and <= group.max.session.timeout.ms",
-    )
-    need(cfg.offsets_retention_minutes >= 1, "offsets.retention.minutes", "must be >= 1")
-    need(
-        cfg.offsets_retention_check_interval_ms >= 1, "offsets.retention.check.interval.ms", ">= 1"
-    )
-    need(cfg.log_cleaner_threads >= 0, "log.cleaner.threads", "must be >= 0")
-    need(cfg.log_cleaner_io_buffer_size >= 0, "log.cleaner.io.buffer.size", "must be >= 0")
-    need(cfg.log_cleaner_backoff_ms >= 0, "log.cleaner.backoff.ms", "must be >= 0")
-    need(
-        0.0 <= cfg.log_cleaner_min_cleanable_ratio <= 1.0,
-        "log.cleaner.min.cleanable.ratio",
-        "must be between 0 and 1",
-    )
-    need(
-        cfg.log_cleaner_delete_retention_ms >= 0, "log.cleaner.delete.retention.ms", "must be >= 0"
-    )
-    need(
-        cfg.log_cleaner_min_compaction_lag_ms >= 0,
-        "log.cleaner.min.compaction.lag.ms",
-        "must be >= 0",
-    )
-    need(
-        cfg.log_cleaner_max_compaction_lag_ms >= 1,
-        "log.cleaner.max.compaction.lag.ms",
-        "must be >= 1",
     )
     if cfg.log_cleaner_enable and cfg.log_cleaner_threads > 0:
         # Kafka's Cleaner: the offset map of each thread (24 bytes an entry: a 16-byte key
@@ -833,21 +887,11 @@ def with_defaults_for_cli(cfg: Config, default_dir: str) -> Config:
     return cfg
 
 
-def _render(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, tuple):
-        return ",".join(
-            ":".join(str(i) for i in v) if isinstance(v, tuple) else str(v) for v in value
-        )
-    return str(value)
-
-
 def describe_settings(cfg: Config) -> list[tuple[str, str | None, bool]]:
-    """(Kafka key, value as Kafka prints it, set explicitly?) for every honoured key."""
+    """(Kafka key, value as Kafka prints it, set explicitly?) for every key read from
+    server.properties (the dynamic-only ones are described when set, by dynamic_config)."""
     return [
-        (key, _render(getattr(cfg, field)), key in cfg.explicit_keys)
-        for key, (field, _, _) in _KEYS.items()
+        (key, cfg.value_string(key), key in cfg.explicit_keys)
+        for key, spec in KEYS.items()
+        if not spec.dynamic_only
     ]

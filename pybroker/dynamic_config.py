@@ -23,7 +23,7 @@ Contract:
   entries are logged and ignored, as Kafka's ``fromPersistentProps``).
 - ``describe(...)`` builds DescribeConfigs entries with Kafka's sources, synonyms (in
   ConfigHelper's order), read_only (Kafka's dynamic classification), config types and
-  documentation (pybroker/kafka_broker_configs.py).
+  documentation (the broker config model, pybroker/config.py).
 
 The reactions to a change (logs' configs, the cleaner, the connection limit) are the broker's
 (``Broker._on_broker_config``), driven by the keys ``update`` returns.
@@ -36,14 +36,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pybroker import config as config_module
-from pybroker.config import LONG_MAX, Config, ConfigError
+from pybroker.config import FIELDS, KEYS, Config, ConfigError
+from pybroker.configdef import ConfigException, Type
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.kafka_broker_configs import (
-    DEFINITIONS,
-    DYNAMIC_MODES,
-    KAFKA_CONFIG_NAMES,
-    QUOTA_CONFIGS,
-)
+from pybroker.kafka_broker_configs import DEFINITIONS, DYNAMIC_MODES, KAFKA_CONFIG_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -53,29 +49,9 @@ DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
-# Kafka's ConfigType ids (DescribeConfigs v3+) by ConfigDef type name
-CONFIG_TYPES = {
-    "BOOLEAN": 1,
-    "STRING": 2,
-    "INT": 3,
-    "SHORT": 4,
-    "LONG": 5,
-    "DOUBLE": 6,
-    "LIST": 7,
-    "CLASS": 8,
-    "PASSWORD": 9,
-}
-
 # The replication quotas (QuotaConfigs.brokerQuotaConfigs): dynamic only, Long.MAX = none.
 # Stored and set on Config; the throttling reads them at use time.
-QUOTA_FIELDS = {
-    "leader.replication.throttled.rate": "leader_replication_throttled_rate",
-    "follower.replication.throttled.rate": "follower_replication_throttled_rate",
-    "replica.alter.log.dirs.io.max.bytes.per.second": (
-        "replica_alter_log_dirs_io_max_bytes_per_second"
-    ),
-}
-assert set(QUOTA_FIELDS) == set(QUOTA_CONFIGS)
+QUOTA_FIELDS = {k: FIELDS[k] for k, key in KEYS.items() if key.dynamic_only}
 
 # The configs Kafka can change dynamically that pybroker applies live (the rest of
 # DYNAMIC_MODES is refused: UNSUPPORTED).
@@ -83,6 +59,8 @@ LOG_CONFIGS = frozenset(
     {
         "log.segment.bytes",
         "log.roll.ms",
+        "log.roll.jitter.ms",
+        "log.segment.delete.delay.ms",
         "log.retention.ms",
         "log.retention.bytes",
         "log.index.interval.bytes",
@@ -102,6 +80,14 @@ LOG_CONFIGS = frozenset(
         "log.message.timestamp.after.max.ms",
         "min.insync.replicas",
         "unclean.leader.election.enable",
+        "compression.gzip.level",
+        "compression.lz4.level",
+        "compression.zstd.level",
+        "log.message.downconversion.enable",  # Fetch v0-3 (handlers/_down_conversion.py)
+        # accepted, with no effect on pybroker's logs (README: topic configs without effect)
+        "log.preallocate",
+        "log.local.retention.ms",
+        "log.local.retention.bytes",
     }
 )
 CLEANER_CONFIGS = frozenset(
@@ -166,12 +152,20 @@ PASSWORD_CONFIGS = frozenset(
 )
 
 
+_SYNONYM_GROUPS = (
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+)
+
+
 def _synonyms(name: str) -> list[str]:
-    """DynamicBrokerConfig.brokerConfigSynonyms (the names pybroker knows), highest first."""
-    if name in ("log.roll.ms", "log.roll.hours"):
-        return ["log.roll.ms", "log.roll.hours"]
-    if name in ("log.retention.ms", "log.retention.minutes", "log.retention.hours"):
-        return ["log.retention.ms", "log.retention.minutes", "log.retention.hours"]
+    """DynamicBrokerConfig.brokerConfigSynonyms (without listener overrides), highest first."""
+    for group in _SYNONYM_GROUPS:
+        if name in group:
+            return list(group)
+    if name == "log.flush.interval.ms":  # the scheduler interval is its default
+        return ["log.flush.interval.ms", "log.flush.scheduler.interval.ms"]
     return [name]
 
 
@@ -200,33 +194,16 @@ def _bad(message: str) -> KafkaError:
     return KafkaError(ErrorCode.INVALID_REQUEST, message)
 
 
-# the fields (with their Kafka key, parser, default) that dynamic values may move: the
-# supported keys and their synonyms
-def _spec(key: str) -> tuple[str, Any, Any]:
-    if key in QUOTA_FIELDS:
-        return QUOTA_FIELDS[key], config_module._int, LONG_MAX
-    return config_module._KEYS[key]
-
-
-_APPLIED = sorted(
-    {s for k in SUPPORTED for s in _synonyms(k) if s in config_module._KEYS or s in QUOTA_FIELDS}
-)
+# the keys whose values dynamic configs may move: the supported keys and their synonyms
+_APPLIED = sorted({s for k in SUPPORTED for s in _synonyms(k) if s in KEYS})
 
 
 def _parse(key: str, value: str) -> Any:
-    """Kafka's ConfigDef.parseType messages for a value of the wrong type."""
-    kind = DEFINITIONS.get(key, ("LONG", ""))[0]
-    _, parse, _ = _spec(key)
+    """The key's attribute, parsed and validated with Kafka's messages."""
     try:
-        return parse(value)
-    except (ValueError, TypeError):
-        if kind == "BOOLEAN":
-            why = "Expected value to be either true or false"
-        elif kind in ("INT", "LONG", "SHORT", "DOUBLE"):
-            why = f"Not a number of type {kind}"
-        else:
-            why = "Invalid value"
-        raise _bad(f"Invalid value {value} for configuration {key}: {why}") from None
+        return KEYS[key].parse_attribute(value)
+    except ConfigException as e:
+        raise _bad(str(e)) from None
 
 
 class DynamicBrokerConfig:
@@ -234,14 +211,15 @@ class DynamicBrokerConfig:
         self.config = config
         self.static: dict[str, str] = {}
         self.defaults: dict[str, str] = {}
-        for key, (field, _, default) in config_module._KEYS.items():
+        for key, spec in KEYS.items():
+            if spec.dynamic_only:
+                continue  # not KafkaConfig keys: no static value, no default to describe
             if key in config.explicit_keys:
-                value = config_module._render(getattr(config, field))
+                value = config.value_string(key)
                 if value is not None:
                     self.static[key] = value
-            rendered = config_module._render(default)
-            if rendered is not None:
-                self.defaults[key] = rendered
+            if spec.default_string is not None:
+                self.defaults[key] = spec.default_string
         self.static_security = dict(config.security_settings)
         self.per_broker: dict[str, str] = {}
         self.cluster_default: dict[str, str] = {}
@@ -260,11 +238,7 @@ class DynamicBrokerConfig:
                 f" listener prefix: {_scala_set(security)}"
             )
         for key in sorted(names & SUPPORTED):
-            value = _parse(key, props[key])
-            if key in QUOTA_FIELDS and value < 0:
-                raise _bad(
-                    f"Invalid value {props[key]} for configuration {key}: Value must be at least 0"
-                )
+            _parse(key, props[key])  # Kafka's validateConfigTypes, and each key's validator
         if not per_broker:
             per = {
                 n
@@ -313,7 +287,7 @@ class DynamicBrokerConfig:
                     f" listeners '{_listener_names(listeners)}'"
                 )
         try:
-            config_module._validate(new)
+            config_module.validate(new)
         except ConfigError as e:
             raise _bad(str(e)) from None
 
@@ -356,8 +330,8 @@ class DynamicBrokerConfig:
                 props[key] = value
         values: dict[str, Any] = {}
         for key in _APPLIED:
-            field, _, default_value = _spec(key)
-            values[field] = _parse(key, props[key]) if key in props else default_value
+            default_value = KEYS[key].attribute(KEYS[key].default)
+            values[FIELDS[key]] = _parse(key, props[key]) if key in props else default_value
         security = dict(self.static_security)
         security.update({k: v for k, v in props.items() if k.startswith(_LISTENER_PREFIX)})
         values["security_settings"] = tuple(security.items())
@@ -378,13 +352,13 @@ class DynamicBrokerConfig:
             self.cluster_default = self._clean(default, False)
         values = self._values(self.per_broker, self.cluster_default)
         try:
-            config_module._validate(self._replaced(values))
+            config_module.validate(self._replaced(values))
         except ConfigError as e:
             log.error("dynamic broker configs not applied: %s", e)
             return set()
         changed = set()
         for key in _APPLIED:
-            field = _spec(key)[0]
+            field = FIELDS[key]
             if getattr(self.config, field) != values[field]:
                 object.__setattr__(self.config, field, values[field])  # Config is frozen
                 changed.add(key)
@@ -398,12 +372,11 @@ class DynamicBrokerConfig:
                 if old_security.get(k) != new_security.get(k)
             }
         if changed:
+            object.__setattr__(self.config, "revision", self.config.revision + 1)
             log.info(
                 "dynamic broker configs applied: %s",
                 ", ".join(
-                    f"{k}={config_module._render(getattr(self.config, _spec(k)[0]))}"
-                    if k in _APPLIED
-                    else k
+                    f"{k}={self.config.value_string(k)}" if k in _APPLIED else k
                     for k in sorted(changed)
                 ),
             )
@@ -436,18 +409,16 @@ class DynamicBrokerConfig:
         self, name: str, value: str | None, per_broker: bool, documentation: bool
     ) -> dict[str, Any]:
         synonyms = self.synonyms(name, per_broker)
-        kind, doc = DEFINITIONS.get(name, (None, None))
-        if kind is None and name in QUOTA_FIELDS:
-            kind = "LONG"
+        kind, doc = config_type(name), documentation_of(name)
         return {
             "name": name,
             "value": value,
             "read_only": not is_kafka_dynamic(name),
             "config_source": synonyms[0]["source"] if synonyms else DEFAULT_CONFIG,
             "is_default": not synonyms or synonyms[0]["source"] == DEFAULT_CONFIG,
-            "is_sensitive": kind == "PASSWORD",
+            "is_sensitive": kind == Type.PASSWORD,
             "synonyms": synonyms,
-            "config_type": CONFIG_TYPES.get(kind or "", _guess_type(value)),
+            "config_type": kind if kind is not None else _guess_type(value),
             "documentation": doc if documentation else None,
         }
 
@@ -458,10 +429,9 @@ class DynamicBrokerConfig:
             out.append(self.entry(key, value, True, documentation))
         for key in sorted(k for k in self.per_broker if k.startswith(_LISTENER_PREFIX)):
             out.append(self.entry(key, self.per_broker[key], True, documentation))
-        for key, field in QUOTA_FIELDS.items():
+        for key in QUOTA_FIELDS:
             if key in self.per_broker or key in self.cluster_default:
-                value = config_module._render(getattr(self.config, field))
-                out.append(self.entry(key, value, True, documentation))
+                out.append(self.entry(key, self.config.value_string(key), True, documentation))
         return out
 
     def describe_default(self, documentation: bool) -> list[dict[str, Any]]:
@@ -476,14 +446,30 @@ def _listener_names(names: set[str]) -> str:
     return ",".join(sorted(names))
 
 
+def config_type(name: str) -> Type | None:
+    """KafkaConfig.configType: the key's type, a listener-prefixed key's base key's."""
+    if name in KEYS:
+        return KEYS[name].type
+    for candidate in (name, _listener_base(name)):
+        if candidate in DEFINITIONS:
+            return Type[DEFINITIONS[candidate][0]]
+    return None
+
+
+def documentation_of(name: str) -> str | None:
+    if name in KEYS:
+        return KEYS[name].doc
+    return DEFINITIONS[name][3] if name in DEFINITIONS else None
+
+
 def _guess_type(value: str | None) -> int:
-    """The type of a pybroker-only key, from its value."""
+    """The type of a key neither Kafka nor pybroker defines, from its value."""
     if value in ("true", "false"):
-        return CONFIG_TYPES["BOOLEAN"]
+        return Type.BOOLEAN
     if (value or "").lstrip("-").isdigit():
-        return CONFIG_TYPES["INT"]
+        return Type.INT
     try:
         float(value or "x")
-        return CONFIG_TYPES["DOUBLE"]
+        return Type.DOUBLE
     except ValueError:
-        return CONFIG_TYPES["STRING"]
+        return Type.STRING

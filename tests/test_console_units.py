@@ -15,6 +15,7 @@ import pytest
 from pybroker.config import ConfigError, build_config
 from pybroker.console import auth, html, records
 from pybroker.console.lag import CAPACITY, Ring, chart
+from pybroker.errors import ErrorCode
 from pybroker.http_server import HttpResponse, HttpServer
 from pybroker.security.scram import make_credential
 from pybroker.wire.records import build_batch, parse_batches
@@ -51,18 +52,25 @@ def _batch(values, compression=0, base_offset=0):
 @pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])  # none, gzip, snappy, lz4, zstd
 def test_records_are_decoded_from_any_codec_within_the_range(codec):
     data = _batch([b"a", b"b", b"c", b"d"], codec, base_offset=10) + _batch([b"e"], codec, 14)
-    got, nxt, cut = records._decode(data, 11, 15, 10)
-    assert [(r.offset, r.key, r.value, r.headers) for r in got] == [
+    d = records._decode(data, 11, 15, 10)
+    assert [(r.offset, r.key, r.value, r.headers) for r in d.matches] == [
         (11, b"k1", b"b", [("h", b"1")]),
         (12, b"k2", b"c", [("h", b"1")]),
         (13, b"k3", b"d", [("h", b"1")]),
         (14, b"k0", b"e", [("h", b"1")]),
     ]
-    assert nxt == 15 and not cut
-    got, _, _ = records._decode(data, 11, 13, 10)  # the high watermark bounds it
-    assert [r.offset for r in got] == [11, 12]
-    got, _, _ = records._decode(data, 10, 15, 2)  # and the limit
-    assert [r.offset for r in got] == [10, 11]
+    assert d.upto == 15 and d.scanned == 4 and not d.cut
+    d = records._decode(data, 11, 13, 10)  # the high watermark bounds it
+    assert [r.offset for r in d.matches] == [11, 12] and d.upto == 13
+    d = records._decode(data, 10, 15, 2)  # and the limit
+    assert [r.offset for r in d.matches] == [10, 11] and d.upto == 12
+    d = records._decode(data, 10, 15, 10, max_scan=3)  # and the scan budget
+    assert [r.offset for r in d.matches] == [10, 11, 12] and d.scanned == 3 and d.upto == 13
+    # a filter: the records looked at and passed over still move the position on
+    d = records._decode(data, 10, 15, 10, match=records.Match(None, b"e"))
+    assert [r.offset for r in d.matches] == [14] and d.scanned == 5 and d.upto == 15
+    d = records._decode(data, 10, 15, 10, match=records.Match(b"k2", None))
+    assert [r.offset for r in d.matches] == [12]
 
 
 def test_a_batch_inflating_past_the_budget_shows_its_first_records(monkeypatch):
@@ -196,3 +204,98 @@ def test_prefix_routes_and_read_only_answers():
 def test_json_helper_sanity():
     # the browser's JSON view keeps non-ASCII text as it is
     assert records.render_bytes(json.dumps({"é": 1}).encode(), "json")[0] == '{\n  "é": 1\n}'
+
+
+# -- sorting, filtering, refresh, and the new pages' markup -----------------------------------
+
+
+def test_tables_sort_by_a_column_either_way_with_unknown_values_last():
+    from pybroker.console.listing import Column, arrange, filter_form, headers, order
+
+    cols = (Column("name", "name", lambda r: r[0]), Column("lag", "lag", lambda r: r[1], True))
+    rows = [("b", 5), ("a", None), ("c", 7), ("ab", 1)]
+    o = order({}, cols, "name")
+    assert (o.sort, o.desc, o.q) == ("name", False, "")
+    assert [r[0] for r in arrange(rows, cols, o)] == ["a", "ab", "b", "c"]
+    o = order({"sort": "lag"}, cols, "name")  # counts: the largest first on the first click
+    assert o.desc and [r[0] for r in arrange(rows, cols, o)] == ["c", "b", "ab", "a"]
+    o = order({"sort": "lag", "dir": "asc", "q": " A "}, cols, "name")
+    assert [r[0] for r in arrange(rows, cols, o, lambda r: r[0])] == ["ab", "a"]
+    assert order({"sort": "<x>", "dir": "sideways"}, cols, "name") == order({}, cols, "name")
+    # the sorted column's link turns it the other way round; the others start their own way
+    o = order({"sort": "lag", "dir": "desc", "q": "a"}, cols, "name")
+    name, lag = headers(cols, o, {"sort": "lag", "dir": "desc", "q": "a", "page": "3"})
+    assert name == '<a href="?sort=name&amp;dir=asc&amp;q=a" class="sort">name</a>'
+    assert lag == '<a href="?sort=lag&amp;dir=asc&amp;q=a" class="sort desc">lag</a>'
+    form = filter_form({"q": HOSTILE, "sort": HOSTILE}, order({"q": HOSTILE}, cols, "name"),
+                       "x", 1, 2, "t")  # fmt: skip
+    assert "<script>" not in form and 'name="sort" value="&lt;script&gt;' in form
+    assert '<span class="count" id="t-count">1 of 2</span>' in form
+
+
+def test_refresh_adds_a_meta_tag_and_keeps_the_page_parameters():
+    params = {"q": HOSTILE, "sort": "lag"}
+    doc = html.page("T", "", section="groups", broker_id=0, cluster_id="c", principal=None,
+                    render_ms="1", params=params, refresh=10)  # fmt: skip
+    assert '<meta http-equiv="refresh" content="10">' in doc
+    assert "auto-refresh (every 10 s)" in doc and '<b class="current">10 s</b>' in doc
+    assert 'href="?q=%3Cscript%3E' in doc and "refresh=30" in doc and "<script>" not in doc
+    doc = html.page("T", "", section="groups", broker_id=0, cluster_id="c", principal=None,
+                    render_ms="1", params={}, refresh=0)  # fmt: skip
+    assert "http-equiv" not in doc and 'href="?refresh=5"' in doc
+    assert html.here({"a": "1", "b": "x y"}, a=None, c=2) == "?b=x+y&c=2"
+
+
+def test_sensitive_config_values_are_never_shown(monkeypatch):
+    from pybroker.console import configs
+    from pybroker.console.views.brokers import render_configs
+
+    async def fake(ctx, req):
+        entry = {"read_only": False, "config_source": 2, "is_default": False, "synonyms": []}
+        return {
+            "results": [
+                {
+                    "error_code": 0,
+                    "error_message": None,
+                    "configs": [
+                        {
+                            **entry,
+                            "name": "ssl.key.password",
+                            "value": "s3cret",
+                            "is_sensitive": True,
+                        },
+                        {**entry, "name": HOSTILE, "value": HOSTILE, "is_sensitive": False},
+                    ],
+                }
+            ]
+        }
+
+    monkeypatch.setattr(configs, "describe_configs_handler", fake)
+    viewer = auth.Viewer(None, "127.0.0.1")
+    got = asyncio.run(configs.describe_configs(None, viewer, configs.BROKER, "0"))
+    secret = next(c for c in got.rows if c.name == "ssl.key.password")
+    assert secret.value is None and secret.sensitive and secret.source == "DYNAMIC_BROKER_CONFIG"
+    page = render_configs(0, got.rows, got.rows, {})
+    assert "s3cret" not in page and page.count("(sensitive: hidden)") == 2
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    page = render_configs(0, got.rows, [], {"q": "<script>"})  # the filter finds it, escaped
+    assert "<script>" not in page and 'id="configs-count">1 of 2<' in page
+
+
+def test_acl_and_group_pages_escape_every_name():
+    from pybroker.console.configs import AclRow, Acls
+    from pybroker.console.state import GroupDetail, MemberRow, OffsetRow
+    from pybroker.console.views import acls, groups
+
+    row = AclRow("TOPIC", HOSTILE, "LITERAL", "User:" + HOSTILE, HOSTILE, "READ", "ALLOW")
+    page = acls.render(Acls([row]), {"q": "script", "sort": "principal"})
+    assert "<script>" not in page and page.count("&lt;script&gt;") >= 3
+    assert "No authorizer" in acls.render(Acls([], ErrorCode.SECURITY_DISABLED), {})
+    m = MemberRow(HOSTILE, None, HOSTILE, HOSTILE, [(HOSTILE, [0])])
+    detail = GroupDetail(
+        HOSTILE, "Stable", "consumer", "classic", "range", [m],
+        [OffsetRow(HOSTILE, 0, None, 9, None, m), OffsetRow(HOSTILE, 1, 4, 9, 5, None)],
+    )  # fmt: skip
+    page = groups.render_group(detail, "", {"q": HOSTILE})
+    assert "<script>" not in page and 'id="uncommitted-note"' in page
+    assert '<span id="total-lag">5</span>' in page

@@ -242,3 +242,19 @@ def test_connections_per_ip_settings():
     with pytest.raises(KafkaError):
         dyn.validate({"max.connections.per.ip": "0"}, False)  # would refuse everyone
     dyn.validate({"max.connections.per.ip": "0", "max.connections.per.ip.overrides": "h:1"}, False)
+
+
+def test_topic_defaults_follow_dynamic_changes():
+    """Topic configs fall back to the broker's current values: a dynamic change reaches
+    them (Config.topic_defaults is recomputed at each revision)."""
+    dyn = make(log__segment__delete__delay__ms="5")
+    cfg = dyn.config
+    assert cfg.topic_defaults()["file.delete.delay.ms"] == "5"
+    assert dyn.update({}, {"log.segment.delete.delay.ms": "7", "log.roll.jitter.ms": "9"}) == {
+        "log.segment.delete.delay.ms",
+        "log.roll.jitter.ms",
+    }
+    assert cfg.topic_defaults()["file.delete.delay.ms"] == "7"
+    assert cfg.topic_defaults()["segment.jitter.ms"] == "9"
+    e = entry(dyn, "log.segment.delete.delay.ms")
+    assert (e["value"], e["config_source"]) == ("7", DYNAMIC_DEFAULT_BROKER_CONFIG)

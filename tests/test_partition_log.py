@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -162,6 +163,35 @@ def test_roll_by_time_and_full_index(tmp_path, clock):
     # 16 bytes hold one 12-byte time index entry: every second batch fills it
     assert [s.base_offset for s in log.segments] == [0, 6, 12]
     log.close()
+
+
+def test_segment_jitter_takes_a_random_share_off_segment_ms(tmp_path, clock):
+    """segment.jitter.ms (Kafka's LogConfig.randomSegmentJitter): each segment draws, when it
+    is created, a jitter below min(segment.jitter.ms, segment.ms) and rolls that much earlier;
+    the draws come from the log's injected random source."""
+    seed, roll_ms, jitter_ms = 11, 1000, 400
+    draws = random.Random(seed)
+    log = PartitionLog.open(
+        tmp_path / "topic-0",
+        LogConfig(roll_ms=roll_ms, roll_jitter_ms=jitter_ms),
+        clock,
+        rng=random.Random(seed),
+    )
+    for _ in range(3):  # each new segment rolls at its own time
+        jitter = draws.randrange(2**31) % jitter_ms
+        seg = log.active_segment
+        assert seg.roll_jitter_ms == jitter and 0 <= jitter < jitter_ms
+        append(log, batch(clock=clock))
+        clock.advance(roll_ms - jitter)
+        append(log, batch(clock=clock))
+        assert log.active_segment is seg  # not yet: segment.ms - jitter has not passed
+        clock.advance(1)
+        append(log, batch(clock=clock))
+        assert log.active_segment is not seg  # rolled: the next segment drew its own
+    log.close()
+    # without jitter every segment waits the whole segment.ms
+    plain = open_log(tmp_path / "b", clock, roll_ms=roll_ms)
+    assert plain.active_segment.roll_jitter_ms == 0
 
 
 def test_retention_by_time(tmp_path, clock):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from broker_fixture import INVALID_CONFIG, INVALID_REQUEST, NONE
+from broker_fixture import INVALID_CONFIG, INVALID_REQUEST, NONE, unique_topic, wait_until
 
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 BROKER, BROKER_LOGGER = 4, 8
@@ -159,3 +159,62 @@ def test_broker_logger_levels(start_broker):
             assert describe(c, BROKER_LOGGER, "0", [name])[2][name]["value"] == root
         finally:
             logging.getLogger(name).setLevel(logging.NOTSET)
+
+
+def test_list_operations_follow_kafkas_config_admin_manager(start_broker):
+    """APPEND with nothing stored starts from Kafka's default, SUBTRACT removes one
+    occurrence per item named (configdef.incremental; both differed before)."""
+    b = start_broker()
+    SUBTRACT = 3
+    with b.client() as c:
+        assert incremental(c, BROKER, "0", [("log.cleanup.policy", APPEND, "compact")]) == (
+            NONE,
+            None,
+        )
+        _, _, e = describe(c, BROKER, "0", ["log.cleanup.policy"])
+        assert e["log.cleanup.policy"]["value"] == "delete,compact"
+        ops = [("log.cleanup.policy", SET, "compact,delete,compact")]
+        assert incremental(c, BROKER, "0", ops) == (NONE, None)
+        assert incremental(c, BROKER, "0", [("log.cleanup.policy", SUBTRACT, "compact")]) == (
+            NONE,
+            None,
+        )
+        _, _, e = describe(c, BROKER, "0", ["log.cleanup.policy"])
+        assert e["log.cleanup.policy"]["value"] == "delete,compact"
+        assert b.broker.config.log_cleanup_policy == "delete,compact"
+        # not a list, and a name Kafka does not define (its lookup throws: no message)
+        assert incremental(c, BROKER, "0", [("message.max.bytes", APPEND, "5")]) == (
+            INVALID_CONFIG,
+            "Config value append is not allowed for config key: message.max.bytes",
+        )
+        assert incremental(c, BROKER, "0", [("no.such.key", APPEND, "5")]) == (-1, None)
+
+
+def test_topic_configs_follow_dynamic_broker_defaults(start_broker):
+    """A topic config without override takes the broker's value, whatever its level: a
+    cluster-wide dynamic log.segment.delete.delay.ms is described as the topic's
+    file.delete.delay.ms (DYNAMIC_DEFAULT_BROKER_CONFIG, Kafka's synonyms) and applied to the
+    open log at once."""
+    b = start_broker(**{"log.segment.delete.delay.ms": "45000"})
+    TOPIC = 2
+    with b.client() as c:
+        topic = unique_topic("dd")
+        c.create_topic(topic)
+        _, _, e = describe(c, TOPIC, topic, ["file.delete.delay.ms", "segment.jitter.ms"])
+        got = e["file.delete.delay.ms"]
+        assert (got["value"], got["config_source"]) == ("45000", STATIC_BROKER_CONFIG)
+        ops = [("log.segment.delete.delay.ms", SET, "1234"), ("log.roll.jitter.ms", SET, "77")]
+        assert incremental(c, BROKER, "", ops) == (NONE, None)
+        _, _, e = describe(c, TOPIC, topic, ["file.delete.delay.ms", "segment.jitter.ms"])
+        got = e["file.delete.delay.ms"]
+        assert (got["value"], got["config_source"]) == ("1234", DYNAMIC_DEFAULT_BROKER_CONFIG)
+        assert [(s["name"], s["value"], s["source"]) for s in got["synonyms"]] == [
+            ("log.segment.delete.delay.ms", "1234", DYNAMIC_DEFAULT_BROKER_CONFIG),
+            ("log.segment.delete.delay.ms", "45000", STATIC_BROKER_CONFIG),
+            ("log.segment.delete.delay.ms", "60000", DEFAULT_CONFIG),
+        ]
+        got = e["segment.jitter.ms"]
+        assert (got["value"], got["config_source"]) == ("77", DYNAMIC_DEFAULT_BROKER_CONFIG)
+        log = b.broker.logs.get(topic, 0)
+        wait_until(lambda: log.config.file_delete_delay_ms == 1234)
+        assert log.config.roll_jitter_ms == 77

@@ -158,7 +158,7 @@ def test_compaction_topic_config_overrides(client):
     "configs, key",
     [
         ({"cleanup.policy": "compact,keep"}, "cleanup.policy"),
-        ({"cleanup.policy": ""}, "cleanup.policy"),
+        ({"cleanup.policy": "compact,,delete"}, "cleanup.policy"),
         ({"delete.retention.ms": "-1"}, "delete.retention.ms"),
         ({"min.cleanable.dirty.ratio": "1.5"}, "min.cleanable.dirty.ratio"),
         ({"min.cleanable.dirty.ratio": "dirty"}, "min.cleanable.dirty.ratio"),

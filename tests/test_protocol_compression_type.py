@@ -53,3 +53,36 @@ def test_stored_codec_follows_compression_type(client, topic_codec, batch_codec)
 def test_unknown_compression_type_is_refused(client):
     r = create(client, unique_topic("codec"), {"compression.type": "brotli"})
     assert r["error_code"] == 40
+
+
+def _stored(client, topic_configs):
+    topic = unique_topic("level")
+    assert create(client, topic, topic_configs)["error_code"] == NONE
+    records = [(b"k%d" % i, b"value %d " % i * 40, []) for i in range(50)]
+    p = client.produce(topic, 0, build_batch(records, timestamp=1_700_000_000_000))
+    assert p["error_code"] == NONE
+    (b,) = split_batches(client.fetch(topic, 0, 0)["records"])
+    assert [(r.key, r.value) for r in decode_records(b)] == [(k, v) for k, v, _ in records]
+    return b
+
+
+RECORDS_AT = 61  # a v2 batch's header ends here
+
+
+@pytest.mark.parametrize("level, xfl", [("1", 4), ("9", 2), ("-1", 0)])
+def test_recompression_uses_the_topics_gzip_level(client, level, xfl):
+    """compression.gzip.level: a batch rebuilt in gzip is deflated at the topic's level (the
+    gzip header's XFL byte says 4 for the fastest, 2 for the best; Kafka's -1 is zlib's
+    default, 6)."""
+    b = _stored(client, {"compression.type": "gzip", "compression.gzip.level": level})
+    assert b[RECORDS_AT : RECORDS_AT + 2] == b"\x1f\x8b" and b[RECORDS_AT + 8] == xfl
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_recompression_uses_the_topics_lz4_and_zstd_levels(client, codec):
+    """compression.lz4.level / compression.zstd.level: a higher level packs the same records
+    tighter (deterministic codecs, the same input)."""
+    low, high = {"lz4": ("9", "17"), "zstd": ("-50", "19")}[codec]  # lz4 9: its fast mode
+    fast = _stored(client, {"compression.type": codec, f"compression.{codec}.level": low})
+    best = _stored(client, {"compression.type": codec, f"compression.{codec}.level": high})
+    assert len(best) < len(fast)

@@ -1,4 +1,4 @@
-"""CreateTopics v2..v7 and InitProducerId v0..v4 against a real broker over TCP (Kafka as
+"""CreateTopics v0..v7 and InitProducerId v0..v4 against a real broker over TCP (Kafka as
 the spec)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from broker_fixture import (
     unique_topic,
 )
 
-VERSIONS = range(2, 8)
+VERSIONS = range(0, 8)  # as Kafka 3.9 (4.0 removed v0-1)
 ZERO_UUID = uuid.UUID(int=0)
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
 
@@ -146,7 +146,82 @@ def test_invalid_config_values(client, configs):
     assert partitions_of(client, name) is None
 
 
-@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(
+    "configs, message",
+    [
+        (
+            {"file.delete.delay.ms": "-1"},
+            "Invalid value -1 for configuration file.delete.delay.ms: Value must be at least 0",
+        ),
+        (
+            {"segment.jitter.ms": "soon"},
+            "Invalid value soon for configuration segment.jitter.ms: Not a number of type LONG",
+        ),
+        (
+            {"message.downconversion.enable": "maybe"},
+            "Invalid value maybe for configuration message.downconversion.enable: Expected"
+            " value to be either true or false",
+        ),
+        (
+            {"cleanup.policy": "compact,keep"},
+            "Invalid value keep for configuration cleanup.policy: String must be one of:"
+            " compact, delete",
+        ),
+        (
+            {"remote.storage.enable": "true"},
+            "Tiered Storage functionality is disabled in the broker. Topic cannot be configured"
+            " with remote log storage.",
+        ),
+        ({"preallocat": "true"}, "Unknown topic config name: preallocat"),
+    ],
+)
+def test_invalid_configs_get_kafkas_messages(client, configs, message):
+    """INVALID_CONFIG with the message a Kafka 3.9 broker gives (LogConfig.validate); on
+    (Incremental)AlterConfigs a ConfigException names the resource first, as Kafka's does."""
+    name = unique_topic()
+    r = create_one(client, 5, name, configs=configs)
+    assert (r["error_code"], r["error_message"]) == (INVALID_CONFIG, message)
+    assert partitions_of(client, name) is None
+    assert create_one(client, 5, name)["error_code"] == NONE
+    ((k, v),) = configs.items()
+    body = client.request(
+        44,
+        1,
+        {
+            "resources": [
+                {
+                    "resource_type": 2,
+                    "resource_name": name,
+                    "configs": [{"name": k, "config_operation": 0, "value": v}],
+                }
+            ],
+            "validate_only": False,
+        },
+    )
+    (res,) = body["responses"]
+    prefixed = f"Invalid config value for resource ConfigResource(type=TOPIC, name='{name}'): "
+    wrapped = message.startswith("Invalid value") or message.startswith("Tiered")
+    assert (res["error_code"], res["error_message"]) == (
+        INVALID_CONFIG,
+        prefixed + message if wrapped else message,
+    )
+
+
+def test_every_kafka_topic_config_is_accepted_and_reported(client):
+    """CreateTopics v5+ answers every topic config with its value and source."""
+    name = unique_topic()
+    configs = {"file.delete.delay.ms": "30000", "preallocate": "true", "local.retention.ms": "5"}
+    r = create_one(client, 7, name, configs=configs)
+    assert r["error_code"] == NONE, r
+    got = {c["name"]: (c["value"], c["config_source"]) for c in r["configs"]}
+    assert len(got) == 36  # Kafka 3.9's LogConfig keys
+    for k, v in configs.items():
+        assert got[k] == (v, DYNAMIC_TOPIC_CONFIG)
+    assert got["segment.jitter.ms"] == ("0", DEFAULT_CONFIG)
+    assert got["message.format.version"] == ("3.0-IV1", DEFAULT_CONFIG)
+
+
+@pytest.mark.parametrize("version", VERSIONS[1:])  # v0 has no validate_only
 def test_validate_only_creates_nothing(client, version):
     name = unique_topic()
     r = create_one(client, version, name, partitions=4, validate_only=True)
@@ -160,6 +235,22 @@ def test_validate_only_creates_nothing(client, version):
     # the name is still free
     assert create_one(client, version, name, partitions=2)["error_code"] == NONE
     assert partitions_of(client, name) == 2
+
+
+def test_v0_has_no_validate_only_and_no_error_message(client):
+    name = unique_topic()
+    body = client.request(
+        CREATE_TOPICS,
+        0,
+        {"topics": [creatable(name, 2)], "timeout_ms": 10000, "validate_only": True},
+    )
+    (r,) = body["topics"]
+    assert r["error_code"] == NONE  # validate_only is not on the wire in v0: created
+    assert partitions_of(client, name) == 2
+    (r,) = create(client, 0, [creatable(name, 2)])
+    assert r["error_code"] == TOPIC_ALREADY_EXISTS and r.get("error_message") is None
+    (r,) = create(client, 1, [creatable(name, 2)])
+    assert r["error_code"] == TOPIC_ALREADY_EXISTS and "already exists" in r["error_message"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -401,18 +401,21 @@ def test_large_batches_are_walked_off_the_event_loop(broker, client, topic, monk
     uncompressed batches are walked on the loop."""
     import threading
 
-    from pybroker.handlers import list_offsets, produce
+    from pybroker import replica_manager
+    from pybroker.handlers import list_offsets
 
     walks: list[tuple[str, int, bool]] = []  # (what, batch size, on the loop thread?)
 
     def spy(name, fn):
         def wrapper(batch, h, *args, **kw):
-            walks.append((name, h.size, threading.current_thread() is broker.thread))
+            for one in h if isinstance(h, list) else [h]:  # validate_records: all the batches
+                walks.append((name, one.size, threading.current_thread() is broker.thread))
             return fn(batch, h, *args, **kw)
 
         return wrapper
 
-    monkeypatch.setattr(produce, "validate_batch", spy("produce", produce.validate_batch))
+    validate = replica_manager.validate_records
+    monkeypatch.setattr(replica_manager, "validate_records", spy("produce", validate))
     monkeypatch.setattr(list_offsets, "find_record", spy("list_offsets", list_offsets.find_record))
     big = valid_records_bomb(30_000, 200, COMPRESSION_GZIP)  # 6 MB of records
     assert client.produce(topic, 0, big, version=9)["error_code"] == NONE

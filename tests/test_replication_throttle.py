@@ -24,4 +24,8 @@ def test_throttled_replicas_config_check():
     with pytest.raises(KafkaError) as ei:
         validate_topic_configs({"follower.replication.throttled.replicas": "0-1"})
     assert ei.value.code == ErrorCode.INVALID_CONFIG
-    assert "Must be the literal '*' or a list of replicas" in str(ei.value)
+    assert str(ei.value) == (  # Kafka's ThrottledReplicaListValidator
+        "Invalid value [0-1] for configuration follower.replication.throttled.replicas:"
+        " follower.replication.throttled.replicas must be the literal '*' or a list of replicas"
+        " in the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],..."
+    )

@@ -1,4 +1,4 @@
-"""SSL listeners configured with Kafka's names (pybroker/tls.py): clients connect with TLS
+"""SSL listeners configured with Kafka's names (pybroker/security/tls.py): clients connect with TLS
 (server-authenticated or mutual), a PLAINTEXT listener of the same broker keeps working, and
 what cannot be served (other store types, Kerberos, a missing key) stops
 the broker at start naming the key."""
@@ -13,6 +13,7 @@ from broker_fixture import free_port, unique_topic
 from tls_certs import make_certs
 
 from pybroker.config import ConfigError, build_config
+from pybroker.security.listeners import inter_broker_ssl_context
 
 
 @pytest.fixture(scope="module")
@@ -221,10 +222,10 @@ def test_an_ssl_inter_broker_listener_checks_its_peers(certs):
         "ssl.truststore.location": str(certs.ca),
         "inter.broker.listener.name": "SSL",
     }
-    ctx = build_config(base).inter_broker_ssl_context()
+    ctx = inter_broker_ssl_context(build_config(base))
     assert ctx.check_hostname and ctx.verify_mode == ssl.CERT_REQUIRED
     off = build_config({**base, "ssl.endpoint.identification.algorithm": ""})
-    assert not off.inter_broker_ssl_context().check_hostname
+    assert not inter_broker_ssl_context(off).check_hostname
     with pytest.raises(ConfigError, match="'ssl.endpoint.identification.algorithm'"):
         build_config({**base, "ssl.endpoint.identification.algorithm": "ldap"})
-    assert build_config(ssl_settings(certs, 9092, 9093)).inter_broker_ssl_context() is None
+    assert inter_broker_ssl_context(build_config(ssl_settings(certs, 9092, 9093))) is None

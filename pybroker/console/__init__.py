@@ -2,7 +2,9 @@
 
 ``Console(broker, sample_interval_s)``: ``install(http)`` adds its routes to the broker's
 HttpServer (``/``, ``/topics``, ``/topics/<name>``, ``/groups``, ``/groups/<id>``,
-``/static/console.css``), ``start()`` / ``stop()`` run the consumer-lag sampler (console/lag.py).
+``/brokers/<id>``, ``/acls``, ``/static/console.css``), ``start()`` / ``stop()`` run the
+consumer-lag sampler (console/lag.py).  Every page takes ``?refresh=N`` (seconds, at most
+``REFRESH_MAX_S``; 0: off): a ``<meta http-equiv="refresh">`` reloads it.
 Every page: the viewer is authenticated (console/auth.py: HTTP Basic against the broker's SASL
 credentials when an authorizer is configured, 401 otherwise), its state is read on the event
 loop (console/state.py, chunked), and the page is rendered (console/views/) in a worker
@@ -53,6 +55,8 @@ class Console:
         http.route_prefix("/topics/", self._serve)
         http.route("/groups", self._serve)
         http.route_prefix("/groups/", self._serve)
+        http.route_prefix("/brokers/", self._serve)
+        http.route("/acls", self._serve)
         http.route("/static/console.css", self._static)
 
     def start(self) -> None:
@@ -78,17 +82,23 @@ class Console:
             )
         q = {k: v[-1] for k, v in request.query.items()}
         path = request.path
+        refresh = 0
         try:
+            refresh = min(max(pages._int(q, "refresh", 0, "overview"), 0), html.REFRESH_MAX_S)
             if path == "/":
-                result = await pages.overview(self.broker, viewer)
+                result = await pages.overview(self.broker, viewer, q)
             elif path == "/topics":
                 result = await pages.topic_list(self.broker, viewer, q)
             elif path.startswith("/topics/"):
                 result = await pages.topic(self.broker, viewer, unquote(path[8:]), q, self.lag)
             elif path == "/groups":
-                result = await pages.group_list(self.broker, viewer)
+                result = await pages.group_list(self.broker, viewer, q)
+            elif path.startswith("/groups/"):
+                result = await pages.group(self.broker, viewer, unquote(path[8:]), self.lag, q)
+            elif path.startswith("/brokers/"):
+                result = await pages.broker_configs(self.broker, viewer, unquote(path[9:]), q)
             else:
-                result = await pages.group(self.broker, viewer, unquote(path[8:]), self.lag)
+                result = await pages.acls(self.broker, viewer, q)
         except pages.PageError as e:
             message = f'<p class="bad" id="error">{html.esc(e.message)}</p>'
             result = pages.Result(e.status, e.title, e.section, partial(str, message))
@@ -103,5 +113,7 @@ class Console:
             cluster_id=cluster.cluster_id if cluster is not None else "",
             principal=viewer.principal,
             render_ms=ms,
+            params=q,
+            refresh=refresh,
         )
         return HttpResponse(result.status, doc.encode(), HTML, dict(SECURITY_HEADERS))

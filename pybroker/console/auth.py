@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pybroker.handlers.context import RequestContext
+from pybroker.security import listeners as listener_security
 from pybroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from pybroker.security.plain import PlainServer
 from pybroker.security.sasl import Session
@@ -93,7 +94,7 @@ def basic_credentials(header: str | None) -> tuple[str, str]:
 def _plain_users(config: Any) -> dict[str, str]:
     users: dict[str, str] = {}
     for name in config.sasl_listeners:
-        sasl = config.listener_sasl(name)
+        sasl = listener_security.listener_sasl(config, name)
         if "PLAIN" in sasl.mechanisms:
             users.update(sasl.plain_users)
     return users
@@ -105,7 +106,7 @@ def _scram_mechanisms(config: Any) -> list[str]:
         return list(SCRAM_MECHANISMS)
     out: list[str] = []
     for name in listeners:
-        for m in config.listener_sasl(name).mechanisms:
+        for m in listener_security.listener_sasl(config, name).mechanisms:
             if m in SCRAM_MECHANISMS and m not in out:
                 out.append(m)
     return out

@@ -1,7 +1,8 @@
-"""What each console path shows: gathers the rows (console/state.py, on the event loop) and
-returns a ``Result`` whose ``render()`` (a console/views/ function over those rows only) may
-run in a worker thread.  ``PageError`` carries a 4xx answer (403 for a topic or group the
-viewer may not describe, 404 for one that does not exist, 400 for a bad parameter)."""
+"""What each console path shows: gathers the rows (console/state.py and console/configs.py, on
+the event loop) and returns a ``Result`` whose ``render()`` (a console/views/ function over
+those rows and the request's query parameters only) may run in a worker thread.
+``PageError`` carries a 4xx answer (403 for a topic or group the viewer may not describe, 404
+for one that does not exist, 400 for a bad parameter)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,26 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from pybroker.console import state
+from pybroker.console import configs, state
 from pybroker.console.auth import Viewer
 from pybroker.console.lag import LagHistory, chart
-from pybroker.console.records import DEFAULT_LIMIT, FORMATS, browse, parse_timestamp
+from pybroker.console.records import (
+    DEFAULT_LIMIT,
+    FORMATS,
+    browse,
+    parse_cursor,
+    parse_timestamp,
+)
+from pybroker.console.views import acls as acl_views
+from pybroker.console.views import brokers as broker_views
 from pybroker.console.views import groups as group_views
 from pybroker.console.views import overview as overview_view
 from pybroker.console.views import topics as topic_views
-from pybroker.handlers.describe_configs import describe_configs
+from pybroker.console.views.records import BrowseForm
+from pybroker.errors import ErrorCode
 from pybroker.security.acl import Operation
+
+FILTER_MAX = 1024  # characters of a key / value filter
 
 
 @dataclass
@@ -45,29 +57,75 @@ def _int(q: dict[str, str], key: str, default: int, section: str) -> int:
         raise PageError(400, "Bad request", section, f"{key} must be an integer: {raw!r}") from None
 
 
-async def overview(broker: Any, viewer: Viewer) -> Result:
+async def overview(broker: Any, viewer: Viewer, q: dict[str, str]) -> Result:
     o = await state.overview(broker, viewer)
     return Result(200, "Cluster overview", "overview", partial(overview_view.render, o))
 
 
 async def topic_list(broker: Any, viewer: Viewer, q: dict[str, str]) -> Result:
     rows = await state.topic_rows(broker, viewer)
-    page = _int(q, "page", 1, "topics")
-    return Result(200, "Topics", "topics", partial(topic_views.render_list, rows, page))
+    _int(q, "page", 1, "topics")
+    return Result(200, "Topics", "topics", partial(topic_views.render_list, rows, q))
 
 
-async def _configs(broker: Any, viewer: Viewer, name: str) -> list[dict] | None:
-    ctx = viewer.context(broker, 32, 4)
-    resp = await describe_configs(
-        ctx,
-        {
-            "resources": [{"resource_type": 2, "resource_name": name, "configuration_keys": None}],
-            "include_synonyms": False,
-            "include_documentation": False,
-        },
+def _cursor(q: dict[str, str], key: str) -> dict[int, int] | None:
+    raw = q.get(key, "").strip()
+    if not raw:
+        return None
+    try:
+        return parse_cursor(raw)
+    except ValueError as e:
+        raise PageError(400, "Bad request", "topics", f"{key}: {e}") from None
+
+
+async def _browse(
+    broker: Any, viewer: Viewer, name: str, info: Any, q: dict[str, str]
+) -> BrowseForm:
+    """The message browser's form as submitted, and the page of records it asks for."""
+    f = BrowseForm({k: q.get(k, "") for k in BrowseForm.FIELDS})
+    fmt = q.get("format") or "text"
+    f.fields["format"] = fmt if fmt in FORMATS else "text"
+    f.fields["limit"] = f.fields["limit"] or str(DEFAULT_LIMIT)
+    f.fields["start"] = "latest" if q.get("start") == "latest" else "earliest"
+    for k in ("key", "value"):
+        f.fields[k] = f.fields[k][:FILTER_MAX]
+    raw = q.get("partition", "").strip().lower()
+    if raw in ("", "all"):
+        partitions = sorted(info.partitions)
+        f.fields["partition"] = "all"
+    else:
+        p = _int(q, "partition", 0, "topics")
+        if p not in info.partitions:
+            f.error = f"no partition {p}"
+            return f
+        partitions = [p]
+    limit = _int(q, "limit", DEFAULT_LIMIT, "topics")
+    offset = _int(q, "offset", -1, "topics")
+    after, before = _cursor(q, "after"), _cursor(q, "before")
+    ts = None
+    if before is None and after is None and q.get("ts", "").strip():
+        try:
+            ts = parse_timestamp(q["ts"])
+        except ValueError:
+            f.error = f"not a time: {q['ts']!r} (ISO 8601 or milliseconds)"
+            return f
+    if before is None and after is None and ts is None and offset < 0:
+        if f.fields["start"] == "latest":
+            before = {}
+    f.browse = await browse(
+        broker,
+        viewer,
+        name,
+        partitions,
+        after=after,
+        before=before,
+        start=offset if offset >= 0 else None,
+        timestamp=ts,
+        limit=limit,
+        key=f.fields["key"].encode() or None,
+        value=f.fields["value"].encode() or None,
     )
-    (r,) = resp["results"]
-    return r["configs"] if r["error_code"] == 0 else None
+    return f
 
 
 async def topic(
@@ -79,64 +137,43 @@ async def topic(
     info = broker.cluster.topics.get(name)
     if info is None:
         raise PageError(404, title, "topics", f"No topic named {name!r}.")
-    n = len(info.partitions)
-    pages = max(1, -(-n // topic_views.PAGE_ROWS))
-    page = min(max(_int(q, "page", 1, "topics"), 1), pages)
-    rows = await state.partition_rows(
-        broker, name, (page - 1) * topic_views.PAGE_ROWS, topic_views.PAGE_ROWS
-    )
+    _int(q, "page", 1, "topics")
+    rows = await state.partition_rows(broker, name)
     live = broker.cluster.brokers
     states = list(info.partitions.values())
+    described = await configs.describe_configs(broker, viewer, configs.TOPIC, name)
     t = topic_views.TopicPage(
         name=name,
         topic_id=str(info.topic_id),
-        partitions=n,
+        partitions=len(info.partitions),
         replication_factor=max((len(s.replicas) for s in states), default=0),
         under_replicated=sum(1 for s in states if len(s.isr) < len(s.replicas)),
         offline=sum(1 for s in states if s.leader < 0 or s.leader not in live),
         rows=rows,
-        page=page,
-        pages=pages,
-        configs=await _configs(broker, viewer, name),
+        configs=None if described.error else described.rows,
+        consumers=await state.topic_consumers(broker, viewer, name),
+        brokers=len(live),
         browse_allowed=viewer.topic(name, Operation.READ),
+        params=q,
     )
     if t.browse_allowed and q.get("browse"):
-        t.form = {k: q.get(k, "") for k in ("partition", "offset", "ts", "limit", "format")}
-        fmt = q.get("format") or "text"
-        if fmt not in FORMATS:
-            fmt = "text"
-        t.form["format"] = fmt
-        t.form["limit"] = t.form["limit"] or str(DEFAULT_LIMIT)
-        partition = _int(q, "partition", 0, "topics")
-        limit = _int(q, "limit", DEFAULT_LIMIT, "topics")
-        offset = _int(q, "offset", -1, "topics")
-        ts = None
-        if q.get("ts", "").strip():
-            try:
-                ts = parse_timestamp(q["ts"])
-            except ValueError:
-                t.error = f"not a time: {q['ts']!r} (ISO 8601 or milliseconds)"
-        if partition not in info.partitions:
-            t.error = f"no partition {partition}"
-        if not t.error:
-            t.browse = await browse(
-                broker,
-                viewer,
-                name,
-                partition,
-                start=offset if offset >= 0 else None,
-                timestamp=ts,
-                limit=limit,
-            )
+        t.browser = await _browse(broker, viewer, name, info, q)
     return Result(200, title, "topics", partial(topic_views.render_topic, t))
 
 
-async def group_list(broker: Any, viewer: Viewer) -> Result:
+async def group_list(broker: Any, viewer: Viewer, q: dict[str, str]) -> Result:
     rows = await state.group_rows(broker, viewer)
-    return Result(200, "Consumer groups", "groups", partial(group_views.render_list, rows))
+    return Result(
+        200,
+        "Consumer groups",
+        "groups",
+        partial(group_views.render_list, rows, q, len(broker.cluster.brokers)),
+    )
 
 
-async def group(broker: Any, viewer: Viewer, group_id: str, lag: LagHistory) -> Result:
+async def group(
+    broker: Any, viewer: Viewer, group_id: str, lag: LagHistory, q: dict[str, str]
+) -> Result:
     title = f"Group {group_id}"
     if not viewer.group(group_id):
         raise PageError(403, title, "groups", "Group authorization failed.")
@@ -150,4 +187,37 @@ async def group(broker: Any, viewer: Viewer, group_id: str, lag: LagHistory) -> 
         )
         raise PageError(404, title, "groups", f"This broker knows no group {group_id!r}.{where}")
     svg = chart(lag.series(group_id), lag.interval_s)
-    return Result(200, title, "groups", partial(group_views.render_group, detail, svg))
+    return Result(200, title, "groups", partial(group_views.render_group, detail, svg, q))
+
+
+async def broker_configs(broker: Any, viewer: Viewer, which: str, q: dict[str, str]) -> Result:
+    """``/brokers/<id>``: this broker's configs and the cluster-wide dynamic defaults, as
+    DescribeConfigs answers (each broker describes only itself, as Kafka's does)."""
+    me = broker.config.broker_id
+    title = f"Broker {which} configs"
+    if which != str(me):
+        raise PageError(
+            404,
+            title,
+            "brokers",
+            f"This is broker {me}: each broker's console shows that broker's configs.",
+        )
+    own = await configs.describe_configs(broker, viewer, configs.BROKER, str(me))
+    if own.error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
+        raise PageError(403, title, "brokers", "Cluster authorization failed (DESCRIBE_CONFIGS).")
+    if own.error:
+        raise PageError(400, title, "brokers", own.message)
+    defaults = await configs.describe_configs(broker, viewer, configs.BROKER, "")
+    return Result(
+        200,
+        title,
+        "brokers",
+        partial(broker_views.render_configs, me, own.rows, defaults.rows, q),
+    )
+
+
+async def acls(broker: Any, viewer: Viewer, q: dict[str, str]) -> Result:
+    got = await configs.acls(broker, viewer)
+    if got.error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
+        raise PageError(403, "ACLs", "acls", "Cluster authorization failed (DESCRIBE).")
+    return Result(200, "ACLs", "acls", partial(acl_views.render, got, q))

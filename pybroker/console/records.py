@@ -1,16 +1,30 @@
-"""The message browser: a bounded read of one partition's records, decoded for display.
+"""The message browser: bounded reads of a topic's records, decoded for display, paged by
+offset cursors and filtered by key or value substring.
 
-``browse(broker, viewer, topic, partition, start=..., timestamp=..., limit=...)``:
+``browse(broker, viewer, topic, partitions, ...)`` looks at one partition or several (at most
+``MERGE_MAX``), each from a position of its own:
 
-* the start is an offset (clamped to the log start) or a timestamp, resolved with the
-  ListOffsets handler itself (key 2, v9, as the viewer: Kafka's lookup by time, the first
-  offset whose timestamp is at or after it; it needs this broker to lead the partition);
+* forward (``after``: a cursor ``{partition: offset}``; or every partition from ``offset``,
+  from the first offset at or after ``timestamp``, found with the ListOffsets handler itself
+  (key 2, v9, as the viewer; it needs this broker to lead the partition), or from the log
+  start), or backward (``before``: the records just below a cursor; the high watermark for
+  the newest records);
 * records are read from this broker's replica (leader or follower), never past the high
   watermark (what a read_uncommitted consumer may see); control batches are skipped;
-* bounded: at most ``MAX_READS`` reads of ``READ_BYTES`` (the log hands over a file slice on
-  the loop; the bytes are read and decoded in a worker thread), at most ``limit``
-  (<= ``MAX_LIMIT``) records, at most ``DECODE_BUDGET`` bytes decompressed per batch (a batch
-  inflating further shows its first records and says it was cut).
+* ``key`` / ``value``: only records whose key / value contains those bytes are shown; the
+  others are scanned and passed over;
+* several partitions are merged by timestamp (a merge of each partition's records in offset
+  order, so each partition's shown records are consecutive); a partition whose scan stopped
+  early bounds what is shown, so the next page starts where this one ended in time too;
+* bounded per page: at most ``SCAN_BYTES`` read and ``SCAN_RECORDS`` records decoded (shared
+  out among the partitions), ``MAX_READS`` log reads (the log hands over a file slice on the
+  loop; the bytes are read and decoded in a worker thread), ``DECODE_BUDGET`` bytes
+  decompressed per batch (a batch inflating further shows its first records and says it was
+  cut), at most ``limit`` (<= ``MAX_LIMIT``) records shown; a backward page may take a
+  few reads (one batch each) beyond, to reach the records just below its cursor.  What was scanned is reported per
+  partition (``Span``), and the answer carries the cursors of the next and previous pages:
+  the next page starts after the last record shown of each partition (or after what was
+  scanned without a match), the previous one ends before the first.
 
 ``render_bytes(data, fmt)`` shows a key or value as text (UTF-8, invalid bytes replaced), JSON
 (pretty-printed; as text when it does not parse) or hex, at most ``SHOW_BYTES`` bytes of it.
@@ -19,7 +33,9 @@
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -27,11 +43,14 @@ from typing import Any
 from pybroker.console.auth import Viewer
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers.list_offsets import list_offsets
-from pybroker.wire.compression import decompressed_chunks
-from pybroker.wire.records import HEADER_SIZE, LOG_APPEND_TIME, BatchHeader, scan_batches
+from pybroker.wire.record_walker import fields, headers, walk_batch
+from pybroker.wire.records import LOG_APPEND_TIME, BatchHeader, InvalidRecordError, scan_batches
 
 READ_BYTES = 1024 * 1024
-MAX_READS = 4
+SCAN_BYTES = 4 * READ_BYTES
+SCAN_RECORDS = 10_000
+MAX_READS = 256
+MERGE_MAX = 64
 MAX_LIMIT = 200
 DEFAULT_LIMIT = 20
 DECODE_BUDGET = 4 * 1024 * 1024
@@ -46,16 +65,68 @@ class Shown:
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes | None]]
+    partition: int = 0
+
+
+@dataclass(slots=True)
+class Budget:
+    """What one partition's scan may still spend."""
+
+    bytes: int
+    records: int
+    reads: int
+
+    @property
+    def spent(self) -> bool:
+        return self.bytes <= 0 or self.records <= 0 or self.reads <= 0
+
+
+@dataclass
+class Span:
+    """What was looked at in one partition: the offsets [start, end), the records decoded
+    there, those that matched (offset order), and how many of them the page shows."""
+
+    partition: int
+    log_start: int
+    high_watermark: int
+    start: int
+    end: int
+    scanned: int = 0
+    matches: list[Shown] = field(default_factory=list)
+    shown: int = 0
+    early: bool = False  # stopped by the budget (or a cut batch), not by the range or limit
+    first_ts: int | None = None  # timestamp of the first / last record decoded
+    last_ts: int | None = None
+    note: str = ""
 
 
 @dataclass
 class Browse:
-    start: int | None = None
     records: list[Shown] = field(default_factory=list)
-    log_start: int = 0
-    high_watermark: int = 0
+    spans: list[Span] = field(default_factory=list)
+    backward: bool = False
+    after: dict[int, int] = field(default_factory=dict)  # the next page's cursor
+    before: dict[int, int] = field(default_factory=dict)  # the previous page's cursor
     note: str = ""  # why nothing (or not everything) is shown
     found_timestamp: int | None = None
+    no_replica: list[int] = field(default_factory=list)  # partitions not held here
+    not_merged: int = 0  # partitions left out: those after the MERGE_MAX-th merged
+
+    @property
+    def scanned(self) -> int:
+        return sum(s.scanned for s in self.spans)
+
+    @property
+    def matched(self) -> int:
+        return sum(len(s.matches) for s in self.spans)
+
+    @property
+    def at_start(self) -> bool:
+        return all(self.before.get(s.partition, 0) <= s.log_start for s in self.spans)
+
+    @property
+    def at_end(self) -> bool:
+        return all(self.after.get(s.partition, 0) >= s.high_watermark for s in self.spans)
 
 
 def parse_timestamp(text: str) -> int:
@@ -69,97 +140,134 @@ def parse_timestamp(text: str) -> int:
     return int(dt.timestamp() * 1000)
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
+def parse_cursor(text: str) -> dict[int, int]:
+    """``partition:offset`` pairs separated by commas; ValueError otherwise."""
+    out: dict[int, int] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        p, sep, o = part.partition(":")
+        if not sep:
+            raise ValueError(f"not partition:offset: {part!r}")
+        out[int(p)] = int(o)
+        if len(out) > MERGE_MAX:
+            raise ValueError(f"more than {MERGE_MAX} partitions")
+    return out
 
 
-def _payload(data: bytes, h: BatchHeader) -> tuple[bytes, bool]:
-    """The batch's records section, decompressed up to DECODE_BUDGET (True: cut short)."""
-    raw = data[h.position + HEADER_SIZE : h.position + h.size]
-    parts, have = [], 0
-    chunks = decompressed_chunks(h.compression, raw, 2**62)
-    try:
-        for chunk in chunks:
-            parts.append(chunk)
-            have += len(chunk)
-            if have >= DECODE_BUDGET:
-                return b"".join(parts), True
-    finally:
-        chunks.close()
-    return b"".join(parts), False
+def format_cursor(cursor: dict[int, int]) -> str:
+    return ",".join(f"{p}:{o}" for p, o in sorted(cursor.items()))
+
+
+class Match:
+    """A record matches when its key contains ``key`` and its value ``value`` (bytes; None:
+    anything)."""
+
+    __slots__ = ("key", "value")
+
+    def __init__(self, key: bytes | None, value: bytes | None) -> None:
+        self.key, self.value = key or None, value or None
+
+    def __bool__(self) -> bool:
+        return self.key is not None or self.value is not None
+
+    def __call__(self, r: Shown) -> bool:
+        if self.key is not None and (r.key is None or self.key not in r.key):
+            return False
+        return self.value is None or (r.value is not None and self.value in r.value)
 
 
 def _records(data: bytes, h: BatchHeader, start: int, end: int, room: int) -> tuple[list, bool]:
     """Records of batch ``h`` with start <= offset < end, at most ``room``; True when the
-    batch was cut by the decode budget or malformed."""
-    payload, cut = _payload(data, h)
-    base_ts = h.max_timestamp if h.timestamp_type == LOG_APPEND_TIME else h.base_timestamp
+    batch was cut by the decode budget or malformed (the records before that are shown)."""
+    base_offset = h.base_offset
+    log_append = h.timestamp_type == LOG_APPEND_TIME
+    base_ts = h.max_timestamp if log_append else h.base_timestamp
     out: list[Shown] = []
-    pos = 0
+
+    def show(buf: bytes, _i: int, off: int, ts: int, _klen: int, at: int, _end: int) -> bool:
+        offset = base_offset + off
+        if offset >= end:
+            return True
+        if offset >= start:
+            f = fields(buf, at)
+            names = [(k.decode("utf-8", "replace"), v) for k, v in headers(buf, f.headers_pos)]
+            stamp = base_ts if log_append else base_ts + ts
+            out.append(Shown(offset, stamp, f.key(buf), f.value(buf), names))
+            return len(out) >= room
+        return False
+
     try:
-        for _ in range(h.records_count):
-            length, pos = _varint(payload, pos)
-            nxt = pos + length
-            if nxt > len(payload):
-                return out, True
-            pos += 1
-            ts_delta, pos = _varint(payload, pos)
-            off_delta, pos = _varint(payload, pos)
-            blobs: list[bytes | None] = []
-            for _kv in range(2):
-                n, pos = _varint(payload, pos)
-                blobs.append(None if n < 0 else payload[pos : pos + n])
-                pos += max(n, 0)
-            count, pos = _varint(payload, pos)
-            headers: list[tuple[str, bytes | None]] = []
-            for _h in range(max(count, 0)):
-                n, pos = _varint(payload, pos)
-                name = payload[pos : pos + n].decode("utf-8", "replace")
-                pos += n
-                n, pos = _varint(payload, pos)
-                headers.append((name, None if n < 0 else payload[pos : pos + n]))
-                pos += max(n, 0)
-            pos = nxt
-            offset = h.base_offset + off_delta
-            if offset >= end:
-                break
-            if offset >= start:
-                ts = base_ts if h.timestamp_type == LOG_APPEND_TIME else base_ts + ts_delta
-                out.append(Shown(offset, ts, blobs[0], blobs[1], headers))
-                if len(out) >= room:
-                    break
-    except (IndexError, ValueError):
+        walk_batch(
+            data,
+            h,
+            max_record_bytes=DECODE_BUDGET,
+            max_uncompressed_bytes=DECODE_BUDGET,
+            gaps=True,
+            visit=show,
+        )
+    except InvalidRecordError:  # too large to show whole, or malformed
         return out, True
-    return out, cut
+    return out, False
 
 
-def _decode(data: bytes, start: int, end: int, room: int) -> tuple[list[Shown], int, bool]:
-    """(records, the offset after the last batch looked at, cut) of a slice's bytes."""
-    out: list[Shown] = []
-    nxt = start
-    cut = False
+@dataclass(slots=True)
+class Decoded:
+    matches: list[Shown]
+    upto: int  # the offset after the last one looked at
+    scanned: int
+    cut: bool
+    first_ts: int | None = None
+    last_ts: int | None = None
+
+
+def _decode(
+    data: bytes,
+    start: int,
+    end: int,
+    room: int,
+    max_scan: int = SCAN_RECORDS,
+    match: Callable[[Shown], bool] | None = None,
+) -> Decoded:
+    """The records of a slice's bytes with start <= offset < end that ``match``: at most
+    ``room`` of them, after decoding at most ``max_scan`` (at least one whole batch's worth
+    when it fits)."""
+    d = Decoded([], start, 0, False)
     for h in scan_batches(data):
-        nxt = h.next_offset
-        if h.is_control or h.last_offset < start:
-            continue
-        got, c = _records(data, h, start, end, room - len(out))
-        out += got
-        cut = cut or c
-        if len(out) >= room or h.next_offset >= end or c:
+        if h.base_offset >= end:
             break
-    return out, nxt, cut
+        if h.last_offset < start:
+            continue
+        if h.is_control:
+            d.upto = max(d.upto, min(h.next_offset, end))
+            continue
+        got, cut = _records(data, h, start, end, 1 << 62)
+        for r in got:
+            if len(d.matches) >= room or d.scanned >= max_scan:
+                return d
+            d.scanned += 1
+            d.upto = r.offset + 1
+            if d.first_ts is None:
+                d.first_ts = r.timestamp
+            d.last_ts = r.timestamp
+            if match is None or match(r):
+                d.matches.append(r)
+        if cut:
+            d.cut = True
+            if not got:  # nothing of it can be shown: pass over it
+                d.upto = max(d.upto, min(h.next_offset, end))
+            return d
+        d.upto = max(d.upto, min(h.next_offset, end))
+        if len(d.matches) >= room or d.scanned >= max_scan:
+            return d
+    return d
 
 
-async def _by_time(broker: Any, viewer: Viewer, topic: str, partition: int, ts: int) -> int:
+async def _by_time(
+    broker: Any, viewer: Viewer, topic: str, partitions: list[int], ts: int
+) -> dict[int, int | str]:
+    """ListOffsets by time for each partition: its offset (-1: no record at or after ``ts``),
+    or the error's name."""
     ctx = viewer.context(broker, 2, 9)
     req = {
         "replica_id": -1,
@@ -168,68 +276,242 @@ async def _by_time(broker: Any, viewer: Viewer, topic: str, partition: int, ts: 
             {
                 "name": topic,
                 "partitions": [
-                    {"partition_index": partition, "current_leader_epoch": -1, "timestamp": ts}
+                    {"partition_index": p, "current_leader_epoch": -1, "timestamp": ts}
+                    for p in partitions
                 ],
             }
         ],
     }
     resp = await list_offsets(ctx, req)
-    p = resp["topics"][0]["partitions"][0]
-    if p["error_code"] != ErrorCode.NONE:
-        raise KafkaError(p["error_code"], "the lookup by time needs this broker to lead it")
-    return p["offset"]
+    out: dict[int, int | str] = {}
+    for p in resp["topics"][0]["partitions"]:
+        code = p["error_code"]
+        out[p["partition_index"]] = p["offset"] if code == ErrorCode.NONE else ErrorCode(code).name
+    return out
+
+
+async def _scan(
+    log: Any,
+    span: Span,
+    end: int,
+    room: int,
+    budget: Budget,
+    match: Match,
+    *,
+    one_read: bool = False,
+) -> None:
+    """Forward from ``span.start`` over [start, end): matches go to ``span.matches`` (at
+    most ``room``), ``span.end`` to the offset after the last one looked at.  With
+    ``one_read``, the first read happens even if the budget is spent."""
+    pos = span.start
+    while pos < end and len(span.matches) < room:
+        if budget.spent and not one_read:
+            span.early = True
+            break
+        one_read = False
+        try:
+            piece = log.read(pos, max(1, min(READ_BYTES, budget.bytes)), max_offset=end)
+        except KafkaError as e:
+            span.note = f"read failed: {ErrorCode(e.code).name}"
+            span.early = True
+            break
+        if piece is None:
+            break
+        budget.reads -= 1
+        budget.bytes -= piece.size
+        data = await asyncio.to_thread(_read_slice, piece)
+        d = await asyncio.to_thread(
+            _decode, data, pos, end, room - len(span.matches), max(budget.records, 1), match or None
+        )
+        budget.records -= d.scanned
+        span.scanned += d.scanned
+        for r in d.matches:
+            r.partition = span.partition
+        span.matches += d.matches
+        if span.first_ts is None:
+            span.first_ts = d.first_ts
+        if d.last_ts is not None:
+            span.last_ts = d.last_ts
+        if d.cut:
+            span.note = "a batch was too large to show whole; its first records are shown"
+        if d.upto <= pos:
+            span.early = True
+            break
+        pos = d.upto
+        if d.cut:
+            span.early = pos < end
+            break
+    span.end = pos
+
+
+async def _scan_back(log: Any, span: Span, limit: int, budget: Budget, match: Match) -> None:
+    """Backward from ``span.end``: windows of offsets below it, each scanned forward and each
+    twice as wide as the one before, until ``limit`` matches, the log start or the budget.
+    The range stays contiguous and ends at ``span.end`` (so paging back misses nothing): a
+    window the budget cut short is dropped, and the first one is tried narrower until it fits,
+    down to the one batch holding the offset below ``span.end``, each try allowed one read
+    beyond the budget."""
+    hi, width = span.end, max(limit, 1)
+    span.start = hi
+    first = True
+    while hi > span.log_start and len(span.matches) < limit:
+        if budget.spent and not first:
+            span.early = True
+            break
+        lo = max(span.log_start, hi - width)
+        w = Span(span.partition, span.log_start, span.high_watermark, lo, lo)
+        await _scan(log, w, hi, 1 << 62, budget, match, one_read=first)
+        if w.end < hi:  # cut short
+            span.note = w.note or span.note
+            if first and hi - lo > 1 and w.end > w.start:
+                width = (hi - lo) // 2
+                continue
+            span.early = True
+            break
+        first = False
+        span.matches = w.matches + span.matches
+        span.scanned += w.scanned
+        span.start, hi, width = lo, lo, width * 2
+        if w.first_ts is not None:
+            span.first_ts = w.first_ts
+        if span.last_ts is None:
+            span.last_ts = w.last_ts
+        span.note = w.note or span.note
+
+
+def _merge(spans: list[Span], limit: int, backward: bool) -> list[Shown]:
+    """Merge each span's matches by (timestamp, partition), taking from the heads (forward)
+    or the tails (backward), at most ``limit``; not past a span that stopped early (its last
+    (first) timestamp seen bounds the others), unless that leaves nothing.  Sets ``shown``."""
+    seen = [s.first_ts if backward else s.last_ts for s in spans if s.early]
+    stops = [t for t in seen if t is not None]
+
+    def key(r: Shown) -> tuple[int, int]:
+        return (r.timestamp, r.partition)
+
+    if backward:
+        bound = max(stops, default=None)
+        source = heapq.merge(*(reversed(s.matches) for s in spans), key=key, reverse=True)
+    else:
+        bound = min(stops, default=None)
+        source = heapq.merge(*(s.matches for s in spans), key=key)
+    taken: list[Shown] = []
+    for r in source:
+        if len(taken) >= limit:
+            break
+        beyond = bound is not None and (r.timestamp < bound if backward else r.timestamp > bound)
+        if beyond and taken:
+            break
+        taken.append(r)
+        if beyond:  # nothing within the bound: this one record, so the page moves on
+            break
+    counts: dict[int, int] = {}
+    for r in taken:
+        counts[r.partition] = counts.get(r.partition, 0) + 1
+    for s in spans:
+        s.shown = counts.get(s.partition, 0)
+    if backward:
+        taken.reverse()
+    return taken
+
+
+def _cursors(b: Browse) -> None:
+    """The next and previous pages' cursors (module docstring)."""
+    for s in b.spans:
+        if b.backward:
+            b.after[s.partition] = s.end
+            if s.shown == len(s.matches):
+                b.before[s.partition] = s.start
+            else:
+                b.before[s.partition] = (
+                    s.matches[len(s.matches) - s.shown].offset if s.shown else s.end
+                )
+        else:
+            b.before[s.partition] = s.start
+            if s.shown == len(s.matches):
+                b.after[s.partition] = s.end
+            else:
+                b.after[s.partition] = s.matches[s.shown].offset
 
 
 async def browse(
     broker: Any,
     viewer: Viewer,
     topic: str,
-    partition: int,
+    partitions: list[int],
     *,
+    after: dict[int, int] | None = None,
+    before: dict[int, int] | None = None,
     start: int | None = None,
     timestamp: int | None = None,
     limit: int = DEFAULT_LIMIT,
+    key: bytes | None = None,
+    value: bytes | None = None,
 ) -> Browse:
+    """One page of records (module docstring).  Precedence: ``before``, ``after``,
+    ``timestamp``, ``start``; none: forward from each log start."""
     limit = max(1, min(limit, MAX_LIMIT))
-    out = Browse()
-    r = broker.replicas.replicas.get((topic, partition)) if broker.replicas else None
-    if r is None:
-        out.note = "this broker holds no replica of this partition"
+    out = Browse(backward=before is not None)
+    replicas = broker.replicas.replicas if broker.replicas else {}
+    logs = {}
+    for p in partitions:
+        if len(logs) >= MERGE_MAX:
+            out.not_merged += 1
+            continue
+        r = replicas.get((topic, p))
+        if r is None:
+            out.no_replica.append(p)
+        else:
+            logs[p] = r.log
+    if not logs:
+        out.note = (
+            "this broker holds no replica of this partition"
+            if len(partitions) == 1
+            else "this broker holds no replica of these partitions"
+        )
         return out
-    log = r.log
-    out.log_start, out.high_watermark = log.log_start_offset, log.high_watermark
-    if timestamp is not None:
-        try:
-            start = await _by_time(broker, viewer, topic, partition, timestamp)
-        except KafkaError as e:
-            out.note = f"lookup by time failed: {ErrorCode(e.code).name}"
-            return out
-        if start < 0:
+    positions: dict[int, int] = {}
+    if before is None and after is None and timestamp is not None:
+        found = await _by_time(broker, viewer, topic, list(logs), timestamp)
+        failed = sorted({v for v in found.values() if isinstance(v, str)})
+        if failed:
+            out.note = f"lookup by time failed: {', '.join(failed)}"
+            if all(isinstance(v, str) for v in found.values()):
+                return out
+        if all(v == -1 for v in found.values() if isinstance(v, int)):
             out.note = "no record at or after that time"
             return out
+        for p, v in found.items():
+            if isinstance(v, int):
+                positions[p] = v if v >= 0 else logs[p].high_watermark
+        logs = {p: log for p, log in logs.items() if p in positions}
         out.found_timestamp = timestamp
-    pos = max(log.log_start_offset, start if start is not None else log.log_start_offset)
-    out.start = pos
-    for _ in range(MAX_READS):
-        end = log.high_watermark
-        if pos >= end or len(out.records) >= limit:
-            break
-        try:
-            piece = log.read(pos, READ_BYTES, max_offset=end)
-        except KafkaError as e:
-            out.note = f"read failed: {ErrorCode(e.code).name}"
-            break
-        if piece is None:
-            break
-        data = await asyncio.to_thread(_read_slice, piece)
-        got, nxt, cut = await asyncio.to_thread(_decode, data, pos, end, limit - len(out.records))
-        out.records += got
-        if cut:
-            out.note = "a batch was too large to show whole; its first records are shown"
-            break
-        if nxt <= pos:
-            break
-        pos = nxt
+    n = len(logs)
+    match = Match(key, value)
+    for p, log in logs.items():
+        ls, hw = log.log_start_offset, log.high_watermark
+        budget = Budget(SCAN_BYTES // n, max(SCAN_RECORDS // n, limit), max(MAX_READS // n, 2))
+        if out.backward:
+            assert before is not None
+            pos = min(max(before.get(p, hw), ls), hw)
+            span = Span(p, ls, hw, pos, pos)
+            await _scan_back(log, span, limit, budget, match)
+        else:
+            if after is not None:
+                pos = after.get(p, ls)
+            elif p in positions:
+                pos = positions[p]
+            else:
+                pos = start if start is not None else ls
+            pos = min(max(pos, ls), hw)
+            span = Span(p, ls, hw, pos, pos)
+            await _scan(log, span, hw, limit, budget, match)
+        out.spans.append(span)
+    out.records = _merge(out.spans, limit, out.backward)
+    _cursors(out)
+    notes = sorted({s.note for s in out.spans if s.note})
+    if notes:
+        out.note = "; ".join([out.note, *notes] if out.note else notes)
     return out
 
 

@@ -38,6 +38,39 @@ class PartitionRow:
     log_end: int | None = None
     high_watermark: int | None = None
     size: int | None = None
+    compacted: bool = False  # cleanup.policy holds compact
+    transactional: bool = False  # transactional batches (their markers take offsets)
+
+    @property
+    def records(self) -> int | None:
+        """High watermark minus log start: the records a consumer can read, exactly unless
+        the log is compacted or holds transaction markers (then at most that)."""
+        if self.high_watermark is None or self.log_start is None:
+            return None
+        return max(0, self.high_watermark - self.log_start)
+
+
+@dataclass(slots=True)
+class RecordCount:
+    """A topic's records over the partitions this broker holds a replica of."""
+
+    records: int | None = None
+    local: int = 0  # partitions counted
+    compacted: bool = False
+    transactional: bool = False
+
+    def add(self, row: PartitionRow) -> None:
+        n = row.records
+        if n is None:
+            return
+        self.records = (self.records or 0) + n
+        self.local += 1
+        self.compacted |= row.compacted
+        self.transactional |= row.transactional
+
+    @property
+    def approximate(self) -> bool:
+        return self.compacted or self.transactional
 
 
 @dataclass(slots=True)
@@ -48,6 +81,7 @@ class TopicRow:
     size: int | None
     under_replicated: int
     offline: int
+    count: RecordCount = field(default_factory=RecordCount)
 
 
 @dataclass
@@ -78,6 +112,14 @@ class _Slice:
             self._since = time.perf_counter()
 
 
+def _transactional(log: Any) -> bool:
+    """Whether the log's producer state saw transactional batches (a transaction in flight,
+    or a producer that wrote a marker): their COMMIT/ABORT markers take offsets but are no
+    records.  Producer state expires with its producers, so an old transaction may be missed."""
+    ps = log.producer_state
+    return bool(ps.ongoing_txns) or any(e.coordinator_epoch >= 0 for e in ps.producers.values())
+
+
 def _row(broker: Any, topic: str, p: int, state: Any, live: Any) -> PartitionRow:
     row = PartitionRow(
         p, state.leader, list(state.replicas), list(state.isr), state.leader not in live
@@ -88,6 +130,8 @@ def _row(broker: Any, topic: str, p: int, state: Any, live: Any) -> PartitionRow
         try:
             row.log_start, row.log_end = log.log_start_offset, log.log_end_offset
             row.high_watermark, row.size = log.high_watermark, log.size
+            row.compacted = log.config.compact
+            row.transactional = _transactional(log)
         except (OSError, ValueError, AttributeError):  # closed under us (topic deleted)
             pass
     return row
@@ -128,6 +172,7 @@ async def topic_rows(broker: Any, viewer: Viewer) -> list[TopicRow]:
             continue
         size: int | None = None
         urp = offline = rf = 0
+        count = RecordCount()
         for p, state in info.partitions.items():
             await walk.tick()
             rf = max(rf, len(state.replicas))
@@ -135,18 +180,17 @@ async def topic_rows(broker: Any, viewer: Viewer) -> list[TopicRow]:
                 offline += 1
             if len(state.isr) < len(state.replicas):
                 urp += 1
-            r = local.get((name, p))
-            if r is not None:
-                try:
-                    size = (size or 0) + r.log.size
-                except (OSError, ValueError, AttributeError):
-                    pass
-        out.append(TopicRow(name, len(info.partitions), rf, size, urp, offline))
+            if (name, p) in local:
+                row = _row(broker, name, p, state, live)
+                if row.size is not None:
+                    size = (size or 0) + row.size
+                count.add(row)
+        out.append(TopicRow(name, len(info.partitions), rf, size, urp, offline, count))
     return out
 
 
-async def partition_rows(broker: Any, topic: str, first: int, count: int) -> list[PartitionRow]:
-    """Rows of partitions ``first`` .. ``first + count - 1`` (those that exist)."""
+async def partition_rows(broker: Any, topic: str) -> list[PartitionRow]:
+    """Rows of every partition of the topic, in partition order."""
     cluster = broker.cluster
     info = cluster.topics.get(topic)
     if info is None:
@@ -154,23 +198,13 @@ async def partition_rows(broker: Any, topic: str, first: int, count: int) -> lis
     live = cluster.brokers
     out = []
     walk = _Slice()
-    for p in sorted(info.partitions)[first : first + count]:
+    for p in sorted(info.partitions):
         await walk.tick()
         out.append(_row(broker, topic, p, info.partitions[p], live))
     return out
 
 
 # -- groups ---------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class GroupRow:
-    group_id: str
-    state: str
-    protocol_type: str
-    group_type: str
-    members: int
-    lag: int | None
 
 
 @dataclass(slots=True)
@@ -184,11 +218,26 @@ class MemberRow:
 
 @dataclass(slots=True)
 class OffsetRow:
+    """One partition of a group, as ``kafka-consumer-groups --describe`` prints it: assigned
+    to a member, committed, or both."""
+
     topic: str
     partition: int
-    committed: int
+    committed: int | None  # None: no committed offset ("-")
     log_end: int | None  # the high watermark: what consumers can read
+    lag: int | None  # None: unknown (no commit, or no replica on this broker)
+    member: MemberRow | None = None  # None: not assigned now ("-")
+
+
+@dataclass(slots=True)
+class GroupRow:
+    group_id: str
+    state: str
+    protocol_type: str
+    group_type: str
+    members: int
     lag: int | None
+    uncommitted: int = 0  # assigned partitions without a committed offset
 
 
 @dataclass
@@ -201,6 +250,23 @@ class GroupDetail:
     members: list[MemberRow]
     offsets: list[OffsetRow]
     hidden_topics: int = 0
+
+    @property
+    def uncommitted(self) -> int:
+        return sum(1 for r in self.offsets if r.committed is None)
+
+
+@dataclass(slots=True)
+class ConsumerRow:
+    """A group that consumes a topic: its partitions of the topic assigned and committed."""
+
+    group_id: str
+    state: str
+    members: int  # members assigned partitions of the topic
+    assigned: int
+    committed: int
+    lag: int | None
+    uncommitted: int
 
 
 async def lag_rows(broker: Any, group_id: str, viewer: Viewer | None = None) -> list[OffsetRow]:
@@ -215,11 +281,15 @@ async def lag_rows(broker: Any, group_id: str, viewer: Viewer | None = None) -> 
         await walk.tick()
         if viewer is not None and not viewer.topic(topic):
             continue
-        r = local.get((topic, partition))
-        end = r.log.high_watermark if r is not None else None
-        lag = None if end is None or co.offset < 0 else max(0, end - co.offset)
-        out.append(OffsetRow(topic, partition, co.offset, end, lag))
+        out.append(_offset_row(local, topic, partition, co.offset))
     return out
+
+
+def _offset_row(local: Any, topic: str, partition: int, committed: int | None) -> OffsetRow:
+    r = local.get((topic, partition))
+    end = r.log.high_watermark if r is not None else None
+    lag = None if end is None or committed is None or committed < 0 else max(0, end - committed)
+    return OffsetRow(topic, partition, committed, end, lag)
 
 
 def total_lag(rows: list[OffsetRow]) -> int | None:
@@ -227,39 +297,14 @@ def total_lag(rows: list[OffsetRow]) -> int | None:
     return sum(lags) if lags else None
 
 
-async def group_rows(broker: Any, viewer: Viewer) -> list[GroupRow]:
+async def _members(broker: Any, g: Any) -> tuple[str, list[MemberRow]]:
+    """(protocol or assignor, members with their assignments) of a group: a KIP-848 group's
+    from its coordinator (ConsumerGroupDescribe), a classic consumer group's decoded from the
+    consumer protocol's assignment (DescribeGroups; empty unless the group is Stable)."""
     groups = broker.groups
-    out = []
-    all_ok = viewer.cluster()
-    for g in sorted(groups.list_groups(), key=lambda g: g.group_id):
-        gid = g.group_id
-        if not all_ok and not viewer.group(gid):
-            continue
-        try:
-            lag = total_lag(await lag_rows(broker, gid, viewer))
-        except Exception:  # the store is unreachable now: no lag shown
-            lag = None
-        out.append(
-            GroupRow(gid, g.state.value, g.protocol_type or "", g.group_type, len(g.members), lag)
-        )
-    return out
-
-
-def coordinator(broker: Any, group_id: str) -> int:
-    return coordinator_for(group_id, broker.cluster.brokers)
-
-
-async def group_detail(broker: Any, group_id: str, viewer: Viewer) -> GroupDetail | None:
-    """None when this broker does not coordinate the group (or knows nothing of it)."""
-    groups = broker.groups
-    g = next((x for x in groups.list_groups() if x.group_id == group_id), None)
-    if g is None:
-        return None
     members: list[MemberRow] = []
-    protocol = ""
     if g.group_type == "consumer":
-        desc = await groups.describe_consumer_group(group_id) or {"members": []}
-        protocol = desc.get("assignor_name") or ""
+        desc = await groups.describe_consumer_group(g.group_id) or {"members": []}
         for m in desc["members"]:
             assigned = [
                 (t["topic_name"], sorted(t["partitions"]))
@@ -270,28 +315,125 @@ async def group_detail(broker: Any, group_id: str, viewer: Viewer) -> GroupDetai
                     m["member_id"], m["instance_id"], m["client_id"], m["client_host"], assigned
                 )
             )
-    else:
-        desc = groups.describe(group_id) or {"members": [], "protocol_data": ""}
-        protocol = desc.get("protocol_data") or ""
-        for m in desc["members"]:
-            assigned = []
-            if g.protocol_type == "consumer" and m["member_assignment"]:
-                try:
-                    got = parse_assignment(m["member_assignment"])
-                    assigned = [(t, sorted(ps)) for t, ps in sorted(got.items())]
-                except (ValueError, IndexError):
-                    assigned = []
-            members.append(
-                MemberRow(
-                    m["member_id"],
-                    m["group_instance_id"],
-                    m["client_id"],
-                    m["client_host"],
-                    assigned,
-                )
+        return desc.get("assignor_name") or "", members
+    desc = groups.describe(g.group_id) or {"members": [], "protocol_data": ""}
+    for m in desc["members"]:
+        assigned = []
+        if g.protocol_type == "consumer" and m["member_assignment"]:
+            try:
+                got = parse_assignment(m["member_assignment"])
+                assigned = [(t, sorted(ps)) for t, ps in sorted(got.items())]
+            except (ValueError, IndexError):
+                assigned = []
+        members.append(
+            MemberRow(
+                m["member_id"], m["group_instance_id"], m["client_id"], m["client_host"], assigned
             )
-    committed = await lag_rows(broker, group_id)
-    shown = [r for r in committed if viewer.topic(r.topic)]
+        )
+    return desc.get("protocol_data") or "", members
+
+
+async def partition_lag(
+    broker: Any, group_id: str, members: list[MemberRow], topic: str | None = None
+) -> list[OffsetRow]:
+    """Every partition the group committed or has assigned (of ``topic`` only, if given), in
+    (topic, partition) order: committed partitions with their lag, assigned ones without a
+    commit with ``committed`` None, each with the member it is assigned to."""
+    committed = {(r.topic, r.partition): r for r in await lag_rows(broker, group_id)}
+    owner = {(t, p): m for m in members for t, ps in m.assignment for p in ps}
+    local = broker.replicas.replicas if broker.replicas is not None else {}
+    out = []
+    for key in sorted(set(committed) | set(owner)):
+        if topic is not None and key[0] != topic:
+            continue
+        row = committed.get(key) or _offset_row(local, key[0], key[1], None)
+        row.member = owner.get(key)
+        out.append(row)
+    return out
+
+
+def _visible(viewer: Viewer) -> Any:
+    """ListGroups' rule: every group with DESCRIBE on the cluster, else those with DESCRIBE
+    on the group."""
+    all_ok = viewer.cluster()
+    return lambda gid: all_ok or viewer.group(gid)
+
+
+async def group_rows(broker: Any, viewer: Viewer) -> list[GroupRow]:
+    visible = _visible(viewer)
+    out = []
+    walk = _Slice()
+    for g in sorted(broker.groups.list_groups(), key=lambda g: g.group_id):
+        gid = g.group_id
+        if not visible(gid):
+            continue
+        await walk.tick()
+        lag, uncommitted = None, 0
+        try:
+            _, members = await _members(broker, g)
+            rows = [r for r in await partition_lag(broker, gid, members) if viewer.topic(r.topic)]
+            lag = total_lag(rows)
+            uncommitted = sum(1 for r in rows if r.committed is None)
+        except Exception:  # the store is unreachable now: no lag shown
+            pass
+        out.append(
+            GroupRow(
+                gid,
+                g.state.value,
+                g.protocol_type or "",
+                g.group_type,
+                len(g.members),
+                lag,
+                uncommitted,
+            )
+        )
+    return out
+
+
+async def topic_consumers(broker: Any, viewer: Viewer, topic: str) -> list[ConsumerRow]:
+    """The groups this broker coordinates (and the viewer may describe) that have partitions
+    of ``topic`` committed or assigned."""
+    visible = _visible(viewer)
+    out = []
+    walk = _Slice()
+    for g in sorted(broker.groups.list_groups(), key=lambda g: g.group_id):
+        gid = g.group_id
+        if not visible(gid):
+            continue
+        await walk.tick()
+        try:
+            _, members = await _members(broker, g)
+            rows = await partition_lag(broker, gid, members, topic)
+        except Exception:  # the store is unreachable now: the group is not shown
+            continue
+        if not rows:
+            continue
+        out.append(
+            ConsumerRow(
+                gid,
+                g.state.value,
+                len({r.member.member_id for r in rows if r.member is not None}),
+                sum(1 for r in rows if r.member is not None),
+                sum(1 for r in rows if r.committed is not None),
+                total_lag(rows),
+                sum(1 for r in rows if r.committed is None),
+            )
+        )
+    return out
+
+
+def coordinator(broker: Any, group_id: str) -> int:
+    return coordinator_for(group_id, broker.cluster.brokers)
+
+
+async def group_detail(broker: Any, group_id: str, viewer: Viewer) -> GroupDetail | None:
+    """None when this broker does not coordinate the group (or knows nothing of it)."""
+    g = next((x for x in broker.groups.list_groups() if x.group_id == group_id), None)
+    if g is None:
+        return None
+    protocol, members = await _members(broker, g)
+    rows = await partition_lag(broker, group_id, members)
+    shown = [r for r in rows if viewer.topic(r.topic)]
     for m in members:
         m.assignment = [(t, ps) for t, ps in m.assignment if viewer.topic(t)]
     return GroupDetail(
@@ -302,5 +444,5 @@ async def group_detail(broker: Any, group_id: str, viewer: Viewer) -> GroupDetai
         protocol,
         members,
         shown,
-        hidden_topics=len({r.topic for r in committed} - {r.topic for r in shown}),
+        hidden_topics=len({r.topic for r in rows} - {r.topic for r in shown}),
     )

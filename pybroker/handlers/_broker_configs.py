@@ -17,8 +17,10 @@ ZkAdminManager, ConfigHelper).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 
+from pybroker.configdef import Type, incremental
 from pybroker.coord.metadata import paths
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers import _broker_loggers
@@ -27,16 +29,23 @@ from pybroker.kafka_broker_configs import DEFINITIONS
 
 log = logging.getLogger(__name__)
 
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 DYNAMIC_BROKER_LOGGER_CONFIG = 6  # DescribeConfigsResponse.ConfigSource
 
 
-def _node_id(ctx: RequestContext, name: str, mismatch: str | None = None) -> None:
+def _java_int(name: str) -> int:
+    """Integer.parseInt: an optional sign and digits only (Python's int() also takes spaces
+    and underscores, which would name another store path than the broker's)."""
+    if not re.fullmatch(r"[+-]?\d+", name):
+        raise ValueError(name)
+    return int(name)
+
+
+def _node_id(ctx: RequestContext, name: str, mismatch: str | None = None) -> int:
     """ConfigAdminManager.validateResourceNameIsCurrentNodeId; ``mismatch``: the message for
     another node's id (Kafka's loggers word it differently)."""
     me = ctx.services.config.broker_id
     try:
-        requested = int(name)
+        requested = _java_int(name)
     except ValueError:
         raise KafkaError(
             ErrorCode.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}"
@@ -46,39 +55,19 @@ def _node_id(ctx: RequestContext, name: str, mismatch: str | None = None) -> Non
             ErrorCode.INVALID_REQUEST,
             mismatch or f"Unexpected broker id, expected {me}, but received {name}",
         )
+    return requested
 
 
-def _list_items(value: str | None) -> list[str]:
-    return [v for v in value.split(",") if v] if value else []
+def _kafka_key(name: str) -> tuple[Type, str | None] | None:
+    """KafkaConfig.configKeys: (type, default) of every key Kafka 3.9 defines."""
+    definition = DEFINITIONS.get(name)
+    return (Type[definition[0]], definition[1]) if definition is not None else None
 
 
 def apply_ops(ops: list[dict], current: dict[str, str]) -> dict[str, str]:
-    """ConfigAdminManager.prepareIncrementalConfigs over KafkaConfig's keys."""
-    new = dict(current)
-    for op in ops:
-        name, value, kind = op["name"], op["value"], op["config_operation"]
-        if kind == SET:
-            new[name] = value
-        elif kind == DELETE:
-            new.pop(name, None)
-        elif kind in (APPEND, SUBTRACT):
-            definition = DEFINITIONS.get(name)
-            if definition is None:
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown config name: {name}")
-            if definition[0] != "LIST":
-                verb = "append" if kind == APPEND else "subtract"
-                raise KafkaError(
-                    ErrorCode.INVALID_CONFIG,
-                    f"Config value {verb} is not allowed for config key: {name}",
-                )
-            old = _list_items(new.get(name))
-            if kind == APPEND:
-                new[name] = ",".join(old + [v for v in value.split(",") if v not in old])
-            else:
-                new[name] = ",".join(v for v in old if v not in value.split(","))
-        else:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {kind}")
-    return new
+    """ConfigAdminManager.prepareIncrementalConfigs over KafkaConfig's keys
+    (configdef.incremental: APPEND and SUBTRACT start from Kafka's default)."""
+    return incremental(ops, current, _kafka_key)
 
 
 async def alter_broker(
@@ -89,9 +78,8 @@ async def alter_broker(
 ) -> None:
     """Alter the dynamic configs of broker ``name`` ("" = the cluster-wide default);
     raises KafkaError."""
-    if name:
-        _node_id(ctx, name)
-    per_broker = bool(name)
+    node = _node_id(ctx, name) if name else None
+    per_broker = node is not None
     dynamic = ctx.services.dynamic
 
     def checked(current: dict[str, str]) -> dict[str, str]:
@@ -99,7 +87,7 @@ async def alter_broker(
         dynamic.validate(new, per_broker)
         return new
 
-    entity = name if per_broker else paths.DEFAULT_ENTITY
+    entity = str(node) if node is not None else paths.DEFAULT_ENTITY  # "+1", "01": /1
     new = await ctx.services.cluster.alter_broker_configs(
         entity, checked, validate_only=validate_only
     )
@@ -124,7 +112,7 @@ def describe_broker(ctx: RequestContext, name: str, documentation: bool) -> list
         return dynamic.describe_default(documentation)
     me = ctx.services.config.broker_id
     try:
-        requested = int(name)
+        requested = _java_int(name)
     except ValueError:
         raise KafkaError(
             ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}"
@@ -142,7 +130,7 @@ def describe_loggers(ctx: RequestContext, name: str) -> list[dict]:
     if not name:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker id must not be empty")
     try:
-        requested = int(name)
+        requested = _java_int(name)
     except ValueError:
         raise KafkaError(
             ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}"

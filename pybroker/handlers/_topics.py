@@ -1,220 +1,103 @@
 """Shared by the topic-facing handlers: topic configs, name checks, leader log lookup,
 auto-creation.
 
-Topic-level configs use Kafka's names; each falls back to the broker setting Kafka derives it
-from.  Only configs whose behaviour pybroker implements are accepted: anything else is
-INVALID_CONFIG rather than silently ignored.
+Topic configs are Kafka 3.9's, every one of them (pybroker/topic_config.py: declarations,
+validation, broker synonyms); each falls back to the broker setting Kafka derives it from
+(``Config.setting``, dynamic values included).  The functions below read them for the log,
+the flusher and DescribeConfigs / CreateTopics (the produce path: replica_manager.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
+from pybroker import topic_config
 from pybroker.config import Config
+from pybroker.configdef import convert_to_string
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.flusher import NEVER
 from pybroker.handlers.context import RequestContext
 from pybroker.log import LogConfig
 
-# compression.type values and the codec id each means (producer: the batch's own).
-CODECS: dict[str, int | None] = {
-    "producer": None,
-    "uncompressed": 0,
-    "gzip": 1,
-    "snappy": 2,
-    "lz4": 3,
-    "zstd": 4,
-}
-
-# Kafka's ConfigType codes (DescribeConfigs v3+).
-BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
+# DescribeConfigsResponse.ConfigSource ids
+TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
 
 
-@dataclass(frozen=True)
-class TopicConfigDef:
-    default: Callable[[Config], str]  # the broker setting it falls back to
-    broker_key: str  # that setting's name (the synonym DescribeConfigs reports)
-    config_type: int
-    allowed: frozenset[str] | None = None  # None: any value Kafka accepts
+def check_configs(config: Config, configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Kafka's checks of a topic's configs over this broker's defaults (LogConfig.validate):
+    the configs to store.  Raises ConfigException or KafkaError(INVALID_CONFIG); callers word
+    them for their API (topic_config.create_error / alter_error)."""
+    return topic_config.validate(configs, config.topic_defaults())
 
 
-# The topic configs whose behaviour pybroker implements.  Kafka's own value checks run in
-# pybroker.coord.metadata.topic_rules.validate_topic_configs when the topic is created.
-TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
-    # compact, delete or both (either order): Kafka's list check in coord/metadata/topic_rules.py
-    "cleanup.policy": TopicConfigDef(lambda c: c.log_cleanup_policy, "log.cleanup.policy", LIST),
-    "delete.retention.ms": TopicConfigDef(
-        lambda c: str(c.log_cleaner_delete_retention_ms), "log.cleaner.delete.retention.ms", LONG
-    ),
-    "min.cleanable.dirty.ratio": TopicConfigDef(
-        lambda c: str(c.log_cleaner_min_cleanable_ratio), "log.cleaner.min.cleanable.ratio", DOUBLE
-    ),
-    "min.compaction.lag.ms": TopicConfigDef(
-        lambda c: str(c.log_cleaner_min_compaction_lag_ms),
-        "log.cleaner.min.compaction.lag.ms",
-        LONG,
-    ),
-    "max.compaction.lag.ms": TopicConfigDef(
-        lambda c: str(c.log_cleaner_max_compaction_lag_ms),
-        "log.cleaner.max.compaction.lag.ms",
-        LONG,
-    ),
-    "compression.type": TopicConfigDef(
-        lambda c: c.compression_type,
-        "compression.type",
-        STRING,
-        frozenset(CODECS),
-    ),
-    "retention.ms": TopicConfigDef(lambda c: str(c.retention_ms), "log.retention.ms", LONG),
-    "retention.bytes": TopicConfigDef(
-        lambda c: str(c.log_retention_bytes), "log.retention.bytes", LONG
-    ),
-    "segment.bytes": TopicConfigDef(lambda c: str(c.log_segment_bytes), "log.segment.bytes", INT),
-    "segment.ms": TopicConfigDef(lambda c: str(c.roll_ms), "log.roll.ms", LONG),
-    "segment.index.bytes": TopicConfigDef(
-        lambda c: str(c.log_index_size_max_bytes), "log.index.size.max.bytes", INT
-    ),
-    "index.interval.bytes": TopicConfigDef(
-        lambda c: str(c.log_index_interval_bytes), "log.index.interval.bytes", INT
-    ),
-    "max.message.bytes": TopicConfigDef(
-        lambda c: str(c.message_max_bytes), "message.max.bytes", INT
-    ),
-    "message.timestamp.type": TopicConfigDef(
-        lambda c: c.log_message_timestamp_type,
-        "log.message.timestamp.type",
-        STRING,
-        frozenset({"CreateTime", "LogAppendTime"}),
-    ),
-    # KIP-937: before/after fall back to the deprecated difference.max.ms while at Long.MAX
-    "message.timestamp.difference.max.ms": TopicConfigDef(
-        lambda c: str(c.log_message_timestamp_difference_max_ms),
-        "log.message.timestamp.difference.max.ms",
-        LONG,
-    ),
-    "message.timestamp.before.max.ms": TopicConfigDef(
-        lambda c: str(c.log_message_timestamp_before_max_ms),
-        "log.message.timestamp.before.max.ms",
-        LONG,
-    ),
-    "message.timestamp.after.max.ms": TopicConfigDef(
-        lambda c: str(c.log_message_timestamp_after_max_ms),
-        "log.message.timestamp.after.max.ms",
-        LONG,
-    ),
-    "flush.messages": TopicConfigDef(
-        lambda c: str(c.log_flush_interval_messages or NEVER),
-        "log.flush.interval.messages",
-        LONG,
-    ),
-    "flush.ms": TopicConfigDef(
-        lambda c: str(c.log_flush_interval_ms or NEVER), "log.flush.interval.ms", LONG
-    ),
-    "min.insync.replicas": TopicConfigDef(
-        lambda c: str(c.min_insync_replicas), "min.insync.replicas", INT
-    ),
-    # replication throttles (replication/throttle.py); no broker synonym in Kafka
-    "leader.replication.throttled.replicas": TopicConfigDef(lambda c: "", "", LIST),
-    "follower.replication.throttled.replicas": TopicConfigDef(lambda c: "", "", LIST),
-    "unclean.leader.election.enable": TopicConfigDef(
-        lambda c: str(c.unclean_leader_election_enable).lower(),
-        "unclean.leader.election.enable",
-        BOOLEAN,
-    ),
-}
+def topic_value(config: Config, topic_configs: Mapping[str, str], name: str) -> Any:
+    """One topic config's typed value (lists as tuples)."""
+    return topic_config.value(name, topic_configs, config.topic_defaults())
 
 
-def check_supported_configs(configs: dict[str, str | None]) -> dict[str, str | None]:
-    """INVALID_CONFIG for a config pybroker does not implement (rather than ignoring it)."""
-    for name, value in configs.items():
-        spec = TOPIC_CONFIGS.get(name)
-        if spec is None:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"topic config {name} is not supported")
-        if name == "cleanup.policy" and value is not None and not value.strip(" ,"):
-            raise KafkaError(
-                ErrorCode.INVALID_CONFIG,
-                "cleanup.policy must name compact, delete or both (an empty policy is not"
-                " supported)",
-            )
-        allowed = spec.allowed
-        if allowed is not None and value is not None and value not in allowed:
-            raise KafkaError(
-                ErrorCode.INVALID_CONFIG,
-                f"{name}={value} is not supported (supported: {', '.join(sorted(allowed))})",
-            )
-    return configs
+def topic_config_entries(
+    ctx: RequestContext,
+    overrides: Mapping[str, str],
+    *,
+    with_synonyms: bool,
+    documentation: bool,
+) -> list[dict]:
+    """ConfigHelper.createTopicConfigEntry for every topic config: the effective value as
+    Kafka prints it, the topic override (if any) then the broker setting's synonyms with their
+    sources (dynamic per broker, dynamic default, static, default), the first of them giving
+    the source; DescribeConfigs and CreateTopics v5+ answer these."""
+    dynamic = ctx.services.dynamic
+    values = topic_config.effective(overrides, ctx.services.config.topic_defaults())
+    out = []
+    for name, key in topic_config.KEYS.items():
+        value = convert_to_string(values[name], key.type)
+        broker_key = topic_config.broker_synonym(name)
+        synonyms = dynamic.synonyms(broker_key) if broker_key is not None else []
+        if name in overrides:
+            synonyms.insert(0, {"name": name, "value": value, "source": TOPIC_CONFIG})
+        source = synonyms[0]["source"] if synonyms else DEFAULT_CONFIG
+        out.append(
+            {
+                "name": name,
+                "value": value,
+                "read_only": False,
+                "config_source": source,
+                "is_default": source == DEFAULT_CONFIG,
+                "is_sensitive": False,
+                "synonyms": synonyms if with_synonyms else [],
+                "config_type": int(key.type),
+                "documentation": key.doc if documentation else None,
+            }
+        )
+    return out
 
 
-def effective_topic_configs(
-    config: Config, topic_configs: dict[str, str]
-) -> dict[str, tuple[str, bool]]:
-    """Every topic config: (value, is_default)."""
-    return {
-        name: (topic_configs[name], False) if name in topic_configs else (d.default(config), True)
-        for name, d in TOPIC_CONFIGS.items()
-    }
-
-
-def log_config(config: Config, topic_configs: dict[str, str]) -> LogConfig:
-    eff = {k: v for k, (v, _) in effective_topic_configs(config, topic_configs).items()}
+def log_config(config: Config, topic_configs: Mapping[str, str]) -> LogConfig:
+    v = topic_config.effective(topic_configs, config.topic_defaults())
     return LogConfig(
-        segment_bytes=int(eff["segment.bytes"]),
-        roll_ms=int(eff["segment.ms"]),
-        retention_ms=int(eff["retention.ms"]),
-        retention_bytes=int(eff["retention.bytes"]),
-        index_interval_bytes=int(eff["index.interval.bytes"]),
-        max_index_bytes=int(eff["segment.index.bytes"]),
-        cleanup_policy=",".join(i.strip() for i in eff["cleanup.policy"].split(",") if i.strip()),
-        delete_retention_ms=int(eff["delete.retention.ms"]),
-        min_cleanable_dirty_ratio=float(eff["min.cleanable.dirty.ratio"]),
-        min_compaction_lag_ms=int(eff["min.compaction.lag.ms"]),
-        max_compaction_lag_ms=int(eff["max.compaction.lag.ms"]),
-        message_timestamp_type=eff["message.timestamp.type"],
+        segment_bytes=v["segment.bytes"],
+        roll_ms=v["segment.ms"],
+        roll_jitter_ms=v["segment.jitter.ms"],
+        retention_ms=v["retention.ms"],
+        retention_bytes=v["retention.bytes"],
+        index_interval_bytes=v["index.interval.bytes"],
+        max_index_bytes=v["segment.index.bytes"],
+        file_delete_delay_ms=v["file.delete.delay.ms"],
+        cleanup_policy=",".join(v["cleanup.policy"]),
+        delete_retention_ms=v["delete.retention.ms"],
+        min_cleanable_dirty_ratio=v["min.cleanable.dirty.ratio"],
+        min_compaction_lag_ms=v["min.compaction.lag.ms"],
+        max_compaction_lag_ms=v["max.compaction.lag.ms"],
+        message_timestamp_type=v["message.timestamp.type"],
     )
 
 
-def is_compacted(config: Config, topic_configs: dict[str, str]) -> bool:
-    """cleanup.policy of the topic (or log.cleanup.policy) includes compact."""
-    policy = topic_configs.get("cleanup.policy", config.log_cleanup_policy)
-    return "compact" in [i.strip() for i in policy.split(",")]
-
-
-def flush_policy(config: Config, topic_configs: dict[str, str]) -> tuple[int, int]:
+def flush_policy(config: Config, topic_configs: Mapping[str, str]) -> tuple[int, int]:
     """(flush.messages, flush.ms) in effect for a topic."""
-    eff = effective_topic_configs(config, topic_configs)
-    return int(eff["flush.messages"][0]), int(eff["flush.ms"][0])
-
-
-LONG_MAX = 2**63 - 1
-
-
-def timestamp_bounds(config: Config, topic_configs: dict[str, str]) -> tuple[int, int]:
-    """(before.max.ms, after.max.ms) as Kafka 3.9's LogConfig derives them: each is its own
-    setting unless that is Long.MAX, then message.timestamp.difference.max.ms (topic, else the
-    broker's log.* settings)."""
-
-    def get(name: str, default: int) -> int:
-        v = topic_configs.get(name)
-        return int(v) if v is not None else default
-
-    diff = get(
-        "message.timestamp.difference.max.ms", config.log_message_timestamp_difference_max_ms
+    return (
+        topic_value(config, topic_configs, "flush.messages"),
+        topic_value(config, topic_configs, "flush.ms"),
     )
-    before = get("message.timestamp.before.max.ms", config.log_message_timestamp_before_max_ms)
-    after = get("message.timestamp.after.max.ms", config.log_message_timestamp_after_max_ms)
-    return (before if before != LONG_MAX else diff, after if after != LONG_MAX else diff)
-
-
-def target_codec(config: Config, topic_configs: dict[str, str]) -> int | None:
-    """The codec compression.type asks stored batches to have; None: the producer's."""
-    return CODECS[topic_configs.get("compression.type", config.compression_type)]
-
-
-def max_message_bytes(config: Config, topic_configs: dict[str, str]) -> int:
-    v = topic_configs.get("max.message.bytes")
-    return int(v) if v is not None else config.message_max_bytes
 
 
 async def auto_create(ctx: RequestContext, topic: str) -> Any:

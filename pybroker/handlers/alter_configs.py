@@ -2,8 +2,8 @@
 IncrementalAlterConfigs.
 
 Topics: the configs given become the topic's whole set of overrides in /config/topics/<t>
-(anything not named goes back to its default), after the same checks as CreateTopics (only
-configs pybroker implements, Kafka's value checks), written with compare-and-set;
+(anything not named goes back to its default), after Kafka's checks over the broker defaults
+(worded as IncrementalAlterConfigs words them), written with compare-and-set;
 validate_only writes nothing.  Brokers (4): the configs given become the entity's whole set of
 dynamic configs (handlers/_broker_configs.py).  Per resource errors: INVALID_REQUEST for a
 resource named twice, a config named twice, a null value, the default topic resource, broker
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from pybroker.errors import KafkaError
 from pybroker.handlers._broker_configs import alter_broker
-from pybroker.handlers._topics import check_supported_configs
 from pybroker.handlers.context import RequestContext
 from pybroker.handlers.incremental_alter_configs import (
     BROKER,
     alter_topic,
     authorize_alter,
+    message,
     preprocess,
     result,
 )
@@ -37,7 +37,7 @@ async def alter_configs(ctx: RequestContext, req: dict) -> dict:
             wanted = {c["name"]: c["value"] for c in r["configs"]}
 
             def replace(current: dict[str, str], wanted: dict[str, str] = wanted) -> dict[str, str]:
-                return dict(check_supported_configs(wanted))
+                return dict(wanted)
 
             if r["resource_type"] == BROKER:
                 try:
@@ -46,7 +46,7 @@ async def alter_configs(ctx: RequestContext, req: dict) -> dict:
                     )
                     results[i] = result(r)
                 except KafkaError as e:
-                    results[i] = result(r, e.code, str(e) or None)
+                    results[i] = result(r, e.code, message(e))
                 continue
             results[i] = await alter_topic(ctx, r, replace, req["validate_only"])
     return {"throttle_time_ms": 0, "responses": [results[i] for i in range(len(resources))]}

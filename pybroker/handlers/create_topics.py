@@ -1,35 +1,30 @@
-"""CreateTopics (key 19), versions 2-7.
+"""CreateTopics (key 19), versions 0-7.
 
 Served by the controller (others answer NOT_CONTROLLER).  num_partitions / replication_factor
 -1 take num.partitions / default.replication.factor; explicit replica assignments are honoured
-when valid (INVALID_REPLICA_ASSIGNMENT otherwise); topic configs are validated
-(INVALID_CONFIG for unknown names or bad values), after the existence check: a topic that
+when valid (INVALID_REPLICA_ASSIGNMENT otherwise); topic configs are validated as Kafka 3.9
+does (every key Kafka defines is accepted: pybroker/topic_config.py; INVALID_CONFIG with
+Kafka's message for unknown names or bad values), after the existence check: a topic that
 exists answers TOPIC_ALREADY_EXISTS whatever configs the request carries, as Kafka does.  validate_only checks everything and
-creates nothing.  Errors: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS,
+creates nothing (v1+; v0 has no validate_only).  Errors: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS,
 INVALID_REPLICATION_FACTOR, INVALID_REQUEST (a name twice in one request).  v5+ answers the
-partition count, replication factor and the topic's effective configs; v7 the topic id.
+partition count, replication factor and the topic's effective configs with their sources
+(as DescribeConfigs, handlers/_topics.topic_config_entries); v7 the topic id.
 """
 
 from __future__ import annotations
 
 import uuid
 
+from pybroker import topic_config
+from pybroker.configdef import ConfigException
 from pybroker.coord.metadata.topic_rules import validate_topic_name
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers._authz import on_cluster, on_topic
-from pybroker.handlers._topics import (
-    TOPIC_CONFIGS,
-    check_supported_configs,
-    effective_topic_configs,
-)
+from pybroker.handlers._topics import check_configs, topic_config_entries
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 from pybroker.security.acl import Operation
-
-# DescribeConfigs ConfigSource values.
-DYNAMIC_TOPIC_CONFIG = 1
-STATIC_BROKER_CONFIG = 4
-DEFAULT_CONFIG = 5
 
 
 def _result(name: str, code: int, message: str | None = None) -> dict:
@@ -54,7 +49,10 @@ async def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict
             # configs it asks for
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         validate_topic_name(name)
-        configs = check_supported_configs({c["name"]: c["value"] for c in t["configs"]})
+        try:
+            configs = check_configs(cfg, {c["name"]: c["value"] for c in t["configs"]})
+        except (ConfigException, KafkaError) as e:
+            raise topic_config.create_error(e) from None
         assignments = None
         if t["assignments"]:
             if t["num_partitions"] != -1 or t["replication_factor"] != -1:
@@ -93,7 +91,6 @@ async def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict
         )
     except KafkaError as e:
         return _result(name, e.code, str(e))
-    effective = effective_topic_configs(cfg, configs)
     return {
         "name": name,
         "topic_id": info.topic_id if not validate_only else uuid.UUID(int=0),
@@ -102,25 +99,13 @@ async def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict
         "num_partitions": partitions,
         "replication_factor": rf,
         "configs": [
-            {
-                "name": k,
-                "value": v,
-                "read_only": False,
-                "config_source": (
-                    DYNAMIC_TOPIC_CONFIG
-                    if not is_default
-                    else STATIC_BROKER_CONFIG
-                    if TOPIC_CONFIGS[k].broker_key in cfg.explicit_keys
-                    else DEFAULT_CONFIG
-                ),
-                "is_sensitive": False,
-            }
-            for k, (v, is_default) in sorted(effective.items())
+            {k: e[k] for k in ("name", "value", "read_only", "config_source", "is_sensitive")}
+            for e in topic_config_entries(ctx, configs, with_synonyms=False, documentation=False)
         ],
     }
 
 
-@handler(19, 2, 7)
+@handler(19, 0, 7)
 async def create_topics(ctx: RequestContext, req: dict) -> dict:
     cluster = ctx.services.cluster
     counts: dict[str, int] = {}

@@ -1,15 +1,16 @@
 """DescribeConfigs (key 32), versions 0-4.
 
-Topics (resource type 2): every topic config pybroker implements, with its effective value
-and source (TOPIC_CONFIG for an override; STATIC_BROKER_CONFIG when it comes from a broker
-setting given in server.properties or --override; DEFAULT_CONFIG otherwise), v1+ synonyms
-(topic override, then the broker setting with its own source) when asked, v3+ config types.
+Topics (resource type 2): every Kafka 3.9 topic config (pybroker/topic_config.py), with its
+effective value and source as Kafka's ConfigHelper gives them (TOPIC_CONFIG for an override,
+else the source of the broker setting it falls back to: DYNAMIC_BROKER_CONFIG,
+DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG), v1+ synonyms (the topic
+override, then the broker setting's synonyms with their sources) when asked, v3+ config types
+and Kafka's documentation when asked (handlers/_topics.topic_config_entries).
 Brokers (type 4): every setting this broker honours, under Kafka's names, with Kafka's sources
 (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG),
 synonyms, read_only, types and (v3+, when asked) Kafka's documentation (resource name = the
 broker id; "" = the cluster-wide dynamic defaults stored): pybroker/dynamic_config.py.  Broker
 loggers (type 8): the broker's loggers and their levels (handlers/_broker_loggers.py).
-Topic entries carry no documentation (null).
 """
 
 from __future__ import annotations
@@ -17,54 +18,12 @@ from __future__ import annotations
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers._authz import on_cluster, on_topic
 from pybroker.handlers._broker_configs import describe_broker, describe_loggers
-from pybroker.handlers._topics import TOPIC_CONFIGS
+from pybroker.handlers._topics import topic_config_entries
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 from pybroker.security.acl import Operation
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
-TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
-
-
-def _entry(
-    name: str,
-    value: str | None,
-    source: int,
-    config_type: int,
-    synonyms: list[dict],
-    read_only: bool = False,
-) -> dict:
-    return {
-        "name": name,
-        "value": value,
-        "read_only": read_only,
-        "config_source": source,
-        "is_default": source == DEFAULT_CONFIG,
-        "is_sensitive": False,
-        "synonyms": synonyms,
-        "config_type": config_type,
-        "documentation": None,
-    }
-
-
-def _topic_configs(ctx: RequestContext, name: str, with_synonyms: bool) -> list[dict]:
-    """ConfigHelper.createTopicConfigEntry: the topic override (if any), then the broker
-    setting's synonyms with their sources (dynamic per broker, dynamic default, static,
-    default), the first of them giving the source."""
-    cfg = ctx.services.config
-    dynamic = ctx.services.dynamic
-    overrides = ctx.services.cluster.topics[name].configs
-    out = []
-    for key, d in TOPIC_CONFIGS.items():
-        synonyms = dynamic.synonyms(d.broker_key)
-        if key in overrides:
-            value = overrides[key]
-            synonyms.insert(0, {"name": key, "value": value, "source": TOPIC_CONFIG})
-        else:
-            value = d.default(cfg)
-        source = synonyms[0]["source"] if synonyms else DEFAULT_CONFIG
-        out.append(_entry(key, value, source, d.config_type, synonyms if with_synonyms else []))
-    return out
 
 
 def _describe(ctx: RequestContext, r: dict, with_synonyms: bool, documentation: bool) -> dict:
@@ -89,7 +48,12 @@ def _describe(ctx: RequestContext, r: dict, with_synonyms: bool, documentation: 
                 error_message=f"unknown topic {rname}",
             )
             return result
-        configs = _topic_configs(ctx, rname, with_synonyms)
+        configs = topic_config_entries(
+            ctx,
+            ctx.services.cluster.topics[rname].configs,
+            with_synonyms=with_synonyms,
+            documentation=documentation,
+        )
     elif rtype in (BROKER, BROKER_LOGGER):
         try:
             if rtype == BROKER:

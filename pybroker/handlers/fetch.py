@@ -1,11 +1,13 @@
-"""Fetch (key 1), versions 4-17.
+"""Fetch (key 1), versions 0-17.
 
 A real long poll: the answer leaves as soon as ``min_bytes`` are available across the
 requested partitions or ``max_wait_ms`` has passed; appends wake parked fetches through the
 purgatory (no timer loop).  ``max_bytes`` bounds the response and ``partition_max_bytes`` each
 partition, except that the first batch of the first non-empty partition is always returned
 whole, as in KIP-74.  Data never passes through Python objects: each partition's records are
-a region of a segment file, sent with sendfile.
+a region of a segment file, sent with sendfile.  The reads are the replica manager's
+(pybroker/replica_manager.py, ReplicaManager.read_from_log, as Kafka's readFromLog); this module
+decodes, authorizes, keeps the fetch session and the long poll, and answers.
 
 Every answer carries high watermark, last stable offset (LSO: below the first offset of the
 earliest open transaction, pybroker/log/partition_log.py) and log start offset.  Consumers
@@ -18,6 +20,11 @@ watermark's wake-up serves parked read_committed fetches too.  Errors per partit
 UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE, FENCED_LEADER_EPOCH /
 UNKNOWN_LEADER_EPOCH (v9+ current_leader_epoch), UNSUPPORTED_COMPRESSION_TYPE is not needed
 (batches are served as stored; zstd producers already required v7+).
+
+Versions 0-3 (Kafka 4.0 removed them) read as v4 with isolation level 0, and v0-2 with a hard
+limit: no first batch larger than partition_max_bytes (Kafka's hardMaxBytesLimit).  Below v10
+the answer goes through Kafka's maybeConvertFetchedData (pybroker/handlers/_down_conversion.py):
+v0-3 get message format v0 / v1 by down-conversion, zstd topics UNSUPPORTED_COMPRESSION_TYPE.
 
 Fetch sessions (KIP-227, v7+): pybroker/fetch_session.py keeps them.  Epoch 0 opens one (a
 full answer with the new session id, or 0 when the cache has no room), epoch -1 is
@@ -34,7 +41,11 @@ replica_directory_id (KIP-853) names a log directory, and a broker with one log 
 partition has nothing to check against it.
 
 Follower replicas (replica_id >= 0) read up to the log end and long-poll on appends; their
-fetch offset tells the leader how far they have copied (ISR and high watermark).  v12's
+fetch offset tells the leader how far they have copied (ISR and high watermark).  After a
+leader change the new leader's high watermark waits for its ISR followers' first fetch (Kafka's
+makeLeader): their parked fetches are answered at once and, until that first fetch, kept to
+OWED_FETCH_WAIT_S, and the fetch that brings the high watermark to the epoch start is answered
+at once, so the follower also learns it (ReplicaManager.owes_fetch).  v12's
 last_fetched_epoch is checked against the leader-epoch cache: a mismatch answers
 diverging_epoch so the follower truncates.  Preferred read replicas (v11) are always -1.
 Replication throttles (replication/throttle.py): a follower outside the ISR gets no records of
@@ -46,17 +57,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from pybroker.errors import ErrorCode, KafkaError
+from pybroker.errors import ErrorCode
 from pybroker.fetch_session import FetchContext, FetchPartition
 from pybroker.handlers._authz import enabled, on_cluster, on_topic
+from pybroker.handlers._down_conversion import convert_fetched_data
 from pybroker.handlers._topic_ids import Resolver
 from pybroker.handlers.context import RequestContext
 from pybroker.quotas.client import fetch_bound, fetch_throttle
 from pybroker.registry import handler
-from pybroker.replication.manager import consumer_key, leo_key
+from pybroker.replica_manager import READ_COMMITTED, FetchParams, LogReadResult, ReadPartition
+from pybroker.replication.manager import consumer_key, follower_key, leo_key
 from pybroker.security.acl import Operation
 
-READ_COMMITTED = 1
+# a follower that owes a new leader here its first fetch of a partition is answered after at
+# most this (its fetch may not name the partition yet: it has not learned of the new leader)
+OWED_FETCH_WAIT_S = 0.01
 
 
 def _empty(index: int, code: int, hw: int = -1, lso: int = -1, start: int = -1) -> dict:
@@ -70,17 +85,6 @@ def _empty(index: int, code: int, hw: int = -1, lso: int = -1, start: int = -1) 
         "preferred_read_replica": -1,
         "records": b"",
     }
-
-
-def _diverging(log, p: FetchPartition) -> dict | None:
-    """v12+: the fetcher's last fetched epoch disagrees with our log (KIP-595 style check)."""
-    last = p.last_fetched_epoch
-    if last < 0:
-        return None
-    epoch, end = log.leader_epochs.end_offset_for(last, log.log_end_offset)
-    if epoch != last or end < p.fetch_offset:
-        return {"epoch": epoch, "end_offset": end}
-    return None
 
 
 def _request_partitions(req: dict, uses_ids: bool, resolver: Resolver) -> list[FetchPartition]:
@@ -118,6 +122,27 @@ def _forgotten(req: dict, uses_ids: bool) -> list:
     ]
 
 
+def _entry(index: int, r: LogReadResult) -> dict:
+    entry = {
+        "partition_index": index,
+        "error_code": r.error,
+        "high_watermark": r.high_watermark,
+        "last_stable_offset": r.last_stable_offset,
+        "log_start_offset": r.log_start_offset,
+        "aborted_transactions": None
+        if r.aborted_transactions is None
+        else [{"producer_id": pid, "first_offset": first} for pid, first in r.aborted_transactions],
+        "preferred_read_replica": -1,
+        "records": r.records if r.records is not None else b"",
+    }
+    if r.diverging_epoch is not None:
+        entry["diverging_epoch"] = {
+            "epoch": r.diverging_epoch[0],
+            "end_offset": r.diverging_epoch[1],
+        }
+    return entry
+
+
 def _read_all(
     ctx: RequestContext,
     req: dict,
@@ -128,7 +153,8 @@ def _read_all(
     track_idle: bool = False,
 ) -> tuple[dict, int, bool, dict]:
     """One pass over the partitions: ({key: partition entry}, bytes found, any error,
-    {key: idle stamp}).
+    {key: idle stamp}).  The reads are the replica manager's (read_from_log); here the topic
+    names, authorization and the fetch session's idle partitions.
 
     A consumer's session partition whose idle state is unchanged since it was last answered
     (``FetchPartition.idle_stamp`` equals ReplicaManager.fetch_stamp now, and the fetcher did
@@ -136,15 +162,14 @@ def _read_all(
     high watermark and log start the fetcher already has, which an incremental answer leaves
     out.  So an incremental fetch of many idle partitions costs a comparison per partition."""
     replicas = ctx.services.replicas
-    remaining = req.get("max_bytes", 0x7FFFFFFF)
     read_committed = req.get("isolation_level", 0) == READ_COMMITTED
-    total = 0
     errors = False
     entries: dict = {}
     checked = enabled(ctx)  # followers need CLUSTER_ACTION, consumers READ on each topic
     follower_ok = replica_id < 0 or not checked or on_cluster(ctx, Operation.CLUSTER_ACTION)
     allowed: dict[str, bool] = {}
     stamps: dict = {}
+    to_read: list[tuple[FetchPartition, ReadPartition, Any]] = []
     for p in partitions:
         index = p.partition
         topic = resolver.name(p.topic_id) if uses_ids else p.topic
@@ -172,86 +197,40 @@ def _read_all(
         if stamp is not None and stamp == p.idle_stamp:
             stamps[p.key] = stamp
             continue
-        log = None
-        try:
-            replica = replicas.leader_replica(topic, index, p.current_leader_epoch)
-            log = replica.log
-            if uses_ids and log.topic_id is not None and log.topic_id != p.topic_id:
-                raise KafkaError(ErrorCode.INCONSISTENT_TOPIC_ID)
-            offset = p.fetch_offset
-            if offset < log.log_start_offset or offset > log.log_end_offset:
-                raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
-            diverging = _diverging(log, p) if ctx.version >= 12 else None
-            if replica_id >= 0 and diverging is None:
-                replicas.record_follower_fetch(replica, replica_id, offset)
-            # Followers copy up to the log end; consumers see only what the ISR holds,
-            # read_committed ones only what no open transaction may still abort.
-            hw = log.high_watermark
-            lso = log.last_stable_offset
-            if replica_id >= 0:
-                upper = log.log_end_offset
-            else:
-                upper = lso if read_committed else hw
-            region = None
-            throttled = (
-                replica_id >= 0
-                and replicas.throttles is not None
-                and replicas.throttles.leader_throttled(topic, index)
-            )
-            held = (
-                throttled and replica_id not in replica.isr and replicas.throttles.leader_exceeded()
-            )
-            if diverging is None and offset < upper and remaining > 0 and not held:
-                limit = min(p.partition_max_bytes, remaining)
-                try:
-                    region = log.read(offset, limit, min_one_batch=total == 0, max_offset=upper)
-                except OSError as e:  # the log dir failed: offline from now on
-                    ctx.services.logs.fail_dir(ctx.services.logs.dir_of(log), e)
-                    raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR) from e
-                if region is not None and region.size:
-                    total += region.size
-                    remaining -= region.size
-                    if throttled:
-                        replicas.throttles.record_leader(region.size)
-                else:
-                    region = None
-            aborted = None
-            if read_committed and replica_id < 0:
-                aborted = []
-                if region is not None:
-                    aborted = [
-                        {"producer_id": a.producer_id, "first_offset": a.first_offset}
-                        for a in log.collect_aborted_transactions(offset, upper)
-                    ]
-            entry = {
-                "partition_index": index,
-                "error_code": ErrorCode.NONE,
-                "high_watermark": hw,
-                "last_stable_offset": lso,
-                "log_start_offset": log.log_start_offset,
-                "aborted_transactions": aborted,
-                "preferred_read_replica": -1,
-                "records": region if region is not None else b"",
-            }
-            if diverging is not None:
-                entry["diverging_epoch"] = diverging
-                errors = True  # answer at once
-            elif region is None and stamp is not None and offset >= upper:
-                # idle: nothing to read, not records that max_bytes left out this time
-                stamps[p.key] = stamp
-            entries[p.key] = entry
-        except KafkaError as e:
+        read = ReadPartition(
+            topic,
+            index,
+            p.fetch_offset,
+            p.partition_max_bytes,
+            p.current_leader_epoch,
+            p.last_fetched_epoch,
+            p.topic_id if uses_ids else None,
+        )
+        to_read.append((p, read, stamp))
+    if not to_read:
+        return entries, 0, errors, stamps
+    params = FetchParams(
+        replica_id,
+        req.get("max_bytes", 0x7FFFFFFF),
+        req.get("isolation_level", 0),
+        check_diverging=ctx.version >= 12,
+        hard_max_bytes_limit=ctx.version <= 2,
+    )
+    results, total = replicas.read_from_log(params, [r for _, r, _ in to_read])
+    for (p, read, stamp), r in zip(to_read, results, strict=True):
+        entry = _entry(p.partition, r)
+        if r.error != ErrorCode.NONE:
             errors = True
-            entry = _empty(index, e.code)
-            if e.code == ErrorCode.OFFSET_OUT_OF_RANGE and log is not None:
-                entry.update(
-                    high_watermark=log.high_watermark,
-                    last_stable_offset=log.last_stable_offset,
-                    log_start_offset=log.log_start_offset,
-                )
-            elif ctx.version >= 16 and e.code in _LEADER_MOVED:
-                _current_leader(ctx, topic, index, entry)
-            entries[p.key] = entry
+            if ctx.version >= 16 and r.error in _LEADER_MOVED:
+                _current_leader(ctx, read.topic, p.partition, entry)
+        elif r.diverging_epoch is not None or r.hw_caught_up:
+            # answer at once: a diverging follower truncates; a fetch that brought a new
+            # leader's high watermark to its epoch start tells the follower so
+            errors = True
+        elif r.idle and stamp is not None:
+            # idle: nothing to read, not records that max_bytes left out this time
+            stamps[p.key] = stamp
+        entries[p.key] = entry
     return entries, total, errors, stamps
 
 
@@ -311,7 +290,7 @@ def _count_bytes_out(
                 metrics.consumed(topic, size)
 
 
-@handler(1, 4, 17)
+@handler(1, 0, 17)
 async def fetch(ctx: RequestContext, req: dict) -> dict:
     version = ctx.version
     uses_ids = version >= 13
@@ -356,6 +335,9 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
         )
         if total >= req["min_bytes"] or errors:
             break
+        if replica_id >= 0 and ctx.services.replicas.owes_fetch(replica_id):
+            # a new leader here waits for this follower's first fetch of a partition
+            deadline = min(deadline, clock.monotonic() + OWED_FETCH_WAIT_S)
         left = deadline - clock.monotonic()
         if left <= 0:
             break
@@ -364,6 +346,8 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
             for p in partitions
             if (name := (resolver.name(p.topic_id) if uses_ids else p.topic)) is not None
         ]
+        if replica_id >= 0:
+            keys.append(follower_key(replica_id))
         if not keys:
             break
         await ctx.services.purgatory.wait_any(keys, left)
@@ -383,6 +367,8 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
     metrics = ctx.services.metrics
     if metrics is not None and total:
         _count_bytes_out(metrics, answered, replica_id, uses_ids, resolver)
+    if replica_id < 0 and version < 10:  # (the bytes out counted before, as Kafka)
+        answered = await convert_fetched_data(ctx, answered)
     resp = {
         "throttle_time_ms": 0,
         "error_code": error,

@@ -1,14 +1,14 @@
 """IncrementalAlterConfigs (key 44), versions 0-1.
 
-Topics (resource type 2): each operation applies to the topic's stored overrides in
-/config/topics/<t> (Kafka's ConfigAdminManager.prepareIncrementalConfigs): SET (0) sets a
-value, DELETE (1) removes the override (back to the broker default), APPEND (2) and SUBTRACT
-(3) add or remove comma-separated items of a list config (starting from the default when
-there is no override; INVALID_CONFIG for a config that is not a list).  Set values must be
-ones pybroker implements (handlers/_topics.check_supported_configs, as CreateTopics) and pass
-Kafka's own checks; then the new set is written with compare-and-set (Cluster.
-alter_topic_configs).  validate_only checks and writes nothing.  Open logs pick the change up
-through the topic's change event.
+Topics (resource type 2): the operations apply to the topic's stored overrides in
+/config/topics/<t> with Kafka's semantics (configdef.incremental, ConfigAdminManager.
+prepareIncrementalConfigs: SET (0), DELETE (1) back to the broker default, APPEND (2) and
+SUBTRACT (3) on the items of a LIST config, starting from Kafka's default when there is no
+override).  The new set passes Kafka's checks over the broker defaults
+(handlers/_topics.check_configs; a ConfigException is answered INVALID_CONFIG "Invalid config
+value for resource ConfigResource(type=TOPIC, name='t'): ...", as Kafka words it), then is
+written with compare-and-set (Cluster.alter_topic_configs).  validate_only checks and writes
+nothing.  Open logs pick the change up through the topic's change event.
 
 Brokers (4) and broker loggers (8): handlers/_broker_configs.py (dynamic broker configs,
 KIP-226, at /config/brokers/<id> and /config/brokers/<default>; log levels, KIP-412).
@@ -25,17 +25,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pybroker.coord.metadata.topic_rules import TOPIC_CONFIGS as KAFKA_TOPIC_CONFIGS
+from pybroker import topic_config
+from pybroker.configdef import DELETE, ConfigException, Type, incremental
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers import _broker_configs
 from pybroker.handlers._authz import on_cluster, on_topic
-from pybroker.handlers._topics import TOPIC_CONFIGS, check_supported_configs
+from pybroker.handlers._topics import check_configs
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 from pybroker.security.acl import Operation
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
 def result(resource: dict, code: int = ErrorCode.NONE, message: str | None = None) -> dict:
@@ -45,6 +45,13 @@ def result(resource: dict, code: int = ErrorCode.NONE, message: str | None = Non
         "resource_type": resource["resource_type"],
         "resource_name": resource["resource_name"],
     }
+
+
+def message(e: KafkaError) -> str | None:
+    """The error message answered: none when it would only repeat the code's name (as Kafka's
+    ApiError leaves out a generic message)."""
+    text = str(e)
+    return None if text == e.code.name else text
 
 
 def authorize_alter(ctx: RequestContext, resources: list[dict], results: dict[int, dict]) -> None:
@@ -108,54 +115,31 @@ async def alter_topic(
     update: Callable[[dict[str, str]], dict[str, str]],
     validate_only: bool,
 ) -> dict:
+    """Replace the topic's overrides by ``update(stored)`` once it passes Kafka's checks."""
+    name = r["resource_name"]
+
+    def checked(current: dict[str, str]) -> dict[str, str]:
+        try:
+            return check_configs(ctx.services.config, update(current))
+        except (ConfigException, KafkaError) as e:
+            raise topic_config.alter_error(e, name) from None
+
     try:
-        await ctx.services.cluster.alter_topic_configs(
-            r["resource_name"], update, validate_only=validate_only
-        )
+        await ctx.services.cluster.alter_topic_configs(name, checked, validate_only=validate_only)
     except KafkaError as e:
-        return result(r, e.code, str(e) or None)
+        return result(r, e.code, message(e))
     return result(r)
 
 
-def _list_items(value: str | None) -> list[str]:
-    return value.split(",") if value else []
+def _topic_key(name: str) -> tuple[Type, str | None] | None:
+    """LogConfig.configKeys: (type, default) of every topic config."""
+    key = topic_config.KEYS.get(name)
+    return (key.type, key.default_string) if key is not None else None
 
 
-def apply_ops(ctx: RequestContext, ops: list[dict], current: dict[str, str]) -> dict[str, str]:
-    """The stored overrides after ``ops``; raises KafkaError (INVALID_CONFIG, INVALID_REQUEST)."""
-    new = dict(current)
-    changed = {}
-    for op in ops:
-        name, value, kind = op["name"], op["value"], op["config_operation"]
-        if kind == SET:
-            new[name] = value
-        elif kind == DELETE:
-            new.pop(name, None)
-            continue
-        elif kind in (APPEND, SUBTRACT):
-            spec = KAFKA_TOPIC_CONFIGS.get(name)
-            if spec is None:
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
-            if spec[0] != "list":
-                verb = "append" if kind == APPEND else "subtract"
-                raise KafkaError(
-                    ErrorCode.INVALID_CONFIG,
-                    f"Config value {verb} is not allowed for config key: {name}",
-                )
-            d = TOPIC_CONFIGS.get(name)
-            old = _list_items(new.get(name, d.default(ctx.services.config) if d else ""))
-            if kind == APPEND:
-                new[name] = ",".join(old + [v for v in value.split(",") if v not in old])
-            else:
-                for v in value.split(","):
-                    if v in old:
-                        old.remove(v)
-                new[name] = ",".join(old)
-        else:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {kind}")
-        changed[name] = new[name]
-    check_supported_configs(changed)
-    return new
+def apply_ops(ops: list[dict], current: dict[str, str]) -> dict[str, str]:
+    """The stored overrides after ``ops`` (configdef.incremental over the topic configs)."""
+    return incremental(ops, current, _topic_key)
 
 
 @handler(44, 0, 1)
@@ -170,7 +154,7 @@ async def incremental_alter_configs(ctx: RequestContext, req: dict) -> dict:
             results[i] = await alter_topic(
                 ctx,
                 r,
-                lambda current, ops=r["configs"]: apply_ops(ctx, ops, current),
+                lambda current, ops=r["configs"]: apply_ops(ops, current),
                 req["validate_only"],
             )
             continue
@@ -188,5 +172,5 @@ async def incremental_alter_configs(ctx: RequestContext, req: dict) -> dict:
                 )
             results[i] = result(r)
         except KafkaError as e:
-            results[i] = result(r, e.code, str(e) or None)
+            results[i] = result(r, e.code, message(e))
     return {"throttle_time_ms": 0, "responses": [results[i] for i in range(len(resources))]}

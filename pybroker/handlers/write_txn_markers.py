@@ -1,4 +1,5 @@
-"""WriteTxnMarkers (key 27), version 1: a transaction coordinator's COMMIT / ABORT markers.
+"""WriteTxnMarkers (key 27), versions 0-1 (v1 is v0 made flexible): a transaction
+coordinator's COMMIT / ABORT markers.
 
 For each marker (producer id and epoch, transaction result, coordinator epoch) and each of its
 partitions, a control batch (pybroker/wire/control_records.py: isControl | isTransactional,
@@ -19,6 +20,7 @@ TRANSACTION_COORDINATOR_FENCED (its coordinator epoch is older than the one of t
 last marker here).  A marker for a producer with no ongoing transaction in a partition is
 appended all the same (Kafka does; it completes nothing).
 
+The append is the replica manager's (ReplicaManager.append_txn_marker, pybroker/replica_manager.py).
 The coordinator's marker sender (coord/txn/markers.py) calls :func:`write_txn_markers`
 directly for the partitions this broker leads, without the network;
 ``await write_txn_markers(services, [TxnMarker(...)])`` answers one
@@ -40,7 +42,7 @@ from typing import Any
 
 from pybroker.coord.metadata.placement import OFFSETS_TOPIC
 from pybroker.coord.txn.markers import TxnMarker
-from pybroker.errors import ErrorCode, KafkaError
+from pybroker.errors import ErrorCode
 from pybroker.handlers._authz import on_cluster
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
@@ -56,33 +58,15 @@ async def _write_one(
         if services.groups is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return await services.groups.complete_txn(marker.producer_id, marker.committed, partition)
-    replicas = services.replicas
-    try:
-        info = services.cluster.topics.get(topic)
-        if info is None or partition not in info.partitions:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        replica = replicas.leader_replica(topic, partition)
-        replicas.check_enough_replicas(replica)
-        log = replica.log
-        appended = log.append_txn_marker(
-            marker.producer_id,
-            marker.producer_epoch,
-            marker.coordinator_epoch,
-            marker.committed,
-            leader_epoch=replica.leader_epoch,
-        )
-    except KafkaError as e:
-        return e.code
-    except OSError as e:  # the log dir failed: offline from now on (Kafka's answer)
-        services.logs.fail_dir(services.logs.dir_of(replica.log), e)
-        return ErrorCode.KAFKA_STORAGE_ERROR
-    replicas.after_leader_append(replica)
-    services.flusher.appended(topic, log, 1)
-    end = appended.last_offset + 1
-    code = replicas.commit_result(replica, end, replica.leader_epoch)
-    if code is None:
-        code = await replicas.wait_for_commit(replica, end, timeout_ms)
-    return code
+    return await services.replicas.append_txn_marker(
+        topic,
+        partition,
+        marker.producer_id,
+        marker.producer_epoch,
+        marker.committed,
+        marker.coordinator_epoch,
+        timeout_ms,
+    )
 
 
 async def write_txn_markers(
@@ -104,7 +88,7 @@ async def write_txn_markers(
     return out
 
 
-@handler(27, 1, 1)
+@handler(27, 0, 1)
 async def write_txn_markers_handler(ctx: RequestContext, req: dict) -> dict:
     if not on_cluster(ctx, Operation.CLUSTER_ACTION):
         return {

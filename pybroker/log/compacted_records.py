@@ -1,17 +1,23 @@
 """Records inside a v2 batch, as log compaction needs them: keys, tombstones, and batches
 rewritten with some records left out (Kafka's MemoryRecords.filterTo).
 
-Record layout (Kafka's DefaultRecord; varints are zig-zag)::
+The cleaner's scans (:func:`map_records`, :func:`scan_records`, :func:`record_at`) read the
+record layout that pybroker/wire/record_walker.py documents, positions only: a record is
+where it is in the batch's records section (the batch bytes, or the decompressed payload),
+no object is made for it but its key, and :func:`map_records` does its work inline, with no
+call per record (the walker's ``visit`` costs one).  They check what the clean relies on
+(the length chain ends exactly at the section's end with the declared count, offset deltas
+ascend within the last offset delta, a key lies inside its record) and leave the rest of
+the strict checks to the walker, which every batch passed at append.  Anything else is
+InvalidRecordError(CORRUPT_MESSAGE): the partition is then left uncleanable.
 
-    length          varint   bytes after this field
-    attributes      int8     unused (0)
-    timestampDelta  varlong  record timestamp - batch baseTimestamp
-    offsetDelta     varint   record offset - batch baseOffset
-    keyLength       varint   -1: null key
-    key             bytes
-    valueLength     varint   -1: null value (a tombstone)
-    value           bytes
-    headers         varint count, then the headers (copied as they are)
+The offset map's key for a record key (:func:`key_id`): the key itself when shorter than 16
+bytes (no hashing, no collision, no larger than a digest), else its MD5 (Kafka's
+SkimpyOffsetMap hashes every key with MD5).  A map value packs the record's offset and its
+position in the records section: ``offset << 32 | position``.
+
+A kept record's bytes are copied as they are; only when its timestamp delta must change (a
+delete horizon set, LogAppendTime) are its length and timestamp delta re-encoded.
 
 A rewritten batch keeps, as Kafka's buildRetainedRecordsInto does: the base offset, the last
 offset delta (so the last offset and the producer's last sequence survive the clean), the
@@ -26,12 +32,15 @@ written as an empty batch (records count 0, no compression), as Kafka's writeEmp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import NamedTuple
+import hashlib
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
 from pybroker.errors import ErrorCode
+from pybroker.wire.primitives import DecodeError, varint_at, write_varint
+from pybroker.wire.record_walker import fields, walk
 from pybroker.wire.records import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
@@ -59,27 +68,6 @@ class RawRecord(NamedTuple):
     tail: bytes  # key length, key, value length, value, headers: as stored
 
 
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if shift > 63 or pos >= len(buf):
-            raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "bad varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-
-
-def _write_varint(out: bytearray, value: int) -> None:
-    v = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
 def has_delete_horizon(h: BatchHeader) -> bool:
     return bool(h.attributes & DELETE_HORIZON_MASK)
 
@@ -87,78 +75,36 @@ def has_delete_horizon(h: BatchHeader) -> bool:
 def read_records(
     batch: bytes, every_64: Callable[[], None] | None = None
 ) -> tuple[BatchHeader, list[RawRecord]]:
-    """The header and the records of one whole v2 batch (decompressed).  Raises
-    InvalidRecordError(CORRUPT_MESSAGE) on malformed data.  ``every_64`` is called every 64
-    records (the cleaner lets other threads run there)."""
+    """The header and the records of one whole v2 batch (decompressed), through the record
+    walker (offset deltas may have gaps).  Raises InvalidRecordError(CORRUPT_MESSAGE) on
+    malformed data.  ``every_64`` is called every 64 records (the cleaner lets other threads
+    run there)."""
     h = unpack_header(batch)
     payload = decompress(h.compression, bytes(batch[HEADER_SIZE : LOG_OVERHEAD + h.batch_length]))
+    base_offset = h.base_offset
+    base_ts = h.max_timestamp if h.timestamp_type == LOG_APPEND_TIME else h.base_timestamp
     log_append = h.timestamp_type == LOG_APPEND_TIME
     out: list[RawRecord] = []
-    pos = 0
-    end = len(payload)
+    append = out.append
+
+    def collect(buf: bytes, i: int, off: int, ts: int, _klen: int, at: int, end: int) -> None:
+        if every_64 is not None and i % 64 == 63:
+            every_64()
+        f = fields(buf, at)
+        timestamp = base_ts if log_append else base_ts + ts
+        append(RawRecord(base_offset + off, timestamp, f.key(buf), f.value_len >= 0, buf[at:end]))
+
     try:
-        for n in range(h.records_count):
-            if every_64 is not None and n % 64 == 63:
-                every_64()
-            length, pos = _read_varint(payload, pos)
-            stop = pos + length
-            if length < 1 or stop > end:
-                raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "record length")
-            p = pos + 1  # attributes
-            ts_delta, p = _read_varint(payload, p)
-            off_delta, p = _read_varint(payload, p)
-            tail_start = p
-            klen, p = _read_varint(payload, p)
-            key = None
-            if klen >= 0:
-                key = payload[p : p + klen]
-                p += klen
-            vlen, p = _read_varint(payload, p)
-            if p > stop or (vlen > 0 and p + vlen > stop):
-                raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "record fields")
-            ts = h.max_timestamp if log_append else h.base_timestamp + ts_delta
-            out.append(
-                RawRecord(h.base_offset + off_delta, ts, key, vlen >= 0, payload[tail_start:stop])
-            )
-            pos = stop
-    except IndexError as e:
-        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "truncated record") from e
-    if pos != end:
-        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "bytes after the last record")
+        walk(
+            (payload,),
+            h.records_count,
+            max_record_bytes=len(payload),
+            gaps_up_to=h.last_offset_delta,
+            visit=collect,
+        )
+    except InvalidRecordError as e:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, str(e)) from e
     return h, out
-
-
-def keyless_records(
-    buf: bytes | bytearray | memoryview, batches: Iterable[BatchHeader]
-) -> list[int]:
-    """Positions (Kafka's batchIndex: the record's index within its batch) of the records
-    without a key, which a compacted topic refuses (Kafka's LogValidator.validateKey)."""
-    out: list[int] = []
-    mv = memoryview(buf)
-    for h in batches:
-        _, records = read_records(bytes(mv[h.position : h.position + h.size]))
-        out.extend(i for i, r in enumerate(records) if r.key is None)
-    return out
-
-
-def compacted_topic_record_errors(
-    buf: bytes | bytearray | memoryview, batches: Iterable[BatchHeader], topic_partition: str
-) -> list[tuple[int, str]]:
-    """Produce to a compacted topic: ``(batchIndex, message)`` of every record without a key,
-    Kafka's words (the produce handler answers INVALID_RECORD with them as record_errors)."""
-    message = (
-        f"Compacted topic cannot accept message without key in topic partition {topic_partition}."
-    )
-    return [(i, message) for i in keyless_records(buf, batches)]
-
-
-def record_errors_message(errors: list[tuple[int, str]]) -> str:
-    """Kafka's RecordValidationException message for the partition's error_message."""
-    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
-    return (
-        f"One or more records have been rejected due to {len(errors)} record errors in total,"
-        f" and only showing the first three errors at most: [{shown}]"
-    )
 
 
 def _finish(buf: bytearray) -> bytes:
@@ -173,9 +119,11 @@ def rebuild_batch(
     *,
     delete_horizon_ms: int | None = None,
     every_64: Callable[[], None] | None = None,
+    level: int | None = None,
 ) -> bytes:
     """A batch holding ``records`` (a non-empty subset of ``h``'s, in order) with ``h``'s
-    offsets, producer fields and codec; see the module docstring."""
+    offsets, producer fields and codec (at ``level``: compression.<codec>.level, None: the
+    codec's default, as Kafka's cleaner); see the module docstring."""
     if not records:
         return empty_batch(h)
     attributes = h.attributes
@@ -188,12 +136,12 @@ def rebuild_batch(
         if every_64 is not None and n % 64 == 63:
             every_64()
         rec = bytearray(b"\x00")
-        _write_varint(rec, r.timestamp - base_ts if h.timestamp_type != LOG_APPEND_TIME else 0)
-        _write_varint(rec, r.offset - h.base_offset)
+        write_varint(rec, r.timestamp - base_ts if h.timestamp_type != LOG_APPEND_TIME else 0)
+        write_varint(rec, r.offset - h.base_offset)
         rec += r.tail
-        _write_varint(body, len(rec))
+        write_varint(body, len(rec))
         body += rec
-    payload = compress(h.compression, bytes(body))
+    payload = compress(h.compression, bytes(body), level)
     if h.timestamp_type == LOG_APPEND_TIME:
         max_ts = h.max_timestamp
     else:
@@ -240,5 +188,239 @@ def empty_batch(h: BatchHeader) -> bytes:
         h.producer_epoch,
         h.base_sequence,
         0,
+    )
+    return _finish(out)
+
+
+# -- the cleaner's positions-only scans ---------------------------------------------------
+
+SHORT_KEY = 16  # keys shorter than this are their own offset-map key; longer: their MD5
+POSITION_BITS = 32  # map value = offset << 32 | position of the record in its section
+POSITION_MASK = (1 << POSITION_BITS) - 1
+_md5 = hashlib.md5
+
+
+def key_id(key: bytes) -> bytes:
+    """The offset map's key for a record key (see the module docstring)."""
+    return key if len(key) < SHORT_KEY else _md5(key, usedforsecurity=False).digest()
+
+
+def _corrupt(why: str) -> InvalidRecordError:
+    return InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, why)
+
+
+def _varint(buf: Any, pos: int, max_bytes: int) -> tuple[int, int]:
+    try:
+        return varint_at(buf, pos, len(buf), max_bytes)
+    except DecodeError as e:
+        raise _corrupt(f"record field at {pos}: {e}") from None
+
+
+def map_records(
+    buf: Any, pos: int, end: int, base_offset: int, count: int, last_delta: int, entries: dict
+) -> None:
+    """Pass 1 of a clean over one batch's records section ``buf[pos:end]``: for every record
+    with a key, ``entries[key_id(key)] = offset << 32 | position`` (position relative to
+    ``pos``), later records of a key replacing earlier ones.  The hot loop of the cleaner:
+    one- and two-byte varints inline, nothing made per record but the key."""
+    if end - pos > POSITION_MASK:
+        raise _corrupt("records section over 4 GiB")
+    packed = (base_offset << POSITION_BITS) - pos  # + (delta << 32) + position in buf
+    gaps = count != last_delta + 1
+    prev = -1
+    md5 = _md5
+    try:
+        for i in range(count):
+            b = buf[pos]
+            if b < 0x80:
+                q = pos + 1 + ((b >> 1) ^ -(b & 1))  # (the record's end)
+                p = pos + 2  # timestampDelta (after the attributes)
+            else:
+                b2 = buf[pos + 1]
+                if b2 < 0x80:
+                    z = (b & 0x7F) | (b2 << 7)
+                    q = pos + 2 + ((z >> 1) ^ -(z & 1))
+                    p = pos + 3
+                else:
+                    n, p = _varint(buf, pos, 5)
+                    q = p + n
+                    p += 1
+            while buf[p] > 0x7F:  # timestampDelta: skipped (bounded by the checks below)
+                p += 1
+            b = buf[p + 1]  # offsetDelta
+            if b < 0x80:
+                off = (b >> 1) ^ -(b & 1)
+                p += 2
+            else:
+                b2 = buf[p + 2]
+                if b2 < 0x80:
+                    z = (b & 0x7F) | (b2 << 7)
+                    off = (z >> 1) ^ -(z & 1)
+                    p += 3
+                else:
+                    off, p = _varint(buf, p + 1, 5)
+            if off != i and (not gaps or off <= prev or off > last_delta):
+                raise _corrupt(f"record {i} has offset delta {off}")
+            prev = off
+            b = buf[p]  # keyLength
+            if b < 0x80:
+                klen = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                b2 = buf[p + 1]
+                if b2 < 0x80:
+                    z = (b & 0x7F) | (b2 << 7)
+                    klen = (z >> 1) ^ -(z & 1)
+                    p += 2
+                else:
+                    klen, p = _varint(buf, p, 5)
+            if klen >= 0:
+                k = p + klen
+                if k >= q:  # (the value length follows the key inside the record)
+                    raise _corrupt(f"record {i}: key past the record's end")
+                if klen < SHORT_KEY:
+                    entries[buf[p:k]] = packed + (off << POSITION_BITS) + pos
+                else:
+                    entries[md5(buf[p:k], usedforsecurity=False).digest()] = (
+                        packed + (off << POSITION_BITS) + pos
+                    )
+            elif klen != -1 or p >= q:
+                raise _corrupt(f"record {i}: key length {klen}")
+            pos = q
+    except IndexError:
+        raise _corrupt("record truncated") from None
+    if pos != end:
+        raise _corrupt(f"{count} records end at {pos}, the records section at {end}")
+
+
+class ScannedRecord(NamedTuple):
+    offset_delta: int
+    position: int  # of the record (its length field) in the scanned buffer
+    end: int
+    timestamp_delta: int
+    key: bytes | None
+    tombstone: bool
+
+
+def record_at(buf: Any, pos: int) -> tuple[int, int, int, bytes | None, bool]:
+    """The record at ``pos``: (end, timestamp delta, offset delta, key, tombstone).  (One-
+    and two-byte length and offset delta, one-byte timestamp delta: inline.)"""
+    b = buf[pos]
+    if b < 0x80:
+        n = (b >> 1) ^ -(b & 1)
+        p = pos + 2
+    elif buf[pos + 1] < 0x80:
+        z = (b & 0x7F) | (buf[pos + 1] << 7)
+        n = (z >> 1) ^ -(z & 1)
+        p = pos + 3
+    else:
+        n, p = _varint(buf, pos, 5)
+        p += 1
+    end = p - 1 + n
+    b = buf[p]
+    if b < 0x80:
+        ts = (b >> 1) ^ -(b & 1)
+        p += 1
+    else:
+        ts, p = _varint(buf, p, 10)
+    b = buf[p]
+    if b < 0x80:
+        off = (b >> 1) ^ -(b & 1)
+        p += 1
+    elif buf[p + 1] < 0x80:
+        z = (b & 0x7F) | (buf[p + 1] << 7)
+        off = (z >> 1) ^ -(z & 1)
+        p += 2
+    else:
+        off, p = _varint(buf, p, 5)
+    b = buf[p]
+    if b < 0x80:
+        klen = (b >> 1) ^ -(b & 1)
+        p += 1
+    else:
+        klen, p = _varint(buf, p, 5)
+    key = None
+    if klen >= 0:
+        key = buf[p : p + klen]
+        p += klen
+    elif klen != -1:
+        raise _corrupt(f"key length {klen}")
+    if n < 6 or p >= end:
+        raise _corrupt(f"record at {pos} overruns its length")
+    # valueLength: -1 (a tombstone) is the one byte 0x01
+    return end, ts, off, key, buf[p] == 1
+
+
+def scan_records(
+    buf: Any, pos: int, end: int, count: int, last_delta: int
+) -> Iterator[ScannedRecord]:
+    """Every record of the records section ``buf[pos:end]`` (the cleaner's general path:
+    batches it cannot filter from the offset map's positions alone)."""
+    prev = -1
+    try:
+        for i in range(count):
+            rend, ts, off, key, tombstone = record_at(buf, pos)
+            if off <= prev or off > last_delta:
+                raise _corrupt(f"record {i} has offset delta {off}")
+            prev = off
+            yield ScannedRecord(off, pos, rend, ts, key, tombstone)
+            pos = rend
+    except IndexError:
+        raise _corrupt("record truncated") from None
+    if pos != end:
+        raise _corrupt(f"{count} records end at {pos}, the records section at {end}")
+
+
+def rebuild_from_positions(
+    h: BatchHeader,
+    buf: Any,
+    kept: list[tuple[int, int, int]],
+    *,
+    delete_horizon_ms: int | None = None,
+) -> bytes:
+    """A batch of ``h``'s holding the records at ``kept`` ((position, end, timestamp delta)
+    in ``buf``, the batch's records section, in order; not empty), as :func:`rebuild_batch`
+    writes it: a record's bytes are copied as they are unless its timestamp delta changes."""
+    attributes = h.attributes
+    base_ts = h.base_timestamp
+    if delete_horizon_ms is not None:
+        attributes |= DELETE_HORIZON_MASK
+        base_ts = delete_horizon_ms
+    log_append = h.timestamp_type == LOG_APPEND_TIME
+    if not log_append and base_ts == h.base_timestamp:
+        body: bytes | bytearray = b"".join([buf[p:e] for p, e, _ in kept])
+    else:
+        shift = h.base_timestamp - base_ts
+        body = bytearray()
+        for p, e, ts in kept:
+            _, q = _varint(buf, p, 5)  # q: the attributes
+            _, r = _varint(buf, q + 1, 10)  # r: the offset delta
+            rec = bytearray(b"\x00")
+            write_varint(rec, 0 if log_append else ts + shift)
+            rec += buf[r:e]
+            write_varint(body, len(rec))
+            body += rec
+    if log_append:
+        max_ts = h.max_timestamp
+    else:
+        max_ts = h.base_timestamp + max(ts for _, _, ts in kept)
+    payload = compress(h.compression, bytes(body))
+    out = bytearray(HEADER_SIZE) + payload
+    HEADER.pack_into(
+        out,
+        0,
+        h.base_offset,
+        len(out) - LOG_OVERHEAD,
+        h.partition_leader_epoch,
+        h.magic,
+        0,
+        attributes,
+        h.last_offset_delta,
+        base_ts,
+        max_ts,
+        h.producer_id,
+        h.producer_epoch,
+        h.base_sequence,
+        len(kept),
     )
     return _finish(out)

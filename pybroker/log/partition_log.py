@@ -49,6 +49,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import random
 import re
 import struct
 import uuid
@@ -103,8 +104,9 @@ _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
 
 @dataclass(frozen=True)
 class LogConfig:
-    """Kafka's topic-level names: segment.bytes, segment.ms, retention.ms, retention.bytes,
-    index.interval.bytes, segment.index.bytes, message.timestamp.type, file.delete.delay.ms,
+    """Kafka's topic-level names: segment.bytes, segment.ms, segment.jitter.ms, retention.ms,
+    retention.bytes, index.interval.bytes, segment.index.bytes, message.timestamp.type,
+    file.delete.delay.ms (segment files renamed ``.deleted`` are unlinked that long after),
     and compaction's cleanup.policy, delete.retention.ms, min.cleanable.dirty.ratio,
     min.compaction.lag.ms, max.compaction.lag.ms (pybroker/log/cleaner.py).
     A negative retention disables that kind of retention; time and size retention apply only
@@ -113,6 +115,7 @@ class LogConfig:
 
     segment_bytes: int = 1024 * 1024 * 1024
     roll_ms: int = 7 * 24 * 3600 * 1000
+    roll_jitter_ms: int = 0  # segment.jitter.ms
     retention_ms: int = 7 * 24 * 3600 * 1000
     retention_bytes: int = -1
     index_interval_bytes: int = 4096
@@ -172,10 +175,13 @@ def parse_future_dir(name: str) -> tuple[str, int] | None:
 
 
 class PartitionLog:
-    def __init__(self, directory: Path, config: LogConfig, clock: Clock) -> None:
+    def __init__(
+        self, directory: Path, config: LogConfig, clock: Clock, rng: random.Random | None = None
+    ) -> None:
         self.directory = directory
         self.config = config
         self.clock = clock
+        self.rng = rng or random.Random()  # segment.jitter.ms draws
         parsed = parse_partition_dir(directory.name) or parse_future_dir(directory.name)
         self.topic, self.partition = parsed if parsed else (directory.name, 0)
         self.segments: list[LogSegment] = []
@@ -212,23 +218,36 @@ class PartitionLog:
         recovery_point: int = 0,
         clean_shutdown: bool = False,
         log_start_offset: int = 0,
+        rng: random.Random | None = None,
     ) -> PartitionLog:
         """Open (creating if needed) and recover a partition log.  ``recovery_point`` comes
         from the log dir's recovery-point-offset-checkpoint, ``log_start_offset`` from its
         log-start-offset-checkpoint, ``clean_shutdown`` from its ``.kafka_cleanshutdown``
         marker (LogManager passes all three)."""
         directory.mkdir(parents=True, exist_ok=True)
-        log = cls(directory, config, clock)
+        log = cls(directory, config, clock, rng)
         log._load(recovery_point, clean_shutdown, log_start_offset)
         return log
 
     def _new_segment(self, base_offset: int) -> LogSegment:
-        return LogSegment(
+        seg = LogSegment(
             self.directory,
             base_offset,
             index_interval_bytes=self.config.index_interval_bytes,
             max_index_bytes=self.config.max_index_bytes,
         )
+        seg.roll_jitter_ms = self._random_segment_jitter()
+        return seg
+
+    def _random_segment_jitter(self) -> int:
+        """Kafka's LogConfig.randomSegmentJitter, drawn once per segment when it is created or
+        loaded: a non-negative int below min(segment.jitter.ms, segment.ms), taken off the
+        segment's segment.ms (so segments of many partitions created together do not all roll
+        at once); 0 without jitter."""
+        jitter = self.config.roll_jitter_ms
+        if jitter <= 0:
+            return 0
+        return self.rng.randrange(2**31) % min(jitter, self.config.roll_ms)
 
     def _complete_swaps(self) -> set[int]:
         """Finish or roll back a clean interrupted by a crash (Kafka's LogLoader), before the
@@ -478,7 +497,7 @@ class PartitionLog:
             return True
         if (
             seg.rolling_base_ms is not None
-            and now - seg.rolling_base_ms > self.config.max_segment_ms
+            and now - seg.rolling_base_ms > self.config.max_segment_ms - seg.roll_jitter_ms
         ):
             return True
         if seg.should_roll_for_index():
@@ -743,6 +762,35 @@ class PartitionLog:
             if got is not None or seg.size:
                 return got
         return None
+
+    def legacy_offsets_before(self, timestamp: int, max_num_offsets: int) -> list[int]:
+        """ListOffsets v0 (Kafka's UnifiedLog.legacyFetchOffsetsBefore): each segment stands
+        for (its base offset, at least the log start, the .log file's mtime), plus (log end
+        offset, now) when the last segment holds data; from the last entry whose time is at
+        or before ``timestamp`` (-1: the last, -2: the first) backwards, at most
+        ``max_num_offsets`` offsets, largest first.  ValueError for a negative count where
+        Kafka fails (its array size)."""
+        entries = []
+        for seg in self.segments:
+            try:
+                mtime = os.stat(seg.log_path).st_mtime_ns // 1_000_000
+            except OSError:
+                mtime = 0  # as Java's File.lastModified of a missing file
+            entries.append((max(seg.base_offset, self.log_start_offset), mtime))
+        if self.segments[-1].size > 0:
+            entries.append((self.log_end_offset, self.clock.time_ms()))
+        if timestamp == -1:
+            start = len(entries) - 1
+        elif timestamp == -2:
+            start = 0
+        else:
+            start = len(entries) - 1
+            while start >= 0 and entries[start][1] > timestamp:
+                start -= 1
+        count = min(max_num_offsets, start + 1)
+        if count < 0:
+            raise ValueError(f"max_num_offsets {max_num_offsets}")
+        return sorted((entries[start - j][0] for j in range(count)), reverse=True)
 
     def batch_for_timestamp(
         self, timestamp: int, after: int | None = None

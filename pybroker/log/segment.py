@@ -210,11 +210,15 @@ class SegmentReader:
 
 
 class FileSlice(NamedTuple):
-    """Whole batches of a segment file: send ``size`` bytes of ``file`` from ``position``."""
+    """Whole batches of a segment file: send ``size`` bytes of ``file`` from ``position``.
+    ``slice_size``: the bytes Kafka's LogSegment.read would hand over instead (up to the byte
+    limit or the readable end, so a partial batch at the end too), which sizes a
+    down-converted Fetch v0-3 answer as Kafka's; -1: ``size``."""
 
     file: SegmentReader | BinaryIO
     position: int
     size: int
+    slice_size: int = -1
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -291,6 +295,8 @@ class LogSegment:
         self.bytes_since_last_index_entry = 0
         # clock time of the first append (segment.ms / roll_ms); load time for a loaded segment
         self.rolling_base_ms: int | None = None
+        # segment.jitter.ms: taken off segment.ms for this segment (set by its log)
+        self.roll_jitter_ms = 0
         self.deleted = False  # renamed for deletion or deleted: nothing left to flush
 
     # -- the descriptor -----------------------------------------------------------------------
@@ -555,7 +561,10 @@ class LogSegment:
             if not min_one_batch:
                 return None
             end = start + first.size
-        return FileSlice(SegmentReader(self._handle(), start), start, end - start)
+        kafka_end = min(cap, start + max(max_bytes, first.size if min_one_batch else 0))
+        return FileSlice(
+            SegmentReader(self._handle(), start), start, end - start, max(kafka_end, end) - start
+        )
 
     def read_batch(self, header: BatchHeader) -> bytes:
         desc = self._handle()

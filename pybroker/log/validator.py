@@ -1,45 +1,88 @@
-"""Kafka's LogValidator for the records a client produces: every record of a batch is walked
-(decompressing a compressed batch as a stream) before the batch is appended.
+"""Kafka's LogValidator: the records a client produces, validated before they are appended.
+Pure functions over bytes and a :class:`ValidationConfig` (the topic's settings), no I/O and
+no clock: the replica manager (pybroker/replica_manager.py) decides where each runs (the event
+loop or a worker thread) and appends the result.
 
-The checks, per batch (after pybroker.wire.records.parse_batches has checked the header, sizes
-and CRC-32C), with the error code the partition is answered with:
+The steps, in the order the replica manager calls them:
 
-* the records section cannot be decompressed: CORRUPT_MESSAGE (2)
-* a record's length varint, or any varint inside it, is longer than 5 bytes (10 for the
-  timestamp delta), truncated, or the record's fields do not fill exactly its declared length;
-  a negative length, key length < -1, value length < -1, header count < 0, header key length
-  < 0 or header value length < -1; a field past the end of the records: INVALID_RECORD (87)
-* a record's offset delta is not its position in the batch (0, 1, ...): INVALID_RECORD.  Kafka
-  rebuilds such a compressed batch instead; pybroker stores batches as received, and no v2
-  client writes other deltas.
-* fewer or more records than the header's recordsCount, or bytes after the last record:
-  INVALID_RECORD
-* one record longer than the partition's max.message.bytes, or records inflating beyond
-  ``max_uncompressed_bytes`` (the broker passes socket.request.max.bytes: a batch may not hold
-  more than a client could have sent uncompressed in one request): MESSAGE_TOO_LARGE (10).  The
-  walk stops at the first violation, so a decompression bomb costs at most that many bytes of
-  work, and memory stays below one record plus one decompressed chunk (64 KiB).
+1. :func:`analyze_records` (Kafka's UnifiedLog.analyzeAndValidateRecords): whole v2 batches,
+   sizes, CRC-32C, magic, codec, count vs. last offset delta, control and sequence rules
+   (pybroker.wire.records.parse_batches); the raw records of a Produce become a buffer of v2
+   batches here (a Produce v0-2's message set of format v0/v1 was converted to one v2 batch
+   just before: pybroker/log/legacy_validator.py, called by ReplicaManager._from_legacy).  Then
+   :func:`check_batch_size` per batch: above max.message.bytes, MESSAGE_TOO_LARGE.
+2. :func:`validate_records` walks every record of every batch once
+   (pybroker.wire.record_walker, decompressing a compressed batch as a bounded stream):
 
-Pure and thread-safe: the produce handler runs it on the event loop for small batches and in a
-worker thread for large ones (see pybroker/handlers/produce.py).  :func:`find_record` walks a
-stored batch the same way for ListOffsets by timestamp.
+   * the records section cannot be decompressed: CORRUPT_MESSAGE (2)
+   * a malformed record (varints, lengths, fields not filling the record, truncation), an
+     offset delta that is not the record's index (Kafka rebuilds such a compressed batch;
+     pybroker stores batches as received and no v2 client writes other deltas), fewer or more
+     records than declared, bytes after the last: INVALID_RECORD (87)
+   * one record longer than max.message.bytes, or records inflating beyond
+     ``max_uncompressed_bytes`` (socket.request.max.bytes: no more than a client could have
+     sent uncompressed in one request): MESSAGE_TOO_LARGE (10).  The walk stops at the first
+     violation: a decompression bomb costs at most that many bytes of work, and memory stays
+     below one record plus one decompressed chunk (64 KiB).
+   * per record in the same walk, only where the topic asks for it (validateKey,
+     validateTimestamp): a record without a key on a compacted topic, a CreateTime record whose
+     own timestamp (not -1) lies more than message.timestamp.before.max.ms before ``now`` or
+     more than message.timestamp.after.max.ms after it, every record of a batch the producer
+     marked LogAppendTime.  Any timestamp error fails the request with INVALID_TIMESTAMP (32)
+     and those errors, else key errors with INVALID_RECORD; each with Kafka's per-record
+     message (record_errors in Produce v8+): :class:`RecordValidationError`.
+   * CreateTime batches get maxTimestamp = their records' largest timestamp (CRC recomputed),
+     as Kafka's setMaxTimestamp, so the time index and ListOffsets -3 name a real record.
+
+   With no compacted topic and no timestamp bound (the defaults) the walk makes no Python
+   call per record.
+3. :func:`recompress` when the topic's compression.type names another codec than a batch's:
+   a new batch in that codec with the records, offsets, producer fields (id, epoch, base
+   sequence, transactional flag), timestamps and leader epoch kept.
+
+:func:`find_record` walks a stored batch the same way for ListOffsets by timestamp.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from pybroker.errors import ErrorCode
-from pybroker.wire.compression import decompressed_chunks
-from pybroker.wire.records import HEADER_SIZE, BatchHeader, InvalidRecordError
+from pybroker.log.compacted_records import read_records, rebuild_batch
+from pybroker.wire.record_walker import walk_batch
+from pybroker.wire.records import (
+    COMPRESSION_MASK,
+    CREATE_TIME,
+    HEADER_SIZE,
+    LOG_APPEND_TIME,
+    BatchHeader,
+    InvalidRecordError,
+    parse_batches,
+    set_max_timestamp,
+)
 
 # Reading a stored batch (ListOffsets): Kafka's default socket.request.max.bytes, the most a
 # batch could inflate to when it was validated with the defaults.
 READ_MAX_UNCOMPRESSED_BYTES = 100 * 1024 * 1024
+LONG_MAX = 2**63 - 1
+Buffer = bytearray | memoryview  # writable: offsets, epochs and max timestamps are patched in it
 
-# attributes(1) timestampDelta(1) offsetDelta(1) keyLength(1) valueLength(1) headerCount(1)
-MIN_RECORD_BODY = 6
+
+@dataclass(frozen=True, slots=True)
+class ValidationConfig:
+    """What LogValidator takes from the topic's configs (and the broker's), for one append."""
+
+    topic_partition: str  # "topic-partition", in Kafka's messages
+    max_message_bytes: int  # max.message.bytes: a batch's size and a record's length
+    max_uncompressed_bytes: int  # socket.request.max.bytes: what a batch may inflate to
+    target_codec: int | None = None  # compression.type; None: the producer's
+    target_level: int | None = None  # compression.<target codec>.level (gzip, lz4, zstd)
+    compacted: bool = False  # cleanup.policy holds compact: records need keys
+    log_append_time: bool = False  # message.timestamp.type=LogAppendTime
+    timestamp_before_max_ms: int = LONG_MAX
+    timestamp_after_max_ms: int = LONG_MAX
 
 
 class ValidationResult(NamedTuple):
@@ -48,156 +91,46 @@ class ValidationResult(NamedTuple):
     uncompressed_bytes: int
 
 
-def _invalid(why: str) -> InvalidRecordError:
-    return InvalidRecordError(ErrorCode.INVALID_RECORD, why)
+class RecordValidationError(InvalidRecordError):
+    """Kafka's RecordValidationException: the partition's error code (INVALID_TIMESTAMP or
+    INVALID_RECORD) with ``record_errors``, ``(batchIndex, message)`` per rejected record."""
+
+    def __init__(self, code: ErrorCode, record_errors: list[tuple[int, str]]) -> None:
+        if code == ErrorCode.INVALID_TIMESTAMP:
+            message = "One or more records have been rejected due to invalid timestamp"
+        else:
+            message = record_errors_message(record_errors)
+        super().__init__(code, message)
+        self.record_errors = record_errors
 
 
-def _varint(buf: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
-    """Zig-zag varint at ``pos`` (the caller handled the one-byte case)."""
-    result = 0
-    shift = 0
-    for i in range(max_bytes):
-        b = buf[pos + i]
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos + i + 1
-        shift += 7
-    raise _invalid(f"varint longer than {max_bytes} bytes")
+def record_errors_message(errors: list[tuple[int, str]]) -> str:
+    """Kafka's RecordValidationException message for the partition's error_message."""
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    return (
+        f"One or more records have been rejected due to {len(errors)} record errors in total,"
+        f" and only showing the first three errors at most: [{shown}]"
+    )
 
 
-def _check_headers(buf: bytes, pos: int, end: int) -> None:
-    """Check the header count and headers at ``pos``, which must end the record at ``end``."""
-    b = buf[pos]
-    if b < 0x80:
-        headers, pos = (b >> 1) ^ -(b & 1), pos + 1
-    else:
-        headers, pos = _varint(buf, pos, 5)
-    if headers < 0:
-        raise _invalid(f"header count {headers}")
-    for _ in range(headers):
-        n, pos = _varint(buf, pos, 5)
-        if n < 0:
-            raise _invalid(f"header key length {n}")
-        pos += n
-        n, pos = _varint(buf, pos, 5)
-        if n > 0:
-            pos += n
-        elif n < -1:
-            raise _invalid(f"header value length {n}")
-        if pos > end:
-            break
-    if pos != end:
-        raise _invalid(f"record fields take {pos - end:+d} bytes beyond its declared length")
+def analyze_records(records: bytes | bytearray | memoryview) -> tuple[Buffer, list[BatchHeader]]:
+    """A Produce's raw records as a buffer of whole v2 batches and their headers (checked as
+    parse_batches checks them); the buffer is the one the log writes, so the batches' offsets
+    and leader epochs are patched in it.  InvalidRecordError with Kafka's code, CORRUPT_MESSAGE
+    for no records at all."""
+    if records is None or len(records) == 0:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "no record batch in the request")
+    buf = bytearray(records) if isinstance(records, bytes) else records  # (a frame's: writable)
+    return buf, parse_batches(buf)
 
 
-def _walk(
-    batch: bytes | bytearray | memoryview,
-    h: BatchHeader,
-    max_record_bytes: int,
-    max_uncompressed_bytes: int,
-    wanted: Callable[[int, int], bool] | None,
-    gaps: bool = False,
-) -> tuple[int, int, tuple[int, int] | None]:
-    """Walk the records of batch ``h``: (records, largest timestamp delta, the first
-    (offset delta, timestamp delta) ``wanted`` accepts, which ends the walk early).  Offset
-    deltas must be 0..n-1 (a produced batch), or with ``gaps`` (a stored batch, which the log
-    cleaner may have thinned) ascending within 0..last offset delta."""
-    last_delta = h.last_offset - h.base_offset
-    prev_delta = -1
-    start = h.position + HEADER_SIZE
-    payload = bytes(memoryview(batch)[start : h.position + h.size])
-    chunks = decompressed_chunks(h.compression, payload, max_uncompressed_bytes)
-    buf = b""
-    pos = 0
-    more = True
-    max_delta = -(2**63)
-    index = 0
-
-    def fill(need: int) -> None:
-        nonlocal buf, pos, more
-        parts = [buf[pos:]]
-        have = len(parts[0])
-        while have < need and more:
-            chunk = next(chunks, None)
-            if chunk is None:
-                more = False
-                break
-            parts.append(chunk)
-            have += len(chunk)
-        buf, pos = b"".join(parts), 0
-
-    try:
-        for index in range(h.records_count):  # noqa: B007 (index is reported below)
-            if len(buf) - pos < 5 and more:
-                fill(5)
-            if pos >= len(buf):
-                raise _invalid(f"{h.records_count} records declared, {index} found")
-            b = buf[pos]
-            if b < 0x80:
-                length, p = (b >> 1) ^ -(b & 1), pos + 1
-            else:
-                length, p = _varint(buf, pos, 5)
-            if length < MIN_RECORD_BODY:
-                raise _invalid(f"record length {length}")
-            if length > max_record_bytes:
-                raise InvalidRecordError(
-                    ErrorCode.MESSAGE_TOO_LARGE,
-                    f"record of {length} bytes exceeds max.message.bytes={max_record_bytes}",
-                )
-            end = p + length
-            if end > len(buf):
-                moved = pos
-                fill(end - pos)  # moves the record to the front of buf
-                p -= moved
-                end -= moved
-                if end > len(buf):
-                    raise _invalid(f"record {index} truncated")
-            # the record body; one-byte varints inline (almost every field of real records)
-            b = buf[p + 1]
-            if b < 0x80:
-                ts_delta, q = (b >> 1) ^ -(b & 1), p + 2
-            else:
-                ts_delta, q = _varint(buf, p + 1, 10)
-            b = buf[q]
-            if b < 0x80:
-                off_delta, q = (b >> 1) ^ -(b & 1), q + 1
-            else:
-                off_delta, q = _varint(buf, q, 5)
-            b = buf[q]
-            if b < 0x80:
-                n, q = (b >> 1) ^ -(b & 1), q + 1
-            else:
-                n, q = _varint(buf, q, 5)
-            if n > 0:
-                q += n
-            elif n < -1:
-                raise _invalid(f"key length {n}")
-            b = buf[q]
-            if b < 0x80:
-                n, q = (b >> 1) ^ -(b & 1), q + 1
-            else:
-                n, q = _varint(buf, q, 5)
-            if n > 0:
-                q += n
-            elif n < -1:
-                raise _invalid(f"value length {n}")
-            if q + 1 != end or buf[q] != 0:  # not "no headers, record ends here"
-                _check_headers(buf, q, end)
-            if off_delta != index and not (gaps and prev_delta < off_delta <= last_delta):
-                raise _invalid(f"record {index} has offset delta {off_delta}")
-            prev_delta = off_delta
-            if ts_delta > max_delta:
-                max_delta = ts_delta
-            pos = end
-            if wanted is not None and wanted(off_delta, ts_delta):
-                return index + 1, max_delta, (off_delta, ts_delta)
-        if pos < len(buf) or (more and any(chunks)):
-            raise _invalid(f"bytes after the last of {h.records_count} records")
-    except IndexError:
-        raise _invalid("record truncated") from None
-    finally:
-        chunks.close()
-    return h.records_count, max_delta, None
+def check_batch_size(h: BatchHeader, config: ValidationConfig) -> None:
+    """MESSAGE_TOO_LARGE for a batch above max.message.bytes (Kafka's RecordTooLargeException)."""
+    if h.size > config.max_message_bytes:
+        raise InvalidRecordError(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"batch of {h.size} bytes exceeds max.message.bytes={config.max_message_bytes}",
+        )
 
 
 def validate_batch(
@@ -207,9 +140,122 @@ def validate_batch(
     max_record_bytes: int,
     max_uncompressed_bytes: int,
 ) -> ValidationResult:
-    """Walk every record of batch ``h``; raises InvalidRecordError with Kafka's code."""
-    n, max_delta, _ = _walk(batch, h, max_record_bytes, max_uncompressed_bytes, None)
+    """Walk every record of batch ``h`` (structure only); raises InvalidRecordError with
+    Kafka's code."""
+    n, max_delta, _ = walk_batch(
+        batch, h, max_record_bytes=max_record_bytes, max_uncompressed_bytes=max_uncompressed_bytes
+    )
     return ValidationResult(n, h.base_timestamp + max_delta, h.size - HEADER_SIZE)
+
+
+def validate_records(
+    buf: Buffer,
+    batches: list[BatchHeader],
+    config: ValidationConfig,
+    now: int,
+    *,
+    max_uncompressed_bytes: int | None = None,
+) -> list[BatchHeader]:
+    """Step 2 of the module docstring over every batch (``max_uncompressed_bytes``: a lower
+    inflation budget than the config's, for a first try on the event loop; past it
+    DecompressedSizeError).  Sets CreateTime batches' maxTimestamp in ``buf``; returns the
+    headers as they are now.  Raises InvalidRecordError / RecordValidationError."""
+    cap = (
+        config.max_uncompressed_bytes if max_uncompressed_bytes is None else max_uncompressed_bytes
+    )
+    before, after = config.timestamp_before_max_ms, config.timestamp_after_max_ms
+    bounded = not config.log_append_time and (before != LONG_MAX or after != LONG_MAX)
+    key_errors: list[tuple[int, str]] = []
+    ts_errors: list[tuple[int, str]] = []
+    out = []
+    for h in batches:
+        visit = None
+        producer_lat = h.timestamp_type == LOG_APPEND_TIME
+        if config.compacted or bounded or producer_lat:
+            visit = _record_checks(h, config, now, bounded, producer_lat, key_errors, ts_errors)
+        n, max_delta, _ = walk_batch(
+            buf,
+            h,
+            max_record_bytes=config.max_message_bytes,
+            max_uncompressed_bytes=cap,
+            visit=visit,
+        )
+        max_ts = h.base_timestamp + max_delta
+        if h.timestamp_type == CREATE_TIME and max_ts != h.max_timestamp:
+            set_max_timestamp(buf, h.position, CREATE_TIME, max_ts)
+            h = h._replace(max_timestamp=max_ts)
+        out.append(h)
+    if ts_errors:
+        raise RecordValidationError(ErrorCode.INVALID_TIMESTAMP, ts_errors)
+    if key_errors:
+        raise RecordValidationError(ErrorCode.INVALID_RECORD, key_errors)
+    return out
+
+
+def _record_checks(
+    h: BatchHeader,
+    config: ValidationConfig,
+    now: int,
+    bounded: bool,
+    producer_lat: bool,
+    key_errors: list[tuple[int, str]],
+    ts_errors: list[tuple[int, str]],
+) -> Callable[..., None]:
+    """The per-record part of Kafka's validateRecord (validateKey, validateTimestamp), as a
+    record walker visit."""
+    create_time = not config.log_append_time
+    before, after = config.timestamp_before_max_ms, config.timestamp_after_max_ms
+    base_offset = h.base_offset
+    base_ts = h.max_timestamp if producer_lat else h.base_timestamp
+    no_key = (
+        "Compacted topic cannot accept message without key in topic partition"
+        f" {config.topic_partition}."
+    )
+    compacted = config.compacted
+
+    def visit(_buf: object, i: int, off: int, ts_delta: int, klen: int, *_: int) -> None:
+        if compacted and klen < 0:
+            key_errors.append((i, no_key))
+        ts = base_ts if producer_lat else base_ts + ts_delta
+        diff = now - ts
+        if create_time and ts != -1 and (diff > before or -diff > after):
+            ts_errors.append(
+                (
+                    i,
+                    f"Timestamp {ts} of message with offset {base_offset + off} is out of"
+                    f" range. The timestamp should be within [{now - before},"
+                    f" {now + after}]",
+                )
+            )
+        elif producer_lat:
+            ts_errors.append(
+                (
+                    i,
+                    f"Invalid timestamp type in message (offset={base_offset + off},"
+                    f" timestamp={ts}). Producer should not set timestamp type to"
+                    " LogAppendTime.",
+                )
+            )
+
+    return visit
+
+
+def recompress(
+    buf: Buffer, batches: list[BatchHeader], codec: int, level: int | None = None
+) -> tuple[bytearray, list[BatchHeader]]:
+    """Batches whose codec differs from the topic's ``codec`` rebuilt in it at ``level`` (Kafka's
+    buildRecordsAndAssignOffsets with the producer fields kept); the others as they are."""
+    mv = memoryview(buf)
+    out = bytearray()
+    for h in batches:
+        raw = bytes(mv[h.position : h.position + h.size])
+        if h.compression == codec:
+            out += raw
+            continue
+        _, recs = read_records(raw)
+        attrs = (h.attributes & ~COMPRESSION_MASK) | codec
+        out += rebuild_batch(h._replace(attributes=attrs), recs, level=level)
+    return out, parse_batches(out)
 
 
 def find_record(
@@ -223,18 +269,24 @@ def find_record(
     ``wanted(offset, timestamp)``, or None.  Timestamps are the record's own (CreateTime) or
     the batch's maxTimestamp (LogAppendTime).  Raises InvalidRecordError on a malformed batch."""
     base_offset, base_ts = h.base_offset, h.base_timestamp
-    if h.timestamp_type == 1:  # LogAppendTime: every record has the batch's maxTimestamp
+    log_append_time = h.timestamp_type == LOG_APPEND_TIME
+    if log_append_time:  # every record has the batch's maxTimestamp
         base_ts = h.max_timestamp
+    found: list[tuple[int, int]] = []
 
-        def accept(off_delta: int, _ts_delta: int) -> bool:
-            return wanted(base_offset + off_delta, base_ts)
-    else:
+    def accept(_buf: object, _i: int, off_delta: int, ts_delta: int, *_: int) -> bool:
+        record = (base_offset + off_delta, base_ts if log_append_time else base_ts + ts_delta)
+        if wanted(*record):
+            found.append(record)
+            return True
+        return False
 
-        def accept(off_delta: int, ts_delta: int) -> bool:
-            return wanted(base_offset + off_delta, base_ts + ts_delta)
-
-    _, _, found = _walk(batch, h, max_uncompressed_bytes, max_uncompressed_bytes, accept, gaps=True)
-    if found is None:
-        return None
-    off_delta, ts_delta = found
-    return base_offset + off_delta, base_ts if h.timestamp_type == 1 else base_ts + ts_delta
+    walk_batch(
+        batch,
+        h,
+        max_record_bytes=max_uncompressed_bytes,
+        max_uncompressed_bytes=max_uncompressed_bytes,
+        gaps=True,
+        visit=accept,
+    )
+    return found[0] if found else None

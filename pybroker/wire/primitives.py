@@ -30,6 +30,47 @@ class DecodeError(ValueError):
     """The bytes do not form a valid message; the connection that sent them is closed."""
 
 
+# The one varint reader and writer: the protocol's fields (Reader/Writer below) and the records
+# inside a batch (pybroker/wire/record_walker.py, which inlines the one- and two-byte cases of
+# its hot loop and calls these for the rest).
+
+
+def uvarint_at(buf: Any, pos: int, end: int, max_bytes: int = 10) -> tuple[int, int]:
+    """The unsigned varint at ``pos`` (7 bits a byte, low group first) in ``buf[:end]``:
+    ``(value, position after it)``.  DecodeError when truncated or longer than ``max_bytes``."""
+    result = 0
+    shift = 0
+    stop = min(end, pos + max_bytes)
+    while pos < stop:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+    if pos >= end:
+        raise DecodeError("truncated varint")
+    raise DecodeError(f"varint longer than {max_bytes} bytes")
+
+
+def varint_at(buf: Any, pos: int, end: int, max_bytes: int = 10) -> tuple[int, int]:
+    """The zig-zag (signed) varint at ``pos``, as :func:`uvarint_at`."""
+    v, pos = uvarint_at(buf, pos, end, max_bytes)
+    return (v >> 1) ^ -(v & 1), pos
+
+
+def write_uvarint(out: bytearray, v: int) -> None:
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def write_varint(out: bytearray, v: int) -> None:
+    """Zig-zag (64-bit) then unsigned varint."""
+    write_uvarint(out, ((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF)
+
+
 class Reader:
     __slots__ = ("buf", "pos", "end")
 
@@ -80,24 +121,12 @@ class Reader:
         return uuid.UUID(bytes=bytes(self.buf[p : p + 16]))
 
     def uvarint(self) -> int:
-        result = 0
-        shift = 0
-        buf = self.buf
-        while True:
-            if self.pos >= self.end:
-                raise DecodeError("truncated varint")
-            b = buf[self.pos]
-            self.pos += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-            if shift > 63:
-                raise DecodeError("varint too long")
+        v, self.pos = uvarint_at(self.buf, self.pos, self.end)
+        return v
 
     def varint(self) -> int:
-        v = self.uvarint()
-        return (v >> 1) ^ -(v & 1)
+        v, self.pos = varint_at(self.buf, self.pos, self.end)
+        return v
 
     def raw(self, n: int) -> memoryview:
         p = self._take(n)
@@ -206,14 +235,10 @@ class Writer:
         self.buf += v.bytes if isinstance(v, uuid.UUID) else bytes(v)
 
     def uvarint(self, v: int) -> None:
-        buf = self.buf
-        while v >= 0x80:
-            buf.append((v & 0x7F) | 0x80)
-            v >>= 7
-        buf.append(v)
+        write_uvarint(self.buf, v)
 
     def varint(self, v: int) -> None:
-        self.uvarint((v << 1) ^ (v >> 63))
+        write_varint(self.buf, v)
 
     def raw(self, b: bytes | bytearray | memoryview) -> None:
         self.buf += b

@@ -27,10 +27,11 @@ One record (inside the possibly compressed records section)::
     headerCount varint | headers: (keyLength varint | key utf-8 | valueLength varint | value)*
 
 Varints are zig-zag encoded (protobuf style).  ``parse_batches`` reads headers and checks
-CRCs only; the records inside are walked by pybroker/log/validator.py (over the bounded
-streams of pybroker/wire/compression.py) at append and for ListOffsets by timestamp.
-``build_batch`` and ``decode_records`` implement the record format and all four codecs for
-tests and tools, never on the broker's paths (``decode_records`` inflates a whole batch).
+CRCs only; the records inside are read by pybroker/wire/record_walker.py (over the bounded
+streams of pybroker/wire/compression.py) for the validator at append, ListOffsets by
+timestamp, the cleaner and the console.  ``build_batch`` and ``decode_records`` build and
+decode whole batches in all four codecs for tests and tools, never on the broker's paths
+(``decode_records`` inflates a whole batch).
 
 Validation follows Kafka (ProduceRequest.validateRecords, UnifiedLog.analyzeAndValidateRecords,
 LogValidator.validateBatch), with these error codes:
@@ -56,6 +57,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from pybroker.errors import ErrorCode
+from pybroker.wire.primitives import write_varint
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -73,6 +75,16 @@ COMPRESSION_SNAPPY = 2
 COMPRESSION_LZ4 = 3
 COMPRESSION_ZSTD = 4
 COMPRESSION_MASK = 0x07
+# compression.type's values (Kafka's BrokerCompressionType) and the codec each asks stored
+# batches to have; producer: the batch's own
+COMPRESSION_TYPES: dict[str, int | None] = {
+    "producer": None,
+    "uncompressed": COMPRESSION_NONE,
+    "gzip": COMPRESSION_GZIP,
+    "snappy": COMPRESSION_SNAPPY,
+    "lz4": COMPRESSION_LZ4,
+    "zstd": COMPRESSION_ZSTD,
+}
 TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
@@ -299,42 +311,22 @@ class Record(NamedTuple):
     headers: list[tuple[str, bytes | None]]
 
 
-def _write_varint(out: bytearray, value: int) -> None:
-    v = (value << 1) ^ (value >> 63)  # zig-zag (64-bit)
-    v &= 0xFFFFFFFFFFFFFFFF
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
-def _read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    shift = 0
-    result = 0
-    while True:
-        if shift > 63:
-            raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "varint too long")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-    return (result >> 1) ^ -(result & 1), pos
-
-
 _XERIAL_HEADER = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK = 32 * 1024
 
 
-def compress(codec: int, data: bytes) -> bytes:
-    """Compress a records section the way Kafka clients do."""
+def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
+    """Compress a records section the way Kafka clients do; ``level`` is Kafka's
+    compression.<codec>.level for gzip, lz4 and zstd (None: this module's default)."""
     if codec == COMPRESSION_NONE:
         return data
     if codec == COMPRESSION_GZIP:
         # mtime 0, as Java's GZIPOutputStream writes it: the same records give the same bytes
-        # (a batch the cleaner rewrites is the same on every replica and every run)
-        return gzip.compress(data, mtime=0)
+        # (a batch the cleaner rewrites is the same on every replica and every run).  Kafka's
+        # -1 is zlib's default level, 6.
+        if level is None:
+            return gzip.compress(data, mtime=0)
+        return gzip.compress(data, compresslevel=6 if level == -1 else level, mtime=0)
     if codec == COMPRESSION_SNAPPY:
         # Java's producer (snappy-java SnappyOutputStream) and kafka-python write xerial framing:
         # a 16-byte header then (int32 length, raw snappy block) per 32 KiB of input.
@@ -348,12 +340,15 @@ def compress(codec: int, data: bytes) -> bytes:
     if codec == COMPRESSION_LZ4:
         import lz4.frame
 
-        # Kafka only supports independent LZ4 blocks (KafkaLZ4BlockOutputStream).
-        return lz4.frame.compress(data, block_linked=False, store_size=False)
+        # Kafka only supports independent LZ4 blocks (KafkaLZ4BlockOutputStream).  Its level 9
+        # (the default) is LZ4's fast compressor, any other the high-compression one at that
+        # level (lz4.frame's 3..16).
+        hc = 0 if level is None or level == 9 else min(max(level, 3), 16)
+        return lz4.frame.compress(data, compression_level=hc, block_linked=False, store_size=False)
     if codec == COMPRESSION_ZSTD:
         import zstandard
 
-        return zstandard.ZstdCompressor().compress(data)
+        return zstandard.ZstdCompressor(level=3 if level is None else level).compress(data)
     raise InvalidRecordError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"codec {codec}")
 
 
@@ -398,6 +393,86 @@ def decompress(codec: int, data: bytes) -> bytes:
 RecordSpec = tuple  # (key, value, headers) or (key, value, headers, timestamp)
 
 
+def encode_record(
+    out: bytearray,
+    timestamp_delta: int,
+    offset_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] = (),
+) -> None:
+    """Append one record (length-prefixed, attributes 0) to a records section."""
+    r = bytearray(b"\x00")
+    write_varint(r, timestamp_delta)
+    write_varint(r, offset_delta)
+    for blob in (key, value):
+        if blob is None:
+            write_varint(r, -1)
+        else:
+            write_varint(r, len(blob))
+            r += blob
+    write_varint(r, len(headers))
+    for hk, hv in headers:
+        hkb = hk.encode()
+        write_varint(r, len(hkb))
+        r += hkb
+        if hv is None:
+            write_varint(r, -1)
+        else:
+            write_varint(r, len(hv))
+            r += hv
+    write_varint(out, len(r))
+    out += r
+
+
+def seal_batch(
+    records_section: bytes | bytearray,
+    count: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    *,
+    base_offset: int = 0,
+    compression: int = COMPRESSION_NONE,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    timestamp_type: int = CREATE_TIME,
+    partition_leader_epoch: int = -1,
+) -> bytes:
+    """One v2 batch around an uncompressed records section of ``count`` records with offset
+    deltas 0..count-1 (compressed here with ``compression``), its CRC-32C computed."""
+    payload = compress(compression, bytes(records_section))
+    attributes = compression
+    if timestamp_type == LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_MASK
+    if is_transactional:
+        attributes |= TRANSACTIONAL_MASK
+    if is_control:
+        attributes |= CONTROL_MASK
+    buf = bytearray(HEADER_SIZE) + payload
+    HEADER.pack_into(
+        buf,
+        0,
+        base_offset,
+        len(buf) - LOG_OVERHEAD,
+        partition_leader_epoch,
+        MAGIC,
+        0,
+        attributes,
+        count - 1,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+    _UINT32.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)
+
+
 def build_batch(
     records: Sequence[RecordSpec],
     *,
@@ -423,61 +498,30 @@ def build_batch(
     first_ts = stamps[0]
     body = bytearray()
     for delta, (rec, ts) in enumerate(zip(records, stamps, strict=True)):
-        key, value, headers = rec[0], rec[1], rec[2] or []
-        r = bytearray(b"\x00")
-        _write_varint(r, ts - first_ts)
-        _write_varint(r, delta)
-        for blob in (key, value):
-            if blob is None:
-                _write_varint(r, -1)
-            else:
-                _write_varint(r, len(blob))
-                r += blob
-        _write_varint(r, len(headers))
-        for hk, hv in headers:
-            hkb = hk.encode()
-            _write_varint(r, len(hkb))
-            r += hkb
-            if hv is None:
-                _write_varint(r, -1)
-            else:
-                _write_varint(r, len(hv))
-                r += hv
-        _write_varint(body, len(r))
-        body += r
-    payload = compress(compression, bytes(body))
-    attributes = compression
-    if timestamp_type == LOG_APPEND_TIME:
-        attributes |= TIMESTAMP_TYPE_MASK
-    if is_transactional:
-        attributes |= TRANSACTIONAL_MASK
-    if is_control:
-        attributes |= CONTROL_MASK
-    buf = bytearray(HEADER_SIZE) + payload
-    HEADER.pack_into(
-        buf,
-        0,
-        base_offset,
-        len(buf) - LOG_OVERHEAD,
-        partition_leader_epoch,
-        MAGIC,
-        0,
-        attributes,
-        len(records) - 1,
+        encode_record(body, ts - first_ts, delta, rec[0], rec[1], rec[2] or [])
+    return seal_batch(
+        body,
+        len(records),
         first_ts,
         max(stamps),
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        len(records),
+        base_offset=base_offset,
+        compression=compression,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        is_transactional=is_transactional,
+        is_control=is_control,
+        timestamp_type=timestamp_type,
+        partition_leader_epoch=partition_leader_epoch,
     )
-    _UINT32.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
-    return bytes(buf)
 
 
 def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
-    """Decode the records of one whole batch (decompressing it).  Raises InvalidRecordError
-    (CORRUPT_MESSAGE) on malformed data."""
+    """Decode the records of one whole batch (decompressing it) with the record walker
+    (pybroker/wire/record_walker.py; offset deltas may have gaps, as in a compacted log).
+    Raises InvalidRecordError (CORRUPT_MESSAGE) on malformed data."""
+    from pybroker.wire.record_walker import fields, headers, walk  # (it builds on this module)
+
     data = bytes(batch)
     if len(data) < HEADER_SIZE:
         raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "short batch")
@@ -490,48 +534,23 @@ def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
     payload = decompress(h.compression, data[HEADER_SIZE:end])
     log_append = h.timestamp_type == LOG_APPEND_TIME
     out: list[Record] = []
-    pos = 0
+
+    def collect(buf: bytes, _i: int, off: int, ts: int, _klen: int, at: int, _end: int) -> None:
+        f = fields(buf, at)
+        hs = [(k.decode(), v) for k, v in headers(buf, f.headers_pos)]
+        stamp = h.max_timestamp if log_append else h.base_timestamp + ts
+        out.append(Record(h.base_offset + off, stamp, f.key(buf), f.value(buf), hs))
+
     try:
-        for _ in range(h.records_count):
-            length, pos = _read_varint(payload, pos)
-            start = pos
-            pos += 1  # record attributes, unused
-            ts_delta, pos = _read_varint(payload, pos)
-            off_delta, pos = _read_varint(payload, pos)
-            blobs: list[bytes | None] = []
-            for _kv in range(2):
-                n, pos = _read_varint(payload, pos)
-                if n < 0:
-                    blobs.append(None)
-                else:
-                    if pos + n > len(payload):
-                        raise IndexError
-                    blobs.append(payload[pos : pos + n])
-                    pos += n
-            count, pos = _read_varint(payload, pos)
-            if count < 0:
-                raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "negative header count")
-            headers: list[tuple[str, bytes | None]] = []
-            for _h in range(count):
-                n, pos = _read_varint(payload, pos)
-                if n < 0 or pos + n > len(payload):
-                    raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "header key")
-                hk = payload[pos : pos + n].decode()
-                pos += n
-                n, pos = _read_varint(payload, pos)
-                hv = None
-                if n >= 0:
-                    if pos + n > len(payload):
-                        raise IndexError
-                    hv = payload[pos : pos + n]
-                    pos += n
-                headers.append((hk, hv))
-            if pos - start != length:
-                raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "record length mismatch")
-            ts = h.max_timestamp if log_append else h.base_timestamp + ts_delta
-            out.append(Record(h.base_offset + off_delta, ts, blobs[0], blobs[1], headers))
-    except (IndexError, UnicodeDecodeError) as e:
-        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "truncated record") from e
-    if pos != len(payload):
-        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "bytes after the last record")
+        walk(
+            (payload,),
+            h.records_count,
+            max_record_bytes=len(payload),
+            gaps_up_to=h.last_offset_delta,
+            visit=collect,
+        )
+    except UnicodeDecodeError as e:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "header key is not UTF-8") from e
+    except InvalidRecordError as e:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, str(e)) from e
     return out

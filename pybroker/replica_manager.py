@@ -1,0 +1,496 @@
+"""The replica manager's request paths, as Kafka's ReplicaManager.appendRecords and
+readFromLog: the one owner of appending a client's records to this broker's partitions and of
+reading them back for a Fetch.  The handlers decode, authorize and answer; everything between
+their request and the partition's log is here (contract and the walk of a Produce:
+docs/internals.md, "Append and read: the replica manager").
+
+:class:`ReplicaManager` adds these paths to pybroker/replication/manager.py's (roles, ISR,
+high watermark, acks=all completion), which they use:
+
+* :meth:`ReplicaManager.append_records`: per partition, leadership, Kafka's LogValidator
+  (pybroker/log/validator.py: pure functions, run on the event loop for small batches and in
+  a worker thread for large or inflating ones; a Produce v0-2's message set of format v0/v1
+  converted to v2 first, pybroker/log/legacy_validator.py), the topic's codec,
+  min.insync.replicas, the log append, then the flush policy and metrics; for acks=all it
+  waits for the high watermark.
+* :meth:`ReplicaManager.read_from_log`: per partition, leadership and leader epoch, the
+  offset range (Fetch v0-2: a hard partition_max_bytes), a follower's diverging epoch and
+  fetch position, the isolation level's upper bound, replication throttles, the log read (a
+  file region), aborted transactions.
+* :meth:`ReplicaManager.append_txn_marker`: a transaction coordinator's COMMIT/ABORT marker,
+  waited for as an acks=all produce.
+
+Everything runs on the event loop, which owns the partitions' state; only the validator's
+walk of a large batch, recompression and converting a large or compressed v0/v1 message set
+run in a worker thread, on a batch no one else holds.  A connection handles one request at a time and a request's partitions in order, so waiting
+for the thread keeps each producer's per-partition order; leadership is checked again after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from pybroker import topic_config
+from pybroker.errors import ErrorCode, KafkaError
+from pybroker.log.legacy_validator import up_convert
+from pybroker.log.validator import (
+    LONG_MAX,
+    RecordValidationError,
+    ValidationConfig,
+    analyze_records,
+    check_batch_size,
+    recompress,
+    validate_records,
+)
+from pybroker.replication.manager import Replica
+from pybroker.replication.manager import ReplicaManager as PartitionReplicas
+from pybroker.wire.compression import DecompressedSizeError
+from pybroker.wire.records import (
+    COMPRESSION_MASK,
+    COMPRESSION_NONE,
+    COMPRESSION_TYPES,
+    COMPRESSION_ZSTD,
+    BatchHeader,
+    InvalidRecordError,
+    set_partition_leader_epoch,
+)
+
+INLINE_BYTES = 64 * 1024  # records walked on the event loop per batch, at most
+MAGIC_OFFSET = 16  # of every entry: v0/v1 messages and v2 batches alike
+LEGACY_INLINE_BYTES = 16 * 1024  # uncompressed v0/v1 message sets converted on the loop
+READ_COMMITTED = 1
+
+
+class PartitionResponse(NamedTuple):
+    """One partition's answer to an append (Kafka's ProduceResponse.PartitionResponse)."""
+
+    error: int
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    record_errors: tuple[tuple[int, str], ...] = ()  # (batchIndex, message)
+    error_message: str | None = None
+
+
+class FetchParams(NamedTuple):
+    """What a Fetch asks of every partition it reads (Kafka's FetchParams)."""
+
+    replica_id: int  # >= 0: a follower broker; -1: a consumer
+    max_bytes: int  # for the whole response
+    isolation_level: int = 0  # 1: read_committed
+    check_diverging: bool = False  # Fetch v12+: compare last_fetched_epoch with ours
+    hard_max_bytes_limit: bool = False  # Fetch v0-2: no batch above partition_max_bytes
+
+
+class ReadPartition(NamedTuple):
+    """One partition to read (the fields of pybroker.fetch_session.FetchPartition it uses)."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1
+    topic_id: Any = None  # Fetch v13+: the log must belong to this incarnation
+
+
+class LogReadResult(NamedTuple):
+    """One partition's read (Kafka's LogReadResult)."""
+
+    error: int
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: Any = None  # a pybroker.log.FileSlice, None when nothing was read
+    aborted_transactions: list[tuple[int, int]] | None = None  # (producer id, first offset)
+    diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset) to truncate to
+    idle: bool = False  # nothing to read: the fetcher is at the upper bound
+    hw_caught_up: bool = False  # a follower's fetch brought a new leader's HW to its epoch start
+
+
+_LEVELS = ("gzip", "lz4", "zstd")  # the codecs with a compression.<codec>.level
+
+
+def validation_config(
+    config: Any, topic_configs: dict[str, str], topic: str, partition: int
+) -> ValidationConfig:
+    """What a topic's configs (each falling back to its broker setting: pybroker/topic_config.py
+    over ``Config.topic_defaults()``) ask of LogValidator: max.message.bytes, compression.type,
+    compression.<codec>.level, cleanup.policy, message.timestamp.type and KIP-937's before/after bounds (each its own
+    setting unless Long.MAX, then message.timestamp.difference.max.ms, as Kafka 3.9's
+    LogConfig)."""
+    defaults = config.topic_defaults()
+
+    def get(name: str) -> Any:
+        return topic_config.value(name, topic_configs, defaults)
+
+    codec = get("compression.type")
+    diff = get("message.timestamp.difference.max.ms")
+    before = get("message.timestamp.before.max.ms")
+    after = get("message.timestamp.after.max.ms")
+    return ValidationConfig(
+        topic_partition=f"{topic}-{partition}",
+        max_message_bytes=get("max.message.bytes"),
+        max_uncompressed_bytes=config.socket_request_max_bytes,
+        target_codec=COMPRESSION_TYPES[codec],
+        target_level=get(f"compression.{codec}.level") if codec in _LEVELS else None,
+        compacted="compact" in get("cleanup.policy"),
+        log_append_time=get("message.timestamp.type") == "LogAppendTime",
+        timestamp_before_max_ms=before if before != LONG_MAX else diff,
+        timestamp_after_max_ms=after if after != LONG_MAX else diff,
+    )
+
+
+def _inline(batches: list[BatchHeader]) -> bool:
+    """Walked on the event loop first (with an INLINE_BYTES inflation budget): no
+    uncompressed batch larger than that."""
+    return all(b.compression != COMPRESSION_NONE or b.size <= INLINE_BYTES for b in batches)
+
+
+async def _validate(
+    buf: Any, batches: list[BatchHeader], config: ValidationConfig, now: int
+) -> list[BatchHeader]:
+    """validate_records on the loop while a batch inflates to at most INLINE_BYTES, else (and
+    for large uncompressed batches) again in a worker thread with the whole budget."""
+    if _inline(batches):
+        inline_cap = min(config.max_uncompressed_bytes, INLINE_BYTES)
+        try:
+            return validate_records(buf, batches, config, now, max_uncompressed_bytes=inline_cap)
+        except DecompressedSizeError:
+            if inline_cap >= config.max_uncompressed_bytes:
+                raise
+    return await asyncio.get_running_loop().run_in_executor(
+        None, validate_records, buf, batches, config, now
+    )
+
+
+def _settled(r: PartitionResponse, code: int) -> PartitionResponse:
+    """An acks=all answer once the wait is over (the offset kept only for
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND, as Kafka)."""
+    if code == ErrorCode.NONE:
+        return r
+    if code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+        return r._replace(error=code)
+    return r._replace(error=code, base_offset=-1)
+
+
+class ReplicaManager(PartitionReplicas):
+    """The partitions' roles (the base class) and the append and read paths over them."""
+
+    def __init__(
+        self, *args: Any, config: Any, flusher: Any, metrics: Any = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.config = config  # the broker's (dynamic values read at use)
+        self.flusher = flusher  # flush.messages / flush.ms after each append
+        self.metrics = metrics  # BytesIn / MessagesIn (None: not counted)
+
+    # -- append ---------------------------------------------------------------------------
+    async def append_records(
+        self,
+        entries: Sequence[tuple[str, int, Any]],
+        *,
+        acks: int,
+        timeout_ms: int,
+        produce_version: int,
+        transactional_id: str | None = None,
+    ) -> list[PartitionResponse]:
+        """Append each ``(topic, partition, records)`` in order as the leader (records: the
+        Produce request's bytes, patched in place); one PartitionResponse each, in order.
+        acks=-1: waits until the high watermark passes every appended batch or
+        ``timeout_ms`` (REQUEST_TIMED_OUT)."""
+        out: list[PartitionResponse] = []
+        waits: list[tuple[int, Replica, int]] = []
+        for topic, partition, records in entries:
+            resp, replica, end = await self._append(
+                topic, partition, records, acks, produce_version, transactional_id
+            )
+            if replica is not None:  # acks=all: settled already when the ISR lags nothing
+                code = self.commit_result(replica, end, replica.leader_epoch)
+                if code is not None:
+                    resp = _settled(resp, code)
+                else:
+                    waits.append((len(out), replica, end))
+            out.append(resp)
+        if waits:
+            codes = await asyncio.gather(
+                *(self.wait_for_commit(r, end, timeout_ms) for _, r, end in waits)
+            )
+            for (i, _, _), code in zip(waits, codes, strict=True):
+                out[i] = _settled(out[i], code)
+        return out
+
+    async def _from_legacy(self, topic: str, partition: int, records: Any, version: int) -> Any:
+        """Produce v0-2 may carry message format v0/v1 (Kafka checks the magic from v3 only,
+        in ProduceRequest.validateRecords: INVALID_RECORD): one v2 batch with its records
+        (log/legacy_validator.py), converted on the loop when small and uncompressed, else in a
+        worker thread.  The records as they are when their first entry is not v0/v1."""
+        if records is None or len(records) <= MAGIC_OFFSET or records[MAGIC_OFFSET] >= 2:
+            return records
+        if version >= 3:
+            raise InvalidRecordError(
+                ErrorCode.INVALID_RECORD,
+                f"Produce requests with version {version} are only allowed to contain record"
+                " batches with magic version 2",
+            )
+        info = self.cluster.topics.get(topic)
+        if info is None:  # deleted a moment ago
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic}")
+        config = validation_config(self.config, info.configs, topic, partition)
+        convert = functools.partial(
+            up_convert,
+            records,
+            max_message_bytes=config.max_message_bytes,
+            max_uncompressed_bytes=config.max_uncompressed_bytes,
+            create_time=not config.log_append_time,
+        )
+        if len(records) <= LEGACY_INLINE_BYTES and not records[MAGIC_OFFSET + 1] & COMPRESSION_MASK:
+            return bytearray(convert())
+        return bytearray(await asyncio.get_running_loop().run_in_executor(None, convert))
+
+    async def _append(
+        self,
+        topic: str,
+        partition: int,
+        records: Any,
+        acks: int,
+        version: int,
+        transactional_id: str | None,
+    ) -> tuple[PartitionResponse, Replica | None, int]:
+        """Validate and append one partition's records: (answer, and for acks=all the replica
+        and end offset the high watermark must reach)."""
+        try:
+            self.leader_replica(topic, partition)
+            try:
+                records = await self._from_legacy(topic, partition, records, version)
+                buf, batches = analyze_records(records)
+            except InvalidRecordError as e:
+                raise KafkaError(e.code, str(e)) from None
+            if len(batches) != 1 and version >= 3:  # Kafka's ProduceRequest.validateRecords
+                raise KafkaError(
+                    ErrorCode.INVALID_RECORD,
+                    f"Produce requests with version {version} must contain exactly one record"
+                    " batch",
+                )
+            info = self.cluster.topics.get(topic)
+            if info is None:  # deleted a moment ago; the replica goes when the change arrives
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic}")
+            config = validation_config(self.config, info.configs, topic, partition)
+            for b in batches:
+                try:
+                    check_batch_size(b, config)
+                except InvalidRecordError as e:
+                    raise KafkaError(e.code, str(e)) from None
+                if b.compression == COMPRESSION_ZSTD and version < 7:
+                    raise KafkaError(
+                        ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7+"
+                    )
+                if b.is_transactional and transactional_id is None:
+                    raise KafkaError(
+                        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                        "transactional records without a transactional id",
+                    )
+            try:
+                batches = await _validate(buf, batches, config, self.clock.time_ms())
+            except RecordValidationError as e:
+                errors = tuple(e.record_errors)
+                return (
+                    PartitionResponse(e.code, record_errors=errors, error_message=str(e)),
+                    None,
+                    0,
+                )
+            except InvalidRecordError as e:
+                raise KafkaError(e.code, str(e)) from None
+            # compression.type other than producer: batches in another codec are rebuilt
+            codec = config.target_codec
+            if codec is not None and any(b.compression != codec for b in batches):
+                buf, batches = await asyncio.get_running_loop().run_in_executor(
+                    None, recompress, buf, batches, codec, config.target_level
+                )
+            # the walk may have waited for a thread: leadership is checked again
+            replica = self.leader_replica(topic, partition)
+            log = replica.log
+            if self.cluster.topics.get(topic) is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            if acks == -1:
+                self.check_enough_replicas(replica)
+            for b in batches:
+                set_partition_leader_epoch(buf, b.position, replica.leader_epoch)
+            try:
+                appended = log.append(buf, batches)
+            except OSError as e:  # the log dir failed: offline from now on (Kafka's answer)
+                self.logs.fail_dir(self.logs.dir_of(log), e)
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition}: {e}") from e
+        except KafkaError as e:
+            return PartitionResponse(e.code, error_message=str(e)), None, 0
+        self.after_leader_append(replica)
+        records_count = sum(b.records_count for b in batches)
+        self.flusher.appended(topic, log, records_count)
+        if self.metrics is not None:  # Kafka's BytesInPerSec / MessagesInPerSec
+            self.metrics.produced(topic, len(buf), records_count)
+        resp = PartitionResponse(
+            ErrorCode.NONE, appended.first_offset, appended.log_append_time, log.log_start_offset
+        )
+        if acks == -1:
+            return resp, replica, appended.last_offset + 1
+        return resp, None, 0
+
+    async def append_txn_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        committed: bool,
+        coordinator_epoch: int,
+        timeout_ms: int,
+    ) -> int:
+        """A transaction coordinator's marker appended as the leader (Kafka's appendRecords
+        with origin COORDINATOR and acks=-1): the error code once the high watermark passes it
+        (or NOT_ENOUGH_REPLICAS, INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED, ...)."""
+        replica = None
+        try:
+            info = self.cluster.topics.get(topic)
+            if info is None or partition not in info.partitions:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            replica = self.leader_replica(topic, partition)
+            self.check_enough_replicas(replica)
+            log = replica.log
+            appended = log.append_txn_marker(
+                producer_id,
+                producer_epoch,
+                coordinator_epoch,
+                committed,
+                leader_epoch=replica.leader_epoch,
+            )
+        except KafkaError as e:
+            return e.code
+        except OSError as e:  # the log dir failed: offline from now on (Kafka's answer)
+            self.logs.fail_dir(self.logs.dir_of(replica.log), e)
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        self.after_leader_append(replica)
+        self.flusher.appended(topic, log, 1)
+        end = appended.last_offset + 1
+        code = self.commit_result(replica, end, replica.leader_epoch)
+        if code is None:
+            code = await self.wait_for_commit(replica, end, timeout_ms)
+        return code
+
+    # -- read -----------------------------------------------------------------------------
+    def read_from_log(
+        self, params: FetchParams, partitions: Sequence[ReadPartition]
+    ) -> tuple[list[LogReadResult], int]:
+        """Read each partition in order from this broker's leader replica: (one result each,
+        the bytes read).  ``params.max_bytes`` bounds the total and ``partition_max_bytes``
+        each partition, except that the first batch of the first partition with records is
+        returned whole (KIP-74; not with ``hard_max_bytes_limit``, Fetch v0-2).  Followers (replica_id >= 0) read up to the log end and
+        record their position (ISR, high watermark); consumers up to the high watermark, or
+        below the last stable offset for read_committed, which also get the aborted
+        transactions overlapping what they read."""
+        remaining = params.max_bytes
+        total = 0
+        out = []
+        for p in partitions:
+            result = self._read(
+                params, p, remaining, total == 0 and not params.hard_max_bytes_limit
+            )
+            if result.records is not None:
+                total += result.records.size
+                remaining -= result.records.size
+            out.append(result)
+        return out, total
+
+    def _read(
+        self, params: FetchParams, p: ReadPartition, remaining: int, min_one_batch: bool
+    ) -> LogReadResult:
+        replica_id = params.replica_id
+        topic, index = p.topic, p.partition
+        log = None
+        try:
+            replica = self.leader_replica(topic, index, p.current_leader_epoch)
+            log = replica.log
+            if p.topic_id is not None and log.topic_id is not None and log.topic_id != p.topic_id:
+                raise KafkaError(ErrorCode.INCONSISTENT_TOPIC_ID)
+            offset = p.fetch_offset
+            # the diverging epoch first, as Kafka's fetchRecords: a follower whose divergent
+            # tail runs past our log end truncates at once rather than after OUT_OF_RANGE
+            diverging = None
+            if params.check_diverging and p.last_fetched_epoch >= 0:
+                # the fetcher's last fetched epoch disagrees with our log (KIP-595 style)
+                epoch, end = log.leader_epochs.end_offset_for(
+                    p.last_fetched_epoch, log.log_end_offset
+                )
+                if epoch != p.last_fetched_epoch or end < offset:
+                    diverging = (epoch, end)
+            if diverging is None and (offset < log.log_start_offset or offset > log.log_end_offset):
+                raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+            caught_up = False
+            if replica_id >= 0 and diverging is None:
+                caught_up = self.record_follower_fetch(replica, replica_id, offset)
+            # Followers copy up to the log end; consumers see only what the ISR holds,
+            # read_committed ones only what no open transaction may still abort.
+            hw = log.high_watermark
+            lso = log.last_stable_offset
+            read_committed = params.isolation_level == READ_COMMITTED
+            if replica_id >= 0:
+                upper = log.log_end_offset
+            else:
+                upper = lso if read_committed else hw
+            region = None
+            throttles = self.throttles
+            throttled = (
+                replica_id >= 0
+                and throttles is not None
+                and throttles.leader_throttled(topic, index)
+            )
+            held = throttled and replica_id not in replica.isr and throttles.leader_exceeded()
+            if diverging is None and offset < upper and remaining > 0 and not held:
+                limit = min(p.partition_max_bytes, remaining)
+                try:
+                    region = log.read(offset, limit, min_one_batch=min_one_batch, max_offset=upper)
+                except OSError as e:  # the log dir failed: offline from now on
+                    self.logs.fail_dir(self.logs.dir_of(log), e)
+                    raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR) from e
+                if region is not None and region.size:
+                    if throttled:
+                        throttles.record_leader(region.size)
+                else:
+                    region = None
+            aborted = None
+            if read_committed and replica_id < 0:
+                aborted = []
+                if region is not None:
+                    aborted = [
+                        (a.producer_id, a.first_offset)
+                        for a in log.collect_aborted_transactions(offset, upper)
+                    ]
+            return LogReadResult(
+                ErrorCode.NONE,
+                hw,
+                lso,
+                log.log_start_offset,
+                region,
+                aborted,
+                diverging,
+                idle=diverging is None and region is None and offset >= upper,
+                hw_caught_up=caught_up,
+            )
+        except KafkaError as e:
+            if e.code == ErrorCode.OFFSET_OUT_OF_RANGE and log is not None:
+                return LogReadResult(
+                    e.code, log.high_watermark, log.last_stable_offset, log.log_start_offset
+                )
+            return LogReadResult(e.code)
+
+
+__all__ = [
+    "FetchParams",
+    "LogReadResult",
+    "PartitionResponse",
+    "ReadPartition",
+    "ReplicaManager",
+    "validation_config",
+]
