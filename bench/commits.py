@@ -111,8 +111,10 @@ def client_w18(bootstrap: str, groups: int, seconds: float, tag: str) -> dict:
     deadline = time.monotonic() + 300
     pending = set(range(groups))
     while pending and time.monotonic() < deadline:
-        for i in list(pending):
-            c = consumers[i]
+        for i, c in enumerate(consumers):
+            if i not in pending:
+                c.poll(0)  # a joined consumer keeps polling (max.poll.interval.ms)
+                continue
             c.poll(0.05)
             if c.assignment():
                 try:
@@ -327,7 +329,11 @@ def start_target(name: str, workdir: Path) -> Running:
     connect = None
     if backend.startswith("zk"):
         ensemble = ZooKeeperEnsemble(int(backend[2:]))
-        ensemble.start()
+        try:
+            ensemble.start()
+        except BaseException:
+            ensemble.stop()
+            raise
         connect = ensemble.connect
     broker = BrokerProcess(workdir / name, zookeeper_connect=connect, overrides=overrides)
     try:
@@ -463,7 +469,10 @@ def _median_table(results: list[Result]) -> str:
 
 def write_results(results: list[Result], args: argparse.Namespace, path: Path) -> None:
     rev = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=path.parent
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent,
     ).stdout.strip()
     lines = [
         f"# {time.strftime('%Y-%m-%d')}: W18 offset commits, W19 transactions (bench/commits.py)",
