@@ -173,6 +173,7 @@ def test_confluent_kafka_static_leader_restart_no_rebalance(broker):
             m.close()
 
 
+@pytest.mark.multicore
 def test_confluent_kafka_group_of_two(broker, storage):
     topic, group = unique_topic("grp"), _group("ck")
     create_topic(broker.bootstrap, topic, PARTITIONS)

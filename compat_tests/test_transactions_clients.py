@@ -65,6 +65,7 @@ def _read(bootstrap: str, topic: str, partitions: int, isolation: str, quiet_s: 
     return got
 
 
+@pytest.mark.multicore
 def test_interleaved_commits_and_aborts_across_partitions(broker):
     topic = unique_topic("eos")
     create_topic(broker.bootstrap, topic, 3)

@@ -135,8 +135,13 @@ def raise_open_files_limit() -> tuple[int, int]:
 
 
 class Broker:
-    def __init__(self, config: Config, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self, config: Config, clock: Clock = SYSTEM_CLOCK, *, store: MetadataStore | None = None
+    ) -> None:
+        """``store``: a metadata store made by the caller (a multi-core node's RemoteStore,
+        pybroker/node/) instead of make_store's; the broker starts and closes it."""
         self.config = config
+        self._given_store = store
         # KIP-226: dynamic broker configs, applied to ``config`` in place (dynamic_config.py)
         self.dynamic = DynamicBrokerConfig(config)
         self.clock = clock
@@ -231,7 +236,7 @@ class Broker:
         if cfg.metrics_listener is not None:
             self.http = HttpServer(cfg.metrics_listener.host, cfg.metrics_listener.port)
             await self.http.bind()
-        self.store = make_store(cfg, data_dir, self.clock)
+        self.store = self._given_store or make_store(cfg, data_dir, self.clock)
         await self.store.start()
         endpoints = [(e.listener, e.host, e.port) for e in cfg.advertised]
         self.cluster = Cluster(

@@ -537,6 +537,15 @@ class Config:
         True,
         doc="pybroker's own: serve the web console on metrics.listener.",
     )
+    node_cores: int = define(
+        "node.cores",
+        INT,
+        1,
+        at_least(0),
+        doc="pybroker's own: the cores this node uses, one broker process each (0: every core"
+        " the process may run on). Above 1, the node runs broker.id, broker.id+1, ... on the"
+        " listeners' ports, ports+1, ... (docs/multicore.md).",
+    )
     console_lag_sample_interval_ms: int = define(
         "console.lag.sample.interval.ms",
         LONG,
