@@ -1,6 +1,8 @@
 """Per-member timelines of the rebalance workloads (W7, W16) on Kafka and pybroker, alternately.
 
     python -m bench.rebalance_trace --workloads W7 --runs 4 [--out DIR] [--raw]
+        [--set K=V] [--kafka-set K=V] [--pybroker-set K=V]   (broker settings beside the
+        workload's: both, Kafka only, pybroker only)
 
 Both brokers run at once (bench/run.py's start_target, the workload's overrides on both);
 each round runs the workload once on Kafka, then once on pybroker, so that the machine's load
@@ -87,6 +89,41 @@ def _condense(msg: str) -> str | None:
     return None
 
 
+def _w7_summary(events: list[tuple[str, float, str, str]], phase: str) -> str:
+    """Generations completed; when the members learned of the rebalance from a heartbeat
+    (REBALANCE_IN_PROGRESS, error 27); JoinGroups sent right after a successful SyncGroup with
+    nothing in between that asked for one (kafka-python 3.0.12 discards a join/sync result
+    that completes while no poll() waits for it, and joins again)."""
+    gens: set[str] = set()
+    learned: list[tuple[str, float]] = []
+    synced: set[str] = set()
+    discarded: list[str] = []
+    for ph, t, who, event in events:
+        if ph != phase:
+            continue
+        m = re.match(r"JoinGroup <- error 0 generation (\d+)", event)
+        if m:
+            gens.add(m[1])
+        if event == "Heartbeat <- error 27" and who not in {w for w, _ in learned}:
+            learned.append((who, t))
+        if event == "SyncGroup <- error 0":
+            synced.add(who)
+        elif event == "JoinGroup ->" and who in synced:
+            discarded.append(f"{who}@{t:.3f}")
+            synced.discard(who)
+        elif event.startswith(("Heartbeat <- error 27", "SyncGroup <- error 27")):
+            synced.discard(who)
+    first = min((t for _, t in learned), default=None)
+    last = max((t for _, t in learned), default=None)
+    told = f"{len(learned)} by heartbeat" + (
+        f" between {first:+.3f} and {last:+.3f} s" if learned else ""
+    )
+    return (
+        f"generations {sorted(gens, key=int)}; members told {told}; "
+        f"joins after a completed sync: {discarded or 'none'}"
+    )
+
+
 def trace_w7(target: bench.Target, st: dict, tag: str, out: Path, raw: bool) -> str:
     rec = _Recorder()
     lg = logging.getLogger("kafka.coordinator")  # (kafka.coordinator.heartbeat propagates)
@@ -101,7 +138,7 @@ def trace_w7(target: bench.Target, st: dict, tag: str, out: Path, raw: bool) -> 
         lg.removeHandler(rec)
         lg.setLevel(logging.WARNING)
     t0, t1 = marks["t0"], marks.get("t1", float("inf"))
-    lines = [f"figures {figures}  load {loadavg()}"]
+    events: list[tuple[str, float, str, str]] = []  # (phase, seconds, member, event)
     last: dict[str, str] = {}
     for ts, thread, msg in rec.records:
         event = _condense(msg)
@@ -112,7 +149,10 @@ def trace_w7(target: bench.Target, st: dict, tag: str, out: Path, raw: bool) -> 
             continue  # asked on every poll
         last[who] = event
         phase, ref = ("leave", t1) if ts >= t1 else ("join", t0)
-        lines.append(f"{phase} {ts - ref:+7.3f} {who:>4} {event}")
+        events.append((phase, ts - ref, who, event))
+    lines = [f"figures {figures}  load {loadavg()}"]
+    lines += [f"summary {phase}: {_w7_summary(events, phase)}" for phase in ("join", "leave")]
+    lines += [f"{phase} {t:+7.3f} {who:>4} {event}" for phase, t, who, event in events]
     if raw:
         (out / f"w7-{tag}.log").write_text(
             "\n".join(f"{ts - t0:+8.3f} {thread} {msg}" for ts, thread, msg in rec.records)
@@ -229,7 +269,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--protocols", default="consumer,classic", help="W16's group protocols")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--raw", action="store_true", help="keep the whole client logs under --out")
+    ap.add_argument("--set", action="append", default=[], metavar="K=V", help="both brokers")
+    ap.add_argument("--kafka-set", action="append", default=[], metavar="K=V")
+    ap.add_argument("--pybroker-set", action="append", default=[], metavar="K=V")
     args = ap.parse_args(argv)
+    extra = {
+        "kafka": dict(kv.split("=", 1) for kv in args.set + args.kafka_set),
+        "pybroker": dict(kv.split("=", 1) for kv in args.set + args.pybroker_set),
+    }
     out = args.out or Path(tempfile.mkdtemp(prefix="rebalance-trace-"))
     out.mkdir(parents=True, exist_ok=True)
     kinds = args.brokers.split(",")
@@ -239,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         targets, states = {}, {}
         try:
             for kind in kinds:
-                targets[kind] = bench.start_target(kind, 1, out / f"{w}-{kind}", overrides)
+                props = dict(overrides, **extra[kind])
+                targets[kind] = bench.start_target(kind, 1, out / f"{w}-{kind}", props)
                 states[kind] = setup(targets[kind], bench.SIZES["full"])
             for i in range(args.runs):
                 for kind in kinds:
