@@ -64,7 +64,11 @@ _W7_EVENTS = [  # (pattern of kafka-python's message, short form)
     (re.compile(r"^Sending LeaveGroupRequest"), lambda m: "LeaveGroup ->"),
     (re.compile(r"^Received LeaveGroupResponse"), lambda m: "LeaveGroup <-"),
     (re.compile(r"^need_rejoin: True \((\w+)"), lambda m: f"need_rejoin ({m[1]})"),
+    (re.compile(r"^Sending metadata request"), lambda m: "Metadata ->"),
+    (re.compile(r"^Metadata refresh: success"), lambda m: "Metadata <-"),
+    (re.compile(r"^Sleeping ([\d.]+) for next Metadata"), lambda m: f"Metadata wait {m[1]} s"),
 ]
+_W7_LOGGERS = ("kafka.coordinator", "kafka.cluster")  # (kafka.coordinator.heartbeat propagates)
 
 
 class _Recorder(logging.Handler):
@@ -126,17 +130,18 @@ def _w7_summary(events: list[tuple[str, float, str, str]], phase: str) -> str:
 
 def trace_w7(target: bench.Target, st: dict, tag: str, out: Path, raw: bool) -> str:
     rec = _Recorder()
-    lg = logging.getLogger("kafka.coordinator")  # (kafka.coordinator.heartbeat propagates)
-    lg.setLevel(logging.DEBUG)
-    lg.addHandler(rec)
+    for name in _W7_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG)
+        logging.getLogger(name).addHandler(rec)
     marks: dict[str, float] = {}
     try:
         figures: object = bench._w7_attempt(target, st, tag, marks)
     except bench.ClientStuck as e:  # the trace shows who went silent
         figures = f"stuck: {e}"
     finally:
-        lg.removeHandler(rec)
-        lg.setLevel(logging.WARNING)
+        for name in _W7_LOGGERS:
+            logging.getLogger(name).removeHandler(rec)
+            logging.getLogger(name).setLevel(logging.WARNING)
     t0, t1 = marks["t0"], marks.get("t1", float("inf"))
     events: list[tuple[str, float, str, str]] = []  # (phase, seconds, member, event)
     last: dict[str, str] = {}
@@ -292,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(args.runs):
                 for kind in kinds:
                     if w == "W7":
-                        text = trace_w7(targets[kind], states[kind], f"{i}", out, args.raw)
+                        text = trace_w7(targets[kind], states[kind], f"{kind}{i}", out, args.raw)
                         print(f"=== W7 {kind} run {i} ===\n{text}\n", flush=True)
                     else:
                         for protocol in args.protocols.split(","):
