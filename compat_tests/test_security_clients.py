@@ -233,6 +233,7 @@ def _readme_tool_commands() -> tuple[str, str]:
     text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     section = text[text.index("## A secured broker") :]
     section = section[: section.index("\n## ", 1)]
+    section = re.sub(r"```.*?```", "", section, flags=re.S)  # the prose's spans only
     spans = [" ".join(c.split()) for c in re.findall(r"`([^`]+)`", section)]
     acls = next(c for c in spans if c.startswith("kafka-acls.sh "))
     kcat = next(c for c in spans if c.startswith("kcat "))
