@@ -42,7 +42,7 @@ def w7_run(target: Target, st: dict, i: int) -> dict[str, float]:
     attempt = 0
     while True:
         try:
-            figures = _w7_attempt(target, st, f"{i}-{attempt}")
+            figures = w7_attempt(target, st, f"{i}-{attempt}")
         except ClientStuck:
             attempt += 1
             if attempt == W7_ATTEMPTS:
@@ -52,7 +52,11 @@ def w7_run(target: Target, st: dict, i: int) -> dict[str, float]:
         return figures
 
 
-def _w7_attempt(target: Target, st: dict, i: str) -> dict[str, float]:
+def w7_attempt(
+    target: Target, st: dict, i: str, marks: dict[str, float] | None = None
+) -> dict[str, float]:
+    """One W7 run; ``marks`` (bench/rebalance_trace.py) gets the perf_counter() of the common
+    subscribe (t0) and of member 0's close (t1)."""
     from kafka import KafkaConsumer
 
     members = st["sizes"]["w7_members"]
@@ -99,12 +103,17 @@ def _w7_attempt(target: Target, st: dict, i: str) -> dict[str, float]:
         union = set().union(*got)
         return union == all_parts and sum(len(a) for a in got) == W7_PARTITIONS
 
-    threads = [threading.Thread(target=member, args=(k,), daemon=True) for k in range(members)]
+    threads = [
+        threading.Thread(target=member, args=(k,), name=f"w7-m{k}", daemon=True)
+        for k in range(members)
+    ]
     for t in threads:
         t.start()
     try:
         ready.wait(60)
         t0 = time.perf_counter()  # every member subscribes now (the last join is this moment)
+        if marks is not None:
+            marks["t0"] = t0
         deadline = time.monotonic() + W7_STUCK_S
         live = list(range(members))
         while not complete(live):
@@ -116,6 +125,8 @@ def _w7_attempt(target: Target, st: dict, i: str) -> dict[str, float]:
         join_s = time.perf_counter() - t0
         time.sleep(1.0)  # settled
         t1 = time.perf_counter()
+        if marks is not None:
+            marks["t1"] = t1
         stop[0] = True  # member 0 leaves: close() sends LeaveGroup
         threads[0].join(30)
         live = list(range(1, members))
@@ -171,7 +182,7 @@ def w16_setup(target: Target, sizes: dict) -> dict:
     return {"sizes": sizes, "topic": topic, "cp": cp, "workdir": workdir}
 
 
-def _w16_owned(proc: java.JavaProcess) -> set[str]:
+def w16_owned(proc: java.JavaProcess) -> set[str]:
     owned: set[str] = set()
     for line in proc.stdout_text().splitlines():
         try:
@@ -204,7 +215,7 @@ def _w16_time_to_stable(target: Target, st: dict, protocol: str, i: int) -> floa
             )
         want = W16_PARTITIONS // W16_MEMBERS
         while True:
-            owned = [_w16_owned(p) for p in procs]
+            owned = [w16_owned(p) for p in procs]
             if all(len(o) == want for o in owned) and len(set().union(*owned)) == W16_PARTITIONS:
                 return time.monotonic() - t0
             if time.monotonic() - t0 > 180:
@@ -254,7 +265,7 @@ def _w17_start(target: Target, st: dict, group: str, name: str, protocol: str):
 
 def _w17_wait_split(procs: list, want: int, what: str, t0: float) -> float:
     while True:
-        owned = [_w16_owned(p) for p in procs]
+        owned = [w16_owned(p) for p in procs]
         if all(len(o) == want for o in owned) and len(set().union(*owned)) == W16_PARTITIONS:
             return time.monotonic() - t0
         if time.monotonic() - t0 > 180:
