@@ -1,4 +1,5 @@
-"""Client-side helpers shared by the compat tests (kafka-python based)."""
+"""Client-side helpers over kafka-python (a test dependency): unique topic names, create,
+assign, drain, read all; the compat tests' storage parameters."""
 
 from __future__ import annotations
 

@@ -9,8 +9,9 @@
     cluster.stop()             # SIGTERM each broker; returns the ones that did not exit 0
     cluster.cleanup()          # kill whatever is left, stop ZooKeeper (always call it)
 
-Needs Debian's ZooKeeper (``zookeeper_available()``).  The compat tests' richer Cluster
-(pybroker/testing/cluster_harness.py) shares CLUSTER_OVERRIDES and the parallel start with it.
+Needs Debian's ZooKeeper (``zookeeper_available()``).  The richer cluster harness
+(cluster_harness.Cluster: kill -9, restart, loads, checks) shares CLUSTER_OVERRIDES and the
+parallel start with it.
 """
 
 from __future__ import annotations

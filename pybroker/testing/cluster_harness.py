@@ -12,9 +12,9 @@
     c.stop()                                  # SIGTERM to every broker; exit 0 asserted
     c.replica_batches("t", 0)                 # on-disk batch headers of each replica
 
-The `cluster` fixture (compat_tests/test_cluster_*.py import it) starts a private ZooKeeper
-and three brokers per test and always ends every process it started.  Wire bytes for
-Metadata / FindCoordinator are built by hand (struct, pybroker/testing/rawkafka.py), so what the
+``running_cluster`` starts a private ZooKeeper and the brokers and always ends every process
+it started (the compat tests' `cluster` fixtures wrap it; the bench's W6 uses Cluster).  Wire
+bytes for Metadata / FindCoordinator are built by hand (struct, rawkafka.py), so what the
 tests see does not depend on pybroker's codec nor on a client's metadata cache.
 
 Also here: the acks=all idempotent producer loads (kafka-python and confluent-kafka) that

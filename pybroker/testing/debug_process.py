@@ -1,8 +1,7 @@
-"""The compat tests' broker process: pybroker.testing.process.BrokerProcess (shipped with the
-package for the pytest plugin) with the compat harness's two choices:
+"""The compat tests' broker process: process.BrokerProcess with two choices:
 
-- readiness is an ApiVersions v0 round trip in hand-built bytes (pybroker/testing/rawkafka.py), so
-  what the harness waits for does not depend on pybroker's codec;
+- readiness is an ApiVersions v0 round trip in hand-built bytes (rawkafka.py), so what the
+  harness waits for does not depend on pybroker's codec;
 - the broker runs with asyncio's debug mode on (PYTHONASYNCIODEBUG=1).
 
     b = BrokerProcess(workdir, zookeeper_connect=None, overrides={"num.partitions": "3"})
