@@ -175,3 +175,46 @@ def test_list_states_and_id_expiration(tmp_path) -> None:
         await store.close()
 
     asyncio.run(main())
+
+
+def test_completion_survives_a_lost_store_connection(tmp_path) -> None:
+    """The markers are written, then the write of CompleteCommit meets a lost ZooKeeper
+    connection (the outcome unknown): the coordinator tries again until the transaction is
+    complete, as Kafka's retries its transaction log append; it never leaves it in
+    PrepareCommit (where the producer's next transaction would get CONCURRENT_TRANSACTIONS
+    until the coordinator moved).  Both cases: the lost write did not land, or it did."""
+    from pybroker.coord.metadata.store import ConnectionLossError
+
+    async def main(landed: bool) -> None:
+        clock = ManualClock()
+        store = LocalStore(tmp_path / str(landed), clock)
+        await store.start()
+        m = Markers()
+        c = _coord(store, clock, m)
+        _, pid, epoch = await c.init_producer_id("tx", 60_000)
+        await c.add_partitions("tx", pid, epoch, TPS)
+        real_set = store.set
+        lost = []
+
+        async def set_once_lost(path, data, version=-1):
+            if not lost and b"CompleteCommit" in bytes(data):
+                lost.append(path)
+                if landed:
+                    await real_set(path, data, version)
+                raise ConnectionLossError(path)
+            return await real_set(path, data, version)
+
+        store.set = set_once_lost
+        assert await c.end_txn("tx", pid, epoch, True) is ErrorCode.NONE
+        await _settle(c)
+        assert lost, "the completion was never written"
+        assert [t.exception() for t in c._completing.values() if t.done()] == [None]
+        state, _ = await TxnStateStore(store).load("tx")
+        assert state.state is ts.TxnState.COMPLETE_COMMIT
+        assert await c.add_partitions("tx", pid, epoch, TPS[:1]) is ErrorCode.NONE
+        assert len(m.written) == 1  # the markers were not written twice
+        await c.stop()
+        await store.close()
+
+    asyncio.run(main(False))
+    asyncio.run(main(True))

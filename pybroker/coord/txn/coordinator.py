@@ -260,13 +260,29 @@ class TransactionCoordinator:
             # a deleted topic or partition takes no marker, as in Kafka
             done = {ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
             if all(code in done for code in codes.values()):
+                await self._persist_complete(tid, cur)
+                return
+            await asyncio.sleep(self.config.marker_retry_ms / 1000)
+
+    async def _persist_complete(self, tid: str, cur: tuple[ts.TxnMetadata, int]) -> None:
+        """The markers are written: Complete{Commit,Abort}, tried again while the store
+        cannot be reached (as Kafka retries its transaction log append), so a transaction
+        never stays prepared behind a lost connection.  A write that did land before the
+        connection was lost makes the retry's compare-and-set fail: the cache entry is
+        dropped and the next request reads the completed state."""
+        md, version = cur
+        while True:
+            try:
                 async with self._lock(tid):
-                    cur2 = self.txns.get(tid)
-                    if cur2 is None or cur2 != cur:
+                    if self.txns.get(tid) != cur:
                         return
                     await self._persist(ts.complete(md, self.clock.time_ms()), version)
                 return
+            except StoreError as e:
+                log.info("transaction %s: completing it failed, trying again: %s", tid, e)
             await asyncio.sleep(self.config.marker_retry_ms / 1000)
+            if not self.coordinates(tid):
+                return
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
