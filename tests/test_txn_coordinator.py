@@ -218,3 +218,63 @@ def test_completion_survives_a_lost_store_connection(tmp_path) -> None:
 
     asyncio.run(main(False))
     asyncio.run(main(True))
+
+
+def test_requests_answer_coordinator_not_available_while_the_store_is_unreachable(
+    tmp_path,
+) -> None:
+    """EndTxn whose PrepareCommit write meets a lost connection answers
+    COORDINATOR_NOT_AVAILABLE (Kafka's answer when its transaction log append fails; the
+    producer retries), never an exception that closes the client's connection.  Whether
+    the write landed or not, the producer's retries end with the transaction committed:
+    a prepared state read back from the store gets its markers written."""
+    from pybroker.coord.metadata.store import ConnectionLossError
+
+    async def main(landed: bool) -> None:
+        clock = ManualClock()
+        store = LocalStore(tmp_path / str(landed), clock)
+        await store.start()
+        m = Markers()
+        c = _coord(store, clock, m)
+        _, pid, epoch = await c.init_producer_id("tx", 60_000)
+        await c.add_partitions("tx", pid, epoch, TPS)
+        real_set, real_get = store.set, store.get
+        lost = []
+
+        async def set_lost(path, data, version=-1):
+            if not lost and b"PrepareCommit" in bytes(data):
+                lost.append(path)
+                if landed:
+                    await real_set(path, data, version)
+                raise ConnectionLossError(path)
+            return await real_set(path, data, version)
+
+        store.set = set_lost
+        assert await c.end_txn("tx", pid, epoch, True) is ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+        async def get_lost(path, *a, **kw):
+            raise ConnectionLossError(path)
+
+        store.get = get_lost  # still unreachable: every request answers the same
+        assert await c.end_txn("tx", pid, epoch, True) is ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert await c.add_partitions("tx", pid, epoch, TPS) is ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert (await c.describe("tx"))[0] is ErrorCode.COORDINATOR_NOT_AVAILABLE
+        store.get = real_get
+        answers = []
+        for _ in range(50):  # the producer's retries
+            code = await c.end_txn("tx", pid, epoch, True)
+            answers.append(code)
+            if code is ErrorCode.NONE:
+                break
+            assert code is ErrorCode.CONCURRENT_TRANSACTIONS, answers
+            await _settle(c)
+        assert answers[-1] is ErrorCode.NONE, answers
+        await _settle(c)
+        state, _ = await TxnStateStore(store).load("tx")
+        assert state.state is ts.TxnState.COMPLETE_COMMIT
+        assert {(w[0], w[2]) for w in m.written} == {(pid, True)}
+        await c.stop()
+        await store.close()
+
+    asyncio.run(main(False))
+    asyncio.run(main(True))

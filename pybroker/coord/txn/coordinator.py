@@ -24,7 +24,7 @@ from pybroker.coord.metadata.placement import coordinator_for
 from pybroker.coord.metadata.store import BadVersionError, NodeExistsError, StoreError
 from pybroker.coord.txn import state as ts
 from pybroker.coord.txn.store import TxnStateStore
-from pybroker.errors import ErrorCode
+from pybroker.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,18 @@ class TransactionCoordinator:
             got = await self.store.load(tid)
             if got is not None:
                 self.txns[tid] = got
+                if got[0].state in (ts.TxnState.PREPARE_COMMIT, ts.TxnState.PREPARE_ABORT):
+                    self._start_completion(tid)  # (prepared by a write whose answer was lost)
         return got
+
+    def _unreachable(self, tid: str, e: Exception) -> ErrorCode:
+        """The store could not be reached: the outcome of a write is unknown, so the cached
+        state is forgotten (the next request reads the store, and finishes a transaction it
+        finds prepared).  Kafka answers COORDINATOR_NOT_AVAILABLE when its transaction log
+        append fails; the client retries."""
+        self.txns.pop(tid, None)
+        log.info("transaction %s: the metadata store cannot be reached: %s", tid, e)
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
 
     async def _persist(self, md: ts.TxnMetadata, version: int | None) -> int | None:
         """Write; None (and the cache entry dropped) when another coordinator wrote first."""
@@ -108,27 +119,38 @@ class TransactionCoordinator:
         if not self.coordinates(tid):
             return ErrorCode.NOT_COORDINATOR, -1, -1
         async with self._lock(tid):
-            cur = await self._current(tid)
-            md, version = cur if cur is not None else (None, None)
-            needs_id = md is None or md.producer_epoch >= ts.MAX_EPOCH - 1
-            new_pid = await self._allocate() if needs_id else -1
-            d = ts.init_producer_id(
-                md,
-                tid,
-                timeout_ms,
-                self.config.max_timeout_ms,
-                expected_pid,
-                expected_epoch,
-                self.clock.time_ms(),
-                new_pid,
-            )
-            if d.new is not None and await self._persist(d.new, version) is None:
-                return ErrorCode.NOT_COORDINATOR, -1, -1
-            if d.error is not ErrorCode.NONE:
-                return d.error, -1, -1
-            out = d.new if d.new is not None else md
-            assert out is not None
-            return ErrorCode.NONE, out.producer_id, out.producer_epoch
+            try:
+                return await self._init_producer_id(tid, timeout_ms, expected_pid, expected_epoch)
+            except StoreError as e:
+                return self._unreachable(tid, e), -1, -1
+            except KafkaError as e:  # (allocating a producer id: the store unreachable)
+                return e.code, -1, -1
+
+    async def _init_producer_id(
+        self, tid: str, timeout_ms: int, expected_pid: int, expected_epoch: int
+    ) -> tuple[ErrorCode, int, int]:
+        """Under the id's lock."""
+        cur = await self._current(tid)
+        md, version = cur if cur is not None else (None, None)
+        needs_id = md is None or md.producer_epoch >= ts.MAX_EPOCH - 1
+        new_pid = await self._allocate() if needs_id else -1
+        d = ts.init_producer_id(
+            md,
+            tid,
+            timeout_ms,
+            self.config.max_timeout_ms,
+            expected_pid,
+            expected_epoch,
+            self.clock.time_ms(),
+            new_pid,
+        )
+        if d.new is not None and await self._persist(d.new, version) is None:
+            return ErrorCode.NOT_COORDINATOR, -1, -1
+        if d.error is not ErrorCode.NONE:
+            return d.error, -1, -1
+        out = d.new if d.new is not None else md
+        assert out is not None
+        return ErrorCode.NONE, out.producer_id, out.producer_epoch
 
     async def add_partitions(
         self, tid: str, pid: int, epoch: int, partitions: Iterable[TopicPartition]
@@ -136,11 +158,14 @@ class TransactionCoordinator:
         if not self.coordinates(tid):
             return ErrorCode.NOT_COORDINATOR
         async with self._lock(tid):
-            cur = await self._current(tid)
-            md, version = cur if cur is not None else (None, None)
-            d = ts.add_partitions(md, pid, epoch, frozenset(partitions), self.clock.time_ms())
-            if d.new is not None and await self._persist(d.new, version) is None:
-                return ErrorCode.NOT_COORDINATOR
+            try:
+                cur = await self._current(tid)
+                md, version = cur if cur is not None else (None, None)
+                d = ts.add_partitions(md, pid, epoch, frozenset(partitions), self.clock.time_ms())
+                if d.new is not None and await self._persist(d.new, version) is None:
+                    return ErrorCode.NOT_COORDINATOR
+            except StoreError as e:
+                return self._unreachable(tid, e)
             return d.error
 
     async def verify_partitions(
@@ -149,18 +174,24 @@ class TransactionCoordinator:
         if not self.coordinates(tid):
             return dict.fromkeys(partitions, ErrorCode.NOT_COORDINATOR)
         async with self._lock(tid):
-            cur = await self._current(tid)
+            try:
+                cur = await self._current(tid)
+            except StoreError as e:
+                return dict.fromkeys(partitions, self._unreachable(tid, e))
             return ts.verify_partitions(cur[0] if cur else None, pid, epoch, partitions)
 
     async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> ErrorCode:
         if not self.coordinates(tid):
             return ErrorCode.NOT_COORDINATOR
         async with self._lock(tid):
-            cur = await self._current(tid)
-            md, version = cur if cur is not None else (None, None)
-            d = ts.end_txn(md, pid, epoch, commit, self.clock.time_ms())
-            if d.new is not None and await self._persist(d.new, version) is None:
-                return ErrorCode.NOT_COORDINATOR
+            try:
+                cur = await self._current(tid)
+                md, version = cur if cur is not None else (None, None)
+                d = ts.end_txn(md, pid, epoch, commit, self.clock.time_ms())
+                if d.new is not None and await self._persist(d.new, version) is None:
+                    return ErrorCode.NOT_COORDINATOR
+            except StoreError as e:
+                return self._unreachable(tid, e)
             return d.error
 
     async def describe(self, tid: str) -> tuple[ErrorCode, ts.TxnMetadata | None]:
@@ -168,7 +199,10 @@ class TransactionCoordinator:
         if not self.coordinates(tid):
             return ErrorCode.NOT_COORDINATOR, None
         async with self._lock(tid):
-            cur = await self._current(tid)
+            try:
+                cur = await self._current(tid)
+            except StoreError as e:
+                return self._unreachable(tid, e), None
         if cur is None or cur[0].state is ts.TxnState.DEAD:
             return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, None
         return ErrorCode.NONE, cur[0]
