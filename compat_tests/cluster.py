@@ -138,17 +138,24 @@ class Cluster:
         size: int = 3,
         overrides: dict[str, object] | None = None,
         chroot: str | None = None,
+        broker_factory: Callable[..., BrokerProcess] | None = None,
     ):
+        """``broker_factory(broker_id, zookeeper_connect=, overrides=, broker_id=,
+        chroot=)`` makes each BrokerProcess (default: one on loopback under workdir/broker<i>;
+        compat_tests/net_cluster.py puts each in a network namespace)."""
         self.workdir = Path(workdir)
         self.zookeeper = zookeeper
         settings = dict(CLUSTER_OVERRIDES)
         settings.update(overrides or {})
         self.settings = settings
+        self.broker_factory = broker_factory or (
+            lambda i, **kw: BrokerProcess(self.workdir / f"broker{i}", **kw)
+        )
         self.brokers: dict[int, BrokerProcess] = {}
         first = None
         for i in range(size):
-            b = BrokerProcess(
-                self.workdir / f"broker{i}",
+            b = self.broker_factory(
+                i,
                 zookeeper_connect=zookeeper.connect,
                 overrides=settings,
                 broker_id=i,
@@ -194,8 +201,8 @@ class Cluster:
         a machine to a running cluster; returns its id once the cluster knows it."""
         new_id = max(self.brokers) + 1
         first = self.brokers[min(self.brokers)]
-        b = BrokerProcess(
-            self.workdir / f"broker{new_id}",
+        b = self.broker_factory(
+            new_id,
             zookeeper_connect=self.zookeeper.connect,
             overrides=self.settings,
             broker_id=new_id,
@@ -589,10 +596,15 @@ class ConfluentLoad(_Load):
 
 
 def read_topic(
-    bootstrap: str, topic: str, partitions: int, timeout: float = 90.0
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    timeout: float = 90.0,
+    isolation_level: str = "read_uncommitted",
 ) -> dict[int, list[tuple[int, bytes]]]:
     """Every record of the topic, {partition: [(offset, value)] in log order}, read with
-    kafka-python (assign + seek_to_beginning) up to the end offsets seen at the start."""
+    kafka-python (assign + seek_to_beginning) up to the end offsets seen at the start
+    (read_committed: the last stable offsets, aborted transactions left out)."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(
@@ -601,6 +613,7 @@ def read_topic(
         enable_auto_commit=False,
         client_id="cluster-reader",
         max_partition_fetch_bytes=4 * 1024 * 1024,
+        isolation_level=isolation_level,
     )
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
@@ -637,8 +650,19 @@ def check_records(
 ) -> CheckResult:
     """Every acknowledged record present exactly once, at the offset its ack reported; for
     each producer and partition, its records (acknowledged or not) appear in send order;
-    no payload appears twice."""
+    no payload appears twice; no offset was acknowledged twice (to two records: two brokers
+    accepting acks=all writes for one partition at once, a split brain)."""
     problems: list[str] = []
+    acked_at: dict[tuple[int, int], list[str]] = defaultdict(list)
+    for st in loads:
+        for a in st.acked:
+            acked_at[(a.partition, a.offset)].append(f"{st.name}-{a.seq}")
+    twice = {k: v for k, v in acked_at.items() if len(v) > 1}
+    if twice:
+        problems.append(
+            f"{len(twice)} offsets acknowledged to more than one record (split brain), e.g. "
+            + ", ".join(f"p{p}@{o}: {names}" for (p, o), names in list(twice.items())[:5])
+        )
     where: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
     total = 0
     for p, recs in read.items():
@@ -776,13 +800,15 @@ def compare_replicas(cluster: Cluster, topic: str, partition: int) -> ReplicaChe
     hws: dict[int, int] = {}
     batches: dict[int, list[BatchHeader]] = {}
     for i, b in cluster.brokers.items():
-        d = Path(b.log_dir) / f"{topic}-{partition}"
-        if not d.is_dir():
+        log_dirs = [Path(d) for d in b.settings()["log.dirs"].split(",")]
+        found = [ld for ld in log_dirs if (ld / f"{topic}-{partition}").is_dir()]
+        if not found:
             continue
-        hws[i] = read_checkpoint(Path(b.log_dir) / "replication-offset-checkpoint").get(
+        log_dir = found[0]
+        hws[i] = read_checkpoint(log_dir / "replication-offset-checkpoint").get(
             (topic, partition), 0
         )
-        batches[i] = read_batches(d)
+        batches[i] = read_batches(log_dir / f"{topic}-{partition}")
     problems: list[str] = []
     if len(batches) < 2:
         problems.append(f"{topic}-{partition}: replicas on disk: {sorted(batches)}")
