@@ -771,6 +771,31 @@ def read_batches(partition_dir: Path) -> list[BatchHeader]:
     return out
 
 
+def segment_problems(partition_dir: Path) -> list[str]:
+    """Every .log segment of a partition dir must be whole batches back to back, each with
+    magic 2 and a CRC-32C (over attributes .. end) that matches: after clean stops, a torn or
+    corrupt batch anywhere is a problem (a write that failed, ENOSPC, must leave none)."""
+    import crc32c
+
+    problems = []
+    for seg in sorted(partition_dir.glob("*.log")):
+        data = seg.read_bytes()
+        pos = 0
+        while pos + BATCH_HEADER.size <= len(data):
+            length = struct.unpack_from(">i", data, pos + 8)[0]
+            magic = data[pos + 16]
+            end = pos + 12 + length
+            if length < BATCH_HEADER.size - 12 or magic != 2 or end > len(data):
+                break
+            (crc,) = struct.unpack_from(">I", data, pos + 17)
+            if crc32c.crc32c(data[pos + 21 : end]) != crc:
+                problems.append(f"{seg}: batch at byte {pos}: CRC mismatch")
+            pos = end
+        if pos != len(data):
+            problems.append(f"{seg}: {len(data) - pos} bytes after the last whole batch")
+    return problems
+
+
 def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
     try:
         lines = path.read_text().split("\n")
@@ -796,9 +821,11 @@ class ReplicaCheck:
 def compare_replicas(cluster: Cluster, topic: str, partition: int) -> ReplicaCheck:
     """Call with every broker stopped.  Reads each replica's replication-offset-checkpoint
     (high watermark) and segment files and compares the batch headers (base offset, last
-    offset, leader epoch, CRC, producer id, base sequence) below the smallest high watermark."""
+    offset, leader epoch, CRC, producer id, base sequence) below the smallest high watermark;
+    every segment must hold whole batches with valid CRCs only (segment_problems)."""
     hws: dict[int, int] = {}
     batches: dict[int, list[BatchHeader]] = {}
+    torn: list[str] = []
     for i, b in cluster.brokers.items():
         log_dirs = [Path(d) for d in b.settings()["log.dirs"].split(",")]
         found = [ld for ld in log_dirs if (ld / f"{topic}-{partition}").is_dir()]
@@ -809,7 +836,8 @@ def compare_replicas(cluster: Cluster, topic: str, partition: int) -> ReplicaChe
             (topic, partition), 0
         )
         batches[i] = read_batches(log_dir / f"{topic}-{partition}")
-    problems: list[str] = []
+        torn += [f"broker {i}: {t}" for t in segment_problems(log_dir / f"{topic}-{partition}")]
+    problems: list[str] = list(torn)
     if len(batches) < 2:
         problems.append(f"{topic}-{partition}: replicas on disk: {sorted(batches)}")
         return ReplicaCheck(partition, hws, 0, 0, problems)

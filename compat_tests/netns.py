@@ -165,7 +165,8 @@ def _setns(fd: int) -> None:
 
 class Network:
     def __init__(self) -> None:
-        self.tag = f"{PREFIX}{os.getpid()}"
+        self.pid = os.getpid()
+        self.tag = f"{PREFIX}{self.pid}"
         self.bridge = f"{self.tag}br"
         self.nodes: dict[str, int] = {}  # node -> host number in SUBNET
         self.started = False
