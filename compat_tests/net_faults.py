@@ -14,10 +14,10 @@ in each case is the reference (docs/cluster-testing.md):
 
 - part_leader_followers: a partition's leader cut from its followers (both ways).  It keeps
   its ZooKeeper session, so it stays leader; it shrinks its ISR to itself and answers
-  acks=all with NOT_ENOUGH_REPLICAS.  Checked: on the partitions it still leads at the heal
-  it acknowledges no offset at or above its high watermark at the cut (asked of it right
-  after the cut: no follower fetch reaches it any more).  Kafka acknowledges nothing there
-  either.
+  acks=all with NOT_ENOUGH_REPLICAS.  Checked: on the partitions it still leads at the heal,
+  no acknowledged offset is beyond what its followers hold (read from their segment files
+  1 s into the cut: they receive nothing more), i.e. nothing is acknowledged that only the
+  leader has.  Kafka acknowledges nothing of that kind either.
 - part_broker_peers: a random broker cut from the other brokers (ZooKeeper and clients still
   reach it): the same check for what it leads.
 - part_broker_zk: a broker that is not the controller cut from every ZooKeeper node (clients
@@ -58,7 +58,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from compat_tests.cluster import SESSION_TIMEOUT_S, Cluster, wait_until
+from compat_tests.cluster import SESSION_TIMEOUT_S, Cluster, read_batches, wait_until
 from compat_tests.net_cluster import OBSERVER, NetworkCluster, broker_node
 
 NETWORK_ACTIONS = {
@@ -126,22 +126,24 @@ def _led_by(ctx: FaultContext, broker: int, avoid: set[int] = frozenset()) -> li
     return sorted(p for p, i in _partitions(ctx, avoid).items() if i.leader == broker)
 
 
-def _high_watermarks(ctx: FaultContext, leader: int, partitions: list[int]) -> dict[int, int]:
-    """ListOffsets(latest) at ``leader`` (from the observer, never cut): {partition: its
-    high watermark}, for the partitions that answered without error."""
-    from compat_tests.invariants import list_offsets_v4_request, parse_list_offsets_v4
-
-    if not partitions:
-        return {}
-    epochs = dict.fromkeys(partitions, -1)
-    try:
-        body = ctx.cluster._roundtrip(
-            leader, lambda c: list_offsets_v4_request(c, ctx.topic, epochs), 2.0
-        )
-        answers = parse_list_offsets_v4(body)
-    except (OSError, AssertionError):
-        return {}
-    return {p: off for p, (err, off) in answers.items() if err == 0}
+def _follower_log_ends(ctx: FaultContext, partitions: list[int], leader: int) -> dict[int, int]:
+    """{partition: the highest log end offset among its followers}, read from their segment
+    files (whole batches only).  Called during a cut of the leader from its followers: they
+    append nothing for these partitions then, so this is what the ISR can hold."""
+    out = {}
+    for p in partitions:
+        ends = [0]
+        for i, disks in ctx.nc.log_disks.items():
+            if i == leader:
+                continue
+            for d in disks:
+                pdir = d.path / f"{ctx.topic}-{p}"
+                if pdir.is_dir():
+                    batches = read_batches(pdir)
+                    if batches:
+                        ends.append(batches[-1].last_offset + 1)
+        out[p] = max(ends)
+    return out
 
 
 def _acks_at_or_above(ctx: FaultContext, floor: dict[int, int]) -> int:
@@ -239,22 +241,23 @@ def inject_network(ctx: FaultContext, action: str, n: int) -> tuple[str, str]:
             led = _led_by(ctx, victim)
             for f in peers:
                 net.cut_both(broker_node(victim), broker_node(f))
-            # no follower fetch reaches it from now on: its high watermark is final
-            hw_at_cut = _high_watermarks(ctx, victim, led)
             hold = _long(rng)
-            _hold(ctx, hold)
+            time.sleep(1.0)  # appends under way when the cut came are done
+            # the followers receive nothing more: what they hold now is all the ISR can hold
+            held = _follower_log_ends(ctx, led, victim)
+            _hold(ctx, hold - 1.0)
             now = _partitions(ctx)
-            still = [p for p in led if p in now and now[p].leader == victim and p in hw_at_cut]
-            floor = {p: hw_at_cut[p] for p in still}
+            still = [p for p in led if p in now and now[p].leader == victim]
+            floor = {p: held[p] for p in still}
             above = _acks_at_or_above(ctx, floor)
             extra = (
-                f", held {hold:.1f} s, acknowledged at or above its high watermarks at the "
-                f"cut {floor}: {above}"
+                f", held {hold:.1f} s, acknowledged at or above its followers' log ends "
+                f"{floor}: {above}"
             )
             if above:
                 ctx.problem(
                     f"#{n} {action}: {what}: it acknowledged {above} acks=all writes on "
-                    f"{still} beyond what its followers had when cut off (Kafka: none)"
+                    f"{still} that no follower had (Kafka: none)"
                 )
             return f"#{n} {action}: {what} (leads {led}, controller {controller})", extra
         if action in ("part_broker_zk", "part_controller_zk"):
