@@ -278,3 +278,44 @@ def test_requests_answer_coordinator_not_available_while_the_store_is_unreachabl
 
     asyncio.run(main(False))
     asyncio.run(main(True))
+
+
+def test_coordination_that_moved_away_and_back_reads_the_store_again(tmp_path) -> None:
+    """Broker A coordinates "tx"; its session is lost (A cut off) and B coordinates meanwhile:
+    the producer's transaction commits at B and the next one begins there.  When A coordinates
+    again (the membership epoch moved, A still owns the id by the new membership), it must
+    answer from the store, not from what it cached before: answering EndTxn from its old
+    CompleteCommit would tell the producer 'committed' for a transaction still Ongoing at B
+    (found by the fault campaign: INVALID_TXN_STATE answered from a stale CompleteAbort)."""
+
+    async def main() -> None:
+        clock = ManualClock()
+        store = LocalStore(tmp_path, clock)
+        await store.start()
+        owner = coordinator_for("tx", [1, 2])
+        epoch_a = [1]
+        a = _coord(
+            store, clock, Markers(), broker_id=owner, membership=lambda: (epoch_a[0], [1, 2])
+        )
+        b = _coord(store, clock, Markers())  # the interim coordinator (sees only itself)
+        _, pid, epoch = await a.init_producer_id("tx", 60_000)
+        await a.add_partitions("tx", pid, epoch, TPS)
+        assert await a.end_txn("tx", pid, epoch, False) is ErrorCode.NONE
+        await _settle(a)  # A cached CompleteAbort
+        # A is cut off; B coordinates: a committed transaction, then an Ongoing one
+        await b.add_partitions("tx", pid, epoch, TPS)
+        assert await b.end_txn("tx", pid, epoch, True) is ErrorCode.NONE
+        await _settle(b)
+        assert await b.add_partitions("tx", pid, epoch, TPS[:1]) is ErrorCode.NONE
+        # A's session came back: the membership epoch moved, A owns "tx" again; the
+        # producer's EndTxn arrives before any event about it was handled
+        epoch_a[0] = 2
+        assert await a.end_txn("tx", pid, epoch, True) is ErrorCode.NONE  # the Ongoing one
+        await _settle(a)
+        state, _ = await TxnStateStore(store).load("tx")
+        assert state.state is ts.TxnState.COMPLETE_COMMIT
+        await a.stop()
+        await b.stop()
+        await store.close()
+
+    asyncio.run(main())

@@ -73,9 +73,15 @@ class TransactionCoordinator:
 
     # -- ownership -------------------------------------------------------------------------
     def coordinates(self, transactional_id: str) -> bool:
+        """Whether this broker coordinates the id now; every request asks first, so a moved
+        membership epoch drops the cached states before any is answered from
+        (check_membership)."""
         if self._membership is None:
             return True
-        return coordinator_for(transactional_id, self._membership()[1]) == self.broker_id
+        epoch, live = self._membership()
+        if epoch != self._membership_epoch:
+            self.check_membership()
+        return coordinator_for(transactional_id, live) == self.broker_id
 
     def _lock(self, tid: str) -> asyncio.Lock:
         return self._locks.setdefault(tid, asyncio.Lock())
@@ -343,17 +349,18 @@ class TransactionCoordinator:
                 log.info("transaction coordinator: %s failed: %s", step.__name__, e)
 
     def check_membership(self) -> None:
-        """The live brokers changed: forget the ids another broker coordinates now and take
-        up (in the background) the ones that moved here, finishing their prepared
-        transactions, as Kafka's coordinator does when it loads a transaction log partition."""
+        """The live brokers may have changed (the membership epoch moved, our own session
+        loss included): forget every cached state -- another broker may have coordinated an
+        id meanwhile, even one this broker coordinates again now -- and take up (in the
+        background) the ids owned now, finishing their prepared transactions, as Kafka's
+        coordinator reloads a transaction log partition it leads again."""
         if self._membership is None:
             return
         epoch = self._membership()[0]
         if epoch == self._membership_epoch:
             return
         self._membership_epoch = epoch
-        for tid in [t for t in self.txns if not self.coordinates(t)]:
-            self.txns.pop(tid, None)
+        self.txns.clear()
 
         async def take_up() -> None:
             try:
