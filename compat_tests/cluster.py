@@ -604,7 +604,8 @@ def read_topic(
 ) -> dict[int, list[tuple[int, bytes]]]:
     """Every record of the topic, {partition: [(offset, value)] in log order}, read with
     kafka-python (assign + seek_to_beginning) up to the end offsets seen at the start
-    (read_committed: the last stable offsets, aborted transactions left out)."""
+    (read_committed: the last stable offsets, aborted transactions left out).  Fails when
+    no position moved for ``timeout`` seconds (a long campaign's topic takes minutes)."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(
@@ -625,8 +626,12 @@ def read_topic(
         while any(consumer.position(tp) < end[tp] for tp in tps):
             if time.monotonic() > deadline:
                 short = {tp.partition: (consumer.position(tp), end[tp]) for tp in tps}
-                raise AssertionError(f"read_topic {topic}: (position, end) {short}")
+                raise AssertionError(
+                    f"read_topic {topic}: no progress for {timeout:.0f} s: (position, end) {short}"
+                )
             for tp, records in consumer.poll(timeout_ms=500, max_records=5000).items():
+                if records:
+                    deadline = time.monotonic() + timeout
                 out[tp.partition].extend((r.offset, r.value) for r in records)
         return out
     finally:
