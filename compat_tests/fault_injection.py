@@ -1,12 +1,20 @@
 """Bounded random fault injection on a 3-broker cluster (private ZooKeeper), then a checker.
 
     python -m compat_tests.fault_injection --minutes 10 [--seed 7] [--workdir DIR] [--keep]
+    python -m compat_tests.fault_injection --minutes 10 --network [--kinds a,b]   # root
 
 (compat_tests/test_cluster_fault_injection.py runs it for PYBROKER_FAULT_SECONDS, default
-120.)  Exit status 0 when every check passed, 1 otherwise.
+120, and with --network for a few partition and disk kinds.)  Exit status 0 when every check
+passed, 1 otherwise.
 
 Load: two kafka-python KafkaProducer(enable_idempotence=True, acks='all', retries huge)
-threads writing unique payloads round-robin to an RF=3 topic with min.insync.replicas=2.
+threads writing unique payloads round-robin to an RF=3 topic with min.insync.replicas=2; a
+confluent-kafka transactional producer (every third transaction aborted) and a kafka-python
+read_committed consumer on a second such topic (compat_tests/txn_load.py).
+
+With --network every process runs in a network namespace of its own (ZooKeeper as a 3-node
+ensemble, log dirs and ZooKeeper data on small tmpfs: compat_tests/net_cluster.py), and the
+network partitions and full disks of compat_tests/net_faults.py join the mix below.
 
 Faults, one at a time on a random broker, at most one broker down at any moment (each fault
 is undone and every ISR is full again before the next one, so min.insync.replicas=2 stays
@@ -39,10 +47,14 @@ After the last fault every ISR must be full again within RECOVERY_TIMEOUT.
 Checker, after the load stops:
 
 - every acknowledged record is read back exactly once, at the offset its acknowledgement gave;
-  per partition each producer's records are in send order; no payload appears twice;
+  per partition each producer's records are in send order; no payload appears twice; no
+  offset was acknowledged to two records (split brain);
+- transactions: no aborted record ever shown to read_committed, committed ones wholly visible,
+  those of unknown outcome all or nothing (txn_load.check_transactions);
 - every broker stops cleanly (SIGTERM, exit 0); then, from the log dirs, each partition's
   replicas hold identical batches (base/last offset, leader epoch, CRC, producer id, base
-  sequence) below the smallest high watermark in the replicas' replication-offset-checkpoint.
+  sequence) below the smallest high watermark in the replicas' replication-offset-checkpoint,
+  and every segment holds whole batches with valid CRCs only.
 """
 
 from __future__ import annotations
