@@ -112,7 +112,15 @@ def kafka(tmp_path_factory):
         java.classpath()
     except java.JavaDepsError as e:
         pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
-    ref = start_kafka(tmp_path_factory.mktemp("kafka"))
+    # an authorizer, so ACLs can be compared (ANONYMOUS, the PLAINTEXT listener's
+    # principal, is a super user: every other command is allowed as before)
+    ref = start_kafka(
+        tmp_path_factory.mktemp("kafka"),
+        overrides={
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:ANONYMOUS",
+        },
+    )
     try:
         yield ref
     finally:
@@ -290,6 +298,70 @@ def test_produce_to_one_partition_acks_and_errors(broker):
     assert line.startswith("error: UNKNOWN_TOPIC_OR_PARTITION: "), line
     line = failure(cli(b, "produce", unique("absent"), input="a\n"))
     assert line.startswith("error: UNKNOWN_TOPIC_OR_PARTITION: "), line
+
+
+def test_produce_batches_stay_under_batch_size(broker):
+    """A topic whose segments are smaller than one batch of every line refuses that batch
+    (RECORD_LIST_TOO_LARGE, as Kafka); --batch-size / -X batch.size split the lines into
+    batches under it, sent in order."""
+    b, topic = broker.bootstrap, unique("small-seg")
+    ok(cli(b, "topics", "create", topic, "-p", "1", "-c", "segment.bytes=2048"))
+    lines = "".join(f"key{i}:value number {i:04d} " + "x" * 40 + "\n" for i in range(100))
+    line = failure(cli(b, "produce", topic, "-k", ":", input=lines))
+    assert line.startswith("error: RECORD_LIST_TOO_LARGE: "), line
+    r = js(b, "produce", topic, "-k", ":", "--batch-size", "1500", input=lines)
+    assert r["partitions"] == [{"partition": 0, "records": 100, "first_offset": 0,
+                                "last_offset": 99}]  # fmt: skip
+    js(b, "-X", "batch.size=1500", "produce", topic, "-k", ":", "--compression", "gzip",
+       input=lines)  # fmt: skip
+    got = [
+        json.loads(x)
+        for x in ok(cli(b, "consume", topic, "--from-beginning", "-e", "--format", "json"))
+        .splitlines()
+    ]  # fmt: skip
+    assert [(x["offset"], x["key"]) for x in got] == [(i, f"key{i % 100}") for i in range(200)]
+    # the log holds many batches (not one), each under its segment
+    d = js(b, "topics", "describe", topic)
+    assert d["partitions"][0]["high_watermark"] == 200
+
+
+def test_consume_isolation_levels(broker):
+    """read_committed (Kafka's consumer setting) hides aborted and open transactions and stops
+    -e at the last stable offset; read_uncommitted, the default, shows every record."""
+    from confluent_kafka import Producer
+
+    b, topic = broker.bootstrap, unique("txn")
+    ok(cli(b, "topics", "create", topic, "-p", "1"))
+    producer = Producer({"bootstrap.servers": b, "transactional.id": unique("tx-cli")})
+    producer.init_transactions(30)
+    for values, commit in ((["c1", "c2"], True), (["a1"], False), (["c3"], True)):
+        producer.begin_transaction()
+        for v in values:
+            producer.produce(topic, v.encode())
+        producer.flush(30)  # (an abort drops what was not sent yet)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"open1")
+    producer.flush(30)
+    try:
+        read = ["consume", topic, "--from-beginning", "-e"]
+        assert ok(cli(b, *read, "--isolation-level", "read_committed")).split() == [
+            "c1",
+            "c2",
+            "c3",
+        ]
+        assert ok(cli(b, "-X", "isolation.level=read_committed", *read)).split() == [
+            "c1",
+            "c2",
+            "c3",
+        ]
+        assert ok(cli(b, *read)).split() == ["c1", "c2", "a1", "c3", "open1"]
+    finally:
+        producer.abort_transaction(30)
+    assert ok(cli(b, *read, "--isolation-level", "read_committed")).split() == ["c1", "c2", "c3"]
 
 
 def test_progress_only_on_a_terminal(broker):
@@ -847,3 +919,122 @@ def test_sasl_errors_name_kafkas_error(secured):
     # a typo in a setting is a usage error
     r = cli(b, "-X", "sasl.pasword=x", "topics", "list")
     assert r.returncode == 2 and "sasl.pasword" in r.stderr, describe(r)
+
+
+# -- acls and users ---------------------------------------------------------------------------
+
+
+def _acl_rows(out: str) -> set[tuple]:
+    return {tuple(r.values()) for r in rows(out)} if out.strip() else set()
+
+
+def test_acls_and_users_with_the_cli(secured):
+    b, admin = secured["bootstrap"], ["--command-config", str(secured["admin"])]
+    bob, prefix = unique("bob"), unique("bob-topics") + "-"
+    topic, other = prefix + "orders", unique("elsewhere")
+
+    def as_bob(mechanism: str = "SCRAM-SHA-256", password: str = "bob-secret") -> list[str]:
+        return ["-X", "security.protocol=SASL_SSL", "-X", f"sasl.mechanism={mechanism}",
+                "-X", f"sasl.username={bob}", "-X", f"sasl.password={password}",
+                "-X", f"ssl.ca.location={secured['certs'].ca}"]  # fmt: skip
+
+    # users: kafka-configs' syntax, two mechanisms at once
+    spec = "SCRAM-SHA-256=[iterations=8192,password=bob-secret],SCRAM-SHA-512=[password=bob-secret]"
+    ok(cli(b, *admin, "users", "add", bob, spec))
+    assert rows(ok(cli(b, *admin, "users", "describe", bob))) == [
+        {"USER": bob, "MECHANISM": "SCRAM-SHA-256", "ITERATIONS": "8192"},
+        {"USER": bob, "MECHANISM": "SCRAM-SHA-512", "ITERATIONS": "4096"},
+    ]
+    assert {"user": bob, "mechanism": "SCRAM-SHA-512", "iterations": 4096} in js(
+        b, *admin, "users", "list"
+    )
+    ok(cli(b, *as_bob(), "topics", "list"))  # bob logs in (no ACL needed to list nothing)
+    ok(cli(b, *admin, "topics", "create", topic))
+    ok(cli(b, *admin, "topics", "create", other))
+
+    # ACLs: a prefixed producer role for bob, found by --principal and by a match filter
+    added = ok(cli(b, *admin, "acls", "--add", "--allow-principal", f"User:{bob}", "--producer",
+                   "--topic", prefix, "--resource-pattern-type", "prefixed"))  # fmt: skip
+    expected = {
+        ("TOPIC", prefix, "PREFIXED", f"User:{bob}", "*", op, "ALLOW")
+        for op in ("CREATE", "DESCRIBE", "WRITE")
+    }
+    assert _acl_rows(added) == expected
+    assert _acl_rows(ok(cli(b, *admin, "acls", "list", "--principal", f"User:{bob}"))) == expected
+    matched = ok(cli(b, *admin, "acls", "list", "--topic", topic, "--resource-pattern-type",
+                     "match"))  # fmt: skip
+    assert expected <= _acl_rows(matched)
+    assert _acl_rows(ok(cli(b, *admin, "acls", "list", "--topic", prefix))) == set()  # literal
+
+    # bob may write under the prefix, not elsewhere; a deny entry wins over the allow
+    ok(cli(b, *as_bob(), "produce", topic, input="hello\n"))
+    line = failure(cli(b, *as_bob(), "produce", other, input="hello\n"))
+    assert line.startswith("error: TOPIC_AUTHORIZATION_FAILED: "), line
+    ok(cli(b, *admin, "acls", "add", "--deny-principal", f"User:{bob}", "--operation", "Write",
+           "--topic", topic))  # fmt: skip
+    line = failure(cli(b, *as_bob(), "produce", topic, input="hello\n"))
+    assert line.startswith("error: TOPIC_AUTHORIZATION_FAILED: "), line
+    removed = js(b, *admin, "acls", "remove", "--deny-principal", f"User:{bob}", "--operation",
+                 "Write", "--topic", topic)  # fmt: skip
+    assert [(r["permission"], r["operation"]) for r in removed] == [("DENY", "WRITE")]
+    ok(cli(b, *as_bob(), "produce", topic, input="again\n"))
+
+    # remove every ACL of the prefixed resource (no principal: all of them)
+    removed = js(b, *admin, "acls", "--remove", "--force", "--topic", prefix,
+                 "--resource-pattern-type", "prefixed")  # fmt: skip
+    assert {r["operation"] for r in removed} == {"CREATE", "DESCRIBE", "WRITE"}
+    assert js(b, *admin, "acls", "list", "--principal", f"User:{bob}") == []
+
+    # credentials removed per mechanism, then all
+    ok(cli(b, *admin, "users", "remove", bob, "--mechanism", "SCRAM-SHA-256"))
+    line = failure(cli(b, *as_bob(), "topics", "list"))
+    assert line.startswith("error: SASL_AUTHENTICATION_FAILED: "), line
+    ok(cli(b, *as_bob("SCRAM-SHA-512"), "topics", "list"))
+    assert js(b, *admin, "users", "remove", bob) == [
+        {"user": bob, "mechanism": "SCRAM-SHA-512", "status": "removed"}
+    ]
+    line = failure(cli(b, *admin, "users", "describe", bob))
+    assert line.startswith("error: RESOURCE_NOT_FOUND: "), line
+    # ANONYMOUS (the PLAINTEXT listener) may not describe the cluster's ACLs
+    line = failure(cli(secured["broker"].bootstrap, "acls", "list"))
+    assert line.startswith("error: CLUSTER_AUTHORIZATION_FAILED"), line
+
+
+def test_acls_need_an_authorizer(broker):
+    line = failure(cli(broker.bootstrap, "acls", "list"))
+    assert line.startswith("error: SECURITY_DISABLED: "), line
+
+
+def _acls_users_scenario(bootstrap: str, auth: list[str], user: str, topic: str) -> dict:
+    """acls and users commands whose answers both brokers must agree on."""
+    out: dict = {}
+    out["users_add"] = js(bootstrap, *auth, "users", "add", user,
+                          "SCRAM-SHA-256=[iterations=8192,password=s1]", "--mechanism",
+                          "SCRAM-SHA-512", "--password", "s2")  # fmt: skip
+    out["users_describe"] = js(bootstrap, *auth, "users", "describe", user)
+    out["users_list"] = [x for x in js(bootstrap, *auth, "users", "list") if x["user"] == user]
+    principal = f"User:{user}"
+    out["acls_add"] = js(bootstrap, *auth, "acls", "add", "--allow-principal", principal,
+                         "--consumer", "--topic", topic, "--group", topic + "-g",
+                         "--allow-host", "10.0.0.1")  # fmt: skip
+    out["acls_add_cluster"] = js(bootstrap, *auth, "acls", "add", "--deny-principal", principal,
+                                 "--operation", "Alter", "--cluster")  # fmt: skip
+    out["acls_list"] = js(bootstrap, *auth, "acls", "list", "--principal", principal)
+    out["acls_list_topic"] = js(bootstrap, *auth, "acls", "list", "--topic", topic)
+    out["acls_remove"] = js(bootstrap, *auth, "acls", "remove", "--force", "--topic", topic,
+                            "--group", topic + "-g", "--cluster")  # fmt: skip
+    out["acls_after"] = js(bootstrap, *auth, "acls", "list", "--principal", principal)
+    out["users_remove"] = js(bootstrap, *auth, "users", "remove", user)
+    out["users_gone"] = failure(cli(bootstrap, *auth, "users", "describe", user)).split(":")[1]
+    return out
+
+
+def test_acls_and_users_same_answers_as_kafka(secured, kafka):
+    user, topic = unique("carol"), unique("acl-topic")
+    ours = _acls_users_scenario(
+        secured["bootstrap"], ["--command-config", str(secured["admin"])], user, topic
+    )
+    theirs = _acls_users_scenario(kafka.bootstrap, [], user, topic)
+    assert ours == theirs
+    assert ours["users_gone"] == " RESOURCE_NOT_FOUND"
+    assert len(ours["acls_remove"]) == 4  # Read, Describe on the topic; Read on the group; Alter

@@ -1,7 +1,7 @@
 """Command line: ``pybroker serve [server.properties] [--override key=value ...]``.
 
-``pybroker topics|groups|produce|consume|cluster ...`` is the admin CLI (pybroker.cli), a Kafka
-client that works against pybroker and any Kafka broker.
+``pybroker topics|groups|produce|consume|cluster|acls|users ...`` is the admin CLI (pybroker.cli),
+a Kafka client that works against pybroker and any Kafka broker.
 
 ``pybroker add-scram [server.properties] [--override ...] 'SCRAM-SHA-256=[name=alice,
 password=alice-secret]' ...`` writes SCRAM credentials into the broker's metadata store

@@ -1,10 +1,13 @@
 """The composition root: builds the broker's parts and starts and stops them in order.
 
-start: data dir -> log recovery (LogManager) -> metadata store (ZooKeeper when
-zookeeper.connect is set, else the embedded store under log.dirs) -> Cluster (cluster id,
-registration, controller) -> logs for the partitions this broker leads -> group coordinator
-(groups known from committed offsets) -> the log cleaner's threads (pybroker/log/cleaner.py)
--> listeners -> periodic retention and recovery-point checkpoints.  stop runs the same steps backwards; a
+start: log dirs (LogManager: created, checked writable, recovered; none usable stops the
+start naming log.dirs) -> the listeners' ports bound, not yet accepting (a port in use stops
+the start naming listeners, before the broker registers or claims the controller role) ->
+metadata store (ZooKeeper when zookeeper.connect is set, else the embedded store under
+log.dirs) -> Cluster (cluster id, registration, controller) -> logs for the partitions this
+broker leads -> group coordinator (groups known from committed offsets) -> the log cleaner's
+threads (pybroker/log/cleaner.py) -> listeners accept -> periodic retention and
+recovery-point checkpoints.  stop runs the same steps backwards; a
 clean stop leaves the logs marked clean so the next start skips recovery scans.
 """
 
@@ -48,6 +51,7 @@ from pybroker.handlers.write_txn_markers import write_txn_markers
 from pybroker.http_server import HttpRequest, HttpResponse, HttpServer
 from pybroker.log import LogManager, PartitionLog, meta_properties
 from pybroker.log.cleaner import CleanerConfig, LogCleaner
+from pybroker.log.manager import OfflineLogDirError
 from pybroker.log.mover import LogDirMover
 from pybroker.log.partition_metadata import other_incarnation
 from pybroker.log.segment import DESCRIPTORS, descriptor_budget
@@ -170,7 +174,6 @@ class Broker:
         cfg = self.config
         self.loop_monitor.start()  # first, so a blocking start-up step shows too
         data_dir = cfg.data_dir
-        data_dir.mkdir(parents=True, exist_ok=True)
         soft, _ = raise_open_files_limit()
         log.info(
             "open files limit %d; at most %d segment files open at once",
@@ -178,7 +181,12 @@ class Broker:
             DESCRIPTORS.capacity,
         )
         self.logs = LogManager(cfg.log_dir_list, log_config(cfg, {}), self.clock)
-        await asyncio.to_thread(self.logs.load_all)
+        await asyncio.to_thread(self.logs.load_all)  # none usable: an error naming log.dirs
+        if not cfg.zookeeper_connect and self.logs.log_dir in self.logs.offline_dirs:
+            raise OfflineLogDirError(
+                f"log.dirs: the first log dir, {self.logs.log_dir}, holds the embedded metadata "
+                f"store and cannot be used: {self.logs.start_errors.get(self.logs.log_dir)}"
+            )
         for d in self.logs.online_dirs:  # a disk of another broker: refused, as Kafka does
             meta_properties.check_broker_id(d, cfg.broker_id)
         self.logs.dir_failure_listeners.append(self._on_log_dir_failure)
@@ -188,6 +196,24 @@ class Broker:
             rate=lambda: self.config.replica_alter_log_dirs_io_max_bytes_per_second,
             clock=self.clock,
         )
+        # the listeners' ports are bound before the broker registers or claims the controller
+        # role (a port in use stops it here, naming listeners); connections wait in the
+        # kernel's backlog until server.start() below
+        self.server = KafkaServer(
+            self,
+            cfg.listeners,
+            max_request_bytes=cfg.socket_request_max_bytes,
+            max_connections=cfg.max_connections,
+            ssl_contexts={
+                name: listener_security.ssl_context(cfg, name) for name in cfg.ssl_listeners
+            },
+            sasl={name: listener_security.listener_sasl(cfg, name) for name in cfg.sasl_listeners},
+            principal_rules=listener_security.principal_mapper(cfg),
+        )
+        await self.server.bind()
+        if cfg.metrics_listener is not None:
+            self.http = HttpServer(cfg.metrics_listener.host, cfg.metrics_listener.port)
+            await self.http.bind()
         self.store = make_store(cfg, data_dir, self.clock)
         await self.store.start()
         endpoints = [(e.listener, e.host, e.port) for e in cfg.advertised]
@@ -329,22 +355,10 @@ class Broker:
                 now_ms=self.clock.time_ms,
             )
             await self.authorizer.start()
-        self.server = KafkaServer(
-            self,
-            cfg.listeners,
-            max_request_bytes=cfg.socket_request_max_bytes,
-            max_connections=cfg.max_connections,
-            ssl_contexts={
-                name: listener_security.ssl_context(cfg, name) for name in cfg.ssl_listeners
-            },
-            sasl={name: listener_security.listener_sasl(cfg, name) for name in cfg.sasl_listeners},
-            principal_rules=listener_security.principal_mapper(cfg),
-        )
         self._apply_connection_limits()
         await self.server.start()
-        if cfg.metrics_listener is not None:
+        if self.http is not None:
             self.metrics.idle.start()
-            self.http = HttpServer(cfg.metrics_listener.host, cfg.metrics_listener.port)
             self.http.route("/metrics", self._metrics_route)
             if cfg.console_enable:
                 self.console = Console(self, cfg.console_lag_sample_interval_ms / 1000.0)
@@ -370,6 +384,7 @@ class Broker:
             and self.cluster is not None
             and self.replicas is not None
             and self.server is not None
+            and self.server.serving
         ):
             try:
                 await controlled_shutdown(

@@ -83,9 +83,9 @@ LOG_CONFIGS = frozenset(
         "compression.gzip.level",
         "compression.lz4.level",
         "compression.zstd.level",
+        "log.message.downconversion.enable",  # Fetch v0-3 (handlers/_down_conversion.py)
         # accepted, with no effect on pybroker's logs (README: topic configs without effect)
         "log.preallocate",
-        "log.message.downconversion.enable",
         "log.local.retention.ms",
         "log.local.retention.bytes",
     }

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
@@ -87,11 +88,29 @@ class HttpServer:
         best = max((p for p in self.prefixes if path.startswith(p)), key=len, default=None)
         return None if best is None else self.prefixes[best]
 
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._serve, self.host or None, self.port, limit=MAX_HEAD_BYTES, reuse_address=True
-        )
+    async def bind(self) -> None:
+        """Bind the port, serving nothing yet; a failure names ``metrics.listener``."""
+        if self._server is not None:
+            return
+        try:
+            self._server = await asyncio.start_server(
+                self._serve,
+                self.host or None,
+                self.port,
+                limit=MAX_HEAD_BYTES,
+                reuse_address=True,
+                start_serving=False,
+            )
+        except OSError as e:
+            why = os.strerror(e.errno) if e.errno else str(e)
+            raise OSError(
+                f"metrics.listener: cannot bind to {self.host}:{self.port}: {why}"
+            ) from None
         self.bound = self._server.sockets[0].getsockname()[:2]
+
+    async def start(self) -> None:
+        await self.bind()
+        await self._server.start_serving()
         log.info("HTTP listener on %s:%d", *self.bound)
 
     async def stop(self) -> None:

@@ -9,28 +9,33 @@ high watermark, acks=all completion), which they use:
 
 * :meth:`ReplicaManager.append_records`: per partition, leadership, Kafka's LogValidator
   (pybroker/log/validator.py: pure functions, run on the event loop for small batches and in
-  a worker thread for large or inflating ones), the topic's codec, min.insync.replicas, the
-  log append, then the flush policy and metrics; for acks=all it waits for the high watermark.
+  a worker thread for large or inflating ones; a Produce v0-2's message set of format v0/v1
+  converted to v2 first, pybroker/log/legacy_validator.py), the topic's codec,
+  min.insync.replicas, the log append, then the flush policy and metrics; for acks=all it
+  waits for the high watermark.
 * :meth:`ReplicaManager.read_from_log`: per partition, leadership and leader epoch, the
-  offset range, a follower's diverging epoch and fetch position, the isolation level's upper
-  bound, replication throttles, the log read (a file region), aborted transactions.
+  offset range (Fetch v0-2: a hard partition_max_bytes), a follower's diverging epoch and
+  fetch position, the isolation level's upper bound, replication throttles, the log read (a
+  file region), aborted transactions.
 * :meth:`ReplicaManager.append_txn_marker`: a transaction coordinator's COMMIT/ABORT marker,
   waited for as an acks=all produce.
 
 Everything runs on the event loop, which owns the partitions' state; only the validator's
-walk of a large batch and recompression run in a worker thread, on a batch no one else holds.
-A connection handles one request at a time and a request's partitions in order, so waiting
+walk of a large batch, recompression and converting a large or compressed v0/v1 message set
+run in a worker thread, on a batch no one else holds.  A connection handles one request at a time and a request's partitions in order, so waiting
 for the thread keeps each producer's per-partition order; leadership is checked again after.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from pybroker import topic_config
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.log.legacy_validator import up_convert
 from pybroker.log.validator import (
     LONG_MAX,
     RecordValidationError,
@@ -44,6 +49,7 @@ from pybroker.replication.manager import Replica
 from pybroker.replication.manager import ReplicaManager as PartitionReplicas
 from pybroker.wire.compression import DecompressedSizeError
 from pybroker.wire.records import (
+    COMPRESSION_MASK,
     COMPRESSION_NONE,
     COMPRESSION_TYPES,
     COMPRESSION_ZSTD,
@@ -53,6 +59,8 @@ from pybroker.wire.records import (
 )
 
 INLINE_BYTES = 64 * 1024  # records walked on the event loop per batch, at most
+MAGIC_OFFSET = 16  # of every entry: v0/v1 messages and v2 batches alike
+LEGACY_INLINE_BYTES = 16 * 1024  # uncompressed v0/v1 message sets converted on the loop
 READ_COMMITTED = 1
 
 
@@ -74,6 +82,7 @@ class FetchParams(NamedTuple):
     max_bytes: int  # for the whole response
     isolation_level: int = 0  # 1: read_committed
     check_diverging: bool = False  # Fetch v12+: compare last_fetched_epoch with ours
+    hard_max_bytes_limit: bool = False  # Fetch v0-2: no batch above partition_max_bytes
 
 
 class ReadPartition(NamedTuple):
@@ -99,6 +108,7 @@ class LogReadResult(NamedTuple):
     aborted_transactions: list[tuple[int, int]] | None = None  # (producer id, first offset)
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset) to truncate to
     idle: bool = False  # nothing to read: the fetcher is at the upper bound
+    hw_caught_up: bool = False  # a follower's fetch brought a new leader's HW to its epoch start
 
 
 _LEVELS = ("gzip", "lz4", "zstd")  # the codecs with a compression.<codec>.level
@@ -213,6 +223,34 @@ class ReplicaManager(PartitionReplicas):
                 out[i] = _settled(out[i], code)
         return out
 
+    async def _from_legacy(self, topic: str, partition: int, records: Any, version: int) -> Any:
+        """Produce v0-2 may carry message format v0/v1 (Kafka checks the magic from v3 only,
+        in ProduceRequest.validateRecords: INVALID_RECORD): one v2 batch with its records
+        (log/legacy_validator.py), converted on the loop when small and uncompressed, else in a
+        worker thread.  The records as they are when their first entry is not v0/v1."""
+        if records is None or len(records) <= MAGIC_OFFSET or records[MAGIC_OFFSET] >= 2:
+            return records
+        if version >= 3:
+            raise InvalidRecordError(
+                ErrorCode.INVALID_RECORD,
+                f"Produce requests with version {version} are only allowed to contain record"
+                " batches with magic version 2",
+            )
+        info = self.cluster.topics.get(topic)
+        if info is None:  # deleted a moment ago
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic}")
+        config = validation_config(self.config, info.configs, topic, partition)
+        convert = functools.partial(
+            up_convert,
+            records,
+            max_message_bytes=config.max_message_bytes,
+            max_uncompressed_bytes=config.max_uncompressed_bytes,
+            create_time=not config.log_append_time,
+        )
+        if len(records) <= LEGACY_INLINE_BYTES and not records[MAGIC_OFFSET + 1] & COMPRESSION_MASK:
+            return bytearray(convert())
+        return bytearray(await asyncio.get_running_loop().run_in_executor(None, convert))
+
     async def _append(
         self,
         topic: str,
@@ -227,6 +265,7 @@ class ReplicaManager(PartitionReplicas):
         try:
             self.leader_replica(topic, partition)
             try:
+                records = await self._from_legacy(topic, partition, records, version)
                 buf, batches = analyze_records(records)
             except InvalidRecordError as e:
                 raise KafkaError(e.code, str(e)) from None
@@ -347,7 +386,7 @@ class ReplicaManager(PartitionReplicas):
         """Read each partition in order from this broker's leader replica: (one result each,
         the bytes read).  ``params.max_bytes`` bounds the total and ``partition_max_bytes``
         each partition, except that the first batch of the first partition with records is
-        returned whole (KIP-74).  Followers (replica_id >= 0) read up to the log end and
+        returned whole (KIP-74; not with ``hard_max_bytes_limit``, Fetch v0-2).  Followers (replica_id >= 0) read up to the log end and
         record their position (ISR, high watermark); consumers up to the high watermark, or
         below the last stable offset for read_committed, which also get the aborted
         transactions overlapping what they read."""
@@ -355,7 +394,9 @@ class ReplicaManager(PartitionReplicas):
         total = 0
         out = []
         for p in partitions:
-            result = self._read(params, p, remaining, total == 0)
+            result = self._read(
+                params, p, remaining, total == 0 and not params.hard_max_bytes_limit
+            )
             if result.records is not None:
                 total += result.records.size
                 remaining -= result.records.size
@@ -374,8 +415,8 @@ class ReplicaManager(PartitionReplicas):
             if p.topic_id is not None and log.topic_id is not None and log.topic_id != p.topic_id:
                 raise KafkaError(ErrorCode.INCONSISTENT_TOPIC_ID)
             offset = p.fetch_offset
-            if offset < log.log_start_offset or offset > log.log_end_offset:
-                raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+            # the diverging epoch first, as Kafka's fetchRecords: a follower whose divergent
+            # tail runs past our log end truncates at once rather than after OUT_OF_RANGE
             diverging = None
             if params.check_diverging and p.last_fetched_epoch >= 0:
                 # the fetcher's last fetched epoch disagrees with our log (KIP-595 style)
@@ -384,8 +425,11 @@ class ReplicaManager(PartitionReplicas):
                 )
                 if epoch != p.last_fetched_epoch or end < offset:
                     diverging = (epoch, end)
+            if diverging is None and (offset < log.log_start_offset or offset > log.log_end_offset):
+                raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+            caught_up = False
             if replica_id >= 0 and diverging is None:
-                self.record_follower_fetch(replica, replica_id, offset)
+                caught_up = self.record_follower_fetch(replica, replica_id, offset)
             # Followers copy up to the log end; consumers see only what the ISR holds,
             # read_committed ones only what no open transaction may still abort.
             hw = log.high_watermark
@@ -432,6 +476,7 @@ class ReplicaManager(PartitionReplicas):
                 aborted,
                 diverging,
                 idle=diverging is None and region is None and offset >= upper,
+                hw_caught_up=caught_up,
             )
         except KafkaError as e:
             if e.code == ErrorCode.OFFSET_OUT_OF_RANGE and log is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 import socket
 import ssl
 from collections.abc import Callable
@@ -65,6 +66,7 @@ class KafkaServer:
         self.ssl_contexts = ssl_contexts or {}  # SSL listeners' server contexts, by name
         self.sasl = sasl or {}  # SASL listeners' settings, by name
         self.principal_rules = principal_rules  # a client certificate's DN -> principal name
+        self._serving = False
 
     def _ip_limit(self, ip: str) -> int:
         return self.max_connections_per_ip_overrides.get(ip, self.max_connections_per_ip)
@@ -102,18 +104,39 @@ class KafkaServer:
         self.connections.add(conn)
         return conn
 
-    async def start(self) -> None:
+    @property
+    def serving(self) -> bool:
+        """True once ``start`` accepts connections (until ``stop``)."""
+        return self._serving
+
+    async def bind(self) -> None:
+        """Bind every listener's sockets, accepting nothing yet (Kafka's SocketServer binds
+        when it is made and serves later): the broker binds before it registers or claims the
+        controller role, so a port in use stops it before it touches the cluster.  A bind
+        failure is a :class:`ListenerBindError` naming ``listeners``."""
+        if self._sockets:
+            return
         self._loop = loop = asyncio.get_running_loop()
         try:
             for ep in self.endpoints:
-                for sock in await _listen(loop, ep.host or None, ep.port):
+                try:
+                    socks = await _listen(loop, ep.host or None, ep.port)
+                except OSError as e:
+                    raise ListenerBindError(ep, e) from None
+                for sock in socks:
                     self._sockets.append(sock)
                     self._listener_of[sock.fileno()] = ep.listener
                     self.bound.append(sock.getsockname()[:2])
-                    loop.add_reader(sock.fileno(), self._accept, sock)
         except BaseException:
             self._close_sockets()
             raise
+
+    async def start(self) -> None:
+        """Accept connections on every listener (binding first if ``bind`` was not called)."""
+        await self.bind()
+        for sock in self._sockets:
+            self._loop.add_reader(sock.fileno(), self._accept, sock)
+        self._serving = True
         log.info("listening on %s", ", ".join(f"{h}:{p}" for h, p in self.bound))
 
     # -- accepting ---------------------------------------------------------------------------
@@ -201,7 +224,7 @@ class KafkaServer:
                 self._closed(made[0], ip)
             elif not made:
                 self._release(ip)
-            log.warning("could not set up an accepted connection: %s", e)
+            _log_setup_failure(e, listener, ip, context is not None)
 
     def _pause(self, sock: socket.socket, e: OSError) -> None:
         fd = sock.fileno()
@@ -239,6 +262,7 @@ class KafkaServer:
         self._throttled_sockets.clear()
 
     async def stop(self) -> None:
+        self._serving = False
         self._close_sockets()
         for task in list(self._accepting_tasks):
             task.cancel()
@@ -269,12 +293,7 @@ async def _listen(
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            try:
-                sock.bind(addr)
-            except OSError as e:
-                raise OSError(
-                    e.errno, f"error while attempting to bind on address {addr!r}: {e.strerror}"
-                ) from None
+            sock.bind(addr)
             sock.listen(BACKLOG)
             sock.setblocking(False)
     except BaseException:
@@ -284,6 +303,50 @@ async def _listen(
     if not socks:
         raise OSError(f"no address to listen on for {host}:{port}")
     return socks
+
+
+_CLIENT_WENT_AWAY = (ConnectionResetError, BrokenPipeError, ssl.SSLEOFError)
+
+
+def _log_setup_failure(e: OSError, listener: str | None, ip: str | None, tls: bool) -> None:
+    """Why an accepted connection was never served, at the level it deserves: a client that
+    closed (or reset) before the TLS handshake ended is its own business (DEBUG); a failed
+    handshake is the client's misconfiguration, logged at INFO as Kafka logs "Failed
+    authentication ... (SSL handshake failed)"; anything else (no descriptor left) is ours."""
+    who = f"{ip or 'a client'} on the {listener or '?'} listener"
+    if isinstance(e, _CLIENT_WENT_AWAY) or (isinstance(e, ConnectionAbortedError) and not str(e)):
+        log.debug(
+            "%s closed the connection%s", who, " before the TLS handshake completed" if tls else ""
+        )
+    elif isinstance(e, ssl.SSLError):
+        log.info("TLS handshake with %s failed: %s", who, e.reason or e)
+    elif tls and isinstance(e, (ConnectionAbortedError, TimeoutError)):  # the handshake timeout
+        log.info("TLS handshake with %s failed: %s", who, e)
+    else:
+        log.warning("could not set up a connection from %s: %s", who, e or type(e).__name__)
+
+
+class ListenerBindError(OSError):
+    """A listener's port cannot be bound: the message names ``listeners`` and the address."""
+
+    def __init__(self, endpoint: Endpoint, cause: OSError) -> None:
+        host = endpoint.host or "every interface"
+        reason = os.strerror(cause.errno) if cause.errno else str(cause)
+        hint = ""
+        if cause.errno == errno.EADDRINUSE:
+            hint = " (another process listens there: stop it, or give another port in listeners)"
+        elif cause.errno == errno.EADDRNOTAVAIL:
+            hint = " (no interface of this host has that address)"
+        elif cause.errno == errno.EACCES:
+            hint = " (ports below 1024 need privileges)"
+        self.message = (
+            f"listeners: the {endpoint.listener} listener cannot bind to "
+            f"{host}:{endpoint.port}: {reason}{hint}"
+        )
+        super().__init__(cause.errno, self.message)
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class _Refused(asyncio.Protocol):

@@ -46,12 +46,27 @@ def test_a_sasl_listener_without_a_served_mechanism_is_refused(base, listeners):
 
 
 def test_an_ssl_listener_without_a_pem_key_store_is_refused(base):
-    """SSL listeners are served (tests/test_tls.py); one without a key store cannot be, and
-    Kafka's default store type (JKS) is not read here: the key is named."""
+    """SSL listeners are served (tests/test_tls.py); one without a key store cannot be: the
+    missing key is named (not ssl.keystore.type, whose default JKS is not the fault when there
+    is no store at all), and a JKS store given is refused naming its type."""
+    for extra in ({}, {"ssl.keystore.type": "PEM"}):
+        with pytest.raises(ConfigError) as e:
+            build_config({**base, "listeners": "SSL://127.0.0.1:9093", **extra})
+        assert str(e.value).startswith("missing configuration key 'ssl.keystore.location'")
+        assert "ssl.keystore.type'" not in str(e.value)
     with pytest.raises(ConfigError, match=r"'ssl.keystore.type'.*PEM"):
-        build_config({**base, "listeners": "SSL://127.0.0.1:9093"})
-    with pytest.raises(ConfigError, match=r"'ssl.keystore.location'"):
-        build_config({**base, "listeners": "SSL://127.0.0.1:9093", "ssl.keystore.type": "PEM"})
+        build_config(
+            {**base, "listeners": "SSL://127.0.0.1:9093", "ssl.keystore.location": "ks.jks"}
+        )
+    with pytest.raises(ConfigError, match=r"missing configuration key 'ssl.keystore.key'"):
+        build_config(
+            {
+                **base,
+                "listeners": "SSL://127.0.0.1:9093",
+                "ssl.keystore.type": "PEM",
+                "ssl.keystore.certificate.chain": "x",
+            }
+        )
 
 
 def test_a_custom_listener_name_takes_its_protocol_from_the_map(base):
@@ -67,7 +82,7 @@ def test_a_custom_listener_name_takes_its_protocol_from_the_map(base):
     assert ok.inter_broker_listener == "INTERNAL"
     with pytest.raises(ConfigError, match=r"'listener.security.protocol.map'.*EXTERNAL"):
         build_config({**base, "listeners": "EXTERNAL://127.0.0.1:9093"})  # not in the map
-    with pytest.raises(ConfigError, match=r"'ssl.keystore.type'"):  # SASL_SSL: TLS too
+    with pytest.raises(ConfigError, match=r"'ssl.keystore.location'"):  # SASL_SSL: TLS too
         build_config(
             {
                 **base,
@@ -116,7 +131,7 @@ def test_serve_refuses_to_start_naming_the_key(tmp_path):
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode != 0
-    assert "'ssl.keystore.type'" in proc.stderr
+    assert "missing configuration key 'ssl.keystore.location'" in proc.stderr
     assert "pybroker started" not in proc.stderr
 
 

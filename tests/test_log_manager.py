@@ -190,3 +190,31 @@ def test_a_deleted_partition_holds_no_descriptor_while_it_awaits_removal(tmp_pat
     mgr.delete("t", 0)
     assert held() == []
     mgr.close()
+
+
+def test_concurrent_checkpoints_never_take_a_healthy_dir_offline(tmp_path, clock):
+    """The periodic checkpoint runs in a worker thread (broker._checkpoint_loop -> flush_all)
+    while the loop checkpoints after a replica move or DeleteRecords: both wrote the same
+    ``.tmp`` file, and the second rename failed with ENOENT, taking the dir offline."""
+    import threading
+
+    mgr = LogManager(tmp_path, LogConfig(), clock)
+    for p in range(20):
+        append(mgr.get_or_create("t", p))
+    start = threading.Barrier(4)
+
+    def hammer():
+        start.wait()
+        for _ in range(200):
+            mgr.checkpoint()
+
+    threads = [threading.Thread(target=hammer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert mgr.offline_dirs == set()
+    assert read_checkpoint(tmp_path / RECOVERY_POINT_CHECKPOINT) == {
+        ("t", p): mgr.logs[("t", p)].recovery_point for p in range(20)
+    }
+    assert not list(tmp_path.glob("*.tmp"))

@@ -1,4 +1,4 @@
-"""CreateTopics v2..v7 and InitProducerId v0..v4 against a real broker over TCP (Kafka as
+"""CreateTopics v0..v7 and InitProducerId v0..v4 against a real broker over TCP (Kafka as
 the spec)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from broker_fixture import (
     unique_topic,
 )
 
-VERSIONS = range(2, 8)
+VERSIONS = range(0, 8)  # as Kafka 3.9 (4.0 removed v0-1)
 ZERO_UUID = uuid.UUID(int=0)
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
 
@@ -221,7 +221,7 @@ def test_every_kafka_topic_config_is_accepted_and_reported(client):
     assert got["message.format.version"] == ("3.0-IV1", DEFAULT_CONFIG)
 
 
-@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("version", VERSIONS[1:])  # v0 has no validate_only
 def test_validate_only_creates_nothing(client, version):
     name = unique_topic()
     r = create_one(client, version, name, partitions=4, validate_only=True)
@@ -235,6 +235,22 @@ def test_validate_only_creates_nothing(client, version):
     # the name is still free
     assert create_one(client, version, name, partitions=2)["error_code"] == NONE
     assert partitions_of(client, name) == 2
+
+
+def test_v0_has_no_validate_only_and_no_error_message(client):
+    name = unique_topic()
+    body = client.request(
+        CREATE_TOPICS,
+        0,
+        {"topics": [creatable(name, 2)], "timeout_ms": 10000, "validate_only": True},
+    )
+    (r,) = body["topics"]
+    assert r["error_code"] == NONE  # validate_only is not on the wire in v0: created
+    assert partitions_of(client, name) == 2
+    (r,) = create(client, 0, [creatable(name, 2)])
+    assert r["error_code"] == TOPIC_ALREADY_EXISTS and r.get("error_message") is None
+    (r,) = create(client, 1, [creatable(name, 2)])
+    assert r["error_code"] == TOPIC_ALREADY_EXISTS and "already exists" in r["error_message"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)

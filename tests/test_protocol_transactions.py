@@ -60,7 +60,9 @@ def produce(client, topic, partition, records, transactional_id="tx", version=8)
     return body["responses"][0]["partition_responses"][0]
 
 
-def write_markers(client, markers: list[tuple[int, int, bool, list[tuple[str, int]]]], coord=0):
+def write_markers(
+    client, markers: list[tuple[int, int, bool, list[tuple[str, int]]]], coord=0, version=1
+):
     """markers: (producer id, epoch, committed, partitions); {(pid, topic, partition): error}."""
     req = {
         "markers": [
@@ -77,7 +79,7 @@ def write_markers(client, markers: list[tuple[int, int, bool, list[tuple[str, in
             for pid, epoch, committed, parts in markers
         ]
     }
-    body = client.request(WRITE_TXN_MARKERS, 1, req)
+    body = client.request(WRITE_TXN_MARKERS, version, req)
     return {
         (m["producer_id"], t["name"], p["partition_index"]): p["error_code"]
         for m in body["markers"]
@@ -244,10 +246,19 @@ def test_read_committed_long_poll_wakes_when_the_transaction_commits(client, bro
     assert result["p"]["last_stable_offset"] == 2
 
 
-def test_write_txn_markers_is_advertised(client):
+def test_write_txn_markers_v0_and_v1(client, topic):
     body = client.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
     keys = {k["api_key"]: (k["min_version"], k["max_version"]) for k in body["api_keys"]}
-    assert keys[WRITE_TXN_MARKERS] == (1, 1)  # brokers send v1 since Kafka 2.8
+    assert keys[WRITE_TXN_MARKERS] == (0, 1)  # as Kafka 3.9 (v0: coordinators before 2.8)
+    a = client.init_producer_id()["producer_id"]
+    b = client.init_producer_id()["producer_id"]
+    assert produce(client, topic, 0, txn_batch(a, 0, [b"a"]))["error_code"] == NONE
+    assert produce(client, topic, 0, txn_batch(b, 0, [b"b"]))["error_code"] == NONE
+    assert write_markers(client, [(a, 0, False, [(topic, 0)])], version=0) == {(a, topic, 0): NONE}
+    assert write_markers(client, [(b, 0, True, [(topic, 0)])], version=0) == {(b, topic, 0): NONE}
+    p = fetch(client, topic, 0, 0, READ_COMMITTED)
+    assert p["last_stable_offset"] == 4
+    assert committed_values(p) == [b"b"]
 
 
 def test_restart_keeps_the_open_transaction_and_the_aborted_index(start_broker):

@@ -12,7 +12,9 @@ message names and the message-level ``flexibleVersions``.
 Versions we declare below the spec's ``validVersions`` (Kafka 4.0 removed some old versions
 from its specs; older clients still send them) cannot be checked against the spec; those are
 checked against kafka-python's legacy hand-written classes in ``kafka.protocol.old`` instead
-(field order, names, nesting and wire types).
+(field order, names, nesting and wire types), and, like every other declared version Kafka 3.9
+knows, field by field against Kafka 3.9.0's own specs, read from the kafka-clients jar that
+scripts/fetch-java-deps caches (skipped without it).
 """
 
 from __future__ import annotations
@@ -305,7 +307,7 @@ def test_comparison_reports_wrong_flexible_versions_and_key() -> None:
 
 # --------------------------------------------------------------------------- below validVersions
 
-_LEGACY_MODULES = ("produce", "admin", "offset_for_leader_epoch")
+_LEGACY_MODULES = ("produce", "admin", "offset_for_leader_epoch", "fetch", "list_offsets", "commit")
 
 
 def _legacy_class(name: str, version: int):
@@ -365,7 +367,12 @@ def compare_legacy(fields: tuple[Field, ...], schema, version: int, msg: str, pa
 
 # Kafka 3.x's specs say "Version 1 is the same as version 0" and kafka-python has no legacy
 # class: v0 must be laid out exactly as v1 (which the spec checks above cover).
-_SAME_AS_NEXT_VERSION = {"AlterReplicaLogDirsRequest", "AlterReplicaLogDirsResponse"}
+_SAME_AS_NEXT_VERSION = {
+    "AlterReplicaLogDirsRequest",
+    "AlterReplicaLogDirsResponse",
+    "WriteTxnMarkersRequest",  # Kafka 3.9: "Version 1 enables flexible versions."
+    "WriteTxnMarkersResponse",
+}
 
 
 def _layout(fields: tuple[Field, ...], version: int) -> list:
@@ -391,16 +398,27 @@ def test_below_spec_versions_exist() -> None:
     assert got == [
         ("AlterReplicaLogDirs", 0),
         ("CreateAcls", 0),
+        ("CreateTopics", 0),
+        ("CreateTopics", 1),
         ("DeleteAcls", 0),
         ("DeleteTopics", 0),
         ("DescribeAcls", 0),
         ("DescribeConfigs", 0),
         ("DescribeLogDirs", 0),
+        ("Fetch", 0),
+        ("Fetch", 1),
+        ("Fetch", 2),
+        ("Fetch", 3),
+        ("ListOffsets", 0),
+        ("OffsetCommit", 0),
+        ("OffsetCommit", 1),
+        ("OffsetFetch", 0),
         ("OffsetForLeaderEpoch", 0),
         ("OffsetForLeaderEpoch", 1),
         ("Produce", 0),
         ("Produce", 1),
         ("Produce", 2),
+        ("WriteTxnMarkers", 0),
     ]
 
 
@@ -420,3 +438,50 @@ def test_below_spec_versions_match_legacy_classes(msg: Message, version: int) ->
     assert cls.API_VERSION == version
     errors = compare_legacy(msg.fields, cls.SCHEMA, version, msg.name)
     assert not errors, "\n".join(errors)
+
+
+# --------------------------------------------------------------------------- Kafka 3.9's own specs
+
+# Kafka 3.9 still serves the versions 4.0 removed (KIP-896), and its kafka-clients jar ships its
+# message specs: every declared version Kafka 3.9 knows is checked against them, the old ones
+# field by field like the rest (scripts/fetch-java-deps puts the jar under .cache/java/).
+_ROOT = Path(__file__).resolve().parent.parent
+_KAFKA_39_JARS = sorted(_ROOT.glob(".cache/java/kafka-3.9*/lib/kafka-clients-3.9*.jar"))
+
+
+@cache
+def _kafka_39_spec(name: str) -> dict[str, Any] | None:
+    import zipfile
+
+    with zipfile.ZipFile(_KAFKA_39_JARS[0]) as jar:
+        try:
+            text = jar.read(f"common/message/{name}.json").decode()
+        except KeyError:
+            return None
+    return json.loads(strip_comments(text))
+
+
+@pytest.mark.skipif(
+    not _KAFKA_39_JARS, reason="no kafka-clients 3.9 jar: run scripts/fetch-java-deps"
+)
+@pytest.mark.parametrize("a", sorted(SCHEMAS.by_key.values(), key=lambda a: a.key),
+                         ids=lambda a: f"{a.key}-{a.name}")  # fmt: skip
+def test_api_matches_kafka_39_spec(a) -> None:
+    errors = []
+    for msg in (a.request, a.response):
+        spec = _kafka_39_spec(msg.name)
+        assert spec is not None, f"Kafka 3.9 has no spec {msg.name}"
+        errors += compare_message(msg, spec)
+    assert not errors, "\n".join(errors)
+
+
+@pytest.mark.skipif(
+    not _KAFKA_39_JARS, reason="no kafka-clients 3.9 jar: run scripts/fetch-java-deps"
+)
+def test_every_version_kafka_39_defines_below_ours_is_declared() -> None:
+    # what Kafka 3.9 serves (tests/test_kafka39_versions.py) must be declared here first
+    for a in SCHEMAS.by_key.values():
+        for msg in (a.request, a.response):
+            spec = _kafka_39_spec(msg.name)
+            assert spec is not None
+            assert msg.versions.lo <= vr(spec["validVersions"]).lo, (msg.name, msg.versions)

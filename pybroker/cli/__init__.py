@@ -1,5 +1,5 @@
-"""The admin CLI (``pybroker topics|groups|produce|consume|cluster``): a Kafka client over the
-project's own codec, for pybroker and any Kafka broker.
+"""The admin CLI (``pybroker topics|groups|produce|consume|cluster|acls|users``): a Kafka client
+over the project's own codec, for pybroker and any Kafka broker.
 
 ``add_parsers(sub, common)`` registers the commands on the ``pybroker`` parser; ``run(args)``
 runs the one parsed and returns the exit code: 0 on success, 1 on a Kafka error (one line on
@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from pybroker.cli import cluster, consume, groups, produce, security, topics
+from pybroker.cli import acls, cluster, consume, groups, produce, security, topics, users
 from pybroker.cli.client import DEFAULT_BOOTSTRAP, Client, ClientError, KafkaCliError, UsageError
 
 MODULES = {
@@ -21,6 +21,8 @@ MODULES = {
     "produce": produce,
     "consume": consume,
     "cluster": cluster,
+    "acls": acls,
+    "users": users,
 }
 ENV_BOOTSTRAP = "PYBROKER_BOOTSTRAP"
 
@@ -73,10 +75,11 @@ def run(args: argparse.Namespace) -> int:
     )
     client = None
     try:
-        sec, timeout_s = security.load(
+        settings = security.load(
             getattr(args, "command_config", None), getattr(args, "client_settings", None) or []
         )
-        client = Client(bootstrap, security=sec, timeout_s=timeout_s or 30.0)
+        args.client_config = settings.commands  # batch.size, isolation.level
+        client = Client(bootstrap, security=settings.security, timeout_s=settings.timeout_s or 30.0)
         return MODULES[args.command].run(client, args)
     except UsageError as e:
         print(f"pybroker {args.command}: error: {e}", file=sys.stderr)

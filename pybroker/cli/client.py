@@ -50,6 +50,21 @@ class ClientError(Exception):
     """Not a Kafka error code: the broker cannot be reached or speaks an unexpected protocol."""
 
 
+class _Closed(Exception):
+    """The broker closed the connection (EOF or reset) while a response was awaited."""
+
+
+SECURITY_HINT = (
+    "pass --command-config FILE or -X security.protocol=SSL|SASL_PLAINTEXT|SASL_SSL "
+    "(with ssl.ca.location, sasl.mechanism, sasl.username, sasl.password; see docs/cli.md)"
+)
+
+
+def _is_tls_record(head: bytes) -> bool:
+    """A TLS record header (alert 0x15 or handshake 0x16, version 3.x), not a Kafka size."""
+    return len(head) >= 3 and head[0] in (0x15, 0x16) and head[1] == 0x03 and head[2] <= 0x04
+
+
 class UsageError(Exception):
     """A command line that parses but cannot be run as given (exit code 2)."""
 
@@ -128,6 +143,7 @@ class Connection:
         self._sock: socket.socket | None = None
         self._ids = itertools.count(1)
         self.versions: dict[int, tuple[int, int]] = {}
+        self._answered: list[int] = []  # api keys answered on this connection, in order
 
     @property
     def address(self) -> str:
@@ -139,13 +155,22 @@ class Connection:
         except OSError as e:
             raise ClientError(f"cannot connect to {self.address}: {e.strerror or e}") from e
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._answered = []
         sec = self.security
         if sec is not None and sec.ssl is not None:
             try:
                 self._sock = sec.ssl.wrap_socket(self._sock, server_hostname=self.host)
             except (OSError, ssl.SSLError) as e:
                 self.close()
-                raise ClientError(f"TLS handshake with {self.address} failed: {e}") from e
+                hint = ""
+                if isinstance(e, (ssl.SSLEOFError, ConnectionResetError)) or "WRONG_VERSION" in str(
+                    e
+                ):  # a plaintext listener reads the ClientHello as a huge frame and closes
+                    hint = (
+                        f"; the listener at {self.address} may not use TLS: check its port and "
+                        "security.protocol (PLAINTEXT or SASL_PLAINTEXT for a plaintext listener)"
+                    )
+                raise ClientError(f"TLS handshake with {self.address} failed: {e}{hint}") from e
         # ApiVersions v3 (KIP-511); a broker that does not know v3 answers in v0 with
         # UNSUPPORTED_VERSION and its ranges, so ask again at v0.
         r = self._roundtrip(
@@ -163,6 +188,12 @@ class Connection:
     def _login(self, mechanism: str, username: str, password: str) -> None:
         """SaslHandshake then SaslAuthenticate (KIP-152), as Kafka's clients log in."""
         _, r = self.request(SASL_HANDSHAKE, {"mechanism": mechanism})
+        if r["error_code"] == ErrorCode.ILLEGAL_SASL_STATE:  # Kafka's answer on a non-SASL one
+            raise KafkaCliError(
+                r["error_code"],
+                f"the listener at {self.address} does not use SASL: check its port and "
+                "security.protocol (PLAINTEXT or SSL for a listener without SASL)",
+            )
         if r["error_code"]:
             enabled = ", ".join(r.get("mechanisms") or [])
             raise KafkaCliError(
@@ -232,26 +263,62 @@ class Connection:
             sock.sendall(frame)
             if not expect_response:
                 return {}
-            size = int.from_bytes(self._read(4), "big", signed=True)
+            head = self._read(4)
+            if _is_tls_record(head) and not self._tls:
+                raise ClientError(
+                    f"the listener at {self.address} answered in TLS: it requires TLS; "
+                    f"{SECURITY_HINT}"
+                )
+            size = int.from_bytes(head, "big", signed=True)
             if size < 4:
                 raise ClientError(f"bad frame size {size} from {self.address}")
             data = self._read(size)
             got, response = codec.decode_response(api_key, version, data)
+        except _Closed as e:
+            self.close()
+            raise ClientError(self._closed_message()) from e
         except (OSError, DecodeError) as e:
             self.close()
             raise ClientError(f"request to {self.address} failed: {e}") from e
         if got != cid:
             self.close()
             raise ClientError(f"{self.address} answered correlation id {got}, expected {cid}")
+        self._answered.append(api_key)
         return response
+
+    @property
+    def _tls(self) -> bool:
+        return self.security is not None and self.security.ssl is not None
+
+    @property
+    def _sasl(self) -> bool:
+        return self.security is not None and self.security.sasl is not None
+
+    def _closed_message(self) -> str:
+        """Why the broker may have closed the connection: a TLS listener closes a plaintext
+        client at its first request; a SASL listener answers ApiVersions and closes at the
+        first request other than the SASL ones (as Kafka's SaslServerAuthenticator does)."""
+        if not self._answered and not self._tls:
+            need = "TLS or SASL"
+        elif self._answered and set(self._answered) == {API_VERSIONS} and not self._sasl:
+            need = "SASL"
+        else:
+            return f"the broker at {self.address} closed the connection"
+        return (
+            f"the broker closed the connection: the listener at {self.address} may require "
+            f"{need}; {SECURITY_HINT}"
+        )
 
     def _read(self, n: int) -> bytes:
         assert self._sock is not None
         buf = bytearray()
         while len(buf) < n:
-            chunk = self._sock.recv(min(n - len(buf), 1 << 20))
+            try:
+                chunk = self._sock.recv(min(n - len(buf), 1 << 20))
+            except ConnectionResetError as e:
+                raise _Closed() from e
             if not chunk:
-                raise ClientError(f"{self.address} closed the connection")
+                raise _Closed()
             buf += chunk
         return bytes(buf)
 

@@ -8,9 +8,14 @@ used without joining it (manual assignment, as ``assign()`` in a Java consumer):
 offsets are read with OffsetFetch and the positions reached are committed with OffsetCommit
 (generation -1) every 5 s and at exit, so the group must have no active members.
 
-Fetch v4+ (read_uncommitted) goes to each partition's leader; control batches are skipped.
-``-e`` stops once every partition has reached the high watermark it reported; ``-n N`` stops
-after N records; otherwise it follows until interrupted (exit 0).  A leader that goes away or
+Fetch v4+ goes to each partition's leader; control batches are skipped.  ``--isolation-level``
+is Kafka's consumer setting: ``read_uncommitted`` (default, as kafka-console-consumer) reads up
+to the high watermark; ``read_committed`` reads up to the last stable offset and drops the
+batches of aborted transactions, as Kafka's consumer does (the Fetch answer's
+aborted_transactions: a producer's transactional batches from an aborted transaction's first
+offset up to its ABORT marker).  ``-e`` stops once every partition has reached the end it
+reported (high watermark, or last stable offset with read_committed); ``-n N`` stops after N
+records; otherwise it follows until interrupted (exit 0).  A leader that goes away or
 moves is looked up again in the metadata for up to 30 s before the command gives up.
 """
 
@@ -27,7 +32,8 @@ from pybroker.cli.groups import committed_offsets
 from pybroker.cli.offsets import EARLIEST, LATEST, list_offsets
 from pybroker.cli.output import json_line
 from pybroker.errors import ErrorCode
-from pybroker.wire.records import decode_records, scan_batches
+from pybroker.wire.control_records import ABORT, read_end_txn_marker
+from pybroker.wire.records import InvalidRecordError, decode_records, scan_batches
 
 FETCH = 1
 OFFSET_COMMIT = 8
@@ -44,6 +50,7 @@ RETRIABLE = {
     ErrorCode.INCONSISTENT_TOPIC_ID,
 }
 RECOVER_S = 30.0
+ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -63,6 +70,12 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     p.add_argument(
         "-e", "--exit-at-end", action="store_true", help="stop at the end of every partition"
     )
+    p.add_argument(
+        "--isolation-level",
+        choices=list(ISOLATION_LEVELS),
+        help="read_uncommitted (default; -X isolation.level) or read_committed: only "
+        "committed transactions, up to the last stable offset",
+    )
 
 
 def _text(b: bytes | None) -> str | None:
@@ -74,6 +87,12 @@ class Consumer:
         self.client = client
         self.args = args
         self.topic = args.topic
+        level = args.isolation_level or getattr(args, "client_config", {}).get(
+            "isolation.level", "read_uncommitted"
+        )
+        if level not in ISOLATION_LEVELS:
+            raise UsageError(f"isolation.level must be read_uncommitted or read_committed: {level}")
+        self.isolation = ISOLATION_LEVELS[level]
         self.meta = client.topic(self.topic)
         known = sorted(p["partition_index"] for p in self.meta["partitions"])
         self.partitions = known if not args.partition else sorted(set(args.partition))
@@ -95,12 +114,13 @@ class Consumer:
             if a.offset < 0:
                 raise UsageError("--offset must be 0 or more")
             return dict.fromkeys(parts, a.offset)
+        iso = self.isolation
         if a.timestamp is not None:
-            found = list_offsets(self.client, self.meta, a.timestamp, parts)
-            ends = list_offsets(self.client, self.meta, LATEST, parts)
+            found = list_offsets(self.client, self.meta, a.timestamp, parts, isolation=iso)
+            ends = list_offsets(self.client, self.meta, LATEST, parts, isolation=iso)
             return {p: found[p][0] if found[p][0] >= 0 else ends[p][0] for p in parts}
         reset = list_offsets(
-            self.client, self.meta, EARLIEST if a.from_beginning else LATEST, parts
+            self.client, self.meta, EARLIEST if a.from_beginning else LATEST, parts, isolation=iso
         )
         out = {p: reset[p][0] for p in parts}
         if a.group:
@@ -167,7 +187,7 @@ class Consumer:
             "max_wait_ms": wait,
             "min_bytes": 1,
             "max_bytes": 50 * PARTITION_MAX_BYTES,
-            "isolation_level": 0,
+            "isolation_level": self.isolation,
             "session_id": 0,
             "session_epoch": -1,
             "topics": [
@@ -203,8 +223,12 @@ class Consumer:
                         f"offset {self.positions[p]} is out of range for {self.topic}-{p}",
                     )
                 check(code, f"Fetch {self.topic}-{p}")
-                self._records(p, pd["records"] or b"")
-                if self.positions[p] >= pd["high_watermark"]:
+                aborted = pd.get("aborted_transactions") if self.isolation else None
+                self._records(p, pd["records"] or b"", aborted or [])
+                end = pd["last_stable_offset"] if self.isolation else pd["high_watermark"]
+                if end < 0:  # (a broker that does not report the last stable offset)
+                    end = pd["high_watermark"]
+                if self.positions[p] >= end:
                     self.at_end.add(p)
                 else:
                     self.at_end.discard(p)
@@ -212,12 +236,27 @@ class Consumer:
                     return moved
         return moved
 
-    def _records(self, p: int, data: bytes | memoryview) -> None:
+    def _records(self, p: int, data: bytes | memoryview, aborted: list[dict]) -> None:
+        """Emit the records of ``data`` from the partition's position on; ``aborted`` (the
+        Fetch answer's aborted transactions, read_committed only) drops their batches."""
         data = bytes(data)
+        pending = sorted((a["first_offset"], a["producer_id"]) for a in aborted)
+        aborting: set[int] = set()  # producers inside an aborted transaction here
         for h in scan_batches(data):
+            while pending and pending[0][0] <= h.last_offset:
+                aborting.add(pending.pop(0)[1])
+            if h.is_control:
+                batch = data[h.position : h.position + h.size]
+                try:
+                    marker = read_end_txn_marker(batch) if h.is_transactional else None
+                except InvalidRecordError:
+                    marker = None
+                if marker is not None and marker.control_type == ABORT:
+                    aborting.discard(h.producer_id)
+            skip = h.is_control or (h.is_transactional and h.producer_id in aborting)
             if h.next_offset <= self.positions[p]:
                 continue
-            if not h.is_control:
+            if not skip:
                 for rec in decode_records(data[h.position : h.position + h.size]):
                     if rec.offset < self.positions[p]:
                         continue

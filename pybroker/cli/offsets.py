@@ -1,8 +1,9 @@
 """Offsets of partitions, asked of their leaders with ListOffsets (one request per leader).
 
 ``list_offsets(client, topic, spec)`` returns ``{partition: (offset, timestamp)}`` where spec is
-``EARLIEST`` (-2), ``LATEST`` (-1, the high watermark: isolation level read_uncommitted, as
-Kafka's admin tools ask) or a timestamp in ms (the first offset whose timestamp is at or after
+``EARLIEST`` (-2), ``LATEST`` (-1, the high watermark with isolation level read_uncommitted, as
+Kafka's admin tools ask; the last stable offset with ``isolation=1``, read_committed) or a
+timestamp in ms (the first offset whose timestamp is at or after
 it; offset -1 when there is none).
 """
 
@@ -23,6 +24,8 @@ def list_offsets(
     topic: dict,
     spec: int,
     partitions: Iterable[int] | None = None,
+    *,
+    isolation: int = 0,
 ) -> dict[int, tuple[int, int]]:
     """``topic`` is a Metadata topic entry (Client.topic); ``partitions``: some of its
     partitions (default: all).  A wanted partition without a leader: LEADER_NOT_AVAILABLE."""
@@ -40,7 +43,7 @@ def list_offsets(
     for leader, parts in by_leader.items():
         body = {
             "replica_id": -1,
-            "isolation_level": 0,
+            "isolation_level": isolation,
             "topics": [
                 {
                     "name": topic["name"],

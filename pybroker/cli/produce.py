@@ -1,8 +1,11 @@
 """``pybroker produce TOPIC``: one record per line of stdin.
 
 Lines are read as they arrive and sent whenever stdin has nothing more ready (so an interactive
-line goes out at once) or a batch reaches 512 KiB / 10,000 records: one v2 record batch per
-partition, one Produce request per leader.  Records with a key (``-k SEP``: the text before the
+line goes out at once) or 512 KiB / 10,000 records are waiting.  Each partition's records go in
+v2 record batches of at most ``--batch-size`` bytes (``-X batch.size``; Kafka's producer default,
+16384), counted before compression; a record larger than that goes alone in its batch, as
+Kafka's producer sends it.  A Produce request carries one batch per partition (Kafka's rule
+from v3), one request per leader at a time.  Records with a key (``-k SEP``: the text before the
 first SEP is the key; a line without SEP has none) go to Kafka's default partition for the key
 (murmur2, as the Java client and librdkafka's ``murmur2_random``); records without one go to
 one partition per batch, in turn (a sticky partitioner).  ``--partition`` pins every record.
@@ -22,6 +25,7 @@ from collections.abc import Iterator
 
 from pybroker.cli.client import Client, KafkaCliError, UsageError
 from pybroker.cli.output import emit, progress, progress_done, table
+from pybroker.cli.security import positive_int
 from pybroker.cli.topics import key_value
 from pybroker.errors import ErrorCode
 from pybroker.wire.records import build_batch
@@ -33,6 +37,8 @@ MAX_BATCH_BYTES = 512 * 1024
 MAX_BATCH_RECORDS = 10_000
 RETRIABLE = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE}
 ATTEMPTS = 5
+DEFAULT_BATCH_SIZE = 16384  # Kafka's batch.size
+BATCH_OVERHEAD = 61  # a v2 batch's header (Kafka's RECORD_BATCH_OVERHEAD)
 
 
 def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -47,6 +53,12 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     p.add_argument("--acks", choices=list(ACKS), default="all")
     p.add_argument("--compression", choices=list(CODECS), default="none")
     p.add_argument("--partition", type=int, metavar="N", help="every record to this partition")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        metavar="BYTES",
+        help=f"largest record batch before compression (-X batch.size; {DEFAULT_BATCH_SIZE})",
+    )
 
 
 def murmur2(data: bytes) -> int:
@@ -75,6 +87,45 @@ def murmur2(data: bytes) -> int:
 
 def key_partition(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def _varint_size(n: int) -> int:
+    """Bytes of ``n`` as a zigzag varint (the record format's varint)."""
+    z = (n << 1) ^ (n >> 63)
+    return max(1, (z.bit_length() + 6) // 7)
+
+
+def _bytes_size(b: bytes | None) -> int:
+    return _varint_size(-1) if b is None else _varint_size(len(b)) + len(b)
+
+
+def record_size(offset_delta: int, key: bytes | None, value: bytes | None, headers) -> int:
+    """Bytes of one v2 record in a batch whose records share its first timestamp (Kafka's
+    DefaultRecord.sizeInBytes)."""
+    body = 1 + _varint_size(0) + _varint_size(offset_delta) + _bytes_size(key)
+    body += _bytes_size(value) + _varint_size(len(headers))
+    for k, v in headers:
+        body += _bytes_size(k.encode()) + _bytes_size(v)
+    return _varint_size(body) + body
+
+
+def split_batches(records: list[tuple], batch_size: int) -> list[list[tuple]]:
+    """``records`` cut into runs whose uncompressed v2 batch is at most ``batch_size`` bytes
+    (a record too big for any batch goes alone)."""
+    out: list[list[tuple]] = []
+    current: list[tuple] = []
+    size = BATCH_OVERHEAD
+    for rec in records:
+        grown = size + record_size(len(current), rec[0], rec[1], rec[2])
+        if current and grown > batch_size:
+            out.append(current)
+            current, size = [], BATCH_OVERHEAD
+            grown = size + record_size(0, rec[0], rec[1], rec[2])
+        current.append(rec)
+        size = grown
+    if current:
+        out.append(current)
+    return out
 
 
 def read_lines(fd: int) -> Iterator[list[bytes]]:
@@ -109,6 +160,15 @@ class Producer:
         self.acks = ACKS[args.acks]
         self.codec = CODECS[args.compression]
         self.fixed = args.partition
+        batch_size = args.batch_size
+        if batch_size is None:
+            configured = getattr(args, "client_config", {}).get("batch.size")
+            batch_size = (
+                positive_int("batch.size", configured) if configured else DEFAULT_BATCH_SIZE
+            )
+        if batch_size <= 0:
+            raise UsageError(f"--batch-size must be a positive number of bytes: {batch_size}")
+        self.batch_size = batch_size
         self.sticky = 0
         self.meta = client.topic(self.topic)
         self.count = len(self.meta["partitions"])
@@ -135,17 +195,23 @@ class Producer:
                 p = self.sticky
             by_partition[p].append((key, value, self.headers, now))
         self.sticky = (self.sticky + 1) % self.count
+        batches = {p: split_batches(recs, self.batch_size) for p, recs in by_partition.items()}
+        while batches:  # one batch per partition per request, in order
+            self._send_round({p: bs.pop(0) for p, bs in batches.items()})
+            batches = {p: bs for p, bs in batches.items() if bs}
+        self.total += len(lines)
+        progress(f"produced {self.total} records to {self.topic}")
+
+    def _send_round(self, by_partition: dict[int, list[tuple]]) -> None:
+        """One batch per partition, sent again to the new leaders while leadership moves."""
         for _ in range(ATTEMPTS):
             failed = self._send(by_partition)
             if not failed:
-                break
+                return
             by_partition = {p: by_partition[p] for p in failed}
             time.sleep(0.5)
             self.meta = self.client.topic(self.topic)
-        else:
-            raise KafkaCliError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "no leader took the records")
-        self.total += len(lines)
-        progress(f"produced {self.total} records to {self.topic}")
+        raise KafkaCliError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "no leader took the records")
 
     def _send(self, by_partition: dict[int, list[tuple]]) -> list[int]:
         """Send; the partitions whose leader moved (to retry)."""

@@ -16,7 +16,10 @@ ssl.endpoint.identification.algorithm  empty: no host name check (default https:
 enable.ssl.certificate.verification    false: no certificate check at all
 =====================================  ==============================================
 
-Any other key is a usage error naming it, so a typo is not silently ignored.
+Two more of Kafka's client settings are read by the commands they concern: ``batch.size``
+(produce: the largest record batch, as ``--batch-size``) and ``isolation.level`` (consume, as
+``--isolation-level``); their command-line options win.  Any other key is a usage error naming
+it, so a typo is not silently ignored.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ KNOWN = {
     "client.id",  # accepted and ignored, as in Kafka's --command-config files
     "request.timeout.ms",
 }
+#: client settings a command reads itself (ClientSettings.commands)
+COMMAND_SETTINGS = {"batch.size", "isolation.level"}
 
 
 @dataclass(frozen=True)
@@ -62,8 +67,15 @@ class Security:
     sasl: tuple[str, str, str] | None = None  # mechanism, username, password
 
 
-def load(command_config: str | None, overrides: list[str]) -> tuple[Security, float | None]:
-    """(security settings, request timeout in seconds if set) from the options."""
+@dataclass(frozen=True)
+class ClientSettings:
+    security: Security
+    timeout_s: float | None  # request.timeout.ms, if set
+    commands: dict[str, str]  # COMMAND_SETTINGS given
+
+
+def load(command_config: str | None, overrides: list[str]) -> ClientSettings:
+    """The client settings of ``--command-config`` and ``-X`` (the latter winning)."""
     settings: dict[str, str] = {}
     if command_config:
         try:
@@ -78,11 +90,24 @@ def load(command_config: str | None, overrides: list[str]) -> tuple[Security, fl
     normal: dict[str, str] = {}
     for key, value in settings.items():
         key = ALIASES.get(key, key)
-        if key not in KNOWN:
+        if key not in KNOWN and key not in COMMAND_SETTINGS:
             raise UsageError(f"unknown client setting {key!r} (see docs/cli.md)")
         normal[key] = value
-    timeout = int(normal["request.timeout.ms"]) / 1000 if "request.timeout.ms" in normal else None
-    return _security(normal), timeout
+    timeout = None
+    if "request.timeout.ms" in normal:
+        timeout = positive_int("request.timeout.ms", normal["request.timeout.ms"]) / 1000
+    commands = {k: normal.pop(k) for k in COMMAND_SETTINGS if k in normal}
+    return ClientSettings(_security(normal), timeout, commands)
+
+
+def positive_int(key: str, value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise UsageError(f"{key} must be a positive integer: {value!r}")
+    return n
 
 
 def _security(s: dict[str, str]) -> Security:

@@ -1,4 +1,4 @@
-"""CreateTopics (key 19), versions 2-7.
+"""CreateTopics (key 19), versions 0-7.
 
 Served by the controller (others answer NOT_CONTROLLER).  num_partitions / replication_factor
 -1 take num.partitions / default.replication.factor; explicit replica assignments are honoured
@@ -6,7 +6,7 @@ when valid (INVALID_REPLICA_ASSIGNMENT otherwise); topic configs are validated a
 does (every key Kafka defines is accepted: pybroker/topic_config.py; INVALID_CONFIG with
 Kafka's message for unknown names or bad values), after the existence check: a topic that
 exists answers TOPIC_ALREADY_EXISTS whatever configs the request carries, as Kafka does.  validate_only checks everything and
-creates nothing.  Errors: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS,
+creates nothing (v1+; v0 has no validate_only).  Errors: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS,
 INVALID_REPLICATION_FACTOR, INVALID_REQUEST (a name twice in one request).  v5+ answers the
 partition count, replication factor and the topic's effective configs with their sources
 (as DescribeConfigs, handlers/_topics.topic_config_entries); v7 the topic id.
@@ -105,7 +105,7 @@ async def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict
     }
 
 
-@handler(19, 2, 7)
+@handler(19, 0, 7)
 async def create_topics(ctx: RequestContext, req: dict) -> dict:
     cluster = ctx.services.cluster
     counts: dict[str, int] = {}

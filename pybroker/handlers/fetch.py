@@ -1,4 +1,4 @@
-"""Fetch (key 1), versions 4-17.
+"""Fetch (key 1), versions 0-17.
 
 A real long poll: the answer leaves as soon as ``min_bytes`` are available across the
 requested partitions or ``max_wait_ms`` has passed; appends wake parked fetches through the
@@ -21,6 +21,11 @@ UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE, FENCED_
 UNKNOWN_LEADER_EPOCH (v9+ current_leader_epoch), UNSUPPORTED_COMPRESSION_TYPE is not needed
 (batches are served as stored; zstd producers already required v7+).
 
+Versions 0-3 (Kafka 4.0 removed them) read as v4 with isolation level 0, and v0-2 with a hard
+limit: no first batch larger than partition_max_bytes (Kafka's hardMaxBytesLimit).  Below v10
+the answer goes through Kafka's maybeConvertFetchedData (pybroker/handlers/_down_conversion.py):
+v0-3 get message format v0 / v1 by down-conversion, zstd topics UNSUPPORTED_COMPRESSION_TYPE.
+
 Fetch sessions (KIP-227, v7+): pybroker/fetch_session.py keeps them.  Epoch 0 opens one (a
 full answer with the new session id, or 0 when the cache has no room), epoch -1 is
 sessionless, and any other epoch is an incremental fetch: every partition of the session is
@@ -36,7 +41,11 @@ replica_directory_id (KIP-853) names a log directory, and a broker with one log 
 partition has nothing to check against it.
 
 Follower replicas (replica_id >= 0) read up to the log end and long-poll on appends; their
-fetch offset tells the leader how far they have copied (ISR and high watermark).  v12's
+fetch offset tells the leader how far they have copied (ISR and high watermark).  After a
+leader change the new leader's high watermark waits for its ISR followers' first fetch (Kafka's
+makeLeader): their parked fetches are answered at once and, until that first fetch, kept to
+OWED_FETCH_WAIT_S, and the fetch that brings the high watermark to the epoch start is answered
+at once, so the follower also learns it (ReplicaManager.owes_fetch).  v12's
 last_fetched_epoch is checked against the leader-epoch cache: a mismatch answers
 diverging_epoch so the follower truncates.  Preferred read replicas (v11) are always -1.
 Replication throttles (replication/throttle.py): a follower outside the ISR gets no records of
@@ -51,13 +60,18 @@ from typing import Any
 from pybroker.errors import ErrorCode
 from pybroker.fetch_session import FetchContext, FetchPartition
 from pybroker.handlers._authz import enabled, on_cluster, on_topic
+from pybroker.handlers._down_conversion import convert_fetched_data
 from pybroker.handlers._topic_ids import Resolver
 from pybroker.handlers.context import RequestContext
 from pybroker.quotas.client import fetch_bound, fetch_throttle
 from pybroker.registry import handler
 from pybroker.replica_manager import READ_COMMITTED, FetchParams, LogReadResult, ReadPartition
-from pybroker.replication.manager import consumer_key, leo_key
+from pybroker.replication.manager import consumer_key, follower_key, leo_key
 from pybroker.security.acl import Operation
+
+# a follower that owes a new leader here its first fetch of a partition is answered after at
+# most this (its fetch may not name the partition yet: it has not learned of the new leader)
+OWED_FETCH_WAIT_S = 0.01
 
 
 def _empty(index: int, code: int, hw: int = -1, lso: int = -1, start: int = -1) -> dict:
@@ -200,6 +214,7 @@ def _read_all(
         req.get("max_bytes", 0x7FFFFFFF),
         req.get("isolation_level", 0),
         check_diverging=ctx.version >= 12,
+        hard_max_bytes_limit=ctx.version <= 2,
     )
     results, total = replicas.read_from_log(params, [r for _, r, _ in to_read])
     for (p, read, stamp), r in zip(to_read, results, strict=True):
@@ -208,8 +223,10 @@ def _read_all(
             errors = True
             if ctx.version >= 16 and r.error in _LEADER_MOVED:
                 _current_leader(ctx, read.topic, p.partition, entry)
-        elif r.diverging_epoch is not None:
-            errors = True  # answer at once
+        elif r.diverging_epoch is not None or r.hw_caught_up:
+            # answer at once: a diverging follower truncates; a fetch that brought a new
+            # leader's high watermark to its epoch start tells the follower so
+            errors = True
         elif r.idle and stamp is not None:
             # idle: nothing to read, not records that max_bytes left out this time
             stamps[p.key] = stamp
@@ -273,7 +290,7 @@ def _count_bytes_out(
                 metrics.consumed(topic, size)
 
 
-@handler(1, 4, 17)
+@handler(1, 0, 17)
 async def fetch(ctx: RequestContext, req: dict) -> dict:
     version = ctx.version
     uses_ids = version >= 13
@@ -318,6 +335,9 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
         )
         if total >= req["min_bytes"] or errors:
             break
+        if replica_id >= 0 and ctx.services.replicas.owes_fetch(replica_id):
+            # a new leader here waits for this follower's first fetch of a partition
+            deadline = min(deadline, clock.monotonic() + OWED_FETCH_WAIT_S)
         left = deadline - clock.monotonic()
         if left <= 0:
             break
@@ -326,6 +346,8 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
             for p in partitions
             if (name := (resolver.name(p.topic_id) if uses_ids else p.topic)) is not None
         ]
+        if replica_id >= 0:
+            keys.append(follower_key(replica_id))
         if not keys:
             break
         await ctx.services.purgatory.wait_any(keys, left)
@@ -345,6 +367,8 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
     metrics = ctx.services.metrics
     if metrics is not None and total:
         _count_bytes_out(metrics, answered, replica_id, uses_ids, resolver)
+    if replica_id < 0 and version < 10:  # (the bytes out counted before, as Kafka)
+        answered = await convert_fetched_data(ctx, answered)
     resp = {
         "throttle_time_ms": 0,
         "error_code": error,

@@ -1,4 +1,4 @@
-"""OffsetFetch (key 9), versions 1-9.
+"""OffsetFetch (key 9), versions 0-9.
 
 Committed offsets with their leader epoch (v5+) and metadata; -1 and "" for a partition with
 no commit.  v2+: a null topic list means every partition the group has committed, and errors
@@ -6,6 +6,9 @@ are also reported at the top level; v8+: several groups in one request.  Offsets
 a transaction show only once it commits; with require_stable (v7+) a partition with an offset
 pending in an open transaction answers UNSTABLE_OFFSET_COMMIT (the client retries).  v9's member id and epoch
 are checked in KIP-848 groups (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH), not in classic groups.
+v0 is answered as v1 but with empty metadata, as Kafka 3.9 answers it from the offsets
+ZooKeeper holds (OffsetCommit v0 stores no metadata there); its offsets are the group's own
+(pybroker keeps them at that ZooKeeper path), served by the coordinator.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ async def _fetch_group(
     require_stable: bool,
     member: tuple[str | None, int] = (None, -1),
 ) -> tuple[int, list[dict]]:
-    code = coordinator_error(ctx, group_id, Operation.DESCRIBE)
+    code = coordinator_error(ctx, group_id, Operation.DESCRIBE, empty_ok=True)
     if code is None:  # v9+: a KIP-848 member's id and epoch (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH)
         code = await ctx.services.groups.validate_offset_fetch(group_id, *member) or None
     if code is not None:
@@ -87,7 +90,7 @@ async def _fetch_group(
     return ErrorCode.NONE, [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
 
 
-@handler(9, 1, 9)
+@handler(9, 0, 9)
 async def offset_fetch(ctx: RequestContext, req: dict) -> dict:
     if ctx.version >= 8:
         groups = []
@@ -102,5 +105,9 @@ async def offset_fetch(ctx: RequestContext, req: dict) -> dict:
         ctx, req["group_id"], req["topics"], req.get("require_stable", False)
     )
     if ctx.version < 2 and code != ErrorCode.NONE and not topics:
-        code = ErrorCode.NONE  # v1 carries errors per partition only
+        code = ErrorCode.NONE  # v0-1 carry errors per partition only
+    if ctx.version == 0:
+        for t in topics:
+            for p in t["partitions"]:
+                p["metadata"] = ""
     return {"throttle_time_ms": 0, "topics": topics, "error_code": code}

@@ -31,9 +31,11 @@ transactional_id is allowed).  Control batches (transaction markers) are the coo
 (WriteTxnMarkers): a client's is INVALID_RECORD ("clients may not write control batches", as
 Kafka's LogValidator).
 
-Left out: magic 0/1 message sets are refused with UNSUPPORTED_FOR_MESSAGE_FORMAT (43) rather
-than converted (every client pybroker targets writes magic 2 when Produce v3+ is offered);
-KIP-890's transaction verification (Kafka 3.6+ asks the transaction
+Message format v0/v1 (magic 0 and 1) on Produce v0-2 is converted to one v2 batch first, with
+Kafka's checks (ReplicaManager._from_legacy, pybroker/log/legacy_validator.py); from v3 it is
+INVALID_RECORD, as Kafka's ProduceRequest.validateRecords.
+
+Left out: KIP-890's transaction verification (Kafka 3.6+ asks the transaction
 coordinator whether the partition was added to the transaction before appending a
 transactional batch).
 """
@@ -49,6 +51,8 @@ from pybroker.registry import handler
 from pybroker.replica_manager import PartitionResponse
 from pybroker.security.acl import Operation
 from pybroker.wire.records import ATTRIBUTES_OFFSET, TRANSACTIONAL_MASK
+
+MAGIC_OFFSET = 16  # of every entry: v0/v1 messages and v2 batches alike
 
 
 def _partition_response(index: int, r: PartitionResponse, version: int) -> dict:
@@ -74,6 +78,7 @@ def _first_batch_transactional(records: Any) -> bool:
     return (
         records is not None
         and len(records) > ATTRIBUTES_OFFSET + 1
+        and records[MAGIC_OFFSET] == 2  # a v0/v1 message has a key or timestamp byte there
         and bool(records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_MASK)
     )
 

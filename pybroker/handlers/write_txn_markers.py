@@ -1,4 +1,5 @@
-"""WriteTxnMarkers (key 27), version 1: a transaction coordinator's COMMIT / ABORT markers.
+"""WriteTxnMarkers (key 27), versions 0-1 (v1 is v0 made flexible): a transaction
+coordinator's COMMIT / ABORT markers.
 
 For each marker (producer id and epoch, transaction result, coordinator epoch) and each of its
 partitions, a control batch (pybroker/wire/control_records.py: isControl | isTransactional,
@@ -87,7 +88,7 @@ async def write_txn_markers(
     return out
 
 
-@handler(27, 1, 1)
+@handler(27, 0, 1)
 async def write_txn_markers_handler(ctx: RequestContext, req: dict) -> dict:
     if not on_cluster(ctx, Operation.CLUSTER_ACTION):
         return {

@@ -31,6 +31,7 @@ once the logs are loaded (so a crash afterwards means an unclean start) and writ
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -110,6 +111,15 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _why_unusable(d: Path, e: OSError) -> str:
+    """What keeps ``d`` from being a log dir, for the operator (the file in the way, if any)."""
+    if e.errno in (errno.ENOTDIR, errno.EEXIST):
+        for p in [d, *d.parents]:
+            if p.exists() and not p.is_dir():
+                return f"{p} is a file, not a directory"
+    return e.strerror or str(e)
+
+
 class DuplicateLogError(Exception):
     """A partition's log found in two log dirs at start (Kafka refuses to start too)."""
 
@@ -161,6 +171,11 @@ class LogManager:
         self.call_on_owner: Callable[..., object] | None = None
         self._pending_dir_deletes: list[tuple[int, Path, PartitionLog]] = []
         self.had_clean_shutdown = False
+        # The checkpoint files are written from the loop (after a move, DeleteRecords) and
+        # from the periodic flush's worker thread: one writer at a time (as Kafka's
+        # CheckpointFile locks), or two share a .tmp file and the second rename fails.
+        self._checkpoint_lock = threading.Lock()
+        self.start_errors: dict[Path, str] = {}  # why a dir went offline in load_all
 
     # -- dirs -------------------------------------------------------------------------------
     @property
@@ -277,14 +292,23 @@ class LogManager:
                 raise
             except OSError as e:
                 self.offline_dirs.add(d)
-                log.error("log dir %s is offline at start: %s", d, e)
-        if not self.online_dirs:
-            raise OfflineLogDirError(f"no log dir is usable: {', '.join(map(str, self.log_dirs))}")
+                self.start_errors[d] = _why_unusable(d, e)
+                log.error("log dir %s (log.dirs) is offline at start: %s", d, e)
         self.had_clean_shutdown = all(cleans)
-        self.checkpoint()
+        if self.online_dirs:
+            self.checkpoint()  # (a dir whose write fails goes offline here)
+        if not self.online_dirs:  # Kafka: "none of the specified log dirs ... can be created"
+            raise OfflineLogDirError(
+                "log.dirs: no log dir can be created and written: "
+                + "; ".join(
+                    f"{d}: {self.start_errors.get(d, 'a write failed')}" for d in self.log_dirs
+                )
+            )
 
     def _load_dir(self, d: Path) -> bool:
         d.mkdir(parents=True, exist_ok=True)
+        if not os.access(d, os.R_OK | os.W_OK | os.X_OK):  # (root too: a read-only mount)
+            raise PermissionError(errno.EACCES, "not readable and writable by this user", str(d))
         marker = d / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
         points = read_checkpoint(d / RECOVERY_POINT_CHECKPOINT)
@@ -539,7 +563,11 @@ class LogManager:
 
     def checkpoint(self) -> None:
         """Each online dir's three checkpoint files (its current and future logs); a dir
-        whose write fails goes offline."""
+        whose write fails goes offline.  Safe from any thread (one writer at a time)."""
+        with self._checkpoint_lock:
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
         for d in self.online_dirs:
             items = [(k, lg) for k, lg, _ in self.logs_in(d)]
             try:

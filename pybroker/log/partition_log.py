@@ -752,6 +752,35 @@ class PartitionLog:
                 return got
         return None
 
+    def legacy_offsets_before(self, timestamp: int, max_num_offsets: int) -> list[int]:
+        """ListOffsets v0 (Kafka's UnifiedLog.legacyFetchOffsetsBefore): each segment stands
+        for (its base offset, at least the log start, the .log file's mtime), plus (log end
+        offset, now) when the last segment holds data; from the last entry whose time is at
+        or before ``timestamp`` (-1: the last, -2: the first) backwards, at most
+        ``max_num_offsets`` offsets, largest first.  ValueError for a negative count where
+        Kafka fails (its array size)."""
+        entries = []
+        for seg in self.segments:
+            try:
+                mtime = os.stat(seg.log_path).st_mtime_ns // 1_000_000
+            except OSError:
+                mtime = 0  # as Java's File.lastModified of a missing file
+            entries.append((max(seg.base_offset, self.log_start_offset), mtime))
+        if self.segments[-1].size > 0:
+            entries.append((self.log_end_offset, self.clock.time_ms()))
+        if timestamp == -1:
+            start = len(entries) - 1
+        elif timestamp == -2:
+            start = 0
+        else:
+            start = len(entries) - 1
+            while start >= 0 and entries[start][1] > timestamp:
+                start -= 1
+        count = min(max_num_offsets, start + 1)
+        if count < 0:
+            raise ValueError(f"max_num_offsets {max_num_offsets}")
+        return sorted((entries[start - j][0] for j in range(count)), reverse=True)
+
     def batch_for_timestamp(
         self, timestamp: int, after: int | None = None
     ) -> tuple[BatchHeader, bytes] | None:

@@ -209,11 +209,15 @@ class SegmentReader:
 
 
 class FileSlice(NamedTuple):
-    """Whole batches of a segment file: send ``size`` bytes of ``file`` from ``position``."""
+    """Whole batches of a segment file: send ``size`` bytes of ``file`` from ``position``.
+    ``slice_size``: the bytes Kafka's LogSegment.read would hand over instead (up to the byte
+    limit or the readable end, so a partial batch at the end too), which sizes a
+    down-converted Fetch v0-3 answer as Kafka's; -1: ``size``."""
 
     file: SegmentReader | BinaryIO
     position: int
     size: int
+    slice_size: int = -1
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -563,7 +567,10 @@ class LogSegment:
             if not min_one_batch:
                 return None
             end = start + first.size
-        return FileSlice(SegmentReader(self._handle(), start), start, end - start)
+        kafka_end = min(cap, start + max(max_bytes, first.size if min_one_batch else 0))
+        return FileSlice(
+            SegmentReader(self._handle(), start), start, end - start, max(kafka_end, end) - start
+        )
 
     def read_batch(self, header: BatchHeader) -> bytes:
         desc = self._handle()

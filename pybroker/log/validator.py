@@ -8,7 +8,8 @@ The steps, in the order the replica manager calls them:
 1. :func:`analyze_records` (Kafka's UnifiedLog.analyzeAndValidateRecords): whole v2 batches,
    sizes, CRC-32C, magic, codec, count vs. last offset delta, control and sequence rules
    (pybroker.wire.records.parse_batches); the raw records of a Produce become a buffer of v2
-   batches here, so converting magic 0/1 message sets is a step of this function.  Then
+   batches here (a Produce v0-2's message set of format v0/v1 was converted to one v2 batch
+   just before: pybroker/log/legacy_validator.py, called by ReplicaManager._from_legacy).  Then
    :func:`check_batch_size` per batch: above max.message.bytes, MESSAGE_TOO_LARGE.
 2. :func:`validate_records` walks every record of every batch once
    (pybroker.wire.record_walker, decompressing a compressed batch as a bounded stream):

@@ -43,8 +43,9 @@ CLIENT_AUTH = {
 
 
 class TlsConfigError(ValueError):
-    def __init__(self, key: str, why: str) -> None:
-        super().__init__(f"invalid value for configuration key {key!r}: {why}")
+    def __init__(self, key: str, why: str, *, missing: bool = False) -> None:
+        what = "missing configuration key" if missing else "invalid value for configuration key"
+        super().__init__(f"{what} {key!r}: {why}")
         self.key = key
 
 
@@ -84,7 +85,10 @@ def _load_key_store(
         if required:
             raise TlsConfigError(
                 key("ssl.keystore.location"),
-                f"an SSL listener ({listener}) needs a key and certificate",
+                f"the {listener} listener uses TLS and needs its key and certificate chain: "
+                "ssl.keystore.location (one PEM file with both), or ssl.keystore.key and "
+                "ssl.keystore.certificate.chain (the PEM text), with ssl.keystore.type=PEM",
+                missing=True,
             )
         return
     store_type = cfg.get("ssl.keystore.type", "JKS").upper()
@@ -112,7 +116,9 @@ def _load_key_store(
         )
     else:
         missing = "ssl.keystore.certificate.chain" if inline_key else "ssl.keystore.key"
-        raise TlsConfigError(key(missing), "the key and its certificate chain go together")
+        raise TlsConfigError(
+            key(missing), "the key and its certificate chain go together", missing=True
+        )
 
 
 def _load_trust(ctx: ssl.SSLContext, cfg: Mapping[str, str], key: Any) -> bool:
@@ -167,12 +173,8 @@ def server_context(settings: Mapping[str, str], listener: str) -> ssl.SSLContext
 
     cfg = listener_settings(settings, listener)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    if cfg.get("ssl.keystore.type", "JKS").upper() != "PEM":
-        raise TlsConfigError(
-            key("ssl.keystore.type"),
-            f"{cfg.get('ssl.keystore.type', 'JKS').upper()} key stores are not supported: "
-            "use ssl.keystore.type=PEM",
-        )
+    # (a missing key store is named before its type: Kafka's default type, JKS, is not
+    # the fault when there is no store at all)
     _load_key_store(ctx, cfg, key, listener, required=True)
     trusted = _load_trust(ctx, cfg, key)
     auth = cfg.get("ssl.client.auth", "none").strip().lower()

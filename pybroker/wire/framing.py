@@ -11,6 +11,16 @@ from __future__ import annotations
 MIN_REQUEST_SIZE = 8  # api key, api version, correlation id
 
 
+def _not_kafka(head: bytes | bytearray) -> str:
+    """A hint when a frame's first bytes are another protocol's: a TLS record (a client set to
+    SSL on a plaintext listener) or an HTTP request (both read as huge frame sizes)."""
+    if len(head) >= 3 and head[0] in (0x15, 0x16) and head[1] == 0x03 and head[2] <= 0x04:
+        return " (the client speaks TLS: this listener is not an SSL one)"
+    if bytes(head[:4]) in (b"GET ", b"POST", b"HEAD", b"PUT ", b"OPTI", b"DELE", b"PRI "):
+        return " (an HTTP request: this is a Kafka listener)"
+    return ""
+
+
 class FrameError(ValueError):
     """The peer broke framing; the connection must be closed."""
 
@@ -41,6 +51,7 @@ class FrameDecoder:
             if size > self.max_size:
                 raise FrameError(
                     f"frame of {size} bytes exceeds socket.request.max.bytes={self.max_size}"
+                    + _not_kafka(buf)
                 )
             del buf[:4]
             self._need = size

@@ -393,6 +393,86 @@ def decompress(codec: int, data: bytes) -> bytes:
 RecordSpec = tuple  # (key, value, headers) or (key, value, headers, timestamp)
 
 
+def encode_record(
+    out: bytearray,
+    timestamp_delta: int,
+    offset_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] = (),
+) -> None:
+    """Append one record (length-prefixed, attributes 0) to a records section."""
+    r = bytearray(b"\x00")
+    write_varint(r, timestamp_delta)
+    write_varint(r, offset_delta)
+    for blob in (key, value):
+        if blob is None:
+            write_varint(r, -1)
+        else:
+            write_varint(r, len(blob))
+            r += blob
+    write_varint(r, len(headers))
+    for hk, hv in headers:
+        hkb = hk.encode()
+        write_varint(r, len(hkb))
+        r += hkb
+        if hv is None:
+            write_varint(r, -1)
+        else:
+            write_varint(r, len(hv))
+            r += hv
+    write_varint(out, len(r))
+    out += r
+
+
+def seal_batch(
+    records_section: bytes | bytearray,
+    count: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    *,
+    base_offset: int = 0,
+    compression: int = COMPRESSION_NONE,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    timestamp_type: int = CREATE_TIME,
+    partition_leader_epoch: int = -1,
+) -> bytes:
+    """One v2 batch around an uncompressed records section of ``count`` records with offset
+    deltas 0..count-1 (compressed here with ``compression``), its CRC-32C computed."""
+    payload = compress(compression, bytes(records_section))
+    attributes = compression
+    if timestamp_type == LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_MASK
+    if is_transactional:
+        attributes |= TRANSACTIONAL_MASK
+    if is_control:
+        attributes |= CONTROL_MASK
+    buf = bytearray(HEADER_SIZE) + payload
+    HEADER.pack_into(
+        buf,
+        0,
+        base_offset,
+        len(buf) - LOG_OVERHEAD,
+        partition_leader_epoch,
+        MAGIC,
+        0,
+        attributes,
+        count - 1,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+    _UINT32.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)
+
+
 def build_batch(
     records: Sequence[RecordSpec],
     *,
@@ -418,56 +498,22 @@ def build_batch(
     first_ts = stamps[0]
     body = bytearray()
     for delta, (rec, ts) in enumerate(zip(records, stamps, strict=True)):
-        key, value, headers = rec[0], rec[1], rec[2] or []
-        r = bytearray(b"\x00")
-        write_varint(r, ts - first_ts)
-        write_varint(r, delta)
-        for blob in (key, value):
-            if blob is None:
-                write_varint(r, -1)
-            else:
-                write_varint(r, len(blob))
-                r += blob
-        write_varint(r, len(headers))
-        for hk, hv in headers:
-            hkb = hk.encode()
-            write_varint(r, len(hkb))
-            r += hkb
-            if hv is None:
-                write_varint(r, -1)
-            else:
-                write_varint(r, len(hv))
-                r += hv
-        write_varint(body, len(r))
-        body += r
-    payload = compress(compression, bytes(body))
-    attributes = compression
-    if timestamp_type == LOG_APPEND_TIME:
-        attributes |= TIMESTAMP_TYPE_MASK
-    if is_transactional:
-        attributes |= TRANSACTIONAL_MASK
-    if is_control:
-        attributes |= CONTROL_MASK
-    buf = bytearray(HEADER_SIZE) + payload
-    HEADER.pack_into(
-        buf,
-        0,
-        base_offset,
-        len(buf) - LOG_OVERHEAD,
-        partition_leader_epoch,
-        MAGIC,
-        0,
-        attributes,
-        len(records) - 1,
+        encode_record(body, ts - first_ts, delta, rec[0], rec[1], rec[2] or [])
+    return seal_batch(
+        body,
+        len(records),
         first_ts,
         max(stamps),
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        len(records),
+        base_offset=base_offset,
+        compression=compression,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        is_transactional=is_transactional,
+        is_control=is_control,
+        timestamp_type=timestamp_type,
+        partition_leader_epoch=partition_leader_epoch,
     )
-    _UINT32.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
-    return bytes(buf)
 
 
 def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:

@@ -23,7 +23,15 @@ batch_header              a batch header field (count, lastOffsetDelta, length, 
 poison_records            records inside a batch broken (over-long varint, wrong length,
                           truncated, garbage, corrupt compressed payload), CRC recomputed
 bomb                      a small compressed batch inflating to hundreds of MiB
+(legacy)                  Produce v0-2 carry a message set of format v0/v1 half of the time
+                          (every codec); the batch mutations then break it (bytes, lengths,
+                          cuts, CRC-32 recomputed) or make it a wrapper of zeros
 pipeline                  20-40 valid requests back to back; answers must keep their order
+name                      a valid request whose resource names (topics, groups, transactional
+                          ids, members, users, quota entities, config and ACL resources, the
+                          client id) are hostile: "", ".", "..", "/", "a/b", NUL, unicode,
+                          very long (``HOSTILE_NAMES``); each must get a Kafka error code or
+                          work, never reach a traceback
 ========================  ==================================================================
 
 Every frame is a pure function of (seed, index): ``make_frame(seed, index, pairs, pool)``.
@@ -40,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pybroker.wire import codec
+from pybroker.wire.legacy_records import LegacyRecord, _entry, _message, build_message_set
 from pybroker.wire.primitives import Reader, Writer
 from pybroker.wire.records import (
     ATTRIBUTES_OFFSET,
@@ -74,7 +83,53 @@ MUTATIONS: dict[str, int] = {  # kind -> weight
     "poison_records": 8,
     "bomb": 1,
     "pipeline": 2,
+    "name": 10,
 }
+
+# Names a client may send where a resource is named; the broker turns some into store paths.
+HOSTILE_NAMES: tuple[str, ...] = (
+    "",
+    ".",
+    "..",
+    "/",
+    "a/b",
+    "../x",
+    "./a",
+    "a/",
+    "/a",
+    "a//b",
+    "%",
+    "%2F",
+    "%2E",
+    "+",
+    " ",
+    "*",
+    "<default>",
+    "a\x00b",
+    "grüße",
+    "名前/データ",
+    "\u202e",
+    "x" * 300,
+    "y" * 5000,
+    "__consumer_offsets",
+    "zookeeper",
+    "-",
+    "\x7f",
+    "\ue000",
+    "\ue000" * 10000,
+    "z" * 32000,
+)
+# String fields that name a resource (request field name, whatever the message)
+NAME_FIELDS = frozenset({
+    "name", "topic", "topic_names", "topic_name", "subscribed_topic_names",
+    "group_id", "key", "groups", "groups_names", "group_ids", "coordinator_keys",
+    "transactional_id", "transactional_ids", "v3_and_below_transactional_id",
+    "member_id", "group_instance_id", "instance_id",
+    "entity_name", "match", "resource_name", "resource_name_filter", "principal",
+})  # fmt: skip
+# resource types with names: configs (2 topic, 4 broker, 8 broker logger, 16 client metrics,
+# 32 group) and ACLs (2 topic, 3 group, 4 cluster, 5 transactional id, 6 token, 7 user)
+HOSTILE_RESOURCE_TYPES = (2, 3, 4, 5, 6, 7, 8, 16, 32)
 
 
 @dataclass(frozen=True)
@@ -260,9 +315,16 @@ def record_batch(rng: random.Random, compression: int | None = None, n: int | No
 
 
 class _Gen:
-    def __init__(self, rng: random.Random, pool: Pool) -> None:
+    def __init__(self, rng: random.Random, pool: Pool, hostile: bool = False) -> None:
         self.rng = rng
         self.pool = pool
+        self.hostile = hostile  # resource names from HOSTILE_NAMES, half of the time
+        self.hostile_used: list[str] = []
+
+    def _hostile(self) -> str:
+        name = self.rng.choice(HOSTILE_NAMES)
+        self.hostile_used.append(name)
+        return name
 
     def struct(self, fields: tuple[Field, ...], version: int, ctx: str) -> dict:
         out: dict[str, Any] = {}
@@ -270,7 +332,10 @@ class _Gen:
             if version in f.versions:
                 out[f.name] = self.field(f, version, ctx)
         if "resource_type" in out and "resource_name" in out:  # configs / ACL resources
-            if self.rng.random() < 0.25:
+            if self.hostile and self.rng.random() < 0.7:
+                out["resource_type"] = self.rng.choice(HOSTILE_RESOURCE_TYPES)
+                out["resource_name"] = self._hostile()
+            elif self.rng.random() < 0.25:
                 out["resource_type"], out["resource_name"] = 4, "0"  # the broker
             else:
                 out["resource_type"], out["resource_name"] = 2, self.topic()
@@ -306,6 +371,11 @@ class _Gen:
         if t == "records":
             return record_batch(rng)
         if t == "string":
+            if self.hostile and name in NAME_FIELDS and "Config" not in ctx:
+                if rng.random() < 0.5:
+                    return self._hostile()
+            if name in ("entity_type",):
+                return rng.choice(("user", "client-id", "ip"))
             if name in ("name", "topic", "topic_names") and "Config" not in ctx:
                 return self.topic()
             if name in ("group_id", "key", "groups", "groups_names", "coordinator_keys"):
@@ -385,13 +455,72 @@ class _Gen:
         return rng.choice((0, 0, 1, -1))
 
 
+LEGACY_CODECS = (COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4)
+
+
+def legacy_message_set(rng: random.Random) -> bytes:
+    """A message set of format v0 or v1, as clients before Kafka 0.11 write them."""
+    recs = [
+        LegacyRecord(
+            i,
+            BASE_TIMESTAMP + rng.randrange(10**6),
+            None if rng.random() < 0.3 else f"k{i}".encode(),
+            rng.randbytes(rng.randint(0, 40)),
+        )
+        for i in range(rng.randint(1, 4))
+    ]
+    return build_message_set(recs, magic=rng.choice((0, 1)), compression=rng.choice(LEGACY_CODECS))
+
+
+def mutate_legacy(rng: random.Random, ms: bytes) -> tuple[bytes, str]:
+    """A v0/v1 message set broken: a byte flipped, a length changed, cut or bytes inserted,
+    the first message's CRC-32 recomputed most of the time (so the broker looks deeper); or
+    a wrapper inflating to zeros."""
+    if rng.random() < 0.05:
+        zeros = bomb_payload(COMPRESSION_GZIP, "zeros")
+        return _entry(
+            0, _message(1, COMPRESSION_GZIP, BASE_TIMESTAMP, None, zeros)
+        ), "v1 zeros bomb"
+    b = bytearray(ms)
+    how = rng.choice(("flip", "length", "cut", "insert"))
+    pos = rng.randrange(len(b))
+    if how == "flip":
+        b[pos] ^= 1 << rng.randrange(8)
+    elif how == "length":
+        pos = min(pos, len(b) - 4)
+        struct.pack_into(">i", b, pos, rng.choice((-2, -1, 0, 1, 13, 14, 1 << 30)))
+    elif how == "cut":
+        del b[pos:]
+    else:
+        b[pos:pos] = rng.randbytes(rng.randint(1, 8))
+    if rng.random() < 0.8 and len(b) >= 17:
+        (size,) = struct.unpack_from(">i", b, 8)
+        if 14 <= size <= len(b) - 12:
+            struct.pack_into(">I", b, 12, zlib.crc32(b[16 : 12 + size]))
+    return bytes(b), f"v{ms[16]} message set: {how} at {pos}"
+
+
 def valid_body(api_key: int, version: int, rng: random.Random, pool: Pool) -> dict:
-    return _Gen(rng, pool).struct(SCHEMAS.by_key[api_key].request.fields, version, "")
+    body = _Gen(rng, pool).struct(SCHEMAS.by_key[api_key].request.fields, version, "")
+    if api_key == 0 and version <= 2:  # Produce v0-2: message format v0/v1 half of the time
+        fields: list = []
+        _records_fields(body, fields)
+        for holder, key in fields:
+            if rng.random() < 0.5:
+                holder[key] = legacy_message_set(rng)
+    return body
 
 
-def encode(api_key: int, version: int, corr: int, body: dict) -> bytes:
+def hostile_body(api_key: int, version: int, rng: random.Random, pool: Pool) -> tuple[dict, list]:
+    """A valid request with hostile resource names; (body, the names used)."""
+    gen = _Gen(rng, pool, hostile=True)
+    body = gen.struct(SCHEMAS.by_key[api_key].request.fields, version, "")
+    return body, gen.hostile_used
+
+
+def encode(api_key: int, version: int, corr: int, body: dict, client_id: str = CLIENT_ID) -> bytes:
     """The frame body (no size prefix)."""
-    return codec.encode_request(api_key, version, corr, CLIENT_ID, body)[4:]
+    return codec.encode_request(api_key, version, corr, client_id, body)[4:]
 
 
 # -- mutations ------------------------------------------------------------------------------
@@ -633,7 +762,9 @@ def make_frame(seed: int, index: int, pairs: list[tuple[int, int]], pool: Pool,
     if kind in BATCH_KINDS:
         holder, key = rng.choice(records)
         batch = holder[key]
-        if kind == "batch_crc":
+        if batch[16] < 2:  # a v0/v1 message set
+            holder[key], detail = mutate_legacy(rng, batch)
+        elif kind == "batch_crc":
             b = bytearray(batch)
             b[CRC_OFFSET + rng.randrange(4)] ^= 1 << rng.randrange(8)
             holder[key], detail = bytes(b), "CRC-32C flipped"
@@ -646,6 +777,16 @@ def make_frame(seed: int, index: int, pairs: list[tuple[int, int]], pool: Pool,
         return Frame(
             index, api_key, version, kind, detail, _sized(encode(api_key, version, corr, body))
         )
+    if kind == "name":
+        body, used = hostile_body(api_key, version, rng, pool)
+        client_id = rng.choice(HOSTILE_NAMES) if rng.random() < 0.2 else CLIENT_ID
+        if client_id != CLIENT_ID:
+            used.append(client_id)
+        if used:
+            detail = "names " + ", ".join(repr(n if len(n) < 40 else n[:8] + "...") for n in used)
+            data = _sized(encode(api_key, version, corr, body, client_id))
+            return Frame(index, api_key, version, kind, detail, data)
+        kind = "valid"  # this request names nothing
     body_bytes = encode(api_key, version, corr, body)
     if kind == "valid":
         return Frame(index, api_key, version, kind, "unchanged", _sized(body_bytes))

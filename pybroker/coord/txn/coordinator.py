@@ -20,8 +20,14 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from pybroker.clock import Clock
+from pybroker.coord.metadata.paths import MAX_NAME_CHARS
 from pybroker.coord.metadata.placement import coordinator_for
-from pybroker.coord.metadata.store import BadVersionError, NodeExistsError, StoreError
+from pybroker.coord.metadata.store import (
+    BadVersionError,
+    InvalidPathError,
+    NodeExistsError,
+    StoreError,
+)
 from pybroker.coord.txn import state as ts
 from pybroker.coord.txn.store import TxnStateStore
 from pybroker.errors import ErrorCode, KafkaError
@@ -76,8 +82,8 @@ class TransactionCoordinator:
         """Whether this broker coordinates the id now; every request asks first, so a moved
         membership epoch drops the cached states before any is answered from
         (check_membership)."""
-        if self._membership is None:
-            return True
+        if self._membership is None or len(transactional_id) > MAX_NAME_CHARS:
+            return True  # (too long to store: nothing is found under it, nothing is written)
         epoch, live = self._membership()
         if epoch != self._membership_epoch:
             self.check_membership()
@@ -97,12 +103,12 @@ class TransactionCoordinator:
         return got
 
     def _unreachable(self, tid: str, e: Exception) -> ErrorCode:
-        """The store could not be reached: the outcome of a write is unknown, so the cached
-        state is forgotten (the next request reads the store, and finishes a transaction it
-        finds prepared).  Kafka answers COORDINATOR_NOT_AVAILABLE when its transaction log
-        append fails; the client retries."""
+        """The store failed: the outcome of a write is unknown, so the cached state is
+        forgotten (the next request reads the store, and finishes a transaction it finds
+        prepared).  Kafka answers COORDINATOR_NOT_AVAILABLE when its transaction log append
+        fails; the client finds the coordinator again and retries."""
         self.txns.pop(tid, None)
-        log.info("transaction %s: the metadata store cannot be reached: %s", tid, e)
+        log.warning("transaction %.100s: the metadata store failed: %s", tid, e)
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
 
     async def _persist(self, md: ts.TxnMetadata, version: int | None) -> int | None:
@@ -118,97 +124,102 @@ class TransactionCoordinator:
         return new_version
 
     # -- requests --------------------------------------------------------------------------
+    # A store error answers COORDINATOR_NOT_AVAILABLE (_unreachable), as Kafka answers a
+    # failed transaction log append; a transactional.id no store path can hold (far longer
+    # than any real one) is INVALID_REQUEST.
     async def init_producer_id(
         self, tid: str, timeout_ms: int, expected_pid: int = -1, expected_epoch: int = -1
     ) -> tuple[ErrorCode, int, int]:
         """(error, producer id, epoch) for InitProducerId with a transactional.id."""
-        if not self.coordinates(tid):
-            return ErrorCode.NOT_COORDINATOR, -1, -1
-        async with self._lock(tid):
-            try:
-                return await self._init_producer_id(tid, timeout_ms, expected_pid, expected_epoch)
-            except StoreError as e:
-                return self._unreachable(tid, e), -1, -1
-            except KafkaError as e:  # (allocating a producer id: the store unreachable)
-                return e.code, -1, -1
+        try:
+            return await self._init_producer_id(tid, timeout_ms, expected_pid, expected_epoch)
+        except InvalidPathError as e:
+            log.info("transactional.id refused: %s", e)
+            return ErrorCode.INVALID_REQUEST, -1, -1
+        except StoreError as e:
+            return self._unreachable(tid, e), -1, -1
+        except KafkaError as e:  # (allocating a producer id: the store unreachable)
+            return e.code, -1, -1
 
     async def _init_producer_id(
         self, tid: str, timeout_ms: int, expected_pid: int, expected_epoch: int
     ) -> tuple[ErrorCode, int, int]:
-        """Under the id's lock."""
-        cur = await self._current(tid)
-        md, version = cur if cur is not None else (None, None)
-        needs_id = md is None or md.producer_epoch >= ts.MAX_EPOCH - 1
-        new_pid = await self._allocate() if needs_id else -1
-        d = ts.init_producer_id(
-            md,
-            tid,
-            timeout_ms,
-            self.config.max_timeout_ms,
-            expected_pid,
-            expected_epoch,
-            self.clock.time_ms(),
-            new_pid,
-        )
-        if d.new is not None and await self._persist(d.new, version) is None:
+        if not self.coordinates(tid):
             return ErrorCode.NOT_COORDINATOR, -1, -1
-        if d.error is not ErrorCode.NONE:
-            return d.error, -1, -1
-        out = d.new if d.new is not None else md
-        assert out is not None
-        return ErrorCode.NONE, out.producer_id, out.producer_epoch
+        async with self._lock(tid):
+            cur = await self._current(tid)
+            md, version = cur if cur is not None else (None, None)
+            needs_id = md is None or md.producer_epoch >= ts.MAX_EPOCH - 1
+            new_pid = await self._allocate() if needs_id else -1
+            d = ts.init_producer_id(
+                md,
+                tid,
+                timeout_ms,
+                self.config.max_timeout_ms,
+                expected_pid,
+                expected_epoch,
+                self.clock.time_ms(),
+                new_pid,
+            )
+            if d.new is not None and await self._persist(d.new, version) is None:
+                return ErrorCode.NOT_COORDINATOR, -1, -1
+            if d.error is not ErrorCode.NONE:
+                return d.error, -1, -1
+            out = d.new if d.new is not None else md
+            assert out is not None
+            return ErrorCode.NONE, out.producer_id, out.producer_epoch
 
     async def add_partitions(
         self, tid: str, pid: int, epoch: int, partitions: Iterable[TopicPartition]
     ) -> ErrorCode:
         if not self.coordinates(tid):
             return ErrorCode.NOT_COORDINATOR
-        async with self._lock(tid):
-            try:
+        try:
+            async with self._lock(tid):
                 cur = await self._current(tid)
                 md, version = cur if cur is not None else (None, None)
                 d = ts.add_partitions(md, pid, epoch, frozenset(partitions), self.clock.time_ms())
                 if d.new is not None and await self._persist(d.new, version) is None:
                     return ErrorCode.NOT_COORDINATOR
-            except StoreError as e:
-                return self._unreachable(tid, e)
-            return d.error
+                return d.error
+        except StoreError as e:
+            return self._unreachable(tid, e)
 
     async def verify_partitions(
         self, tid: str, pid: int, epoch: int, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, ErrorCode]:
         if not self.coordinates(tid):
             return dict.fromkeys(partitions, ErrorCode.NOT_COORDINATOR)
-        async with self._lock(tid):
-            try:
+        try:
+            async with self._lock(tid):
                 cur = await self._current(tid)
-            except StoreError as e:
-                return dict.fromkeys(partitions, self._unreachable(tid, e))
-            return ts.verify_partitions(cur[0] if cur else None, pid, epoch, partitions)
+                return ts.verify_partitions(cur[0] if cur else None, pid, epoch, partitions)
+        except StoreError as e:
+            return dict.fromkeys(partitions, self._unreachable(tid, e))
 
     async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> ErrorCode:
         if not self.coordinates(tid):
             return ErrorCode.NOT_COORDINATOR
-        async with self._lock(tid):
-            try:
+        try:
+            async with self._lock(tid):
                 cur = await self._current(tid)
                 md, version = cur if cur is not None else (None, None)
                 d = ts.end_txn(md, pid, epoch, commit, self.clock.time_ms())
                 if d.new is not None and await self._persist(d.new, version) is None:
                     return ErrorCode.NOT_COORDINATOR
-            except StoreError as e:
-                return self._unreachable(tid, e)
-            return d.error
+                return d.error
+        except StoreError as e:
+            return self._unreachable(tid, e)
 
     async def describe(self, tid: str) -> tuple[ErrorCode, ts.TxnMetadata | None]:
         """DescribeTransactions: the id's state, if this broker coordinates it."""
         if not self.coordinates(tid):
             return ErrorCode.NOT_COORDINATOR, None
-        async with self._lock(tid):
-            try:
+        try:
+            async with self._lock(tid):
                 cur = await self._current(tid)
-            except StoreError as e:
-                return self._unreachable(tid, e), None
+        except StoreError as e:
+            return self._unreachable(tid, e), None
         if cur is None or cur[0].state is ts.TxnState.DEAD:
             return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, None
         return ErrorCode.NONE, cur[0]

@@ -1,6 +1,6 @@
-"""CreateTopics (key 19): request and response layouts, versions 2-7.
+"""CreateTopics (key 19): request and response layouts, versions 0-7.
 
-Kafka's spec: validVersions 2-7.
+Kafka's spec: validVersions 2-7 (Kafka 4.0 removed v0-1); Kafka 3.9's 0-7.
 """
 
 from pybroker.wire.schema import F, api, declare
@@ -9,7 +9,7 @@ CREATE_TOPICS = declare(
     api(
         19,
         "CreateTopics",
-        versions="2-7",
+        versions="0-7",
         flexible="5+",
         request=[
             F(

@@ -1,6 +1,7 @@
-"""Fetch (key 1): request and response layouts, versions 4-17.
+"""Fetch (key 1): request and response layouts, versions 0-17.
 
-Kafka's spec: validVersions 4-18.
+Kafka's spec: validVersions 4-18 (Kafka 4.0 removed v0-3, KIP-896); Kafka 3.9's 0-16.  The old
+versions' fields carry Kafka 3.9's version ranges, which the 4.x spec kept.
 """
 
 from pybroker.wire.schema import F, api, declare
@@ -9,7 +10,7 @@ FETCH = declare(
     api(
         1,
         "Fetch",
-        versions="4-17",
+        versions="0-17",
         flexible="12+",
         request=[
             F("cluster_id", "string", "12+", nullable="12+", tag=0, default=None),

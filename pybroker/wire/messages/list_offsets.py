@@ -1,6 +1,6 @@
-"""ListOffsets (key 2): request and response layouts, versions 1-9.
+"""ListOffsets (key 2): request and response layouts, versions 0-9.
 
-Kafka's spec: validVersions 1-11.
+Kafka's spec: validVersions 1-11 (Kafka 4.0 removed v0); Kafka 3.9's 0-9.
 """
 
 from pybroker.wire.schema import F, api, declare
@@ -9,7 +9,7 @@ LIST_OFFSETS = declare(
     api(
         2,
         "ListOffsets",
-        versions="1-9",
+        versions="0-9",
         flexible="6+",
         request=[
             F("replica_id", "int32", "0+"),

@@ -1,6 +1,6 @@
-"""OffsetCommit (key 8): request and response layouts, versions 2-9.
+"""OffsetCommit (key 8): request and response layouts, versions 0-9.
 
-Kafka's spec: validVersions 2-10.
+Kafka's spec: validVersions 2-10 (Kafka 4.0 removed v0-1); Kafka 3.9's 0-9.
 """
 
 from pybroker.wire.schema import F, api, declare
@@ -9,7 +9,7 @@ OFFSET_COMMIT = declare(
     api(
         8,
         "OffsetCommit",
-        versions="2-9",
+        versions="0-9",
         flexible="8+",
         request=[
             F("group_id", "string", "0+"),

@@ -1,6 +1,6 @@
-"""OffsetFetch (key 9): request and response layouts, versions 1-9.
+"""OffsetFetch (key 9): request and response layouts, versions 0-9.
 
-Kafka's spec: validVersions 1-10.
+Kafka's spec: validVersions 1-10 (Kafka 4.0 removed v0); Kafka 3.9's 0-9.
 """
 
 from pybroker.wire.schema import F, api, declare
@@ -9,7 +9,7 @@ OFFSET_FETCH = declare(
     api(
         9,
         "OffsetFetch",
-        versions="1-9",
+        versions="0-9",
         flexible="6+",
         request=[
             F("group_id", "string", "0-7"),

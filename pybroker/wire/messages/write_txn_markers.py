@@ -1,8 +1,8 @@
-"""WriteTxnMarkers (key 27): request and response layouts, version 1.
+"""WriteTxnMarkers (key 27): request and response layouts, versions 0-1.
 
-Kafka's spec: validVersions 0-1 in Kafka 3.9 (flexible from 1); Kafka 4.0 removed v0 and
-added v2 (TransactionVersion, KIP-890).  Brokers send v1 since Kafka 2.8 (IBP >= 2.8), so
-pybroker declares v1 alone.  Sent by a transaction coordinator to the leaders of a
+Kafka's spec: validVersions 0-1 in Kafka 3.9 (v1 is v0 made flexible); Kafka 4.0 removed v0
+and added v2 (TransactionVersion, KIP-890).  Brokers send v1 since Kafka 2.8 (IBP >= 2.8);
+older coordinators send v0.  Sent by a transaction coordinator to the leaders of a
 transaction's partitions.
 """
 
@@ -12,7 +12,7 @@ WRITE_TXN_MARKERS = declare(
     api(
         27,
         "WriteTxnMarkers",
-        versions="1",
+        versions="0-1",
         flexible="1+",
         request=[
             F(
