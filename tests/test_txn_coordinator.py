@@ -319,3 +319,26 @@ def test_coordination_that_moved_away_and_back_reads_the_store_again(tmp_path) -
         await store.close()
 
     asyncio.run(main())
+
+
+def test_an_invalid_end_txn_is_logged_with_the_state_it_met(tmp_path, caplog) -> None:
+    """INVALID_TXN_STATE is fatal to a client; the coordinator's log names the state."""
+
+    async def main() -> None:
+        clock = ManualClock()
+        store = LocalStore(tmp_path, clock)
+        await store.start()
+        c = _coord(store, clock, Markers())
+        _, pid, epoch = await c.init_producer_id("tx", 60_000)
+        assert await c.add_partitions("tx", pid, epoch, TPS) is ErrorCode.NONE
+        assert await c.end_txn("tx", pid, epoch, True) is ErrorCode.NONE
+        await _settle(c)
+        with caplog.at_level("INFO", logger="pybroker.coord.txn.coordinator"):
+            assert await c.end_txn("tx", pid, epoch, False) is ErrorCode.INVALID_TXN_STATE
+        assert f"EndTxn(abort) of producer {pid} epoch {epoch} in state CompleteCommit" in (
+            caplog.text
+        )
+        await c.stop()
+        await store.close()
+
+    asyncio.run(main())

@@ -207,6 +207,17 @@ class TransactionCoordinator:
                 d = ts.end_txn(md, pid, epoch, commit, self.clock.time_ms())
                 if d.new is not None and await self._persist(d.new, version) is None:
                     return ErrorCode.NOT_COORDINATOR
+                if d.error is ErrorCode.INVALID_TXN_STATE:  # (fatal to the client: say why)
+                    log.info(
+                        "transaction %.100s: EndTxn(%s) of producer %d epoch %d in state %s "
+                        "(store version %s): INVALID_TXN_STATE",
+                        tid,
+                        "commit" if commit else "abort",
+                        pid,
+                        epoch,
+                        md.state.value if md is not None else None,
+                        version,
+                    )
                 return d.error
         except StoreError as e:
             return self._unreachable(tid, e)
