@@ -91,6 +91,20 @@ def unavailable() -> str | None:
     return None
 
 
+def require(also: str | None = None) -> None:
+    """Skip the calling test, saying why, when network namespaces (or ``also``, another
+    missing need) are not available here; under CI=true fail instead, so CI never passes
+    without running it (as compat_tests/chromium.py does)."""
+    import pytest
+
+    why = unavailable() or also
+    if why is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{why}; CI=true requires it", pytrace=False)
+    pytest.skip(why)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -30,7 +30,7 @@ import os
 import pytest
 
 from compat_tests.fault_injection import ACTIONS, run
-from compat_tests.netns import unavailable
+from compat_tests.netns import require
 from tests.small_disk import can_mount
 
 SECONDS = float(os.environ.get("PYBROKER_FAULT_SECONDS", "120"))
@@ -62,9 +62,7 @@ def test_random_faults_under_idempotent_load(tmp_path):
 
 
 def test_network_partitions_and_full_disks(tmp_path):
-    why = unavailable() or can_mount()
-    if why:
-        pytest.skip(why)
+    require(can_mount())
     report = run(tmp_path, NET_SECONDS, _seed(), network=True, kinds=NET_KINDS)
     print("\n" + report.summary())
     assert not report.problems, report.summary()

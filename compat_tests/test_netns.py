@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from compat_tests.netns import ROUTE_PROTO, Network, _live_runs, unavailable
+from compat_tests.netns import ROUTE_PROTO, Network, _live_runs, require
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -43,9 +43,7 @@ def _leftovers(tag: str) -> list[str]:
 
 
 def test_cut_heal_enter_and_clean_up():
-    why = unavailable()
-    if why:
-        pytest.skip(why)
+    require()
     net = Network()
     for node in ("srv", "cli", "obs"):
         net.add(node)

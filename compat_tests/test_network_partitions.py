@@ -16,7 +16,7 @@ import pytest
 
 from compat_tests.cluster import KafkaPythonLoad, check_records, read_topic, wait_until
 from compat_tests.net_cluster import broker_node, running_network_cluster
-from compat_tests.netns import unavailable
+from compat_tests.netns import require
 from tests.small_disk import can_mount
 
 pytestmark = pytest.mark.timeout(300)
@@ -25,9 +25,7 @@ TOPIC = "netpart"
 
 @pytest.fixture
 def net_cluster(tmp_path):
-    why = unavailable() or can_mount()
-    if why:
-        pytest.skip(why)
+    require(can_mount())
     with running_network_cluster(tmp_path, clients=1) as nc:
         yield nc
 
