@@ -518,10 +518,20 @@ class ReplicaManager:
         )
 
     # -- leader side ------------------------------------------------------------------------
-    def leader_replica(self, topic: str, partition: int, current_leader_epoch: int = -1) -> Replica:
-        if (topic, partition) in self.offline:
+    def leader_replica(
+        self,
+        topic: str,
+        partition: int,
+        current_leader_epoch: int = -1,
+        lease_ok: bool | None = None,
+    ) -> Replica:
+        """This broker's replica of the partition if it leads it (in ``current_leader_epoch``
+        when >= 0), else the KafkaError to answer.  ``lease_ok``: the store session lease,
+        when the caller has read it for a whole request (None: read it here)."""
+        key = (topic, partition)
+        if self.offline and key in self.offline:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "the replica's log dir is offline")
-        r = self.replicas.get((topic, partition))
+        r = self.replicas.get(key)
         info = self.cluster.topics.get(topic)
         if r is not None and info is not None and r.checked_info is not info:
             if not other_incarnation(r.log.topic_id, info.topic_id):
@@ -549,7 +559,9 @@ class ReplicaManager:
                 raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
         if r.role != LEADER:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        if not getattr(self.cluster, "lease_ok", True):
+        if lease_ok is None:
+            lease_ok = getattr(self.cluster, "lease_ok", True)
+        if not lease_ok:
             # held up past a third of the session: we may have been replaced
             # (coord/metadata/cluster.py)
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "leadership is being confirmed")
