@@ -650,11 +650,15 @@ class ReplicaManager:
             st.last_caught_up_ms = now
         # In sync (Kafka's isFollowerInSync): at the high watermark and holding everything
         # of earlier epochs; a follower that joined below this epoch's start could be elected
-        # without records the ISR had and the high watermark would go back.
+        # without records the ISR had and the high watermark would go back.  And a live broker
+        # (Kafka's ZooKeeper-mode isReplicaIsrEligible): one that still fetches while its
+        # session is gone (cut from ZooKeeper only) stays out, or the controller would take it
+        # out again at once, and again at every fetch.
         if (
             replica_id not in r.isr
             and fetch_offset >= r.log.high_watermark
             and fetch_offset >= r.leader_epoch_start_offset
+            and replica_id in self.cluster.brokers
         ):
             self._change_isr(r, sorted(set(r.isr) | {replica_id}), "caught up")
         lagging = r.high_watermark_lagging()
