@@ -170,8 +170,13 @@ def spec_name(msg: Message) -> str:
 
 
 # APIs whose specs kafka-python does not ship: checked against Kafka's generated message
-# classes instead (compat_tests/test_java_schemas.py, kafka-clients 3.9.0 and 4.1.1).
-CHECKED_AGAINST_JAVA = {68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe"}
+# classes instead (compat_tests/test_java_schemas.py, kafka-clients 3.9.0, 4.1.1 and 4.4.0).
+CHECKED_AGAINST_JAVA = {
+    68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe",
+    76: "ShareGroupHeartbeat", 77: "ShareGroupDescribe", 78: "ShareFetch",
+    79: "ShareAcknowledge", 90: "DescribeShareGroupOffsets", 91: "AlterShareGroupOffsets",
+    92: "DeleteShareGroupOffsets",
+}  # fmt: skip
 APIS = sorted(
     (a for a in SCHEMAS.by_key.values() if a.key not in CHECKED_AGAINST_JAVA), key=lambda a: a.key
 )
