@@ -1,0 +1,218 @@
+"""Share groups (KIP-932) with confluent-kafka's ShareConsumer (librdkafka 2.16, preview)
+against a pybroker process: the same user-visible behaviour as the Java client's tests
+(compat_tests/test_share_groups_java.py): four consumers on one partition, implicit and
+explicit acknowledgement, release -> delivery count 2, reject -> never again, a closed
+consumer's records released, the delivery count limit, earliest and latest.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from kafka import KafkaProducer
+
+from compat_tests.helpers import create_topic
+from compat_tests.share_clients import set_group_config, wait_members
+
+ck = pytest.importorskip("confluent_kafka")
+if not hasattr(ck, "ShareConsumer"):
+    pytest.skip("confluent-kafka without ShareConsumer (2.15+)", allow_module_level=True)
+
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.broker_overrides(
+        {
+            "group.share.enable": "true",
+            "group.share.heartbeat.interval.ms": "1000",
+            "group.share.min.heartbeat.interval.ms": "1000",
+            "group.share.session.timeout.ms": "10000",
+            "group.share.min.session.timeout.ms": "6000",
+            "group.share.record.lock.duration.ms": "4000",
+            "group.share.min.record.lock.duration.ms": "1000",
+            "group.share.delivery.count.limit": "3",
+        }
+    ),
+]
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def produce(bootstrap: str, topic: str, values: list[str]) -> None:
+    """In record batches of at most 10 (a queue fed by many small writes): records are
+    acquired log batch by log batch, so one huge batch would go to one consumer."""
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0, batch_size=16384)
+    for i, v in enumerate(values):
+        p.send(topic, v.encode(), partition=0)
+        if i % 10 == 9:
+            p.flush()
+    p.flush()
+    p.close()
+
+
+def new_consumer(bootstrap: str, group: str, mode: str = "implicit"):  # type: ignore[no-untyped-def]
+    return ck.ShareConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "share.acknowledgement.mode": mode,
+            "log_level": 3,
+        }
+    )
+
+
+def setup(broker, n: int) -> tuple[str, str, list[str]]:  # type: ignore[no-untyped-def]
+    topic = unique("ckq")
+    create_topic(broker.bootstrap, topic, 1)
+    group = unique("cksg")
+    set_group_config(broker.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    values = [f"v{i}" for i in range(n)]
+    return topic, group, values
+
+
+def consume(sc, until, policy=None, timeout: float = 90.0) -> list[tuple[int, int, str]]:  # type: ignore[no-untyped-def]
+    """Poll until ``until(records)``; ``policy(delivery_count, value)`` -> an
+    AcknowledgeType in explicit mode.  Returns (offset, delivery count, value)s."""
+    got: list[tuple[int, int, str]] = []
+    deadline = time.monotonic() + timeout
+    while not until(got) and time.monotonic() < deadline:
+        msgs = sc.poll(0.5)
+        for m in msgs:
+            if m.error():
+                continue
+            got.append((m.offset(), m.delivery_count(), m.value().decode()))
+            if policy is not None:
+                sc.acknowledge(m, policy(m.delivery_count(), m.value().decode()))
+        if msgs and policy is not None:
+            sc.commit_sync()
+    return got
+
+
+def test_four_consumers_on_one_partition(broker):
+    topic, group, values = setup(broker, 1000)
+    results: list[list] = [[] for _ in range(4)]
+    done = threading.Event()
+
+    def run(i: int) -> None:
+        sc = new_consumer(broker.bootstrap, group)
+        sc.subscribe([topic])
+        try:
+            while not done.is_set():
+                for m in sc.poll(0.5):
+                    if not m.error():
+                        results[i].append((m.offset(), m.delivery_count(), m.value().decode()))
+        finally:
+            sc.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        wait_members(broker.bootstrap, group, 4)
+        produce(broker.bootstrap, topic, values)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if {v for r in results for _, _, v in r} >= set(values):
+                break
+            time.sleep(0.2)
+    finally:
+        done.set()
+        for t in threads:
+            t.join(60)
+    got = [x for r in results for x in r]
+    assert {v for _, _, v in got} == set(values)
+    assert all(results), [len(r) for r in results]
+    assert sorted(o for o, _, _ in got) == list(range(1000))
+
+
+def test_release_then_reject_then_accept(broker):
+    """Explicit: released records come back with delivery count 2; rejected ones never."""
+    topic, group, values = setup(broker, 40)
+    produce(broker.bootstrap, topic, values)
+    sc = new_consumer(broker.bootstrap, group, "explicit")
+    sc.subscribe([topic])
+    t = ck.AcknowledgeType
+
+    def policy(dc: int, value: str) -> int:
+        if dc == 1:
+            return t.RELEASE
+        return t.REJECT if int(value[1:]) % 2 else t.ACCEPT
+
+    try:
+        got = consume(sc, lambda g: len(g) >= 80, policy)
+    finally:
+        sc.close()
+    deliveries: dict[int, list[int]] = {}
+    for o, dc, _ in got:
+        deliveries.setdefault(o, []).append(dc)
+    assert deliveries == {o: [1, 2] for o in range(40)}
+    # accepted or rejected: a new consumer gets nothing, past the lock duration
+    later = new_consumer(broker.bootstrap, group)
+    later.subscribe([topic])
+    try:
+        end = time.monotonic() + 8
+        assert consume(later, lambda g: time.monotonic() > end) == []
+    finally:
+        later.close()
+
+
+def test_closed_consumer_releases_its_records(broker):
+    topic, group, values = setup(broker, 20)
+    set_group_config(broker.bootstrap, group, {"share.record.lock.duration.ms": "60000"})
+    produce(broker.bootstrap, topic, values)
+    holder = new_consumer(broker.bootstrap, group, "explicit")
+    holder.subscribe([topic])
+    held = consume(holder, lambda g: len(g) > 0)
+    assert held
+    holder.close()  # unacknowledged: its share session ends, the records are released
+    other = new_consumer(broker.bootstrap, group)
+    other.subscribe([topic])
+    try:
+        got = consume(other, lambda g: len({o for o, _, _ in g}) >= 20)
+    finally:
+        other.close()
+    again = {o: dc for o, dc, _ in got if o in {h[0] for h in held}}
+    assert again and set(again.values()) == {2}, again
+
+
+def test_delivery_count_limit(broker):
+    topic, group, values = setup(broker, 5)
+    produce(broker.bootstrap, topic, values)
+    sc = new_consumer(broker.bootstrap, group, "explicit")
+    sc.subscribe([topic])
+    try:
+        got = consume(
+            sc, lambda g: len(g) >= 15, lambda dc, v: ck.AcknowledgeType.RELEASE, timeout=60
+        )
+        end = time.monotonic() + 6
+        more = consume(
+            sc, lambda g: time.monotonic() > end, lambda dc, v: ck.AcknowledgeType.RELEASE
+        )
+    finally:
+        sc.close()
+    deliveries: dict[int, list[int]] = {}
+    for o, dc, _ in got + more:
+        deliveries.setdefault(o, []).append(dc)
+    assert deliveries == {o: [1, 2, 3] for o in range(5)}
+
+
+def test_latest_skips_what_was_there(broker):
+    topic = unique("ckl")
+    create_topic(broker.bootstrap, topic, 1)
+    produce(broker.bootstrap, topic, [f"old{i}" for i in range(10)])
+    group = unique("ckl")  # share.auto.offset.reset defaults to latest
+    sc = new_consumer(broker.bootstrap, group)
+    sc.subscribe([topic])
+    try:
+        wait_members(broker.bootstrap, group, 1)
+        # the start offset is set at the share-partition's first load (the first fetch)
+        consume(sc, lambda g: False, timeout=3)
+        produce(broker.bootstrap, topic, [f"new{i}" for i in range(10)])
+        got = consume(sc, lambda g: len(g) >= 10)
+    finally:
+        sc.close()
+    assert sorted(v for _, _, v in got) == sorted(f"new{i}" for i in range(10))
