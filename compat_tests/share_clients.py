@@ -24,7 +24,7 @@ import pytest
 from compat_tests import java
 from pybroker.cli.client import Client
 
-SHARE_GROUP_DESCRIBE, INCREMENTAL_ALTER_CONFIGS = 77, 44
+SHARE_GROUP_DESCRIBE, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_SHARE_GROUP_OFFSETS = 77, 44, 90
 GROUP_RESOURCE = 32
 
 
@@ -154,3 +154,19 @@ def wait_members(bootstrap: str, group: str, n: int, timeout: float = 120.0) -> 
             return desc
         time.sleep(0.3)
     pytest.fail(f"group {group} did not reach {n} assigned members: {desc}", pytrace=False)
+
+
+def share_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], dict]:
+    """DescribeShareGroupOffsets v1: {(topic, partition): {"start_offset", "lag", ...}}."""
+    c = Client(bootstrap)
+    try:
+        _, r = c.group_request(
+            group, DESCRIBE_SHARE_GROUP_OFFSETS, {"groups": [{"group_id": group, "topics": None}]}
+        )
+    finally:
+        c.close()
+    g = r["groups"][0]
+    assert g["error_code"] == 0, g
+    return {
+        (t["topic_name"], p["partition_index"]): p for t in g["topics"] for p in t["partitions"]
+    }
