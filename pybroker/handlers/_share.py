@@ -70,10 +70,11 @@ async def acknowledge_all(
     *,
     supports_renew: bool,
     is_renew_ack: bool,
-) -> dict[tuple[Any, int], tuple[int, str | None]]:
-    """Apply the acknowledgements of a ShareFetch or ShareAcknowledge: {(topic id,
-    partition): (error code, message)} for every partition that carried a list of batches
-    (Kafka's handleAcknowledgements)."""
+) -> dict[tuple[Any, int], tuple[int, str | None, Any]]:
+    """Apply the acknowledgements of a ShareFetch or ShareAcknowledge to the share-partitions
+    (Kafka's handleAcknowledgements): {(topic id, partition): (error code, message, the write
+    to wait for or None)} for every partition that carried a list of batches.  ``settled``
+    turns that into the answers once the writes are done."""
     from pybroker.errors import ErrorCode
     from pybroker.handlers._authz import on_topic
     from pybroker.handlers._topic_ids import Resolver
@@ -82,7 +83,7 @@ async def acknowledge_all(
     resolver = Resolver(ctx.services.cluster)
     shares = ctx.services.shares
     max_type = 4 if supports_renew else 3
-    results: dict[tuple[Any, int], tuple[int, str | None]] = {}
+    results: dict[tuple[Any, int], tuple[int, str | None, Any]] = {}
     work = []
     for t in topics:
         tid = t["topic_id"]
@@ -93,33 +94,35 @@ async def acknowledge_all(
                 continue
             key = (tid, p["partition_index"])
             if name is None:
-                results[key] = (ErrorCode.UNKNOWN_TOPIC_ID, None)
+                results[key] = (ErrorCode.UNKNOWN_TOPIC_ID, None, None)
             elif _batches_invalid(batches, max_type, is_renew_ack):
-                results[key] = (ErrorCode.INVALID_REQUEST, None)
+                results[key] = (ErrorCode.INVALID_REQUEST, None, None)
             elif not on_topic(ctx, Operation.READ, name):
-                results[key] = (ErrorCode.TOPIC_AUTHORIZATION_FAILED, None)
+                results[key] = (ErrorCode.TOPIC_AUTHORIZATION_FAILED, None, None)
             elif p["partition_index"] not in ctx.services.cluster.topics[name].partitions:
-                results[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+                results[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, None)
             elif not batches:
-                results[key] = (ErrorCode.NONE, None)
+                results[key] = (ErrorCode.NONE, None, None)
             else:
                 acks = [
                     (b["first_offset"], b["last_offset"], list(b["acknowledge_types"]))
                     for b in batches
                 ]
                 work.append((key, name, acks))
-    if work:
-        import asyncio
-
-        outcomes = await asyncio.gather(
-            *(
-                shares.acknowledge(group_id, member_id, name, key[0], key[1], acks)
-                for key, name, acks in work
-            )
+    for key, name, acks in work:  # one at a time: applied in the request's order
+        results[key] = await shares.apply_acknowledgements(
+            group_id, member_id, name, key[0], key[1], acks
         )
-        for (key, _, _), outcome in zip(work, outcomes, strict=True):
-            results[key] = outcome
     return results
+
+
+async def settled(
+    pending: dict[tuple[Any, int], tuple[int, str | None, Any]],
+) -> dict[tuple[Any, int], tuple[int, str | None]]:
+    """The acknowledgements' answers, once their writes are done."""
+    from pybroker.share.manager import settle
+
+    return {key: await settle(*outcome) for key, outcome in pending.items()}
 
 
 def partition_entry(

@@ -20,6 +20,7 @@ from pybroker.handlers._share import (
     member_id_valid,
     node_endpoints,
     partition_entry,
+    settled,
     share_enabled,
 )
 from pybroker.handlers._topic_ids import Resolver
@@ -57,13 +58,15 @@ async def share_acknowledge(ctx: RequestContext, req: dict) -> dict:
         session = shares.sessions.acknowledge_update(gid, member, epoch)
     except KafkaError as e:
         return _top(e.code, e.message)
-    results = await acknowledge_all(
-        ctx,
-        gid,
-        member,
-        req["topics"],
-        supports_renew=ctx.version >= 2,
-        is_renew_ack=bool(req.get("is_renew_ack")),
+    results = await settled(
+        await acknowledge_all(
+            ctx,
+            gid,
+            member,
+            req["topics"],
+            supports_renew=ctx.version >= 2,
+            is_renew_ack=bool(req.get("is_renew_ack")),
+        )
     )
     if epoch == -1:
         shares.sessions.remove(gid, member)

@@ -31,6 +31,7 @@ from pybroker.handlers._share import (
     current_leader,
     member_id_valid,
     node_endpoints,
+    settled,
     share_enabled,
 )
 from pybroker.handlers._topic_ids import Resolver
@@ -104,12 +105,10 @@ async def share_fetch(ctx: RequestContext, req: dict) -> dict:
         if e.code == ErrorCode.SHARE_SESSION_LIMIT_REACHED:
             await asyncio.sleep(max(req["max_wait_ms"], 0) / 1000.0)
         return _top(e.code, e.message)
-    acks_task = asyncio.ensure_future(
-        acknowledge_all(
-            ctx, gid, member, req["topics"], supports_renew=ctx.version >= 2,
-            is_renew_ack=renew,
-        )
-    )  # fmt: skip
+    # acknowledgements first (the fetch sees what they released), stored while it fetches
+    pending = await acknowledge_all(
+        ctx, gid, member, req["topics"], supports_renew=ctx.version >= 2, is_renew_ack=renew
+    )
     fetched: dict[tuple, PartitionFetch] = {}
     errors: dict[tuple, tuple[int, str | None]] = {}
     if not renew and not context.final:
@@ -139,7 +138,7 @@ async def share_fetch(ctx: RequestContext, req: dict) -> dict:
                 record_limit=acquire_mode == RECORD_LIMIT,
                 rotate=max(epoch, 0),
             )
-    acks = await acks_task
+    acks = await settled(pending)
     if context.final:
         shares.sessions.remove(gid, member)
         await shares.release(gid, member, context.session.partitions.values())

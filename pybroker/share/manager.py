@@ -350,6 +350,29 @@ class SharePartitionManager:
         fut.add_done_callback(lambda f: f.cancelled() or f.exception())
 
     # -- acknowledging ----------------------------------------------------------------------
+    async def apply_acknowledgements(
+        self,
+        group_id: str,
+        member_id: str,
+        topic: str,
+        topic_id: Any,
+        partition: int,
+        acks: list[tuple[int, int, list[int]]],
+    ) -> tuple[int, str | None, asyncio.Future | None]:
+        """Apply one partition's acknowledgement batches to the share-partition now (a fetch
+        that follows sees them, as in Kafka): (error code, message, the future of the write
+        that stores them)."""
+        try:
+            entry = await self.partition(group_id, topic, topic_id, partition)
+            settings = await self.settings(group_id)
+            entry.sp.acknowledge(member_id, acks, settings.limits, self._now())
+        except AcknowledgeError as e:
+            return e.code, e.message, None
+        except KafkaError as e:
+            return e.code, e.message, None
+        self._count(acks)
+        return ErrorCode.NONE, None, self._changed(entry)
+
     async def acknowledge(
         self,
         group_id: str,
@@ -361,17 +384,10 @@ class SharePartitionManager:
     ) -> tuple[int, str | None]:
         """Apply one partition's acknowledgement batches and wait until they are stored:
         (error code, message)."""
-        try:
-            entry = await self.partition(group_id, topic, topic_id, partition)
-            settings = await self.settings(group_id)
-            entry.sp.acknowledge(member_id, acks, settings.limits, self._now())
-            self._count(acks)
-            await self._changed(entry)
-        except AcknowledgeError as e:
-            return e.code, e.message
-        except KafkaError as e:
-            return e.code, e.message
-        return ErrorCode.NONE, None
+        code, message, stored = await self.apply_acknowledgements(
+            group_id, member_id, topic, topic_id, partition, acks
+        )
+        return await settle(code, message, stored)
 
     def _count(self, acks: list[tuple[int, int, list[int]]]) -> None:
         names = {1: "accepted", 2: "released", 3: "rejected", 4: "renewed"}
@@ -581,6 +597,19 @@ class SharePartitionManager:
                     pass
         for t in list(self._tasks):
             t.cancel()
+
+
+async def settle(
+    code: int, message: str | None, stored: asyncio.Future | None
+) -> tuple[int, str | None]:
+    """The final answer of an acknowledgement once its write is done."""
+    if stored is None:
+        return code, message
+    try:
+        await stored
+    except KafkaError as e:
+        return e.code, e.message
+    return code, message
 
 
 def _slice(data: bytes, headers: list, acquired: list[Acquired]) -> bytes:
