@@ -171,6 +171,13 @@ def kafka_version() -> str:
     return VERSION_FILE.read_text().strip() if VERSION_FILE.exists() else "unknown"
 
 
+def kafka4_version() -> str:
+    """The Apache Kafka 4.x version java/kafka4/pom.xml pins."""
+    pom = (ROOT / "java" / "kafka4" / "pom.xml").read_text()
+    m = re.search(r"<kafka4.version>(.*?)</kafka4.version>", pom)
+    return m.group(1) if m else "unknown"
+
+
 def java_command(
     main_class: str,
     args: list[str],
