@@ -348,7 +348,7 @@ def test_group_configs(client):
 
 def test_find_coordinator_share_key_names_the_partition_leader(client, setup, broker):
     group, _, tid, _ = setup
-    from pybroker.coord.paths import kafka_uuid_str
+    from pybroker.coord.metadata.paths import kafka_uuid_str
 
     r = client.request(FIND_COORDINATOR, 6, {"key_type": 2, "coordinator_keys": [
         f"{group}:{kafka_uuid_str(tid)}:0", "not-a-key"]})  # fmt: skip
