@@ -216,3 +216,36 @@ def test_latest_skips_what_was_there(broker):
     finally:
         sc.close()
     assert sorted(v for _, _, v in got) == sorted(f"new{i}" for i in range(10))
+
+
+def test_pybroker_cli_groups_for_a_share_group(broker):
+    """`pybroker groups` on a share group: list (type share), describe (members, start
+    offsets, lag), reset-offsets refused while it has members, then reset, delete-offsets and
+    delete once they left."""
+    from compat_tests.test_admin_cli import cli, js, ok
+
+    topic, group, values = setup(broker, 20)
+    produce(broker.bootstrap, topic, values)
+    sc = new_consumer(broker.bootstrap, group, "explicit")
+    sc.subscribe([topic])
+    try:
+        consume(sc, lambda g: len(g) >= 20, lambda dc, v: ck.AcknowledgeType.ACCEPT)
+        listed = {g["group"]: g for g in js(broker.bootstrap, "groups", "list")}
+        assert (listed[group]["type"], listed[group]["state"]) == ("share", "Stable")
+        d = js(broker.bootstrap, "groups", "describe", group)
+        assert (d["type"], d["state"], len(d["members"])) == ("share", "Stable", 1)
+        assert d["members"][0]["assignment"] == [{"topic": topic, "partitions": [0]}]
+        assert [(o["topic"], o["start_offset"], o["lag"]) for o in d["offsets"]] == [(topic, 20, 0)]
+        r = cli(broker.bootstrap, "groups", "reset-offsets", group, "--topic", topic,
+                "--to-earliest")  # fmt: skip
+        assert r.returncode != 0 and "is not empty" in r.stderr, r.stderr
+    finally:
+        sc.close()
+    d = js(broker.bootstrap, "groups", "reset-offsets", group, "--topic", topic, "--to-offset", "5")
+    assert [(o["old"], o["new"]) for o in d["offsets"]] == [(20, 5)]
+    d = js(broker.bootstrap, "groups", "describe", group)
+    assert [(o["start_offset"], o["lag"]) for o in d["offsets"]] == [(5, 15)]
+    ok(cli(broker.bootstrap, "groups", "delete-offsets", group, "--topic", topic))
+    assert js(broker.bootstrap, "groups", "describe", group)["offsets"] == []
+    ok(cli(broker.bootstrap, "groups", "delete", group))
+    assert group not in {g["group"] for g in js(broker.bootstrap, "groups", "list")}
