@@ -249,3 +249,56 @@ def test_pybroker_cli_groups_for_a_share_group(broker):
     assert js(broker.bootstrap, "groups", "describe", group)["offsets"] == []
     ok(cli(broker.bootstrap, "groups", "delete", group))
     assert group not in {g["group"] for g in js(broker.bootstrap, "groups", "list")}
+
+
+def test_metrics_and_console_show_share_groups(start_broker):
+    """Kafka's share-group metrics and the console's share-group page: a member holds the
+    first ten records of a partition (acquired, in flight) and accepted the next ten."""
+    import urllib.request
+
+    from compat_tests.procutil import free_port
+    from compat_tests.test_metrics import scrape, value
+
+    port = free_port()
+    b = start_broker(
+        **{"group.share.enable": "true", "metrics.listener": f"http://127.0.0.1:{port}"}
+    )
+    topic, group, values = setup(b, 20)
+    p = KafkaProducer(bootstrap_servers=b.bootstrap, acks="all", linger_ms=1000)
+    for v in values:
+        p.send(topic, v.encode(), partition=0)
+    p.flush()  # one batch: acquired whole by the first poll
+    p.close()
+    sc = new_consumer(b.bootstrap, group, "explicit")
+    sc.subscribe([topic])
+    try:
+        got = []
+        deadline = time.monotonic() + 60
+        while not got and time.monotonic() < deadline:
+            got = [m for m in sc.poll(0.5) if not m.error()]
+        assert len(got) == 20
+        for m in got[10:]:
+            sc.acknowledge(m, ck.AcknowledgeType.ACCEPT)
+        sc.commit_sync()
+        s = scrape(port)
+        assert value(s, "kafka_server_group_coordinator_metrics_group_count", protocol="share") == 1
+        assert value(s, "kafka_server_group_coordinator_metrics_share_group_count",
+                     state="Stable") == 1  # fmt: skip
+        assert value(s, "kafka_server_sharegroupmetrics_recordacknowledgements_total",
+                     ackType="Accept") == 10  # fmt: skip
+        labels = {"group": group, "topic": topic, "partition": "0"}
+        assert value(s, "kafka_server_sharepartitionmetrics_acquiredmessagecount", **labels) == 10
+        assert (
+            value(s, "kafka_server_sharepartitionmetrics_acknowledgedmessagecount", **labels) == 10
+        )
+        assert value(s, "kafka_server_sharepartitionmetrics_inflightmessagecount", **labels) == 20
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/groups", timeout=10) as r:
+            listing = r.read().decode()
+        assert group in listing and "share" in listing
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/groups/{group}", timeout=10) as r:
+            page = r.read().decode()
+        assert 'id="in-flight">10<' in page, page
+        row = page[page.index('id="share-partitions"') :]
+        assert f">{topic}</a>" in row
+    finally:
+        sc.close()

@@ -131,6 +131,7 @@ class _Entry:
     waiters: list[tuple[int, asyncio.Future]] = field(default_factory=list)
     timer: asyncio.TimerHandle | None = None
     dead: bool = False
+    lock_timeouts: int = 0  # records whose acquisition lock ran out (AcquisitionLockTimeout)
 
 
 @dataclass
@@ -341,7 +342,9 @@ class SharePartitionManager:
             self._drop(entry, "the leader epoch changed")
             return
         limits = self.settings_now(entry.group_id).limits
-        if entry.sp.expire(self._now(), limits):
+        expired = entry.sp.expire(self._now(), limits)
+        if expired:
+            entry.lock_timeouts += expired
             self._background(self._changed(entry))
         else:
             self._schedule(entry)
@@ -581,6 +584,9 @@ class SharePartitionManager:
                     "partition": partition,
                     "start_offset": e.sp.start_offset,
                     "end_offset": e.sp.end_offset,
+                    "in_flight": e.sp.in_flight(),
+                    "batches": len(e.sp.runs),
+                    "lock_timeouts": e.lock_timeouts,
                     **counts,
                 }
             )

@@ -383,14 +383,14 @@ class SharePartition:
             self.dirty += 1
         return changed
 
-    def expire(self, now: int, limits: Limits) -> bool:
+    def expire(self, now: int, limits: Limits) -> int:
         """Acquisition locks that ran out: Available again (or Archived at the delivery
-        limit)."""
-        changed = False
+        limit).  The number of records whose lock ran out."""
+        changed = 0
         for r in self.runs:
             if r.state == ACQUIRED and r.deadline <= now:
                 _settle(r, RELEASE, limits.max_delivery_count)
-                changed = True
+                changed += r.last - r.first + 1
         if changed:
             self._merge()
             self._advance_start()
