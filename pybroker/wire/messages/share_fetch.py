@@ -57,7 +57,7 @@ SHARE_FETCH = declare(
             F("max_bytes", "int32", "0+", default=0x7FFFFFFF),
             F("max_records", "int32", "1+"),
             F("batch_size", "int32", "1+"),
-            F("share_acquire_mode", "int8", "2+"),
+            F("share_acquire_mode", "int8", "2+", default=0),
             F("is_renew_ack", "bool", "2+", default=False),
             F(
                 "topics",
