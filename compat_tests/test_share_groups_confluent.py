@@ -25,7 +25,6 @@ pytestmark = [
     pytest.mark.timeout(300),
     pytest.mark.broker_overrides(
         {
-            "group.share.enable": "true",
             "group.share.heartbeat.interval.ms": "1000",
             "group.share.min.heartbeat.interval.ms": "1000",
             "group.share.session.timeout.ms": "10000",
@@ -260,9 +259,7 @@ def test_metrics_and_console_show_share_groups(start_broker):
     from compat_tests.test_metrics import scrape, value
 
     port = free_port()
-    b = start_broker(
-        **{"group.share.enable": "true", "metrics.listener": f"http://127.0.0.1:{port}"}
-    )
+    b = start_broker(**{"metrics.listener": f"http://127.0.0.1:{port}"})
     topic, group, values = setup(b, 20)
     p = KafkaProducer(bootstrap_servers=b.bootstrap, acks="all", linger_ms=1000)
     for v in values:
@@ -292,6 +289,9 @@ def test_metrics_and_console_show_share_groups(start_broker):
             value(s, "kafka_server_sharepartitionmetrics_acknowledgedmessagecount", **labels) == 10
         )
         assert value(s, "kafka_server_sharepartitionmetrics_inflightmessagecount", **labels) == 20
+        # the acknowledgements were stored (commit_sync returned): at least one state write
+        assert value(s, "kafka_server_share_coordinator_metrics_write_total") >= 1
+        assert value(s, "pybroker_share_state_write_seconds_total") > 0
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/groups", timeout=10) as r:
             listing = r.read().decode()
         assert group in listing and "share" in listing

@@ -300,7 +300,7 @@ class Snapshot:
     # share groups (KIP-932): coordinated groups by state, acknowledged records by type,
     # the share-partitions led here (SharePartitionManager.views())
     share_group_states: dict[str, int] = field(default_factory=dict)
-    share_acks: dict[str, int] = field(default_factory=dict)
+    share_acks: dict[str, float] = field(default_factory=dict)  # (and state write counters)
     share_partitions: list[dict] = field(default_factory=list)
     # (log dir, 1 if offline) of every entry of log.dirs
     log_dirs: list[tuple[str, int]] = field(default_factory=list)
@@ -751,6 +751,18 @@ class SnapshotCollector(Collector):
         )
         for v in s.share_partitions:
             f.add_metric([v["group"], v["topic"], str(v["partition"])], v["lock_timeouts"])
+        yield f
+        f = _counter(
+            "kafka_server_share_coordinator_metrics_write",
+            "write-total: share-partition state writes (to the metadata store)",
+        )
+        f.add_metric([], s.share_acks.get("state_writes", 0))
+        yield f
+        f = _counter(
+            "pybroker_share_state_write_seconds",
+            "seconds spent in share-partition state writes: over write-total, their mean latency",
+        )
+        f.add_metric([], s.share_acks.get("state_write_seconds", 0.0))
         yield f
 
     def _misc(self, s: Snapshot) -> Iterator[Metric]:

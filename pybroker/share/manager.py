@@ -167,7 +167,10 @@ class SharePartitionManager:
         self.partitions: dict[tuple[str, str, int], _Entry] = {}
         self._loading: dict[tuple[str, str, int], asyncio.Future] = {}
         self._tasks: set[asyncio.Task] = set()
-        self.stats = {"acquired": 0, "accepted": 0, "released": 0, "rejected": 0, "renewed": 0}
+        self.stats: dict[str, float] = {
+            "acquired": 0, "accepted": 0, "released": 0, "rejected": 0, "renewed": 0,
+            "state_writes": 0, "state_write_seconds": 0.0,
+        }  # fmt: skip
 
     def _now(self) -> int:
         return int(self.clock.monotonic() * 1000)
@@ -291,6 +294,7 @@ class SharePartitionManager:
     async def _write(self, entry: _Entry) -> None:
         while not entry.dead and entry.written < entry.sp.dirty:
             seq = entry.sp.dirty
+            t0 = self.clock.monotonic()
             try:
                 entry.version = await self.store.write(
                     entry.group_id, entry.topic_id, entry.partition, entry.sp.snapshot(),
@@ -303,6 +307,8 @@ class SharePartitionManager:
                 self._fail(entry, ErrorCode.COORDINATOR_NOT_AVAILABLE, f"state not written: {e}")
                 return
             entry.written = seq
+            self.stats["state_writes"] += 1
+            self.stats["state_write_seconds"] += self.clock.monotonic() - t0
             keep = []
             for s, fut in entry.waiters:
                 if s <= seq:
