@@ -40,7 +40,6 @@ if not hasattr(ck, "ShareConsumer"):
 pytestmark = pytest.mark.timeout(420)
 
 OVERRIDES = {
-    "group.share.enable": "true",
     "group.share.heartbeat.interval.ms": "1000",
     "group.share.min.heartbeat.interval.ms": "1000",
     "group.share.session.timeout.ms": "10000",

@@ -32,7 +32,6 @@ pytestmark = [
     pytest.mark.skipif(not java.java_available(), reason="java not found (OpenJDK 17 expected)"),
     pytest.mark.broker_overrides(
         {
-            "group.share.enable": "true",
             "group.share.heartbeat.interval.ms": "1000",
             "group.share.min.heartbeat.interval.ms": "1000",
             "group.share.session.timeout.ms": "10000",

@@ -166,7 +166,6 @@ def scenario(bootstrap: str) -> list[tuple[str, str]]:
 
 @pytest.mark.broker_overrides(
     {
-        "group.share.enable": "true",
         "group.share.heartbeat.interval.ms": "1000",
         "group.share.min.heartbeat.interval.ms": "1000",
     }

@@ -390,13 +390,9 @@ class Config:
         convert=_migration_policy,
     )
     # KIP-932 share groups (Kafka 4.4's names, defaults and ranges; group.share.enable is
-    # Kafka 4.0's switch, which pybroker keeps: share.version is finalized at 1 while it is on)
-    group_share_enable: bool = define(
-        "group.share.enable",
-        BOOLEAN,
-        False,
-        doc="Enable share groups (KIP-932): the share.version feature at 1 and its APIs.",
-    )
+    # Kafka 3.9/4.0's switch, on by default as share groups are in Kafka 4.2+: share.version
+    # is finalized at 1 while it is on)
+    group_share_enable: bool = define("group.share.enable", BOOLEAN, True)
     group_share_session_timeout_ms: int = define(
         "group.share.session.timeout.ms", INT, 45000, at_least(1)
     )
@@ -429,22 +425,46 @@ class Config:
         "group.share.delivery.count.limit", INT, 5, between(2, 10)
     )
     group_share_min_delivery_count_limit: int = define(
-        "group.share.min.delivery.count.limit", INT, 2, between(2, 5)
+        "group.share.min.delivery.count.limit",
+        INT,
+        2,
+        between(2, 5),
+        doc="The minimum value of a group configuration for the maximum number of delivery "
+        "attempts for a record delivered to a share group.",
     )
     group_share_max_delivery_count_limit: int = define(
-        "group.share.max.delivery.count.limit", INT, 10, between(5, 25)
+        "group.share.max.delivery.count.limit",
+        INT,
+        10,
+        between(5, 25),
+        doc="The maximum value of a group configuration for the maximum number of delivery "
+        "attempts for a record delivered to a share group.",
     )
     group_share_partition_max_record_locks: int = define(
         "group.share.partition.max.record.locks", INT, 2000, between(100, 10000)
     )
     group_share_min_partition_max_record_locks: int = define(
-        "group.share.min.partition.max.record.locks", INT, 100, between(100, 2000)
+        "group.share.min.partition.max.record.locks",
+        INT,
+        100,
+        between(100, 2000),
+        doc="The minimum value of a group configuration for the record lock limit per "
+        "share-partition.",
     )
     group_share_max_partition_max_record_locks: int = define(
-        "group.share.max.partition.max.record.locks", INT, 4000, between(2000, 10000)
+        "group.share.max.partition.max.record.locks",
+        INT,
+        4000,
+        between(2000, 10000),
+        doc="The maximum value of a group configuration for the record lock limit per "
+        "share-partition.",
     )
     group_share_max_share_sessions: int = define(
-        "group.share.max.share.sessions", INT, 2000, at_least(1)
+        "group.share.max.share.sessions",
+        INT,
+        2000,
+        at_least(1),
+        doc="The maximum number of share sessions per broker.",
     )
     offsets_retention_minutes: int = define("offsets.retention.minutes", INT, 10080, at_least(1))
     offsets_retention_check_interval_ms: int = define(

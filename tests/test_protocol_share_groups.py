@@ -30,7 +30,7 @@ ACCEPT, RELEASE = 1, 2
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     with BrokerFactory(tmp_path_factory.mktemp("share")) as factory:
-        yield factory(**{"group.share.enable": "true", "group.initial.rebalance.delay.ms": 0})
+        yield factory(**{"group.initial.rebalance.delay.ms": 0})
 
 
 def member() -> str:
@@ -358,7 +358,7 @@ def test_find_coordinator_share_key_names_the_partition_leader(client, setup, br
 
 
 def test_share_groups_off(start_broker):
-    b = start_broker()
+    b = start_broker(**{"group.share.enable": "false"})
     with b.client() as c:
         body = c.request(
             API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}

@@ -6,8 +6,9 @@ UNSUPPORTED_VERSION with key 18's range in a v0 body (pybroker.connection does t
 request cannot be decoded).  v3+: client software name and version are validated as Kafka
 does (INVALID_REQUEST).  The KIP-848 APIs are left out when
 group.coordinator.rebalance.protocols does not name "consumer".  Share groups (KIP-932): with
-group.share.enable, v3+ announces Kafka's feature share.version (supported 0-1, finalized at 1,
-Kafka 4.2's level) and the share APIs are listed; without it neither is.
+group.share.enable (on by default, as in Kafka 4.2+), v3+ announces Kafka's feature
+share.version (supported 0-1, finalized at 1, Kafka 4.2's level) and the share APIs are listed;
+without it neither is.
 """
 
 from __future__ import annotations
