@@ -649,6 +649,7 @@ class Broker:
             config=self._share_group_config,
             membership_epoch=lambda: self.cluster.membership_epoch,
         )
+        groups.share_group_exists = self.share_groups.exists
         self.shares = SharePartitionManager(
             store,
             self.replicas,

@@ -23,7 +23,8 @@ from pybroker.errors import ErrorCode
 HEARTBEAT, DESCRIBE, FETCH, ACK = 76, 77, 78, 79
 DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS = 90, 91, 92
 INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CONFIGS, LIST_GROUPS, DELETE_GROUPS = 44, 32, 16, 42
-FIND_COORDINATOR, JOIN_GROUP = 10, 11
+FIND_COORDINATOR, JOIN_GROUP, CONSUMER_GROUP_HEARTBEAT = 10, 11, 68
+INCONSISTENT_GROUP_PROTOCOL = 23
 ACCEPT, RELEASE = 1, 2
 
 
@@ -180,6 +181,52 @@ def test_a_classic_group_id_is_not_a_share_group(client):
         ErrorCode.GROUP_ID_NOT_FOUND,
         f"Group {group} is not a share group.",
     )
+
+
+def test_a_share_group_id_is_not_a_classic_or_consumer_group(client):
+    """Kafka's classicGroupJoin answers INCONSISTENT_GROUP_PROTOCOL for a share group's id,
+    its consumerGroupHeartbeat GROUP_ID_NOT_FOUND; an empty share group still holds the id."""
+    topic = unique_topic("sg")
+    client.create_topic(topic)
+    group = f"sg-{uuid.uuid4().hex[:8]}"
+    mid = member()
+    assert heartbeat(client, group, mid, 0, [topic])["error_code"] == NONE
+    for leave in (False, True):
+        if leave:
+            assert heartbeat(client, group, mid, -1)["error_code"] == NONE
+        body = client.request(
+            JOIN_GROUP,
+            5,
+            {
+                "group_id": group,
+                "session_timeout_ms": 10000,
+                "rebalance_timeout_ms": 10000,
+                "member_id": "",
+                "group_instance_id": None,
+                "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": b""}],
+            },
+        )
+        assert (body["error_code"], body["member_id"]) == (INCONSISTENT_GROUP_PROTOCOL, "")
+        body = client.request(
+            CONSUMER_GROUP_HEARTBEAT,
+            0,
+            {
+                "group_id": group,
+                "member_id": member(),
+                "member_epoch": 0,
+                "instance_id": None,
+                "rack_id": None,
+                "rebalance_timeout_ms": 10000,
+                "subscribed_topic_names": [topic],
+                "server_assignor": None,
+                "topic_partitions": [],
+            },
+        )
+        assert (body["error_code"], body["error_message"]) == (
+            ErrorCode.GROUP_ID_NOT_FOUND,
+            f"Group {group} is not a consumer group.",
+        )
 
 
 def test_fetch_acknowledge_and_describe(client, setup):

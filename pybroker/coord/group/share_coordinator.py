@@ -111,6 +111,13 @@ class ShareGroupCoordinator:
         self._check_term()
         return self._coordinator_error(group_id)
 
+    async def exists(self, gid: str) -> bool:
+        """A share group holds the id (members or not, until DeleteGroups).  Raises
+        StoreError."""
+        await self._ensure_loaded(gid)
+        g = self.groups.get(gid)
+        return g is not None and g.state != ShareGroupState.DEAD
+
     async def _ensure_loaded(self, gid: str) -> None:
         """Load the group from the store once per term.  Raises StoreError."""
         if gid in self._versions:
