@@ -23,7 +23,7 @@ from pybroker.errors import ErrorCode
 HEARTBEAT, DESCRIBE, FETCH, ACK = 76, 77, 78, 79
 DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS = 90, 91, 92
 INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CONFIGS, LIST_GROUPS, DELETE_GROUPS = 44, 32, 16, 42
-FIND_COORDINATOR, JOIN_GROUP, CONSUMER_GROUP_HEARTBEAT = 10, 11, 68
+FIND_COORDINATOR, JOIN_GROUP, DESCRIBE_GROUPS, CONSUMER_GROUP_HEARTBEAT = 10, 11, 15, 68
 INCONSISTENT_GROUP_PROTOCOL = 23
 ACCEPT, RELEASE = 1, 2
 
@@ -226,6 +226,19 @@ def test_a_share_group_id_is_not_a_classic_or_consumer_group(client):
         assert (body["error_code"], body["error_message"]) == (
             ErrorCode.GROUP_ID_NOT_FOUND,
             f"Group {group} is not a consumer group.",
+        )
+        # DescribeGroups (up to v5, Kafka 3.9's): Kafka 4.4 describes a share group as it
+        # describes an id no classic group holds: Dead, no error (v6 would add
+        # GROUP_ID_NOT_FOUND)
+        body = client.request(
+            DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False}
+        )
+        (g,) = body["groups"]
+        assert (g["error_code"], g["group_state"], g["protocol_type"], g["members"]) == (
+            NONE,
+            "Dead",
+            "",
+            [],
         )
 
 
