@@ -17,8 +17,13 @@ from pybroker.security.acl import Operation
 async def delete_groups(ctx: RequestContext, req: dict) -> dict:
     results = []
     for gid in req["groups_names"]:
-        code = coordinator_error(ctx, gid, Operation.DELETE)
-        if code is None and share_enabled(ctx) and ctx.services.groups.describe(gid) is None:
+        code = coordinator_error(ctx, gid, Operation.DELETE, empty_ok=True)
+        if (
+            code is None
+            and gid
+            and share_enabled(ctx)
+            and ctx.services.groups.describe(gid) is None
+        ):
             try:
                 share = await ctx.services.share_groups.group(gid)
             except StoreError:

@@ -11,12 +11,13 @@ pybroker the leader writes the share-partition state itself (docs/internals.md);
 not parse, or an unknown partition, is INVALID_REQUEST / COORDINATOR_NOT_AVAILABLE.  Without
 group.share.enable the answers are Kafka 3.9's for a broker without share groups: below v6
 INVALID_REQUEST, from v6 COORDINATOR_NOT_AVAILABLE.  Other key types and empty keys get
-INVALID_REQUEST, as in Kafka.
+INVALID_REQUEST, as in Kafka; so do group and transactional keys longer than
+``paths.MAX_NAME_CHARS`` (pybroker's bound on names it hashes and stores).
 """
 
 from __future__ import annotations
 
-from pybroker.coord.metadata.paths import parse_kafka_uuid
+from pybroker.coord.metadata.paths import MAX_NAME_CHARS, parse_kafka_uuid
 from pybroker.coord.metadata.placement import coordinator_for
 from pybroker.errors import ErrorCode
 from pybroker.handlers._authz import on_cluster, on_group, on_txn
@@ -69,6 +70,8 @@ def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict:
     elif not key:
         what = "group id" if key_type == GROUP else "transactional id"
         code, message = ErrorCode.INVALID_REQUEST, f"empty {what}"
+    elif len(key) > MAX_NAME_CHARS:
+        code, message = ErrorCode.INVALID_REQUEST, f"key longer than {MAX_NAME_CHARS} characters"
     else:
         code, message = ErrorCode.NONE, None
         node = coordinator_for(key, cluster.brokers)

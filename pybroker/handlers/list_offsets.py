@@ -11,9 +11,13 @@ the LSO for read_committed, count as none: Kafka's lastFetchableOffset).  A new 
 whose high watermark is still below the start offset of its leader epoch answers -1 and
 lookups beyond its high watermark with OFFSET_NOT_AVAILABLE (78, retriable), as Kafka does
 (KIP-207): its high watermark may be below what the previous leader showed, and what
-clients are shown must not go back.  current_leader_epoch (v4+) is checked (FENCED_LEADER_EPOCH /
-UNKNOWN_LEADER_EPOCH) and leader_epoch answered.  Left out: follower requests
-(replica_id >= 0) from v1, which no client pybroker targets sends.
+clients are shown must not go back.  Unlike Kafka, which answers that at once, the request
+first waits up to HW_WAIT_S for the high watermark (its ISR followers' next fetch brings it
+there within milliseconds), since some clients report OFFSET_NOT_AVAILABLE to the application
+(librdkafka: "Leader high watermark is not caught up") instead of retrying it.
+current_leader_epoch (v4+) is checked (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH) and
+leader_epoch answered.  Left out: follower requests (replica_id >= 0) from v1, which no client
+pybroker targets sends.
 
 v0 (Kafka's handleListOffsetRequestV0): up to max_num_offsets old_style_offsets, largest
 first, from the segments' base offsets and file times (PartitionLog.legacy_offsets_before: -1
@@ -42,6 +46,7 @@ from pybroker.handlers._authz import on_topic
 from pybroker.handlers.context import RequestContext
 from pybroker.log.validator import find_record
 from pybroker.registry import handler
+from pybroker.replication.manager import hw_key
 from pybroker.security.acl import Operation
 from pybroker.wire.records import BatchHeader, InvalidRecordError
 
@@ -49,6 +54,10 @@ EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 EARLIEST_LOCAL, LATEST_TIERED = -4, -5
 READ_COMMITTED = 1
 INLINE_BYTES = 16 * 1024  # uncompressed batches up to this size are walked on the loop
+# how long one request waits for a new leader's high watermark to reach its epoch start
+# before answering OFFSET_NOT_AVAILABLE (Kafka's replica.fetch.wait.max.ms: a follower's next
+# fetch comes within it)
+HW_WAIT_S = 0.5
 
 logger = logging.getLogger(__name__)
 
@@ -94,15 +103,35 @@ async def _for_timestamp(ctx: RequestContext, log_, ts: int) -> tuple[int, int]:
     return -1, -1
 
 
-async def _lookup(ctx: RequestContext, topic: str, p: dict, read_committed: bool = False) -> dict:
+async def _caught_up(ctx: RequestContext, topic: str, p: dict, replica, deadline: float):  # noqa: ANN001
+    """The leader's replica once its high watermark reached the start of its leader epoch,
+    waiting for that until ``deadline`` (its followers' next fetch takes milliseconds); then
+    OFFSET_NOT_AVAILABLE, as Kafka answers at once (KIP-207)."""
+    clock, replicas = ctx.services.clock, ctx.services.replicas
+    while replica.high_watermark_lagging():
+        left = deadline - clock.monotonic()
+        if left <= 0:
+            raise _not_available(replica)
+        await ctx.services.purgatory.wait_any([hw_key(topic, p["partition_index"])], left)
+        replica = replicas.leader_replica(
+            topic, p["partition_index"], p.get("current_leader_epoch", -1)
+        )
+    return replica
+
+
+async def _lookup(
+    ctx: RequestContext, topic: str, p: dict, read_committed: bool = False, deadline: float = 0.0
+) -> dict:
     index = p["partition_index"]
     try:
         replica = ctx.services.replicas.leader_replica(
             topic, index, p.get("current_leader_epoch", -1)
         )
+        ts = p["timestamp"]
+        if ts not in (EARLIEST, EARLIEST_LOCAL, LATEST_TIERED) and replica.high_watermark_lagging():
+            replica = await _caught_up(ctx, topic, p, replica, deadline)
         log = replica.log
         epoch = replica.leader_epoch
-        ts = p["timestamp"]
         if ts == EARLIEST or (ts == EARLIEST_LOCAL and ctx.version >= 8):
             found = (log.log_start_offset, -1)
         elif ts == LATEST_TIERED and ctx.version >= 9:
@@ -219,6 +248,8 @@ async def list_offsets(ctx: RequestContext, req: dict) -> dict:
     topics = []
     read_committed = req.get("isolation_level", 0) == READ_COMMITTED
     done = 0
+    # a new leader's high watermark below its epoch start is waited for this long in all
+    deadline = ctx.services.clock.monotonic() + HW_WAIT_S
     for t in req["topics"]:
         indexes = [p["partition_index"] for p in t["partitions"]]
         parts = []
@@ -247,6 +278,6 @@ async def list_offsets(ctx: RequestContext, req: dict) -> dict:
                     }
                 )
             else:
-                parts.append(await _lookup(ctx, t["name"], p, read_committed))
+                parts.append(await _lookup(ctx, t["name"], p, read_committed, deadline))
         topics.append({"name": t["name"], "partitions": parts})
     return {"throttle_time_ms": 0, "topics": topics}

@@ -3,15 +3,17 @@ LogCleaner, LogCleanerManager and Cleaner).
 
 Contract (docs/internals.md has the summary):
 
-* Threads and process: ``log.cleaner.threads`` threads (none when ``log.cleaner.enable`` is
-  false) choose the logs; each hands a clean's work on files (mapping keys, writing the
-  ``.cleaned`` segments: pybroker/log/cleaner_job.py) to a spawned process of its own
-  (``CleanerConfig.use_process``, the broker), so that pure-Python work never holds the
-  event loop's GIL; tests run it in the thread.  The one handoff to the owner of the logs
-  (``run_on_owner``: the event loop in the broker, a direct call in tests) is the swap of
-  each cleaned group (:meth:`PartitionLog.replace_segments`: renames and a list update) and
-  two reads (aborted transactions, producers' last batches).  A clean that finds the log
-  changed under it (retention, truncation, deletion) is dropped and tried again later.
+* Threads and processes: ``log.cleaner.threads`` threads (none when ``log.cleaner.enable``
+  is false) choose the logs; each hands a clean's work on files (mapping keys, writing the
+  ``.cleaned`` segments: pybroker/log/cleaner_job.py) to a worker process of its own
+  (pybroker/log/cleaner_process.py; ``CleanerConfig.use_process``, the broker), which runs
+  on another core and never holds the event loop's GIL; tests run the same job in the
+  thread.  The one handoff to the owner of the logs (``run_on_owner``: the event loop in
+  the broker, a direct call in tests) is the swap of each cleaned group
+  (:meth:`PartitionLog.replace_segments`: renames and a list update) and two reads (aborted
+  transactions, producers' last batches).  A clean that finds the log changed under it
+  (retention, truncation, deletion) is dropped and tried again later; so is one whose
+  process died (its ``.cleaned`` files deleted: :func:`discard_cleaned`).
 * Which log: per compacted log, the cleanable range runs from the first dirty offset (the
   ``cleaner-offset-checkpoint`` entry, or the log start) to the first uncleanable offset:
   the smallest of the active segment's base offset, the high watermark (the last stable
@@ -22,9 +24,11 @@ Contract (docs/internals.md has the summary):
   max.compaction.lag.ms is cleaned whatever its ratio; when none qualifies, a log with
   tombstones whose delete horizon has passed is cleaned.  Nothing to do: sleep
   ``log.cleaner.backoff.ms``.
-* A clean (cleaner_job.py): the offset map (key hash -> latest offset; MD5 of the key, as
-  Kafka's SkimpyOffsetMap; ``log.cleaner.dedupe.buffer.size / threads`` bytes at load factor
-  0.9, counted at the 128 bytes a dict entry takes, where Kafka's packed entry takes 24) is filled from the dirty range; when it fills up, the clean stops at the
+* A clean (cleaner_job.py): the offset map (key -> latest offset; the key itself when
+  shorter than 16 bytes, else its MD5 as Kafka's SkimpyOffsetMap;
+  ``log.cleaner.dedupe.buffer.size / threads`` bytes at load factor 0.9, counted at the 148
+  bytes an entry takes here, where Kafka's packed entry takes 24) is filled from the dirty
+  range; when it fills up, the clean stops at the
   last offset mapped and the rest waits for the next pass.  Then every segment from the log
   start up to that end is rewritten, in groups of consecutive segments whose total size fits
   segment.bytes (and the index size limit), each group into one ``.cleaned`` segment.  A
@@ -74,7 +78,6 @@ from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.log.cleaner_job import (
     CleanAborted,
     CleanedGroup,
-    CleanerProcess,
     CleanJob,
     OffsetMap,
     SegmentRef,
@@ -82,6 +85,7 @@ from pybroker.log.cleaner_job import (
     run_clean_job,
     segment_paths,
 )
+from pybroker.log.cleaner_process import CleanerProcess
 from pybroker.log.manager import LogManager, read_checkpoint, write_checkpoint
 from pybroker.log.partition_log import PartitionLog
 from pybroker.log.segment import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment
@@ -92,10 +96,12 @@ log = logging.getLogger("pybroker.log.cleaner")
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 # Memory of one offset map entry: Kafka's SkimpyOffsetMap packs a 16-byte MD5 and an 8-byte
-# offset into 24 bytes; here an entry is a dict item (16-byte bytes key -> int offset), which
-# CPython 3.11 keeps in 127 bytes (measured with tracemalloc over 1,000,000 entries).  The
-# capacity is counted in these, so the map stays within log.cleaner.dedupe.buffer.size.
-BYTES_PER_ENTRY = 128
+# offset into 24 bytes; here an entry is a dict item (the key, or its 16-byte MD5 for keys of
+# 16 bytes or more -> an int packing offset and position) plus its place in pass 2's sorted
+# list of values: at most 146 bytes in CPython 3.11 (tracemalloc, 100,000 to 1,000,000
+# entries, MD5 keys, offsets above 2**40).  The capacity is counted in these, so the map stays
+# within log.cleaner.dedupe.buffer.size.
+BYTES_PER_ENTRY = 148
 INT32_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
 # The cleaner's threads share the GIL with the event loop: they let go of it at least this
@@ -165,6 +171,16 @@ def _direct(fn: Callable[[], T]) -> T:
     return fn()
 
 
+def discard_cleaned(directory: Path) -> None:
+    """Delete the ``.cleaned`` files of a clean that ended before its swaps (one clean of a
+    log at a time: every ``.cleaned`` file in its directory is that clean's)."""
+    try:
+        for path in directory.glob("*" + CLEANED_SUFFIX):
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass  # (the directory went: a deleted or moved log)
+
+
 class LogCleaner:
     def __init__(
         self,
@@ -185,6 +201,7 @@ class LogCleaner:
         self.crash_hook: Callable[[str], None] | None = None  # tests: "crash" at a step
         # logs whose clean failed unexpectedly: skipped until their log is opened again
         self.uncleanable: dict[tuple[str, int], PartitionLog] = {}
+        self.compacted_logs = False  # a compacted log was seen: the processes are started
         self._lock = threading.Lock()
         self._in_progress: set[tuple[str, int]] = set()
         self._stop = threading.Event()
@@ -227,6 +244,8 @@ class LogCleaner:
                 cleaned = False
                 try:
                     cleaned = self.clean_filthiest(offset_map, process) is not None
+                    if process is not None and not process.started and self.compacted_logs:
+                        process.start()  # warm before the first clean a compacted log needs
                 except Exception:
                     log.exception("log cleaner failed")
                 if not cleaned:
@@ -295,7 +314,10 @@ class LogCleaner:
         candidates: list[Cleanable] = []
         expired: list[Cleanable] = []
         for topic, partition, plog in self.logs.partitions():
-            if not plog.config.compact or plog.closed or (topic, partition) in self._in_progress:
+            if not plog.config.compact or plog.closed:
+                continue
+            self.compacted_logs = True
+            if (topic, partition) in self._in_progress:
                 continue
             if self.uncleanable.get((topic, partition)) is plog:
                 continue
@@ -376,7 +398,11 @@ class LogCleaner:
         segments = list(plog.segments)[:-1]
         job = self._job(c, segments, now)
         if process is not None:
-            result = process.run(job, self._stop.is_set)
+            try:
+                result = process.run(job, self._stop.is_set)
+            except Exception:
+                discard_cleaned(plog.directory)  # what a process killed mid-write left
+                raise
         else:
             result = run_clean_job(job, offset_map, self._check_stop)
         stats.map_full = result.end_offset < c.first_uncleanable

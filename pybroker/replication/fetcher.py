@@ -2,11 +2,13 @@
 
 For each partition handed over by the replica manager:
 
-1. Truncation (after every leader change): OffsetForLeaderEpoch v4 for the latest epoch in the
-   local log.  The local log is truncated to Kafka's choice: the leader's end offset for that
-   epoch when the leader knows the epoch, else the local end offset of the largest epoch the
-   leader has, capped at the local log end.  A replica therefore never keeps records that the
-   current leader's log does not have.
+1. Truncation (after a leader change): the first Fetch carries the last fetched epoch and the
+   leader answers a diverging epoch when our tail is not on its log (Kafka's truncation on
+   fetch); OffsetForLeaderEpoch v4 for the latest local epoch only when the log has no epoch
+   or the leader answered OFFSET_OUT_OF_RANGE above its log end.  The local log is truncated
+   to Kafka's choice: the leader's end offset for that epoch when the leader knows the epoch,
+   else the local end offset of the largest epoch the leader has, capped at the local log
+   end.  A replica therefore never keeps records that the current leader's log does not have.
 2. Fetching: Fetch v12 with replica_id = this broker and the last fetched epoch, from the local
    log end, in an incremental fetch session (replication/session_handler.py): after the first
    full request only partitions whose position changed are sent, and the leader answers only
@@ -19,7 +21,10 @@ Replication throttles (replication/throttle.py): a throttled partition this brok
 in the ISR of is left out of the fetch while the follower quota is exceeded.
 
 Connection failures back off and retry; a partition the manager takes away (role change) is
-dropped at once, and answers that arrive for it afterwards are ignored.
+dropped at once, and answers that arrive for it afterwards are ignored.  Partition errors (a
+leader that has not yet learned of the epoch we follow it in) are retried after 10 ms, doubling
+up to 100 ms; every backoff ends when the partitions change, so a partition handed over after
+a leader change is taken up at once.
 """
 
 from __future__ import annotations
@@ -64,6 +69,9 @@ class ReplicaFetcher:
         self._addr: tuple[str, int] | None = None
         self._stopped = False
         self._session = FetchSessionHandler()
+        self._errors = 0  # rounds of partition errors in a row (_error_backoff)
+        self._version = 0  # moves on every add / remove
+        self._round_version = 0  # _version when the current round of the loop began
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.leader_id}")
@@ -78,13 +86,22 @@ class ReplicaFetcher:
             await asyncio.wait({self._task}, timeout=2.0)
 
     def add(self, replica: Any) -> None:
+        # Kafka's truncation on fetch (KAFKA-10554, Fetch v12+): a log with leader epochs is
+        # fetched at once with its last fetched epoch, and the leader answers a diverging
+        # epoch when the tail must go; OffsetForLeaderEpoch only when that cannot tell
+        # (OFFSET_OUT_OF_RANGE above the leader's log end, records the leader refused).  The
+        # first fetch at a new leader is one round trip sooner: it is what advances the new
+        # leader's high watermark.
+        has_epochs = replica.log.leader_epochs.latest_epoch() >= 0
         self.partitions[(replica.topic, replica.partition)] = _Fetching(
-            replica, replica.leader_epoch
+            replica, replica.leader_epoch, truncated=has_epochs
         )
+        self._version += 1
         self._changed.set()
 
     def remove(self, topic: str, partition: int) -> None:
         if self.partitions.pop((topic, partition), None) is not None:
+            self._version += 1
             self._changed.set()
 
     def _current(self, key: tuple[str, int], f: _Fetching) -> bool:
@@ -96,6 +113,7 @@ class ReplicaFetcher:
         me = asyncio.current_task()
         # cancelling(): a cancellation that something below swallowed still ends the loop
         while not self._stopped and not (me is not None and me.cancelling()):
+            self._round_version = self._version
             if not self.partitions:
                 self._changed.clear()
                 await self._changed.wait()
@@ -117,12 +135,23 @@ class ReplicaFetcher:
             except (ConnectionError, OSError) as e:
                 log.debug("fetcher for leader %d: %s", self.leader_id, e)
                 self._drop_connection()
-                await asyncio.sleep(backoff)
+                await self._pause(backoff)
                 backoff = min(backoff * 2, 1.0)
             except Exception:
                 log.exception("fetcher for leader %d failed; retrying", self.leader_id)
                 self._drop_connection()
-                await asyncio.sleep(1.0)
+                await self._pause(1.0)
+
+    async def _pause(self, seconds: float) -> None:
+        """Back off, but no longer than until the partitions change: a partition handed over
+        after a leader change is taken up at once, not after a backoff of another's errors."""
+        if self._version != self._round_version:
+            return  # changed since this round began
+        self._changed.clear()
+        try:
+            await asyncio.wait_for(self._changed.wait(), seconds)
+        except TimeoutError:
+            pass
 
     def _connection(self) -> BrokerConnection | None:
         broker = self.manager.cluster.brokers.get(self.leader_id)
@@ -174,6 +203,7 @@ class ReplicaFetcher:
                 "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
             },
         )
+        failed = False
         for t in resp["topics"]:
             for p in t["partitions"]:
                 key = (t["topic"], p["partition"])
@@ -182,9 +212,15 @@ class ReplicaFetcher:
                     continue
                 if p["error_code"] != ErrorCode.NONE:
                     log.debug("%s-%d: OffsetForLeaderEpoch error %d", *key, p["error_code"])
-                    await asyncio.sleep(0.1)
+                    failed = True
                     continue
                 self._truncate_to_leader(f, asked[key], p["leader_epoch"], p["end_offset"])
+        if failed:
+            # mostly the leader not knowing yet of the epoch we learned (its metadata lags ours
+            # by milliseconds): ask again soon, more slowly while it persists
+            await self._pause(self._error_backoff())
+        else:
+            self._errors = 0
 
     def _truncate_to_leader(
         self, f: _Fetching, asked: int, leader_epoch: int, end_offset: int
@@ -289,7 +325,14 @@ class ReplicaFetcher:
         if answered and failed == answered:
             # errors come back at once (no long poll): retry after a pause, not in a spin,
             # while the metadata that resolves them (a newer epoch, a new leader) arrives
-            await asyncio.sleep(0.1)
+            await self._pause(self._error_backoff())
+        elif answered:
+            self._errors = 0
+
+    def _error_backoff(self) -> float:
+        """10 ms, doubling with each round of errors in a row, up to 100 ms."""
+        self._errors += 1
+        return min(0.01 * 2 ** (self._errors - 1), 0.1)
 
     def _apply(self, f: _Fetching, p: dict) -> bool:
         """Apply one partition's answer; True when it was an error."""
