@@ -18,6 +18,7 @@ from broker_fixture import (
     unique_topic,
 )
 
+from pybroker.coord.metadata.paths import MAX_NAME_CHARS
 from pybroker.errors import ErrorCode
 
 HEARTBEAT, DESCRIBE, FETCH, ACK = 76, 77, 78, 79
@@ -427,3 +428,38 @@ def test_share_groups_off(start_broker):
         assert body["finalized_features"] == []
         r = heartbeat(c, "g", member(), 0, ["t"])
         assert r["error_code"] == UNSUPPORTED_VERSION
+
+
+def test_share_group_ids_any_name_and_the_length_bound(client):
+    """Any group id Kafka accepts names a share group ('.', '..', 'a/b', '%2F', unicode: they
+    become escaped store paths); one longer than pybroker's MAX_NAME_CHARS gets
+    INVALID_GROUP_ID from every share-group API (INVALID_REQUEST from ShareFetch and
+    ShareAcknowledge, whose only group-id error it is), never a retriable error."""
+    topic = unique_topic("sg")
+    client.create_topic(topic)
+    for group in (".", "..", "a/b", "%2F", "grüße"):
+        mid = member()
+        assert heartbeat(client, group, mid, 0, [topic])["error_code"] == NONE, group
+        d = client.request(
+            DESCRIBE, 1, {"group_ids": [group], "include_authorized_operations": False}
+        )
+        assert (d["groups"][0]["error_code"], d["groups"][0]["group_state"]) == (NONE, "Stable")
+        assert heartbeat(client, group, mid, -1)["error_code"] == NONE
+        r = client.request(DELETE_GROUPS, 2, {"groups_names": [group]})
+        assert r["results"][0]["error_code"] == NONE, group
+    group = "x" * (MAX_NAME_CHARS + 1)
+    r = heartbeat(client, group, member(), 0, [topic])
+    assert r["error_code"] == ErrorCode.INVALID_GROUP_ID
+    d = client.request(DESCRIBE, 1, {"group_ids": [group], "include_authorized_operations": False})
+    assert d["groups"][0]["error_code"] == ErrorCode.INVALID_GROUP_ID
+    o = client.request(DESCRIBE_OFFSETS, 0, {"groups": [{"group_id": group, "topics": None}]})
+    assert o["groups"][0]["error_code"] == ErrorCode.INVALID_GROUP_ID
+    f = share_fetch(client, group, member(), 0, uuid.uuid4())
+    assert (f["error_code"], f["error_message"]) == (
+        INVALID_REQUEST,
+        "Invalid group id in the request.",
+    )
+    a = client.request(
+        ACK, 1, {"group_id": group, "member_id": member(), "share_session_epoch": 1, "topics": []}
+    )
+    assert a["error_code"] == INVALID_REQUEST

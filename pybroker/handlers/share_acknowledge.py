@@ -12,6 +12,7 @@ is_renew_ack request extends the acquisition locks; the answer carries the lock 
 
 from __future__ import annotations
 
+from pybroker.coord.metadata.paths import MAX_NAME_CHARS
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers._authz import on_group
 from pybroker.handlers._share import (
@@ -49,6 +50,8 @@ async def share_acknowledge(ctx: RequestContext, req: dict) -> dict:
         return _top(ErrorCode.INVALID_REQUEST, "Invalid group id in the request.")
     if not on_group(ctx, Operation.READ, gid):
         return _top(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    if len(gid) > MAX_NAME_CHARS:  # pybroker's bound on stored names
+        return _top(ErrorCode.INVALID_REQUEST, "Invalid group id in the request.")
     member = req.get("member_id")
     if not member_id_valid(member):
         return _top(ErrorCode.INVALID_REQUEST, "Invalid member id in the request.")

@@ -2,11 +2,12 @@
 group and assignment epochs, the "simple" assignor, each member's subscription and assignment
 with topic ids and names).  DESCRIBE on the group is needed (GROUP_AUTHORIZATION_FAILED); a
 group that does not exist, or is not a share group, answers GROUP_ID_NOT_FOUND with Kafka's
-message; with group.share.enable=false every group answers UNSUPPORTED_VERSION.
+message; one longer than MAX_NAME_CHARS INVALID_GROUP_ID; with group.share.enable=false every group answers UNSUPPORTED_VERSION.
 """
 
 from __future__ import annotations
 
+from pybroker.coord.metadata.paths import MAX_NAME_CHARS
 from pybroker.errors import ErrorCode
 from pybroker.handlers._authz import authorized_operations, enabled, on_group
 from pybroker.handlers._share import share_enabled
@@ -39,6 +40,9 @@ async def share_group_describe(ctx: RequestContext, req: dict) -> dict:
             continue
         if not on_group(ctx, Operation.DESCRIBE, gid):
             out.append(_error(gid, ErrorCode.GROUP_AUTHORIZATION_FAILED))
+            continue
+        if len(gid) > MAX_NAME_CHARS:
+            out.append(_error(gid, ErrorCode.INVALID_GROUP_ID))
             continue
         if not ctx.services.cluster.session_ok:
             out.append(_error(gid, ErrorCode.COORDINATOR_NOT_AVAILABLE))

@@ -3,7 +3,8 @@
 Checked as Kafka does, in Kafka's order: READ on the group (GROUP_AUTHORIZATION_FAILED), the
 member id (INVALID_REQUEST "Invalid member id in the request.": present, at most 36
 characters), DESCRIBE on every subscribed topic (TOPIC_AUTHORIZATION_FAILED), then the request
-(INVALID_REQUEST with Kafka's messages: empty group id or rack id, no subscription when
+(INVALID_GROUP_ID for a group id over MAX_NAME_CHARS, pybroker's bound on stored names;
+INVALID_REQUEST with Kafka's messages: empty group id or rack id, no subscription when
 joining, an epoch below -1), then the coordinator (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE).
 The group coordinator's share-group machine does the rest (coord/group/share_coordinator.py).
 With group.share.enable=false: UNSUPPORTED_VERSION, as Kafka with share.version 0.
@@ -12,6 +13,7 @@ With group.share.enable=false: UNSUPPORTED_VERSION, as Kafka with share.version 
 from __future__ import annotations
 
 from pybroker.coord.group.share import HeartbeatRequest
+from pybroker.coord.metadata.paths import MAX_NAME_CHARS
 from pybroker.errors import ErrorCode
 from pybroker.handlers._authz import on_group, on_topic
 from pybroker.handlers._share import member_id_valid, share_enabled
@@ -55,6 +57,8 @@ async def share_group_heartbeat(ctx: RequestContext, req: dict) -> dict:
     gid = req["group_id"]
     if not on_group(ctx, Operation.READ, gid):
         return _error(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    if len(gid) > MAX_NAME_CHARS:
+        return _error(ErrorCode.INVALID_GROUP_ID)
     if not member_id_valid(req["member_id"]):
         return _error(ErrorCode.INVALID_REQUEST, "Invalid member id in the request.")
     topics = req.get("subscribed_topic_names") or []
