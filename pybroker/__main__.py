@@ -173,6 +173,13 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     try:
+        if config.node_cores != 1:  # one broker process per core (docs/multicore.md)
+            from pybroker.node.supervisor import serve_node
+
+            settings = load_settings(args.properties, args.override)
+            if "log.dirs" not in settings and "log.dir" not in settings:
+                settings["log.dirs"] = str(config.data_dir)
+            return asyncio.run(serve_node(config, settings, args.log_level))
         return asyncio.run(_serve(Broker(config)))
     except Exception as e:  # start-up failures: say what and exit non-zero
         logging.getLogger("pybroker").error(

@@ -35,16 +35,21 @@ from pybroker.coord.group.consumer_member import ConsumerGroupConfig, TopicMeta
 from pybroker.coord.group.coordinator import GroupCoordinator
 from pybroker.coord.group.group_configs import Bounds, GroupConfigCache
 from pybroker.coord.group.offsets import OffsetStore
+from pybroker.coord.group.offsets_drain import OffsetsDrain
+from pybroker.coord.group.offsets_log import LogOffsetStore
 from pybroker.coord.group.share import ShareGroupConfig
 from pybroker.coord.group.share_coordinator import ShareGroupCoordinator
 from pybroker.coord.group.share_store import ShareStateStore
 from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.batching import BatchingStore
 from pybroker.coord.metadata.cluster import Cluster
 from pybroker.coord.metadata.local import LocalStore
 from pybroker.coord.metadata.paths import DEFAULT_ENTITY
+from pybroker.coord.metadata.placement import OFFSETS_PARTITIONS
 from pybroker.coord.metadata.store import MetadataStore
 from pybroker.coord.txn.coordinator import TransactionCoordinator, TxnConfig
 from pybroker.coord.txn.markers import MarkerSender
+from pybroker.coord.txn.state_log import TxnStateLog
 from pybroker.coord.txn.store import TxnStateStore
 from pybroker.dynamic_config import DynamicBrokerConfig
 from pybroker.errors import ErrorCode, KafkaError
@@ -53,6 +58,12 @@ from pybroker.flusher import Flusher
 from pybroker.handlers._topics import flush_policy, log_config
 from pybroker.handlers.write_txn_markers import write_txn_markers
 from pybroker.http_server import HttpRequest, HttpResponse, HttpServer
+from pybroker.internal_topics import (
+    OFFSETS_TOPIC,
+    TXN_STATE_TOPIC,
+    InternalTopic,
+    LeaderPlacement,
+)
 from pybroker.log import LogManager, PartitionLog, meta_properties
 from pybroker.log.cleaner import CleanerConfig, LogCleaner
 from pybroker.log.manager import OfflineLogDirError
@@ -129,8 +140,13 @@ def raise_open_files_limit() -> tuple[int, int]:
 
 
 class Broker:
-    def __init__(self, config: Config, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self, config: Config, clock: Clock = SYSTEM_CLOCK, *, store: MetadataStore | None = None
+    ) -> None:
+        """``store``: a metadata store made by the caller (a multi-core node's RemoteStore,
+        pybroker/node/) instead of make_store's; the broker starts and closes it."""
         self.config = config
+        self._given_store = store
         # KIP-226: dynamic broker configs, applied to ``config`` in place (dynamic_config.py)
         self.dynamic = DynamicBrokerConfig(config)
         self.clock = clock
@@ -147,6 +163,12 @@ class Broker:
         self.share_groups: ShareGroupCoordinator | None = None
         self.shares: SharePartitionManager | None = None
         self.transactions: TransactionCoordinator | None = None
+        # the coordinators' view of the metadata store (group commit, coord/metadata/batching.py)
+        self.coord_store: BatchingStore | None = None
+        # offsets.storage=kafka / transaction.state.storage=kafka: the internal topics
+        self.offsets_topic: InternalTopic | None = None
+        self.txn_topic: InternalTopic | None = None
+        self._drain_topic: InternalTopic | None = None  # offsets.storage=zookeeper
         self.credentials: CredentialStore | None = None
         self.authorizer: Authorizer | None = None
         self.quota_store: QuotaStore | None = None
@@ -223,7 +245,7 @@ class Broker:
         if cfg.metrics_listener is not None:
             self.http = HttpServer(cfg.metrics_listener.host, cfg.metrics_listener.port)
             await self.http.bind()
-        self.store = make_store(cfg, data_dir, self.clock)
+        self.store = self._given_store or make_store(cfg, data_dir, self.clock)
         await self.store.start()
         endpoints = [(e.listener, e.host, e.port) for e in cfg.advertised]
         self.cluster = Cluster(
@@ -296,14 +318,16 @@ class Broker:
         self._delete_stray_logs()
         self.log_mover.resume()  # moves a crash interrupted go on
         self.cluster.add_listener(self._on_cluster_event)
+        offsets, txn_storage, group_placement, txn_placement = self._coordinator_storages()
         self.groups = GroupCoordinator(
-            OffsetStore(self.store, self.clock),
+            offsets,
             self.clock,
             GroupConfig(
                 min_session_timeout_ms=cfg.group_min_session_timeout_ms,
                 max_session_timeout_ms=cfg.group_max_session_timeout_ms,
                 initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
             ),
+            drain=self._drain_topic.owner if self._drain_topic is not None else None,
             offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
             offsets_retention_check_interval_ms=cfg.offsets_retention_check_interval_ms,
             offset_metadata_max_bytes=cfg.offset_metadata_max_bytes,
@@ -317,7 +341,10 @@ class Broker:
                 migration_policy=cfg.group_consumer_migration_policy,
             ),
             topics=self._topic_meta,
+            placement=group_placement,
         )
+        if self._drain_topic is not None:
+            await self._drain_topic.owner.start()
         await self.groups.start()
         self._start_share_groups()
         self._marker_sender = MarkerSender(
@@ -332,9 +359,10 @@ class Broker:
                 sasl=listener_security.inter_broker_sasl(self.config),
             ),
             listener=lambda: self.config.inter_broker_listener,
+            offsets_owner=self.groups.placement.owner,
         )
         self.transactions = TransactionCoordinator(
-            TxnStateStore(self.store),
+            txn_storage,
             self.clock,
             TxnConfig(
                 max_timeout_ms=cfg.transaction_max_timeout_ms,
@@ -346,8 +374,10 @@ class Broker:
             self._marker_sender,
             broker_id=cfg.broker_id,
             membership=lambda: (self.cluster.membership_epoch, self.cluster.brokers),
+            placement=txn_placement,
         )
         await self.transactions.start()
+        self._take_up_internal_topics()
         self.credentials = CredentialStore(self.store)
         self.quota_store = QuotaStore(self.store)
         await self.quota_store.watch()
@@ -378,6 +408,97 @@ class Broker:
                 self.console.start()
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
         self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="checkpoint"))
+
+    def _coordinator_storages(self) -> tuple[Any, Any, Any, Any]:
+        """The group and transaction coordinators' storages (offsets.storage,
+        transaction.state.storage) and placements: the metadata store behind a
+        BatchingStore (group commit of many groups' and ids' writes; rendezvous placement),
+        or the internal topics (internal_topics.py; their partitions' leaders coordinate)."""
+        cfg = self.config
+        self.coord_store = BatchingStore(self.store)
+        group_placement = txn_placement = None
+        if cfg.offsets_storage == "kafka":
+            n = self._internal_partitions(OFFSETS_TOPIC, cfg.offsets_topic_num_partitions)
+            self.offsets_topic = InternalTopic(
+                self,
+                OFFSETS_TOPIC,
+                partitions=n,
+                replication_factor=lambda: self.config.offsets_topic_replication_factor,
+                configs=lambda: {
+                    "cleanup.policy": "compact",
+                    "compression.type": "producer",
+                    "segment.bytes": str(self.config.offsets_topic_segment_bytes),
+                },
+                timeout_ms=lambda: self.config.offsets_commit_timeout_ms,
+                owner=None,
+            )
+            offsets: Any = LogOffsetStore(
+                self.offsets_topic, self.coord_store, self.clock, partitions=n
+            )
+            self.offsets_topic.owner = offsets
+            group_placement = LeaderPlacement(self.cluster, OFFSETS_TOPIC, n, offsets)
+        else:
+            offsets = OffsetStore(self.coord_store, self.clock)
+            # __consumer_offsets left by the kafka storage is drained into the store
+            self._drain_topic = InternalTopic(
+                self,
+                OFFSETS_TOPIC,
+                partitions=self._internal_partitions(OFFSETS_TOPIC, OFFSETS_PARTITIONS),
+                replication_factor=lambda: self.config.offsets_topic_replication_factor,
+                configs=dict,
+                timeout_ms=lambda: self.config.offsets_commit_timeout_ms,
+                owner=None,
+            )
+            self._drain_topic.owner = OffsetsDrain(
+                self._drain_topic,
+                offsets,
+                self.clock,
+                topic_exists=self._drain_topic.exists,
+            )
+        if cfg.transaction_state_storage == "kafka":
+            n = self._internal_partitions(TXN_STATE_TOPIC, cfg.transaction_state_log_num_partitions)
+            self.txn_topic = InternalTopic(
+                self,
+                TXN_STATE_TOPIC,
+                partitions=n,
+                replication_factor=lambda: self.config.transaction_state_log_replication_factor,
+                configs=lambda: {
+                    "cleanup.policy": "compact",
+                    "compression.type": "uncompressed",
+                    "min.insync.replicas": str(self.config.transaction_state_log_min_isr),
+                    "unclean.leader.election.enable": "false",
+                    "segment.bytes": str(self.config.transaction_state_log_segment_bytes),
+                },
+                timeout_ms=lambda: self.config.offsets_commit_timeout_ms,
+                owner=None,
+            )
+            txn_storage: Any = TxnStateLog(self.txn_topic, partitions=n)
+            self.txn_topic.owner = txn_storage
+            txn_placement = LeaderPlacement(self.cluster, TXN_STATE_TOPIC, n, txn_storage)
+        else:
+            txn_storage = TxnStateStore(self.coord_store)
+        return offsets, txn_storage, group_placement, txn_placement
+
+    def _internal_partitions(self, topic: str, configured: int) -> int:
+        """Kafka's partition count of a coordinator topic: the existing topic's, else the
+        configured one (which "should not change after deployment")."""
+        info = self.cluster.topics.get(topic)
+        return len(info.partitions) if info is not None else configured
+
+    def _take_up_internal_topics(self) -> None:
+        """Load and unload the internal topics' partitions as this broker's leadership of
+        them changes (and the ones it leads already), telling the coordinators."""
+        if self.offsets_topic is not None:
+            self.offsets_topic.owner.on_change = self.groups.check_membership
+            self.replicas.leadership_listeners.append(self.offsets_topic.leadership_changed)
+            self.offsets_topic.take_up_led_partitions()
+        if self._drain_topic is not None:
+            self.replicas.leadership_listeners.append(self._drain_topic.leadership_changed)
+            self._drain_topic.take_up_led_partitions()
+        if self.txn_topic is not None:
+            self.txn_topic.owner.on_change = self.transactions.check_membership
+            self.replicas.leadership_listeners.append(self.txn_topic.leadership_changed)
+            self.txn_topic.take_up_led_partitions()
 
     async def stop(self) -> None:
         """Every step is bounded (STOP_STEP_S): with ZooKeeper unreachable or a peer paused,
@@ -428,6 +549,9 @@ class Broker:
             self.quota_store.close()
         if self.transactions is not None:
             await _bounded("transaction coordinator", self.transactions.stop())
+        for topic in (self.offsets_topic, self.txn_topic, self._drain_topic):
+            if topic is not None and topic.owner is not None:
+                await _bounded(f"{topic.name} loading", topic.owner.stop())
         if self._marker_sender is not None:
             self._marker_sender.close()
         if self.shares is not None:

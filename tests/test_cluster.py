@@ -17,7 +17,13 @@ from pybroker.coord.metadata.cluster import Cluster
 from pybroker.coord.metadata.local import LocalStore
 from pybroker.coord.metadata.model import BrokerIdInUseError, ClusterEvent, PartitionState
 from pybroker.coord.metadata.store import StoreError
-from pybroker.coord.metadata.topic_rules import assign_replicas_to_brokers, validate_topic_name
+from pybroker.coord.metadata.topic_rules import (
+    assign_replicas,
+    assign_replicas_rack_aware,
+    assign_replicas_to_brokers,
+    rack_alternated_brokers,
+    validate_topic_name,
+)
 from pybroker.coord.metadata.zk import ZooKeeperStore
 from pybroker.errors import ErrorCode, KafkaError
 
@@ -65,6 +71,39 @@ def test_replica_assignment_matches_kafka_example():
     assert all(len(set(r)) == 2 for r in rnd.values())
     leaders = [r[0] for r in rnd.values()]
     assert sorted(leaders) == [1, 1, 2, 2, 3, 3]
+
+
+def test_rack_aware_assignment_matches_kafka():
+    # AdminRackAwareTest.testGetRackAlternatedBrokerListAndAssignReplicasToBrokers
+    racks = {0: "rack1", 1: "rack3", 2: "rack3", 3: "rack2", 4: "rack2", 5: "rack1"}
+    assert rack_alternated_brokers(racks) == [0, 3, 1, 5, 4, 2]
+    assert rack_alternated_brokers({b: r for b, r in racks.items() if b != 5}) == [0, 3, 1, 4, 2]
+    assert assign_replicas_rack_aware(racks, 7, 3, fixed_start_index=0, start_partition_id=0) == {
+        0: [0, 3, 1],
+        1: [3, 1, 5],
+        2: [1, 5, 4],
+        3: [5, 4, 2],
+        4: [4, 2, 0],
+        5: [2, 0, 3],
+        6: [0, 4, 2],
+    }
+
+
+def test_multi_core_nodes_never_hold_two_replicas_of_a_partition():
+    """Three nodes of four broker processes each (a node's processes share its rack): with
+    RF 3 every partition has one replica on each node, and leaders spread over all twelve."""
+    racks = {node * 4 + k: f"host{node}:9092" for node in range(3) for k in range(4)}
+    a = assign_replicas(racks, 48, 3, random.Random(3))
+    for replicas in a.values():
+        assert len({racks[b] for b in replicas}) == 3, replicas
+    assert sorted({r[0] for r in a.values()}) == sorted(racks)
+    # two nodes, RF 3: one node holds two replicas (Kafka's rule once every rack has one)
+    two = {b: r for b, r in racks.items() if b < 8}
+    for replicas in assign_replicas(two, 16, 3, random.Random(5)).values():
+        assert len({two[b] for b in replicas}) == 2 and len(set(replicas)) == 3
+    # brokers without a rack alongside racked ones: rack-unaware (Kafka's Safe mode)
+    mixed = {0: "a", 1: None, 2: "b"}
+    assert all(len(set(r)) == 2 for r in assign_replicas(mixed, 6, 2).values())
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "x" * 250, "a b", "a/b", "é", "topic!"])

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pybroker.console.auth import Viewer
-from pybroker.coord.metadata.placement import coordinator_for
 from pybroker.wire.consumer_protocol import parse_assignment
 
 SLICE_S = 0.01
@@ -423,7 +422,7 @@ async def topic_consumers(broker: Any, viewer: Viewer, topic: str) -> list[Consu
 
 
 def coordinator(broker: Any, group_id: str) -> int:
-    return coordinator_for(group_id, broker.cluster.brokers)
+    return broker.groups.coordinator_node(group_id)
 
 
 async def group_detail(broker: Any, group_id: str, viewer: Viewer) -> GroupDetail | None:

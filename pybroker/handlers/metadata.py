@@ -24,6 +24,7 @@ import uuid
 import weakref
 from typing import Any
 
+from pybroker.coord.metadata.placement import INTERNAL_TOPICS
 from pybroker.coord.metadata.topic_rules import validate_topic_name
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers._authz import authorized_operations, enabled, on_cluster, on_topic
@@ -117,7 +118,7 @@ def topic_metadata(ctx: RequestContext, info, include_ops: bool) -> dict:
         "error_code": ErrorCode.NONE,
         "name": info.name,
         "topic_id": info.topic_id,
-        "is_internal": False,
+        "is_internal": info.name in INTERNAL_TOPICS,
         "partitions": partitions,
         "topic_authorized_operations": (
             authorized_operations(ctx, ResourceType.TOPIC, info.name)

@@ -26,10 +26,13 @@ directly for the partitions this broker leads, without the network;
 ``await write_txn_markers(services, [TxnMarker(...)])`` answers one
 ``{(topic, partition): error code}`` per marker.
 
-A marker for (__consumer_offsets, p) goes to the coordinator of offsets partition p (pybroker
-keeps that partitioning without the log): it commits or drops the offsets the producer sent
-with TxnOffsetCommit for the groups of p (coord/group/txn_offsets.py); NOT_COORDINATOR when this
-broker does not coordinate p (the transaction coordinator sends again).
+A marker for (__consumer_offsets, p) goes to the coordinator of offsets partition p.  With
+offsets.storage=kafka it is appended to p's log like any other (the leader coordinates p), then
+the groups of p see their pending transactional offsets committed or dropped
+(coord/group/offsets_log.py).  With the metadata store (offsets.storage=zookeeper) there is no
+log: the coordinator of p commits or drops the offsets the producer sent with TxnOffsetCommit
+for the groups of p (coord/group/txn_offsets.py); NOT_COORDINATOR when this broker does not
+coordinate p (the transaction coordinator sends again).
 
 Left out: v0 and v2 (TransactionVersion, KIP-890).
 """
@@ -54,11 +57,11 @@ REQUEST_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default, which the mar
 async def _write_one(
     services: Any, marker: TxnMarker, topic: str, partition: int, timeout_ms: int
 ) -> int:
-    if topic == OFFSETS_TOPIC:
+    if topic == OFFSETS_TOPIC and services.offsets_topic is None:
         if services.groups is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return await services.groups.complete_txn(marker.producer_id, marker.committed, partition)
-    return await services.replicas.append_txn_marker(
+    code = await services.replicas.append_txn_marker(
         topic,
         partition,
         marker.producer_id,
@@ -67,6 +70,11 @@ async def _write_one(
         marker.coordinator_epoch,
         timeout_ms,
     )
+    if topic == OFFSETS_TOPIC and code == ErrorCode.NONE and services.groups is not None:
+        # offsets.storage=kafka: the marker is in the offsets partition's log; its groups'
+        # pending transactional offsets become committed (or are dropped) in the cache
+        code = await services.groups.complete_txn(marker.producer_id, marker.committed, partition)
+    return code
 
 
 async def write_txn_markers(

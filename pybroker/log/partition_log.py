@@ -506,16 +506,22 @@ class PartitionLog:
         return seg
 
     def append(
-        self, buf: bytearray, batches: list[BatchHeader], *, leader_epoch: int | None = None
+        self,
+        buf: bytearray,
+        batches: list[BatchHeader],
+        *,
+        leader_epoch: int | None = None,
+        coordinator: bool = False,
     ) -> AppendInfo:
         """Append validated batches (parse_batches) held in ``buf`` as the leader: assign
         offsets by patching base offsets in place and write the bytes once.  Idempotent retries
         are answered with the original offsets and not written again.  The batches'
         partitionLeaderEpoch (patched by the produce handler, or here if ``leader_epoch`` is
-        given) feeds the leader epoch cache; -1 is ignored."""
+        given) feeds the leader epoch cache; -1 is ignored.  ``coordinator``: a coordinator's
+        own batches (producer_state.check's coordinator origin)."""
         if not batches:
             raise ValueError("nothing to append")
-        dup = self.producer_state.check(batches)
+        dup = self.producer_state.check(batches, coordinator=coordinator)
         if dup is not None:
             return AppendInfo(dup.first_offset, dup.last_offset, -1, self.log_start_offset, True)
         size = self._check_size(batches)

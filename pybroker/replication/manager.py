@@ -164,6 +164,11 @@ class ReplicaManager:
         # partitions whose log dir failed (LogManager.fail_dir): offline on this broker until
         # it restarts, answered KAFKA_STORAGE_ERROR (Kafka's HostedPartition.Offline)
         self.offline: set[tuple[str, int]] = set()
+        # (topic, partition, leader epoch or None, continued) whenever this broker starts
+        # leading a partition, its epoch moves (``continued``: it led it without interruption)
+        # or it stops (None): the coordinators load and unload the partitions of their
+        # internal topics (Kafka's onLeadershipChange); called on the loop
+        self.leadership_listeners: list[Callable[[str, int, int | None, bool], None]] = []
         # new leaderships whose high watermark is below the epoch start: until their ISR
         # followers fetched once, those followers' fetches are answered at once (owes_fetch)
         self._lagging: dict[tuple[str, int], Replica] = {}
@@ -232,6 +237,7 @@ class ReplicaManager:
         for key in stale:
             r = self.replicas.pop(key)
             self._detach(r)
+            self._lost_leadership(r)
             r.role = OFFLINE
             info = self.cluster.topics.get(key[0])
             if (
@@ -318,8 +324,22 @@ class ReplicaManager:
             if r.role != OFFLINE:
                 log.info("%s-%d is offline (leader %d)", name, index, state.leader)
             self._detach(r)
+            self._lost_leadership(r)
             r.role, r.leader, r.leader_epoch = OFFLINE, state.leader, state.leader_epoch
             r.isr = list(state.isr)
+
+    def _lost_leadership(self, r: Replica) -> None:
+        if r.role == LEADER:
+            self._tell_leadership(r.topic, r.partition, None, False)
+
+    def _tell_leadership(
+        self, topic: str, partition: int, epoch: int | None, continued: bool
+    ) -> None:
+        for cb in self.leadership_listeners:
+            try:
+                cb(topic, partition, epoch, continued)
+            except Exception:
+                log.exception("leadership listener %r failed for %s-%d", cb, topic, partition)
 
     def mark_offline(self, keys: list[tuple[str, int]]) -> None:
         """Their log dir failed: stop fetching and leading them here, for good."""
@@ -328,6 +348,7 @@ class ReplicaManager:
             r = self.replicas.get(key)
             if r is not None:
                 self._detach(r)
+                self._lost_leadership(r)
                 r.role = OFFLINE
                 log.warning("%s-%d: offline on this broker (log dir failure)", *key)
 
@@ -338,7 +359,8 @@ class ReplicaManager:
 
     def _become_leader(self, r: Replica, state: Any) -> None:
         now = self.clock.time_ms()
-        if r.role == LEADER:
+        continued = r.role == LEADER
+        if continued:
             # the same leader in a new epoch (the controller bumped it: a reassignment, an ISR
             # change of its own): as Kafka's makeLeader with isNewLeader false, followers keep
             # their positions and waiting acks=all produces stay valid
@@ -359,6 +381,7 @@ class ReplicaManager:
         r.leader_since_ms = now
         r.leader_epoch_start_offset = r.log.log_end_offset
         r.log.leader_epochs.assign(state.leader_epoch, r.log.log_end_offset)
+        self._tell_leadership(r.topic, r.partition, state.leader_epoch, continued)
         log.info(
             "%s-%d: leader (epoch %d, isr %s, log end %d, hw %d)",
             r.topic,
@@ -398,6 +421,7 @@ class ReplicaManager:
 
     def _become_follower(self, r: Replica, state: Any) -> None:
         self._detach(r)
+        self._lost_leadership(r)
         r.role, r.leader, r.leader_epoch = FOLLOWER, state.leader, state.leader_epoch
         r.followers = {}
         r.leader_epoch_start_offset = -1
