@@ -188,6 +188,8 @@ class Broker:
         self._tasks: list[asyncio.Task] = []
         self._stopping = False
         self._topic_meta_cache: TopicMeta | None = None
+        # the configs object last applied to each topic's logs (TOPIC_CHANGED skips the same)
+        self._configs_applied: dict[str, dict[str, str]] = {}
         # always running: its warnings (loop.stall.warn.ms, 0 = none) and the session lease
         self.loop_monitor = LoopMonitor(config.loop_stall_warn_ms)
         # metrics.listener: counters the request paths move (None: off, nothing counted)
@@ -288,6 +290,7 @@ class Broker:
             replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
             min_insync_replicas=self._min_insync_replicas,
             open_log=self.partition_log,
+            create_logs=self.create_new_logs,
             fetcher_factory=ReplicaFetcher,
             inter_broker_listener=cfg.inter_broker_listener,
             inter_broker_ssl=listener_security.inter_broker_ssl_context(cfg),
@@ -609,6 +612,47 @@ class Broker:
             topic, partition, log_config(self.config, info.configs), topic_id=info.topic_id
         )
 
+    async def create_new_logs(self, keys: list[tuple[str, int]]) -> None:
+        """Create the logs of these new partitions in a worker thread (the replica manager's
+        create_logs: mkdir and file creation can block for seconds on a busy disk, and a
+        CreateTopics of thousands of partitions would stall every client), then hand them to
+        the log manager on the loop.  A partition that got a log meanwhile, whose topic went
+        or changed incarnation, is skipped (its new log deleted); the replica manager syncs
+        each key again afterwards."""
+        me = self.config.broker_id
+        plans = []
+        for t, p in keys:
+            info = self.cluster.topics.get(t)
+            st = info.partitions.get(p) if info is not None else None
+            if st is None or me not in st.replicas or self.logs.get(t, p) is not None:
+                continue
+            epoch = st.leader_epoch if st.leader == me else None
+            plans.append(((t, p), log_config(self.config, info.configs), info.topic_id, epoch))
+        if not plans or self.logs.offline_dirs:
+            return
+        placed = self.logs.place(key for key, *_ in plans)
+
+        def open_all() -> list[tuple[tuple[str, int], PartitionLog | OSError, Any]]:
+            out: list[tuple[tuple[str, int], PartitionLog | OSError, Any]] = []
+            for key, config, topic_id, epoch in plans:
+                try:
+                    plog = self.logs.open_new(placed[key], key, config, topic_id, epoch)
+                except OSError as e:
+                    out.append((key, e, topic_id))
+                else:
+                    out.append((key, plog, topic_id))
+            return out
+
+        for key, result, topic_id in await asyncio.to_thread(open_all):
+            if isinstance(result, OSError):
+                self.logs.fail_dir(placed[key], result)
+                continue
+            info = self.cluster.topics.get(key[0])
+            if info is None or other_incarnation(info.topic_id, topic_id):
+                self.logs.discard(result)  # (deleted, or created again, meanwhile)
+                continue
+            self.logs.adopt(key, result)
+
     def _new_cleaner(self) -> LogCleaner:
         cfg = self.config
         return LogCleaner(
@@ -852,10 +896,17 @@ class Broker:
         topic = event.topic if event.kind in ("TOPIC_CHANGED", "TOPIC_DELETED") else None
         self.replicas.sync_roles(topic)  # first: stops fetching partitions that are going away
         self._flush_policies.pop(topic, None)
+        if event.kind == "TOPIC_DELETED":
+            self._configs_applied.pop(event.topic, None)
         if event.kind == "TOPIC_CHANGED":
-            self._apply_topic_configs(event.topic)
-            if self.cleaner is not None:
-                self.cleaner.wake()  # a topic that became compacted is looked at now
+            info = self.cluster.topics.get(event.topic)
+            # (every partition state change is a TOPIC_CHANGED: only a change of the topic's
+            # configs touches its logs, and only a compacted topic wakes the cleaner, whose
+            # look at every log per event stalled the loop at thousands of partitions)
+            if info is not None and self._configs_applied.get(event.topic) is not info.configs:
+                self._apply_topic_configs(event.topic)
+                if self.cleaner is not None and log_config(self.config, info.configs).compact:
+                    self.cleaner.wake()  # a topic that became compacted is looked at now
         if event.kind == "BROKERS_CHANGED" and self.groups is not None:
             self.groups.check_membership()
         if event.kind == "BROKERS_CHANGED" and self.transactions is not None:
@@ -912,6 +963,7 @@ class Broker:
         names = list(topics) if topic is None else [topic] if topic in topics else []
         for name in names:
             info = topics[name]
+            self._configs_applied[name] = info.configs
             wanted = log_config(self.config, info.configs)
             for partition in info.partitions:
                 plog = self.logs.get(name, partition)

@@ -386,6 +386,56 @@ def test_zk_controller_election_and_cache(zk_connect):
     run(main())
 
 
+def test_zk_lease_confirmed_with_what_changed_not_a_reload(zk_connect):
+    """After a loop hold-up past the lease limit, the session is confirmed with the changes the
+    watches marked (read before leadership resumes), not by reading every partition again: a
+    full re-read per stall cost O(partitions) and, at thousands of partitions on a loaded
+    machine, stalled the loop past the limit again (a failover never settled)."""
+    from kazoo.client import KazooClient
+
+    async def main():
+        s1, s2 = await zk_store(zk_connect), await zk_store(zk_connect)
+        c1 = Cluster(s1, 1, endpoints(9092), stall_limit_ms=1000)
+        c2 = Cluster(s2, 2, endpoints(9093))
+        await c1.start()
+        await c2.start()
+        await wait_until(lambda: set(c1.brokers) == {1, 2})
+        await c1.create_topic("lease", 50, 2, assignments={p: [1, 2] for p in range(50)})
+        await wait_until(lambda: "lease" in c2.topics and len(c2.topics["lease"].partitions) == 50)
+        read: list[str] = []
+        real_get_many, real_get = s1.get_many, s1.get
+
+        async def counting_get_many(ps, watches=None):
+            read.extend(ps)
+            return await real_get_many(ps, watches)
+
+        async def counting_get(path, watch=None):
+            read.append(path)
+            return await real_get(path, watch)
+
+        s1.get_many, s1.get = counting_get_many, counting_get
+        c1.loop_stalled(5000)
+        assert not c1.lease_ok
+        # another writer moves partition 7's leadership while c1's loop is held (a blocking
+        # write from the loop's thread: the watch event reaches c1's session meanwhile)
+        kz = KazooClient(hosts=zk_connect)
+        kz.start(timeout=10)
+        kz.set(paths.partition_state("lease", 7), paths.encode_partition_state(2, 1, [2], 1))
+        kz.stop()
+        kz.close()
+        await wait_until(lambda: c1.lease_ok)
+        assert c1.topics["lease"].partitions[7].leader == 2  # seen before leading again
+        state_reads = [p for p in read if p.endswith("/state")]
+        assert paths.partition_state("lease", 7) in state_reads
+        assert len(state_reads) < 10, state_reads  # the changes, not all 50 partitions
+        await c1.stop()
+        await c2.stop()
+        await s1.close()
+        await s2.close()
+
+    run(main())
+
+
 def test_zk_producer_id_blocks_unique(zk_connect):
     async def main():
         s1, s2 = await zk_store(zk_connect), await zk_store(zk_connect)
@@ -460,13 +510,23 @@ def test_watch_survives_failed_reread(tmp_path):
         real_get = store.get
         failed: list[str] = []
 
+        real_get_many = store.get_many
+
         async def flaky_get(p, watch=None):
             if p == path and watch is not None and len(failed) < 2:
                 failed.append(p)  # both brokers' re-reads fail once
                 raise ConnectionLossError("injected", p)
             return await real_get(p, watch=watch)
 
+        async def flaky_get_many(ps, watches=None):  # (re-reads go through get_many)
+            for p, w in zip(ps, watches or [None] * len(ps), strict=True):
+                if p == path and w is not None and len(failed) < 2:
+                    failed.append(p)
+                    raise ConnectionLossError("injected", p)
+            return await real_get_many(ps, watches)
+
         store.get = flaky_get
+        store.get_many = flaky_get_many
         try:
             await c1.update_isr("w", 0, [1], leader=1, leader_epoch=0)
             await wait_until(lambda: c2.topics["w"].partitions[0].isr == [1])

@@ -293,6 +293,31 @@ async def test_watches_fire_once(store, backend):
 
 
 @with_store
+async def test_get_many_reads_together_with_watches(store, backend):
+    """get_many: every path's (data, stat) in order, None for a missing node (no watch set
+    there), each existing path's own watch; more paths than one pipelined window."""
+    from pybroker.coord.metadata import zk
+
+    await store.create("/gm", b"")
+    n = zk.GET_MANY_WINDOW + 7
+    for i in range(n):
+        await store.create(f"/gm/{i}", b"%d" % i)
+    paths = [f"/gm/{i}" for i in range(n)] + ["/gm/missing"]
+    events: dict[str, list[WatchedEvent]] = {p: [] for p in paths}
+    got = await store.get_many(paths, [events[p].append for p in paths])
+    assert [g[0] if g else None for g in got] == [b"%d" % i for i in range(n)] + [None]
+    assert all(g[1].version == 0 for g in got[:-1])
+    await store.set("/gm/3", b"x")
+    await store.set(f"/gm/{n - 1}", b"y")
+    await store.create("/gm/missing")
+    await wait_until(lambda: events["/gm/3"] and events[f"/gm/{n - 1}"])
+    await asyncio.sleep(0.05)
+    assert events["/gm/3"] == [WatchedEvent(EventType.CHANGED, "/gm/3")]
+    assert events["/gm/missing"] == [] and events["/gm/0"] == []
+    assert await store.get_many([]) == []
+
+
+@with_store
 async def test_multi_atomic(store, backend):
     await store.create("/m", b"v0")
     await store.multi(

@@ -468,6 +468,22 @@ class LocalStore(MetadataStore):
             self._add_watch(self._data_watches, path, watch)
         return node.data, node.stat()
 
+    async def get_many(
+        self, paths: list[str], watches: list[WatchCallback | None] | None = None
+    ) -> list[tuple[bytes, Stat] | None]:
+        self._check_open()
+        out: list[tuple[bytes, Stat] | None] = []
+        for i, path in enumerate(paths):
+            validate_path(path)
+            node = self._nodes.get(path)
+            if node is None:
+                out.append(None)
+                continue
+            if watches and watches[i] is not None:
+                self._add_watch(self._data_watches, path, watches[i])
+            out.append((node.data, node.stat()))
+        return out
+
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
         (result,) = self._commit([SetData(path, data, version)])
         await self._sync_if_strict()
