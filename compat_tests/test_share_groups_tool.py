@@ -2,10 +2,9 @@
 kafka-tools 4.4.0) against pybroker, its output compared with what it prints for Apache Kafka
 4.4 (KRaft, one node on loopback, bench/kafka_reference.py) after the same steps:
 
---reset-offsets --to-offset (a new group), --list, kafka-configs (ConfigCommand 4.4) altering,
-describing and deleting the group's share.* configs (out of bounds and unknown keys refused),
---describe (offsets, state, members) of an empty group, then of a group with two live share
-consumers (confluent-kafka) that have acknowledged everything, --delete and --reset-offsets refused while it has members, then
+--reset-offsets --to-offset (a new group), --list, --describe (offsets, state, members) of an
+empty group, then of a group with two live share consumers (confluent-kafka) that have
+acknowledged everything, --delete and --reset-offsets refused while it has members, then
 --delete-offsets, --describe, --delete and --list once they left.
 
 Values that differ between any two clusters are normalized: member ids, client hosts, the
@@ -41,7 +40,6 @@ pytestmark = [
 ]
 
 SHARE_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
-CONFIG_COMMAND = "org.apache.kafka.tools.ConfigCommand"  # kafka-configs
 TOPIC, GROUP = "tool-topic", "tool-group"
 
 
@@ -131,18 +129,6 @@ def scenario(bootstrap: str) -> list[tuple[str, str]]:
     step("reset", "--reset-offsets", "--group", GROUP, "--topic", TOPIC, "--to-offset", "20",
          "--execute")  # fmt: skip
     step("list", "--list")
-    configs = ("--entity-type", "groups", "--entity-name", GROUP)
-    step("configs: alter", *configs, "--alter", "--add-config",
-         "share.auto.offset.reset=earliest,share.record.lock.duration.ms=20000",
-         main=CONFIG_COMMAND)  # fmt: skip
-    step("configs: alter out of bounds", *configs, "--alter", "--add-config",
-         "share.record.lock.duration.ms=100", main=CONFIG_COMMAND)  # fmt: skip
-    step("configs: alter unknown key", *configs, "--alter", "--add-config",
-         "share.no.such.key=1", main=CONFIG_COMMAND)  # fmt: skip
-    step("configs: describe", *configs, "--describe", main=CONFIG_COMMAND)
-    step("configs: delete", *configs, "--alter", "--delete-config",
-         "share.record.lock.duration.ms", main=CONFIG_COMMAND)  # fmt: skip
-    step("configs: describe after delete", *configs, "--describe", main=CONFIG_COMMAND)
     step("describe", "--describe", "--group", GROUP)
     step("describe state", "--describe", "--group", GROUP, "--state")
     step("describe members", "--describe", "--group", GROUP, "--members")
