@@ -23,11 +23,20 @@ class WorkloadError(RuntimeError):
     pass
 
 
-def run_java(main_class: str, args: list[object], timeout: float) -> java.JavaResult:
+def run_java(
+    main_class: str, args: list[object], timeout: float, *, kafka4_cp: str | None = None
+) -> java.JavaResult:
     """A Java tool with a benchmark JVM (512 MiB heap, default GC and JIT, not the fast-start
-    flags compat_tests uses for short tools)."""
+    flags compat_tests uses for short tools); ``kafka4_cp``: a Kafka 4.4 client program's
+    classpath (its log4j2 configuration)."""
     cmd = java.java_command(
-        main_class, [str(a) for a in args], heap=CLIENT_HEAP, fast_start=CLIENT_FAST_START
+        main_class,
+        [str(a) for a in args],
+        heap=CLIENT_HEAP,
+        fast_start=CLIENT_FAST_START,
+        cp=kafka4_cp,
+        log4j=None if kafka4_cp else java.TOOLS_LOG4J,
+        jvm_args=[f"-Dlog4j2.configurationFile={java.KAFKA4_TOOLS_LOG4J2}"] if kafka4_cp else None,
     )
     start = time.monotonic()
     proc = subprocess.Popen(

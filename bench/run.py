@@ -42,7 +42,7 @@ def run_workload(w: Workload, kind: str, runs: int, sizes: dict, workdir: Path) 
     t_start = time.monotonic()
     print(f"[{time.strftime('%H:%M:%S')}] {w.wid} {kind}: starting", flush=True)
     try:
-        target = start_target(kind, w.brokers, workdir, w.overrides, w.tls)
+        target = start_target(kind, w.brokers, workdir, w.overrides, w.tls, w.kafka4)
     except Exception as e:  # noqa: BLE001 - recorded
         out.error = f"start failed: {type(e).__name__}: {str(e)[:3000]}"
         print(f"  {out.error}", flush=True)

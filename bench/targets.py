@@ -119,10 +119,11 @@ def start_target(
     workdir: Path,
     overrides: dict[str, object] | None = None,
     tls: str = "",
+    kafka4: bool = False,
 ) -> Target:
     """Kafka or pybroker, `brokers` of them; `overrides` (the workload's) go to both alike;
     `tls` ("SSL" or "SASL_SSL"): such a listener beside the PLAINTEXT one
-    (Target.tls_bootstrap)."""
+    (Target.tls_bootstrap); `kafka4`: Kafka is Apache Kafka 4.4 (one node)."""
     workdir.mkdir(parents=True, exist_ok=True)
     ssl_broker, ssl_client = _tls(workdir, tls) if tls else ({}, [])
     if kind == KAFKA:
@@ -134,6 +135,7 @@ def start_target(
                 ssl=bool(tls),
                 secure_protocol=tls or "SSL",
                 scram=BENCH_SCRAM if tls == "SASL_SSL" else None,
+                kafka4=kafka4,
             )
         else:
             ref = kafka_reference.start_kafka_cluster(brokers, workdir, overrides=props)

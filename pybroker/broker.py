@@ -33,9 +33,13 @@ from pybroker.coord.controller.controller import Controller
 from pybroker.coord.group.classic import GroupConfig
 from pybroker.coord.group.consumer_member import ConsumerGroupConfig, TopicMeta
 from pybroker.coord.group.coordinator import GroupCoordinator
+from pybroker.coord.group.group_configs import Bounds, GroupConfigCache
 from pybroker.coord.group.offsets import OffsetStore
 from pybroker.coord.group.offsets_drain import OffsetsDrain
 from pybroker.coord.group.offsets_log import LogOffsetStore
+from pybroker.coord.group.share import ShareGroupConfig
+from pybroker.coord.group.share_coordinator import ShareGroupCoordinator
+from pybroker.coord.group.share_store import ShareStateStore
 from pybroker.coord.metadata import paths
 from pybroker.coord.metadata.batching import BatchingStore
 from pybroker.coord.metadata.cluster import Cluster
@@ -81,6 +85,7 @@ from pybroker.security import listeners as listener_security
 from pybroker.security.authorizer import Authorizer
 from pybroker.security.credentials import CredentialStore, fake_salt_key
 from pybroker.server import KafkaServer
+from pybroker.share.manager import ShareDefaults, SharePartitionManager
 
 # the event loop's time for deleting a deleted topic's logs in one go (see _delete_logs)
 LOG_DELETE_BUDGET_S = 0.01
@@ -153,6 +158,10 @@ class Broker:
         self.log_mover: LogDirMover | None = None
         self._hosted_at_start: set[tuple[str, int]] = set()
         self.groups: GroupCoordinator | None = None
+        # share groups (KIP-932): the coordinator side, the leader side, the group configs
+        self.group_configs: GroupConfigCache | None = None
+        self.share_groups: ShareGroupCoordinator | None = None
+        self.shares: SharePartitionManager | None = None
         self.transactions: TransactionCoordinator | None = None
         # the coordinators' view of the metadata store (group commit, coord/metadata/batching.py)
         self.coord_store: BatchingStore | None = None
@@ -340,6 +349,7 @@ class Broker:
         if self._drain_topic is not None:
             await self._drain_topic.owner.start()
         await self.groups.start()
+        self._start_share_groups()
         self._marker_sender = MarkerSender(
             self.cluster,
             cfg.broker_id,
@@ -547,6 +557,10 @@ class Broker:
                 await _bounded(f"{topic.name} loading", topic.owner.stop())
         if self._marker_sender is not None:
             self._marker_sender.close()
+        if self.shares is not None:
+            await _bounded("share-partitions", self.shares.stop())
+        if self.share_groups is not None:
+            await _bounded("share-group coordinator", self.share_groups.stop())
         if self.groups is not None:
             await _bounded("group coordinator", self.groups.stop())
         if self.log_mover is not None:
@@ -781,6 +795,82 @@ class Broker:
 
         self._loop.call_soon_threadsafe(call)
         return fut.result()
+
+    def _start_share_groups(self) -> None:
+        """Share groups (KIP-932): the group coordinator's side (membership, assignment,
+        share-partition state initialization) and the leader's (share-partitions, share
+        sessions); both keep their state in the metadata store (docs/internals.md)."""
+        store = ShareStateStore(self.store)
+        self.group_configs = GroupConfigCache(self.store)
+        groups = self.groups
+
+        def other_group(gid: str) -> bool:
+            g = groups.groups.get(gid)
+            return g is not None and not getattr(g, "dead", False) and g.state.value != "Dead"
+
+        self.share_groups = ShareGroupCoordinator(
+            store,
+            self.clock,
+            coordinator_error=groups.coordinator_error,
+            other_group=other_group,
+            topics=self._topic_meta,
+            config=self._share_group_config,
+            membership_epoch=lambda: self.cluster.membership_epoch,
+        )
+        groups.share_group_exists = self.share_groups.exists
+        self.shares = SharePartitionManager(
+            store,
+            self.replicas,
+            self.purgatory,
+            self.clock,
+            self.group_configs,
+            self._share_defaults,
+            max_sessions=self.config.group_share_max_share_sessions,
+        )
+
+    def _share_defaults(self) -> ShareDefaults:
+        cfg = self.config
+        return ShareDefaults(
+            record_lock_duration_ms=cfg.group_share_record_lock_duration_ms,
+            delivery_count_limit=cfg.group_share_delivery_count_limit,
+            partition_max_record_locks=cfg.group_share_partition_max_record_locks,
+        )
+
+    def share_config_bounds(self) -> Bounds:
+        """The group.share.min/max.* configs that group configs are held to."""
+        cfg = self.config
+        return Bounds(
+            min_session_timeout_ms=cfg.group_share_min_session_timeout_ms,
+            max_session_timeout_ms=cfg.group_share_max_session_timeout_ms,
+            min_heartbeat_interval_ms=cfg.group_share_min_heartbeat_interval_ms,
+            max_heartbeat_interval_ms=cfg.group_share_max_heartbeat_interval_ms,
+            min_record_lock_duration_ms=cfg.group_share_min_record_lock_duration_ms,
+            max_record_lock_duration_ms=cfg.group_share_max_record_lock_duration_ms,
+            min_delivery_count_limit=cfg.group_share_min_delivery_count_limit,
+            max_delivery_count_limit=cfg.group_share_max_delivery_count_limit,
+            min_partition_max_record_locks=cfg.group_share_min_partition_max_record_locks,
+            max_partition_max_record_locks=cfg.group_share_max_partition_max_record_locks,
+        )
+
+    def _share_group_config(self, gid: str) -> ShareGroupConfig:
+        """A share group's session timeout and heartbeat interval (its share.* group configs
+        over the group.share.* broker configs) and group.share.max.size."""
+        cfg = self.config
+        own = (self.group_configs.cached(gid) if self.group_configs is not None else None) or {}
+
+        def num(key: str, default: int) -> int:
+            try:
+                return int(own.get(key, default))
+            except ValueError:
+                return default
+
+        return ShareGroupConfig(
+            session_timeout_ms=num("share.session.timeout.ms", cfg.group_share_session_timeout_ms),
+            heartbeat_interval_ms=num(
+                "share.heartbeat.interval.ms", cfg.group_share_heartbeat_interval_ms
+            ),
+            max_size=cfg.group_share_max_size,
+        )
 
     def _topic_meta(self) -> TopicMeta:
         """The cluster's topics for KIP-848 assignments: name -> (topic id, partitions); built

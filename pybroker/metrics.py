@@ -297,6 +297,11 @@ class Snapshot:
     # client quotas: total throttle time given, by quota key (quotas/manager.py)
     quota_throttle_ms: dict[str, int] = field(default_factory=dict)
     offline_replicas: int = 0  # replicas lost with a failed log dir
+    # share groups (KIP-932): coordinated groups by state, acknowledged records by type,
+    # the share-partitions led here (SharePartitionManager.views())
+    share_group_states: dict[str, int] = field(default_factory=dict)
+    share_acks: dict[str, float] = field(default_factory=dict)  # (and state write counters)
+    share_partitions: list[dict] = field(default_factory=list)
     # (log dir, 1 if offline) of every entry of log.dirs
     log_dirs: list[tuple[str, int]] = field(default_factory=list)
 
@@ -374,6 +379,7 @@ async def snapshot(broker: Any) -> Snapshot:
             key = conn.listener or ""
             snap.connections[key] = snap.connections.get(key, 0) + 1
     await _groups(broker, snap)
+    _share_groups(broker, snap)
     cache = broker.fetch_sessions
     snap.fetch_sessions = len(cache)
     snap.fetch_session_partitions = cache.total_partitions
@@ -401,6 +407,18 @@ async def _groups(broker: Any, snap: Snapshot) -> None:
             end = ends.get((topic, partition))
             lag = None if end is None or co.offset < 0 else max(0, end - co.offset)
             snap.group_offsets.append((gid, topic, partition, co.offset, lag))
+
+
+def _share_groups(broker: Any, snap: Snapshot) -> None:
+    coordinator = getattr(broker, "share_groups", None)
+    if coordinator is not None:
+        for g in list(coordinator.groups.values()):
+            state = g.state.value
+            snap.share_group_states[state] = snap.share_group_states.get(state, 0) + 1
+    shares = getattr(broker, "shares", None)
+    if shares is not None:
+        snap.share_acks = dict(shares.stats)
+        snap.share_partitions = shares.views()
 
 
 # -- rendering (a worker thread: the snapshot only) ---------------------------------------
@@ -454,6 +472,7 @@ class SnapshotCollector(Collector):
         yield from self._replica_manager(s)
         yield from self._logs(s)
         yield from self._groups(s)
+        yield from self._share(s)
         yield from self._misc(s)
 
     def _topic_meters(self, s: Snapshot) -> Iterator[Metric]:
@@ -679,6 +698,72 @@ class SnapshotCollector(Collector):
             ),
         )
         yield lag_sum
+
+    def _share(self, s: Snapshot) -> Iterator[Metric]:
+        """Kafka's share-group metrics (KIP-932), as the JMX exporter renders them."""
+        g = GaugeMetricFamily(
+            "kafka_server_group_coordinator_metrics_group_count",
+            "group-count: groups this broker coordinates, by protocol",
+            labels=["protocol"],
+        )
+        g.add_metric(["share"], sum(s.share_group_states.values()))
+        yield g
+        g = GaugeMetricFamily(
+            "kafka_server_group_coordinator_metrics_share_group_count",
+            "share-group-count: share groups this broker coordinates, by state",
+            labels=["state"],
+        )
+        for state in ("Empty", "Stable", "Dead"):
+            g.add_metric([state], s.share_group_states.get(state, 0))
+        yield g
+        f = _counter(
+            "kafka_server_sharegroupmetrics_recordacknowledgements",
+            "RecordAcknowledgementsPerSec: records acknowledged, by acknowledgement type",
+            labels=["ackType"],
+        )
+        for key, ack in (("accepted", "Accept"), ("released", "Release"),
+                         ("rejected", "Reject"), ("renewed", "Renew")):  # fmt: skip
+            f.add_metric([ack], s.share_acks.get(key, 0))
+        yield f
+        lv = ["group", "topic", "partition"]
+        gauges = {
+            "inflightmessagecount": (
+                "InFlightMessageCount: records from the share-partition start offset to the "
+                "last one in flight",
+                "in_flight",
+            ),
+            "inflightbatchcount": ("InFlightBatchCount: in-flight batches", "batches"),
+            "acquiredmessagecount": ("records acquired and not yet acknowledged", "acquired"),
+            "acknowledgedmessagecount": (
+                "records acknowledged above the start offset",
+                "acknowledged",
+            ),
+        }
+        for name, (doc, key) in gauges.items():
+            g = GaugeMetricFamily(f"kafka_server_sharepartitionmetrics_{name}", doc, labels=lv)
+            for v in s.share_partitions:
+                g.add_metric([v["group"], v["topic"], str(v["partition"])], v[key])
+            yield g
+        f = _counter(
+            "kafka_server_sharepartitionmetrics_acquisitionlocktimeout",
+            "AcquisitionLockTimeoutPerSec: records whose acquisition lock ran out",
+            labels=lv,
+        )
+        for v in s.share_partitions:
+            f.add_metric([v["group"], v["topic"], str(v["partition"])], v["lock_timeouts"])
+        yield f
+        f = _counter(
+            "kafka_server_share_coordinator_metrics_write",
+            "write-total: share-partition state writes (to the metadata store)",
+        )
+        f.add_metric([], s.share_acks.get("state_writes", 0))
+        yield f
+        f = _counter(
+            "pybroker_share_state_write_seconds",
+            "seconds spent in share-partition state writes: over write-total, their mean latency",
+        )
+        f.add_metric([], s.share_acks.get("state_write_seconds", 0.0))
+        yield f
 
     def _misc(self, s: Snapshot) -> Iterator[Metric]:
         conns = GaugeMetricFamily(

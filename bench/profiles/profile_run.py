@@ -3,7 +3,7 @@
     python -m bench.profiles.profile_run W1 [--runs 1] [--no-profile] [--out bench/profiles]
                                          [--event-loop asyncio|uvloop] [--w8-topics 40]
 
-Starts pybroker exactly as bench/run.py does (BenchBroker: no asyncio debug; W6: ZooKeeper +
+Starts pybroker exactly as bench/targets.py does (BenchBroker: no asyncio debug; W6: ZooKeeper +
 3 brokers), runs the workload's setup, then runs the workload `--runs` times while
 
 * ``py-spy record --nonblocking`` samples every broker process twice: once without idle

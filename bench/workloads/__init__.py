@@ -40,6 +40,7 @@ from bench.workloads.produce import (
     w13_cmds,
 )
 from bench.workloads.python_clients import w5_cmds, w5_run
+from bench.workloads.share_groups import w20_cmds, w20_metrics, w20_run, w20_setup
 from bench.workloads.transactions import w10_cmds, w10_run
 
 # record counts etc. per scale; each full-scale run lasts roughly 5-30 s on a 2-core machine
@@ -59,6 +60,7 @@ SIZES = {
         "w9_keys": 100_000,
         "w10_transactions": 2_000,
         "w15_partitions": 1_000,
+        "w20_records": 200_000,
     },
     "small": {
         "w1_records": 30_000,
@@ -75,6 +77,7 @@ SIZES = {
         "w9_keys": 12_500,
         "w10_transactions": 200,
         "w15_partitions": 1_000,
+        "w20_records": 20_000,
     },
     "smoke": {"w1_records": 2_000},
 }
@@ -276,6 +279,15 @@ WORKLOADS: dict[str, Workload] = {
             w17_run,
             w17_cmds,
             overrides=W17_OVERRIDES,
+        ),
+        Workload(
+            "W20",
+            "share groups (KIP-932): 1 partition, 1/4/8 share consumers (Kafka 4.4 reference)",
+            w20_metrics(),
+            w20_setup,
+            w20_run,
+            w20_cmds,
+            kafka4=True,
         ),
     ]
 }

@@ -31,6 +31,7 @@ class Workload:
     repeat: bool = True  # False: run() is called once, its lists are the runs
     overrides: dict[str, object] = field(default_factory=dict)  # broker configs, both brokers
     tls: str = ""  # "SSL" / "SASL_SSL": clients use such a listener (Target.tls_bootstrap)
+    kafka4: bool = False  # the reference is Apache Kafka 4.4 (java/kafka4/pom.xml), not 3.9
 
 
 def no_setup(target: Target, sizes: dict) -> dict:

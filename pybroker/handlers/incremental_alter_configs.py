@@ -11,7 +11,8 @@ written with compare-and-set (Cluster.alter_topic_configs).  validate_only check
 nothing.  Open logs pick the change up through the topic's change event.
 
 Brokers (4) and broker loggers (8): handlers/_broker_configs.py (dynamic broker configs,
-KIP-226, at /config/brokers/<id> and /config/brokers/<default>; log levels, KIP-412).
+KIP-226, at /config/brokers/<id> and /config/brokers/<default>; log levels, KIP-412).  Groups
+(32, with group.share.enable): a share group's share.* configs (handlers/_group_configs.py).
 
 Per resource errors: INVALID_REQUEST for a resource named twice ("Each resource must appear at
 most once."), a config named twice, a null value for anything but DELETE, an unknown
@@ -28,8 +29,9 @@ from collections.abc import Callable
 from pybroker import topic_config
 from pybroker.configdef import DELETE, ConfigException, Type, incremental
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.handlers import _broker_configs
-from pybroker.handlers._authz import on_cluster, on_topic
+from pybroker.handlers import _broker_configs, _group_configs
+from pybroker.handlers._authz import on_cluster, on_group, on_topic
+from pybroker.handlers._share import share_enabled
 from pybroker.handlers._topics import check_configs
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
@@ -63,6 +65,9 @@ def authorize_alter(ctx: RequestContext, resources: list[dict], results: dict[in
                 results[i] = result(
                     r, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
                 )
+        elif r["resource_type"] == _group_configs.GROUP:
+            if not on_group(ctx, Operation.ALTER_CONFIGS, r["resource_name"]):
+                results[i] = result(r, ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
         elif r["resource_type"] in (BROKER, BROKER_LOGGER):
             if not on_cluster(ctx, Operation.ALTER_CONFIGS):
                 results[i] = result(
@@ -71,7 +76,11 @@ def authorize_alter(ctx: RequestContext, resources: list[dict], results: dict[in
 
 
 def preprocess(
-    resources: list[dict], null_allowed: Callable[[dict], bool], *, loggers: bool = True
+    resources: list[dict],
+    null_allowed: Callable[[dict], bool],
+    *,
+    loggers: bool = True,
+    groups: bool = False,
 ) -> dict[int, dict]:
     """Kafka's ConfigAdminManager.preprocess, pybroker's way: the results decided before any
     topic is looked at, by position in ``resources``.  What is left are topic resources with
@@ -100,7 +109,9 @@ def preprocess(
             done[i] = result(
                 r, ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}"
             )
-        elif rtype not in ((TOPIC, BROKER, BROKER_LOGGER) if loggers else (TOPIC, BROKER)):
+        elif rtype not in ((TOPIC, BROKER, BROKER_LOGGER) if loggers else (TOPIC, BROKER)) + (
+            (_group_configs.GROUP,) if groups else ()
+        ):
             done[i] = result(r, ErrorCode.INVALID_REQUEST, f"Unknown resource type {rtype}")
         elif rtype == TOPIC and r["resource_name"] == "":
             done[i] = result(
@@ -145,7 +156,9 @@ def apply_ops(ops: list[dict], current: dict[str, str]) -> dict[str, str]:
 @handler(44, 0, 1)
 async def incremental_alter_configs(ctx: RequestContext, req: dict) -> dict:
     resources = req["resources"]
-    results = preprocess(resources, lambda c: c["config_operation"] == DELETE)
+    results = preprocess(
+        resources, lambda c: c["config_operation"] == DELETE, groups=share_enabled(ctx)
+    )
     authorize_alter(ctx, resources, results)
     for i, r in enumerate(resources):
         if i in results:
@@ -159,7 +172,11 @@ async def incremental_alter_configs(ctx: RequestContext, req: dict) -> dict:
             )
             continue
         try:
-            if r["resource_type"] == BROKER:
+            if r["resource_type"] == _group_configs.GROUP:
+                await _group_configs.alter_group(
+                    ctx, r["resource_name"], r["configs"], req["validate_only"]
+                )
+            elif r["resource_type"] == BROKER:
                 await _broker_configs.alter_broker(
                     ctx,
                     r["resource_name"],
