@@ -3,7 +3,7 @@
 - produce: W1, W2, W6 (3 brokers), W11 (TLS), W13 (SASL_SSL)
 - consume: W3, W12 (TLS), W14 (SASL_SSL)
 - latency: W4; python_clients: W5; groups: W7, W16, W17; partitions: W8, W15;
-  compaction: W9; transactions: W10
+  compaction: W9; transactions: W10; share_groups: W20
 
 ``WORKLOADS`` maps each id to its ``Workload`` (base.py): metrics, setup, run, commands.
 """
