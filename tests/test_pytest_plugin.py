@@ -319,10 +319,8 @@ def test_the_pytest11_entry_point_loads_the_plugin_without_p(pytester, tmp_path,
 
 
 def _kafka_jars() -> bool:
-    try:
-        from pybroker.testing import java
-    except ImportError:
-        return False
+    from pybroker.testing import java
+
     return java.java_available()
 
 

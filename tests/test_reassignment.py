@@ -19,11 +19,7 @@ from pybroker.coord.controller.reassignment import (
 )
 from pybroker.coord.metadata import paths
 from pybroker.errors import ErrorCode, KafkaError
-
-try:
-    from tests.test_controller import Env, env_kind, make_env, run, wait_until  # noqa: F401
-except ImportError:
-    from test_controller import Env, env_kind, make_env, run, wait_until  # noqa: F401
+from tests.test_controller import Env, env_kind, make_env, run, wait_until  # noqa: F401
 
 __all__ = ["make_env", "env_kind"]  # fixtures
 
