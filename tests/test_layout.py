@@ -84,3 +84,23 @@ def test_harness_and_bench_import_no_test_suite():
 def test_bench_is_a_package():
     assert (ROOT / "bench" / "__init__.py").is_file()
     assert (ROOT / "bench" / "workloads" / "__init__.py").is_file()
+
+
+def test_the_harness_loads_without_the_test_dependencies():
+    """The plugin and the harness modules it or the bench start from import no test-only
+    package at import time (kafka-python, cryptography, ... are imported where used)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import pybroker.testing.pytest_plugin, pybroker.testing.cluster_harness\n"
+        "import pybroker.testing.java, pybroker.testing.kafka_reference\n"
+        "import pybroker.testing.debug_process, pybroker.testing.chromium\n"
+        "test_only = ('kafka', 'cryptography', 'confluent_kafka', 'aiokafka', 'hypothesis')\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & set(test_only)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
