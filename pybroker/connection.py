@@ -27,7 +27,8 @@ import asyncio
 import collections
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from pybroker import handlers  # noqa: F401  (registers every handler)
 from pybroker.errors import ErrorCode
@@ -41,6 +42,9 @@ from pybroker.wire import codec
 from pybroker.wire.framing import FrameDecoder, FrameError
 from pybroker.wire.primitives import DecodeError
 
+if TYPE_CHECKING:
+    from pybroker.services import BrokerServices
+
 log = logging.getLogger("pybroker.connection")
 
 MAX_QUEUED_FRAMES = 16
@@ -51,12 +55,12 @@ _BEFORE_LOGIN = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthe
 class KafkaConnection(asyncio.Protocol):
     def __init__(
         self,
-        services: Any,
+        services: BrokerServices,
         max_request_bytes: int,
-        on_close: Any = None,
+        on_close: Callable[[KafkaConnection], None] | None = None,
         listener: str | None = None,
         sasl: ListenerSasl | None = None,
-        principal_rules: Any = None,
+        principal_rules: Callable[[str], str] | None = None,
     ) -> None:
         self.services = services
         self.listener = listener  # the name of the listener it was accepted on
@@ -69,7 +73,7 @@ class KafkaConnection(asyncio.Protocol):
         self.frames: collections.deque[bytearray] = collections.deque()
         self.queued_bytes = 0
         self.transport: asyncio.Transport | None = None
-        self.peer = None
+        self.peer: tuple | None = None
         self.reading_paused = False
         self.closed = False
         self._wakeup = asyncio.Event()

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pybroker import topic_config
 from pybroker.errors import ErrorCode, KafkaError
@@ -57,6 +57,11 @@ from pybroker.wire.records import (
     InvalidRecordError,
     set_partition_leader_epoch,
 )
+
+if TYPE_CHECKING:
+    from pybroker.config import Config
+    from pybroker.flusher import Flusher
+    from pybroker.metrics import BrokerMetrics
 
 INLINE_BYTES = 64 * 1024  # records walked on the event loop per batch, at most
 MAGIC_OFFSET = 16  # of every entry: v0/v1 messages and v2 batches alike
@@ -180,7 +185,12 @@ class ReplicaManager(PartitionReplicas):
     """The partitions' roles (the base class) and the append and read paths over them."""
 
     def __init__(
-        self, *args: Any, config: Any, flusher: Any, metrics: Any = None, **kwargs: Any
+        self,
+        *args: Any,
+        config: Config,
+        flusher: Flusher,
+        metrics: BrokerMetrics | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.config = config  # the broker's (dynamic values read at use)

@@ -38,13 +38,16 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.console.auth import Viewer
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers.list_offsets import list_offsets
 from pybroker.wire.record_walker import fields, headers, walk_batch
 from pybroker.wire.records import LOG_APPEND_TIME, BatchHeader, InvalidRecordError, scan_batches
+
+if TYPE_CHECKING:
+    from pybroker.services import BrokerServices
 
 READ_BYTES = 1024 * 1024
 SCAN_BYTES = 4 * READ_BYTES
@@ -264,7 +267,7 @@ def _decode(
 
 
 async def _by_time(
-    broker: Any, viewer: Viewer, topic: str, partitions: list[int], ts: int
+    broker: BrokerServices, viewer: Viewer, topic: str, partitions: list[int], ts: int
 ) -> dict[int, int | str]:
     """ListOffsets by time for each partition: its offset (-1: no record at or after ``ts``),
     or the error's name."""
@@ -435,7 +438,7 @@ def _cursors(b: Browse) -> None:
 
 
 async def browse(
-    broker: Any,
+    broker: BrokerServices,
     viewer: Viewer,
     topic: str,
     partitions: list[int],

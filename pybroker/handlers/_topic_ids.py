@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import uuid
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pybroker.coord.metadata.cluster import Cluster
 
 ZERO = uuid.UUID(int=0)
 
-_INDEX: weakref.WeakKeyDictionary[Any, dict[uuid.UUID, str]] = weakref.WeakKeyDictionary()
+_INDEX: weakref.WeakKeyDictionary[Cluster, dict[uuid.UUID, str]] = weakref.WeakKeyDictionary()
 
 
 class Resolver:
     """Resolves topic ids for one request."""
 
-    def __init__(self, cluster: Any) -> None:
+    def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self._rebuilt = False
 

@@ -15,6 +15,7 @@ from typing import Any
 from pybroker import topic_config
 from pybroker.config import Config
 from pybroker.configdef import convert_to_string
+from pybroker.coord.metadata.model import TopicInfo
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers.context import RequestContext
 from pybroker.log import LogConfig
@@ -100,7 +101,7 @@ def flush_policy(config: Config, topic_configs: Mapping[str, str]) -> tuple[int,
     )
 
 
-async def auto_create(ctx: RequestContext, topic: str) -> Any:
+async def auto_create(ctx: RequestContext, topic: str) -> TopicInfo:
     """Create ``topic`` with the broker defaults (auto.create.topics.enable)."""
     cfg = ctx.services.config
     try:

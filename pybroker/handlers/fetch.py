@@ -51,7 +51,7 @@ throttled partitions count against it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.errors import ErrorCode
 from pybroker.fetch_session import FetchContext, FetchPartition
@@ -64,6 +64,9 @@ from pybroker.registry import handler
 from pybroker.replica_manager import READ_COMMITTED, FetchParams, LogReadResult, ReadPartition
 from pybroker.replication.manager import consumer_key, leo_key
 from pybroker.security.acl import Operation
+
+if TYPE_CHECKING:
+    from pybroker.metrics import BrokerMetrics
 
 
 def _empty(index: int, code: int, hw: int = -1, lso: int = -1, start: int = -1) -> dict:
@@ -264,7 +267,7 @@ def _group_by_topic(answered: list, uses_ids: bool) -> list[dict]:
 
 
 def _count_bytes_out(
-    metrics: Any, answered: list, replica_id: int, uses_ids: bool, resolver: Resolver
+    metrics: BrokerMetrics, answered: list, replica_id: int, uses_ids: bool, resolver: Resolver
 ) -> None:
     """Kafka's BytesOutPerSec (consumers, per topic) and ReplicationBytesOutPerSec."""
     if replica_id >= 0:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
 
 from pybroker.coord.metadata.placement import OFFSETS_TOPIC
 from pybroker.coord.txn.markers import TxnMarker
@@ -47,12 +46,13 @@ from pybroker.handlers._authz import on_cluster
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 from pybroker.security.acl import Operation
+from pybroker.services import BrokerServices
 
 REQUEST_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default, which the markers wait for
 
 
 async def _write_one(
-    services: Any, marker: TxnMarker, topic: str, partition: int, timeout_ms: int
+    services: BrokerServices, marker: TxnMarker, topic: str, partition: int, timeout_ms: int
 ) -> int:
     if topic == OFFSETS_TOPIC:
         if services.groups is None:
@@ -70,7 +70,7 @@ async def _write_one(
 
 
 async def write_txn_markers(
-    services: Any, markers: Sequence[TxnMarker], timeout_ms: int = REQUEST_TIMEOUT_MS
+    services: BrokerServices, markers: Sequence[TxnMarker], timeout_ms: int = REQUEST_TIMEOUT_MS
 ) -> list[dict[tuple[str, int], int]]:
     """Write every marker to every one of its partitions (each appended on the event loop in
     request order, then all replicated concurrently); per marker, the error code of each

@@ -29,9 +29,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Coroutine, Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pybroker.quotas.entities import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
+
+if TYPE_CHECKING:
+    from pybroker.quotas.manager import QuotaManager
+
+
+class QuotaServices(Protocol):
+    """What these functions use of the broker's services (pybroker/services.py)."""
+
+    quotas: QuotaManager | None
+
+
+class Principal(Protocol):
+    """A connection's session (pybroker/security/sasl.py's Session): who is charged."""
+
+    principal: str
+
 
 # ApiVersions, SaslHandshake, SaslAuthenticate, WriteTxnMarkers
 EXEMPT_FROM_REQUEST_QUOTA = frozenset({18, 17, 36, 27})
@@ -66,7 +82,7 @@ class Timed:
                 value, error = None, e
 
 
-def request_timer(services: Any, api_key: int) -> bool:
+def request_timer(services: QuotaServices, api_key: int) -> bool:
     """Whether this request's handler time is to be measured (a request quota exists)."""
     q = getattr(services, "quotas", None)
     return (
@@ -82,8 +98,8 @@ def _follower_fetch(body: dict) -> bool:
 
 
 def throttle_after(
-    services: Any,
-    session: Any,
+    services: QuotaServices,
+    session: Principal | None,
     client_id: str | None,
     api_key: int,
     size: int,
@@ -113,12 +129,14 @@ def throttle_after(
     return ms
 
 
-def user_of(session: Any) -> str:
+def user_of(session: Principal | None) -> str:
     principal = getattr(session, "principal", None) or "User:ANONYMOUS"
     return principal.split(":", 1)[1] if ":" in principal else principal
 
 
-def produce_throttle(services: Any, session: Any, client_id: str | None, size: int) -> int:
+def produce_throttle(
+    services: QuotaServices, session: Principal | None, client_id: str | None, size: int
+) -> int:
     q = getattr(services, "quotas", None)
     if q is None:
         return 0
@@ -128,14 +146,18 @@ def produce_throttle(services: Any, session: Any, client_id: str | None, size: i
     return ms
 
 
-def fetch_bound(services: Any, session: Any, client_id: str | None) -> int | None:
+def fetch_bound(
+    services: QuotaServices, session: Principal | None, client_id: str | None
+) -> int | None:
     q = getattr(services, "quotas", None)
     if q is None:
         return None
     return q.max_value_in_window(CONSUMER_BYTE_RATE, user_of(session), client_id or "")
 
 
-def fetch_throttle(services: Any, session: Any, client_id: str | None, size: int) -> int:
+def fetch_throttle(
+    services: QuotaServices, session: Principal | None, client_id: str | None, size: int
+) -> int:
     q = getattr(services, "quotas", None)
     if q is None:
         return 0

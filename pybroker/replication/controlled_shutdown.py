@@ -32,10 +32,14 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.coord.metadata import paths
 from pybroker.coord.metadata.store import NodeExistsError, NoNodeError, StoreError
+
+if TYPE_CHECKING:
+    from pybroker.coord.metadata.cluster import Cluster
+    from pybroker.replication.manager import ReplicaManager
 
 log = logging.getLogger("pybroker.controlled_shutdown")
 
@@ -44,7 +48,7 @@ MAX_S = 10.0  # the whole controlled shutdown, backoffs included
 POLL_S = 0.02
 
 
-def pending_work(cluster: Any, broker_id: int) -> tuple[list[str], list[str]]:
+def pending_work(cluster: Cluster, broker_id: int) -> tuple[list[str], list[str]]:
     """What the controller still has to do for ``broker_id``, from the metadata cache:
     (partitions it leads that another live ISR member could lead, partitions led by another
     live broker whose ISR still names it), each as "topic-partition"."""
@@ -61,8 +65,8 @@ def pending_work(cluster: Any, broker_id: int) -> tuple[list[str], list[str]]:
 
 
 async def controlled_shutdown(
-    cluster: Any,
-    replicas: Any,
+    cluster: Cluster,
+    replicas: ReplicaManager,
     *,
     max_retries: int,
     retry_backoff_ms: int,
@@ -126,7 +130,7 @@ async def controlled_shutdown(
     return False
 
 
-async def _done_within(cluster: Any, me: int, end: float, t0: float) -> bool:
+async def _done_within(cluster: Cluster, me: int, end: float, t0: float) -> bool:
     """Poll the metadata cache until nothing is left to hand over (True) or ``end``."""
     while True:
         leads, follows = pending_work(cluster, me)
@@ -147,7 +151,7 @@ async def _within(coro: Any, deadline: float) -> Any:
         return await coro
 
 
-async def _announce(cluster: Any, broker_id: int) -> None:
+async def _announce(cluster: Cluster, broker_id: int) -> None:
     """(Re)create our ephemeral controlled-shutdown znode: a new child fires the controller's
     watch (a retry deletes and creates it again, to be seen by a controller elected since)."""
     store = cluster.store

@@ -27,12 +27,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pybroker.errors import ErrorCode
 from pybroker.replication.client import BrokerConnection
 from pybroker.replication.session_handler import FetchSessionHandler
 from pybroker.wire.records import InvalidRecordError, parse_batches
+
+if TYPE_CHECKING:
+    from pybroker.replication.manager import Replica, ReplicaManager
 
 log = logging.getLogger("pybroker.replication.fetcher")
 
@@ -47,14 +50,14 @@ SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_
 
 @dataclass
 class _Fetching:
-    replica: Any  # manager.Replica
+    replica: Replica
     leader_epoch: int
     truncated: bool = False
     last_error: int = ErrorCode.NONE  # logged once per change, not per retry
 
 
 class ReplicaFetcher:
-    def __init__(self, manager: Any, leader_id: int) -> None:
+    def __init__(self, manager: ReplicaManager, leader_id: int) -> None:
         self.manager = manager
         self.leader_id = leader_id
         self.partitions: dict[tuple[str, int], _Fetching] = {}
@@ -77,7 +80,7 @@ class ReplicaFetcher:
             self._task.cancel()
             await asyncio.wait({self._task}, timeout=2.0)
 
-    def add(self, replica: Any) -> None:
+    def add(self, replica: Replica) -> None:
         self.partitions[(replica.topic, replica.partition)] = _Fetching(
             replica, replica.leader_epoch
         )

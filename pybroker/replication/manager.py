@@ -26,13 +26,21 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.clock import Clock
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log import LogManager, PartitionLog
 from pybroker.log.partition_metadata import other_incarnation
 from pybroker.purgatory import Purgatory
+
+if TYPE_CHECKING:
+    import ssl
+
+    from pybroker.coord.metadata.cluster import Cluster
+    from pybroker.coord.metadata.model import PartitionState, TopicInfo
+    from pybroker.replication.fetcher import ReplicaFetcher
+    from pybroker.replication.throttle import ReplicationThrottles
 
 log = logging.getLogger("pybroker.replication")
 
@@ -105,7 +113,7 @@ class ReplicaManager:
     def __init__(
         self,
         broker_id: int,
-        cluster: Any,
+        cluster: Cluster,
         logs: LogManager,
         purgatory: Purgatory,
         clock: Clock,
@@ -113,12 +121,12 @@ class ReplicaManager:
         replica_lag_time_max_ms: int,
         min_insync_replicas: Callable[[str], int],
         open_log: Callable[[str, int], PartitionLog],
-        fetcher_factory: Callable[[ReplicaManager, int], Any],
+        fetcher_factory: Callable[[ReplicaManager, int], ReplicaFetcher],
         inter_broker_listener: str | None = None,
-        inter_broker_ssl: Any = None,
+        inter_broker_ssl: ssl.SSLContext | None = None,
         inter_broker_sasl: tuple[str, str, str] | None = None,
         on_replica_removed: Callable[[str, int, PartitionLog], None] | None = None,
-        throttles: Any = None,
+        throttles: ReplicationThrottles | None = None,
     ) -> None:
         self.broker_id = broker_id
         # a reassignment took this broker out of a partition's replicas (the topic still
@@ -139,7 +147,7 @@ class ReplicaManager:
         self.inter_broker_ssl = inter_broker_ssl  # client ssl.SSLContext if that listener is SSL
         self.inter_broker_sasl = inter_broker_sasl  # (mechanism, user, password) if it is SASL
         self.replicas: dict[tuple[str, int], Replica] = {}
-        self.fetchers: dict[int, Any] = {}
+        self.fetchers: dict[int, ReplicaFetcher] = {}
         self._tasks: set[asyncio.Task] = set()
         self._isr_task: asyncio.Task | None = None
         self._stopped = False
@@ -258,7 +266,7 @@ class ReplicaManager:
         self._deferred.update(keys)
 
     def _sync_partition(
-        self, name: str, index: int, info: Any, state: Any, budget: _Budget
+        self, name: str, index: int, info: TopicInfo, state: PartitionState, budget: _Budget
     ) -> None:
         me = self.broker_id
         key = (name, index)
@@ -324,7 +332,7 @@ class ReplicaManager:
             f.remove(r.topic, r.partition)
         self._wake(r)
 
-    def _become_leader(self, r: Replica, state: Any) -> None:
+    def _become_leader(self, r: Replica, state: PartitionState) -> None:
         now = self.clock.time_ms()
         if r.role == LEADER:
             # the same leader in a new epoch (the controller bumped it: a reassignment, an ISR
@@ -357,7 +365,7 @@ class ReplicaManager:
         )
         self._maybe_advance_hw(r)
 
-    def _become_follower(self, r: Replica, state: Any) -> None:
+    def _become_follower(self, r: Replica, state: PartitionState) -> None:
         self._detach(r)
         r.role, r.leader, r.leader_epoch = FOLLOWER, state.leader, state.leader_epoch
         r.followers = {}
