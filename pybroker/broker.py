@@ -54,7 +54,7 @@ from pybroker.log.cleaner import CleanerConfig, LogCleaner
 from pybroker.log.manager import OfflineLogDirError
 from pybroker.log.mover import LogDirMover
 from pybroker.log.partition_metadata import other_incarnation
-from pybroker.log.segment import DESCRIPTORS, descriptor_budget
+from pybroker.log.segment import DescriptorCache, descriptor_budget
 from pybroker.loop_monitor import LoopMonitor
 from pybroker.metrics import BrokerMetrics, exposition
 from pybroker.purgatory import Purgatory
@@ -109,8 +109,8 @@ def make_store(config: Config, data_dir: Path, clock: Clock) -> MetadataStore:
 
 def raise_open_files_limit() -> tuple[int, int]:
     """Raise the RLIMIT_NOFILE soft limit to the hard limit (as Kafka's start scripts expect
-    of the operator, done here so a default shell limit of 1024 is not the broker's) and size
-    the log's descriptor cache from it.  Returns (soft, hard) in effect."""
+    of the operator, done here so a default shell limit of 1024 is not the broker's).  Returns
+    (soft, hard) in effect; the log's descriptor cache is sized from the soft one."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         try:
@@ -119,7 +119,6 @@ def raise_open_files_limit() -> tuple[int, int]:
         except (ValueError, OSError) as e:  # e.g. a hard limit above the kernel's nr_open
             log.warning("could not raise the open files limit from %d to %d: %s", soft, hard, e)
             soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    DESCRIPTORS.set_capacity(descriptor_budget(soft))
     return soft, hard
 
 
@@ -134,6 +133,7 @@ class Broker:
         self.store: MetadataStore | None = None
         self.cluster: Cluster | None = None
         self.logs: LogManager | None = None
+        self.descriptors: DescriptorCache | None = None
         self.log_mover: LogDirMover | None = None
         self._hosted_at_start: set[tuple[str, int]] = set()
         self.groups: GroupCoordinator | None = None
@@ -175,12 +175,16 @@ class Broker:
         self.loop_monitor.start()  # first, so a blocking start-up step shows too
         data_dir = cfg.data_dir
         soft, _ = raise_open_files_limit()
+        # the log's segment descriptors, bounded whatever the number of partitions
+        self.descriptors = DescriptorCache(descriptor_budget(soft))
         log.info(
             "open files limit %d; at most %d segment files open at once",
             soft,
-            DESCRIPTORS.capacity,
+            self.descriptors.capacity,
         )
-        self.logs = LogManager(cfg.log_dir_list, log_config(cfg, {}), self.clock)
+        self.logs = LogManager(
+            cfg.log_dir_list, log_config(cfg, {}), self.clock, descriptors=self.descriptors
+        )
         await asyncio.to_thread(self.logs.load_all)  # none usable: an error naming log.dirs
         if not cfg.zookeeper_connect and self.logs.log_dir in self.logs.offline_dirs:
             raise OfflineLogDirError(

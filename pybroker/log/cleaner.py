@@ -469,6 +469,7 @@ class LogCleaner:
             index_interval_bytes=plog.config.index_interval_bytes,
             max_index_bytes=plog.config.max_index_bytes,
             file_suffix=CLEANED_SUFFIX,
+            descriptors=plog.descriptors,
         )
         swapped = False
         try:

@@ -50,6 +50,7 @@ from pybroker.log.partition_log import (
     parse_future_dir,
     parse_partition_dir,
 )
+from pybroker.log.segment import DescriptorCache
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,10 @@ class LogManager:
         log_dirs: Path | Sequence[Path],
         default_config: LogConfig,
         clock: Clock = SYSTEM_CLOCK,
+        descriptors: DescriptorCache | None = None,
     ) -> None:
+        """``descriptors``: the LRU bounding the segments' open descriptors, shared by every
+        log here (the broker's, sized from its open files limit; None: one of its own)."""
         dirs = [log_dirs] if isinstance(log_dirs, (str, Path)) else list(log_dirs)
         self.log_dirs: list[Path] = []
         for d in dirs:
@@ -155,6 +159,9 @@ class LogManager:
         self.log_dir = self.log_dirs[0]  # the first: the cleaner's checkpoint lives there
         self.default_config = default_config
         self.clock = clock
+        self.descriptors = (
+            descriptors if descriptors is not None else DescriptorCache.for_open_files_limit()
+        )
         self.logs: dict[Key, PartitionLog] = {}
         self.future_logs: dict[Key, PartitionLog] = {}
         # AlterReplicaLogDirs for a replica not created yet: where it is to be created
@@ -345,6 +352,7 @@ class LogManager:
                 recovery_point=points.get(parsed, 0),
                 clean_shutdown=clean,
                 log_start_offset=starts.get(parsed, 0),
+                descriptors=self.descriptors,
             )
             plog.high_watermark = max(
                 min(hws.get(parsed, 0), plog.log_end_offset), plog.log_start_offset
@@ -392,7 +400,10 @@ class LogManager:
                 d = self.next_log_dir(key, tried)
                 try:
                     plog = PartitionLog.open(
-                        d / f"{topic}-{partition}", config or self.default_config, self.clock
+                        d / f"{topic}-{partition}",
+                        config or self.default_config,
+                        self.clock,
+                        descriptors=self.descriptors,
                     )
                 except OSError as e:
                     tried.append(d)
@@ -416,7 +427,7 @@ class LogManager:
             raise ValueError(f"{topic}-{partition} already has a future log")
         path = directory / f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
         try:
-            fut = PartitionLog.open(path, src.config, self.clock)
+            fut = PartitionLog.open(path, src.config, self.clock, descriptors=self.descriptors)
             if src.log_start_offset > 0:
                 fut.truncate_fully_and_start_at(src.log_start_offset)
             if src.topic_id is not None:

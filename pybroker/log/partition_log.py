@@ -71,6 +71,7 @@ from pybroker.log.segment import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    DescriptorCache,
     FileSlice,
     LogSegment,
     scan_log_headers,
@@ -176,12 +177,19 @@ def parse_future_dir(name: str) -> tuple[str, int] | None:
 
 class PartitionLog:
     def __init__(
-        self, directory: Path, config: LogConfig, clock: Clock, rng: random.Random | None = None
+        self,
+        directory: Path,
+        config: LogConfig,
+        clock: Clock,
+        rng: random.Random | None = None,
+        descriptors: DescriptorCache | None = None,
     ) -> None:
         self.directory = directory
         self.config = config
         self.clock = clock
         self.rng = rng or random.Random()  # segment.jitter.ms draws
+        # the LRU bounding its segments' open descriptors (the log manager's; None: unbounded)
+        self.descriptors = descriptors
         parsed = parse_partition_dir(directory.name) or parse_future_dir(directory.name)
         self.topic, self.partition = parsed if parsed else (directory.name, 0)
         self.segments: list[LogSegment] = []
@@ -217,13 +225,14 @@ class PartitionLog:
         clean_shutdown: bool = False,
         log_start_offset: int = 0,
         rng: random.Random | None = None,
+        descriptors: DescriptorCache | None = None,
     ) -> PartitionLog:
         """Open (creating if needed) and recover a partition log.  ``recovery_point`` comes
         from the log dir's recovery-point-offset-checkpoint, ``log_start_offset`` from its
         log-start-offset-checkpoint, ``clean_shutdown`` from its ``.kafka_cleanshutdown``
         marker (LogManager passes all three)."""
         directory.mkdir(parents=True, exist_ok=True)
-        log = cls(directory, config, clock, rng)
+        log = cls(directory, config, clock, rng, descriptors)
         log._load(recovery_point, clean_shutdown, log_start_offset)
         return log
 
@@ -233,6 +242,7 @@ class PartitionLog:
             base_offset,
             index_interval_bytes=self.config.index_interval_bytes,
             max_index_bytes=self.config.max_index_bytes,
+            descriptors=self.descriptors,
         )
         seg.roll_jitter_ms = self._random_segment_jitter()
         return seg

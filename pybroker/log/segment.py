@@ -17,9 +17,10 @@ unlinked later by :meth:`LogSegment.delete_files`, which may run in a worker thr
 Descriptors: a segment holds at most one, for its ``.log`` (the indexes hold none, see
 pybroker/log/index.py): opened ``O_RDWR | O_APPEND`` when the segment is created or first
 touched, and dropped by :meth:`LogSegment.release` (PartitionLog releases segments it no longer
-writes or reads) or by :data:`DESCRIPTORS`, the process-wide LRU that keeps at most
-``capacity`` segments open whatever the number of partitions (the least recently used one
-lets go of its descriptor when another opens; it reopens on its next use).  The same descriptor serves appends (``os.write``: O_APPEND puts every write
+writes or reads) or by its :class:`DescriptorCache`, the LRU of the log manager (owned by
+the broker, which sizes it from its open files limit) that keeps at most ``capacity`` segments
+open whatever the number of partitions (the least recently used one lets go of its
+descriptor when another opens; it reopens on its next use).  The same descriptor serves appends (``os.write``: O_APPEND puts every write
 at the end, whatever the file position) and reads (``os.pread``).  A read hands out a
 :class:`SegmentReader`, a file-like view of that descriptor with a position of its own, as
 :class:`FileSlice` ``file``: ``loop.sendfile`` seeks it and, on its fallback path, reads it
@@ -99,10 +100,16 @@ MIN_OPEN_SEGMENTS = 16
 
 class DescriptorCache:
     """The segments holding an open ``.log`` descriptor, least recently used first, at most
-    ``capacity`` of them in the whole process: opening one more lets go of the least recently
-    used one's descriptor (it closes once its in-flight readers are done; the segment reopens
-    it on its next use).  So the log's descriptors are bounded whatever the number of
-    partitions and segments.  Used from the loop and from flush threads: one lock."""
+    ``capacity`` of them among the segments given this cache: opening one more lets go of the
+    least recently used one's descriptor (it closes once its in-flight readers are done; the
+    segment reopens it on its next use).  So the log's descriptors are bounded whatever the
+    number of partitions and segments.  Used from the loop and from flush threads: one lock.
+    The broker makes one (pybroker/builder.py) and hands it to its LogManager."""
+
+    @classmethod
+    def for_open_files_limit(cls) -> DescriptorCache:
+        """A cache sized from this process's RLIMIT_NOFILE soft limit (descriptor_budget)."""
+        return cls(descriptor_budget(resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
 
     def __init__(self, capacity: int) -> None:
         self.capacity = max(1, capacity)
@@ -147,7 +154,21 @@ class DescriptorCache:
             victim._desc = None  # the descriptor closes when its last user lets go
 
 
-DESCRIPTORS = DescriptorCache(descriptor_budget(resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
+class _Unbounded:
+    """No cache: a segment keeps its descriptor until it is released or closed (a segment
+    or log made on its own, without a log manager: tests, the cleaner's worker process)."""
+
+    def opened(self, seg: LogSegment) -> None:
+        pass
+
+    def touch(self, seg: LogSegment) -> None:
+        pass
+
+    def forget(self, seg: LogSegment) -> None:
+        pass
+
+
+UNBOUNDED = _Unbounded()  # stateless
 
 
 class SegmentReader:
@@ -264,11 +285,15 @@ class LogSegment:
         index_interval_bytes: int = 4096,
         max_index_bytes: int = 10 * 1024 * 1024,
         file_suffix: str = "",
+        descriptors: DescriptorCache | None = None,
     ) -> None:
         """``file_suffix`` (``.cleaned``, ``.swap``) names the files of a segment that the
         log cleaner is building (pybroker/log/cleaner.py); :meth:`change_file_suffixes`
-        renames them."""
+        renames them.  ``descriptors``: the cache bounding open descriptors (None: none)."""
         self.directory = directory
+        self.descriptors: DescriptorCache | _Unbounded = (
+            descriptors if descriptors is not None else UNBOUNDED
+        )
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.log_path = directory / (segment_name(base_offset, LOG_SUFFIX) + file_suffix)
@@ -302,16 +327,16 @@ class LogSegment:
     # -- the descriptor -----------------------------------------------------------------------
 
     def _handle(self, flags: int = 0) -> _Descriptor:
-        """The segment's descriptor, reopened if released or evicted by :data:`DESCRIPTORS`.
+        """The segment's descriptor, reopened if released or evicted by its cache.
         Callers keep the returned object (not just its number) while they use it: a
         concurrent release or eviction cannot close it then."""
         desc = self._desc
         if desc is None:
             desc = _Descriptor(os.open(self.log_path, os.O_RDWR | os.O_APPEND | flags, 0o644))
             self._desc = desc
-            DESCRIPTORS.opened(self)
+            self.descriptors.opened(self)
         else:
-            DESCRIPTORS.touch(self)
+            self.descriptors.touch(self)
         return desc
 
     @property
@@ -323,7 +348,7 @@ class LogSegment:
         of fully written index entries; both come back on the next use.  For segments no
         longer appended to; may run in a worker thread."""
         self._desc = None
-        DESCRIPTORS.forget(self)
+        self.descriptors.forget(self)
         self.offset_index.release()
         self.time_index.release()
 
@@ -643,7 +668,7 @@ class LogSegment:
         self.offset_index.close()
         self.time_index.close()
         self._desc = None
-        DESCRIPTORS.forget(self)
+        self.descriptors.forget(self)
 
     def paths(self) -> list[Path]:
         return [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path]
@@ -682,7 +707,7 @@ class LogSegment:
         reader keeps the descriptor, and the data, until it is done)."""
         self.deleted = True
         self._desc = None
-        DESCRIPTORS.forget(self)
+        self.descriptors.forget(self)
         self.offset_index.discard()
         self.time_index.discard()
         self.txn_index.discard()
