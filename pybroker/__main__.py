@@ -25,7 +25,8 @@ import sys
 from pathlib import Path
 
 from pybroker import cli, logthrottle
-from pybroker.broker import Broker, describe, make_store
+from pybroker.broker import Broker, describe
+from pybroker.builder import make_store
 from pybroker.clock import SYSTEM_CLOCK
 from pybroker.config import (
     Config,

@@ -1,47 +1,43 @@
-"""The composition root: builds the broker's parts and starts and stops them in order.
+"""The composition root: the broker's parts started in dependency order and stopped in reverse.
 
-start: log dirs (LogManager: created, checked writable, recovered; none usable stops the
-start naming log.dirs) -> the listeners' ports bound, not yet accepting (a port in use stops
-the start naming listeners, before the broker registers or claims the controller role) ->
-metadata store (ZooKeeper when zookeeper.connect is set, else the embedded store under
-log.dirs) -> Cluster (cluster id, registration, controller) -> logs for the partitions this
-broker leads -> group coordinator (groups known from committed offsets) -> the log cleaner's
-threads (pybroker/log/cleaner.py) -> listeners accept -> periodic retention and
-recovery-point checkpoints.  stop runs the same steps backwards; a
-clean stop leaves the logs marked clean so the next start skips recovery scans.
+``start`` runs one small step per part (pybroker/builder.py makes each from the Config): the
+log dirs (created, checked writable, recovered; none usable stops the start naming log.dirs)
+-> the listeners' ports bound, not yet accepting (a port in use stops the start naming
+listeners, before the broker registers or claims the controller role) -> the metadata store
+(ZooKeeper when zookeeper.connect is set, else embedded under log.dirs) -> the Cluster
+(registration, controller) -> the replica manager and the logs it leads -> the group and
+transaction coordinators -> quotas, the authorizer -> the log cleaner -> the listeners accept
+-> the metrics and console listener -> periodic retention and recovery-point checkpoints.
+Each step registers its part's stop (``Stops``); ``stop`` runs them last-registered first,
+after the controlled shutdown.  docs/internals.md ("The broker process") has the order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import json
 import logging
 import os
-import resource
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from pybroker import dynamic_config
+from pybroker import builder, dynamic_config
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.config import Config
 from pybroker.console import Console
-from pybroker.coord.controller.controller import Controller
-from pybroker.coord.group.classic import GroupConfig
-from pybroker.coord.group.consumer_member import ConsumerGroupConfig, TopicMeta
+from pybroker.coord.group.consumer_member import TopicMeta
 from pybroker.coord.group.coordinator import GroupCoordinator
-from pybroker.coord.group.offsets import OffsetStore
 from pybroker.coord.metadata import paths
 from pybroker.coord.metadata.cluster import Cluster
-from pybroker.coord.metadata.local import LocalStore
 from pybroker.coord.metadata.paths import DEFAULT_ENTITY
 from pybroker.coord.metadata.store import MetadataStore
-from pybroker.coord.txn.coordinator import TransactionCoordinator, TxnConfig
+from pybroker.coord.txn.coordinator import TransactionCoordinator
 from pybroker.coord.txn.markers import MarkerSender
-from pybroker.coord.txn.store import TxnStateStore
 from pybroker.dynamic_config import DynamicBrokerConfig
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.fetch_session import FetchSessionCache
@@ -50,11 +46,11 @@ from pybroker.handlers._topics import flush_policy, log_config
 from pybroker.handlers.write_txn_markers import write_txn_markers
 from pybroker.http_server import HttpRequest, HttpResponse, HttpServer
 from pybroker.log import LogManager, PartitionLog, meta_properties
-from pybroker.log.cleaner import CleanerConfig, LogCleaner
+from pybroker.log.cleaner import LogCleaner
 from pybroker.log.manager import OfflineLogDirError
 from pybroker.log.mover import LogDirMover
 from pybroker.log.partition_metadata import other_incarnation
-from pybroker.log.segment import DescriptorCache, descriptor_budget
+from pybroker.log.segment import DescriptorCache
 from pybroker.loop_monitor import LoopMonitor
 from pybroker.metrics import BrokerMetrics, exposition
 from pybroker.purgatory import Purgatory
@@ -62,10 +58,7 @@ from pybroker.quotas.manager import QuotaManager
 from pybroker.quotas.store import QuotaStore
 from pybroker.replica_manager import ReplicaManager
 from pybroker.replication import manager as replica_manager
-from pybroker.replication.client import BrokerConnection
 from pybroker.replication.controlled_shutdown import controlled_shutdown
-from pybroker.replication.fetcher import ReplicaFetcher
-from pybroker.replication.throttle import ReplicationThrottles
 from pybroker.security import listeners as listener_security
 from pybroker.security.authorizer import Authorizer
 from pybroker.security.credentials import CredentialStore, fake_salt_key
@@ -76,11 +69,10 @@ LOG_DELETE_BUDGET_S = 0.01
 
 log = logging.getLogger("pybroker.broker")
 
-METADATA_DIR = "__cluster_metadata"
 STOP_STEP_S = 3.0  # the most one shutdown step may take (SIGTERM must end the process)
 
 
-async def _bounded(what: str, step: Any, timeout: float = STOP_STEP_S) -> None:
+async def _bounded(what: str, step: Awaitable[Any], timeout: float = STOP_STEP_S) -> None:
     """Await one shutdown step for at most ``timeout`` seconds; a step that fails or takes
     longer is logged and left behind (its task is cancelled), and the shutdown goes on."""
     try:
@@ -92,37 +84,44 @@ async def _bounded(what: str, step: Any, timeout: float = STOP_STEP_S) -> None:
         log.warning("shutdown: %s failed to stop: %r; going on", what, e)
 
 
-def make_store(config: Config, data_dir: Path, clock: Clock) -> MetadataStore:
-    if config.zookeeper_connect:
-        from pybroker.coord.metadata.zk import ZooKeeperStore
+class Stops:
+    """The stops of the parts started so far, by name; ``run`` calls them last-pushed first.
+    A bounded stop gets STOP_STEP_S (``_bounded``); an unbounded one (local disk, threads that
+    must end before the logs close) is awaited to its end."""
 
-        return ZooKeeperStore(
-            config.zookeeper_connect,
-            session_timeout_ms=config.zookeeper_session_timeout_ms,
-            connect_timeout_s=(
-                config.zookeeper_connection_timeout_ms or config.zookeeper_session_timeout_ms
-            )
-            / 1000.0,
-        )
-    return LocalStore(data_dir / METADATA_DIR, clock=clock)
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[Callable[[], Any], bool]] = {}
 
+    def push(self, name: str, stop: Callable[[], Any], *, bounded: bool = True) -> None:
+        self._entries.pop(name, None)
+        self._entries[name] = (stop, bounded)
 
-def raise_open_files_limit() -> tuple[int, int]:
-    """Raise the RLIMIT_NOFILE soft limit to the hard limit (as Kafka's start scripts expect
-    of the operator, done here so a default shell limit of 1024 is not the broker's).  Returns
-    (soft, hard) in effect; the log's descriptor cache is sized from the soft one."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError) as e:  # e.g. a hard limit above the kernel's nr_open
-            log.warning("could not raise the open files limit from %d to %d: %s", soft, hard, e)
-            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return soft, hard
+    def bump(self, name: str) -> None:
+        """Move ``name``'s stop to the top: it now runs before the stops pushed since (a part
+        that must stop before parts started after it, e.g. the listeners once they accept)."""
+        self._entries[name] = self._entries.pop(name)
+
+    @property
+    def order(self) -> list[str]:
+        """The names in the order ``run`` stops them."""
+        return list(reversed(self._entries))
+
+    async def run(self) -> None:
+        while self._entries:
+            name = next(reversed(self._entries))
+            stop, bounded = self._entries.pop(name)
+            result = stop()
+            if inspect.isawaitable(result):
+                if bounded:
+                    await _bounded(name, result)
+                else:
+                    await result
 
 
 class Broker:
+    """The broker: its parts (pybroker/services.py's BrokerServices once started), the order
+    they start and stop in, and its reactions to metadata and log dir events."""
+
     def __init__(self, config: Config, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
         # KIP-226: dynamic broker configs, applied to ``config`` in place (dynamic_config.py)
@@ -155,14 +154,13 @@ class Broker:
         self.cleaner: LogCleaner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
+        self._stops = Stops()
         self._stopping = False
         self._topic_meta_cache: TopicMeta | None = None
         # always running: its warnings (loop.stall.warn.ms, 0 = none) and the session lease
         self.loop_monitor = LoopMonitor(config.loop_stall_warn_ms)
         # metrics.listener: counters the request paths move (None: off, nothing counted)
-        self.metrics: BrokerMetrics | None = (
-            BrokerMetrics() if config.metrics_listener is not None else None
-        )
+        self.metrics: BrokerMetrics | None = builder.broker_metrics(config)
         self.http: HttpServer | None = None
         self.console: Console | None = None
 
@@ -170,21 +168,42 @@ class Broker:
     def metadata_backend(self) -> str:
         return "zookeeper" if self.config.zookeeper_connect else "embedded"
 
+    # -- start and stop -----------------------------------------------------------------------
     async def start(self) -> None:
-        cfg = self.config
+        for step in (
+            self._start_loop_monitor,
+            self._load_logs,
+            self._bind_listeners,
+            self._start_store,
+            self._start_cluster,
+            self._start_replicas,
+            self._start_group_coordinator,
+            self._start_transaction_coordinator,
+            self._start_quotas,
+            self._start_authorizer,
+            self._start_cleaner,
+            self._serve,
+            self._serve_http,
+            self._start_periodic_tasks,
+        ):
+            await step()
+
+    async def _start_loop_monitor(self) -> None:
         self.loop_monitor.start()  # first, so a blocking start-up step shows too
-        data_dir = cfg.data_dir
-        soft, _ = raise_open_files_limit()
-        # the log's segment descriptors, bounded whatever the number of partitions
-        self.descriptors = DescriptorCache(descriptor_budget(soft))
+        self._stops.push("loop monitor", self.loop_monitor.stop, bounded=False)
+
+    async def _load_logs(self) -> None:
+        cfg = self.config
+        soft, _ = builder.raise_open_files_limit()
+        self.descriptors = builder.descriptor_cache(soft)
         log.info(
             "open files limit %d; at most %d segment files open at once",
             soft,
             self.descriptors.capacity,
         )
-        self.logs = LogManager(
-            cfg.log_dir_list, log_config(cfg, {}), self.clock, descriptors=self.descriptors
-        )
+        self.logs = builder.log_manager(cfg, self.clock, self.descriptors)
+        # local disk only: never skipped (a clean close lets the next start skip recovery)
+        self._stops.push("logs", lambda: asyncio.to_thread(self.logs.close), bounded=False)
         await asyncio.to_thread(self.logs.load_all)  # none usable: an error naming log.dirs
         if not cfg.zookeeper_connect and self.logs.log_dir in self.logs.offline_dirs:
             raise OfflineLogDirError(
@@ -194,55 +213,34 @@ class Broker:
         for d in self.logs.online_dirs:  # a disk of another broker: refused, as Kafka does
             meta_properties.check_broker_id(d, cfg.broker_id)
         self.logs.dir_failure_listeners.append(self._on_log_dir_failure)
-        self.log_mover = LogDirMover(
-            self.logs,
-            # read at every chunk: a dynamic change applies to moves under way
-            rate=lambda: self.config.replica_alter_log_dirs_io_max_bytes_per_second,
-            clock=self.clock,
-        )
-        # the listeners' ports are bound before the broker registers or claims the controller
-        # role (a port in use stops it here, naming listeners); connections wait in the
-        # kernel's backlog until server.start() below
-        self.server = KafkaServer(
-            self,
-            cfg.listeners,
-            max_request_bytes=cfg.socket_request_max_bytes,
-            max_connections=cfg.max_connections,
-            ssl_contexts={
-                name: listener_security.ssl_context(cfg, name) for name in cfg.ssl_listeners
-            },
-            sasl={name: listener_security.listener_sasl(cfg, name) for name in cfg.sasl_listeners},
-            principal_rules=listener_security.principal_mapper(cfg),
-        )
+        self.log_mover = builder.log_dir_mover(cfg, self.logs, self.clock)
+
+    async def _bind_listeners(self) -> None:
+        """The listeners' ports are bound before the broker registers or claims the controller
+        role (a port in use stops it here, naming listeners); connections wait in the kernel's
+        backlog until ``_serve``."""
+        self.server = builder.kafka_server(self.config, self)
+        self._stops.push("listeners", self.server.stop)
         await self.server.bind()
-        if cfg.metrics_listener is not None:
-            self.http = HttpServer(cfg.metrics_listener.host, cfg.metrics_listener.port)
+        self.http = builder.http_server(self.config)
+        if self.http is not None:
+            self._stops.push("HTTP listener", self.http.stop)
             await self.http.bind()
-        self.store = make_store(cfg, data_dir, self.clock)
+
+    async def _start_store(self) -> None:
+        cfg = self.config
+        self.store = builder.make_store(cfg, cfg.data_dir, self.clock)
+        self._stops.push("metadata store", self.store.close)
+        # the logs close (marked clean) before the store, the stop most likely to wait on an
+        # unreachable ZooKeeper
+        self._stops.bump("logs")
         await self.store.start()
-        endpoints = [(e.listener, e.host, e.port) for e in cfg.advertised]
-        self.cluster = Cluster(
-            self.store,
-            cfg.broker_id,
-            endpoints,
-            self.clock,
-            rack=cfg.broker_rack,
-            unclean_leader_election_enable=cfg.unclean_leader_election_enable,
-            # a registration left by our previous process goes when its session times out
-            registration_wait_ms=2 * cfg.zookeeper_session_timeout_ms
-            if cfg.zookeeper_connect
-            else 0,
-            max_broker_partitions=cfg.max_broker_partitions,
-            auto_leader_rebalance_enable=cfg.auto_leader_rebalance_enable,
-            leader_imbalance_check_interval_s=cfg.leader_imbalance_check_interval_seconds,
-            leader_imbalance_per_broker_percentage=cfg.leader_imbalance_per_broker_percentage,
-            # the session lease (coord/metadata/cluster.py): a loop held up past a third of
-            # the session
-            stall_limit_ms=cfg.zookeeper_session_timeout_ms / 3 if cfg.zookeeper_connect else 0,
-            loop_blocked_ms=self.loop_monitor.blocked_ms,
-            controller=Controller,
-        )
+
+    async def _start_cluster(self) -> None:
+        cfg = self.config
+        self.cluster = builder.cluster(cfg, self.store, self.clock, self.loop_monitor)
         self.loop_monitor.add_listener(self.cluster.loop_stalled)
+        self._stops.push("cluster membership", self.cluster.stop)
         await self.cluster.start()
         for d in self.logs.online_dirs:  # (a wrong zookeeper.connect: refused, as Kafka does)
             meta_properties.check_cluster_id(d, self.cluster.cluster_id)
@@ -252,24 +250,18 @@ class Broker:
             except OSError as e:
                 self.logs.fail_dir(d, e)
         self._apply_broker_configs()  # before anything below reads a dynamic value
-        self.replicas = ReplicaManager(
-            cfg.broker_id,
+
+    async def _start_replicas(self) -> None:
+        """The replica manager, the flusher, the roles of the partitions hosted here."""
+        self.replicas = builder.replica_manager(
+            self.config,
             self.cluster,
             self.logs,
             self.purgatory,
             self.clock,
-            replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
             min_insync_replicas=self._min_insync_replicas,
             open_log=self.partition_log,
-            fetcher_factory=ReplicaFetcher,
-            inter_broker_listener=cfg.inter_broker_listener,
-            inter_broker_ssl=listener_security.inter_broker_ssl_context(cfg),
-            inter_broker_sasl=listener_security.inter_broker_sasl(cfg),
             on_replica_removed=lambda t, p, plog: self._delete_logs([(t, p, plog)]),
-            throttles=ReplicationThrottles(
-                lambda: self.config, self.cluster, cfg.broker_id, self.clock
-            ),
-            config=self.config,
             flusher=self.flusher,
             metrics=self.metrics,
         )
@@ -277,112 +269,96 @@ class Broker:
         self._loop = asyncio.get_running_loop()
         self.logs.owner_thread = threading.get_ident()
         self.logs.call_on_owner = self._loop.call_soon_threadsafe
-        self.cleaner = self._new_cleaner()
-        self.cleaner.start()
         self.flusher.start()
-        me = cfg.broker_id
+        self._stops.push("flusher", self.flusher.stop)
+        me = self.config.broker_id
         self._hosted_at_start = {  # existing replicas (Kafka's isNew = false)
             (name, p)
             for name, info in self.cluster.topics.items()
             for p, st in info.partitions.items()
             if me in st.replicas
         }
+        self._stops.push("replica manager", self.replicas.stop)
         await self.replicas.start()
         self._delete_stray_logs()
         self.log_mover.resume()  # moves a crash interrupted go on
+        self._stops.push("log dir mover", self.log_mover.stop)
         self.cluster.add_listener(self._on_cluster_event)
-        self.groups = GroupCoordinator(
-            OffsetStore(self.store, self.clock),
-            self.clock,
-            GroupConfig(
-                min_session_timeout_ms=cfg.group_min_session_timeout_ms,
-                max_session_timeout_ms=cfg.group_max_session_timeout_ms,
-                initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
-            ),
-            offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
-            offsets_retention_check_interval_ms=cfg.offsets_retention_check_interval_ms,
-            offset_metadata_max_bytes=cfg.offset_metadata_max_bytes,
-            broker_id=cfg.broker_id,
-            membership=lambda: (self.cluster.membership_epoch, self.cluster.brokers),
-            consumer_config=ConsumerGroupConfig(
-                session_timeout_ms=cfg.group_consumer_session_timeout_ms,
-                heartbeat_interval_ms=cfg.group_consumer_heartbeat_interval_ms,
-                assignors=cfg.group_consumer_assignors,
-                max_size=cfg.group_consumer_max_size,
-                migration_policy=cfg.group_consumer_migration_policy,
-            ),
-            topics=self._topic_meta,
+
+    async def _start_group_coordinator(self) -> None:
+        self.groups = builder.group_coordinator(
+            self.config, self.store, self.clock, self.cluster, self._topic_meta
         )
+        self._stops.push("group coordinator", self.groups.stop)
         await self.groups.start()
-        self._marker_sender = MarkerSender(
-            self.cluster,
-            cfg.broker_id,
-            write_local=lambda markers: write_txn_markers(self, markers),
-            connect=lambda host, port: BrokerConnection(
-                host,
-                port,
-                f"txn-coordinator-{self.config.broker_id}",
-                ssl=listener_security.inter_broker_ssl_context(self.config),
-                sasl=listener_security.inter_broker_sasl(self.config),
-            ),
-            listener=lambda: self.config.inter_broker_listener,
+
+    async def _start_transaction_coordinator(self) -> None:
+        self._marker_sender = builder.marker_sender(
+            self.config, self.cluster, write_local=lambda markers: write_txn_markers(self, markers)
         )
-        self.transactions = TransactionCoordinator(
-            TxnStateStore(self.store),
-            self.clock,
-            TxnConfig(
-                max_timeout_ms=cfg.transaction_max_timeout_ms,
-                id_expiration_ms=cfg.transactional_id_expiration_ms,
-                abort_interval_ms=cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
-                expire_interval_ms=cfg.transaction_remove_expired_transaction_cleanup_interval_ms,
-            ),
-            self.cluster.allocate_producer_id,
-            self._marker_sender,
-            broker_id=cfg.broker_id,
-            membership=lambda: (self.cluster.membership_epoch, self.cluster.brokers),
+        self._stops.push("transaction marker sender", self._marker_sender.close, bounded=False)
+        self.transactions = builder.transaction_coordinator(
+            self.config, self.store, self.clock, self.cluster, self._marker_sender
         )
+        self._stops.push("transaction coordinator", self.transactions.stop)
         await self.transactions.start()
+
+    async def _start_quotas(self) -> None:
+        """SCRAM credentials and client quotas, both read from the metadata store."""
         self.credentials = CredentialStore(self.store)
         self.quota_store = QuotaStore(self.store)
+        self._stops.push("quota store", self.quota_store.close, bounded=False)
         await self.quota_store.watch()
-        self.quotas = QuotaManager(
-            lambda: self.quota_store.quotas,
-            self.clock.time_ms,
-            samples=cfg.quota_window_num,
-            window_ms=cfg.quota_window_size_seconds * 1000,
-        )
-        if cfg.authorizer_class_name:
-            self.authorizer = Authorizer(
-                self.store,
-                super_users=cfg.super_users,
-                allow_everyone_if_no_acl_found=cfg.allow_everyone_if_no_acl_found,
-                now_ms=self.clock.time_ms,
-            )
+        self.quotas = builder.quota_manager(self.config, self.quota_store, self.clock)
+
+    async def _start_authorizer(self) -> None:
+        self.authorizer = builder.authorizer(self.config, self.store, self.clock)
+        if self.authorizer is not None:
+            self._stops.push("authorizer", self.authorizer.stop)
             await self.authorizer.start()
+
+    async def _start_cleaner(self) -> None:
+        self.cleaner = self._new_cleaner()
+        # not bounded: its threads stop between two steps of a clean, and a swap they wait for
+        # needs the loop running; the logs must not close under them.  (The cleaner may have
+        # been restarted since: the current one is stopped.)
+        self._stops.push("log cleaner", lambda: asyncio.to_thread(self.cleaner.stop), bounded=False)
+        self.cleaner.start()
+
+    async def _serve(self) -> None:
         self._apply_connection_limits()
         await self.server.start()
-        if self.http is not None:
-            self.metrics.idle.start()
-            self.http.route("/metrics", self._metrics_route)
-            if cfg.console_enable:
-                self.console = Console(self, cfg.console_lag_sample_interval_ms / 1000.0)
-                self.console.install(self.http)
-            await self.http.start()
-            if self.console is not None:
-                self.console.start()
+        self._stops.bump("listeners")  # the first to stop: no new requests from here on
+
+    async def _serve_http(self) -> None:
+        """/metrics and the console on metrics.listener (when configured)."""
+        if self.http is None:
+            return
+        self.metrics.idle.start()
+        self.http.route("/metrics", self._metrics_route)
+        if self.config.console_enable:
+            self.console = Console(self, self.config.console_lag_sample_interval_ms / 1000.0)
+            self.console.install(self.http)
+        await self.http.start()
+        self._stops.bump("HTTP listener")
+        if self.console is not None:
+            self.console.start()
+            self._stops.push("console", self.console.stop)
+
+    async def _start_periodic_tasks(self) -> None:
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
         self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="checkpoint"))
 
     async def stop(self) -> None:
-        """Every step is bounded (STOP_STEP_S): with ZooKeeper unreachable or a peer paused,
-        a step waiting on them gives up and the shutdown goes on, so SIGTERM always ends the
-        process.  The logs are closed (marked clean) before the metadata store, which is the
-        step most likely to wait on an unreachable ZooKeeper.
+        """Every step is bounded (STOP_STEP_S) unless it only touches local disk or threads:
+        with ZooKeeper unreachable or a peer paused, a step waiting on them gives up and the
+        shutdown goes on, so SIGTERM always ends the process.
 
         First, with ``controlled.shutdown.enable``, the controlled shutdown (replication/
         controlled_shutdown.py): leaderships and ISR memberships are handed over through the
         controller while the listeners still answer (clients are told NOT_LEADER_OR_FOLLOWER
-        and find the new leaders), bounded by its own retries and deadline."""
+        and find the new leaders), bounded by its own retries and deadline.  Then metadata
+        events stop mattering, the periodic tasks end, and the parts stop in reverse."""
         if (
             self.config.controlled_shutdown_enable
             and self.cluster is not None
@@ -406,38 +382,7 @@ class Broker:
             t.cancel()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=STOP_STEP_S)
-        if self.console is not None:
-            await _bounded("console", self.console.stop())
-        if self.http is not None:
-            await _bounded("HTTP listener", self.http.stop())
-        if self.server is not None:
-            await _bounded("listeners", self.server.stop())
-        if self.cleaner is not None:
-            # not bounded: its threads stop between two steps of a clean, and a swap they
-            # wait for needs the loop running; the logs must not close under them
-            await asyncio.to_thread(self.cleaner.stop)
-        if self.authorizer is not None:
-            await _bounded("authorizer", self.authorizer.stop())
-        if self.quota_store is not None:
-            self.quota_store.close()
-        if self.transactions is not None:
-            await _bounded("transaction coordinator", self.transactions.stop())
-        if self._marker_sender is not None:
-            self._marker_sender.close()
-        if self.groups is not None:
-            await _bounded("group coordinator", self.groups.stop())
-        if self.log_mover is not None:
-            await _bounded("log dir mover", self.log_mover.stop())
-        if self.replicas is not None:
-            await _bounded("replica manager", self.replicas.stop())
-        await _bounded("flusher", self.flusher.stop())
-        if self.cluster is not None:
-            await _bounded("cluster membership", self.cluster.stop())
-        if self.logs is not None:
-            await asyncio.to_thread(self.logs.close)  # local disk only: never skipped
-        if self.store is not None:
-            await _bounded("metadata store", self.store.close())
-        await self.loop_monitor.stop()
+        await self._stops.run()
 
     async def _metrics_route(self, request: HttpRequest) -> HttpResponse:
         body, content_type = await exposition(self, request.headers.get("accept"))
@@ -476,21 +421,7 @@ class Broker:
         )
 
     def _new_cleaner(self) -> LogCleaner:
-        cfg = self.config
-        return LogCleaner(
-            self.logs,
-            CleanerConfig(
-                enable=cfg.log_cleaner_enable,
-                threads=cfg.log_cleaner_threads,
-                dedupe_buffer_size=cfg.log_cleaner_dedupe_buffer_size,
-                io_buffer_size=cfg.log_cleaner_io_buffer_size,
-                dedupe_buffer_load_factor=cfg.log_cleaner_io_buffer_load_factor,
-                backoff_ms=cfg.log_cleaner_backoff_ms,
-                use_process=True,
-            ),
-            self.clock,
-            run_on_owner=self._run_on_loop,
-        )
+        return builder.log_cleaner(self.config, self.logs, self.clock, self._run_on_loop)
 
     def _apply_broker_configs(self) -> set[str]:
         """Apply the stored dynamic broker configs (ours and the cluster-wide defaults) to
