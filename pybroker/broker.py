@@ -40,6 +40,7 @@ from pybroker.coord.txn.coordinator import TransactionCoordinator
 from pybroker.coord.txn.markers import MarkerSender
 from pybroker.dynamic_config import DynamicBrokerConfig
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.exposition import exposition
 from pybroker.fetch_session import FetchSessionCache
 from pybroker.flusher import Flusher
 from pybroker.handlers._topics import flush_policy, log_config
@@ -52,7 +53,7 @@ from pybroker.log.mover import LogDirMover
 from pybroker.log.partition_metadata import other_incarnation
 from pybroker.log.segment import DescriptorCache
 from pybroker.loop_monitor import LoopMonitor
-from pybroker.metrics import BrokerMetrics, exposition
+from pybroker.metrics import BrokerMetrics
 from pybroker.purgatory import Purgatory
 from pybroker.quotas.manager import QuotaManager
 from pybroker.quotas.store import QuotaStore
