@@ -260,11 +260,11 @@ class Broker:
             self.logs,
             self.purgatory,
             self.clock,
+            self.flusher,
+            self.metrics,
             min_insync_replicas=self._min_insync_replicas,
             open_log=self.partition_log,
             on_replica_removed=lambda t, p, plog: self._delete_logs([(t, p, plog)]),
-            flusher=self.flusher,
-            metrics=self.metrics,
         )
         self._apply_topic_configs()
         self._loop = asyncio.get_running_loop()

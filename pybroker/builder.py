@@ -1,5 +1,5 @@
 """The broker's parts made from its Config: one function per part, given the parts it stands
-on.  Wiring only (which settings and which parts each constructor takes); the composition root
+on (the broker's callbacks by name).  Wiring only (which settings and which parts each constructor takes); the composition root
 (pybroker/broker.py) calls them in dependency order and stops the parts in reverse.
 
 ``config`` is the broker's one Config object: dynamic broker configs change its attributes in
@@ -163,13 +163,15 @@ def replica_manager(
     logs: LogManager,
     purgatory: Purgatory,
     clock: Clock,
+    flusher: Flusher,
+    metrics: BrokerMetrics | None,
     *,
     min_insync_replicas: Callable[[str], int],
     open_log: Callable[[str, int], PartitionLog],
     on_replica_removed: Callable[[str, int, PartitionLog], None],
-    flusher: Flusher,
-    metrics: BrokerMetrics | None,
 ) -> ReplicaManager:
+    """The parts positional; the broker's hooks (the topic's min.insync.replicas, its log
+    opened or created, a replica reassigned away) by name."""
     cfg = config
     return ReplicaManager(
         cfg.broker_id,
