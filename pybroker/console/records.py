@@ -111,7 +111,6 @@ class Browse:
     after: dict[int, int] = field(default_factory=dict)  # the next page's cursor
     before: dict[int, int] = field(default_factory=dict)  # the previous page's cursor
     note: str = ""  # why nothing (or not everything) is shown
-    found_timestamp: int | None = None
     no_replica: list[int] = field(default_factory=list)  # partitions not held here
     not_merged: int = 0  # partitions left out: those after the MERGE_MAX-th merged
 
@@ -488,7 +487,6 @@ async def browse(
             if isinstance(v, int):
                 positions[p] = v if v >= 0 else logs[p].high_watermark
         logs = {p: log for p, log in logs.items() if p in positions}
-        out.found_timestamp = timestamp
     n = len(logs)
     match = Match(key, value)
     for p, log in logs.items():

@@ -46,7 +46,3 @@ class Resolver:
         index = {info.topic_id: name for name, info in topics.items()}
         _INDEX[self.cluster] = index
         return index.get(topic_id)
-
-    def id_of(self, name: str) -> uuid.UUID:
-        info = self.cluster.topics.get(name)
-        return info.topic_id if info is not None else ZERO

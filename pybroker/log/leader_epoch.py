@@ -113,12 +113,6 @@ class LeaderEpochCache:
     def __len__(self) -> int:
         return len(self._epochs)
 
-    def latest_entry(self) -> EpochEntry | None:
-        return EpochEntry(self._epochs[-1], self._offsets[-1]) if self._epochs else None
-
-    def earliest_entry(self) -> EpochEntry | None:
-        return EpochEntry(self._epochs[0], self._offsets[0]) if self._epochs else None
-
     def latest_epoch(self) -> int:
         """The newest epoch with an entry, or -1 (UNDEFINED_EPOCH) if none."""
         return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH

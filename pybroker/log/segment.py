@@ -120,11 +120,6 @@ class DescriptorCache:
     def __len__(self) -> int:
         return len(self._open)
 
-    def set_capacity(self, capacity: int) -> None:
-        with self._lock:
-            self.capacity = max(1, capacity)
-            self._evict()
-
     def opened(self, seg: LogSegment) -> None:
         with self._lock:
             self._open[seg] = None
