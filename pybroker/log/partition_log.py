@@ -1,47 +1,11 @@
-"""The log of one partition: its segments, offsets, roll, retention, truncation and recovery.
-
-Directory ``<log.dir>/<topic>-<partition>/`` holds, as Kafka's does:
-
-* ``<20-digit base offset>.log / .index / .timeindex``: segments (pybroker/log/segment.py,
-  pybroker/log/index.py)
-* ``<20-digit offset>.snapshot``: producer state (pybroker/log/producer_state.py)
-* ``leader-epoch-checkpoint``: the leader epoch cache (pybroker/log/leader_epoch.py)
-* ``*.deleted``: segment files waiting to be unlinked (file.delete.delay.ms after retention)
-
-Offsets: log start offset (first offset a reader may see: the first segment's base offset, or
-more after DeleteRecords; LogManager checkpoints it and passes it back on open), log end offset
-(LEO, next offset to assign), high watermark (a separate attribute: == LEO after each leader
-append on a single node; replication moves it, :meth:`PartitionLog.append_as_follower` leaves
-it alone), recovery point (everything below it has been fsynced).
-
-Appends: :meth:`PartitionLog.append` (leader) assigns offsets; :meth:`append_as_follower`
-writes a leader's batches with their offsets as they are.  Both update the producer state and
-the leader epoch cache from the batch headers (partitionLeaderEpoch, -1 ignored).
-
-Recovery on open (Kafka's LogLoader): segments wholly below the recovery point, or every
-segment after a clean shutdown, are trusted: their indexes are sanity-checked (rebuilt if
-missing or corrupt) and only the batch headers after the last index entry are read.  Segments
-from the recovery point on are scanned batch by batch with CRC checks; the first torn or
-corrupt batch and everything after it are truncated and later segments deleted.  Recovery cost
-thus grows with the unflushed tail, not with the log.  Producer state comes from the newest
-snapshot at or below the recovered LEO plus the batch headers after it.  The leader epoch cache
-comes from its checkpoint, minus entries at or beyond the recovered LEO, plus the epochs of the
-batch headers from the recovery point on (the checkpoint is written right after each append
-that changes it, before the LEO moves, so a flushed offset never lacks its entry); a missing or
-corrupt checkpoint is rebuilt from every batch header.  A checkpointed log start offset beyond
-the recovered LEO (the tail holding it was lost) empties the log at that offset, as Kafka does.
-
-Descriptors: at most one per segment that is in use, and one per partition in steady state
-(a broker may hold many thousands of partitions).  The active segment keeps its ``.log``
-descriptor (it serves appends and reads, see pybroker/log/segment.py); indexes hold none.
-Other segments are released after loading; a rolled segment keeps its descriptor until the
-next :meth:`PartitionLog.flush` has fsynced it; a read of an older segment opens one and keeps
-it until another older segment is read or the next flush.  A released descriptor closes when
-the last in-flight sendfile using it is done (also for segments renamed for deletion).
-
-Threading: one owner (the event loop) calls append/read/roll/retention/truncate.  ``flush``
-and ``delete_pending_files`` only fsync, write index entries, release descriptors or unlink
-files and may run in a worker thread.
+"""The log of one partition: its segments, offsets, roll, retention, truncation and recovery
+(Kafka's UnifiedLog and LogLoader).  Offsets: log start <= high watermark <= log end offset
+(LEO); everything below the recovery point is fsynced.  Recovery trusts segments below the
+recovery point (or all after a clean shutdown) and scans the rest, truncating at the first torn
+or corrupt batch, so its cost grows with the unflushed tail.  One owner (the event loop)
+appends, reads, rolls and truncates; ``flush`` and ``delete_pending_files`` may run in a worker
+thread.  At most one descriptor per partition in steady state.  Directory layout, recovery and
+descriptors: docs/internals.md ("pybroker/log/partition_log.py").
 """
 
 from __future__ import annotations
