@@ -6,30 +6,11 @@ absolute base offsets patched in (layout in pybroker/wire/records.py).  There is
 framing: the file is a concatenation of whole batches, and anything after the last whole
 batch with a valid CRC is a torn write that recovery truncates.
 
-The index layouts are documented in pybroker/log/index.py.  An offset-index entry (batch last
-offset -> batch position) and a time-index entry (max timestamp so far -> its offset) are
-added before a batch once more than ``index_interval_bytes`` were appended since the last
-entry, as Kafka's LogSegment.append does.
-
-Files of a segment scheduled for deletion are renamed to ``*.deleted`` (Kafka's suffix) and
-unlinked later by :meth:`LogSegment.delete_files`, which may run in a worker thread.
-
-Descriptors: a segment holds at most one, for its ``.log`` (the indexes hold none, see
-pybroker/log/index.py): opened ``O_RDWR | O_APPEND`` when the segment is created or first
-touched, and dropped by :meth:`LogSegment.release` (PartitionLog releases segments it no longer
-writes or reads) or by its :class:`DescriptorCache`, the LRU of the log manager (owned by
-the broker, which sizes it from its open files limit) that keeps at most ``capacity`` segments
-open whatever the number of partitions (the least recently used one lets go of its
-descriptor when another opens; it reopens on its next use).  The same descriptor serves appends (``os.write``: O_APPEND puts every write
-at the end, whatever the file position) and reads (``os.pread``).  A read hands out a
-:class:`SegmentReader`, a file-like view of that descriptor with a position of its own, as
-:class:`FileSlice` ``file``: ``loop.sendfile`` seeks it and, on its fallback path, reads it
-with ``readinto``; a shared file position would be moved to the end of the file by every
-append (POSIX O_APPEND semantics), a private one is not.  The descriptor is owned by a
-:class:`_Descriptor` that closes it when the last reference goes: the segment's and every
-reader's.  So a release, a deletion or a close never pulls the file from under an in-flight
-sendfile (and the descriptor's number cannot be reused while one still uses it); the file's
-data outlives its unlinking until then.
+Index entries are added as Kafka's LogSegment.append adds them (layouts in
+pybroker/log/index.py).  A segment holds at most one descriptor, for its ``.log``, bounded by
+its owner's :class:`DescriptorCache`; a release, deletion or close never pulls the file from
+under an in-flight sendfile.  Descriptors, readers and deletion: docs/internals.md
+("pybroker/log/segment.py").
 """
 
 from __future__ import annotations
