@@ -1,29 +1,12 @@
-"""The replica manager's request paths, as Kafka's ReplicaManager.appendRecords and
-readFromLog: the one owner of appending a client's records to this broker's partitions and of
-reading them back for a Fetch.  The handlers decode, authorize and answer; everything between
-their request and the partition's log is here (contract and the walk of a Produce:
-docs/internals.md, "Append and read: the replica manager").
-
-:class:`ReplicaManager` adds these paths to pybroker/replication/manager.py's (roles, ISR,
-high watermark, acks=all completion), which they use:
-
-* :meth:`ReplicaManager.append_records`: per partition, leadership, Kafka's LogValidator
-  (pybroker/log/validator.py: pure functions, run on the event loop for small batches and in
-  a worker thread for large or inflating ones; a Produce v0-2's message set of format v0/v1
-  converted to v2 first, pybroker/log/legacy_validator.py), the topic's codec,
-  min.insync.replicas, the log append, then the flush policy and metrics; for acks=all it
-  waits for the high watermark.
-* :meth:`ReplicaManager.read_from_log`: per partition, leadership and leader epoch, the
-  offset range (Fetch v0-2: a hard partition_max_bytes), a follower's diverging epoch and
-  fetch position, the isolation level's upper bound, replication throttles, the log read (a
-  file region), aborted transactions.
-* :meth:`ReplicaManager.append_txn_marker`: a transaction coordinator's COMMIT/ABORT marker,
-  waited for as an acks=all produce.
-
-Everything runs on the event loop, which owns the partitions' state; only the validator's
-walk of a large batch, recompression and converting a large or compressed v0/v1 message set
-run in a worker thread, on a batch no one else holds.  A connection handles one request at a time and a request's partitions in order, so waiting
-for the thread keeps each producer's per-partition order; leadership is checked again after.
+"""The replica manager's request paths, as Kafka's ReplicaManager.appendRecords and readFromLog:
+the one owner of appending a client's records to this broker's partitions and of reading them
+back for a Fetch.  The handlers decode, authorize and answer; everything between their request
+and the partition's log is here (:meth:`ReplicaManager.append_records`,
+:meth:`ReplicaManager.read_from_log`, :meth:`ReplicaManager.append_txn_marker`).  Everything
+runs on the event loop, which owns the partitions' state; only the validation of a large batch
+runs in a worker thread, on a batch no one else holds, and leadership is checked again after.
+The walk of a Produce: docs/internals.md ("Append and read: the replica manager",
+"pybroker/replica_manager.py").
 """
 
 from __future__ import annotations

@@ -14,19 +14,9 @@ Checkpoint file format (Kafka's OffsetCheckpointFile), UTF-8 text::
     <n>                     number of entries
     <topic> <partition> <offset>    n lines
 
-Checkpoints are written atomically: temporary file, fsync, rename, fsync of the directory.
-The log start offset checkpoint keeps a start moved by DeleteRecords (inside a segment) across
-restarts; on open a log starts at max(its first segment's base offset, the checkpointed value).
-Every dir has its own checkpoints and marker, listing the logs (current and future) it holds.
-A partition is in one dir; a new one goes to the online dir holding the fewest logs (Kafka's
-nextLogDirs), or to the dir an AlterReplicaLogDirs named for it before it existed.  A
-partition found in two dirs at start (other than a ``-future`` copy) stops the start, as Kafka
-does (:class:`DuplicateLogError`).  A dir whose I/O fails is offline from then on
-(:meth:`LogManager.fail_dir`): its logs are dropped and the listeners told.
-
-At start the clean-shutdown marker decides whether logs are scanned at all; it is removed
-once the logs are loaded (so a crash afterwards means an unclean start) and written again by
-:meth:`LogManager.close` after every log was flushed and the checkpoint written.
+Checkpoints are written atomically (temporary file, fsync, rename, fsync of the directory).
+A partition is in one dir; a dir whose I/O fails is offline from then on.  Placement, start
+and the clean-shutdown marker: docs/internals.md ("pybroker/log/manager.py").
 """
 
 from __future__ import annotations

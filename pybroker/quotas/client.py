@@ -1,28 +1,11 @@
-"""The request-path side of client quotas: who a request is charged to, and the
-Produce/Fetch recordings as Kafka's KafkaApis makes them.
-
-* ``produce_throttle(services, session, client_id, request_bytes)``: records the request's
-  size (Kafka: request.sizeInBytes, the frame without its size prefix) against
-  producer_byte_rate; answers the throttle time (acks=0 too: the mute still applies).
-* ``fetch_bound(...)``: the most a consumer's fetch may carry (getMaxValueInQuotaWindow:
-  bound * (quota.window.num - 1) * window seconds), None without a quota.
-* ``fetch_throttle(...)``: records the fetched bytes against consumer_byte_rate; when the
-  quota is violated the recording is taken back (unrecordQuotaSensor) and the caller
-  answers an empty, throttled response instead, as Kafka's getThrottledResponse.
-
-* ``request_timer(services, api_key)`` and ``throttle_after(...)``: request_percentage, as
-  ClientRequestQuotaManager: while any entity has a request quota, each request's handler
-  is run under a :class:`Timed` wrapper that adds up the time the handler's coroutine runs
-  on the event loop (its steps between suspensions: the broker's "request handler thread
-  time"; waits for data, replication or the metadata store are not counted, nor work a
-  handler hands to a worker thread), recorded as a percentage of one second.  Exempt, as
-  in Kafka: ApiVersions, the SASL requests, WriteTxnMarkers (cluster action), followers'
-  fetches, acks=0 produces.  ``throttle_after`` also charges a Produce its size and sets
-  the answer's throttle_time_ms to the largest throttle time (bandwidth or request); it
-  returns how long the connection is muted.
-
-Followers' fetches are never charged (replication is not subject to client quotas).  The
-user of a connection is its principal's name (``ANONYMOUS`` without authentication).
+"""The request-path side of client quotas, as Kafka's KafkaApis records them: Produce bytes
+against producer_byte_rate (``produce_throttle``), Fetch bytes against consumer_byte_rate
+(``fetch_bound``, ``fetch_throttle``: a violating fetch answers empty and throttled), and the
+handler's time on the event loop against request_percentage (``request_timer``,
+``throttle_after``, :class:`Timed`).  Exempt as in Kafka: ApiVersions, SASL, WriteTxnMarkers,
+followers' fetches, acks=0 produces.  The user is the connection's principal name
+(``ANONYMOUS`` without authentication).  Details: docs/internals.md
+("pybroker/quotas/client.py").
 """
 
 from __future__ import annotations

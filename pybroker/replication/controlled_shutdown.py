@@ -1,29 +1,10 @@
-"""Controlled shutdown, the broker's side (Kafka's controlled.shutdown.enable, ZooKeeper mode).
-
-Before a broker of a cluster stops (SIGTERM), it hands its work over through the controller,
-so that clients see a leader change instead of a failover:
-
-1. It stops fetching (``ReplicaManager.stop_fetching``): no leader adds it to an ISR again,
-   as Kafka's controller stops the replica with StopReplica.
-2. It announces the shutdown to the controller by creating the ephemeral znode
-   ``/pybroker/controlled_shutdown/<id>`` (the controller watches its parent; pybroker's
-   controller talks through the metadata store, not through Kafka's ControlledShutdown
-   request, which is not served).  The controller then moves the leadership of every
-   partition this broker leads to the first other replica that is in the ISR and live, and
-   removes this broker from every ISR (coord/controller/election.py, ``decide_for_live_set``).  A
-   broker in controlled shutdown is never elected.  The znode goes with the broker's session
-   when it stops.
-3. It waits until the metadata shows the work done: it leads no partition another live ISR
-   member could lead, and it is in no ISR of a partition led by a live broker.  A partition
-   with no other ISR member (or a single-broker cluster) stays led here until the process
-   ends, as nobody can take it over.
-
-An attempt waits at most :data:`ATTEMPT_S` for that; a failed attempt is retried after
-``controlled.shutdown.retry.backoff.ms``, ``controlled.shutdown.max.retries`` attempts in all
-(Kafka's names and defaults: 3 attempts, 5000 ms).  The whole hand-over is bounded by
-:data:`MAX_S` (pybroker's bound, so that SIGTERM always ends the process in time) and by the
-metadata store: without a live session nothing can be announced and the broker just stops.
-After the last failed attempt the broker stops anyway (Kafka's "unclean shutdown").
+"""Controlled shutdown, the broker's side (Kafka's controlled.shutdown.enable, ZooKeeper mode):
+before a broker of a cluster stops, it stops fetching, announces the shutdown with the
+ephemeral ``/pybroker/controlled_shutdown/<id>`` (the controller then moves its leaderships and
+removes it from every ISR) and waits until the metadata shows that done.  Attempts follow
+Kafka's ``controlled.shutdown.max.retries`` and ``.retry.backoff.ms``; the whole hand-over is
+bounded by :data:`MAX_S`, so SIGTERM always ends the process.  Steps: docs/internals.md
+("pybroker/replication/controlled_shutdown.py").
 """
 
 from __future__ import annotations
