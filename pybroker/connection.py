@@ -1,24 +1,11 @@
-"""One client connection: frames in, responses out in request order.
-
-An asyncio Protocol feeds received bytes to the sans-I/O FrameDecoder; complete frames queue
-up (pipelining) and one task per connection handles them one at a time, as Kafka does, so
-responses leave in request order.  Reading pauses while too much is queued, so a fast sender
-cannot grow our memory without bound.  Out-of-band response parts (log file regions) go out
-with ``loop.sendfile`` (os.sendfile under the hood) after the bytes before them are flushed.
-
-Only framing and decoding violations close the connection (as Kafka does for an unknown API
-key or an unsupported version of anything but ApiVersions); errors a handler can express
-become error codes in its response.
-
-Authentication (security/sasl.py): each connection has a ``Session``.  On a SASL listener,
-until the client has logged in, only ApiVersions, SaslHandshake and SaslAuthenticate are
-served (anything else closes the connection, as Kafka does) and frames are limited to
-sasl.server.max.receive.size (Kafka's 512 KiB); after SaslHandshake v0 the frames are bare
-SASL tokens, answered as bare size-prefixed tokens.  Past connections.max.reauth.ms without a
-re-authentication the next request closes the connection (KIP-368).  A handler that marks the
-session ``close_after_response`` (a failed login) gets its answer sent, then the close.  On
-an SSL listener the principal is the client certificate's distinguished name, mapped by
-ssl.principal.mapping.rules.
+"""One client connection: frames in, responses out in request order.  Frames queue up
+(pipelining) and one task per connection handles them one at a time, as Kafka does; reading
+pauses while too much is queued, so a fast sender cannot grow memory without bound; log file
+regions go out with sendfile.  Only framing and decoding violations close the connection;
+errors a handler can express become error codes.  Each connection has a ``Session``: on a SASL
+listener only ApiVersions and the SASL requests are served before login (KIP-368
+re-authentication too); on an SSL listener the principal is the client certificate's mapped
+name.  Details: docs/internals.md ("pybroker/connection.py").
 """
 
 from __future__ import annotations

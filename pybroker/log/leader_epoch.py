@@ -1,23 +1,16 @@
-"""Leader epoch cache of one partition (Kafka's LeaderEpochFileCache).
+"""Leader epoch cache of one partition (Kafka's LeaderEpochFileCache): each leader epoch that
+wrote to the log mapped to the offset of its first batch, both strictly increasing.  It
+answers OffsetForLeaderEpoch and lets a follower find where its log diverges from a new
+leader's.  One owner (the event loop), as PartitionLog, which keeps it consistent with the log.
 
-The cache maps each leader epoch that wrote to the log to the offset of its first batch:
-a list of ``(epoch, start offset)``, both columns strictly increasing.
-It answers OffsetForLeaderEpoch (:meth:`LeaderEpochCache.end_offset_for`) and lets a follower
-find where its log diverges from a new leader's (docs/replication.md).
-
-File ``leader-epoch-checkpoint`` in the partition directory, Kafka's format (UTF-8 text)::
+File ``leader-epoch-checkpoint`` in the partition directory, Kafka's format (UTF-8 text),
+rewritten whole (temporary file, fsync, rename, fsync of the directory) after every change::
 
     0                       version
     <n>                     number of entries
     <epoch> <start offset>  n lines, ascending
 
-The file is rewritten whole after every change: temporary file ``leader-epoch-checkpoint.tmp``,
-fsync, rename, fsync of the directory.  PartitionLog keeps it consistent with the log: it
-assigns entries from the batches' partitionLeaderEpoch on every append, truncates it with the
-log, and on open drops entries beyond the recovered log end and re-adds epochs from the batch
-headers of the unflushed tail (or from every batch header if the file is missing or corrupt).
-
-Not thread safe: one owner (the event loop), as PartitionLog.
+Recovery: docs/internals.md ("pybroker/log/leader_epoch.py").
 """
 
 from __future__ import annotations

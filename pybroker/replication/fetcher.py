@@ -1,25 +1,9 @@
-"""The replica fetcher: one task per leader broker copying its partitions to this broker.
-
-For each partition handed over by the replica manager:
-
-1. Truncation (after every leader change): OffsetForLeaderEpoch v4 for the latest epoch in the
-   local log.  The local log is truncated to Kafka's choice: the leader's end offset for that
-   epoch when the leader knows the epoch, else the local end offset of the largest epoch the
-   leader has, capped at the local log end.  A replica therefore never keeps records that the
-   current leader's log does not have.
-2. Fetching: Fetch v12 with replica_id = this broker and the last fetched epoch, from the local
-   log end, in an incremental fetch session (replication/session_handler.py): after the first
-   full request only partitions whose position changed are sent, and the leader answers only
-   partitions with news.  The leader's batches are appended unchanged (append_as_follower) and the local
-   high watermark becomes min(leader's high watermark, local log end).  A diverging epoch in
-   the answer sends the partition back to step 1; OFFSET_OUT_OF_RANGE below the leader's log
-   start restarts the local log there.
-
-Replication throttles (replication/throttle.py): a throttled partition this broker is not yet
-in the ISR of is left out of the fetch while the follower quota is exceeded.
-
-Connection failures back off and retry; a partition the manager takes away (role change) is
-dropped at once, and answers that arrive for it afterwards are ignored.
+"""The replica fetcher: one task per leader broker copying its partitions to this broker.  After
+every leader change a partition is truncated to Kafka's choice from OffsetForLeaderEpoch, so a
+replica never keeps records the current leader's log does not have; then Fetch v12 in an
+incremental session appends the leader's batches unchanged, and the local high watermark is
+min(leader's high watermark, local log end).  A diverging epoch truncates again.  Steps,
+throttles and failures: docs/internals.md ("pybroker/replication/fetcher.py").
 """
 
 from __future__ import annotations
