@@ -102,7 +102,7 @@ _LEVELS = ("gzip", "lz4", "zstd")  # the codecs with a compression.<codec>.level
 
 
 def validation_config(
-    config: Any, topic_configs: dict[str, str], topic: str, partition: int
+    config: Config, topic_configs: dict[str, str], topic: str, partition: int
 ) -> ValidationConfig:
     """What a topic's configs (each falling back to its broker setting: pybroker/topic_config.py
     over ``Config.topic_defaults()``) ask of LogValidator: max.message.bytes, compression.type,
