@@ -259,3 +259,80 @@ def test_auto_leader_rebalance_moves_leaders_back(cluster):
           "the restart")  # fmt: skip
     logs = "\n".join(b.output(max_lines=20000) for b in cluster.brokers.values())
     assert f"leader imbalance ratio for broker {victim}" in logs
+
+
+def _read_last(cluster, topic: str, partition: int, leader: int, n: int) -> str | None:
+    """A reader of "the last n records" as librdkafka (kcat -o -n) is one: ListOffsets(latest)
+    to the partition's leader, once (librdkafka hands OFFSET_NOT_AVAILABLE to the application:
+    "Leader high watermark is not caught up"), then the records below that offset.  None, or
+    what went wrong."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from pybroker.testing.client import Connection
+
+    b = cluster.brokers[leader]
+    body = {
+        "replica_id": -1,
+        "isolation_level": 0,
+        "topics": [{"name": topic, "partitions": [
+            {"partition_index": partition, "current_leader_epoch": -1, "timestamp": -1}]}],
+    }  # fmt: skip
+    with Connection(b.host, b.port, timeout=10.0) as conn:
+        _, answer = conn.request(2, body, version=7)
+    p = answer["topics"][0]["partitions"][0]
+    if p["error_code"] != 0:
+        return f"ListOffsets to broker {leader}: error {p['error_code']}"
+    end = p["offset"]
+    tp = TopicPartition(topic, partition)
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, enable_auto_commit=False)
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, end - n)
+        got: list[int] = []
+        deadline = time.monotonic() + 30
+        while len(got) < n and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                got += [r.offset for r in records]
+    finally:
+        consumer.close()
+    if got[:n] != list(range(end - n, end)):
+        return f"records below {end}: {got[:n]}"
+    return None
+
+
+def test_readers_right_after_a_leader_change_get_their_records(cluster):
+    """Right after a partition's leadership moved (controlled shutdown, then kill -9) while a
+    producer writes, a reader asks the new leader for the end offset: the new leader's high
+    watermark reaches its epoch start with its followers' next fetch, as on Kafka, so the
+    reader gets the end offset and the last records, not OFFSET_NOT_AVAILABLE."""
+    topic = unique_topic("readers")
+    cluster.create_topic(topic, PARTITIONS, 3, TOPIC_CONFIGS)
+    load = KafkaPythonLoad("kafka-python", cluster.bootstrap, topic, PARTITIONS, 0.002)
+    load.start()
+    problems: list[str] = []
+    try:
+        wait_until(lambda: len(load.stats.acked) >= 300, 60, 0.1, "load")
+        for how in ("controlled shutdown", "kill -9") * 2:
+            cluster.wait_isr_full(topic)
+            time.sleep(0.5)
+            victim = cluster.leader_of(topic, 0).leader
+            others = [i for i in cluster.ids if i != victim]
+            act = cluster.stop_broker if how == "controlled shutdown" else cluster.kill9
+            stopping = threading.Thread(target=act, args=(victim,))
+            stopping.start()
+
+            def new_leader(v=victim, o=others):
+                leader = cluster.metadata([topic], via=o, timeout=1.0).partitions[(topic, 0)].leader
+                return [leader] if leader not in (v, -1) else None  # (broker 0 is falsy)
+
+            # the moment Metadata names the new leader, the reader asks it for the end offset
+            (leader,) = wait_until(new_leader, 60, 0.005, "a new leader")
+            problem = _read_last(cluster, topic, 0, leader, 3)
+            if problem is not None:
+                problems.append(f"{how} of broker {victim}: {problem}")
+            stopping.join()
+            cluster.restart(victim)
+    finally:
+        stats = load.stop()
+    assert not stats.failed, dict(stats.failed)
+    assert not problems, "\n".join(problems)

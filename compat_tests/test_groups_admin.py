@@ -8,6 +8,9 @@ OffsetFetch (all topics: null topic list, v2+) and DeleteGroups on the wire.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -147,6 +150,59 @@ def test_admin_views_of_an_empty_group(broker):
     assert not problems, "\n".join(problems)
 
 
+def _cli_groups(broker) -> dict[str, dict]:
+    r = subprocess.run(
+        [sys.executable, "-m", "pybroker", "groups", "list", "-b", broker.bootstrap,
+         "--output", "json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return {g["group"]: g for g in json.loads(r.stdout)}
+
+
+def _admin_views(broker, group: str) -> dict[str, object]:
+    """Everything an admin tool shows of an idle group: ListGroups' entry, DescribeGroups,
+    OffsetFetch (all topics) and `pybroker groups list`."""
+    admin = _admin(broker)
+    try:
+        listed = [g for g in admin.list_groups() if g["group_id"] == group]
+        described = admin.describe_groups([group])[group]
+        offsets = admin.list_group_offsets(group)[group]
+    finally:
+        admin.close()
+    return {
+        "list_groups": listed,
+        "describe_groups": described,
+        "list_group_offsets": {(tp.topic, tp.partition): om for tp, om in offsets.items()},
+        "pybroker groups list": _cli_groups(broker).get(group),
+    }
+
+
+def test_an_empty_groups_admin_views_are_the_same_after_a_broker_restart(broker):
+    """Kafka stores a classic group's metadata (protocol type, generation, state time) with
+    its offsets and loads it when the coordinator starts: an Empty group that had "consumer"
+    members is listed and described as "consumer" after a restart too.  The check for the
+    class: every admin view of the idle group is equal before and after the restart."""
+    topic, group = unique_topic("grp"), f"restart-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    _consume_and_commit(broker, topic, group, 40)
+    before = _admin_views(broker, group)
+    assert [(g["protocol_type"], g.get("group_state")) for g in before["list_groups"]] == [
+        ("consumer", "Empty")
+    ], before
+    assert before["describe_groups"]["protocol_type"] == "consumer", before
+    assert before["pybroker groups list"]["protocol_type"] == "consumer", before
+    broker.restart()
+    after = wait_until(
+        lambda: (lambda got: got if got["list_groups"] else None)(_admin_views(broker, group)),
+        60,
+        interval=0.5,
+        what="the group listed again after the restart",
+    )
+    print(f"[{broker.backend}] before restart {before}\nafter {after}")
+    assert after == before
+
+
 def test_admin_describe_stable_group_and_refuse_delete(broker):
     """DescribeGroups of a live group: Stable, both members, their decoded assignments;
     DeleteGroups of a non-empty group is refused (NON_EMPTY_GROUP)."""
@@ -175,3 +231,59 @@ def test_admin_describe_stable_group_and_refuse_delete(broker):
     finally:
         admin.close()
         close_all(members)
+
+
+def test_groups_with_odd_names_work_across_a_restart(broker):
+    """Kafka accepts any group id (offsets live in __consumer_offsets); pybroker escapes them
+    into store paths: groups ".", "..", "a/b" and "grüße" consume, commit, are listed and
+    described, keep their offsets across a restart and are deleted."""
+    from kafka import KafkaConsumer, KafkaProducer
+
+    topic = unique_topic("odd")
+    create_topic(broker.bootstrap, topic, 1)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    for i in range(5):
+        producer.send(topic, f"v{i}".encode(), partition=0)
+    producer.flush(30)
+    producer.close()
+    groups = [".", "..", "a/b", "grüße"]
+    for g in groups:
+        consumer = KafkaConsumer(
+            topic,
+            bootstrap_servers=broker.bootstrap,
+            group_id=g,
+            auto_offset_reset="earliest",
+            consumer_timeout_ms=10000,
+            enable_auto_commit=False,
+        )
+        try:
+            got = [m.value for m in consumer][:5]
+            consumer.commit()
+        finally:
+            consumer.close()
+        assert got == [f"v{i}".encode() for i in range(5)], (g, got)
+
+    def views() -> dict:
+        admin = _admin(broker)
+        try:
+            listed = {x["group_id"]: x["protocol_type"] for x in admin.list_groups()}
+            return {
+                g: (
+                    listed.get(g),
+                    admin.describe_groups([g])[g]["group_state"],
+                    {tp.partition: om.offset for tp, om in admin.list_group_offsets(g)[g].items()},
+                )
+                for g in groups
+            }
+        finally:
+            admin.close()
+
+    want = {g: ("consumer", "Empty", {0: 5}) for g in groups}
+    assert views() == want
+    broker.restart()
+    assert wait_until(lambda: views() == want or None, 60, 0.5, "the groups back") is True
+    admin = _admin(broker)
+    try:
+        assert admin.delete_groups(groups) == dict.fromkeys(groups, "OK")
+    finally:
+        admin.close()

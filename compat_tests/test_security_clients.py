@@ -2,11 +2,16 @@
 `python -m pybroker add-scram`), used by real programs: Kafka's kafka-acls (AclCommand) adds
 and lists ACLs as the admin, confluent-kafka (librdkafka) and Kafka's Java client produce and
 consume as a user with ACLs (kafka-console-consumer too), and are refused where the ACLs do
-not allow."""
+not allow.  Debian's kcat (librdkafka 2.0.2, whose SCRAM client-final nonce repeats its own
+nonce) logs in with both SCRAM mechanisms, and README's secured example runs as written."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -56,7 +61,8 @@ def secured(tmp_path_factory):
     r = subprocess.run(
         [sys.executable, "-m", "pybroker", "add-scram", str(props),
          "SCRAM-SHA-512=[name=admin,password=admin-secret]",
-         "SCRAM-SHA-256=[name=alice,password=alice-secret,iterations=8192]"],
+         "SCRAM-SHA-256=[name=alice,password=alice-secret,iterations=8192]",
+         "SCRAM-SHA-512=[name=alice,password=alice-secret]"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -193,3 +199,73 @@ def test_java_client_as_a_user_and_a_wrong_password(secured):
     events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     assert not [e for e in events if e["name"] == "producer_send_success"]
     assert "Authentication failed" in r.stdout + r.stderr, r.describe(3000)
+
+
+def _kcat(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    assert shutil.which("kcat"), "kcat missing: scripts/install-test-deps installs it"
+    return subprocess.run(["kcat", *args], input=stdin, capture_output=True, text=True, timeout=60)
+
+
+def test_kcat_scram_sha_256_and_512_over_sasl_ssl(secured):
+    """librdkafka before 2.6.1 sends r=<client nonce><server nonce> (Kafka 3.8.1+ accepts it):
+    Debian 12's kcat logs in with each mechanism and round-trips a record."""
+    s = secured
+    topic = unique_topic("kcat-scram")
+    _create_topic(s, topic)
+    r = _acls(s, "--add", "--allow-principal", "User:alice", "--operation", "Write",
+              "--operation", "Read", "--topic", topic)  # fmt: skip
+    assert r.returncode == 0, r.describe(3000)
+    for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        auth = ["-b", s["bootstrap"], "-X", "security.protocol=SASL_SSL",
+                "-X", f"sasl.mechanisms={mech}", "-X", "sasl.username=alice",
+                "-X", "sasl.password=alice-secret", "-X", f"ssl.ca.location={s['certs'].ca}"]  # fmt: skip
+        p = _kcat(*auth, "-P", "-t", topic, "-p", "0", "-K:", stdin=f"{mech}:hello\n")
+        assert p.returncode == 0 and "nonce" not in p.stderr, p.stderr
+        p = _kcat(*auth, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e",
+                  "-f", "%k=%s\n")  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        assert f"{mech}=hello" in p.stdout.splitlines(), (p.stdout, p.stderr)
+
+
+def _readme_tool_commands() -> tuple[str, str]:
+    """The kafka-acls and kcat commands README's "A secured broker" gives for Kafka's own
+    tools and other clients (inline code spans, possibly wrapped over lines)."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text[text.index("## A secured broker") :]
+    section = section[: section.index("\n## ", 1)]
+    section = re.sub(r"```.*?```", "", section, flags=re.S)  # the prose's spans only
+    spans = [" ".join(c.split()) for c in re.findall(r"`([^`]+)`", section)]
+    acls = next(c for c in spans if c.startswith("kafka-acls.sh "))
+    kcat = next(c for c in spans if c.startswith("kcat "))
+    return acls, kcat
+
+
+def test_readme_secured_example_with_kcat_as_written(secured):
+    """README's kafka-acls and kcat commands, literally: the broker's address, ca.pem and
+    admin.properties are the fixture's; kafka-acls.sh is Kafka 3.9's class on PATH.  kcat is
+    Debian's (librdkafka 2.0.2, whose SCRAM client-final nonce repeats its own nonce)."""
+    s = secured
+    work = s["tmp"] / "readme"
+    (work / "bin").mkdir(parents=True)
+    shutil.copy(s["certs"].ca, work / "ca.pem")
+    shutil.copy(s["admin"], work / "admin.properties")
+    cmd = shlex.join(java.java_command(ACL_COMMAND, []))
+    (work / "bin" / "kafka-acls.sh").write_text(f'#!/bin/sh\nexec {cmd} "$@"\n')
+    (work / "bin" / "kafka-acls.sh").chmod(0o755)
+    env = {**os.environ, "PATH": f"{work / 'bin'}:{os.environ['PATH']}"}
+    acls, kcat = (c.replace("localhost:9094", s["bootstrap"]) for c in _readme_tool_commands())
+    assert "orders" in kcat and "-e" in kcat.split(), kcat
+    _create_topic(s, "orders")
+    r = _acls(s, "--add", "--allow-principal", "User:alice", "--operation", "Read",
+              "--operation", "Write", "--topic", "orders")  # fmt: skip
+    assert r.returncode == 0, r.describe(3000)
+    p = Producer(_alice(s, **{"sasl.mechanisms": "SCRAM-SHA-512"}))
+    p.produce("orders", key=b"k", value=b"hello")
+    assert p.flush(30) == 0
+    r = subprocess.run(["bash", "-c", acls], cwd=work, env=env, capture_output=True,
+                       text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0 and "User:alice" in r.stdout, (acls, r.stdout, r.stderr)
+    r = subprocess.run(["bash", "-c", kcat], cwd=work, env=env, capture_output=True,
+                       text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0 and "nonce" not in r.stderr, (kcat, r.stdout, r.stderr)
+    assert "hello" in r.stdout.splitlines(), (kcat, r.stdout, r.stderr)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import struct
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -282,7 +283,12 @@ class KafkaConnection(asyncio.Protocol):
         self._throttle(api_key, len(frame), ctx, body, response, timer)
         if response is None:
             return None
-        return codec.encode_response(api_key, api_version, correlation_id, response)
+        try:
+            return codec.encode_response(api_key, api_version, correlation_id, response)
+        except struct.error:  # a message quoting a (very long) client name past a string's
+            # int16 length: the messages are shortened, never the data they come with
+            short = _short_messages(response)
+            return codec.encode_response(api_key, api_version, correlation_id, short)
 
     def _throttle(
         self,
@@ -355,3 +361,19 @@ class KafkaConnection(asyncio.Protocol):
                 raise ConnectionError(f"sent {sent} of {part.size} bytes of a log region")
         if not self._can_write.is_set():
             await self._can_write.wait()
+
+
+def _short_messages(value: Any, limit: int = 1024) -> Any:
+    """``value`` with every ``*message`` string longer than ``limit`` characters cut."""
+    if isinstance(value, dict):
+        return {
+            k: (
+                v[:limit] + "..."
+                if k.endswith("message") and isinstance(v, str) and len(v) > limit
+                else _short_messages(v, limit)
+            )
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_short_messages(v, limit) for v in value]
+    return value

@@ -96,6 +96,7 @@ class LogReadResult(NamedTuple):
     aborted_transactions: list[tuple[int, int]] | None = None  # (producer id, first offset)
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset) to truncate to
     idle: bool = False  # nothing to read: the fetcher is at the upper bound
+    hw_caught_up: bool = False  # a follower's fetch brought a new leader's HW to its epoch start
 
 
 _LEVELS = ("gzip", "lz4", "zstd")  # the codecs with a compression.<codec>.level
@@ -407,8 +408,8 @@ class ReplicaManager(PartitionReplicas):
             if p.topic_id is not None and log.topic_id is not None and log.topic_id != p.topic_id:
                 raise KafkaError(ErrorCode.INCONSISTENT_TOPIC_ID)
             offset = p.fetch_offset
-            if offset < log.log_start_offset or offset > log.log_end_offset:
-                raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+            # the diverging epoch first, as Kafka's fetchRecords: a follower whose divergent
+            # tail runs past our log end truncates at once rather than after OUT_OF_RANGE
             diverging = None
             if params.check_diverging and p.last_fetched_epoch >= 0:
                 # the fetcher's last fetched epoch disagrees with our log (KIP-595 style)
@@ -417,8 +418,11 @@ class ReplicaManager(PartitionReplicas):
                 )
                 if epoch != p.last_fetched_epoch or end < offset:
                     diverging = (epoch, end)
+            if diverging is None and (offset < log.log_start_offset or offset > log.log_end_offset):
+                raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+            caught_up = False
             if replica_id >= 0 and diverging is None:
-                self.record_follower_fetch(replica, replica_id, offset)
+                caught_up = self.record_follower_fetch(replica, replica_id, offset)
             # Followers copy up to the log end; consumers see only what the ISR holds,
             # read_committed ones only what no open transaction may still abort.
             hw = log.high_watermark
@@ -465,6 +469,7 @@ class ReplicaManager(PartitionReplicas):
                 aborted,
                 diverging,
                 idle=diverging is None and region is None and offset >= upper,
+                hw_caught_up=caught_up,
             )
         except KafkaError as e:
             if e.code == ErrorCode.OFFSET_OUT_OF_RANGE and log is not None:

@@ -195,13 +195,17 @@ def test_dedupe_buffer_smaller_than_the_key_set(tmp_path, clock):
 
 def test_map_capacity_from_the_dedupe_buffer():
     cfg = CleanerConfig(threads=2, dedupe_buffer_size=128 * 1000)
-    assert cfg.map_capacity == 450  # 500 entries a thread at load factor 0.9
+    assert cfg.map_capacity == 388  # 432 entries of 148 bytes a thread at load factor 0.9
 
 
-def test_a_full_offset_map_stays_within_the_dedupe_buffer():
+@pytest.mark.parametrize("key", [b"key-%d", b"a key of 16 bytes or more: hashed %d"])
+def test_a_full_offset_map_stays_within_the_dedupe_buffer(key):
     """log.cleaner.dedupe.buffer.size bounds the memory of the map, as in Kafka: a map
-    filled to its capacity takes no more than the buffer (here 4 MiB, one thread)."""
+    filled to its capacity, with pass 2's sorted list of its values, takes no more than the
+    buffer (here 4 MiB, one thread; large offsets, the keys themselves or their MD5)."""
     import tracemalloc
+
+    from pybroker.log.cleaner_job import LiveRecords
 
     cfg = CleanerConfig(threads=1, dedupe_buffer_size=4 * 1024 * 1024)
     m = OffsetMap(cfg.map_capacity)
@@ -209,11 +213,12 @@ def test_a_full_offset_map_stays_within_the_dedupe_buffer():
     try:
         before = tracemalloc.get_traced_memory()[0]
         for i in range(cfg.map_capacity + 10):
-            m.put(b"key-%d" % i, 10**12 + i)
+            m.put(key % i, 10**12 + i, i * 1000 % 2**20)
+        live = LiveRecords(sorted(m.entries.values()))
         used = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert len(m) == cfg.map_capacity
+    assert len(m) == cfg.map_capacity and len(live.values) == len(m)
     assert used <= cfg.dedupe_buffer_size, used
 
 
@@ -530,7 +535,7 @@ def test_stale_cleaned_file_does_not_undo_a_complete_swap(tmp_path, clock):
 def test_a_clean_in_the_cleaner_process_equals_one_in_the_thread(tmp_path, clock):
     """The broker hands the work on files to a spawned process (CleanerConfig.use_process),
     so the event loop never waits for the GIL on it: same result, byte for byte."""
-    from pybroker.log.cleaner_job import CleanerProcess
+    from pybroker.log.cleaner_process import CleanerProcess
 
     logs = {}
     for mode in ("thread", "process"):
@@ -560,7 +565,7 @@ def test_stopping_the_cleaner_ends_a_clean_in_its_process(tmp_path, clock):
     log reads as before, and a later clean (a new process) completes."""
     import threading
 
-    from pybroker.log.cleaner_job import CleanerProcess
+    from pybroker.log.cleaner_process import CleanerProcess
 
     config = LogConfig(
         segment_bytes=64 * 1024, cleanup_policy="compact", min_cleanable_dirty_ratio=0.01
@@ -596,3 +601,50 @@ def test_stopping_the_cleaner_ends_a_clean_in_its_process(tmp_path, clock):
     finally:
         process.close()
     assert read_log(plog) == latest_per_key(before)
+
+
+def test_filtering_from_the_map_equals_filtering_record_by_record(tmp_path, clock, monkeypatch):
+    """Pass 2 filters a batch whose every record was mapped from the map's values (reading
+    only the records it keeps); any batch can also be filtered record by record.  Both give
+    the same log, byte for byte, through tombstones and their horizons, keyless records,
+    aborted and committed transactions, an idempotent producer's last batch, codecs, a map
+    smaller than the key set (several passes) and cleans of already cleaned segments."""
+    from pybroker.log import cleaner_job
+
+    cfg = LogConfig(**{**COMPACT.__dict__, "delete_retention_ms": DAY})
+    logs = {}
+    for mode in ("from the map", "record by record"):
+        if mode == "record by record":
+            monkeypatch.setattr(cleaner_job, "LiveRecords", lambda values: None)
+        _, plog, cleaner = make(tmp_path / mode.replace(" ", "-"), clock, cfg)
+        for round_ in range(3):
+            for i in range(60):
+                key = b"k%d" % (i * 7 % 23) if i % 9 else None
+                value = None if i % 11 == 0 else b"v%d-%d" % (round_, i) * (1 + i % 40)
+                codec = COMPRESSION_GZIP if i % 4 == 0 else 0
+                append(plog, [(key or b"n", value), (key, b"x")][: 1 + i % 2], compression=codec)
+            pid = 100 + round_
+            for k in range(2):  # a transaction of ``pid``: aborted in round 1, else committed
+                append(
+                    plog,
+                    [(b"k%d" % k, b"txn%d" % round_)],
+                    producer_id=pid,
+                    producer_epoch=0,
+                    base_sequence=k,
+                    is_transactional=True,
+                )
+            plog.append_txn_marker(pid, 0, 0, round_ != 1)
+            plog.high_watermark = plog.log_end_offset
+            append(
+                plog, [(b"k5", b"idem")], producer_id=900, producer_epoch=0, base_sequence=round_
+            )
+            plog.roll()
+            clean_until_done(cleaner, OffsetMap(9))
+            clock.advance(DAY // 2)
+        clock.advance(-3 * (DAY // 2))
+        logs[mode] = b"".join(
+            p.read_bytes()
+            for p in sorted((tmp_path / mode.replace(" ", "-") / "t-0").glob("*.log"))
+        )
+        assert read_log(plog)
+    assert logs["from the map"] == logs["record by record"]

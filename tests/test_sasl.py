@@ -12,6 +12,7 @@ import time
 
 import pytest
 from broker_fixture import Client, free_port, unique_topic
+from scram_clients import librdkafka_2_0_final
 
 from pybroker.security.scram import ScramClient
 
@@ -116,6 +117,26 @@ def test_kafka_python_plain_and_scram_logins(sasl_broker):
             "sasl_plain_password": f"{user}-secret",
         }
         assert roundtrip(b.port, **auth) == [b"secret"]
+
+
+def test_scram_with_librdkafka_2_0s_repeated_client_nonce(sasl_broker):
+    """librdkafka before 2.6.1 (Debian 12's kcat) sends r=<client nonce><server nonce> in its
+    client-final message, the server nonce already starting with its own; Kafka 3.8.1+
+    accepts a nonce that ends with the server's.  The login succeeds, requests follow."""
+    b = sasl_broker
+    add_scram(b, "bob", "bob-secret", "SCRAM-SHA-256")
+    add_scram(b, "carol", "carol-secret", "SCRAM-SHA-512")
+    for mech, user in (("SCRAM-SHA-256", "bob"), ("SCRAM-SHA-512", "carol")):
+        with b.client() as c:
+            assert c.request(SASL_HANDSHAKE, 1, {"mechanism": mech})["error_code"] == NONE
+            first = f"n,,n={user},r=fyko+d2lbbFgONRv9qkxdawL".encode()
+            r = c.request(SASL_AUTHENTICATE, 1, {"auth_bytes": first})
+            assert r["error_code"] == NONE, r
+            final = librdkafka_2_0_final(mech, f"{user}-secret", first, r["auth_bytes"])
+            r = c.request(SASL_AUTHENTICATE, 1, {"auth_bytes": final})
+            assert r["error_code"] == NONE, r
+            assert bytes(r["auth_bytes"]).startswith(b"v=")
+            assert c.request(METADATA, 9, {"topics": None})["brokers"][0]["port"] == b.port
 
 
 def test_wrong_passwords_fail_with_kafkas_error_and_the_connection_closes(sasl_broker):

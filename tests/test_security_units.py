@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 
 import pytest
+from scram_clients import librdkafka_2_0_final
 
 from pybroker.security import scram
 from pybroker.security.acl import (
@@ -54,6 +55,26 @@ def test_scram_client_and_server_agree_and_a_wrong_password_fails():
             else:
                 with pytest.raises(scram.AuthenticationFailed, match="invalid credentials"):
                     server.step(final)
+
+
+def test_scram_final_nonce_may_repeat_the_client_nonce_as_kafka_3_8_1_accepts():
+    """Kafka 3.8.1+ (ScramSaslServer) checks only that the client-final nonce ends with the
+    server-first nonce; librdkafka < 2.6.1 (Debian 12's kcat) sends its nonce twice."""
+    for mech in scram.MECHANISMS:
+        cred = scram.make_credential(mech, "s3cret")
+        server = scram.ScramServer(mech, lambda u, c=cred: c, b"k")
+        first = b"n,,n=bob,r=rdkafkaNonce0123456789"
+        server_first = server.step(first)
+        final = librdkafka_2_0_final(mech, "s3cret", first, server_first)
+        assert final.startswith(b"c=biws,r=rdkafkaNonce0123456789rdkafkaNonce0123456789")
+        assert server.step(final).startswith(b"v=")
+        assert server.complete and server.principal == "bob"
+        # a nonce that does not end with the server's is still refused
+        server = scram.ScramServer(mech, lambda u, c=cred: c, b"k")
+        server_first = server.step(first)
+        bad = librdkafka_2_0_final(mech, "s3cret", first, server_first).replace(b",p=", b"x,p=", 1)
+        with pytest.raises(scram.AuthenticationFailed, match="nonce mismatch"):
+            server.step(bad)
 
 
 def test_credentials_round_trip_kafkas_text_form():

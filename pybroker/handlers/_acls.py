@@ -3,6 +3,7 @@ filters (AclApis / AclControlManager) and the wire form of a binding."""
 
 from __future__ import annotations
 
+from pybroker.coord.metadata.store import InvalidPathError, validate_path
 from pybroker.security.acl import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
@@ -15,6 +16,7 @@ from pybroker.security.acl import (
     Resource,
     ResourceType,
 )
+from pybroker.security.authorizer import resource_path
 
 
 class InvalidAcl(ValueError):
@@ -44,13 +46,20 @@ def binding_from(c: dict, pattern_key: str = "resource_pattern_type") -> Binding
         raise InvalidAcl("Resource name must not be empty")
     if rtype == ResourceType.CLUSTER and name != CLUSTER_NAME:
         raise InvalidAcl("The only valid name for the CLUSTER resource is kafka-cluster")
+    resource = Resource(rtype, name, pattern)
+    if "/" in name:  # AclAuthorizer.validateAclBinding: its ZooKeeper node would be nested
+        raise InvalidAcl(f"ACL binding contains invalid resource name: {name:.200}")
+    try:  # ".", "..", characters ZooKeeper refuses, too long: Kafka's ZooKeeper store fails
+        validate_path(resource_path(resource))
+    except InvalidPathError as e:
+        raise InvalidAcl(f"ACL binding contains invalid resource name: {e}") from None
     if not principal or ":" not in principal or principal.startswith(":"):
         raise InvalidAcl(f"Invalid principal {principal!r}: expected PrincipalType:name")
     if op != Operation.ALL and op not in SUPPORTED_OPERATIONS.get(rtype, ()):
         raise InvalidAcl(f"Operation {op.name} is not supported for resource type {rtype.name}")
     if not host:
         raise InvalidAcl("Host must not be empty")
-    return Resource(rtype, name, pattern), Entry(principal, host, op, perm)
+    return resource, Entry(principal, host, op, perm)
 
 
 def filter_from(f: dict) -> Filter:

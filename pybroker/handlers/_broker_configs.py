@@ -17,6 +17,7 @@ ZkAdminManager, ConfigHelper).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 
 from pybroker.configdef import Type, incremental
@@ -31,12 +32,20 @@ log = logging.getLogger(__name__)
 DYNAMIC_BROKER_LOGGER_CONFIG = 6  # DescribeConfigsResponse.ConfigSource
 
 
-def _node_id(ctx: RequestContext, name: str, mismatch: str | None = None) -> None:
+def _java_int(name: str) -> int:
+    """Integer.parseInt: an optional sign and digits only (Python's int() also takes spaces
+    and underscores, which would name another store path than the broker's)."""
+    if not re.fullmatch(r"[+-]?\d+", name):
+        raise ValueError(name)
+    return int(name)
+
+
+def _node_id(ctx: RequestContext, name: str, mismatch: str | None = None) -> int:
     """ConfigAdminManager.validateResourceNameIsCurrentNodeId; ``mismatch``: the message for
     another node's id (Kafka's loggers word it differently)."""
     me = ctx.services.config.broker_id
     try:
-        requested = int(name)
+        requested = _java_int(name)
     except ValueError:
         raise KafkaError(
             ErrorCode.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}"
@@ -46,6 +55,7 @@ def _node_id(ctx: RequestContext, name: str, mismatch: str | None = None) -> Non
             ErrorCode.INVALID_REQUEST,
             mismatch or f"Unexpected broker id, expected {me}, but received {name}",
         )
+    return requested
 
 
 def _kafka_key(name: str) -> tuple[Type, str | None] | None:
@@ -68,9 +78,8 @@ async def alter_broker(
 ) -> None:
     """Alter the dynamic configs of broker ``name`` ("" = the cluster-wide default);
     raises KafkaError."""
-    if name:
-        _node_id(ctx, name)
-    per_broker = bool(name)
+    node = _node_id(ctx, name) if name else None
+    per_broker = node is not None
     dynamic = ctx.services.dynamic
 
     def checked(current: dict[str, str]) -> dict[str, str]:
@@ -78,7 +87,7 @@ async def alter_broker(
         dynamic.validate(new, per_broker)
         return new
 
-    entity = name if per_broker else paths.DEFAULT_ENTITY
+    entity = str(node) if node is not None else paths.DEFAULT_ENTITY  # "+1", "01": /1
     new = await ctx.services.cluster.alter_broker_configs(
         entity, checked, validate_only=validate_only
     )
@@ -103,7 +112,7 @@ def describe_broker(ctx: RequestContext, name: str, documentation: bool) -> list
         return dynamic.describe_default(documentation)
     me = ctx.services.config.broker_id
     try:
-        requested = int(name)
+        requested = _java_int(name)
     except ValueError:
         raise KafkaError(
             ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}"
@@ -121,7 +130,7 @@ def describe_loggers(ctx: RequestContext, name: str) -> list[dict]:
     if not name:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker id must not be empty")
     try:
-        requested = int(name)
+        requested = _java_int(name)
     except ValueError:
         raise KafkaError(
             ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}"

@@ -3,6 +3,7 @@ the group's coordinator?"""
 
 from __future__ import annotations
 
+from pybroker.coord.metadata.paths import MAX_NAME_CHARS
 from pybroker.errors import ErrorCode
 from pybroker.handlers._authz import enabled, on_group, on_topic
 from pybroker.handlers.context import RequestContext
@@ -10,14 +11,19 @@ from pybroker.security.acl import Operation
 
 
 def coordinator_error(
-    ctx: RequestContext, group_id: str | None, op: Operation = Operation.READ
+    ctx: RequestContext,
+    group_id: str | None,
+    op: Operation = Operation.READ,
+    *,
+    empty_ok: bool = False,
 ) -> int | None:
     """GROUP_AUTHORIZATION_FAILED (the principal may not ``op`` the group: Kafka checks that
     first), INVALID_GROUP_ID, NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE; None if we serve
-    it."""
+    it.  A group id longer than MAX_NAME_CHARS is INVALID_GROUP_ID.  ``empty_ok``: the group "" is valid (Kafka's isValidGroupId: OffsetCommit,
+    OffsetFetch, DescribeGroups and DeleteGroups accept it, for old consumers)."""
     if enabled(ctx) and not on_group(ctx, op, group_id or ""):
         return ErrorCode.GROUP_AUTHORIZATION_FAILED
-    if not group_id:
+    if group_id is None or (group_id == "" and not empty_ok) or len(group_id) > MAX_NAME_CHARS:
         return ErrorCode.INVALID_GROUP_ID
     services = ctx.services
     if services.groups is None:

@@ -12,7 +12,7 @@ user's changes is refused if one of them is.
 
 from __future__ import annotations
 
-from pybroker.coord.metadata.store import StoreError
+from pybroker.coord.metadata.store import InvalidPathError, StoreError
 from pybroker.errors import ErrorCode
 from pybroker.handlers._authz import on_cluster
 from pybroker.handlers.context import RequestContext
@@ -104,6 +104,8 @@ async def alter_user_scram_credentials(ctx: RequestContext, req: dict) -> dict:
                     )
                 else:
                     await creds.alter(user, upserts, deletions)
+            except InvalidPathError as e:  # a name longer than the store's paths hold
+                fail(user, ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Username cannot be stored: {e}")
             except StoreError as e:
                 fail(user, ErrorCode.UNKNOWN, f"metadata store: {e}")
         code, message = errors.get(user, (ErrorCode.NONE, None))

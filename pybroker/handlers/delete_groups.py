@@ -13,7 +13,7 @@ from pybroker.security.acl import Operation
 async def delete_groups(ctx: RequestContext, req: dict) -> dict:
     results = []
     for gid in req["groups_names"]:
-        code = coordinator_error(ctx, gid, Operation.DELETE)
+        code = coordinator_error(ctx, gid, Operation.DELETE, empty_ok=True)
         if code is None:
             code = await ctx.services.groups.delete(gid)
         results.append({"group_id": gid, "error_code": code})

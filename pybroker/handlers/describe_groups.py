@@ -23,7 +23,7 @@ async def describe_groups(ctx: RequestContext, req: dict) -> dict:
     ops = GROUP_OPERATIONS if req.get("include_authorized_operations") else OMITTED
     out = []
     for gid in req["groups"]:
-        code = coordinator_error(ctx, gid, Operation.DESCRIBE)
+        code = coordinator_error(ctx, gid, Operation.DESCRIBE, empty_ok=True)
         desc = None if code is not None else ctx.services.groups.describe(gid)
         if desc is None:
             desc = {

@@ -2,19 +2,28 @@
 
 The SCRAM mechanisms and iteration counts each user has (never salts or keys), read from the
 metadata store (security/credentials.py).  A null list describes every user with a
-credential; a named user without one gets RESOURCE_NOT_FOUND, a name given twice
+credential (an empty list too, as in Kafka); a named user without one (or named "") gets RESOURCE_NOT_FOUND, a name given twice
 DUPLICATE_RESOURCE, as Kafka answers.
 """
 
 from __future__ import annotations
 
-from pybroker.coord.metadata.store import StoreError
+from pybroker.coord.metadata.store import InvalidPathError, StoreError
 from pybroker.errors import ErrorCode
 from pybroker.handlers._authz import on_cluster
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 from pybroker.security.acl import Operation
 from pybroker.security.scram import MECHANISM_IDS
+
+
+def _not_found(name: str, message: str) -> dict:
+    return {
+        "user": name,
+        "error_code": ErrorCode.RESOURCE_NOT_FOUND,
+        "error_message": message,
+        "credential_infos": [],
+    }
 
 
 @handler(50, 0, 0)
@@ -28,14 +37,16 @@ async def describe_user_scram_credentials(ctx: RequestContext, req: dict) -> dic
             "results": [],
         }
     try:
-        names = (
-            [u["name"] for u in req["users"]] if req["users"] is not None else await creds.users()
-        )
+        describe_all = not req["users"]  # null or empty: every user (Kafka's describingAllUsers)
+        names = await creds.users() if describe_all else [u["name"] for u in req["users"]]
         results = []
         seen: dict[str, int] = {}
         for n in names:
             seen[n] = seen.get(n, 0) + 1
         for name in dict.fromkeys(names):
+            if not name and not describe_all:  # before the duplicate check, as Kafka
+                results.append(_not_found(name, "Username must not be empty"))
+                continue
             if seen[name] > 1:
                 results.append(
                     {
@@ -47,18 +58,17 @@ async def describe_user_scram_credentials(ctx: RequestContext, req: dict) -> dic
                     }
                 )
                 continue
-            infos = await creds.describe(name)
+            try:
+                infos = await creds.describe(name)
+            except InvalidPathError:  # a name no store path can hold has no credential
+                infos = []
             if not infos:
-                if req["users"] is None:
+                if describe_all:
                     continue
                 results.append(
-                    {
-                        "user": name,
-                        "error_code": ErrorCode.RESOURCE_NOT_FOUND,
-                        "error_message": f"Attempt to describe a user credential that does not "
-                        f"exist: {name}",
-                        "credential_infos": [],
-                    }
+                    _not_found(
+                        name, f"Attempt to describe a user credential that does not exist: {name}"
+                    )  # fmt: skip
                 )
                 continue
             results.append(

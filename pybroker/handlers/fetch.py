@@ -22,11 +22,15 @@ from pybroker.handlers.context import RequestContext
 from pybroker.quotas.client import fetch_bound, fetch_throttle
 from pybroker.registry import handler
 from pybroker.replica_manager import READ_COMMITTED, FetchParams, LogReadResult, ReadPartition
-from pybroker.replication.manager import consumer_key, leo_key
+from pybroker.replication.manager import consumer_key, follower_key, leo_key
 from pybroker.security.acl import Operation
 
 if TYPE_CHECKING:
     from pybroker.metrics import BrokerMetrics
+
+# a follower that owes a new leader here its first fetch of a partition is answered after at
+# most this (its fetch may not name the partition yet: it has not learned of the new leader)
+OWED_FETCH_WAIT_S = 0.01
 
 
 def _empty(index: int, code: int, hw: int = -1, lso: int = -1, start: int = -1) -> dict:
@@ -178,8 +182,10 @@ def _read_all(
             errors = True
             if ctx.version >= 16 and r.error in _LEADER_MOVED:
                 _current_leader(ctx, read.topic, p.partition, entry)
-        elif r.diverging_epoch is not None:
-            errors = True  # answer at once
+        elif r.diverging_epoch is not None or r.hw_caught_up:
+            # answer at once: a diverging follower truncates; a fetch that brought a new
+            # leader's high watermark to its epoch start tells the follower so
+            errors = True
         elif r.idle and stamp is not None:
             # idle: nothing to read, not records that max_bytes left out this time
             stamps[p.key] = stamp
@@ -288,6 +294,9 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
         )
         if total >= req["min_bytes"] or errors:
             break
+        if replica_id >= 0 and ctx.services.replicas.owes_fetch(replica_id):
+            # a new leader here waits for this follower's first fetch of a partition
+            deadline = min(deadline, clock.monotonic() + OWED_FETCH_WAIT_S)
         left = deadline - clock.monotonic()
         if left <= 0:
             break
@@ -296,6 +305,8 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
             for p in partitions
             if (name := (resolver.name(p.topic_id) if uses_ids else p.topic)) is not None
         ]
+        if replica_id >= 0:
+            keys.append(follower_key(replica_id))
         if not keys:
             break
         await ctx.services.purgatory.wait_any(keys, left)

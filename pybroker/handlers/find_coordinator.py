@@ -6,11 +6,13 @@ over /brokers/ids (see pybroker.coord.metadata.placement).  v4 batches several k
 tells the broker that the client knows TRANSACTION_ABORTABLE.  Share groups (key_type 2, v6,
 KIP-932) are not served, and the answers are Kafka 3.9's for a broker without them: below v6
 INVALID_REQUEST, from v6 CLUSTER_AUTHORIZATION_FAILED without CLUSTER_ACTION, else
-COORDINATOR_NOT_AVAILABLE.  Other key types and empty keys get INVALID_REQUEST, as in Kafka.
+COORDINATOR_NOT_AVAILABLE.  Other key types and empty keys get INVALID_REQUEST, as in Kafka; so do keys longer than
+``paths.MAX_NAME_CHARS`` (pybroker's bound on names it hashes and stores).
 """
 
 from __future__ import annotations
 
+from pybroker.coord.metadata.paths import MAX_NAME_CHARS
 from pybroker.coord.metadata.placement import coordinator_for
 from pybroker.errors import ErrorCode
 from pybroker.handlers._authz import on_cluster, on_group, on_txn
@@ -37,6 +39,8 @@ def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict:
     elif not key:
         what = "group id" if key_type == GROUP else "transactional id"
         code, message = ErrorCode.INVALID_REQUEST, f"empty {what}"
+    elif len(key) > MAX_NAME_CHARS:
+        code, message = ErrorCode.INVALID_REQUEST, f"key longer than {MAX_NAME_CHARS} characters"
     else:
         node = coordinator_for(key, cluster.brokers)
         broker = cluster.brokers.get(node)

@@ -3,7 +3,8 @@ watermark (read_uncommitted) or the last stable offset (read_committed); -3 (KIP
 record with the largest timestamp; -4 / -5 (KIP-405, KIP-1005) as Kafka answers without
 remote storage; any other: the first offset at or after that timestamp, through the time
 index.  Nothing at or above the high watermark counts (Kafka's lastFetchableOffset), and a
-new leader behind its epoch's start answers OFFSET_NOT_AVAILABLE (KIP-207).  A batch walked by
+new leader behind its epoch's start answers OFFSET_NOT_AVAILABLE (KIP-207) after waiting up to
+HW_WAIT_S for its followers' next fetch.  A batch walked by
 timestamp is walked off the loop when large or compressed.  v0 and the details:
 docs/internals.md ("pybroker/handlers/list_offsets.py").
 """
@@ -20,6 +21,7 @@ from pybroker.handlers._authz import on_topic
 from pybroker.handlers.context import RequestContext
 from pybroker.log.validator import find_record
 from pybroker.registry import handler
+from pybroker.replication.manager import hw_key
 from pybroker.security.acl import Operation
 from pybroker.wire.records import BatchHeader, InvalidRecordError
 
@@ -27,6 +29,10 @@ EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 EARLIEST_LOCAL, LATEST_TIERED = -4, -5
 READ_COMMITTED = 1
 INLINE_BYTES = 16 * 1024  # uncompressed batches up to this size are walked on the loop
+# how long one request waits for a new leader's high watermark to reach its epoch start
+# before answering OFFSET_NOT_AVAILABLE (Kafka's replica.fetch.wait.max.ms: a follower's next
+# fetch comes within it)
+HW_WAIT_S = 0.5
 
 logger = logging.getLogger(__name__)
 
@@ -72,15 +78,35 @@ async def _for_timestamp(ctx: RequestContext, log_, ts: int) -> tuple[int, int]:
     return -1, -1
 
 
-async def _lookup(ctx: RequestContext, topic: str, p: dict, read_committed: bool = False) -> dict:
+async def _caught_up(ctx: RequestContext, topic: str, p: dict, replica, deadline: float):  # noqa: ANN001
+    """The leader's replica once its high watermark reached the start of its leader epoch,
+    waiting for that until ``deadline`` (its followers' next fetch takes milliseconds); then
+    OFFSET_NOT_AVAILABLE, as Kafka answers at once (KIP-207)."""
+    clock, replicas = ctx.services.clock, ctx.services.replicas
+    while replica.high_watermark_lagging():
+        left = deadline - clock.monotonic()
+        if left <= 0:
+            raise _not_available(replica)
+        await ctx.services.purgatory.wait_any([hw_key(topic, p["partition_index"])], left)
+        replica = replicas.leader_replica(
+            topic, p["partition_index"], p.get("current_leader_epoch", -1)
+        )
+    return replica
+
+
+async def _lookup(
+    ctx: RequestContext, topic: str, p: dict, read_committed: bool = False, deadline: float = 0.0
+) -> dict:
     index = p["partition_index"]
     try:
         replica = ctx.services.replicas.leader_replica(
             topic, index, p.get("current_leader_epoch", -1)
         )
+        ts = p["timestamp"]
+        if ts not in (EARLIEST, EARLIEST_LOCAL, LATEST_TIERED) and replica.high_watermark_lagging():
+            replica = await _caught_up(ctx, topic, p, replica, deadline)
         log = replica.log
         epoch = replica.leader_epoch
-        ts = p["timestamp"]
         if ts == EARLIEST or (ts == EARLIEST_LOCAL and ctx.version >= 8):
             found = (log.log_start_offset, -1)
         elif ts == LATEST_TIERED and ctx.version >= 9:
@@ -197,6 +223,8 @@ async def list_offsets(ctx: RequestContext, req: dict) -> dict:
     topics = []
     read_committed = req.get("isolation_level", 0) == READ_COMMITTED
     done = 0
+    # a new leader's high watermark below its epoch start is waited for this long in all
+    deadline = ctx.services.clock.monotonic() + HW_WAIT_S
     for t in req["topics"]:
         indexes = [p["partition_index"] for p in t["partitions"]]
         parts = []
@@ -225,6 +253,6 @@ async def list_offsets(ctx: RequestContext, req: dict) -> dict:
                     }
                 )
             else:
-                parts.append(await _lookup(ctx, t["name"], p, read_committed))
+                parts.append(await _lookup(ctx, t["name"], p, read_committed, deadline))
         topics.append({"name": t["name"], "partitions": parts})
     return {"throttle_time_ms": 0, "topics": topics}

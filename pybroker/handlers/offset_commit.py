@@ -27,7 +27,7 @@ from pybroker.registry import handler
 
 @handler(8, 0, 9)
 async def offset_commit(ctx: RequestContext, req: dict) -> dict:
-    code = coordinator_error(ctx, req["group_id"])
+    code = coordinator_error(ctx, req["group_id"], empty_ok=True)
     results, wanted = commit_checks(ctx, req, code)
     if wanted:
         retention = req.get("retention_time_ms", -1)

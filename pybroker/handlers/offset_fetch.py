@@ -28,7 +28,7 @@ async def _fetch_group(
     require_stable: bool,
     member: tuple[str | None, int] = (None, -1),
 ) -> tuple[int, list[dict]]:
-    code = coordinator_error(ctx, group_id, Operation.DESCRIBE)
+    code = coordinator_error(ctx, group_id, Operation.DESCRIBE, empty_ok=True)
     if code is None:  # v9+: a KIP-848 member's id and epoch (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH)
         code = await ctx.services.groups.validate_offset_fetch(group_id, *member) or None
     if code is not None:

@@ -2,7 +2,7 @@
 LogCleaner, LogCleanerManager and Cleaner).  The dirtiest log above min.cleanable.dirty.ratio
 (or past max.compaction.lag.ms) is cleaned first; a record stays when its key's latest offset
 is its own, a tombstone until its delete horizon, and offsets never change.  The clean's work
-on files runs in a process of its own (pybroker/log/cleaner_job.py); its one handoff to the
+on files (pybroker/log/cleaner_job.py) runs in a worker process (log/cleaner_process.py); its one handoff to the
 owner of the logs (``run_on_owner``) is the swap of each cleaned group and two reads.  Kafka's
 ``.cleaned`` / ``.swap`` / ``.deleted`` file protocol makes a crash anywhere safe.  Contract,
 transactions and crash safety: docs/internals.md ("pybroker/log/cleaner.py").
@@ -22,7 +22,6 @@ from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.log.cleaner_job import (
     CleanAborted,
     CleanedGroup,
-    CleanerProcess,
     CleanJob,
     OffsetMap,
     SegmentRef,
@@ -30,6 +29,7 @@ from pybroker.log.cleaner_job import (
     run_clean_job,
     segment_paths,
 )
+from pybroker.log.cleaner_process import CleanerProcess
 from pybroker.log.manager import LogManager, read_checkpoint, write_checkpoint
 from pybroker.log.partition_log import PartitionLog
 from pybroker.log.segment import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment
@@ -40,10 +40,12 @@ log = logging.getLogger("pybroker.log.cleaner")
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 # Memory of one offset map entry: Kafka's SkimpyOffsetMap packs a 16-byte MD5 and an 8-byte
-# offset into 24 bytes; here an entry is a dict item (16-byte bytes key -> int offset), which
-# CPython 3.11 keeps in 127 bytes (measured with tracemalloc over 1,000,000 entries).  The
-# capacity is counted in these, so the map stays within log.cleaner.dedupe.buffer.size.
-BYTES_PER_ENTRY = 128
+# offset into 24 bytes; here an entry is a dict item (the key, or its 16-byte MD5 for keys of
+# 16 bytes or more -> an int packing offset and position) plus its place in pass 2's sorted
+# list of values: at most 146 bytes in CPython 3.11 (tracemalloc, 100,000 to 1,000,000
+# entries, MD5 keys, offsets above 2**40).  The capacity is counted in these, so the map stays
+# within log.cleaner.dedupe.buffer.size.
+BYTES_PER_ENTRY = 148
 INT32_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
 # The cleaner's threads share the GIL with the event loop: they let go of it at least this
@@ -113,6 +115,16 @@ def _direct(fn: Callable[[], T]) -> T:
     return fn()
 
 
+def discard_cleaned(directory: Path) -> None:
+    """Delete the ``.cleaned`` files of a clean that ended before its swaps (one clean of a
+    log at a time: every ``.cleaned`` file in its directory is that clean's)."""
+    try:
+        for path in directory.glob("*" + CLEANED_SUFFIX):
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass  # (the directory went: a deleted or moved log)
+
+
 class LogCleaner:
     def __init__(
         self,
@@ -133,6 +145,7 @@ class LogCleaner:
         self.crash_hook: Callable[[str], None] | None = None  # tests: "crash" at a step
         # logs whose clean failed unexpectedly: skipped until their log is opened again
         self.uncleanable: dict[tuple[str, int], PartitionLog] = {}
+        self.compacted_logs = False  # a compacted log was seen: the processes are started
         self._lock = threading.Lock()
         self._in_progress: set[tuple[str, int]] = set()
         self._stop = threading.Event()
@@ -175,6 +188,8 @@ class LogCleaner:
                 cleaned = False
                 try:
                     cleaned = self.clean_filthiest(offset_map, process) is not None
+                    if process is not None and not process.started and self.compacted_logs:
+                        process.start()  # warm before the first clean a compacted log needs
                 except Exception:
                     log.exception("log cleaner failed")
                 if not cleaned:
@@ -243,7 +258,10 @@ class LogCleaner:
         candidates: list[Cleanable] = []
         expired: list[Cleanable] = []
         for topic, partition, plog in self.logs.partitions():
-            if not plog.config.compact or plog.closed or (topic, partition) in self._in_progress:
+            if not plog.config.compact or plog.closed:
+                continue
+            self.compacted_logs = True
+            if (topic, partition) in self._in_progress:
                 continue
             if self.uncleanable.get((topic, partition)) is plog:
                 continue
@@ -324,7 +342,11 @@ class LogCleaner:
         segments = list(plog.segments)[:-1]
         job = self._job(c, segments, now)
         if process is not None:
-            result = process.run(job, self._stop.is_set)
+            try:
+                result = process.run(job, self._stop.is_set)
+            except Exception:
+                discard_cleaned(plog.directory)  # what a process killed mid-write left
+                raise
         else:
             result = run_clean_job(job, offset_map, self._check_stop)
         stats.map_full = result.end_offset < c.first_uncleanable

@@ -1,49 +1,50 @@
 """One clean's work on files (Kafka's Cleaner): map the keys of the dirty range, then write
 each group of segments, filtered, as a ``.cleaned`` segment.  It reads segment files and
-writes new ones; it never touches a PartitionLog, so it runs the same in the cleaner's
-thread (tests) or in a cleaner process (the broker: :class:`CleanerProcess`), where its
-pure-Python work does not hold the event loop's GIL.
-
-Contract with pybroker/log/cleaner.py (the manager: which log, the swap, the checkpoint):
-
-* :class:`CleanJob` holds everything the work needs, as plain values: the inactive
-  segments (:class:`SegmentRef`: path, base offset, size, next offset, read up to that
-  size), the range [first_dirty, first_uncleanable), the offset map's capacity, the log's
-  configs, the aborted transactions overlapping the inactive segments, the last batch of
-  each producer, and the time.
-* :func:`run_clean_job` returns a :class:`JobResult`: the end of the range mapped (the
-  map's last offset + 1 when it filled up), per group the base offsets of the segments
-  it replaces and the base offset of the ``.cleaned`` segment written (fsynced, closed),
-  the counters, and the delete horizons still pending.  The manager swaps each group in
-  order; a group it cannot swap (the log changed) ends the clean and its ``.cleaned`` files
-  are deleted (recovery deletes leftover ``.cleaned`` files too).
+writes new ones and never touches a PartitionLog, so it runs the same in the cleaner's thread
+(tests) or in a cleaner process (the broker: pybroker/log/cleaner_process.py).  Plain values
+in (:class:`CleanJob`), plain values out (:class:`JobResult`); per record, only what cannot
+be done in bulk runs in Python.  Passes and the contract with pybroker/log/cleaner.py:
+docs/internals.md ("pybroker/log/cleaner_job.py").
 """
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
-import multiprocessing
+import mmap
 import os
-import signal
-import traceback
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from pybroker.errors import ErrorCode
 from pybroker.log.compacted_records import (
+    POSITION_BITS,
+    POSITION_MASK,
     empty_batch,
     has_delete_horizon,
+    key_id,
+    map_records,
     read_records,
     rebuild_batch,
+    rebuild_from_positions,
+    record_at,
+    scan_records,
 )
 from pybroker.log.segment import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment
 from pybroker.log.txn_index import AbortedTxn, TransactionIndex
 from pybroker.wire.control_records import read_end_txn_marker
-from pybroker.wire.records import BatchHeader, InvalidRecordError, unpack_header
+from pybroker.wire.records import (
+    COMPRESSION_NONE,
+    HEADER_SIZE,
+    MAGIC,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+    InvalidRecordError,
+    decompress,
+    unpack_header,
+)
 
 INT32_MAX = 2**31 - 1
 
@@ -53,35 +54,35 @@ class CleanAborted(Exception):
 
 
 class OffsetMap:
-    """key -> latest offset, bounded to ``capacity`` keys (Kafka's SkimpyOffsetMap: keys are
-    hashed, so a key's size does not count)."""
+    """key -> latest offset, bounded to ``capacity`` keys (Kafka's SkimpyOffsetMap: a key's
+    size does not count).  ``entries``: :func:`compacted_records.key_id` -> ``offset << 32 |
+    position`` of the record in its batch's records section (pass 2 finds the records a
+    batch keeps there, without reading the others)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._map: dict[bytes, int] = {}
+        self.entries: dict[bytes, int] = {}
         self.latest_offset = -1
 
-    @staticmethod
-    def _hash(key: bytes) -> bytes:
-        return hashlib.md5(key, usedforsecurity=False).digest()
-
     def __len__(self) -> int:
-        return len(self._map)
+        return len(self.entries)
 
-    def put(self, key: bytes, offset: int) -> bool:
+    def put(self, key: bytes, offset: int, position: int = 0) -> bool:
         """Map ``key`` to ``offset``; False (nothing changed) when full and ``key`` is new."""
-        h = self._hash(key)
-        if h not in self._map and len(self._map) >= self.capacity:
+        k = key_id(key)
+        entries = self.entries
+        if len(entries) >= self.capacity and k not in entries:
             return False
-        self._map[h] = offset
+        entries[k] = offset << POSITION_BITS | position
         self.latest_offset = offset
         return True
 
     def get(self, key: bytes) -> int:
-        return self._map.get(self._hash(key), -1)
+        v = self.entries.get(key_id(key))
+        return -1 if v is None else v >> POSITION_BITS
 
     def clear(self) -> None:
-        self._map.clear()
+        self.entries.clear()
         self.latest_offset = -1
 
 
@@ -213,13 +214,77 @@ def run_clean_job(
     offset_map.clear()
     end = build_offset_map(job, offset_map, check)
     result = JobResult(end)
+    live = LiveRecords(sorted(offset_map.entries.values()))
     to_clean = [s for s in job.segments if s.base_offset < end]
     for group in group_segments(job, to_clean):
-        written = write_cleaned_group(job, group, offset_map, result, check)
+        written = write_cleaned_group(job, group, offset_map, result, check, live)
         result.groups.append(written)
         if on_group_written is not None:
             on_group_written(written)
     return result
+
+
+class MappedSegment:
+    """An inactive segment's .log mapped read-only up to its size in the job (no copy into
+    this process; pages behind the scan are let go every ``RELEASE_BYTES``, so the process's
+    resident memory stays bounded whatever the segment's size).  A segment deleted since the
+    job was made is CleanAborted; one truncated under the map would end the process with
+    SIGBUS, which the manager takes as an abandoned clean (only a follower's truncation
+    shortens an inactive segment)."""
+
+    RELEASE_BYTES = 16 * 1024 * 1024
+
+    def __init__(self, seg: SegmentRef) -> None:
+        self.seg = seg
+        self.buf: Any = b""
+        try:
+            fd = os.open(seg.log_path, os.O_RDONLY)
+        except FileNotFoundError as e:
+            raise CleanAborted(f"{seg.log_path} is gone") from e
+        try:
+            if os.fstat(fd).st_size < seg.size:
+                raise CleanAborted(f"{seg.log_path} was truncated")
+            if seg.size:
+                self.buf = mmap.mmap(fd, seg.size, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        self._released = 0
+
+    def __enter__(self) -> MappedSegment:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if isinstance(self.buf, mmap.mmap):
+            self.buf.close()
+
+    def headers(self) -> Iterator[BatchHeader]:
+        """The header of every batch up to the size (each checked to fit)."""
+        buf, size, path = self.buf, self.seg.size, self.seg.log_path
+        pos = 0
+        while pos < size:
+            if pos + HEADER_SIZE > size:
+                raise InvalidRecordError(
+                    ErrorCode.CORRUPT_MESSAGE, f"torn batch at {pos} in {path}"
+                )
+            h = unpack_header(buf, pos)
+            if h.batch_length < MIN_BATCH_LENGTH or pos + h.size > size or h.magic != MAGIC:
+                raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, f"bad batch at {pos} in {path}")
+            yield h
+            pos += h.size
+            if pos - self._released >= self.RELEASE_BYTES:
+                upto = pos - pos % mmap.PAGESIZE
+                self.buf.madvise(mmap.MADV_DONTNEED, self._released, upto - self._released)
+                self._released = upto
+
+
+def records_section(buf: Any, h: BatchHeader) -> tuple[Any, int, int]:
+    """(buffer, start, end) of batch ``h``'s records: in ``buf`` itself when uncompressed,
+    else the decompressed payload (C codecs)."""
+    start, end = h.position + HEADER_SIZE, h.position + h.size
+    if h.compression == COMPRESSION_NONE:
+        return buf, start, end
+    payload = decompress(h.compression, buf[start:end])
+    return payload, 0, len(payload)
 
 
 def build_offset_map(job: CleanJob, offset_map: OffsetMap, check: Callable[[], None]) -> int:
@@ -228,33 +293,58 @@ def build_offset_map(job: CleanJob, offset_map: OffsetMap, check: Callable[[], N
     + 1 when it filled up, else the bound)."""
     start, bound = job.first_dirty, job.first_uncleanable
     txns = TxnCleaning(overlapping(job.aborted, start, bound))
+    entries, capacity = offset_map.entries, offset_map.capacity
     segments = job.segments
     for i, seg in enumerate(segments):
         seg_end = segments[i + 1].base_offset if i + 1 < len(segments) else seg.next_offset
         if seg_end <= start or seg.base_offset >= bound:
             continue
-        for h, data in batches(seg):
-            check()
-            if h.base_offset >= bound:
-                break
-            if h.last_offset < start:
-                continue
-            if h.is_control:
-                txns.on_control(h, data)
-                continue
-            if txns.on_batch(h):
-                continue
-            _, records = read_records(data, check)
-            for n, r in enumerate(records):
-                if n % 64 == 63:
-                    check()
-                if r.offset < start or r.key is None:
+        with MappedSegment(seg) as f:
+            buf = f.buf
+            for h in f.headers():
+                check()
+                if h.base_offset >= bound:
+                    break
+                if h.last_offset < start:
                     continue
-                if not offset_map.put(r.key, r.offset):
-                    return offset_map.latest_offset + 1
+                if h.is_control:
+                    txns.on_control(h, buf[h.position : h.position + h.size])
+                    continue
+                if txns.on_batch(h):
+                    continue
+                section, pos, end = records_section(buf, h)
+                count, base = h.records_count, h.base_offset
+                if base >= start and len(entries) + count <= capacity:  # (the hot path)
+                    map_records(section, pos, end, base, count, h.last_offset_delta, entries)
+                    offset_map.latest_offset = h.last_offset
+                    continue
+                # a batch across the start, or one that may fill the map: record by record
+                for r in scan_records(section, pos, end, count, h.last_offset_delta):
+                    offset = base + r.offset_delta
+                    if offset < start or r.key is None:
+                        continue
+                    if not offset_map.put(r.key, offset, r.position - pos):
+                        return offset_map.latest_offset + 1
     # every record below the bound was looked at: none of them is "past the map"
     offset_map.latest_offset = max(offset_map.latest_offset, bound - 1)
     return bound
+
+
+class LiveRecords:
+    """The offset map's values in offset order (``offset << 32 | position``): the records
+    that pass 2 keeps of the mapped range; ``next`` is where the next batch's search starts
+    (batches are filtered in offset order)."""
+
+    def __init__(self, values: list[int]) -> None:
+        self.values = values
+        self.next = 0
+
+    def in_batch(self, h: BatchHeader) -> list[int]:
+        values = self.values
+        lo = bisect_left(values, h.base_offset << POSITION_BITS, self.next)
+        hi = bisect_left(values, (h.last_offset + 1) << POSITION_BITS, lo)
+        self.next = hi
+        return values[lo:hi]
 
 
 def _index_estimate(seg: SegmentRef, interval: int) -> int:
@@ -306,6 +396,7 @@ def write_cleaned_group(
     offset_map: OffsetMap,
     result: JobResult,
     check: Callable[[], None],
+    live: LiveRecords | None = None,
 ) -> CleanedGroup:
     """The group's batches, filtered, into ``<base>.*.cleaned`` (fsynced, then closed)."""
     base = group[0].base_offset
@@ -330,18 +421,24 @@ def write_cleaned_group(
         out_headers: list[BatchHeader] = []
         for seg in group:
             stats.segments_in += 1
-            for h, data in batches(seg):
-                check()
-                stats.bytes_read += h.size
-                kept = filter_batch(job, h, data, offset_map, result, txns, check)
-                if kept is None:
-                    continue
-                out_headers.append(unpack_header(kept)._replace(position=len(out)))
-                out += kept
-                if len(out) >= job.io_buffer_size:
-                    cleaned.append_batches(out, out_headers)
-                    stats.bytes_written += len(out)
-                    out, out_headers = bytearray(), []
+            with MappedSegment(seg) as f:
+                buf = f.buf
+                for h in f.headers():
+                    check()
+                    stats.bytes_read += h.size
+                    kept = filter_batch(job, h, buf, offset_map, result, txns, live)
+                    if kept is None:
+                        continue
+                    if kept is UNCHANGED:
+                        out_headers.append(h._replace(position=len(out)))
+                        out += buf[h.position : h.position + h.size]
+                    else:
+                        out_headers.append(unpack_header(kept)._replace(position=len(out)))
+                        out += kept
+                    if len(out) >= job.io_buffer_size:
+                        cleaned.append_batches(out, out_headers)
+                        stats.bytes_written += len(out)
+                        out, out_headers = bytearray(), []
         cleaned.append_batches(out, out_headers)
         stats.bytes_written += len(out)
         cleaned.flush()
@@ -354,76 +451,103 @@ def write_cleaned_group(
     return CleanedGroup(base, [s.base_offset for s in group])
 
 
+UNCHANGED: Any = object()  # filter_batch: the batch stays as it is
+
+
 def filter_batch(
     job: CleanJob,
     h: BatchHeader,
-    data: bytes,
+    buf: Any,
     offset_map: OffsetMap,
     result: JobResult,
     txns: TxnCleaning | None = None,
-    check: Callable[[], None] = _no_check,
+    live: LiveRecords | None = None,
 ) -> bytes | None:
-    """The batch as the clean leaves it: unchanged, rewritten, empty, or gone (None)."""
+    """Batch ``h`` of ``buf`` as the clean leaves it: :data:`UNCHANGED`, rewritten, empty,
+    or gone (None).  A batch all of whose records were mapped in this clean is filtered from
+    ``live`` (only the records it keeps are read); any other record by record."""
     txns = txns or TxnCleaning([])
     stats, horizons, now = result.stats, result.horizons, job.now
     if h.is_control:
+        data = buf[h.position : h.position + h.size]
         stats.records_read += h.records_count
         if not txns.on_control(h, data):
-            return data
+            return UNCHANGED
         # no data of its transaction left: gone once its delete horizon has passed
         if has_delete_horizon(h):
             if now >= h.base_timestamp:
                 stats.records_removed += h.records_count
                 return None
             horizons.append(h.base_timestamp)
-            return data
+            return UNCHANGED
         if h.records_count == 0:
             return None
         horizon = now + job.delete_retention_ms
         horizons.append(horizon)
-        _, records = read_records(data, check)
+        _, records = read_records(data)
         return rebuild_batch(h, records, delete_horizon_ms=horizon)
     last_of_producer = h.has_producer_id and job.last_batches.get(h.producer_id) == h.last_offset
+    count = h.records_count
+    stats.records_read += count
     if txns.on_batch(h):  # data of an aborted transaction
-        stats.records_read += h.records_count
-        stats.records_removed += h.records_count
+        stats.records_removed += count
         if last_of_producer:
             stats.batches_emptied += 1
             return empty_batch(h)
         return None
-    _, records = read_records(data, check)
-    stats.records_read += len(records)
-    if not records:  # an empty batch kept for its producer: only while it is the last
-        return data if last_of_producer else None
+    if not count:  # an empty batch kept for its producer: only while it is the last
+        return UNCHANGED if last_of_producer else None
     has_horizon = has_delete_horizon(h)
     retain_deletes = not has_horizon or now < h.base_timestamp
-    kept = []
+    kept: list[tuple[int, int, int]] = []  # (position, end, timestamp delta) in ``section``
     tombstones = False
-    for n, r in enumerate(records):
-        if n % 64 == 63:
-            check()
-        if r.offset > offset_map.latest_offset:
-            keep = True
-        elif r.key is None:
-            keep = False
-        else:
-            keep = r.offset >= offset_map.get(r.key) and (r.has_value or retain_deletes)
-        if keep:
-            kept.append(r)
-            tombstones |= not r.has_value
-        elif not r.has_value:
-            stats.tombstones_removed += 1
-    stats.records_removed += len(records) - len(kept)
+    latest = offset_map.latest_offset
+    if live is not None and h.base_offset >= job.first_dirty and h.last_offset <= latest:
+        # every keyed record was mapped: it stays if it is its key's latest
+        values = live.in_batch(h)
+        section: Any = None
+        if values:
+            section, start, _ = records_section(buf, h)
+            for v in values:
+                pos = start + (v & POSITION_MASK)
+                end, ts, _, _, tombstone = record_at(section, pos)
+                if tombstone:
+                    if not retain_deletes:
+                        stats.tombstones_removed += 1
+                        continue
+                    tombstones = True
+                kept.append((pos, end, ts))
+    else:
+        section, start, end = records_section(buf, h)
+        entries = offset_map.entries
+        base = h.base_offset
+        for r in scan_records(section, start, end, count, h.last_offset_delta):
+            offset = base + r.offset_delta
+            if offset > latest:
+                keep = True
+            elif r.key is None:
+                keep = False
+            else:
+                v = entries.get(key_id(r.key))
+                keep = (v is None or offset >= v >> POSITION_BITS) and (
+                    not r.tombstone or retain_deletes
+                )
+            if keep:
+                kept.append((r.position, r.end, r.timestamp_delta))
+                tombstones |= r.tombstone
+            elif r.tombstone:
+                stats.tombstones_removed += 1
+    stats.records_removed += count - len(kept)
     set_horizon = tombstones and not has_horizon
     horizon = now + job.delete_retention_ms if set_horizon else None
     if tombstones:
         horizons.append(horizon if horizon is not None else h.base_timestamp)
-    if len(kept) == len(records) and not set_horizon:
-        return data
+    if len(kept) == count and not set_horizon:
+        return UNCHANGED
     if kept:
         if not set_horizon and has_horizon:
             horizon = h.base_timestamp  # keep the horizon stamped by an earlier clean
-        return rebuild_batch(h, kept, delete_horizon_ms=horizon, every_64=check)
+        return rebuild_from_positions(h, section, kept, delete_horizon_ms=horizon)
     if last_of_producer:
         stats.batches_emptied += 1
         return empty_batch(h)
@@ -441,135 +565,3 @@ def first_header(seg: Any) -> BatchHeader | None:
     finally:
         os.close(fd)
     return unpack_header(data) if len(data) == 61 else None
-
-
-def batches(seg: SegmentRef) -> Iterator[tuple[BatchHeader, bytes]]:
-    """(header, bytes) of every batch of ``seg`` up to its size, read through a descriptor of
-    our own (the owner may release the segment's meanwhile); CleanAborted if it is gone."""
-    try:
-        fd = os.open(seg.log_path, os.O_RDONLY)
-    except FileNotFoundError as e:
-        raise CleanAborted(f"{seg.log_path} is gone") from e
-    try:
-        size = min(seg.size, os.fstat(fd).st_size)
-        pos = 0
-        chunk = b""
-        chunk_pos = 0
-        while pos < size:
-            rel = pos - chunk_pos
-            if rel + 61 > len(chunk):
-                chunk = os.pread(fd, max(1 << 20, 61), pos)
-                chunk_pos, rel = pos, 0
-            h = unpack_header(chunk, rel)
-            if h.batch_length < 49:
-                raise InvalidRecordError(2, f"bad batch at {pos} in {seg.log_path}")
-            if rel + h.size > len(chunk):
-                chunk = os.pread(fd, max(1 << 20, h.size), pos)
-                chunk_pos, rel = pos, 0
-            data = bytes(chunk[rel : rel + h.size])
-            yield h._replace(position=pos), data
-            pos += h.size
-    finally:
-        os.close(fd)
-
-
-# -- the cleaner process ----------------------------------------------------------------------
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """A broker killed with -9 takes its cleaner process along (Linux PR_SET_PDEATHSIG):
-    an orphan would go on writing .cleaned files into a log dir a restarted broker owns."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent_pid:  # gone before the prctl
-        os._exit(1)
-
-
-def _worker_main(conn: Connection, parent_pid: int) -> None:
-    """A cleaner process: runs the jobs it is sent, one at a time, with one offset map."""
-    _die_with_parent(parent_pid)
-    offset_map: OffsetMap | None = None
-    while True:
-        try:
-            job = conn.recv()
-        except (EOFError, OSError):
-            return
-        if job is None:
-            return
-        try:
-            if offset_map is None or offset_map.capacity != job.map_capacity:
-                offset_map = OffsetMap(job.map_capacity)
-            result = run_clean_job(job, offset_map)
-            offset_map.clear()
-            conn.send(("ok", result))
-        except CleanAborted as e:
-            conn.send(("aborted", str(e)))
-        except Exception as e:  # noqa: BLE001 - handed to the manager, which logs it
-            conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
-
-
-class CleanerProcess:
-    """One cleaner thread's process (spawned, so none of the broker's threads or loop is
-    copied): :meth:`run` sends a job and waits for its result, polling ``stopping`` so a
-    stop terminates a clean in progress (its ``.cleaned`` files are deleted by the next
-    clean of that log or by recovery)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._proc: Any = None
-        self._conn: Connection | None = None
-
-    def _ensure(self) -> Connection:
-        if self._proc is None or not self._proc.is_alive():
-            ctx = multiprocessing.get_context("spawn")
-            parent, child = ctx.Pipe()
-            self._proc = ctx.Process(
-                target=_worker_main, args=(child, os.getpid()), name=self.name, daemon=True
-            )
-            self._proc.start()
-            child.close()
-            self._conn = parent
-        assert self._conn is not None
-        return self._conn
-
-    def run(self, job: CleanJob, stopping: Callable[[], bool]) -> JobResult:
-        conn = self._ensure()
-        conn.send(job)
-        while not conn.poll(0.1):
-            if stopping():
-                self.close(kill=True)
-                raise CleanAborted("the cleaner is stopping")
-            if not self._proc.is_alive():
-                self.close(kill=True)
-                raise CleanAborted(f"cleaner process exited ({self._proc.exitcode})")
-        try:
-            kind, value = conn.recv()
-        except (EOFError, OSError) as e:
-            self.close(kill=True)
-            raise CleanAborted(f"cleaner process lost: {e}") from e
-        if kind == "ok":
-            return value
-        if kind == "aborted":
-            raise CleanAborted(value)
-        raise RuntimeError(f"in the cleaner process: {value}")
-
-    def close(self, kill: bool = False) -> None:
-        proc, conn = self._proc, self._conn
-        self._proc = self._conn = None
-        if conn is not None:
-            if not kill:
-                try:
-                    conn.send(None)
-                except OSError:
-                    pass
-            conn.close()
-        if proc is not None:
-            if kill:
-                proc.kill()
-            proc.join(5)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(5)

@@ -39,7 +39,11 @@ Entity = tuple[tuple[str, str | None], ...]  # sorted (type, name) pairs; hashab
 
 
 def sanitize(name: str) -> str:
-    """Kafka's Sanitizer.sanitize: URLEncoder (UTF-8), with '*' as '%2A' and space as '%20'."""
+    """Kafka's Sanitizer.sanitize: URLEncoder (UTF-8), with '*' as '%2A' and space as '%20';
+    and "." and ".." (legal names, which Kafka's ZooKeeper paths cannot hold) as "%2E" and
+    "%2E%2E", which Kafka's Sanitizer.desanitize reads back."""
+    if name in (".", ".."):
+        return "%2E" * len(name)
     return quote(name, safe="-_.").replace("~", "%7E")
 
 

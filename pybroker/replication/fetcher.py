@@ -1,9 +1,9 @@
 """The replica fetcher: one task per leader broker copying its partitions to this broker.  After
-every leader change a partition is truncated to Kafka's choice from OffsetForLeaderEpoch, so a
-replica never keeps records the current leader's log does not have; then Fetch v12 in an
-incremental session appends the leader's batches unchanged, and the local high watermark is
-min(leader's high watermark, local log end).  A diverging epoch truncates again.  Steps,
-throttles and failures: docs/internals.md ("pybroker/replication/fetcher.py").
+every leader change a partition is truncated to Kafka's choice (truncation on fetch: the
+leader's diverging epoch; OffsetForLeaderEpoch only when that cannot tell), so a replica never
+keeps records the current leader's log does not have; then Fetch v12 in an incremental session
+appends the leader's batches unchanged, and the local high watermark is min(leader's high
+watermark, local log end).  Steps, throttles, backoffs and failures: docs/internals.md ("pybroker/replication/fetcher.py").
 """
 
 from __future__ import annotations
@@ -51,6 +51,9 @@ class ReplicaFetcher:
         self._addr: tuple[str, int] | None = None
         self._stopped = False
         self._session = FetchSessionHandler()
+        self._errors = 0  # rounds of partition errors in a row (_error_backoff)
+        self._version = 0  # moves on every add / remove
+        self._round_version = 0  # _version when the current round of the loop began
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.leader_id}")
@@ -65,13 +68,22 @@ class ReplicaFetcher:
             await asyncio.wait({self._task}, timeout=2.0)
 
     def add(self, replica: Replica) -> None:
+        # Kafka's truncation on fetch (KAFKA-10554, Fetch v12+): a log with leader epochs is
+        # fetched at once with its last fetched epoch, and the leader answers a diverging
+        # epoch when the tail must go; OffsetForLeaderEpoch only when that cannot tell
+        # (OFFSET_OUT_OF_RANGE above the leader's log end, records the leader refused).  The
+        # first fetch at a new leader is one round trip sooner: it is what advances the new
+        # leader's high watermark.
+        has_epochs = replica.log.leader_epochs.latest_epoch() >= 0
         self.partitions[(replica.topic, replica.partition)] = _Fetching(
-            replica, replica.leader_epoch
+            replica, replica.leader_epoch, truncated=has_epochs
         )
+        self._version += 1
         self._changed.set()
 
     def remove(self, topic: str, partition: int) -> None:
         if self.partitions.pop((topic, partition), None) is not None:
+            self._version += 1
             self._changed.set()
 
     def _current(self, key: tuple[str, int], f: _Fetching) -> bool:
@@ -83,6 +95,7 @@ class ReplicaFetcher:
         me = asyncio.current_task()
         # cancelling(): a cancellation that something below swallowed still ends the loop
         while not self._stopped and not (me is not None and me.cancelling()):
+            self._round_version = self._version
             if not self.partitions:
                 self._changed.clear()
                 await self._changed.wait()
@@ -104,12 +117,23 @@ class ReplicaFetcher:
             except (ConnectionError, OSError) as e:
                 log.debug("fetcher for leader %d: %s", self.leader_id, e)
                 self._drop_connection()
-                await asyncio.sleep(backoff)
+                await self._pause(backoff)
                 backoff = min(backoff * 2, 1.0)
             except Exception:
                 log.exception("fetcher for leader %d failed; retrying", self.leader_id)
                 self._drop_connection()
-                await asyncio.sleep(1.0)
+                await self._pause(1.0)
+
+    async def _pause(self, seconds: float) -> None:
+        """Back off, but no longer than until the partitions change: a partition handed over
+        after a leader change is taken up at once, not after a backoff of another's errors."""
+        if self._version != self._round_version:
+            return  # changed since this round began
+        self._changed.clear()
+        try:
+            await asyncio.wait_for(self._changed.wait(), seconds)
+        except TimeoutError:
+            pass
 
     def _connection(self) -> BrokerConnection | None:
         broker = self.manager.cluster.brokers.get(self.leader_id)
@@ -161,6 +185,7 @@ class ReplicaFetcher:
                 "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
             },
         )
+        failed = False
         for t in resp["topics"]:
             for p in t["partitions"]:
                 key = (t["topic"], p["partition"])
@@ -169,9 +194,15 @@ class ReplicaFetcher:
                     continue
                 if p["error_code"] != ErrorCode.NONE:
                     log.debug("%s-%d: OffsetForLeaderEpoch error %d", *key, p["error_code"])
-                    await asyncio.sleep(0.1)
+                    failed = True
                     continue
                 self._truncate_to_leader(f, asked[key], p["leader_epoch"], p["end_offset"])
+        if failed:
+            # mostly the leader not knowing yet of the epoch we learned (its metadata lags ours
+            # by milliseconds): ask again soon, more slowly while it persists
+            await self._pause(self._error_backoff())
+        else:
+            self._errors = 0
 
     def _truncate_to_leader(
         self, f: _Fetching, asked: int, leader_epoch: int, end_offset: int
@@ -276,7 +307,14 @@ class ReplicaFetcher:
         if answered and failed == answered:
             # errors come back at once (no long poll): retry after a pause, not in a spin,
             # while the metadata that resolves them (a newer epoch, a new leader) arrives
-            await asyncio.sleep(0.1)
+            await self._pause(self._error_backoff())
+        elif answered:
+            self._errors = 0
+
+    def _error_backoff(self) -> float:
+        """10 ms, doubling with each round of errors in a row, up to 100 ms."""
+        self._errors += 1
+        return min(0.01 * 2 ** (self._errors - 1), 0.1)
 
     def _apply(self, f: _Fetching, p: dict) -> bool:
         """Apply one partition's answer; True when it was an error."""

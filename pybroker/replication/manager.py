@@ -57,6 +57,12 @@ def leo_key(topic: str, partition: int) -> tuple:
     return ("leo", topic, partition)
 
 
+def follower_key(broker_id: int) -> tuple:
+    """Purgatory key notified when a follower's parked fetches should be answered at once: it
+    owes a new leader here its first fetch (see ReplicaManager.owes_fetch)."""
+    return ("follower", broker_id)
+
+
 def consumer_key(topic: str, partition: int) -> tuple:
     """Purgatory key notified when records become visible to consumers (the HW moved)."""
     return (topic, partition)
@@ -89,6 +95,9 @@ class Replica:
     # As leader: the epoch this broker's uninterrupted leadership began in (a same-leader epoch
     # bump keeps it): acks=all produces appended since then settle by the high watermark.
     leadership_epoch: int = -1
+    # As leader: when this leader epoch began (ms, the injected clock), for the log line that
+    # tells how long the high watermark stayed below the epoch start
+    leader_since_ms: int = 0
     # the TopicInfo this replica's log was last found to belong to (cluster metadata replaces
     # TopicInfo objects when a topic changes): an identity check per request instead of
     # comparing topic ids
@@ -163,6 +172,9 @@ class ReplicaManager:
         # partitions whose log dir failed (LogManager.fail_dir): offline on this broker until
         # it restarts, answered KAFKA_STORAGE_ERROR (Kafka's HostedPartition.Offline)
         self.offline: set[tuple[str, int]] = set()
+        # new leaderships whose high watermark is below the epoch start: until their ISR
+        # followers fetched once, those followers' fetches are answered at once (owes_fetch)
+        self._lagging: dict[tuple[str, int], Replica] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -352,6 +364,7 @@ class ReplicaManager:
             }
         r.role, r.leader, r.leader_epoch = LEADER, self.broker_id, state.leader_epoch
         r.isr = list(state.isr)
+        r.leader_since_ms = now
         r.leader_epoch_start_offset = r.log.log_end_offset
         r.log.leader_epochs.assign(state.leader_epoch, r.log.log_end_offset)
         log.info(
@@ -364,6 +377,32 @@ class ReplicaManager:
             r.log.high_watermark,
         )
         self._maybe_advance_hw(r)
+        if r.high_watermark_lagging():
+            # Kafka's makeLeader: the ISR followers' next fetch advances the high watermark;
+            # their fetches parked here (for other partitions) are answered now, so they come
+            # back at once with this partition once they know of this leader
+            self._lagging[(r.topic, r.partition)] = r
+            for b in r.isr:
+                if b != self.broker_id:
+                    self.purgatory.notify(follower_key(b))
+
+    def owes_fetch(self, broker_id: int) -> bool:
+        """True while ``broker_id`` is in the ISR of a partition this broker has just taken
+        over, whose high watermark waits for that follower's first fetch: its fetches are then
+        answered at once rather than after max_wait_ms, so that it comes back with the
+        partition as soon as it knows of the new leader (its metadata can lag ours)."""
+        for key, r in list(self._lagging.items()):
+            if (
+                r.role != LEADER
+                or not r.high_watermark_lagging()
+                or self.replicas.get(key) is not r
+            ):
+                del self._lagging[key]
+                continue
+            st = r.followers.get(broker_id)
+            if broker_id in r.isr and (st is None or st.log_end_offset < 0):
+                return True
+        return False
 
     def _become_follower(self, r: Replica, state: PartitionState) -> None:
         self._detach(r)
@@ -477,15 +516,27 @@ class ReplicaManager:
             st = r.followers.get(b)
             candidate = min(candidate, st.log_end_offset if st is not None else -1)
         if candidate > r.log.high_watermark:
+            lagging = r.high_watermark_lagging()
             r.log.high_watermark = candidate
+            if lagging and not r.high_watermark_lagging():
+                log.info(
+                    "%s-%d: high watermark %d reached the start of leader epoch %d after %d ms",
+                    r.topic,
+                    r.partition,
+                    candidate,
+                    r.leader_epoch,
+                    self.clock.time_ms() - r.leader_since_ms,
+                )
             self._wake(r)
 
     def _wake(self, r: Replica) -> None:
         self.purgatory.notify(hw_key(r.topic, r.partition))
         self.purgatory.notify(consumer_key(r.topic, r.partition))
 
-    def record_follower_fetch(self, r: Replica, replica_id: int, fetch_offset: int) -> None:
-        """A follower fetched from ``fetch_offset``: everything before it is on its log."""
+    def record_follower_fetch(self, r: Replica, replica_id: int, fetch_offset: int) -> bool:
+        """A follower fetched from ``fetch_offset``: everything before it is on its log.  True
+        when this fetch brought a new leader's high watermark to its epoch start (the fetch is
+        then answered at once: the follower learns the high watermark it may soon serve)."""
         if replica_id not in r.followers:
             if replica_id not in r.replicas:
                 raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{replica_id} is no replica")
@@ -505,7 +556,9 @@ class ReplicaManager:
             and fetch_offset >= r.leader_epoch_start_offset
         ):
             self._change_isr(r, sorted(set(r.isr) | {replica_id}), "caught up")
+        lagging = r.high_watermark_lagging()
         self._maybe_advance_hw(r)
+        return lagging and not r.high_watermark_lagging()
 
     def _change_isr(self, r: Replica, new_isr: list[int], why: str) -> None:
         if r.isr_change_in_flight or new_isr == r.isr:

@@ -203,7 +203,9 @@ class ScramServer:
         attrs = _attrs(text)
         if len(attrs) < 3 or attrs[0][0] != "c" or attrs[1][0] != "r" or attrs[-1][0] != "p":
             raise AuthenticationFailed("Invalid SCRAM client final message")
-        if attrs[1][1] != self._nonce:
+        # Kafka 3.8.1+ (ScramSaslServer): the nonce must END with the server-first nonce, so
+        # librdkafka < 2.6.1's r=<client nonce><server nonce> (its own nonce twice) logs in
+        if not attrs[1][1].endswith(self._nonce):
             raise AuthenticationFailed("Invalid SCRAM client final message: nonce mismatch")
         try:
             binding = _unb64(attrs[0][1])

@@ -27,6 +27,11 @@ bomb                      a small compressed batch inflating to hundreds of MiB
                           (every codec); the batch mutations then break it (bytes, lengths,
                           cuts, CRC-32 recomputed) or make it a wrapper of zeros
 pipeline                  20-40 valid requests back to back; answers must keep their order
+name                      a valid request whose resource names (topics, groups, transactional
+                          ids, members, users, quota entities, config and ACL resources, the
+                          client id) are hostile: "", ".", "..", "/", "a/b", NUL, unicode,
+                          very long (``HOSTILE_NAMES``); each must get a Kafka error code or
+                          work, never reach a traceback
 ========================  ==================================================================
 
 Every frame is a pure function of (seed, index): ``make_frame(seed, index, pairs, pool)``.
@@ -78,7 +83,53 @@ MUTATIONS: dict[str, int] = {  # kind -> weight
     "poison_records": 8,
     "bomb": 1,
     "pipeline": 2,
+    "name": 10,
 }
+
+# Names a client may send where a resource is named; the broker turns some into store paths.
+HOSTILE_NAMES: tuple[str, ...] = (
+    "",
+    ".",
+    "..",
+    "/",
+    "a/b",
+    "../x",
+    "./a",
+    "a/",
+    "/a",
+    "a//b",
+    "%",
+    "%2F",
+    "%2E",
+    "+",
+    " ",
+    "*",
+    "<default>",
+    "a\x00b",
+    "grüße",
+    "名前/データ",
+    "\u202e",
+    "x" * 300,
+    "y" * 5000,
+    "__consumer_offsets",
+    "zookeeper",
+    "-",
+    "\x7f",
+    "\ue000",
+    "\ue000" * 10000,
+    "z" * 32000,
+)
+# String fields that name a resource (request field name, whatever the message)
+NAME_FIELDS = frozenset({
+    "name", "topic", "topic_names", "topic_name", "subscribed_topic_names",
+    "group_id", "key", "groups", "groups_names", "group_ids", "coordinator_keys",
+    "transactional_id", "transactional_ids", "v3_and_below_transactional_id",
+    "member_id", "group_instance_id", "instance_id",
+    "entity_name", "match", "resource_name", "resource_name_filter", "principal",
+})  # fmt: skip
+# resource types with names: configs (2 topic, 4 broker, 8 broker logger, 16 client metrics,
+# 32 group) and ACLs (2 topic, 3 group, 4 cluster, 5 transactional id, 6 token, 7 user)
+HOSTILE_RESOURCE_TYPES = (2, 3, 4, 5, 6, 7, 8, 16, 32)
 
 
 @dataclass(frozen=True)
@@ -264,9 +315,16 @@ def record_batch(rng: random.Random, compression: int | None = None, n: int | No
 
 
 class _Gen:
-    def __init__(self, rng: random.Random, pool: Pool) -> None:
+    def __init__(self, rng: random.Random, pool: Pool, hostile: bool = False) -> None:
         self.rng = rng
         self.pool = pool
+        self.hostile = hostile  # resource names from HOSTILE_NAMES, half of the time
+        self.hostile_used: list[str] = []
+
+    def _hostile(self) -> str:
+        name = self.rng.choice(HOSTILE_NAMES)
+        self.hostile_used.append(name)
+        return name
 
     def struct(self, fields: tuple[Field, ...], version: int, ctx: str) -> dict:
         out: dict[str, Any] = {}
@@ -274,7 +332,10 @@ class _Gen:
             if version in f.versions:
                 out[f.name] = self.field(f, version, ctx)
         if "resource_type" in out and "resource_name" in out:  # configs / ACL resources
-            if self.rng.random() < 0.25:
+            if self.hostile and self.rng.random() < 0.7:
+                out["resource_type"] = self.rng.choice(HOSTILE_RESOURCE_TYPES)
+                out["resource_name"] = self._hostile()
+            elif self.rng.random() < 0.25:
                 out["resource_type"], out["resource_name"] = 4, "0"  # the broker
             else:
                 out["resource_type"], out["resource_name"] = 2, self.topic()
@@ -310,6 +371,11 @@ class _Gen:
         if t == "records":
             return record_batch(rng)
         if t == "string":
+            if self.hostile and name in NAME_FIELDS and "Config" not in ctx:
+                if rng.random() < 0.5:
+                    return self._hostile()
+            if name in ("entity_type",):
+                return rng.choice(("user", "client-id", "ip"))
             if name in ("name", "topic", "topic_names") and "Config" not in ctx:
                 return self.topic()
             if name in ("group_id", "key", "groups", "groups_names", "coordinator_keys"):
@@ -445,9 +511,16 @@ def valid_body(api_key: int, version: int, rng: random.Random, pool: Pool) -> di
     return body
 
 
-def encode(api_key: int, version: int, corr: int, body: dict) -> bytes:
+def hostile_body(api_key: int, version: int, rng: random.Random, pool: Pool) -> tuple[dict, list]:
+    """A valid request with hostile resource names; (body, the names used)."""
+    gen = _Gen(rng, pool, hostile=True)
+    body = gen.struct(SCHEMAS.by_key[api_key].request.fields, version, "")
+    return body, gen.hostile_used
+
+
+def encode(api_key: int, version: int, corr: int, body: dict, client_id: str = CLIENT_ID) -> bytes:
     """The frame body (no size prefix)."""
-    return codec.encode_request(api_key, version, corr, CLIENT_ID, body)[4:]
+    return codec.encode_request(api_key, version, corr, client_id, body)[4:]
 
 
 # -- mutations ------------------------------------------------------------------------------
@@ -704,6 +777,16 @@ def make_frame(seed: int, index: int, pairs: list[tuple[int, int]], pool: Pool,
         return Frame(
             index, api_key, version, kind, detail, _sized(encode(api_key, version, corr, body))
         )
+    if kind == "name":
+        body, used = hostile_body(api_key, version, rng, pool)
+        client_id = rng.choice(HOSTILE_NAMES) if rng.random() < 0.2 else CLIENT_ID
+        if client_id != CLIENT_ID:
+            used.append(client_id)
+        if used:
+            detail = "names " + ", ".join(repr(n if len(n) < 40 else n[:8] + "...") for n in used)
+            data = _sized(encode(api_key, version, corr, body, client_id))
+            return Frame(index, api_key, version, kind, detail, data)
+        kind = "valid"  # this request names nothing
     body_bytes = encode(api_key, version, corr, body)
     if kind == "valid":
         return Frame(index, api_key, version, kind, "unchanged", _sized(body_bytes))

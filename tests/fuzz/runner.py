@@ -71,6 +71,7 @@ class Options:
     strict_stalls: bool = False  # also fail on stalls no frame reproduces
     sweep_every: int = 2500  # frames between sweeps of the stored data
     apis: frozenset[int] | None = None  # only these api keys (default: every advertised one)
+    mutations: tuple[str, ...] | None = None  # only these mutation kinds (default: all)
     overrides: dict[str, str] = dataclasses.field(default_factory=dict)  # broker settings
 
 
@@ -397,7 +398,7 @@ class Fuzzer:
         self.pool = Pool()
         self.next_index = 0
         self.pairs: list[tuple[int, int]] = []
-        self.kinds = dict(MUTATIONS)
+        self.kinds = {k: MUTATIONS[k] for k in opts.mutations or MUTATIONS}
         self.gate = asyncio.Event()
         self.gate.set()
         self.in_flight = 0
@@ -847,6 +848,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rss-limit-mb", type=int, default=300)
     p.add_argument("--answer-timeout", type=float, default=2.0)
     p.add_argument("--apis", help="only these api keys, e.g. 0,2,37 (default: all served)")
+    p.add_argument("--mutations", help="only these mutation kinds, e.g. name,valid (default: all)")
     p.add_argument("--zookeeper", metavar="HOST:PORT", help="metadata in this ZooKeeper")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="a broker setting, e.g. auto.create.topics.enable=false")  # fmt: skip
@@ -870,6 +872,7 @@ def main(argv: list[str] | None = None) -> int:
         zookeeper=args.zookeeper, workdir=args.workdir, asyncio_debug=args.asyncio_debug,
         strict_stalls=args.strict_stalls,
         apis=frozenset(int(k) for k in args.apis.split(",")) if args.apis else None,
+        mutations=tuple(args.mutations.split(",")) if args.mutations else None,
         overrides=dict(o.split("=", 1) for o in args.override),
         progress=True,
     )  # fmt: skip

@@ -225,7 +225,9 @@ class Group:
         return self._join_known(reply, now, req)
 
     def _join_unknown(self, reply: Reply, now: int, req: JoinRequest) -> list[Output]:
-        new_id = f"{req.client_id}-{uuid.uuid4()}"
+        # Kafka's clientId-UUID; a client id is cut to 1000 characters so that the member id
+        # always fits a response's int16-length string (Kafka fails to serialize it)
+        new_id = f"{req.client_id[:1000]}-{uuid.uuid4()}"
         iid = req.group_instance_id
         if iid is not None and iid in self.static_members:
             return self._replace_static(reply, now, req, new_id)

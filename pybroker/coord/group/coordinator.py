@@ -1,7 +1,8 @@
 """The group coordinator: the asyncio shell around the pure group state machine.  The event loop
 owns every group and a call into the state machine never awaits, so each request applies
 atomically (the loop is the queue).  The coordinator of a group is the owner of its offsets
-partition, computed from the live brokers; others answer NOT_COORDINATOR.  What a broker holds
+partition, computed from the live brokers; others answer NOT_COORDINATOR.  A classic group's metadata is stored as Kafka's
+(classic_store.py), a KIP-848 group's state too (consumer_store.py).  What a broker holds
 about a group is valid only within one coordination term: a moved membership epoch drops the
 cached offsets and unloads the groups (KIP-848 groups are loaded again from the store).
 Ownership and terms: docs/internals.md ("pybroker/coord/group/coordinator.py").
@@ -23,6 +24,7 @@ from pybroker.coord.group.classic import (
     Output,
     join_error,
 )
+from pybroker.coord.group.classic_store import ClassicGroupStore
 from pybroker.coord.group.consumer import ConsumerGroup
 from pybroker.coord.group.consumer_member import (
     ConsumerGroupConfig,
@@ -102,6 +104,7 @@ class GroupCoordinator:
     ) -> None:
         self.offsets = offsets
         self.consumer_store = ConsumerGroupStore(offsets.store)
+        self.classic_store = ClassicGroupStore(offsets.store)
         # groups whose KIP-848 state was looked for in the store in this coordination term
         self._checked: set[str] = set()
         self._loading: dict[str, asyncio.Future[None]] = {}
@@ -140,18 +143,33 @@ class GroupCoordinator:
         epoch = self._membership_epoch
         names = await self.offsets.groups()
         consumer_groups = await self.consumer_store.groups()
+        classic_groups = await self.classic_store.groups()
         if epoch != self._membership_epoch:
             return  # coordination moved meanwhile: the next adoption decides
         for gid in consumer_groups:
             if self._coordinates(gid):
                 await self._ensure_loaded(gid)
+        wanted = [g for g in classic_groups if g not in self.groups and self._coordinates(g)]
+        records = dict(
+            zip(wanted, await asyncio.gather(*map(self.classic_store.load, wanted)), strict=True)
+        )
         if epoch != self._membership_epoch:
             return
         now = self.clock.time_ms()
-        for gid in names:
+        for gid in dict.fromkeys([*names, *records]):
             if gid not in self.groups and self._coordinates(gid):
-                # the group has been empty at least since now
-                self.groups[gid] = Group(gid, self.config, state_timestamp_ms=now)
+                self.groups[gid] = self._adopted(gid, records.get(gid), now)
+
+    def _adopted(self, group_id: str, record: dict | None, now: int) -> Group:
+        """An Empty group as its stored metadata describes it (Kafka's loadGroup), or a
+        group known only by its offsets: no protocol type, empty at least since now."""
+        g = Group(group_id, self.config, state_timestamp_ms=now)
+        if record is not None:
+            g.protocol_type = record.get("protocol_type")
+            g.generation_id = record["generation"]
+            if record.get("state") == GroupState.EMPTY.value:
+                g.state_timestamp_ms = int(record.get("current_state_timestamp", now))
+        return g
 
     def _adopt_in_background(self) -> None:
         if self._adopt_task is not None and not self._adopt_task.done():
@@ -166,6 +184,7 @@ class GroupCoordinator:
         self._adopt_task = asyncio.get_running_loop().create_task(adopt(), name="adopt-groups")
 
     async def stop(self) -> None:
+        await self.classic_store.drain()
         for task in (self._expiry_task, self._adopt_task, *self._background):
             if task is None:
                 continue
@@ -246,6 +265,7 @@ class GroupCoordinator:
         g = self.groups.get(group_id)
         if g is None:
             return
+        self._store_metadata(g)
         deadline = g.next_deadline()
         if deadline is None:
             return
@@ -253,6 +273,22 @@ class GroupCoordinator:
         self._timers[group_id] = asyncio.get_running_loop().call_later(
             delay, self._on_timer, group_id
         )
+
+    def _store_metadata(self, g: Group | ConsumerGroup) -> None:
+        """Keep a classic group's metadata record in step (classic_group_store.py): written
+        when a rebalance completed (Stable) or the group became Empty, as Kafka writes it;
+        deleted when the group turned into a KIP-848 group (which has its own records)."""
+        if isinstance(g, ConsumerGroup):
+            self.classic_store.save(g.group_id, None)
+        elif g.state in (GroupState.STABLE, GroupState.EMPTY) and g.protocol_type is not None:
+            record = {
+                "protocol_type": g.protocol_type,
+                "generation": g.generation_id,
+                "protocol": g.protocol_name,
+                "state": g.state.value,
+                "current_state_timestamp": g.state_timestamp_ms,
+            }
+            self.classic_store.save(g.group_id, record)
 
     def _on_timer(self, group_id: str) -> None:
         self._timers.pop(group_id, None)
@@ -721,6 +757,8 @@ class GroupCoordinator:
             g.mark_dead(self.clock.time_ms())
             del self.groups[group_id]
             self._schedule(group_id)
+            self.classic_store.save(group_id, None)
+            await self.classic_store.flush(group_id)
         return ErrorCode.NONE
 
     async def delete_offsets(
@@ -769,6 +807,7 @@ class GroupCoordinator:
                 g.mark_dead(self.clock.time_ms())
                 del self.groups[group_id]
                 self._schedule(group_id)
+                self.classic_store.save(group_id, None)
         return ErrorCode.NONE, results
 
     async def expire_offsets(self) -> int:
@@ -790,6 +829,7 @@ class GroupCoordinator:
                 if not await self.offsets.load(gid) and _empty(g):
                     g.mark_dead(now)
                     self.groups.pop(gid, None)
+                    self.classic_store.save(gid, None)
             except StoreError as e:
                 log.warning("offset expiry for group %s failed: %s", gid, e)
         return dropped

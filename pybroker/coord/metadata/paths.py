@@ -51,12 +51,21 @@ CONSUMERS = "/consumers"
 CONTROLLED_SHUTDOWN = "/pybroker/controlled_shutdown"
 # KIP-848 consumer groups' records (coord/group/consumer_store.py)
 CONSUMER_GROUPS = "/pybroker/consumer_groups"
+# classic groups' metadata without members (coord/classic_group_store.py)
+CLASSIC_GROUPS = "/pybroker/classic_groups"
 # pybroker's own (Kafka ZooKeeper mode writes /log_dir_event_notification and learns the
 # offline replicas through LeaderAndIsr, which pybroker has not): a broker whose log dir
 # failed creates an ephemeral sequential <OFFLINE_REPLICAS>/<id>-<seq> holding
 # {"version": 1, "broker": id, "partitions": [[topic, partition], ...]}; they go with its
 # session (a restarted broker looks at its dirs again)
 OFFLINE_REPLICAS = "/pybroker/offline_replicas"
+
+#: The longest group id, transactional.id or coordinator key pybroker serves (characters): the
+#: longest a non-flexible request's string can be.  Longer names (only compact strings carry
+#: them) get INVALID_GROUP_ID / INVALID_REQUEST before they are hashed or escaped, so their
+#: cost stays bounded; a name up to this length whose escaped store path is still too long
+#: (store.MAX_PATH_BYTES) gets the store error of the API.
+MAX_NAME_CHARS = 32767
 
 # kafka.zk.ZkData.PersistentZkPaths: the persistent paths a Kafka broker ensures at startup
 PERSISTENT_PATHS: tuple[str, ...] = (
@@ -76,6 +85,7 @@ PERSISTENT_PATHS: tuple[str, ...] = (
     "/config/ips",
     CONTROLLED_SHUTDOWN,
     CONSUMER_GROUPS,
+    CLASSIC_GROUPS,
     OFFLINE_REPLICAS,
 )
 
@@ -400,8 +410,12 @@ def decode_producer_id_block(data: bytes) -> tuple[int, int, int] | None:
 _UNSAFE = re.compile(r"[%/\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
 
 
-def _escape_char(m: re.Match[str]) -> str:
-    return "".join(f"%{b:02X}" for b in m.group().encode("utf-8", "surrogatepass"))
+# every _UNSAFE character -> its escape (str.translate: linear in C, however long the name)
+_ESCAPES = {
+    cp: "".join(f"%{b:02X}" for b in chr(cp).encode("utf-8", "surrogatepass"))
+    for cp in (*range(0x20), *range(0x7F, 0xA0), *range(0xD800, 0xF900), *range(0xFFF0, 0x10000))
+}
+_ESCAPES[ord("%")], _ESCAPES[ord("/")] = "%25", "%2F"
 
 
 def name_to_component(name: str) -> str:
@@ -410,7 +424,7 @@ def name_to_component(name: str) -> str:
         return "%"  # never produced otherwise: an escape is always '%' + two hex digits
     if name in (".", ".."):
         return "%2E" * len(name)
-    return _UNSAFE.sub(_escape_char, name)
+    return name.translate(_ESCAPES)
 
 
 def component_to_name(component: str) -> str:

@@ -13,6 +13,9 @@ same mapping, so a transaction's coordinator moves exactly as group coordination
 
 from __future__ import annotations
 
+import array
+import operator
+import sys
 import zlib
 from collections.abc import Iterable
 
@@ -25,12 +28,22 @@ OFFSETS_PARTITIONS = 50
 OFFSETS_TOPIC = "__consumer_offsets"
 
 
+_HASH_CHUNK = 4096
+_POWERS_31 = [pow(31, k, 1 << 32) for k in range(_HASH_CHUNK + 1)]
+_UTF16 = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
+
+
 def java_string_hash(s: str) -> int:
-    """java.lang.String.hashCode (over UTF-16 code units), as a signed 32-bit int."""
+    """java.lang.String.hashCode (over UTF-16 code units), as a signed 32-bit int:
+    sum(c[i] * 31**(n-1-i)) mod 2**32, a chunk of code units at a time (C-level loops)."""
+    units = array.array("H", s.encode(_UTF16, "surrogatepass"))
     h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    for start in range(0, len(units), _HASH_CHUNK):
+        chunk = units[start : start + _HASH_CHUNK]
+        m = len(chunk)
+        h = (h * _POWERS_31[m] + sum(map(operator.mul, chunk, _POWERS_31[m - 1 :: -1]))) & (
+            0xFFFFFFFF
+        )
     return h - (1 << 32) if h & 0x80000000 else h
 
 

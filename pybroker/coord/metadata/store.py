@@ -10,6 +10,7 @@ CONNECTED, SUSPENDED, LOST.  The data model in full: docs/internals.md
 from __future__ import annotations
 
 import enum
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -123,20 +124,40 @@ Op = Create | SetData | Delete | Check
 # --------------------------------------------------------------------------- paths
 
 
+class InvalidPathError(StoreError, ValueError):
+    """A path the store cannot hold (ZooKeeper's BadArguments).  Names that reach the store
+    come through escaping path builders, so this means a builder let a name through: a
+    StoreError, so callers answer with their store error instead of failing."""
+
+
+#: the longest path either backend holds: LocalStore journals a path with a u16 length, and
+#: ZooKeeper's requests must fit jute.maxbuffer (1 MiB) with all the paths of a multi
+MAX_PATH_BYTES = 32767
+# characters ZooKeeper's PathUtils refuses anywhere in a path
+_ZK_ILLEGAL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
+
+
 def validate_path(path: str) -> None:
     """ZooKeeper's path rules: absolute, no empty, '.' or '..' component, no trailing slash
-    (except the root), no NUL.  Raises ValueError."""
+    (except the root), none of the characters ZooKeeper refuses (NUL, controls, surrogates,
+    private use, specials); at most MAX_PATH_BYTES.  Raises InvalidPathError."""
     if not isinstance(path, str) or not path.startswith("/"):
-        raise ValueError(f"path must be absolute: {path!r}")
+        raise InvalidPathError(f"path must be absolute: {str(path)[:200]!r}")
     if path == "/":
         return
     if path.endswith("/"):
-        raise ValueError(f"path must not end with '/': {path!r}")
-    if "\0" in path:
-        raise ValueError(f"path must not contain NUL: {path!r}")
+        raise InvalidPathError(f"path must not end with '/': {path[:200]!r}")
+    if (
+        len(path) > MAX_PATH_BYTES // 4
+        and len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES
+    ):
+        raise InvalidPathError(f"path longer than {MAX_PATH_BYTES} bytes: {path[:100]!r}...")
+    bad = _ZK_ILLEGAL.search(path)
+    if bad:
+        raise InvalidPathError(f"path must not contain {bad.group()!r}: {path[:200]!r}")
     for part in path[1:].split("/"):
         if part in ("", ".", ".."):
-            raise ValueError(f"invalid path component {part!r} in {path!r}")
+            raise InvalidPathError(f"invalid path component {part!r} in {path[:200]!r}")
 
 
 def parent_of(path: str) -> str:

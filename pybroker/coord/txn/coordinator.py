@@ -20,8 +20,14 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from pybroker.clock import Clock
+from pybroker.coord.metadata.paths import MAX_NAME_CHARS
 from pybroker.coord.metadata.placement import coordinator_for
-from pybroker.coord.metadata.store import BadVersionError, NodeExistsError, StoreError
+from pybroker.coord.metadata.store import (
+    BadVersionError,
+    InvalidPathError,
+    NodeExistsError,
+    StoreError,
+)
 from pybroker.coord.txn import state as ts
 from pybroker.coord.txn.store import TxnStateStore
 from pybroker.errors import ErrorCode
@@ -73,8 +79,8 @@ class TransactionCoordinator:
 
     # -- ownership -------------------------------------------------------------------------
     def coordinates(self, transactional_id: str) -> bool:
-        if self._membership is None:
-            return True
+        if self._membership is None or len(transactional_id) > MAX_NAME_CHARS:
+            return True  # (too long to store: nothing is found under it, nothing is written)
         return coordinator_for(transactional_id, self._membership()[1]) == self.broker_id
 
     def _lock(self, tid: str) -> asyncio.Lock:
@@ -101,10 +107,25 @@ class TransactionCoordinator:
         return new_version
 
     # -- requests --------------------------------------------------------------------------
+    # A store error answers COORDINATOR_NOT_AVAILABLE (the client finds the coordinator again
+    # and retries), as Kafka answers a failed transaction log append; a transactional.id no
+    # store path can hold (far longer than any real one) is INVALID_REQUEST.
     async def init_producer_id(
         self, tid: str, timeout_ms: int, expected_pid: int = -1, expected_epoch: int = -1
     ) -> tuple[ErrorCode, int, int]:
         """(error, producer id, epoch) for InitProducerId with a transactional.id."""
+        try:
+            return await self._init_producer_id(tid, timeout_ms, expected_pid, expected_epoch)
+        except InvalidPathError as e:
+            log.info("transactional.id refused: %s", e)
+            return ErrorCode.INVALID_REQUEST, -1, -1
+        except StoreError as e:
+            log.warning("InitProducerId: the metadata store failed: %s", e)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1
+
+    async def _init_producer_id(
+        self, tid: str, timeout_ms: int, expected_pid: int, expected_epoch: int
+    ) -> tuple[ErrorCode, int, int]:
         if not self.coordinates(tid):
             return ErrorCode.NOT_COORDINATOR, -1, -1
         async with self._lock(tid):
@@ -135,43 +156,59 @@ class TransactionCoordinator:
     ) -> ErrorCode:
         if not self.coordinates(tid):
             return ErrorCode.NOT_COORDINATOR
-        async with self._lock(tid):
-            cur = await self._current(tid)
-            md, version = cur if cur is not None else (None, None)
-            d = ts.add_partitions(md, pid, epoch, frozenset(partitions), self.clock.time_ms())
-            if d.new is not None and await self._persist(d.new, version) is None:
-                return ErrorCode.NOT_COORDINATOR
-            return d.error
+        try:
+            async with self._lock(tid):
+                cur = await self._current(tid)
+                md, version = cur if cur is not None else (None, None)
+                d = ts.add_partitions(md, pid, epoch, frozenset(partitions), self.clock.time_ms())
+                if d.new is not None and await self._persist(d.new, version) is None:
+                    return ErrorCode.NOT_COORDINATOR
+                return d.error
+        except StoreError as e:
+            log.warning("transaction %.100s: the metadata store failed: %s", tid, e)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
 
     async def verify_partitions(
         self, tid: str, pid: int, epoch: int, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, ErrorCode]:
         if not self.coordinates(tid):
             return dict.fromkeys(partitions, ErrorCode.NOT_COORDINATOR)
-        async with self._lock(tid):
-            cur = await self._current(tid)
-            return ts.verify_partitions(cur[0] if cur else None, pid, epoch, partitions)
+        try:
+            async with self._lock(tid):
+                cur = await self._current(tid)
+                return ts.verify_partitions(cur[0] if cur else None, pid, epoch, partitions)
+        except StoreError as e:
+            log.warning("transaction %.100s: the metadata store failed: %s", tid, e)
+            return dict.fromkeys(partitions, ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
     async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> ErrorCode:
         if not self.coordinates(tid):
             return ErrorCode.NOT_COORDINATOR
-        async with self._lock(tid):
-            cur = await self._current(tid)
-            md, version = cur if cur is not None else (None, None)
-            d = ts.end_txn(md, pid, epoch, commit, self.clock.time_ms())
-            if d.new is not None and await self._persist(d.new, version) is None:
-                return ErrorCode.NOT_COORDINATOR
-            return d.error
+        try:
+            async with self._lock(tid):
+                cur = await self._current(tid)
+                md, version = cur if cur is not None else (None, None)
+                d = ts.end_txn(md, pid, epoch, commit, self.clock.time_ms())
+                if d.new is not None and await self._persist(d.new, version) is None:
+                    return ErrorCode.NOT_COORDINATOR
+                return d.error
+        except StoreError as e:
+            log.warning("transaction %.100s: the metadata store failed: %s", tid, e)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
 
     async def describe(self, tid: str) -> tuple[ErrorCode, ts.TxnMetadata | None]:
         """DescribeTransactions: the id's state, if this broker coordinates it."""
         if not self.coordinates(tid):
             return ErrorCode.NOT_COORDINATOR, None
-        async with self._lock(tid):
-            cur = await self._current(tid)
-        if cur is None or cur[0].state is ts.TxnState.DEAD:
-            return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, None
-        return ErrorCode.NONE, cur[0]
+        try:
+            async with self._lock(tid):
+                cur = await self._current(tid)
+            if cur is None or cur[0].state is ts.TxnState.DEAD:
+                return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, None
+            return ErrorCode.NONE, cur[0]
+        except StoreError as e:
+            log.warning("transaction %.100s: the metadata store failed: %s", tid, e)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
 
     def list_states(
         self, producer_ids: Iterable[int] = (), states: Iterable[str] = ()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from pybroker.coord.metadata.paths import component_to_name, name_to_component
-from pybroker.coord.metadata.store import MetadataStore
+from pybroker.coord.metadata.store import InvalidPathError, MetadataStore
 from pybroker.coord.txn.state import TxnMetadata
 
 TRANSACTIONS = "/transactions"
@@ -38,7 +38,10 @@ class TxnStateStore:
         return out
 
     async def load(self, transactional_id: str) -> tuple[TxnMetadata, int] | None:
-        if await self.store.exists(txn_path(transactional_id)) is None:
+        try:
+            if await self.store.exists(txn_path(transactional_id)) is None:
+                return None
+        except InvalidPathError:  # longer than a store path holds: nothing stored under it
             return None
         data, stat = await self.store.get(txn_path(transactional_id))
         return TxnMetadata.from_dict(json.loads(data)), stat.version
