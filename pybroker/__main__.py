@@ -96,7 +96,7 @@ def parse_scram_spec(spec: str) -> tuple[str, str, str, int]:
 
 
 async def _add_scram(config: Config, specs: list[tuple[str, str, str, int]]) -> None:
-    store = make_store(config, config.data_dir, SYSTEM_CLOCK)
+    store = make_store(config, data_dir=config.data_dir, clock=SYSTEM_CLOCK)
     await store.start()
     try:
         creds = CredentialStore(store)

@@ -202,7 +202,7 @@ class Broker:
             soft,
             self.descriptors.capacity,
         )
-        self.logs = builder.log_manager(cfg, self.clock, self.descriptors)
+        self.logs = builder.log_manager(cfg, clock=self.clock, descriptors=self.descriptors)
         # local disk only: never skipped (a clean close lets the next start skip recovery)
         self._stops.push("logs", lambda: asyncio.to_thread(self.logs.close), bounded=False)
         await asyncio.to_thread(self.logs.load_all)  # none usable: an error naming log.dirs
@@ -214,13 +214,13 @@ class Broker:
         for d in self.logs.online_dirs:  # a disk of another broker: refused, as Kafka does
             meta_properties.check_broker_id(d, cfg.broker_id)
         self.logs.dir_failure_listeners.append(self._on_log_dir_failure)
-        self.log_mover = builder.log_dir_mover(cfg, self.logs, self.clock)
+        self.log_mover = builder.log_dir_mover(cfg, logs=self.logs, clock=self.clock)
 
     async def _bind_listeners(self) -> None:
         """The listeners' ports are bound before the broker registers or claims the controller
         role (a port in use stops it here, naming listeners); connections wait in the kernel's
         backlog until ``_serve``."""
-        self.server = builder.kafka_server(self.config, self)
+        self.server = builder.kafka_server(self.config, services=self)
         self._stops.push("listeners", self.server.stop)
         await self.server.bind()
         self.http = builder.http_server(self.config)
@@ -230,7 +230,7 @@ class Broker:
 
     async def _start_store(self) -> None:
         cfg = self.config
-        self.store = builder.make_store(cfg, cfg.data_dir, self.clock)
+        self.store = builder.make_store(cfg, data_dir=cfg.data_dir, clock=self.clock)
         self._stops.push("metadata store", self.store.close)
         # the logs close (marked clean) before the store, the stop most likely to wait on an
         # unreachable ZooKeeper
@@ -239,7 +239,9 @@ class Broker:
 
     async def _start_cluster(self) -> None:
         cfg = self.config
-        self.cluster = builder.cluster(cfg, self.store, self.clock, self.loop_monitor)
+        self.cluster = builder.cluster(
+            cfg, store=self.store, clock=self.clock, loop_monitor=self.loop_monitor
+        )
         self.loop_monitor.add_listener(self.cluster.loop_stalled)
         self._stops.push("cluster membership", self.cluster.stop)
         await self.cluster.start()
@@ -256,12 +258,12 @@ class Broker:
         """The replica manager, the flusher, the roles of the partitions hosted here."""
         self.replicas = builder.replica_manager(
             self.config,
-            self.cluster,
-            self.logs,
-            self.purgatory,
-            self.clock,
-            self.flusher,
-            self.metrics,
+            cluster=self.cluster,
+            logs=self.logs,
+            purgatory=self.purgatory,
+            clock=self.clock,
+            flusher=self.flusher,
+            metrics=self.metrics,
             min_insync_replicas=self._min_insync_replicas,
             open_log=self.partition_log,
             on_replica_removed=lambda t, p, plog: self._delete_logs([(t, p, plog)]),
@@ -288,18 +290,28 @@ class Broker:
 
     async def _start_group_coordinator(self) -> None:
         self.groups = builder.group_coordinator(
-            self.config, self.store, self.clock, self.cluster, self._topic_meta
+            self.config,
+            store=self.store,
+            clock=self.clock,
+            cluster=self.cluster,
+            topics=self._topic_meta,
         )
         self._stops.push("group coordinator", self.groups.stop)
         await self.groups.start()
 
     async def _start_transaction_coordinator(self) -> None:
         self._marker_sender = builder.marker_sender(
-            self.config, self.cluster, write_local=lambda markers: write_txn_markers(self, markers)
+            self.config,
+            cluster=self.cluster,
+            write_local=lambda markers: write_txn_markers(self, markers),
         )
         self._stops.push("transaction marker sender", self._marker_sender.close, bounded=False)
         self.transactions = builder.transaction_coordinator(
-            self.config, self.store, self.clock, self.cluster, self._marker_sender
+            self.config,
+            store=self.store,
+            clock=self.clock,
+            cluster=self.cluster,
+            markers=self._marker_sender,
         )
         self._stops.push("transaction coordinator", self.transactions.stop)
         await self.transactions.start()
@@ -310,10 +322,12 @@ class Broker:
         self.quota_store = QuotaStore(self.store)
         self._stops.push("quota store", self.quota_store.close, bounded=False)
         await self.quota_store.watch()
-        self.quotas = builder.quota_manager(self.config, self.quota_store, self.clock)
+        self.quotas = builder.quota_manager(
+            self.config, quota_store=self.quota_store, clock=self.clock
+        )
 
     async def _start_authorizer(self) -> None:
-        self.authorizer = builder.authorizer(self.config, self.store, self.clock)
+        self.authorizer = builder.authorizer(self.config, store=self.store, clock=self.clock)
         if self.authorizer is not None:
             self._stops.push("authorizer", self.authorizer.stop)
             await self.authorizer.start()
@@ -422,7 +436,9 @@ class Broker:
         )
 
     def _new_cleaner(self) -> LogCleaner:
-        return builder.log_cleaner(self.config, self.logs, self.clock, self._run_on_loop)
+        return builder.log_cleaner(
+            self.config, logs=self.logs, clock=self.clock, run_on_owner=self._run_on_loop
+        )
 
     def _apply_broker_configs(self) -> set[str]:
         """Apply the stored dynamic broker configs (ours and the cluster-wide defaults) to

@@ -1,5 +1,5 @@
 """The broker's parts made from its Config: one function per part, given the parts it stands
-on (the broker's callbacks by name).  Wiring only (which settings and which parts each constructor takes); the composition root
+on and the broker's callbacks by name (keyword-only).  Wiring only (which settings and which parts each constructor takes); the composition root
 (pybroker/broker.py) calls them in dependency order and stops the parts in reverse.
 
 ``config`` is the broker's one Config object: dynamic broker configs change its attributes in
@@ -76,11 +76,11 @@ def descriptor_cache(open_files_soft_limit: int) -> DescriptorCache:
     return DescriptorCache(descriptor_budget(open_files_soft_limit))
 
 
-def log_manager(config: Config, clock: Clock, descriptors: DescriptorCache) -> LogManager:
+def log_manager(config: Config, *, clock: Clock, descriptors: DescriptorCache) -> LogManager:
     return LogManager(config.log_dir_list, log_config(config, {}), clock, descriptors=descriptors)
 
 
-def log_dir_mover(config: Config, logs: LogManager, clock: Clock) -> LogDirMover:
+def log_dir_mover(config: Config, *, logs: LogManager, clock: Clock) -> LogDirMover:
     return LogDirMover(
         logs,
         # read at every chunk: a dynamic change applies to moves under way
@@ -89,7 +89,7 @@ def log_dir_mover(config: Config, logs: LogManager, clock: Clock) -> LogDirMover
     )
 
 
-def kafka_server(config: Config, services: BrokerServices) -> KafkaServer:
+def kafka_server(config: Config, *, services: BrokerServices) -> KafkaServer:
     return KafkaServer(
         services,
         config.listeners,
@@ -117,7 +117,7 @@ def broker_metrics(config: Config) -> BrokerMetrics | None:
     return BrokerMetrics() if config.metrics_listener is not None else None
 
 
-def make_store(config: Config, data_dir: Path, clock: Clock) -> MetadataStore:
+def make_store(config: Config, *, data_dir: Path, clock: Clock) -> MetadataStore:
     if config.zookeeper_connect:
         from pybroker.coord.metadata.zk import ZooKeeperStore
 
@@ -133,7 +133,7 @@ def make_store(config: Config, data_dir: Path, clock: Clock) -> MetadataStore:
 
 
 def cluster(
-    config: Config, store: MetadataStore, clock: Clock, loop_monitor: LoopMonitor
+    config: Config, *, store: MetadataStore, clock: Clock, loop_monitor: LoopMonitor
 ) -> Cluster:
     cfg = config
     return Cluster(
@@ -159,19 +159,19 @@ def cluster(
 
 def replica_manager(
     config: Config,
+    *,
     cluster: Cluster,
     logs: LogManager,
     purgatory: Purgatory,
     clock: Clock,
     flusher: Flusher,
     metrics: BrokerMetrics | None,
-    *,
     min_insync_replicas: Callable[[str], int],
     open_log: Callable[[str, int], PartitionLog],
     on_replica_removed: Callable[[str, int, PartitionLog], None],
 ) -> ReplicaManager:
-    """The parts positional; the broker's hooks (the topic's min.insync.replicas, its log
-    opened or created, a replica reassigned away) by name."""
+    """The broker's hooks: the topic's min.insync.replicas, its log opened or created, a
+    replica reassigned away."""
     cfg = config
     return ReplicaManager(
         cfg.broker_id,
@@ -196,6 +196,7 @@ def replica_manager(
 
 def group_coordinator(
     config: Config,
+    *,
     store: MetadataStore,
     clock: Clock,
     cluster: Cluster,
@@ -228,6 +229,7 @@ def group_coordinator(
 
 def marker_sender(
     config: Config,
+    *,
     cluster: Cluster,
     write_local: Callable[[list[TxnMarker]], Any],
 ) -> MarkerSender:
@@ -250,6 +252,7 @@ def marker_sender(
 
 def transaction_coordinator(
     config: Config,
+    *,
     store: MetadataStore,
     clock: Clock,
     cluster: Cluster,
@@ -272,7 +275,7 @@ def transaction_coordinator(
     )
 
 
-def quota_manager(config: Config, quota_store: QuotaStore, clock: Clock) -> QuotaManager:
+def quota_manager(config: Config, *, quota_store: QuotaStore, clock: Clock) -> QuotaManager:
     return QuotaManager(
         lambda: quota_store.quotas,
         clock.time_ms,
@@ -281,7 +284,7 @@ def quota_manager(config: Config, quota_store: QuotaStore, clock: Clock) -> Quot
     )
 
 
-def authorizer(config: Config, store: MetadataStore, clock: Clock) -> Authorizer | None:
+def authorizer(config: Config, *, store: MetadataStore, clock: Clock) -> Authorizer | None:
     """The ACL authorizer (None: authorizer.class.name unset, everything allowed)."""
     if not config.authorizer_class_name:
         return None
@@ -295,6 +298,7 @@ def authorizer(config: Config, store: MetadataStore, clock: Clock) -> Authorizer
 
 def log_cleaner(
     config: Config,
+    *,
     logs: LogManager,
     clock: Clock,
     run_on_owner: Callable[[Callable[[], Any]], Any],
