@@ -7,6 +7,9 @@ For side-by-side runs against pybroker:
         kafka.bootstrap                          # "127.0.0.1:<port>"
     with start_kafka_cluster(3) as cluster:      # node 1 broker+controller, nodes 2-3 brokers
         cluster.bootstrap                        # all three brokers' listeners
+    with start_kafka_zk(3, "127.0.0.1:2181/k") as cluster:   # ZooKeeper mode (deprecated in
+        cluster.nodes[0].kill9()                 # 3.9, still served): broker.id 0..2, the
+                                                 # controller elected through /controller
 
     python -m bench.kafka_reference [--brokers 3] [--smoke] [--workdir DIR]
         starts it, prints the bootstrap servers, and runs until Ctrl-C; --smoke instead
@@ -92,6 +95,8 @@ class KafkaNode:
     ssl_port: int | None = None  # an SSL listener too (its ssl.* settings in overrides)
     secure_protocol: str = "SSL"  # that listener's protocol: SSL or SASL_SSL
     scram: str | None = None  # kafka-storage format --add-scram (SASL_SSL's user)
+    # ZooKeeper mode (zookeeper.connect, broker.id; no KRaft roles, no storage format)
+    zookeeper_connect: str | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -106,6 +111,8 @@ class KafkaNode:
         return self.workdir / "kafka.out"
 
     def properties(self) -> dict[str, object]:
+        if self.zookeeper_connect is not None:
+            return self._zk_properties()
         controller = self.controller_port is not None
         listeners = [f"PLAINTEXT://{HOST}:{self.port}"]
         advertised = [f"PLAINTEXT://{HOST}:{self.port}"]
@@ -135,6 +142,29 @@ class KafkaNode:
         }
         props.update(self.overrides)
         return props
+
+    def _zk_properties(self) -> dict[str, object]:
+        props: dict[str, object] = {
+            "broker.id": self.node_id,
+            "zookeeper.connect": self.zookeeper_connect,
+            "listeners": f"PLAINTEXT://{HOST}:{self.port}",
+            "advertised.listeners": f"PLAINTEXT://{HOST}:{self.port}",
+            "log.dirs": self.workdir / "data",
+            "num.partitions": 1,
+            "offsets.topic.replication.factor": 1,
+            "transaction.state.log.replication.factor": 1,
+            "transaction.state.log.min.isr": 1,
+            "group.initial.rebalance.delay.ms": 0,
+            "num.network.threads": 2,
+            "num.io.threads": 4,
+        }
+        props.update(self.overrides)
+        return props
+
+    def kill9(self) -> None:
+        """SIGKILL the node's process group and wait for it."""
+        self.signal(signal.SIGKILL)
+        self.wait(30)
 
     def write_properties(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -320,6 +350,60 @@ def _start(
     ref = KafkaReference(nodes, root, cluster_id, owns)
     try:
         for n in nodes:
+            n.start()
+        ref.wait_ready(timeout)
+    except BaseException:
+        ref.stop(check=False)
+        raise
+    return ref
+
+
+def start_kafka_zk(
+    brokers: int,
+    zookeeper_connect: str,
+    workdir: Path | str | None = None,
+    *,
+    overrides: dict[str, object] | None = None,
+    heap: str = HEAP,
+    timeout: float = 180.0,
+) -> KafkaReference:
+    """``brokers`` Kafka brokers in ZooKeeper mode (broker.id 0..brokers-1) on the ZooKeeper at
+    ``zookeeper_connect`` (a chroot path is created by Kafka): the pre-KRaft controller (one
+    broker wins /controller).  Internal topics use min(3, brokers) replicas."""
+    java.classpath()
+    owns = workdir is None
+    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kafka-zk-"))
+    root.mkdir(parents=True, exist_ok=True)
+    nodes = []
+    used: set[int] = set()
+    rf = min(3, brokers)
+    for node_id in range(brokers):
+        port = free_port(HOST)
+        while port in used:
+            port = free_port(HOST)
+        used.add(port)
+        node_overrides: dict[str, object] = {
+            "offsets.topic.replication.factor": rf,
+            "transaction.state.log.replication.factor": rf,
+            "default.replication.factor": rf,
+            **(overrides or {}),
+        }
+        nodes.append(
+            KafkaNode(
+                node_id=node_id,
+                workdir=root / f"node{node_id}",
+                port=port,
+                controller_port=None,
+                voters="",
+                overrides=node_overrides,
+                heap=heap,
+                zookeeper_connect=zookeeper_connect,
+            )
+        )
+    ref = KafkaReference(nodes, root, "", owns)
+    try:
+        for n in nodes:
+            n.write_properties()
             n.start()
         ref.wait_ready(timeout)
     except BaseException:

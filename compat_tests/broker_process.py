@@ -37,4 +37,5 @@ class BrokerProcess(_process.BrokerProcess):
     asyncio_debug = True
 
     def ready(self) -> bool:
-        return api_versions_ok(self.host, self.port)
+        # every process of a multi-core node (each listens only once it registered)
+        return all(api_versions_ok(self.host, p) for p in self.ports)

@@ -3,11 +3,17 @@
 - `zookeeper` (session): a throwaway Debian ZooKeeper server (tests/zk_server.py);
   `.connect` is "host:port".
 - `backend` ("embedded" | "zookeeper"): every test that uses a broker runs on both.
-  Pick one with `-k embedded` / `-k zookeeper` or PYBROKER_BACKENDS=embedded.
+  Pick one with `-k embedded` / `-k zookeeper` or PYBROKER_BACKENDS=embedded.  A test or
+  module marked `multicore` runs a third time as "multicore": a node of two broker processes
+  (node.cores=2, docs/multicore.md) on the embedded store.
 - `start_broker(**overrides)` (function): starts `python -m pybroker serve` with
   listeners/log.dirs/broker.id (and zookeeper.connect with a fresh chroot on the zookeeper
   backend) plus Kafka-named overrides: start_broker(**{"num.partitions": 3}).
 - `broker`: start_broker() with the overrides of a `@pytest.mark.broker_overrides({...})`.
+- `storage` ("zookeeper" | "kafka"): a test that names it runs with each storage of committed
+  offsets and transaction state (offsets.storage and transaction.state.storage; "kafka" with
+  the internal topics' replication factor 1 on one broker), and its brokers get them
+  (`storage_overrides(storage)`).  Pick one with PYBROKER_STORAGES=kafka.
 
 Every broker a test started is killed at teardown; a broker still running is first stopped
 with SIGTERM and must exit 0, and a broker that logged a Python traceback fails the test
@@ -22,17 +28,32 @@ import os
 import pytest
 
 from compat_tests.broker_process import BrokerProcess
+from compat_tests.helpers import ALL_STORAGES, storage_overrides
 from tests.zk_server import ZK_SERVER_SH, ZooKeeperServer, zookeeper_available
 
 ALL_BACKENDS = ["embedded", "zookeeper"]
+MULTICORE = "multicore"  # node.cores=2 on the embedded store, for tests marked multicore
+MULTICORE_OVERRIDES = {"node.cores": "2"}
 
 
-def _backends() -> list[str]:
+def _storages() -> list[str]:
+    wanted = os.environ.get("PYBROKER_STORAGES")
+    if not wanted:
+        return ALL_STORAGES
+    chosen = [s.strip() for s in wanted.split(",") if s.strip()]
+    if set(chosen) - set(ALL_STORAGES):
+        raise pytest.UsageError(f"PYBROKER_STORAGES: unknown storage(s) in {chosen}")
+    return chosen
+
+
+def _backends(multicore: bool = False) -> list[str]:
     wanted = os.environ.get("PYBROKER_BACKENDS")
     if not wanted:
-        return ALL_BACKENDS
+        return ALL_BACKENDS + ([MULTICORE] if multicore else [])
     chosen = [b.strip() for b in wanted.split(",") if b.strip()]
-    unknown = set(chosen) - set(ALL_BACKENDS)
+    unknown = set(chosen) - set(ALL_BACKENDS) - {MULTICORE}
+    if not multicore:
+        chosen = [b for b in chosen if b != MULTICORE]
     if unknown:
         raise pytest.UsageError(f"PYBROKER_BACKENDS: unknown backend(s) {sorted(unknown)}")
     return chosen
@@ -46,6 +67,20 @@ def pytest_configure(config):
         "markers",
         "allow_broker_tracebacks: do not fail the test when the broker logs a Python traceback",
     )
+    config.addinivalue_line(
+        "markers", "multicore: run the test on a node.cores=2 node too (backend 'multicore')"
+    )
+
+
+def pytest_generate_tests(metafunc):
+    chosen = any(  # a test that names its backends itself
+        "backend"
+        in (m.args[0].replace(" ", "").split(",") if isinstance(m.args[0], str) else m.args[0])
+        for m in metafunc.definition.iter_markers("parametrize")
+    )
+    if "backend" in metafunc.fixturenames and not chosen:
+        marked = metafunc.definition.get_closest_marker("multicore") is not None
+        metafunc.parametrize("backend", _backends(marked), indirect=True)
 
 
 @pytest.fixture(scope="session")
@@ -65,8 +100,13 @@ def zookeeper(tmp_path_factory):
         server.stop()
 
 
-@pytest.fixture(params=_backends())
+@pytest.fixture
 def backend(request) -> str:
+    return request.param
+
+
+@pytest.fixture(params=_storages())
+def storage(request) -> str:
     return request.param
 
 
@@ -76,12 +116,17 @@ def start_broker(request, backend, tmp_path):
     started: list[BrokerProcess] = []
     request.node._pybrokers = started
     zk_connect = request.getfixturevalue("zookeeper").connect if backend == "zookeeper" else None
+    chosen = request.getfixturevalue("storage") if "storage" in request.fixturenames else None
+    base = storage_overrides(chosen) if chosen else {}
 
     def factory(**overrides) -> BrokerProcess:
+        settings = dict(MULTICORE_OVERRIDES) if backend == MULTICORE else {}
+        settings.update(base)
+        settings.update({k.replace("__", "."): v for k, v in overrides.items()})
         b = BrokerProcess(
             tmp_path / f"broker{len(started)}",
             zookeeper_connect=zk_connect,
-            overrides={k.replace("__", "."): v for k, v in overrides.items()},
+            overrides=settings,
         )
         started.append(b)
         b.start()

@@ -60,3 +60,19 @@ def read_all(bootstrap: str, topic: str, partitions: list[int], expected: int, t
     for r in records:
         by_partition[r.partition].append(r)
     return by_partition
+
+
+ALL_STORAGES = ["zookeeper", "kafka"]
+
+
+def storage_overrides(storage: str, brokers: int = 1) -> dict[str, object]:
+    """A broker's settings for ``storage``: on fewer than three brokers the internal topics
+    get as many replicas as there are brokers (Kafka's defaults, 3 and min ISR 2, otherwise)."""
+    if storage == "zookeeper":
+        return {}
+    out: dict[str, object] = {"offsets.storage": "kafka", "transaction.state.storage": "kafka"}
+    if brokers < 3:
+        out["offsets.topic.replication.factor"] = brokers
+        out["transaction.state.log.replication.factor"] = brokers
+        out["transaction.state.log.min.isr"] = 1
+    return out

@@ -154,6 +154,7 @@ def test_usage_errors_exit_2_and_an_unreachable_broker_exits_1():
 # -- topics -----------------------------------------------------------------------------------
 
 
+@pytest.mark.multicore
 def test_topics_create_list_describe_alter_delete(broker):
     b = broker.bootstrap
     topic = unique("cli")
@@ -174,8 +175,9 @@ def test_topics_create_list_describe_alter_delete(broker):
     d = js(b, "topics", "describe", topic)
     assert d["name"] == topic and not d["internal"]
     assert [p["partition"] for p in d["partitions"]] == [0, 1, 2]
-    for p in d["partitions"]:
-        assert p["leader"] == 0 and p["replicas"] == [0] and p["isr"] == [0], d
+    for p in d["partitions"]:  # (a multi-core node: any of its brokers leads)
+        leader = p["leader"]
+        assert leader in broker.broker_ids and p["replicas"] == p["isr"] == [leader], d
         assert p["log_start_offset"] == 0 and p["high_watermark"] == 0, d
     configs = {c["name"]: c for c in d["configs"]}
     assert configs["retention.ms"]["value"] == "3600000"
@@ -664,15 +666,32 @@ def test_groups_list_describe_reset_delete(broker):
 # -- cluster ----------------------------------------------------------------------------------
 
 
+@pytest.mark.multicore
 def test_cluster_single_broker(broker):
+    """One node: one broker, or a multi-core node's brokers, whose rack is the node."""
     c = js(broker.bootstrap, "cluster")
-    assert c["brokers"] == [{"id": 0, "host": "127.0.0.1", "port": broker.port, "rack": None}]
-    assert c["controller_id"] == 0 and c["cluster_id"]
+    ids = broker.broker_ids
+    rack = None if len(ids) == 1 else f"127.0.0.1:{broker.port}"
+    assert c["brokers"] == [
+        {"id": i, "host": "127.0.0.1", "port": broker.port + k, "rack": rack}
+        for k, i in enumerate(ids)
+    ]
+    assert c["controller_id"] in ids and c["cluster_id"]
+    assert c["racks"] == ([] if rack is None else [{"rack": rack, "brokers": ids, "leaders": 0}])
     assert c["under_replicated"] == [] and c["offline"] == []
     text = sections(ok(cli(broker.bootstrap, "cluster")))
     assert text["BROKERS (* controller)"] == [
-        {"ID": "0*", "ADDRESS": f"127.0.0.1:{broker.port}", "RACK": "-"}
+        {
+            "ID": f"{i}*" if i == c["controller_id"] else str(i),
+            "ADDRESS": f"127.0.0.1:{broker.port + k}",
+            "RACK": rack or "-",
+        }
+        for k, i in enumerate(ids)
     ]
+    if rack is not None:
+        assert text["RACKS (a multi-core node is one)"] == [
+            {"RACK": rack, "BROKERS": ",".join(map(str, ids)), "LEADERS": "0"}
+        ]
 
 
 def test_cluster_under_replicated_partitions(tmp_path):

@@ -21,16 +21,18 @@ from kafka.structs import OffsetAndMetadata
 
 from compat_tests.cluster import KafkaPythonLoad, running_cluster, wait_until
 from compat_tests.group_member import _await_topic_metadata
-from compat_tests.helpers import unique_topic
+from compat_tests.helpers import ALL_STORAGES, storage_overrides, unique_topic
 
 pytestmark = pytest.mark.timeout(240)
 
 PARTITIONS = 3
 
 
-@pytest.fixture
+@pytest.fixture(params=ALL_STORAGES)
 def cluster(request, tmp_path):
-    with running_cluster(tmp_path) as c:
+    """Three brokers, with each storage of committed offsets (offsets.storage: the
+    metadata store, or __consumer_offsets with Kafka's RF 3)."""
+    with running_cluster(tmp_path, overrides=storage_overrides(request.param, 3)) as c:
         request.node._pybrokers = list(c.brokers.values())
         yield c
     if c.stop_problems:

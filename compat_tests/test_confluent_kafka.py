@@ -103,20 +103,23 @@ def test_idempotent_producer_and_assign_consumer(broker, compression):
         assert [m.headers() for m in msgs] == [[("i", str(i).encode())] for _, _, i in expected]
 
 
+@pytest.mark.multicore
 def test_list_topics_metadata(broker):
     topic = unique_topic("meta")
     create_topic(broker.bootstrap, topic, 2)
     producer = Producer({"bootstrap.servers": broker.bootstrap})
     md = producer.list_topics(timeout=10)
     assert md.cluster_id, "cluster_id must be set"
-    assert md.controller_id == 0
-    assert list(md.brokers) == [0]
-    assert md.brokers[0].host == "127.0.0.1" and md.brokers[0].port == broker.port
+    ids = broker.broker_ids  # [0], or a multi-core node's brokers
+    assert md.controller_id in ids
+    assert sorted(md.brokers) == ids
+    for k, i in enumerate(ids):
+        assert md.brokers[i].host == "127.0.0.1" and md.brokers[i].port == broker.port + k
     t = md.topics[topic]
     assert t.error is None
     assert sorted(t.partitions) == [0, 1]
     for p in t.partitions.values():
-        assert p.leader == 0 and p.replicas == [0] and p.isrs == [0]
+        assert p.leader in ids and p.replicas == [p.leader] and p.isrs == [p.leader]
     one = producer.list_topics(topic, timeout=10)
     assert topic in one.topics
     print(f"[{broker.backend}] list_topics: {len(md.topics)} topics, {topic} has 2 partitions")

@@ -233,7 +233,7 @@ def test_a_regex_subscription_follows_new_topics(broker, consumer_cp, tmp_path):
         m.proc.stop()
 
 
-def test_confluent_kafka_with_group_protocol_consumer(broker):
+def test_confluent_kafka_with_group_protocol_consumer(broker, storage):
     ck = pytest.importorskip("confluent_kafka")
     topic, group = unique("kip848-ck"), unique("g")
     create_topic(broker.bootstrap, topic, partitions=4)
@@ -335,16 +335,19 @@ def describe_group(bootstrap: str, group: str) -> dict:
         client.close()
 
 
-def test_the_group_carries_on_when_its_coordinator_is_killed(consumer_cp, tmp_path):
+@pytest.mark.parametrize("storage", ["zookeeper", "kafka"])
+def test_the_group_carries_on_when_its_coordinator_is_killed(consumer_cp, tmp_path, storage):
     """3 brokers on ZooKeeper: kill -9 the group's coordinator.  The group's state is durable,
     so the new coordinator knows the members at their epochs: they keep their partitions (no
     member sees a partition revoked or lost, no commit fails), heartbeat and commit on, and
     read every record produced afterwards."""
     from compat_tests.cluster import running_cluster
+    from compat_tests.helpers import storage_overrides
 
     overrides = {
         "group.consumer.session.timeout.ms": "6000",
         "group.consumer.heartbeat.interval.ms": "500",
+        **storage_overrides(storage, 3),
     }
     with running_cluster(tmp_path / "cluster", 3, overrides) as cluster:
         topic, group = unique("kip848-move"), unique("g")

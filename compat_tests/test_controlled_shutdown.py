@@ -300,6 +300,11 @@ def _read_last(cluster, topic: str, partition: int, leader: int, n: int) -> str 
     return None
 
 
+# No automatic preferred election: the controller's first imbalance check runs 5 s after it
+# takes over (as Kafka's), and one that moved the leader just as the test killed the old one
+# left the dead broker in the new leader's ISR until its session expired (OFFSET_NOT_AVAILABLE
+# until then, on Kafka too): a race of the test, not the window it measures.
+@pytest.mark.parametrize("cluster", [{"auto.leader.rebalance.enable": "false"}], indirect=True)
 def test_readers_right_after_a_leader_change_get_their_records(cluster):
     """Right after a partition's leadership moved (controlled shutdown, then kill -9) while a
     producer writes, a reader asks the new leader for the end offset: the new leader's high

@@ -34,6 +34,7 @@ def _produce(bootstrap, topic, partitions, start, n):
     return acked
 
 
+@pytest.mark.multicore
 def test_acked_records_survive_kill9(broker):
     topic = unique_topic("dur")
     partitions = 2

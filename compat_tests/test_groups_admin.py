@@ -178,7 +178,7 @@ def _admin_views(broker, group: str) -> dict[str, object]:
     }
 
 
-def test_an_empty_groups_admin_views_are_the_same_after_a_broker_restart(broker):
+def test_an_empty_groups_admin_views_are_the_same_after_a_broker_restart(broker, storage):
     """Kafka stores a classic group's metadata (protocol type, generation, state time) with
     its offsets and loads it when the coordinator starts: an Empty group that had "consumer"
     members is listed and described as "consumer" after a restart too.  The check for the

@@ -173,7 +173,8 @@ def test_confluent_kafka_static_leader_restart_no_rebalance(broker):
             m.close()
 
 
-def test_confluent_kafka_group_of_two(broker):
+@pytest.mark.multicore
+def test_confluent_kafka_group_of_two(broker, storage):
     topic, group = unique_topic("grp"), _group("ck")
     create_topic(broker.bootstrap, topic, PARTITIONS)
     members = [_ConfluentMember(broker.bootstrap, topic, group, f"ck{i}") for i in range(2)]

@@ -269,7 +269,7 @@ def test_group_resumes_after_all_members_restart(broker, tmp_path):
     _phase(tmp_path, broker, topic, group, ["b1", "b2"], second, "restarted members")
 
 
-def test_group_resumes_after_broker_restart(broker, tmp_path):
+def test_group_resumes_after_broker_restart(broker, tmp_path, storage):
     topic, group = unique_topic("grp"), _group("brestart")
     create_topic(broker.bootstrap, topic, PARTITIONS)
     first = produce(broker.bootstrap, topic, PARTITIONS, 200, "one")

@@ -71,6 +71,7 @@ def _check_delivery(tagged, sent: dict, label: str) -> None:
         assert v == sent[(p, o)], f"record {p}/{o}: got {v!r}, sent {sent[(p, o)]!r}"
 
 
+@pytest.mark.multicore
 def test_two_members_share_and_consume_exactly_once(broker):
     """Two members split 4 partitions 2+2 (disjoint); every record is delivered once."""
     topic, group = unique_topic("grp"), _group("g2")

@@ -63,6 +63,7 @@ def test_producer_defaults_roundtrip(broker, compression):
             assert r.timestamp_type == 0  # CreateTime
 
 
+@pytest.mark.multicore
 def test_consumer_positioning(broker):
     """assign, seek, seek_to_beginning/end, position, beginning/end_offsets, offsets_for_times."""
     topic = unique_topic("pos")
@@ -129,6 +130,7 @@ def test_auto_create_topic_uses_num_partitions(broker):
     assert sum(len(v) for v in got.values()) == 4
 
 
+@pytest.mark.multicore
 def test_create_topics_admin(broker):
     topic = unique_topic("admin")
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)

@@ -18,7 +18,7 @@ from confluent_kafka import (
 )
 
 from compat_tests.cluster import running_cluster, wait_until
-from compat_tests.helpers import create_topic, unique_topic
+from compat_tests.helpers import ALL_STORAGES, create_topic, storage_overrides, unique_topic
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -65,6 +65,7 @@ def _read(bootstrap: str, topic: str, partitions: int, isolation: str, quiet_s: 
     return got
 
 
+@pytest.mark.multicore
 def test_interleaved_commits_and_aborts_across_partitions(broker):
     topic = unique_topic("eos")
     create_topic(broker.bootstrap, topic, 3)
@@ -92,7 +93,7 @@ def test_interleaved_commits_and_aborts_across_partitions(broker):
     assert sorted(read_uncommitted) == sorted(committed + aborted)
 
 
-def test_send_offsets_to_transaction_moves_a_groups_offsets_with_the_output(broker):
+def test_send_offsets_to_transaction_moves_a_groups_offsets_with_the_output(broker, storage):
     src, dst = unique_topic("src"), unique_topic("dst")
     create_topic(broker.bootstrap, src, 1)
     create_topic(broker.bootstrap, dst, 1)
@@ -144,12 +145,14 @@ def test_send_offsets_to_transaction_moves_a_groups_offsets_with_the_output(brok
     assert out == [f"out{i}".encode() for i in range(10)]
 
 
-def test_kill_of_the_transaction_coordinator_mid_transaction(tmp_path):
+@pytest.mark.parametrize("storage", ALL_STORAGES)
+def test_kill_of_the_transaction_coordinator_mid_transaction(tmp_path, storage):
     """3 brokers on ZooKeeper, RF 3: the coordinator of the transactional id is killed -9
     with a transaction open and another one committing; a new producer instance fences the
     zombie, the open transaction is aborted, the committed one completes, and a
     read_committed consumer sees exactly the committed records."""
-    with running_cluster(tmp_path, 3, {"min.insync.replicas": 2}) as cluster:
+    overrides = {"min.insync.replicas": 2, **storage_overrides(storage, 3)}
+    with running_cluster(tmp_path, 3, overrides) as cluster:
         topic = unique_topic("eos")
         cluster.create_topic(topic, partitions=3, rf=3)
         cluster.wait_isr_full(topic)

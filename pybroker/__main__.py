@@ -120,11 +120,25 @@ def load_settings(properties: str | None, overrides: list[str]) -> dict[str, str
     return settings
 
 
+def _on_stop_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    """SIGTERM and SIGINT set ``stop``.  Python-level handlers (they run in the main thread,
+    the loop's, between bytecodes) that queue ``stop.set`` on the loop, rather than asyncio's
+    add_signal_handler: that one learns of a signal from a byte its C handler writes to the
+    loop's self-pipe, and a self-pipe filled by other threads' wake-ups (a busy loop) drops
+    that byte, and with it the SIGTERM.  Here a full pipe costs only the wake-up: the call is
+    queued first."""
+
+    def handler(signum: int, frame: object) -> None:
+        loop.call_soon_threadsafe(stop.set)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)
+
+
 async def _serve(broker: Broker) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    _on_stop_signals(loop, stop)
     try:
         await broker.start()
     except BaseException:
@@ -174,6 +188,13 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     try:
+        if config.node_cores != 1:  # one broker process per core (docs/multicore.md)
+            from pybroker.node.supervisor import serve_node
+
+            settings = load_settings(args.properties, args.override)
+            if "log.dirs" not in settings and "log.dir" not in settings:
+                settings["log.dirs"] = str(config.data_dir)
+            return asyncio.run(serve_node(config, settings, args.log_level))
         return asyncio.run(_serve(Broker(config)))
     except Exception as e:  # start-up failures: say what and exit non-zero
         logging.getLogger("pybroker").error(

@@ -5,8 +5,10 @@ log dirs (created, checked writable, recovered; none usable stops the start nami
 -> the listeners' ports bound, not yet accepting (a port in use stops the start naming
 listeners, before the broker registers or claims the controller role) -> the metadata store
 (ZooKeeper when zookeeper.connect is set, else embedded under log.dirs) -> the Cluster
-(registration, controller) -> the replica manager and the logs it leads -> the group and
-transaction coordinators -> quotas, the authorizer -> the log cleaner -> the listeners accept
+(registration, controller) -> the replica manager and the logs it leads -> the coordinators'
+storages (offsets.storage, transaction.state.storage: the metadata store or the internal
+topics) -> the group and transaction coordinators (then the internal topics' partitions led
+here are loaded) -> quotas, the authorizer -> the log cleaner -> the listeners accept
 -> the metrics and console listener -> periodic retention and recovery-point checkpoints.
 Each step registers its part's stop (``Stops``); ``stop`` runs them last-registered first,
 after the controlled shutdown.  docs/internals.md ("The broker process") has the order.
@@ -33,6 +35,7 @@ from pybroker.console import Console
 from pybroker.coord.group.consumer_member import TopicMeta
 from pybroker.coord.group.coordinator import GroupCoordinator
 from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.batching import BatchingStore
 from pybroker.coord.metadata.cluster import Cluster
 from pybroker.coord.metadata.paths import DEFAULT_ENTITY
 from pybroker.coord.metadata.store import MetadataStore
@@ -46,6 +49,7 @@ from pybroker.flusher import Flusher
 from pybroker.handlers._topics import flush_policy, log_config
 from pybroker.handlers.write_txn_markers import write_txn_markers
 from pybroker.http_server import HttpRequest, HttpResponse, HttpServer
+from pybroker.internal_topics import InternalTopic
 from pybroker.log import LogManager, PartitionLog, meta_properties
 from pybroker.log.cleaner import LogCleaner
 from pybroker.log.manager import OfflineLogDirError
@@ -123,8 +127,13 @@ class Broker:
     """The broker: its parts (pybroker/services.py's BrokerServices once started), the order
     they start and stop in, and its reactions to metadata and log dir events."""
 
-    def __init__(self, config: Config, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self, config: Config, clock: Clock = SYSTEM_CLOCK, *, store: MetadataStore | None = None
+    ) -> None:
+        """``store``: a metadata store made by the caller (a multi-core node's RemoteStore,
+        pybroker/node/) instead of make_store's; the broker starts and closes it."""
         self.config = config
+        self._given_store = store
         # KIP-226: dynamic broker configs, applied to ``config`` in place (dynamic_config.py)
         self.dynamic = DynamicBrokerConfig(config)
         self.clock = clock
@@ -138,6 +147,14 @@ class Broker:
         self._hosted_at_start: set[tuple[str, int]] = set()
         self.groups: GroupCoordinator | None = None
         self.transactions: TransactionCoordinator | None = None
+        # the coordinators' view of the metadata store (group commit, coord/metadata/batching.py)
+        self.coord_store: BatchingStore | None = None
+        # offsets.storage=kafka / transaction.state.storage=kafka: the internal topics
+        self.offsets_topic: InternalTopic | None = None
+        self.txn_topic: InternalTopic | None = None
+        self._drain_topic: InternalTopic | None = None  # offsets.storage=zookeeper
+        self._offsets_storage: builder.OffsetsStorage | None = None
+        self._txn_storage: builder.TxnStateStorage | None = None
         self.credentials: CredentialStore | None = None
         self.authorizer: Authorizer | None = None
         self.quota_store: QuotaStore | None = None
@@ -158,6 +175,8 @@ class Broker:
         self._stops = Stops()
         self._stopping = False
         self._topic_meta_cache: TopicMeta | None = None
+        # the configs object last applied to each topic's logs (TOPIC_CHANGED skips the same)
+        self._configs_applied: dict[str, dict[str, str]] = {}
         # always running: its warnings (loop.stall.warn.ms, 0 = none) and the session lease
         self.loop_monitor = LoopMonitor(config.loop_stall_warn_ms)
         # metrics.listener: counters the request paths move (None: off, nothing counted)
@@ -178,6 +197,7 @@ class Broker:
             self._start_store,
             self._start_cluster,
             self._start_replicas,
+            self._start_coordinator_storages,
             self._start_group_coordinator,
             self._start_transaction_coordinator,
             self._start_quotas,
@@ -230,7 +250,9 @@ class Broker:
 
     async def _start_store(self) -> None:
         cfg = self.config
-        self.store = builder.make_store(cfg, data_dir=cfg.data_dir, clock=self.clock)
+        self.store = self._given_store or builder.make_store(
+            cfg, data_dir=cfg.data_dir, clock=self.clock
+        )
         self._stops.push("metadata store", self.store.close)
         # the logs close (marked clean) before the store, the stop most likely to wait on an
         # unreachable ZooKeeper
@@ -266,6 +288,7 @@ class Broker:
             metrics=self.metrics,
             min_insync_replicas=self._min_insync_replicas,
             open_log=self.partition_log,
+            create_logs=self.create_new_logs,
             on_replica_removed=lambda t, p, plog: self._delete_logs([(t, p, plog)]),
         )
         self._apply_topic_configs()
@@ -288,15 +311,52 @@ class Broker:
         self._stops.push("log dir mover", self.log_mover.stop)
         self.cluster.add_listener(self._on_cluster_event)
 
+    async def _start_coordinator_storages(self) -> None:
+        """The group and transaction coordinators' storages (offsets.storage,
+        transaction.state.storage) and placements: the metadata store behind a BatchingStore
+        (rendezvous placement), or the internal topics (internal_topics.py; their partitions'
+        leaders coordinate).  With offsets in the metadata store, an __consumer_offsets left
+        by the kafka storage is drained into it."""
+        cfg = self.config
+        self.coord_store = builder.coordinator_store(store=self.store)
+        self._offsets_storage = builder.offsets_storage(
+            cfg,
+            services=self,
+            cluster=self.cluster,
+            coord_store=self.coord_store,
+            clock=self.clock,
+        )
+        self.offsets_topic = self._offsets_storage.topic
+        self._drain_topic = self._offsets_storage.drain_topic
+        self._txn_storage = builder.txn_state_storage(
+            cfg, services=self, cluster=self.cluster, coord_store=self.coord_store
+        )
+        self.txn_topic = self._txn_storage.topic
+        self._push_loading_stops()
+
+    def _push_loading_stops(self) -> None:
+        """The internal topics' loading stops (their stores' loads and unloads), run in
+        main's order __consumer_offsets, __transaction_state, the drain; pushed again once
+        the marker sender is, so they run after the transaction coordinator's stop and
+        before the marker sender's."""
+        for topic in (self._drain_topic, self.txn_topic, self.offsets_topic):
+            if topic is not None and topic.owner is not None:
+                self._stops.push(f"{topic.name} loading", topic.owner.stop)
+
     async def _start_group_coordinator(self) -> None:
+        storage = self._offsets_storage
         self.groups = builder.group_coordinator(
             self.config,
-            store=self.store,
+            offsets=storage.offsets,
+            placement=storage.placement,
+            drain=storage.drain,
             clock=self.clock,
             cluster=self.cluster,
             topics=self._topic_meta,
         )
         self._stops.push("group coordinator", self.groups.stop)
+        if storage.drain is not None:
+            await storage.drain.start()
         await self.groups.start()
 
     async def _start_transaction_coordinator(self) -> None:
@@ -304,17 +364,21 @@ class Broker:
             self.config,
             cluster=self.cluster,
             write_local=lambda markers: write_txn_markers(self, markers),
+            offsets_owner=self.groups.placement.owner,
         )
         self._stops.push("transaction marker sender", self._marker_sender.close, bounded=False)
+        self._push_loading_stops()
         self.transactions = builder.transaction_coordinator(
             self.config,
-            store=self.store,
+            storage=self._txn_storage.storage,
+            placement=self._txn_storage.placement,
             clock=self.clock,
             cluster=self.cluster,
             markers=self._marker_sender,
         )
         self._stops.push("transaction coordinator", self.transactions.stop)
         await self.transactions.start()
+        self._take_up_internal_topics()
 
     async def _start_quotas(self) -> None:
         """SCRAM credentials and client quotas, both read from the metadata store."""
@@ -363,6 +427,21 @@ class Broker:
     async def _start_periodic_tasks(self) -> None:
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
         self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="checkpoint"))
+
+    def _take_up_internal_topics(self) -> None:
+        """Load and unload the internal topics' partitions as this broker's leadership of
+        them changes (and the ones it leads already), telling the coordinators."""
+        if self.offsets_topic is not None:
+            self.offsets_topic.owner.on_change = self.groups.check_membership
+            self.replicas.leadership_listeners.append(self.offsets_topic.leadership_changed)
+            self.offsets_topic.take_up_led_partitions()
+        if self._drain_topic is not None:
+            self.replicas.leadership_listeners.append(self._drain_topic.leadership_changed)
+            self._drain_topic.take_up_led_partitions()
+        if self.txn_topic is not None:
+            self.txn_topic.owner.on_change = self.transactions.check_membership
+            self.replicas.leadership_listeners.append(self.txn_topic.leadership_changed)
+            self.txn_topic.take_up_led_partitions()
 
     async def stop(self) -> None:
         """Every step is bounded (STOP_STEP_S) unless it only touches local disk or threads:
@@ -434,6 +513,47 @@ class Broker:
         return self.logs.get_or_create(
             topic, partition, log_config(self.config, info.configs), topic_id=info.topic_id
         )
+
+    async def create_new_logs(self, keys: list[tuple[str, int]]) -> None:
+        """Create the logs of these new partitions in a worker thread (the replica manager's
+        create_logs: mkdir and file creation can block for seconds on a busy disk, and a
+        CreateTopics of thousands of partitions would stall every client), then hand them to
+        the log manager on the loop.  A partition that got a log meanwhile, whose topic went
+        or changed incarnation, is skipped (its new log deleted); the replica manager syncs
+        each key again afterwards."""
+        me = self.config.broker_id
+        plans = []
+        for t, p in keys:
+            info = self.cluster.topics.get(t)
+            st = info.partitions.get(p) if info is not None else None
+            if st is None or me not in st.replicas or self.logs.get(t, p) is not None:
+                continue
+            epoch = st.leader_epoch if st.leader == me else None
+            plans.append(((t, p), log_config(self.config, info.configs), info.topic_id, epoch))
+        if not plans or self.logs.offline_dirs:
+            return
+        placed = self.logs.place(key for key, *_ in plans)
+
+        def open_all() -> list[tuple[tuple[str, int], PartitionLog | OSError, Any]]:
+            out: list[tuple[tuple[str, int], PartitionLog | OSError, Any]] = []
+            for key, config, topic_id, epoch in plans:
+                try:
+                    plog = self.logs.open_new(placed[key], key, config, topic_id, epoch)
+                except OSError as e:
+                    out.append((key, e, topic_id))
+                else:
+                    out.append((key, plog, topic_id))
+            return out
+
+        for key, result, topic_id in await asyncio.to_thread(open_all):
+            if isinstance(result, OSError):
+                self.logs.fail_dir(placed[key], result)
+                continue
+            info = self.cluster.topics.get(key[0])
+            if info is None or other_incarnation(info.topic_id, topic_id):
+                self.logs.discard(result)  # (deleted, or created again, meanwhile)
+                continue
+            self.logs.adopt(key, result)
 
     def _new_cleaner(self) -> LogCleaner:
         return builder.log_cleaner(
@@ -590,10 +710,17 @@ class Broker:
         topic = event.topic if event.kind in ("TOPIC_CHANGED", "TOPIC_DELETED") else None
         self.replicas.sync_roles(topic)  # first: stops fetching partitions that are going away
         self._flush_policies.pop(topic, None)
+        if event.kind == "TOPIC_DELETED":
+            self._configs_applied.pop(event.topic, None)
         if event.kind == "TOPIC_CHANGED":
-            self._apply_topic_configs(event.topic)
-            if self.cleaner is not None:
-                self.cleaner.wake()  # a topic that became compacted is looked at now
+            info = self.cluster.topics.get(event.topic)
+            # (every partition state change is a TOPIC_CHANGED: only a change of the topic's
+            # configs touches its logs, and only a compacted topic wakes the cleaner, whose
+            # look at every log per event stalled the loop at thousands of partitions)
+            if info is not None and self._configs_applied.get(event.topic) is not info.configs:
+                self._apply_topic_configs(event.topic)
+                if self.cleaner is not None and log_config(self.config, info.configs).compact:
+                    self.cleaner.wake()  # a topic that became compacted is looked at now
         if event.kind == "BROKERS_CHANGED" and self.groups is not None:
             self.groups.check_membership()
         if event.kind == "BROKERS_CHANGED" and self.transactions is not None:
@@ -650,6 +777,7 @@ class Broker:
         names = list(topics) if topic is None else [topic] if topic in topics else []
         for name in names:
             info = topics[name]
+            self._configs_applied[name] = info.configs
             wanted = log_config(self.config, info.configs)
             for partition in info.partitions:
                 plog = self.logs.get(name, partition)

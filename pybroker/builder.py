@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import resource
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,15 +23,21 @@ from pybroker.coord.group.classic import GroupConfig
 from pybroker.coord.group.consumer_member import ConsumerGroupConfig, TopicMeta
 from pybroker.coord.group.coordinator import GroupCoordinator
 from pybroker.coord.group.offsets import OffsetStore
+from pybroker.coord.group.offsets_drain import OffsetsDrain
+from pybroker.coord.group.offsets_log import LogOffsetStore
+from pybroker.coord.metadata.batching import BatchingStore
 from pybroker.coord.metadata.cluster import Cluster
 from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.placement import OFFSETS_PARTITIONS, Placement
 from pybroker.coord.metadata.store import MetadataStore
 from pybroker.coord.txn.coordinator import TransactionCoordinator, TxnConfig
 from pybroker.coord.txn.markers import MarkerSender, TxnMarker
-from pybroker.coord.txn.store import TxnStateStore
+from pybroker.coord.txn.state_log import TxnStateLog
+from pybroker.coord.txn.store import TxnStateStore, TxnStorage
 from pybroker.flusher import Flusher
 from pybroker.handlers._topics import log_config
 from pybroker.http_server import HttpServer
+from pybroker.internal_topics import OFFSETS_TOPIC, TXN_STATE_TOPIC, InternalTopic, LeaderPlacement
 from pybroker.log import LogManager, PartitionLog
 from pybroker.log.cleaner import CleanerConfig, LogCleaner
 from pybroker.log.mover import LogDirMover
@@ -168,10 +175,11 @@ def replica_manager(
     metrics: BrokerMetrics | None,
     min_insync_replicas: Callable[[str], int],
     open_log: Callable[[str, int], PartitionLog],
+    create_logs: Callable[[list[tuple[str, int]]], Awaitable[None]],
     on_replica_removed: Callable[[str, int, PartitionLog], None],
 ) -> ReplicaManager:
-    """The broker's hooks: the topic's min.insync.replicas, its log opened or created, a
-    replica reassigned away."""
+    """The broker's hooks: the topic's min.insync.replicas, its log opened or created, new
+    partitions' logs created off the event loop, a replica reassigned away."""
     cfg = config
     return ReplicaManager(
         cfg.broker_id,
@@ -182,6 +190,7 @@ def replica_manager(
         replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
         min_insync_replicas=min_insync_replicas,
         open_log=open_log,
+        create_logs=create_logs,
         fetcher_factory=ReplicaFetcher,
         inter_broker_listener=cfg.inter_broker_listener,
         inter_broker_ssl=listener_security.inter_broker_ssl_context(cfg),
@@ -194,23 +203,132 @@ def replica_manager(
     )
 
 
+def coordinator_store(*, store: MetadataStore) -> BatchingStore:
+    """The coordinators' view of the metadata store: many groups' and transactional ids'
+    writes committed together (group commit, coord/metadata/batching.py)."""
+    return BatchingStore(store)
+
+
+def internal_partitions(cluster: Cluster, topic: str, configured: int) -> int:
+    """Kafka's partition count of a coordinator topic: the existing topic's, else the
+    configured one (which "should not change after deployment")."""
+    info = cluster.topics.get(topic)
+    return len(info.partitions) if info is not None else configured
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsStorage:
+    """offsets.storage's parts: the group coordinator's offsets and their placement, and the
+    internal topic: __consumer_offsets itself (``kafka``), or the one whose offsets, left by
+    that storage, are drained into the metadata store (``zookeeper``)."""
+
+    offsets: OffsetStore | LogOffsetStore
+    placement: Placement | None  # None: rendezvous placement over the live brokers
+    topic: InternalTopic | None  # offsets.storage=kafka
+    drain_topic: InternalTopic | None  # offsets.storage=zookeeper
+    drain: OffsetsDrain | None  # drain_topic's owner
+
+
+def offsets_storage(
+    config: Config,
+    *,
+    services: BrokerServices,
+    cluster: Cluster,
+    coord_store: BatchingStore,
+    clock: Clock,
+) -> OffsetsStorage:
+    cfg = config
+    if cfg.offsets_storage == "kafka":
+        n = internal_partitions(cluster, OFFSETS_TOPIC, cfg.offsets_topic_num_partitions)
+        topic = InternalTopic(
+            services,
+            OFFSETS_TOPIC,
+            partitions=n,
+            replication_factor=lambda: config.offsets_topic_replication_factor,
+            configs=lambda: {
+                "cleanup.policy": "compact",
+                "compression.type": "producer",
+                "segment.bytes": str(config.offsets_topic_segment_bytes),
+            },
+            timeout_ms=lambda: config.offsets_commit_timeout_ms,
+            owner=None,
+        )
+        offsets = LogOffsetStore(topic, coord_store, clock, partitions=n)
+        topic.owner = offsets
+        placement = LeaderPlacement(cluster, OFFSETS_TOPIC, n, offsets)
+        return OffsetsStorage(offsets, placement, topic, None, None)
+    store = OffsetStore(coord_store, clock)
+    drain_topic = InternalTopic(
+        services,
+        OFFSETS_TOPIC,
+        partitions=internal_partitions(cluster, OFFSETS_TOPIC, OFFSETS_PARTITIONS),
+        replication_factor=lambda: config.offsets_topic_replication_factor,
+        configs=dict,
+        timeout_ms=lambda: config.offsets_commit_timeout_ms,
+        owner=None,
+    )
+    drain = OffsetsDrain(drain_topic, store, clock, topic_exists=drain_topic.exists)
+    drain_topic.owner = drain
+    return OffsetsStorage(store, None, None, drain_topic, drain)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnStateStorage:
+    """transaction.state.storage's parts: the transaction coordinator's storage and its
+    placement, and __transaction_state (``kafka`` only)."""
+
+    storage: TxnStorage
+    placement: Placement | None  # None: rendezvous placement over the live brokers
+    topic: InternalTopic | None  # transaction.state.storage=kafka
+
+
+def txn_state_storage(
+    config: Config, *, services: BrokerServices, cluster: Cluster, coord_store: BatchingStore
+) -> TxnStateStorage:
+    cfg = config
+    if cfg.transaction_state_storage != "kafka":
+        return TxnStateStorage(TxnStateStore(coord_store), None, None)
+    n = internal_partitions(cluster, TXN_STATE_TOPIC, cfg.transaction_state_log_num_partitions)
+    topic = InternalTopic(
+        services,
+        TXN_STATE_TOPIC,
+        partitions=n,
+        replication_factor=lambda: config.transaction_state_log_replication_factor,
+        configs=lambda: {
+            "cleanup.policy": "compact",
+            "compression.type": "uncompressed",
+            "min.insync.replicas": str(config.transaction_state_log_min_isr),
+            "unclean.leader.election.enable": "false",
+            "segment.bytes": str(config.transaction_state_log_segment_bytes),
+        },
+        timeout_ms=lambda: config.offsets_commit_timeout_ms,
+        owner=None,
+    )
+    storage = TxnStateLog(topic, partitions=n)
+    topic.owner = storage
+    return TxnStateStorage(storage, LeaderPlacement(cluster, TXN_STATE_TOPIC, n, storage), topic)
+
+
 def group_coordinator(
     config: Config,
     *,
-    store: MetadataStore,
+    offsets: OffsetStore | LogOffsetStore,
+    placement: Placement | None,
+    drain: OffsetsDrain | None,
     clock: Clock,
     cluster: Cluster,
     topics: Callable[[], TopicMeta],
 ) -> GroupCoordinator:
     cfg = config
     return GroupCoordinator(
-        OffsetStore(store, clock),
+        offsets,
         clock,
         GroupConfig(
             min_session_timeout_ms=cfg.group_min_session_timeout_ms,
             max_session_timeout_ms=cfg.group_max_session_timeout_ms,
             initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
         ),
+        drain=drain,
         offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
         offsets_retention_check_interval_ms=cfg.offsets_retention_check_interval_ms,
         offset_metadata_max_bytes=cfg.offset_metadata_max_bytes,
@@ -224,6 +342,7 @@ def group_coordinator(
             migration_policy=cfg.group_consumer_migration_policy,
         ),
         topics=topics,
+        placement=placement,
     )
 
 
@@ -232,9 +351,11 @@ def marker_sender(
     *,
     cluster: Cluster,
     write_local: Callable[[list[TxnMarker]], Any],
+    offsets_owner: Callable[[int], int],
 ) -> MarkerSender:
     """The transaction coordinator's marker sender: markers for partitions led here are
-    written in process (``write_local``), the others sent to their leaders."""
+    written in process (``write_local``), the others sent to their leaders; a marker for an
+    offsets partition goes to its coordinator (``offsets_owner``)."""
     return MarkerSender(
         cluster,
         config.broker_id,
@@ -247,20 +368,22 @@ def marker_sender(
             sasl=listener_security.inter_broker_sasl(config),
         ),
         listener=lambda: config.inter_broker_listener,
+        offsets_owner=offsets_owner,
     )
 
 
 def transaction_coordinator(
     config: Config,
     *,
-    store: MetadataStore,
+    storage: TxnStorage,
+    placement: Placement | None,
     clock: Clock,
     cluster: Cluster,
     markers: MarkerSender,
 ) -> TransactionCoordinator:
     cfg = config
     return TransactionCoordinator(
-        TxnStateStore(store),
+        storage,
         clock,
         TxnConfig(
             max_timeout_ms=cfg.transaction_max_timeout_ms,
@@ -272,6 +395,7 @@ def transaction_coordinator(
         markers,
         broker_id=cfg.broker_id,
         membership=lambda: (cluster.membership_epoch, cluster.brokers),
+        placement=placement,
     )
 
 

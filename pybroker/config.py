@@ -51,10 +51,11 @@ from pybroker.security import listeners as listener_security
 from pybroker.security.sasl import SaslConfigError
 from pybroker.security.tls import TlsConfigError
 
-BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = (
+BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = (
     Type.BOOLEAN,
     Type.STRING,
     Type.INT,
+    Type.SHORT,
     Type.LONG,
     Type.DOUBLE,
     Type.LIST,
@@ -394,6 +395,49 @@ class Config:
         "offsets.retention.check.interval.ms", LONG, 600000, at_least(1)
     )
     offset_metadata_max_bytes: int = define("offset.metadata.max.bytes", INT, 4096)
+    # where committed offsets and transaction state live (docs/operations.md, "Where offsets
+    # and transaction state are stored"); the __consumer_offsets / __transaction_state keys
+    # apply to the "kafka" storage
+    offsets_storage: str = define(
+        "offsets.storage",
+        STRING,
+        "zookeeper",
+        ValidString("zookeeper", "kafka"),
+        doc="Where the group coordinator keeps committed offsets and group metadata:"
+        " 'zookeeper' (pybroker's default: the metadata store, /consumers/<group>/offsets in"
+        " ZooKeeper or the embedded store) or 'kafka' (Kafka's design: the internal compacted"
+        " topic __consumer_offsets, coordinators placed on its partition leaders). The name"
+        " of the setting Kafka 0.8.2 introduced.",
+    )
+    transaction_state_storage: str = define(
+        "transaction.state.storage",
+        STRING,
+        "zookeeper",
+        ValidString("zookeeper", "kafka"),
+        doc="Where the transaction coordinator keeps transaction state: 'zookeeper' (the"
+        " metadata store, /transactions/<id>) or 'kafka' (the internal compacted topic"
+        " __transaction_state, coordinators placed on its partition leaders).",
+    )
+    offsets_topic_num_partitions: int = define("offsets.topic.num.partitions", INT, 50, at_least(1))
+    offsets_topic_replication_factor: int = define(
+        "offsets.topic.replication.factor", SHORT, 3, at_least(1)
+    )
+    offsets_topic_segment_bytes: int = define(
+        "offsets.topic.segment.bytes", INT, 104857600, at_least(1)
+    )
+    offsets_commit_timeout_ms: int = define("offsets.commit.timeout.ms", INT, 5000, at_least(1))
+    transaction_state_log_num_partitions: int = define(
+        "transaction.state.log.num.partitions", INT, 50, at_least(1)
+    )
+    transaction_state_log_replication_factor: int = define(
+        "transaction.state.log.replication.factor", SHORT, 3, at_least(1)
+    )
+    transaction_state_log_min_isr: int = define(
+        "transaction.state.log.min.isr", INT, 2, at_least(1)
+    )
+    transaction_state_log_segment_bytes: int = define(
+        "transaction.state.log.segment.bytes", INT, 104857600, at_least(1)
+    )
     group_min_session_timeout_ms: int = define("group.min.session.timeout.ms", INT, 6000)
     group_max_session_timeout_ms: int = define("group.max.session.timeout.ms", INT, 1800000)
     # -- connections
@@ -492,6 +536,15 @@ class Config:
         BOOLEAN,
         True,
         doc="pybroker's own: serve the web console on metrics.listener.",
+    )
+    node_cores: int = define(
+        "node.cores",
+        INT,
+        1,
+        at_least(0),
+        doc="pybroker's own: the cores this node uses, one broker process each (0: every core"
+        " the process may run on). Above 1, the node runs broker.id, broker.id+1, ... on the"
+        " listeners' ports, ports+1, ... (docs/multicore.md).",
     )
     console_lag_sample_interval_ms: int = define(
         "console.lag.sample.interval.ms",

@@ -2,11 +2,12 @@
 the one owner of appending a client's records to this broker's partitions and of reading them
 back for a Fetch.  The handlers decode, authorize and answer; everything between their request
 and the partition's log is here (:meth:`ReplicaManager.append_records`,
-:meth:`ReplicaManager.read_from_log`, :meth:`ReplicaManager.append_txn_marker`).  Everything
-runs on the event loop, which owns the partitions' state; only the validation of a large batch
-runs in a worker thread, on a batch no one else holds, and leadership is checked again after.
-The walk of a Produce: docs/internals.md ("Append and read: the replica manager",
-"pybroker/replica_manager.py").
+:meth:`ReplicaManager.read_from_log`, :meth:`ReplicaManager.append_txn_marker`, and
+:meth:`ReplicaManager.append_as_coordinator` for a coordinator's own batch to an internal
+topic, which clients may not write to).  Everything runs on the event loop, which owns the
+partitions' state; only the validation of a large batch runs in a worker thread, on a batch no
+one else holds, and leadership is checked again after.  The walk of a Produce:
+docs/internals.md ("Append and read: the replica manager", "pybroker/replica_manager.py").
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pybroker import topic_config
+from pybroker.coord.metadata.placement import INTERNAL_TOPICS
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log.legacy_validator import up_convert
 from pybroker.log.validator import (
@@ -38,6 +40,7 @@ from pybroker.wire.records import (
     COMPRESSION_ZSTD,
     BatchHeader,
     InvalidRecordError,
+    parse_batches,
     set_partition_leader_epoch,
 )
 
@@ -256,6 +259,10 @@ class ReplicaManager(PartitionReplicas):
         """Validate and append one partition's records: (answer, and for acks=all the replica
         and end offset the high watermark must reach)."""
         try:
+            if topic in INTERNAL_TOPICS:
+                raise KafkaError(
+                    ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {topic}"
+                )
             self.leader_replica(topic, partition)
             try:
                 records = await self._from_legacy(topic, partition, records, version)
@@ -371,6 +378,51 @@ class ReplicaManager(PartitionReplicas):
         if code is None:
             code = await self.wait_for_commit(replica, end, timeout_ms)
         return code
+
+    async def append_as_coordinator(
+        self,
+        topic: str,
+        partition: int,
+        batch: bytes,
+        *,
+        leader_epoch: int,
+        timeout_ms: int,
+    ) -> tuple[int, int]:
+        """A coordinator's own v2 batch (built by it, so not validated again) appended as the
+        leader in ``leader_epoch`` (NOT_LEADER_OR_FOLLOWER once the epoch moved: the
+        coordinator's fencing), then waited for as an acks=all produce (Kafka's appendRecords
+        with origin COORDINATOR, requiredAcks -1).  (error code, the batch's last offset)."""
+        replica = None
+        try:
+            replica = self.leader_replica(topic, partition)
+            if replica.leader_epoch != leader_epoch:
+                raise KafkaError(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    f"{topic}-{partition} is at leader epoch {replica.leader_epoch}, not"
+                    f" {leader_epoch}",
+                )
+            self.check_enough_replicas(replica)
+            buf = bytearray(batch)
+            batches = parse_batches(buf)
+            for b in batches:
+                set_partition_leader_epoch(buf, b.position, replica.leader_epoch)
+            log = replica.log
+            appended = log.append(buf, batches, coordinator=True)
+        except KafkaError as e:
+            return e.code, -1
+        except InvalidRecordError as e:
+            return e.code, -1
+        except OSError as e:  # the log dir failed: offline from now on (Kafka's answer)
+            self.logs.fail_dir(self.logs.dir_of(replica.log), e)
+            return ErrorCode.KAFKA_STORAGE_ERROR, -1
+        self.after_leader_append(replica)
+        records_count = sum(b.records_count for b in batches)
+        self.flusher.appended(topic, log, records_count)
+        end = appended.last_offset + 1
+        code = self.commit_result(replica, end, replica.leader_epoch)
+        if code is None:
+            code = await self.wait_for_commit(replica, end, timeout_ms)
+        return code, appended.last_offset
 
     # -- read -----------------------------------------------------------------------------
     def read_from_log(

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pybroker.coord.txn.coordinator import TransactionCoordinator
     from pybroker.dynamic_config import DynamicBrokerConfig
     from pybroker.fetch_session import FetchSessionCache
+    from pybroker.internal_topics import InternalTopic
     from pybroker.log.manager import LogManager
     from pybroker.log.mover import LogDirMover
     from pybroker.metrics import BrokerMetrics
@@ -45,6 +46,10 @@ class BrokerServices(Protocol):
     replicas: ReplicaManager  # append_records / read_from_log, roles, ISR
     groups: GroupCoordinator
     transactions: TransactionCoordinator | None
+    # offsets.storage=kafka / transaction.state.storage=kafka: the internal topics (None: the
+    # metadata store holds them; handlers/_topics.auto_create, write_txn_markers)
+    offsets_topic: InternalTopic | None
+    txn_topic: InternalTopic | None
     credentials: CredentialStore  # SCRAM credentials
     authorizer: Authorizer | None  # None: authorizer.class.name unset, everything allowed
     quota_store: QuotaStore

@@ -23,6 +23,7 @@ STOP_ORDER = [
     "authorizer",
     "quota store",
     "transaction coordinator",
+    "__consumer_offsets loading",  # (offsets.storage=zookeeper: the drain of a leftover topic)
     "transaction marker sender",
     "group coordinator",
     "log dir mover",

@@ -17,7 +17,13 @@ from pybroker.coord.metadata.cluster import Cluster
 from pybroker.coord.metadata.local import LocalStore
 from pybroker.coord.metadata.model import BrokerIdInUseError, ClusterEvent, PartitionState
 from pybroker.coord.metadata.store import StoreError
-from pybroker.coord.metadata.topic_rules import assign_replicas_to_brokers, validate_topic_name
+from pybroker.coord.metadata.topic_rules import (
+    assign_replicas,
+    assign_replicas_rack_aware,
+    assign_replicas_to_brokers,
+    rack_alternated_brokers,
+    validate_topic_name,
+)
 from pybroker.coord.metadata.zk import ZooKeeperStore
 from pybroker.errors import ErrorCode, KafkaError
 
@@ -65,6 +71,39 @@ def test_replica_assignment_matches_kafka_example():
     assert all(len(set(r)) == 2 for r in rnd.values())
     leaders = [r[0] for r in rnd.values()]
     assert sorted(leaders) == [1, 1, 2, 2, 3, 3]
+
+
+def test_rack_aware_assignment_matches_kafka():
+    # AdminRackAwareTest.testGetRackAlternatedBrokerListAndAssignReplicasToBrokers
+    racks = {0: "rack1", 1: "rack3", 2: "rack3", 3: "rack2", 4: "rack2", 5: "rack1"}
+    assert rack_alternated_brokers(racks) == [0, 3, 1, 5, 4, 2]
+    assert rack_alternated_brokers({b: r for b, r in racks.items() if b != 5}) == [0, 3, 1, 4, 2]
+    assert assign_replicas_rack_aware(racks, 7, 3, fixed_start_index=0, start_partition_id=0) == {
+        0: [0, 3, 1],
+        1: [3, 1, 5],
+        2: [1, 5, 4],
+        3: [5, 4, 2],
+        4: [4, 2, 0],
+        5: [2, 0, 3],
+        6: [0, 4, 2],
+    }
+
+
+def test_multi_core_nodes_never_hold_two_replicas_of_a_partition():
+    """Three nodes of four broker processes each (a node's processes share its rack): with
+    RF 3 every partition has one replica on each node, and leaders spread over all twelve."""
+    racks = {node * 4 + k: f"host{node}:9092" for node in range(3) for k in range(4)}
+    a = assign_replicas(racks, 48, 3, random.Random(3))
+    for replicas in a.values():
+        assert len({racks[b] for b in replicas}) == 3, replicas
+    assert sorted({r[0] for r in a.values()}) == sorted(racks)
+    # two nodes, RF 3: one node holds two replicas (Kafka's rule once every rack has one)
+    two = {b: r for b, r in racks.items() if b < 8}
+    for replicas in assign_replicas(two, 16, 3, random.Random(5)).values():
+        assert len({two[b] for b in replicas}) == 2 and len(set(replicas)) == 3
+    # brokers without a rack alongside racked ones: rack-unaware (Kafka's Safe mode)
+    mixed = {0: "a", 1: None, 2: "b"}
+    assert all(len(set(r)) == 2 for r in assign_replicas(mixed, 6, 2).values())
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "x" * 250, "a b", "a/b", "é", "topic!"])
@@ -347,6 +386,56 @@ def test_zk_controller_election_and_cache(zk_connect):
     run(main())
 
 
+def test_zk_lease_confirmed_with_what_changed_not_a_reload(zk_connect):
+    """After a loop hold-up past the lease limit, the session is confirmed with the changes the
+    watches marked (read before leadership resumes), not by reading every partition again: a
+    full re-read per stall cost O(partitions) and, at thousands of partitions on a loaded
+    machine, stalled the loop past the limit again (a failover never settled)."""
+    from kazoo.client import KazooClient
+
+    async def main():
+        s1, s2 = await zk_store(zk_connect), await zk_store(zk_connect)
+        c1 = Cluster(s1, 1, endpoints(9092), stall_limit_ms=1000)
+        c2 = Cluster(s2, 2, endpoints(9093))
+        await c1.start()
+        await c2.start()
+        await wait_until(lambda: set(c1.brokers) == {1, 2})
+        await c1.create_topic("lease", 50, 2, assignments={p: [1, 2] for p in range(50)})
+        await wait_until(lambda: "lease" in c2.topics and len(c2.topics["lease"].partitions) == 50)
+        read: list[str] = []
+        real_get_many, real_get = s1.get_many, s1.get
+
+        async def counting_get_many(ps, watches=None):
+            read.extend(ps)
+            return await real_get_many(ps, watches)
+
+        async def counting_get(path, watch=None):
+            read.append(path)
+            return await real_get(path, watch)
+
+        s1.get_many, s1.get = counting_get_many, counting_get
+        c1.loop_stalled(5000)
+        assert not c1.lease_ok
+        # another writer moves partition 7's leadership while c1's loop is held (a blocking
+        # write from the loop's thread: the watch event reaches c1's session meanwhile)
+        kz = KazooClient(hosts=zk_connect)
+        kz.start(timeout=10)
+        kz.set(paths.partition_state("lease", 7), paths.encode_partition_state(2, 1, [2], 1))
+        kz.stop()
+        kz.close()
+        await wait_until(lambda: c1.lease_ok)
+        assert c1.topics["lease"].partitions[7].leader == 2  # seen before leading again
+        state_reads = [p for p in read if p.endswith("/state")]
+        assert paths.partition_state("lease", 7) in state_reads
+        assert len(state_reads) < 10, state_reads  # the changes, not all 50 partitions
+        await c1.stop()
+        await c2.stop()
+        await s1.close()
+        await s2.close()
+
+    run(main())
+
+
 def test_zk_producer_id_blocks_unique(zk_connect):
     async def main():
         s1, s2 = await zk_store(zk_connect), await zk_store(zk_connect)
@@ -421,13 +510,23 @@ def test_watch_survives_failed_reread(tmp_path):
         real_get = store.get
         failed: list[str] = []
 
+        real_get_many = store.get_many
+
         async def flaky_get(p, watch=None):
             if p == path and watch is not None and len(failed) < 2:
                 failed.append(p)  # both brokers' re-reads fail once
                 raise ConnectionLossError("injected", p)
             return await real_get(p, watch=watch)
 
+        async def flaky_get_many(ps, watches=None):  # (re-reads go through get_many)
+            for p, w in zip(ps, watches or [None] * len(ps), strict=True):
+                if p == path and w is not None and len(failed) < 2:
+                    failed.append(p)
+                    raise ConnectionLossError("injected", p)
+            return await real_get_many(ps, watches)
+
         store.get = flaky_get
+        store.get_many = flaky_get_many
         try:
             await c1.update_isr("w", 0, [1], leader=1, leader_epoch=0)
             await wait_until(lambda: c2.topics["w"].partitions[0].isr == [1])

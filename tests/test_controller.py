@@ -501,7 +501,13 @@ def test_offline_replicas_after_a_log_dir_failure(make_env):
     run(main())
 
 
-def test_many_partitions_batched_in_fenced_multis(make_env):
+def test_many_partitions_batched_in_fenced_multis(make_env, monkeypatch):
+    """The controller's writes go in fenced multis of at most MAX_OPS_PER_MULTI operations
+    (100 here, to see several), several in flight at once."""
+    from pybroker.coord.controller import controller as controller_module
+
+    monkeypatch.setattr(controller_module, "MAX_OPS_PER_MULTI", 100)
+
     async def main():
         env = make_env()
         try:

@@ -80,6 +80,45 @@ def test_new_partitions_go_to_the_dir_with_the_fewest_logs(dirs):
     assert mgr.dir_of(mgr.get_or_create("b", 0)) == dirs[1]
 
 
+def test_placement_counts_follow_creation_deletion_moves_and_failures(dirs):
+    """next_log_dir reads per-dir counts kept by the log tables (not a walk over every log,
+    which made creating n partitions O(n^2)): they always equal a recount."""
+    mgr = manager(dirs, segment_bytes=300)
+
+    def recount():
+        want: dict = {}
+        for table in (mgr.logs, mgr.future_logs):
+            for lg in table.values():
+                want[mgr.dir_of(lg)] = want.get(mgr.dir_of(lg), 0) + 1
+        got = {
+            d: mgr.logs.per_dir.get(d, 0) + mgr.future_logs.per_dir.get(d, 0)
+            for d in set(mgr.logs.per_dir) | set(mgr.future_logs.per_dir)
+        }
+        assert {d: n for d, n in got.items() if n} == want
+
+    for p in range(7):
+        mgr.get_or_create("a", p)
+    recount()
+    log = mgr.get_or_create("a", 0)
+    append(log)
+    fut = mgr.create_future("a", 0, dirs[2])
+    recount()
+    mover = LogDirMover(mgr)
+    while fut.log_end_offset < log.log_end_offset:
+        mover._copy_chunk(log, fut)
+    mgr.replace_current_with_future("a", 0)
+    assert mgr.dir_of(log) == dirs[2]
+    recount()
+    mgr.delete("a", 3)
+    mgr.delete("a", 3)
+    recount()
+    fail(dirs[1])
+    mgr.fail_dir(dirs[1])
+    recount()
+    assert mgr.dir_of(mgr.get_or_create("b", 0)) == dirs[0]  # d1: 2 logs, d3: 3 (a-0 moved)
+    recount()
+
+
 CHECKPOINTS = [
     "log-start-offset-checkpoint",
     "recovery-point-offset-checkpoint",

@@ -443,3 +443,28 @@ def test_trusted_segment_with_several_batches_after_the_last_index_entry(tmp_pat
     log = PartitionLog.open(tmp_path / "t-0", cfg, clock, clean_shutdown=True)
     assert log.log_end_offset == 8
     log.close()
+
+
+def test_flush_of_an_unchanged_log_costs_no_fsync(tmp_path, clock, monkeypatch):
+    """The periodic flush walks every log: an idle one (nothing appended, truncated or rolled
+    since its last flush) is not fsynced again (100,000 idle partitions were 100,000 fsyncs a
+    minute); a truncation followed by an append of the same size is flushed again."""
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(), clock)
+    calls: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real_fsync(fd))[1])
+    append(log, batch(3))
+    log.flush()
+    assert calls and log.recovery_point == 3
+    calls.clear()
+    log.flush()
+    assert calls == []
+    append(log, batch(3))
+    log.flush()
+    assert calls and log.recovery_point == 6
+    calls.clear()
+    log.truncate_to(3)
+    append(log, batch(3))  # same end offset and size as before, other bytes
+    log.flush()
+    assert calls and log.recovery_point == 6
+    log.close()

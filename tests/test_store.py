@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 
 from pybroker.clock import ManualClock
 from pybroker.coord.metadata.local import LocalStore
+from pybroker.coord.metadata.remote import RemoteStore
 from pybroker.coord.metadata.store import (
     CONNECTED,
     SUSPENDED,
@@ -35,6 +37,7 @@ from pybroker.coord.metadata.store import (
     StoreError,
     WatchedEvent,
 )
+from pybroker.coord.metadata.store_server import StoreServer
 from pybroker.coord.metadata.zk import ZooKeeperStore
 
 try:
@@ -78,10 +81,19 @@ class Backend:
         self.connect = connect
         self.clock = ManualClock()
         self.opened: list[MetadataStore] = []
+        self.server: StoreServer | None = None  # remote: the node supervisor's side
 
     async def open(self) -> MetadataStore:
         if self.kind == "local":
             store: MetadataStore = LocalStore(self.tmp_path / "meta", self.clock)
+        elif self.kind == "remote":
+            if self.server is None:
+                served = LocalStore(self.tmp_path / "meta", self.clock)
+                await served.start()
+                sock_dir = tempfile.mkdtemp(prefix="pybroker-store-")  # (short: AF_UNIX)
+                self.server = StoreServer(served, Path(sock_dir) / "store.sock")
+                await self.server.start()
+            store = RemoteStore(self.server.socket_path)
         else:
             store = ZooKeeperStore(self.connect, 6000, connect_timeout_s=10)
         await store.start()
@@ -91,9 +103,14 @@ class Backend:
     async def close_all(self) -> None:
         for s in self.opened:
             await s.close()
+        if self.server is not None:
+            await self.server.stop()
+            await self.server.store.close()
+            os.rmdir(self.server.socket_path.parent)
+            self.server = None
 
 
-@pytest.fixture(params=["local", "zookeeper"])
+@pytest.fixture(params=["local", "zookeeper", "remote"])
 def backend(request, tmp_path):
     if request.param == "zookeeper":
         require_zookeeper()
@@ -214,7 +231,7 @@ async def test_ephemeral_nodes(store, backend):
     assert await other.exists("/eph") is None
 
 
-@pytest.mark.parametrize("backend", ["zookeeper"], indirect=True)
+@pytest.mark.parametrize("backend", ["zookeeper", "remote"], indirect=True)
 @with_store
 async def test_ephemeral_removed_when_session_closes_seen_by_other(store, backend):
     other = await backend.open()
@@ -273,6 +290,31 @@ async def test_watches_fire_once(store, backend):
     await store.create("/nope")
     await asyncio.sleep(0.05)
     assert none == []
+
+
+@with_store
+async def test_get_many_reads_together_with_watches(store, backend):
+    """get_many: every path's (data, stat) in order, None for a missing node (no watch set
+    there), each existing path's own watch; more paths than one pipelined window."""
+    from pybroker.coord.metadata import zk
+
+    await store.create("/gm", b"")
+    n = zk.GET_MANY_WINDOW + 7
+    for i in range(n):
+        await store.create(f"/gm/{i}", b"%d" % i)
+    paths = [f"/gm/{i}" for i in range(n)] + ["/gm/missing"]
+    events: dict[str, list[WatchedEvent]] = {p: [] for p in paths}
+    got = await store.get_many(paths, [events[p].append for p in paths])
+    assert [g[0] if g else None for g in got] == [b"%d" % i for i in range(n)] + [None]
+    assert all(g[1].version == 0 for g in got[:-1])
+    await store.set("/gm/3", b"x")
+    await store.set(f"/gm/{n - 1}", b"y")
+    await store.create("/gm/missing")
+    await wait_until(lambda: events["/gm/3"] and events[f"/gm/{n - 1}"])
+    await asyncio.sleep(0.05)
+    assert events["/gm/3"] == [WatchedEvent(EventType.CHANGED, "/gm/3")]
+    assert events["/gm/missing"] == [] and events["/gm/0"] == []
+    assert await store.get_many([]) == []
 
 
 @with_store

@@ -1,18 +1,24 @@
-"""The transaction coordinator over a real LocalStore: commit cycle, markers, timeout abort,
-resume by a new coordinator, NOT_COORDINATOR for ids another broker owns."""
+"""The transaction coordinator over both storages (transaction.state.storage): a real
+LocalStore, and __transaction_state as coord/txn/state_log.py sees it (tests/fake_internal_log.py):
+commit cycle, markers, timeout abort, resume by a new coordinator, NOT_COORDINATOR for ids
+another broker owns."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 
+import pytest
+
 from pybroker.clock import ManualClock
 from pybroker.coord.metadata.local import LocalStore
-from pybroker.coord.metadata.placement import coordinator_for
+from pybroker.coord.metadata.placement import SingleBroker, coordinator_for
 from pybroker.coord.txn import state as ts
 from pybroker.coord.txn.coordinator import TransactionCoordinator, TxnConfig
+from pybroker.coord.txn.state_log import TxnStateLog
 from pybroker.coord.txn.store import TxnStateStore
 from pybroker.errors import ErrorCode
+from tests.fake_internal_log import FakeLog
 
 TPS = [("t", 0), ("t", 1), ("t", 2)]
 
@@ -31,14 +37,66 @@ class Markers:
         return {tp: ErrorCode.NONE for tp in partitions}
 
 
-def _coord(store, clock, markers, **kw) -> TransactionCoordinator:
+class Storage:
+    """One storage that the coordinators of a test share.  ``view()`` is what a new
+    coordinator uses: on the metadata store the store itself; on __transaction_state a
+    TxnStateLog that leads every partition at the next leader epoch (the broker it runs on
+    took the partitions over), loaded before it is returned."""
+
+    def __init__(self, kind: str, tmp_path, clock: ManualClock) -> None:
+        self.kind = kind
+        self.tmp_path = tmp_path
+        self.clock = clock
+        self.store: LocalStore | None = None
+        self.log = FakeLog()
+        self.views: list[TxnStateLog] = []
+
+    async def start(self) -> Storage:
+        self.store = LocalStore(self.tmp_path, self.clock)
+        await self.store.start()
+        return self
+
+    async def view(self):
+        if self.kind == "metadata-store":
+            return TxnStateStore(self.store)
+        v = TxnStateLog(self.log, partitions=self.log.partitions)
+        self.log.elect(v)
+        while any(v.load_error(p) is not None for p in range(self.log.partitions)):
+            await asyncio.sleep(0)
+        self.views.append(v)
+        return v
+
+    async def unowned_view(self):
+        """A storage view on a broker that leads no partition."""
+        if self.kind == "metadata-store":
+            return TxnStateStore(self.store)
+        return TxnStateLog(self.log, partitions=self.log.partitions)
+
+    async def load(self, tid: str):
+        if self.kind == "metadata-store":
+            return await TxnStateStore(self.store).load(tid)
+        return await (await self.view()).load(tid)
+
+    async def close(self) -> None:
+        for v in self.views:
+            await v.stop()
+        await self.store.close()
+
+
+@pytest.fixture(params=["metadata-store", "__transaction_state"])
+def storage_kind(request) -> str:
+    return request.param
+
+
+async def _coord(storage: Storage, markers, *, view=None, **kw) -> TransactionCoordinator:
     ids = itertools.count(1000)
 
     async def alloc() -> int:
         return next(ids)
 
     cfg = TxnConfig(max_timeout_ms=300_000, marker_retry_ms=1)
-    return TransactionCoordinator(TxnStateStore(store), clock, cfg, alloc, markers, **kw)
+    view = view if view is not None else await storage.view()
+    return TransactionCoordinator(view, storage.clock, cfg, alloc, markers, **kw)
 
 
 async def _settle(c: TransactionCoordinator) -> None:
@@ -48,13 +106,12 @@ async def _settle(c: TransactionCoordinator) -> None:
         await asyncio.sleep(0.005)
 
 
-def test_commit_then_abort_cycle(tmp_path) -> None:
+def test_commit_then_abort_cycle(tmp_path, storage_kind) -> None:
     async def main() -> None:
         clock = ManualClock()
-        store = LocalStore(tmp_path, clock)
-        await store.start()
+        storage = await Storage(storage_kind, tmp_path, clock).start()
         m = Markers()
-        c = _coord(store, clock, m)
+        c = await _coord(storage, m)
         assert await c.init_producer_id("tx", 400_000) == (
             ErrorCode.INVALID_TRANSACTION_TIMEOUT,
             -1,
@@ -74,21 +131,20 @@ def test_commit_then_abort_cycle(tmp_path) -> None:
         await _settle(c)
         assert m.written[-1][2] is False and m.written[-1][4] == TPS[:1]
         await c.stop()
-        await store.close()
+        await storage.close()
 
     asyncio.run(main())
 
 
 def test_markers_in_flight_answer_concurrent_transactions_and_new_coordinator_finishes(
-    tmp_path,
+    tmp_path, storage_kind
 ) -> None:
     async def main() -> None:
         clock = ManualClock()
-        store = LocalStore(tmp_path, clock)
-        await store.start()
+        storage = await Storage(storage_kind, tmp_path, clock).start()
         m = Markers()
         m.fail = True
-        old = _coord(store, clock, m)
+        old = await _coord(storage, m)
         _, pid, epoch = await old.init_producer_id("tx", 60_000)
         await old.add_partitions("tx", pid, epoch, TPS)
         assert await old.end_txn("tx", pid, epoch, True) is ErrorCode.NONE
@@ -102,24 +158,23 @@ def test_markers_in_flight_answer_concurrent_transactions_and_new_coordinator_fi
         await old.stop()  # the old coordinator dies with the markers unwritten
 
         m2 = Markers()
-        new = _coord(store, clock, m2)
+        new = await _coord(storage, m2)
         await new.resume()
         await _settle(new)
         assert [(w[0], w[2], w[4]) for w in m2.written] == [(pid, True, TPS)]
         assert new.txns["tx"][0].state is ts.TxnState.COMPLETE_COMMIT
         await new.stop()
-        await store.close()
+        await storage.close()
 
     asyncio.run(main())
 
 
-def test_timeout_abort_fences_the_producer(tmp_path) -> None:
+def test_timeout_abort_fences_the_producer(tmp_path, storage_kind) -> None:
     async def main() -> None:
         clock = ManualClock()
-        store = LocalStore(tmp_path, clock)
-        await store.start()
+        storage = await Storage(storage_kind, tmp_path, clock).start()
         m = Markers()
-        c = _coord(store, clock, m)
+        c = await _coord(storage, m)
         _, pid, epoch = await c.init_producer_id("tx", 10_000)
         await c.add_partitions("tx", pid, epoch, TPS)
         clock.advance(10_000)
@@ -132,35 +187,47 @@ def test_timeout_abort_fences_the_producer(tmp_path) -> None:
         err, pid2, epoch2 = await c.init_producer_id("tx", 10_000)
         assert (err, pid2, epoch2) == (ErrorCode.NONE, pid, epoch + 2)
         await c.stop()
-        await store.close()
+        await storage.close()
 
     asyncio.run(main())
 
 
-def test_stale_coordinator_gets_not_coordinator(tmp_path) -> None:
+def test_stale_coordinator_gets_not_coordinator(tmp_path, storage_kind) -> None:
     async def main() -> None:
         clock = ManualClock()
-        store = LocalStore(tmp_path, clock)
-        await store.start()
-        a, b = _coord(store, clock, Markers()), _coord(store, clock, Markers())
+        storage = await Storage(storage_kind, tmp_path, clock).start()
+        a = await _coord(storage, Markers())
         _, pid, epoch = await a.init_producer_id("tx", 60_000)
-        await b.init_producer_id("tx", 60_000)  # b took over and fenced epoch 0
+        b = await _coord(storage, Markers())  # b took over ...
+        await b.init_producer_id("tx", 60_000)  # ... and fenced epoch 0
         assert await a.add_partitions("tx", pid, epoch, TPS) is ErrorCode.NOT_COORDINATOR
-        assert await a.add_partitions("tx", pid, epoch, TPS) is ErrorCode.PRODUCER_FENCED
-        owner = coordinator_for("tx", [1, 2])
-        other = _coord(store, clock, Markers(), broker_id=3 - owner, membership=lambda: (1, [1, 2]))
+        # a read the store again and found the new epoch; a deposed leader of the id's
+        # partition of __transaction_state unloaded it
+        again = await a.add_partitions("tx", pid, epoch, TPS)
+        if storage_kind == "metadata-store":
+            assert again is ErrorCode.PRODUCER_FENCED
+        else:  # (its placement still names it: as a leader about to take over, retriable)
+            assert again is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if storage_kind == "metadata-store":  # rendezvous hashing names the other broker
+            owner = coordinator_for("tx", [1, 2])
+            other = await _coord(
+                storage, Markers(), broker_id=3 - owner, membership=lambda: (1, [1, 2])
+            )
+        else:  # a broker that does not lead the id's partition (broker 7 does)
+            other = await _coord(
+                storage, Markers(), view=await storage.unowned_view(), placement=SingleBroker(7)
+            )
         assert await other.init_producer_id("tx", 60_000) == (ErrorCode.NOT_COORDINATOR, -1, -1)
-        await store.close()
+        await storage.close()
 
     asyncio.run(main())
 
 
-def test_list_states_and_id_expiration(tmp_path) -> None:
+def test_list_states_and_id_expiration(tmp_path, storage_kind) -> None:
     async def main() -> None:
         clock = ManualClock()
-        store = LocalStore(tmp_path, clock)
-        await store.start()
-        c = _coord(store, clock, Markers())
+        storage = await Storage(storage_kind, tmp_path, clock).start()
+        c = await _coord(storage, Markers())
         _, pid_a, ep_a = await c.init_producer_id("a", 60_000)
         _, pid_b, _ = await c.init_producer_id("b", 60_000)
         await c.add_partitions("a", pid_a, ep_a, TPS)
@@ -169,9 +236,9 @@ def test_list_states_and_id_expiration(tmp_path) -> None:
         assert [m.transactional_id for m in c.list_states(producer_ids=[pid_b])] == ["b"]
         clock.advance(c.config.id_expiration_ms)
         assert await c.expire_ids() == ["b"]  # "a" is Ongoing: never expired
-        assert await TxnStateStore(store).load("b") is None
+        assert await storage.load("b") is None
         assert await c.end_txn("b", pid_b, 0, True) is ErrorCode.INVALID_PRODUCER_ID_MAPPING
         await c.stop()
-        await store.close()
+        await storage.close()
 
     asyncio.run(main())

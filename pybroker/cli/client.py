@@ -406,6 +406,16 @@ class Client:
         self.brokers = {b["node_id"]: (b["host"], b["port"], b["rack"]) for b in r["brokers"]}
         return r
 
+    def controller(self) -> Connection:
+        """A connection to the controller, which alone answers CreateTopics, DeleteTopics and
+        CreatePartitions (others say NOT_CONTROLLER), as Kafka's AdminClient finds it: the
+        controller id of a Metadata response."""
+        r = self.metadata([])
+        controller = r.get("controller_id", -1)
+        if controller is None or controller < 0:
+            raise KafkaCliError(ErrorCode.NOT_CONTROLLER, "the cluster has no controller now")
+        return self.node(controller)
+
     def topic(self, name: str) -> dict:
         """The Metadata entry of one topic; UNKNOWN_TOPIC_OR_PARTITION if it does not exist."""
         r = self.metadata([name])

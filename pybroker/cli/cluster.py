@@ -1,4 +1,6 @@
-"""``pybroker cluster``: cluster id, controller, brokers (host:port, rack), the partitions
+"""``pybroker cluster``: cluster id, controller, brokers (host:port, rack), the racks (a
+multi-core node's brokers share one: the node, docs/multicore.md) with their brokers and the
+partitions they lead, the partitions
 whose in-sync replicas are fewer than their replicas (under-replicated, as kafka-topics
 --under-replicated-partitions) and those without a leader (offline, as
 --unavailable-partitions), from one Metadata request for every topic, internal ones included."""
@@ -38,12 +40,24 @@ def run(client: Client, args: argparse.Namespace) -> int:
                         "isr": p["isr_nodes"],
                     }
                 )
+    led: dict[int, int] = {}
+    for t in r["topics"]:
+        for p in t["partitions"]:
+            led[p["leader_id"]] = led.get(p["leader_id"], 0) + 1
+    racks: dict[str, list[int]] = {}
+    for b in r["brokers"]:
+        if b["rack"] is not None:
+            racks.setdefault(b["rack"], []).append(b["node_id"])
     result = {
         "cluster_id": r["cluster_id"],
         "controller_id": r["controller_id"],
         "brokers": [
             {"id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
             for b in sorted(r["brokers"], key=lambda b: b["node_id"])
+        ],
+        "racks": [
+            {"rack": rack, "brokers": sorted(ids), "leaders": sum(led.get(i, 0) for i in ids)}
+            for rack, ids in sorted(racks.items())
         ],
         "under_replicated": under,
         "offline": offline,
@@ -77,6 +91,19 @@ def _text(r: dict) -> str:
         ],
     )
     parts = [section("CLUSTER", summary), section("BROKERS (* controller)", brokers)]
+    if r["racks"]:
+        parts.append(
+            section(
+                "RACKS (a multi-core node is one)",
+                table(
+                    ["rack", "brokers", "leaders"],
+                    [
+                        (x["rack"], ",".join(map(str, x["brokers"])), x["leaders"])
+                        for x in r["racks"]
+                    ],
+                ),
+            )
+        )
     if r["under_replicated"]:
         parts.append(
             section(

@@ -221,7 +221,7 @@ def _create(client: Client, args: argparse.Namespace) -> int:
         "timeout_ms": TIMEOUT_MS,
         "validate_only": False,
     }
-    version, r = client.any().request(CREATE_TOPICS, body)
+    version, r = client.controller().request(CREATE_TOPICS, body)
     (t,) = r["topics"]
     check(t["error_code"], t["error_message"])
     result = {"topic": t["name"], "status": "OK"}
@@ -240,7 +240,7 @@ def _delete(client: Client, args: argparse.Namespace) -> int:
         "topic_names": [args.name],
         "timeout_ms": TIMEOUT_MS,
     }
-    _, r = client.any().request(DELETE_TOPICS, body)
+    _, r = client.controller().request(DELETE_TOPICS, body)
     (t,) = r["responses"]
     if t["error_code"] == 3:  # Kafka's message is empty here; say which topic
         raise KafkaCliError(3, t.get("error_message") or f"Topic '{args.name}' does not exist.")

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from pybroker import read_model
 from pybroker.console.auth import Viewer
-from pybroker.coord.metadata.placement import coordinator_for
 from pybroker.read_model import Walk
 from pybroker.wire.consumer_protocol import parse_assignment
 
@@ -403,7 +402,7 @@ async def topic_consumers(broker: BrokerServices, viewer: Viewer, topic: str) ->
 
 
 def coordinator(broker: BrokerServices, group_id: str) -> int:
-    return coordinator_for(group_id, broker.cluster.brokers)
+    return broker.groups.coordinator_node(group_id)
 
 
 async def group_detail(broker: BrokerServices, group_id: str, viewer: Viewer) -> GroupDetail | None:

@@ -16,6 +16,7 @@ from pybroker import topic_config
 from pybroker.config import Config
 from pybroker.configdef import convert_to_string
 from pybroker.coord.metadata.model import TopicInfo
+from pybroker.coord.metadata.placement import INTERNAL_TOPICS, OFFSETS_TOPIC
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers.context import RequestContext
 from pybroker.log import LogConfig
@@ -102,8 +103,22 @@ def flush_policy(config: Config, topic_configs: Mapping[str, str]) -> tuple[int,
 
 
 async def auto_create(ctx: RequestContext, topic: str) -> TopicInfo:
-    """Create ``topic`` with the broker defaults (auto.create.topics.enable)."""
+    """Create ``topic`` with the broker defaults (auto.create.topics.enable).  An internal
+    topic gets its own settings, as Kafka's AutoTopicCreationManager gives them: the
+    coordinator's InternalTopic creates it with the internal-topic storages; otherwise
+    (pybroker keeps offsets and transaction state in the metadata store) it is not created:
+    UNKNOWN_TOPIC_OR_PARTITION."""
     cfg = ctx.services.config
+    if topic in INTERNAL_TOPICS:
+        services = ctx.services
+        internal = services.offsets_topic if topic == OFFSETS_TOPIC else services.txn_topic
+        if internal is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        await internal.ensure()
+        info = services.cluster.topics.get(topic)
+        if info is None:
+            raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE)
+        return info
     try:
         return await ctx.services.cluster.create_topic(
             topic, cfg.num_partitions, cfg.default_replication_factor, {}

@@ -12,7 +12,7 @@ with the coordinator.
 
 from __future__ import annotations
 
-from pybroker.coord.metadata.placement import OFFSETS_TOPIC, partition_for
+from pybroker.coord.metadata.placement import OFFSETS_TOPIC
 from pybroker.errors import ErrorCode
 from pybroker.handlers._authz import on_group, on_txn
 from pybroker.handlers._txn import coordinator, older_error
@@ -28,13 +28,13 @@ async def add_offsets_to_txn(ctx: RequestContext, req: dict) -> dict:
         code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     elif not on_group(ctx, Operation.READ, req["group_id"]):
         code = ErrorCode.GROUP_AUTHORIZATION_FAILED
-    elif coord is None:
+    elif coord is None or ctx.services.groups is None:
         code = ErrorCode.COORDINATOR_NOT_AVAILABLE
     else:
         code = await coord.add_partitions(
             req["transactional_id"],
             req["producer_id"],
             req["producer_epoch"],
-            [(OFFSETS_TOPIC, partition_for(req["group_id"]))],
+            [(OFFSETS_TOPIC, ctx.services.groups.partition_of(req["group_id"]))],
         )
     return {"throttle_time_ms": 0, "error_code": older_error(code, ctx.version, 2)}

@@ -1,8 +1,13 @@
 """FindCoordinator (key 10), versions 0-6.
 
 Group keys (key_type 0) and transactional ids (key_type 1) map to the owner of their
-partition (Kafka's partitionFor over 50 partitions), a live broker chosen by rendezvous hashing
-over /brokers/ids (see pybroker.coord.metadata.placement).  v4 batches several keys; v5 only
+partition (Kafka's partitionFor): with the metadata-store storages (offsets.storage /
+transaction.state.storage=zookeeper) a live broker chosen by rendezvous hashing over
+/brokers/ids over 50 partitions (pybroker.coord.metadata.placement); with the internal-topic
+storages (=kafka) the leader of the key's partition of __consumer_offsets /
+__transaction_state, the topic created on the first lookup as Kafka's
+AutoTopicCreationManager does (COORDINATOR_NOT_AVAILABLE while it cannot be: fewer live brokers
+than its replication factor, or no leader yet).  v4 batches several keys; v5 only
 tells the broker that the client knows TRANSACTION_ABORTABLE.  Share groups (key_type 2, v6,
 KIP-932) are not served, and the answers are Kafka 3.9's for a broker without them: below v6
 INVALID_REQUEST, from v6 CLUSTER_AUTHORIZATION_FAILED without CLUSTER_ACTION, else
@@ -13,8 +18,7 @@ COORDINATOR_NOT_AVAILABLE.  Other key types and empty keys get INVALID_REQUEST, 
 from __future__ import annotations
 
 from pybroker.coord.metadata.paths import MAX_NAME_CHARS
-from pybroker.coord.metadata.placement import coordinator_for
-from pybroker.errors import ErrorCode
+from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers._authz import on_cluster, on_group, on_txn
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
@@ -23,7 +27,23 @@ from pybroker.security.acl import Operation
 GROUP, TRANSACTION, SHARE = 0, 1, 2
 
 
-def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict:
+async def _coordinator_node(ctx: RequestContext, key: str, key_type: int) -> tuple[int, str]:
+    """(the coordinator's broker id or -1, why there is none)."""
+    services = ctx.services
+    coord = services.groups if key_type == GROUP else services.transactions
+    topic = services.offsets_topic if key_type == GROUP else services.txn_topic
+    if coord is None:
+        return -1, "the coordinator is starting"
+    if topic is not None and not topic.exists():
+        try:
+            await topic.ensure()
+        except KafkaError as e:
+            return -1, f"{topic.name} cannot be created: {e}"
+    node = coord.coordinator_node(key)
+    return node, "" if node >= 0 else "no leader for the key's partition"
+
+
+async def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict:
     cluster = ctx.services.cluster
     if key_type == SHARE and ctx.version >= 6:
         if not on_cluster(ctx, Operation.CLUSTER_ACTION):
@@ -42,7 +62,7 @@ def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict:
     elif len(key) > MAX_NAME_CHARS:
         code, message = ErrorCode.INVALID_REQUEST, f"key longer than {MAX_NAME_CHARS} characters"
     else:
-        node = coordinator_for(key, cluster.brokers)
+        node, why = await _coordinator_node(ctx, key, key_type)
         broker = cluster.brokers.get(node)
         endpoint = broker.endpoint(ctx.listener) if broker is not None else None
         if endpoint is not None:
@@ -57,7 +77,7 @@ def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict:
         code, message = (
             ErrorCode.COORDINATOR_NOT_AVAILABLE,
             (
-                "no live broker"
+                why or "no live broker"
                 if broker is None
                 else f"no {ctx.listener} listener on the coordinator"
             ),
@@ -78,9 +98,9 @@ async def find_coordinator(ctx: RequestContext, req: dict) -> dict:
     if ctx.version >= 4:
         return {
             "throttle_time_ms": 0,
-            "coordinators": [_lookup(ctx, k, key_type) for k in req["coordinator_keys"]],
+            "coordinators": [await _lookup(ctx, k, key_type) for k in req["coordinator_keys"]],
         }
-    result = _lookup(ctx, req["key"], key_type)
+    result = await _lookup(ctx, req["key"], key_type)
     result.pop("key")
     result["throttle_time_ms"] = 0
     return result

@@ -25,6 +25,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from pybroker.coord.metadata.model import BrokerInfo, TopicInfo
+from pybroker.coord.metadata.placement import INTERNAL_TOPICS
 from pybroker.coord.metadata.topic_rules import validate_topic_name
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers._authz import authorized_operations, enabled, on_cluster, on_topic
@@ -124,7 +125,7 @@ def topic_metadata(ctx: RequestContext, info: TopicInfo, include_ops: bool) -> d
         "error_code": ErrorCode.NONE,
         "name": info.name,
         "topic_id": info.topic_id,
-        "is_internal": False,
+        "is_internal": info.name in INTERNAL_TOPICS,
         "partitions": partitions,
         "topic_authorized_operations": (
             authorized_operations(ctx, ResourceType.TOPIC, info.name)

@@ -4,7 +4,8 @@ led here and replicated as an acks=all produce (Kafka's appendRecords, origin CO
 request.timeout.ms); the log ends the producer's transaction there.  The append is the replica
 manager's (ReplicaManager.append_txn_marker); the coordinator's marker sender calls
 :func:`write_txn_markers` in process for the partitions this broker leads.  A marker for
-(__consumer_offsets, p) completes the transactional offsets of p's groups.  Left out: v2
+(__consumer_offsets, p) completes the transactional offsets of p's groups, after its append to
+p's log with offsets.storage=kafka, in the metadata store's cache otherwise.  Left out: v2
 (KIP-890).  Errors: docs/internals.md ("pybroker/handlers/write_txn_markers.py").
 """
 
@@ -28,11 +29,11 @@ REQUEST_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default, which the mar
 async def _write_one(
     services: BrokerServices, marker: TxnMarker, topic: str, partition: int, timeout_ms: int
 ) -> int:
-    if topic == OFFSETS_TOPIC:
+    if topic == OFFSETS_TOPIC and services.offsets_topic is None:
         if services.groups is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return await services.groups.complete_txn(marker.producer_id, marker.committed, partition)
-    return await services.replicas.append_txn_marker(
+    code = await services.replicas.append_txn_marker(
         topic,
         partition,
         marker.producer_id,
@@ -41,6 +42,11 @@ async def _write_one(
         marker.coordinator_epoch,
         timeout_ms,
     )
+    if topic == OFFSETS_TOPIC and code == ErrorCode.NONE and services.groups is not None:
+        # offsets.storage=kafka: the marker is in the offsets partition's log; its groups'
+        # pending transactional offsets become committed (or are dropped) in the cache
+        code = await services.groups.complete_txn(marker.producer_id, marker.committed, partition)
+    return code
 
 
 async def write_txn_markers(

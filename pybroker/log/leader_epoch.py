@@ -4,7 +4,8 @@ answers OffsetForLeaderEpoch and lets a follower find where its log diverges fro
 leader's.  One owner (the event loop), as PartitionLog, which keeps it consistent with the log.
 
 File ``leader-epoch-checkpoint`` in the partition directory, Kafka's format (UTF-8 text),
-rewritten whole (temporary file, fsync, rename, fsync of the directory) after every change::
+rewritten whole (temporary file, rename; its fsync deferred to PartitionLog.flush) after
+every change::
 
     0                       version
     <n>                     number of entries
@@ -60,19 +61,29 @@ def read_leader_epoch_checkpoint(path: Path) -> list[EpochEntry]:
         raise ValueError(f"{path}: truncated") from e
 
 
-def write_leader_epoch_checkpoint(path: Path, entries: Iterable[EpochEntry]) -> None:
+def write_leader_epoch_checkpoint(
+    path: Path, entries: Iterable[EpochEntry], *, sync: bool = True
+) -> None:
+    """Replace the checkpoint atomically (temporary file, rename); with ``sync`` the file is
+    fsynced before the rename and the directory after it."""
     lines = [f"{e.epoch} {e.start_offset}" for e in entries]
     data = "\n".join([str(_VERSION), str(len(lines)), *lines]) + "\n"
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, data.encode())
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    if sync:
+        _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
     try:
-        dfd = os.open(path.parent, os.O_RDONLY)
+        dfd = os.open(directory, os.O_RDONLY)
     except OSError:
         return
     try:
@@ -91,6 +102,13 @@ class LeaderEpochCache:
         self.path = path
         self._epochs: list[int] = []
         self._offsets: list[int] = []
+        # what the file holds (None: unknown), and the writes made / covered by an fsync
+        # (sync may run in a worker thread while the owner writes again: counters, as the
+        # indexes keep theirs)
+        self._persisted: list[EpochEntry] | None = None
+        self._dirty = False
+        self._writes = 0
+        self._synced_writes = 0
         for e in entries:
             self.assign(e.epoch, e.start_offset, flush=False)
 
@@ -159,8 +177,7 @@ class LeaderEpochCache:
             self._offsets.pop()
         self._epochs.append(epoch)
         self._offsets.append(start_offset)
-        if flush:
-            self.flush()
+        self._changed(flush)
         return True
 
     def truncate_from_end(self, end_offset: int, *, flush: bool = True) -> bool:
@@ -172,8 +189,7 @@ class LeaderEpochCache:
         if i == len(self._offsets):
             return False
         del self._epochs[i:], self._offsets[i:]
-        if flush:
-            self.flush()
+        self._changed(flush)
         return True
 
     def truncate_from_start(self, start_offset: int, *, flush: bool = True) -> bool:
@@ -188,34 +204,79 @@ class LeaderEpochCache:
         covering = self._epochs[i - 1]
         del self._epochs[: i - 1], self._offsets[: i - 1]
         self._epochs[0], self._offsets[0] = covering, start_offset
-        if flush:
-            self.flush()
+        self._changed(flush)
         return True
 
     def clear(self, *, flush: bool = True) -> None:
         self._epochs.clear()
         self._offsets.clear()
-        if flush:
-            self.flush()
+        self._changed(flush)
 
     # -- persistence --------------------------------------------------------------------------
 
+    def _changed(self, flush: bool) -> None:
+        if flush:
+            self.flush()
+        else:
+            self._dirty = True
+
+    @property
+    def dirty(self) -> bool:
+        """Changed with ``flush=False`` since the last write: the file may hold entries the
+        cache no longer has (PartitionLog writes it before the log grows past them)."""
+        return self._dirty
+
     def flush(self) -> None:
-        """Write the checkpoint atomically (no-op for an in-memory cache, or once the
-        partition directory is gone: a deleted partition, as Kafka's writeIfDirExists)."""
+        """Write the checkpoint atomically unless it holds these entries already (no-op for
+        an in-memory cache, or once the partition directory is gone: a deleted partition, as
+        Kafka's writeIfDirExists).  Not fsynced: :meth:`sync` does that (module docstring)."""
         if self.path is None:
             return
+        entries = self.entries()
+        if entries == self._persisted:
+            self._dirty = False
+            return
         try:
-            write_leader_epoch_checkpoint(self.path, self.entries())
+            write_leader_epoch_checkpoint(self.path, entries, sync=False)
         except FileNotFoundError:
             if self.path.parent.exists():
                 raise
+            return
+        self._persisted = entries
+        self._dirty = False
+        self._writes += 1
+
+    @property
+    def unsynced(self) -> bool:
+        """A write not yet covered by an fsync."""
+        return self._synced_writes < self._writes
+
+    def sync(self) -> None:
+        """fsync the checkpoint and its directory if a write since the last sync needs it (may
+        run in a worker thread; PartitionLog.flush calls it before the recovery point moves)."""
+        writes = self._writes
+        if self.path is None or self._synced_writes >= writes:
+            return
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            if self.path.parent.exists():
+                raise
+            return  # (a deleted partition)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _fsync_dir(self.path.parent)
+        self._synced_writes = max(self._synced_writes, writes)
 
     def load(self) -> bool:
         """Replace the entries with the checkpoint's.  Returns False (and empties the cache)
         if the file is missing or malformed: the caller rebuilds from the log."""
         self._epochs.clear()
         self._offsets.clear()
+        self._persisted = None
+        self._dirty = False
         if self.path is None:
             return False
         try:
@@ -225,12 +286,14 @@ class LeaderEpochCache:
         for e in entries:
             self._epochs.append(e.epoch)
             self._offsets.append(e.start_offset)
+        self._persisted = entries
         return True
 
     def delete_file(self) -> None:
         if self.path is not None:
             self.path.unlink(missing_ok=True)
             self.path.with_name(self.path.name + ".tmp").unlink(missing_ok=True)
+        self._persisted = None
 
     def __repr__(self) -> str:
         return f"LeaderEpochCache({self.entries()})"

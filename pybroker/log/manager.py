@@ -128,6 +128,45 @@ Key = tuple[str, int]
 DirFailureListener = Callable[[Path, list[Key]], None]
 
 
+class _LogTable(dict[Key, PartitionLog]):
+    """A table of logs by partition that keeps how many it holds in each dir, so that placing
+    a new log (next_log_dir) costs O(dirs), not O(logs): counting on every creation made
+    creating n partitions cost O(n^2).  Only item assignment, ``del`` and ``pop`` change it;
+    a log whose directory moves while in the table is assigned again (recounted)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counted: dict[Key, Path] = {}
+        self.per_dir: dict[Path, int] = {}
+
+    def _uncount(self, key: Key) -> None:
+        d = self.counted.pop(key, None)
+        if d is not None:
+            self.per_dir[d] -= 1
+
+    def __setitem__(self, key: Key, plog: PartitionLog) -> None:
+        super().__setitem__(key, plog)
+        self._uncount(key)
+        d = plog.directory.parent
+        self.counted[key] = d
+        self.per_dir[d] = self.per_dir.get(d, 0) + 1
+
+    def __delitem__(self, key: Key) -> None:
+        super().__delitem__(key)
+        self._uncount(key)
+
+    _MISSING = object()
+
+    def pop(self, key: Key, default: object = _MISSING) -> PartitionLog:  # type: ignore[override]
+        if key in self:
+            plog = super().pop(key)
+            self._uncount(key)
+            return plog
+        if default is self._MISSING:
+            raise KeyError(key)
+        return default  # type: ignore[return-value]
+
+
 class LogManager:
     def __init__(
         self,
@@ -152,8 +191,8 @@ class LogManager:
         self.descriptors = (
             descriptors if descriptors is not None else DescriptorCache.for_open_files_limit()
         )
-        self.logs: dict[Key, PartitionLog] = {}
-        self.future_logs: dict[Key, PartitionLog] = {}
+        self.logs: dict[Key, PartitionLog] = _LogTable()
+        self.future_logs: dict[Key, PartitionLog] = _LogTable()
         # AlterReplicaLogDirs for a replica not created yet: where it is to be created
         self.preferred_dirs: dict[Key, Path] = {}
         self.offline_dirs: set[Path] = set()
@@ -212,12 +251,11 @@ class LogManager:
         preferred = self.preferred_dirs.get(key)
         if preferred in online:
             return preferred
-        counts = dict.fromkeys(online, 0)
-        for lg in [*self.logs.values(), *self.future_logs.values()]:
-            d = self.dir_of(lg)
-            if d in counts:
-                counts[d] += 1
-        return min(online, key=lambda d: counts[d])
+        if len(online) == 1:
+            return online[0]
+        current, future = self.logs, self.future_logs
+        assert isinstance(current, _LogTable) and isinstance(future, _LogTable)
+        return min(online, key=lambda d: current.per_dir.get(d, 0) + future.per_dir.get(d, 0))
 
     def fail_dir(self, directory: Path, error: BaseException | None = None) -> None:
         """Kafka's handleLogDirFailure: ``directory`` (a log dir, or a path inside one) is
@@ -407,6 +445,75 @@ class LogManager:
             plog.topic_id = topic_id
         return plog
 
+    # -- creating many logs off the owner's thread ---------------------------------------------
+    def place(self, keys: Iterable[Key]) -> dict[Key, Path]:
+        """Where each of these new logs goes (:meth:`next_log_dir`, counting the earlier keys
+        as placed).  On the owner, before :meth:`open_new` runs elsewhere."""
+        placed: dict[Key, Path] = {}
+        extra: dict[Path, int] = {}
+        current, future = self.logs, self.future_logs
+        assert isinstance(current, _LogTable) and isinstance(future, _LogTable)
+        online = self.online_dirs
+        if not online:
+            raise OfflineLogDirError("every log dir is offline")
+        for key in keys:
+            preferred = self.preferred_dirs.get(key)
+            if preferred in online:
+                d = preferred
+            else:
+                d = min(
+                    online,
+                    key=lambda d: (
+                        current.per_dir.get(d, 0) + future.per_dir.get(d, 0) + extra.get(d, 0)
+                    ),
+                )
+            extra[d] = extra.get(d, 0) + 1
+            placed[key] = d
+        return placed
+
+    def open_new(
+        self,
+        directory: Path,
+        key: Key,
+        config: LogConfig,
+        topic_id: uuid.UUID | None,
+        leader_epoch: int | None = None,
+    ) -> PartitionLog:
+        """Open (create) one partition's log in ``directory`` without touching the tables
+        (safe in a worker thread; :meth:`adopt` on the owner makes it the partition's log),
+        with its partition.metadata and, for a leader, its first leader epoch entry."""
+        plog = PartitionLog.open(
+            directory / f"{key[0]}-{key[1]}", config, self.clock, descriptors=self.descriptors
+        )
+        if topic_id is not None and topic_id != partition_metadata.ZERO and plog.topic_id is None:
+            partition_metadata.write(plog.directory, topic_id)
+            plog.topic_id = topic_id
+        if leader_epoch is not None and leader_epoch >= 0:
+            plog.leader_epochs.assign(leader_epoch, plog.log_end_offset)
+        return plog
+
+    def adopt(self, key: Key, plog: PartitionLog) -> bool:
+        """Make a log made by :meth:`open_new` the partition's (on the owner).  False (and the
+        log is deleted) if the partition has a log already or is offline here."""
+        if (
+            key in self.logs
+            or key in self.offline_partitions
+            or self.dir_of(plog) in self.offline_dirs
+        ):
+            self.discard(plog)
+            return False
+        self.preferred_dirs.pop(key, None)
+        self.logs[key] = plog
+        return True
+
+    def discard(self, plog: PartitionLog) -> None:
+        """Delete a log :meth:`open_new` made that no table holds (renamed ``-delete``, its
+        files removed later, as :meth:`delete`)."""
+        try:
+            self._retire(plog)
+        except OSError as e:
+            self.fail_dir(self.dir_of(plog), e)
+
     def create_future(self, topic: str, partition: int, directory: Path) -> PartitionLog:
         """An empty copy of the partition's current log in ``directory``, named
         ``<topic>-<partition>.<uuid hex>-future`` (Kafka's), starting at the current log's
@@ -466,6 +573,7 @@ class LogManager:
         fut.high_watermark = src.high_watermark
         epochs = LeaderEpochCache(fut.leader_epochs.path, src.leader_epochs.entries())
         epochs.flush()
+        epochs.sync()
         fut.leader_epochs = epochs
         target = fut.directory.parent / f"{topic}-{partition}"
         try:
@@ -477,6 +585,7 @@ class LogManager:
             raise
         fut.moved_to(target)
         src.exchange_state(fut)  # src: the moved log now; fut: the old one
+        self.logs[key] = src  # (counted in its new dir)
         try:
             self._retire(fut)
         except OSError as e:  # the old dir failed: the partition lives on in the new one

@@ -162,6 +162,8 @@ class PartitionLog:
         self.log_end_offset = 0
         self.high_watermark = 0
         self.recovery_point = 0
+        # (log end offset, active segment, its size) at the last flush: see flush()
+        self._flushed: tuple[int, object, int] | None = None
         self.producer_state = ProducerStateManager(directory)
         self.leader_epochs = LeaderEpochCache.for_directory(directory)
         self._pending_deletes: list[tuple[int, LogSegment]] = []
@@ -323,7 +325,8 @@ class PartitionLog:
                     continue
                 if seg.recover(now):
                     truncated_at = base
-                seg.flush()
+                if base in swapped:
+                    seg.flush()  # (its rebuilt indexes, before a later start trusts it)
             self.segments.append(seg)
         if not self.segments:
             self.segments.append(self._new_segment(0))
@@ -344,7 +347,12 @@ class PartitionLog:
         if truncated_at is not None:
             self._note_truncation(self.log_end_offset)
         self.high_watermark = self.log_end_offset
-        self.recovery_point = self.log_end_offset
+        # As Kafka's LogLoader: recovered segments are not fsynced here (an fsync per
+        # partition made a start after kill -9 minutes long); the recovery point stays where
+        # the checkpoint had it and the next flush moves it.
+        self.recovery_point = (
+            self.log_end_offset if clean_shutdown else min(recovery_point, self.log_end_offset)
+        )
         self._load_producer_state(index_from)
         self._load_leader_epochs(self.log_end_offset if clean_shutdown else recovery_point)
 
@@ -430,7 +438,6 @@ class PartitionLog:
         recovery point; every header if the checkpoint is missing or corrupt."""
         cache = self.leader_epochs
         valid = cache.load()
-        before = cache.entries()
         cache.truncate_from_end(self.log_end_offset, flush=False)
         scan_from = self.log_start_offset
         if valid:
@@ -442,8 +449,12 @@ class PartitionLog:
         cache.truncate_from_start(self.log_start_offset, flush=False)
         after = cache.entries()
         # A new (or empty) log without a checkpoint has nothing to record: writing an empty
-        # one would cost two fsyncs per partition created (the first assign writes the file).
-        if (not valid and (after or cache.path is None or cache.path.exists())) or after != before:
+        # one would cost a write per partition created (the first assign writes the file).
+        # A valid checkpoint changed here is left dirty, not rewritten: the next append or
+        # assign writes it (for an empty log, becoming leader in the same epoch again puts
+        # back what the file holds: no write at all), and a load always drops the entries
+        # beyond the log end again.
+        if not valid and (after or cache.path is None or cache.path.exists()):
             cache.flush()
 
     # -- appending ----------------------------------------------------------------------------
@@ -480,16 +491,22 @@ class PartitionLog:
         return seg
 
     def append(
-        self, buf: bytearray, batches: list[BatchHeader], *, leader_epoch: int | None = None
+        self,
+        buf: bytearray,
+        batches: list[BatchHeader],
+        *,
+        leader_epoch: int | None = None,
+        coordinator: bool = False,
     ) -> AppendInfo:
         """Append validated batches (parse_batches) held in ``buf`` as the leader: assign
         offsets by patching base offsets in place and write the bytes once.  Idempotent retries
         are answered with the original offsets and not written again.  The batches'
         partitionLeaderEpoch (patched by the produce handler, or here if ``leader_epoch`` is
-        given) feeds the leader epoch cache; -1 is ignored."""
+        given) feeds the leader epoch cache; -1 is ignored.  ``coordinator``: a coordinator's
+        own batches (producer_state.check's coordinator origin)."""
         if not batches:
             raise ValueError("nothing to append")
-        dup = self.producer_state.check(batches)
+        dup = self.producer_state.check(batches, coordinator=coordinator)
         if dup is not None:
             return AppendInfo(dup.first_offset, dup.last_offset, -1, self.log_start_offset, True)
         size = self._check_size(batches)
@@ -561,7 +578,7 @@ class PartitionLog:
             (epoch,) = _INT32.unpack_from(buf, h.position + PARTITION_LEADER_EPOCH_OFFSET)
             if epoch >= 0:
                 epochs_changed |= self.leader_epochs.assign(epoch, h.base_offset, flush=False)
-        if epochs_changed:
+        if epochs_changed or self.leader_epochs.dirty:
             self.leader_epochs.flush()
         self.log_end_offset = end
 
@@ -600,7 +617,7 @@ class PartitionLog:
             if epoch >= 0:
                 epochs_changed |= self.leader_epochs.assign(epoch, offset, flush=False)
             offset += h.last_offset_delta + 1
-        if epochs_changed:
+        if epochs_changed or self.leader_epochs.dirty:
             self.leader_epochs.flush()  # before the LEO moves: see recovery above
         self.log_end_offset = offset
 
@@ -957,6 +974,7 @@ class PartitionLog:
         self.leader_epochs.clear()
 
     def _note_truncation(self, offset: int) -> None:
+        self._flushed = None  # (the same end and size may hold other bytes now)
         self.truncated_to = offset if self.truncated_to is None else min(self.truncated_to, offset)
         future = self.future_copy
         if future is not None and future.log_end_offset > offset:
@@ -1026,9 +1044,17 @@ class PartitionLog:
         and release the descriptors of older segments.  May run in a worker thread."""
         target = self.log_end_offset
         segments = list(self.segments)
-        for seg in segments:
-            if seg.next_offset > self.recovery_point or seg is segments[-1]:
-                seg.flush()
+        active = segments[-1]
+        # nothing appended, truncated or rolled since the last flush: no fsync (the periodic
+        # flush of every log would otherwise cost an fsync per partition, idle ones included)
+        unchanged = (target, active, active.size)
+        empty = len(segments) == 1 and active.size == 0 and target == self.recovery_point
+        if (unchanged != self._flushed or target != self.recovery_point) and not empty:
+            for seg in segments:
+                if seg.next_offset > self.recovery_point or seg is active:
+                    seg.flush()
+            self._flushed = unchanged
+        self.leader_epochs.sync()  # (its writes are not fsynced: leader_epoch.py)
         self.recovery_point = max(self.recovery_point, target)
         for seg in segments[:-1]:
             if seg.has_handle:
@@ -1039,6 +1065,8 @@ class PartitionLog:
         """Flush, snapshot the producer state at the LEO (fsynced), close the files."""
         if self.closed:
             return
+        if self.leader_epochs.dirty:
+            self.leader_epochs.flush()
         self.flush()
         self.producer_state.map_end_offset = self.log_end_offset
         self.producer_state.take_snapshot(fsync=True)

@@ -134,18 +134,22 @@ class ProducerStateManager:
 
     # -- validation and update ----------------------------------------------------------------
 
-    def check(self, batches: Iterable[BatchHeader]) -> BatchMetadata | None:
+    def check(
+        self, batches: Iterable[BatchHeader], *, coordinator: bool = False
+    ) -> BatchMetadata | None:
         """Validate the idempotent batches of one append, in order.  Returns the original
         metadata if a batch duplicates a retained one (append nothing, answer its offsets);
         raises KafkaError(INVALID_PRODUCER_EPOCH | OUT_OF_ORDER_SEQUENCE_NUMBER |
-        INVALID_TXN_STATE)."""
+        INVALID_TXN_STATE).  ``coordinator``: a group coordinator's transactional offset
+        commit (Kafka's AppendOrigin.COORDINATOR): the epoch is checked, sequences and
+        duplicates are not."""
         pending: dict[int, tuple[int, int]] = {}  # pid -> (epoch, last seq) within this append
         for h in batches:
             if not h.has_producer_id:
                 continue
             pid, epoch, first_seq = h.producer_id, h.producer_epoch, h.base_sequence
             current = self.producers.get(pid)
-            if current is not None:
+            if current is not None and not coordinator:
                 dup = current.find_duplicate(epoch, first_seq, h.last_sequence)
                 if dup is not None:
                     return dup
@@ -156,7 +160,9 @@ class ProducerStateManager:
                     ErrorCode.INVALID_PRODUCER_EPOCH,
                     f"producer {pid} epoch {epoch} is older than {upd_epoch}",
                 )
-            if epoch != upd_epoch:
+            if coordinator:
+                pass
+            elif epoch != upd_epoch:
                 if first_seq != 0 and upd_epoch != NO_PRODUCER_EPOCH:
                     raise KafkaError(
                         ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,

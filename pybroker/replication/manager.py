@@ -24,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +115,10 @@ class Replica:
 # of the event loop); the rest continues in a later loop iteration, so a CreatePartitions of
 # thousands of partitions never stalls other clients (each takes ~1 ms: files, checkpoints).
 SYNC_ROLES_BUDGET_S = 0.01
+CREATE_LOGS_BATCH = 256  # new partitions' logs created per worker-thread job
+# ... once this many partitions wait (fewer are created on the loop, within the budget: a
+# client producing right after CreateTopics finds them at once, as before)
+CREATE_LOGS_OFF_LOOP_MIN = 64
 # the clock of that budget (a test may replace it)
 monotonic: Callable[[], float] = time.monotonic
 
@@ -136,8 +141,15 @@ class ReplicaManager:
         inter_broker_sasl: tuple[str, str, str] | None = None,
         on_replica_removed: Callable[[str, int, PartitionLog], None] | None = None,
         throttles: ReplicationThrottles | None = None,
+        create_logs: Callable[[list[tuple[str, int]]], Awaitable[None]] | None = None,
     ) -> None:
         self.broker_id = broker_id
+        # creates the logs of new partitions off the event loop (the broker's
+        # create_new_logs): partitions left over by a pass are created by it in batches
+        self.create_logs = create_logs
+        self._opening: set[tuple[str, int]] = set()  # logs being created by create_logs
+        self._to_create: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._creator: asyncio.Task | None = None
         # a reassignment took this broker out of a partition's replicas (the topic still
         # exists): the broker deletes the log (Kafka's StopReplica with deletePartition)
         self.on_replica_removed = on_replica_removed
@@ -156,6 +168,7 @@ class ReplicaManager:
         self.inter_broker_ssl = inter_broker_ssl  # client ssl.SSLContext if that listener is SSL
         self.inter_broker_sasl = inter_broker_sasl  # (mechanism, user, password) if it is SASL
         self.replicas: dict[tuple[str, int], Replica] = {}
+        self._by_topic: dict[str, set[int]] = {}  # the partitions of each topic in replicas
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._tasks: set[asyncio.Task] = set()
         self._isr_task: asyncio.Task | None = None
@@ -164,7 +177,10 @@ class ReplicaManager:
         # leadership moved away is a follower here) but nothing is fetched any more, so no
         # leader adds this broker back to an ISR
         self._fetching_stopped = False
-        self._deferred: set[tuple[str, int]] = set()  # left over by a pass, for the next
+        # left over by a pass, for the next (oldest first; OrderedDict pops its first entry in
+        # O(1), so n partitions deferred cost O(n) in all, not a copy of the rest per pass)
+        self._deferred: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._deferred_scheduled = False
         # Kafka's IsrShrinksPerSec / IsrExpandsPerSec: ISR changes this leader made
         self.isr_shrinks = 0
         self.isr_expands = 0
@@ -172,6 +188,11 @@ class ReplicaManager:
         # partitions whose log dir failed (LogManager.fail_dir): offline on this broker until
         # it restarts, answered KAFKA_STORAGE_ERROR (Kafka's HostedPartition.Offline)
         self.offline: set[tuple[str, int]] = set()
+        # (topic, partition, leader epoch or None, continued) whenever this broker starts
+        # leading a partition, its epoch moves (``continued``: it led it without interruption)
+        # or it stops (None): the coordinators load and unload the partitions of their
+        # internal topics (Kafka's onLeadershipChange); called on the loop
+        self.leadership_listeners: list[Callable[[str, int, int | None, bool], None]] = []
         # new leaderships whose high watermark is below the epoch start: until their ISR
         # followers fetched once, those followers' fetches are answered at once (owes_fetch)
         self._lagging: dict[tuple[str, int], Replica] = {}
@@ -236,10 +257,14 @@ class ReplicaManager:
                 if me in state.replicas:
                     seen.add((name, index))
                     self._sync_partition(name, index, info, state, budget)
-        stale = [k for k in self.replicas if k not in seen and (topic is None or k[0] == topic)]
+        if topic is None:
+            stale = [k for k in self.replicas if k not in seen]
+        else:  # (this topic's replicas only: a scan of all per topic event was O(n) each)
+            stale = [(topic, p) for p in self._by_topic.get(topic, ()) if (topic, p) not in seen]
         for key in stale:
-            r = self.replicas.pop(key)
+            r = self._pop_replica(key)
             self._detach(r)
+            self._lost_leadership(r)
             r.role = OFFLINE
             info = self.cluster.topics.get(key[0])
             if (
@@ -254,35 +279,74 @@ class ReplicaManager:
         self._defer(budget.deferred)
 
     def _sync_deferred(self) -> None:
-        """The partitions earlier passes left over, as they stand now."""
-        keys = list(self._deferred)
-        self._deferred.clear()
+        """The partitions earlier passes left over, oldest first, as they stand now, for one
+        budget; the rest waits untouched for the next loop iteration."""
+        self._deferred_scheduled = False
         if self._stopped:
+            self._deferred.clear()
             return
         budget = _Budget(True)
-        for k, (name, index) in enumerate(keys):
-            if budget.exhausted():  # the rest as it is: no look at each of them again
-                budget.deferred.extend(keys[k:])
-                break
+        deferred = self._deferred
+        while deferred and not budget.exhausted():
+            name, index = key = deferred.popitem(last=False)[0]
             info = self.cluster.topics.get(name)
             state = info.partitions.get(index) if info is not None else None
-            if state is not None and self.broker_id in state.replicas:
-                self._sync_partition(name, index, info, state, budget)
+            if state is None or self.broker_id not in state.replicas:
+                continue
+            if self._create_off_loop(key):
+                continue
+            self._sync_partition(name, index, info, state, budget)
         self._defer(budget.deferred)
 
+    def _create_off_loop(self, key: tuple[str, int]) -> bool:
+        """A partition left over by a pass whose log does not exist yet, while many wait: its
+        files are created in a worker thread (create_logs, in batches; a busy disk can hold one
+        mkdir for seconds), then it is synced again.  False: created on the loop."""
+        if key in self._opening:
+            return True
+        if (
+            self.create_logs is None
+            or len(self._deferred) + len(self._to_create) < CREATE_LOGS_OFF_LOOP_MIN
+            or key in self.replicas
+            or self.logs.get(*key) is not None
+            or self.logs.offline_dirs
+        ):
+            return False
+        self._opening.add(key)
+        self._to_create[key] = None
+        if self._creator is None or self._creator.done():
+            self._creator = asyncio.create_task(self._create_batches(), name="create-logs")
+            self._tasks.add(self._creator)
+            self._creator.add_done_callback(self._tasks.discard)
+        return True
+
+    async def _create_batches(self) -> None:
+        while self._to_create and not self._stopped:
+            batch = []
+            while self._to_create and len(batch) < CREATE_LOGS_BATCH:
+                batch.append(self._to_create.popitem(last=False)[0])
+            try:
+                assert self.create_logs is not None
+                await self.create_logs(batch)
+            except Exception:
+                log.exception("creating %d partition logs failed", len(batch))
+            finally:
+                self._opening.difference_update(batch)
+            self._defer(batch)  # leader or follower now, on the loop (the log is there)
+
     def _defer(self, keys: list[tuple[str, int]]) -> None:
-        if not keys:
-            return
-        if not self._deferred:
+        for key in keys:
+            self._deferred[key] = None
+        if self._deferred and not self._deferred_scheduled:
+            self._deferred_scheduled = True
             asyncio.get_running_loop().call_soon(self._sync_deferred)
-        self._deferred.update(keys)
 
     def _sync_partition(
         self, name: str, index: int, info: TopicInfo, state: PartitionState, budget: _Budget
     ) -> None:
         me = self.broker_id
         key = (name, index)
-        if key in self.offline:
+        if key in self.offline or key in self._opening:
             return
         r = self.replicas.get(key)
         costly = (
@@ -295,7 +359,7 @@ class ReplicaManager:
         if r is not None and other_incarnation(r.log.topic_id, info.topic_id):
             # the topic was deleted and created again: that replica's log belongs to
             # the old incarnation (open_log replaces it with an empty one)
-            self._detach(self.replicas.pop(key))
+            self._detach(self._pop_replica(key))
             r = None
         if r is None:
             try:
@@ -307,6 +371,7 @@ class ReplicaManager:
                 return
             r = Replica(name, index, plog)
             self.replicas[key] = r
+            self._by_topic.setdefault(name, set()).add(index)
         r.replicas = list(state.replicas)
         if state.leader == me:
             if r.role != LEADER or r.leader_epoch != state.leader_epoch:
@@ -326,8 +391,31 @@ class ReplicaManager:
             if r.role != OFFLINE:
                 log.info("%s-%d is offline (leader %d)", name, index, state.leader)
             self._detach(r)
+            self._lost_leadership(r)
             r.role, r.leader, r.leader_epoch = OFFLINE, state.leader, state.leader_epoch
             r.isr = list(state.isr)
+
+    def _pop_replica(self, key: tuple[str, int]) -> Replica:
+        r = self.replicas.pop(key)
+        parts = self._by_topic.get(key[0])
+        if parts is not None:
+            parts.discard(key[1])
+            if not parts:
+                del self._by_topic[key[0]]
+        return r
+
+    def _lost_leadership(self, r: Replica) -> None:
+        if r.role == LEADER:
+            self._tell_leadership(r.topic, r.partition, None, False)
+
+    def _tell_leadership(
+        self, topic: str, partition: int, epoch: int | None, continued: bool
+    ) -> None:
+        for cb in self.leadership_listeners:
+            try:
+                cb(topic, partition, epoch, continued)
+            except Exception:
+                log.exception("leadership listener %r failed for %s-%d", cb, topic, partition)
 
     def mark_offline(self, keys: list[tuple[str, int]]) -> None:
         """Their log dir failed: stop fetching and leading them here, for good."""
@@ -336,6 +424,7 @@ class ReplicaManager:
             r = self.replicas.get(key)
             if r is not None:
                 self._detach(r)
+                self._lost_leadership(r)
                 r.role = OFFLINE
                 log.warning("%s-%d: offline on this broker (log dir failure)", *key)
 
@@ -346,7 +435,8 @@ class ReplicaManager:
 
     def _become_leader(self, r: Replica, state: PartitionState) -> None:
         now = self.clock.time_ms()
-        if r.role == LEADER:
+        continued = r.role == LEADER
+        if continued:
             # the same leader in a new epoch (the controller bumped it: a reassignment, an ISR
             # change of its own): as Kafka's makeLeader with isNewLeader false, followers keep
             # their positions and waiting acks=all produces stay valid
@@ -367,6 +457,7 @@ class ReplicaManager:
         r.leader_since_ms = now
         r.leader_epoch_start_offset = r.log.log_end_offset
         r.log.leader_epochs.assign(state.leader_epoch, r.log.log_end_offset)
+        self._tell_leadership(r.topic, r.partition, state.leader_epoch, continued)
         log.info(
             "%s-%d: leader (epoch %d, isr %s, log end %d, hw %d)",
             r.topic,
@@ -406,6 +497,7 @@ class ReplicaManager:
 
     def _become_follower(self, r: Replica, state: PartitionState) -> None:
         self._detach(r)
+        self._lost_leadership(r)
         r.role, r.leader, r.leader_epoch = FOLLOWER, state.leader, state.leader_epoch
         r.followers = {}
         r.leader_epoch_start_offset = -1
@@ -447,9 +539,14 @@ class ReplicaManager:
             # queued; never append to or read from the log of the deleted incarnation
             if info is None or partition not in info.partitions:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            pending = (topic, partition) in self._deferred
-            if self.broker_id in info.partitions[partition].replicas and not pending:
-                self.sync_roles(topic)  # (a pass already due sets it up in its turn)
+            key = (topic, partition)
+            state = info.partitions[partition]
+            if self.broker_id in state.replicas and key not in self._opening:
+                if key in self._deferred:  # left over by a pass: this one is wanted now
+                    del self._deferred[key]
+                    self._sync_partition(topic, partition, info, state, _Budget(False))
+                else:
+                    self.sync_roles(topic)
             r = self.replicas.get((topic, partition))
             if r is None:
                 raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from pybroker.testing.client import broker_ready
-from pybroker.testing.procutil import free_port, tail
+from pybroker.testing.procutil import free_ports, tail
 
 HOST = "127.0.0.1"
 START_TIMEOUT = float(os.environ.get("PYBROKER_TEST_START_TIMEOUT", "30"))
@@ -55,7 +55,9 @@ class BrokerProcess:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.host = HOST
-        self.port = port or free_port(HOST)
+        # node.cores above 1: a node of that many broker processes on port, port+1, ...
+        self.cores = int((overrides or {}).get("node.cores", 1)) or (os.cpu_count() or 1)
+        self.port = port or free_ports(self.cores, HOST)
         self.broker_id = broker_id
         self.log_dir = Path(log_dir) if log_dir else self.workdir / "log-dirs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -76,6 +78,15 @@ class BrokerProcess:
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def ports(self) -> list[int]:
+        """The Kafka ports of the node's broker processes (one unless node.cores > 1)."""
+        return [self.port + k for k in range(self.cores)]
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return [self.broker_id + k for k in range(self.cores)]
 
     @property
     def bootstrap_servers(self) -> str:
@@ -159,8 +170,9 @@ class BrokerProcess:
 
     def ready(self) -> bool:
         """One ApiVersions and one Metadata round trip on a fresh connection, the Metadata
-        naming a live controller."""
-        return broker_ready(self.host, self.port)
+        naming a live controller (with node.cores > 1: on every process of the node; each
+        serves only once it registered)."""
+        return all(broker_ready(self.host, p) for p in self.ports)
 
     def start(self, timeout: float = START_TIMEOUT) -> BrokerProcess:
         """Start once and wait until ready (no retry: a broker restarted right after kill -9
@@ -212,11 +224,40 @@ class BrokerProcess:
         return code
 
     def kill9(self) -> None:
+        """SIGKILL the broker (a multi-core node: every process of it, as a machine crash)."""
         assert self.proc is not None and self.proc.poll() is None, "broker is not running"
-        self._mark(f"SIGKILL to pid {self.proc.pid}")
-        os.kill(self.proc.pid, signal.SIGKILL)
+        if self.cores > 1:
+            self._mark(f"SIGKILL to process group {self.proc.pid}")
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        else:
+            self._mark(f"SIGKILL to pid {self.proc.pid}")
+            os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=10)
         self.exit_codes.append(self.proc.returncode)
+
+    def worker_pid(self, broker_id: int) -> int | None:
+        """The pid of a multi-core node's broker process ``broker_id``, None if none runs."""
+        assert self.proc is not None
+        for task in os.listdir(f"/proc/{self.proc.pid}/task"):
+            with open(f"/proc/{self.proc.pid}/task/{task}/children") as f:
+                children = [int(c) for c in f.read().split()]
+            for pid in children:
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        args = f.read().split(b"\0")
+                except OSError:
+                    continue
+                if f"--broker-id={broker_id}".encode() in args:
+                    return pid
+        return None
+
+    def kill9_worker(self, broker_id: int) -> int:
+        """SIGKILL one broker process of a multi-core node (the node starts it again)."""
+        pid = self.worker_pid(broker_id)
+        assert pid is not None, f"no process of broker {broker_id} runs"
+        self._mark(f"SIGKILL to broker {broker_id}'s process {pid}")
+        os.kill(pid, signal.SIGKILL)
+        return pid
 
     def restart(self, timeout: float = START_TIMEOUT) -> BrokerProcess:
         """Start again on the same port, log.dirs and chroot (stopping first if running)."""

@@ -26,6 +26,26 @@ def free_port(host: str = "127.0.0.1") -> int:
             return port
 
 
+def free_ports(count: int, host: str = "127.0.0.1") -> int:
+    """The first of ``count`` consecutive free ports (a multi-core node's processes listen on
+    port, port+1, ...), none handed out before."""
+    if count <= 1:
+        return free_port(host)
+    while True:
+        first = free_port(host)
+        rest = range(first + 1, first + count)
+        if any(p in _HANDED_OUT or p > 65535 for p in rest):
+            continue
+        try:
+            for p in rest:
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.bind((host, p))
+        except OSError:
+            continue
+        _HANDED_OUT.update(rest)
+        return first
+
+
 def port_accepts(host: str, port: int, timeout: float = 0.5) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):

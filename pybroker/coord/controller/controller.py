@@ -40,8 +40,8 @@ from pybroker.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
-MAX_OPS_PER_MULTI = 100  # the Check on /controller_epoch plus up to 99 state writes
-READ_CONCURRENCY = 100
+MAX_OPS_PER_MULTI = 500  # the Check on /controller_epoch plus up to 499 state writes
+MULTIS_IN_FLIGHT = 4  # pipelined (~100 KB each, far below ZooKeeper's 1 MB jute.maxbuffer)
 
 Decide = Callable[[TopicPartition, StoredState, list[int], set[int]], "Decision | ElectionResult"]
 
@@ -352,28 +352,26 @@ class Controller:
             info.configs if info else {}, self.cluster.unclean_leader_election_enable
         )
 
-    async def _read_state(self, tp: TopicPartition) -> StoredState | None:
-        try:
-            data, stat = await self.store.get(paths.partition_state(*tp))
-        except NoNodeError:
-            return None
-        try:
-            st = paths.decode_partition_state(data)
-        except (ValueError, KeyError, TypeError):
-            log.warning("unreadable partition state %s-%d: %r", tp[0], tp[1], data)
-            return None
-        return StoredState(
-            st["leader"], st["leader_epoch"], st["isr"], st["controller_epoch"], stat.version
-        )
-
     async def _read_states(
         self, tps: list[TopicPartition]
     ) -> dict[TopicPartition, StoredState | None]:
+        """The state znodes of ``tps``, read together (store.get_many: pipelined)."""
         out: dict[TopicPartition, StoredState | None] = {}
-        for i in range(0, len(tps), READ_CONCURRENCY):
-            chunk = tps[i : i + READ_CONCURRENCY]
-            states = await asyncio.gather(*(self._read_state(tp) for tp in chunk))
-            out.update(zip(chunk, states, strict=True))
+        reads = await self.store.get_many([paths.partition_state(*tp) for tp in tps])
+        for tp, got in zip(tps, reads, strict=True):
+            if got is None:
+                out[tp] = None
+                continue
+            data, stat = got
+            try:
+                st = paths.decode_partition_state(data)
+            except (ValueError, KeyError, TypeError):
+                log.warning("unreadable partition state %s-%d: %r", tp[0], tp[1], data)
+                out[tp] = None
+                continue
+            out[tp] = StoredState(
+                st["leader"], st["leader_epoch"], st["isr"], st["controller_epoch"], stat.version
+            )
         return out
 
     async def _run_decisions(
@@ -411,48 +409,57 @@ class Controller:
                     results[tp] = outcome
             pending = []
             step = MAX_OPS_PER_MULTI - 1
-            for i in range(0, len(writes), step):
-                chunk = writes[i : i + step]
-                ops: list[Op] = [
-                    SetData(
-                        paths.partition_state(*tp),
-                        paths.encode_partition_state(d.leader, d.leader_epoch, d.isr, self.epoch),
-                        st.zk_version,
-                    )
-                    for tp, st, _, d in chunk
-                ]
-                try:
-                    await self.fence.multi(self.store, ops)
-                except ConnectionLossError as e:
-                    log.info("controller write deferred (%s); re-reading", e)
-                    pending += [tp for tp, *_ in chunk]
-                    continue
-                except (BadVersionError, NoNodeError):
-                    pending += [tp for tp, *_ in chunk]  # someone wrote meanwhile: redo
-                    continue
-                for tp, st, replicas, d in chunk:
-                    self._applied(tp, st, replicas, d)
-                    results[tp] = (ErrorCode.NONE, None)
+            chunks = [writes[i : i + step] for i in range(0, len(writes), step)]
+            for i in range(0, len(chunks), MULTIS_IN_FLIGHT):
+                outcomes = await asyncio.gather(
+                    *(self._write_chunk(c) for c in chunks[i : i + MULTIS_IN_FLIGHT]),
+                    return_exceptions=True,
+                )
+                for chunk, outcome in zip(chunks[i : i + MULTIS_IN_FLIGHT], outcomes, strict=True):
+                    if isinstance(outcome, ConnectionLossError):
+                        log.info("controller write deferred (%s); re-reading", outcome)
+                        pending += [tp for tp, *_ in chunk]
+                    elif isinstance(outcome, (BadVersionError, NoNodeError)):
+                        pending += [tp for tp, *_ in chunk]  # someone wrote meanwhile: redo
+                    elif isinstance(outcome, BaseException):
+                        raise outcome
+                    else:
+                        self._applied(chunk)
+                        for tp, *_ in chunk:
+                            results[tp] = (ErrorCode.NONE, None)
+
+    async def _write_chunk(
+        self, chunk: list[tuple[TopicPartition, StoredState, list[int], Decision]]
+    ) -> None:
+        ops: list[Op] = [
+            SetData(
+                paths.partition_state(*tp),
+                paths.encode_partition_state(d.leader, d.leader_epoch, d.isr, self.epoch),
+                st.zk_version,
+            )
+            for tp, st, _, d in chunk
+        ]
+        await self.fence.multi(self.store, ops)
 
     def _applied(
-        self, tp: TopicPartition, st: StoredState, replicas: list[int], d: Decision
+        self, chunk: list[tuple[TopicPartition, StoredState, list[int], Decision]]
     ) -> None:
-        log.info(
-            "controller (epoch %d): %s-%d %s: leader %d -> %d, leader_epoch %d, isr %s -> %s",
-            self.epoch,
-            tp[0],
-            tp[1],
-            d.reason,
-            st.leader,
-            d.leader,
-            d.leader_epoch,
-            st.isr,
-            d.isr,
-        )
-        self.cluster.put_partition_state(
-            tp[0],
-            tp[1],
-            PartitionState(
+        by_topic: dict[str, dict[int, PartitionState]] = {}
+        for tp, st, replicas, d in chunk:
+            log.info(
+                "controller (epoch %d): %s-%d %s: leader %d -> %d, leader_epoch %d, isr %s -> %s",
+                self.epoch,
+                tp[0],
+                tp[1],
+                d.reason,
+                st.leader,
+                d.leader,
+                d.leader_epoch,
+                st.isr,
+                d.isr,
+            )
+            by_topic.setdefault(tp[0], {})[tp[1]] = PartitionState(
                 d.leader, d.leader_epoch, list(replicas), list(d.isr), self.epoch, st.zk_version + 1
-            ),
-        )
+            )
+        for name, states in by_topic.items():
+            self.cluster.put_partition_states(name, states)

@@ -88,25 +88,29 @@ class ClassicGroupStore:
             task = asyncio.get_running_loop().create_task(self._write(group_id))
             self._writers[group_id] = task
 
+    async def _put(self, group_id: str, data: bytes | None) -> None:
+        """Write (None: delete) the group's record.  Raises StoreError."""
+        path = group_path(group_id)
+        if data is None:
+            try:
+                await self.store.delete(path)
+            except NoNodeError:
+                pass
+        else:
+            try:
+                await self.store.set(path, data)
+            except NoNodeError:
+                try:
+                    await self.store.create(path, data, makepath=True)
+                except NodeExistsError:
+                    await self.store.set(path, data)
+
     async def _write(self, group_id: str) -> None:
         try:
             while group_id in self._wanted:
                 data = self._wanted.pop(group_id)
-                path = group_path(group_id)
                 try:
-                    if data is None:
-                        try:
-                            await self.store.delete(path)
-                        except NoNodeError:
-                            pass
-                    else:
-                        try:
-                            await self.store.set(path, data)
-                        except NoNodeError:
-                            try:
-                                await self.store.create(path, data, makepath=True)
-                            except NodeExistsError:
-                                await self.store.set(path, data)
+                    await self._put(group_id, data)
                     self._stored[group_id] = data
                 except StoreError as e:
                     self._stored.pop(group_id, None)

@@ -41,8 +41,11 @@ from pybroker.coord.group.migration import (
     upgrade,
 )
 from pybroker.coord.group.offsets import CommittedOffset, OffsetStore
+from pybroker.coord.group.offsets_drain import OffsetsDrain
+from pybroker.coord.group.offsets_log import LogClassicGroupStore, LogOffsetStore
 from pybroker.coord.group.txn_offsets import PendingTxnOffsets
-from pybroker.coord.metadata.placement import coordinator_for, partition_coordinator, partition_for
+from pybroker.coord.metadata.internal_log import CoordinatorWriteError
+from pybroker.coord.metadata.placement import Placement, Rendezvous, SingleBroker, partition_for
 from pybroker.coord.metadata.store import StoreError
 from pybroker.errors import ErrorCode
 from pybroker.wire.consumer_protocol import PROTOCOL_TYPE, subscription_topics
@@ -76,6 +79,12 @@ def _dead(g: Group | ConsumerGroup) -> bool:
     return g.dead if isinstance(g, ConsumerGroup) else g.state == GroupState.DEAD
 
 
+def _store_error_code(e: StoreError) -> int:
+    """The answer to a write that failed: the internal topic's error (LogOffsetStore's
+    CoordinatorWriteError.code), else COORDINATOR_NOT_AVAILABLE (the metadata store)."""
+    return getattr(e, "code", ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+
 def _heartbeat_error(code: int, message: str | None) -> dict:
     return {
         "error_code": code,
@@ -90,7 +99,7 @@ def _heartbeat_error(code: int, message: str | None) -> dict:
 class GroupCoordinator:
     def __init__(
         self,
-        offsets: OffsetStore,
+        offsets: OffsetStore | LogOffsetStore,
         clock: Clock,
         config: GroupConfig,
         *,
@@ -101,21 +110,38 @@ class GroupCoordinator:
         membership: Callable[[], tuple[int, Iterable[int]]] | None = None,
         consumer_config: ConsumerGroupConfig | None = None,
         topics: Callable[[], TopicMeta] | None = None,
+        placement: Placement | None = None,
+        drain: OffsetsDrain | None = None,
     ) -> None:
+        """``placement``: who coordinates each offsets partition (default: rendezvous
+        hashing over ``membership``'s live brokers; without either, this broker coordinates
+        every group).  With offsets in __consumer_offsets (a LogOffsetStore) it is the
+        partitions' leaders, and the store says whether a partition is loaded here."""
         self.offsets = offsets
         self.consumer_store = ConsumerGroupStore(offsets.store)
-        self.classic_store = ClassicGroupStore(offsets.store)
+        self.classic_store = (
+            LogClassicGroupStore(offsets)
+            if isinstance(offsets, LogOffsetStore)
+            else ClassicGroupStore(offsets.store)
+        )
         # groups whose KIP-848 state was looked for in the store in this coordination term
         self._checked: set[str] = set()
         self._loading: dict[str, asyncio.Future[None]] = {}
         self.consumer_config = consumer_config or ConsumerGroupConfig()
         # the cluster's topics (name -> (id, partitions)) for KIP-848 assignments
         self._topics = topics or dict
-        self.txn_offsets = PendingTxnOffsets(offsets.store)
+        self.txn_offsets: PendingTxnOffsets | LogOffsetStore = (
+            offsets if isinstance(offsets, LogOffsetStore) else PendingTxnOffsets(offsets.store)
+        )
         self.broker_id = broker_id
-        # (membership epoch, live broker ids); None: a single broker that coordinates all
-        self._membership = membership
-        self._membership_epoch = membership()[0] if membership is not None else 0
+        if placement is None:
+            placement = SingleBroker(broker_id) if membership is None else Rendezvous(membership)
+        self.placement = placement
+        # offsets.storage=zookeeper after kafka: __consumer_offsets being moved into the store
+        self.drain = drain
+        self._membership_epoch = placement.epoch()
+        # each offsets partition's coordination term as last seen (placement.term)
+        self._terms = [placement.term(p) for p in range(placement.partitions)]
         self.clock = clock
         self.config = config
         self.offsets_retention_ms = offsets_retention_ms
@@ -131,10 +157,16 @@ class GroupCoordinator:
         await self._adopt_groups()
         self._expiry_task = asyncio.create_task(self._expire_loop(), name="offset-expiry")
 
+    def partition_of(self, group_id: str) -> int:
+        """The group's partition of __consumer_offsets (Kafka's partitionFor)."""
+        return partition_for(group_id, self.placement.partitions)
+
+    def coordinator_node(self, group_id: str) -> int:
+        """The broker coordinating the group, as far as this broker knows (-1: none)."""
+        return self.placement.owner(self.partition_of(group_id))
+
     def _coordinates(self, group_id: str) -> bool:
-        if self._membership is None:
-            return True
-        return coordinator_for(group_id, self._membership()[1]) == self.broker_id
+        return self.coordinator_node(group_id) == self.broker_id
 
     async def _adopt_groups(self) -> None:
         """Load, as Empty, the groups with committed offsets that this broker coordinates and
@@ -199,24 +231,42 @@ class GroupCoordinator:
 
     # -- coordination ----------------------------------------------------------------------
     def check_membership(self) -> None:
-        """If the cluster's membership epoch moved since the last look: forget every cached
-        offset and unload the groups another broker coordinates now (module docstring)."""
-        if self._membership is None:
-            return
-        epoch, brokers = self._membership()
+        """If the placement's epoch moved since the last look: for every offsets partition
+        whose coordination term moved (all of them with rendezvous placement; with
+        __consumer_offsets only those this broker started or stopped leading), forget the
+        cached offsets and KIP-848 state of its groups and unload its groups (with rendezvous
+        placement, only the KIP-848 groups and those coordinated elsewhere now: module
+        docstring)."""
+        epoch = self.placement.epoch()
         if epoch == self._membership_epoch:
             return
         self._membership_epoch = epoch
-        self.offsets.forget_all()
+        terms = [self.placement.term(p) for p in range(self.placement.partitions)]
+        moved = {p for p, t in enumerate(terms) if t != self._terms[p]}
+        self._terms = terms
+        if not moved:
+            return
+        everything = len(moved) == len(terms)  # (rendezvous placement: any change of brokers)
+        if everything:
+            self.offsets.forget_all()
+            self.consumer_store.forget_all()
+            self._checked.clear()
+        else:
+            for gid in list(self._checked):
+                if self.partition_of(gid) in moved:
+                    self._checked.discard(gid)
+                    self.offsets.forget(gid)
+                    self.consumer_store.forget(gid)
         self.txn_offsets.invalidate()
-        self.consumer_store.forget_all()
-        self._checked.clear()
-        live = list(brokers)
         now = self.clock.time_ms()
         for gid in [
             gid
             for gid, g in self.groups.items()
-            if isinstance(g, ConsumerGroup) or coordinator_for(gid, live) != self.broker_id
+            if self.partition_of(gid) in moved
+            and (
+                # a partition whose own term moved was interrupted here: its groups go
+                not everything or isinstance(g, ConsumerGroup) or not self._coordinates(gid)
+            )
         ]:
             g = self.groups.pop(gid)
             log.info("group %s: coordination may have moved; unloading it", gid)
@@ -224,14 +274,11 @@ class GroupCoordinator:
         self._adopt_in_background()
 
     def coordinator_error(self, group_id: str) -> int | None:
-        """NOT_COORDINATOR unless this broker coordinates the group now; None if it does."""
+        """NOT_COORDINATOR unless this broker coordinates the group now,
+        COORDINATOR_LOAD_IN_PROGRESS while it loads the group's partition; None if it
+        serves it."""
         self.check_membership()
-        if self._membership is None:
-            return None
-        _, brokers = self._membership()
-        if coordinator_for(group_id, brokers) != self.broker_id:
-            return ErrorCode.NOT_COORDINATOR
-        return None
+        return self.partition_error(self.partition_of(group_id))
 
     # -- plumbing --------------------------------------------------------------------------
     def _get(self, group_id: str, create: bool) -> Group | None:
@@ -314,10 +361,14 @@ class GroupCoordinator:
         await asyncio.shield(fut)
 
     async def _load(self, group_id: str) -> None:
-        epoch = self._membership_epoch
+        partition = self.partition_of(group_id)
+        term = self.placement.term(partition)
         stored = await self.consumer_store.load(group_id)
-        if epoch != self._membership_epoch:
-            return  # the term ended while reading: the next request loads again
+        self.check_membership()
+        if self.placement.term(partition) != term:
+            # the group's coordination term ended while reading: nothing is installed, the
+            # client tries again (and the next request reads again)
+            raise CoordinatorWriteError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
         self._checked.add(group_id)
         if stored is None:
             return
@@ -409,7 +460,7 @@ class GroupCoordinator:
             await self._ensure_loaded(group_id)
         except StoreError as e:
             log.info("group %s: loading its state failed: %s", group_id, e)
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return _store_error_code(e)
         return None
 
     # -- the protocol ------------------------------------------------------------------------
@@ -567,7 +618,7 @@ class GroupCoordinator:
                 code = ErrorCode.NONE
             except StoreError as e:
                 log.warning("offset commit for group %s failed: %s", group_id, e)
-                code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+                code = _store_error_code(e)
             for tp in to_write:
                 results[tp] = code
         return results
@@ -586,12 +637,23 @@ class GroupCoordinator:
 
     # -- transactions ----------------------------------------------------------------------
     def partition_error(self, partition: int) -> int | None:
-        """NOT_COORDINATOR unless this broker coordinates offsets partition ``partition``."""
+        """NOT_COORDINATOR unless this broker coordinates offsets partition ``partition``
+        (COORDINATOR_LOAD_IN_PROGRESS while it loads it)."""
         self.check_membership()
-        if self._membership is None:
-            return None
-        if partition_coordinator(partition, self._membership()[1]) != self.broker_id:
+        if self.placement.owner(partition) != self.broker_id:
             return ErrorCode.NOT_COORDINATOR
+        if isinstance(self.offsets, LogOffsetStore):
+            # the metadata names this broker the partition's leader: if the store has not
+            # been told yet (the replica takes the leadership up a moment later), it is as
+            # good as loading
+            code = self.offsets.load_error(partition)
+            return (
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+                if code == ErrorCode.NOT_COORDINATOR
+                else code
+            )
+        if self.drain is not None and self.drain.blocked(partition):
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return None
 
     async def txn_commit(
@@ -631,13 +693,20 @@ class GroupCoordinator:
             except StoreError as e:
                 log.warning("transactional offset commit for group %s failed: %s", group_id, e)
                 self.txn_offsets.invalidate()
-                code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+                code = _store_error_code(e)
             results.update(dict.fromkeys(pending, code))
         return results
 
     async def complete_txn(self, producer_id: int, committed: bool, partition: int) -> int:
         """The marker of a transaction for offsets partition ``partition``: the pending
         offsets of its groups become committed (or are dropped).  An error code."""
+        if isinstance(self.offsets, LogOffsetStore):
+            # the marker is in the partition's log already (the replay of a partition being
+            # loaded reads it there); NOT_COORDINATOR once another broker leads it
+            if not self.offsets.owns(partition):
+                return ErrorCode.NOT_COORDINATOR
+            await self.offsets.complete(producer_id, committed, partition)
+            return ErrorCode.NONE
         code = self.partition_error(partition)
         if code is not None:
             return code
@@ -646,9 +715,7 @@ class GroupCoordinator:
             await self.offsets.commit(group_id, offsets)
 
         try:
-            await self.txn_offsets.complete(
-                producer_id, committed, lambda g: partition_for(g) == partition, commit
-            )
+            await self.txn_offsets.complete(producer_id, committed, partition, commit)
         except StoreError as e:
             log.warning("completing transactional offsets of producer %d: %s", producer_id, e)
             self.txn_offsets.invalidate()

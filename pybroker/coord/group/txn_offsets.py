@@ -13,13 +13,24 @@ UNSTABLE_OFFSET_COMMIT).  Details: docs/internals.md ("pybroker/coord/group/txn_
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
 
 from pybroker.coord.group.offsets import CommittedOffset
 from pybroker.coord.metadata.paths import component_to_name, name_to_component
-from pybroker.coord.metadata.store import MetadataStore, NodeExistsError, NoNodeError, NotEmptyError
+from pybroker.coord.metadata.placement import partition_for
+from pybroker.coord.metadata.store import (
+    Create,
+    Delete,
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    Op,
+    SetData,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +52,7 @@ def _encode(epoch: int, offsets: Offsets) -> bytes:
     return json.dumps({"producer_epoch": epoch, "offsets": rows}, separators=(",", ":")).encode()
 
 
-def _decode(data: bytes) -> tuple[int, Offsets]:
+def decode_pending(data: bytes) -> tuple[int, Offsets]:
     d = json.loads(data)
     offsets = {
         (str(t), int(p)): CommittedOffset(int(o), int(e), str(m), int(ts), None)
@@ -76,7 +87,7 @@ class PendingTxnOffsets:
                     data, _ = await self.store.get(f"{_path(pid)}/{child}")
                 except NoNodeError:
                     continue
-                index.setdefault(component_to_name(child), {})[pid] = _decode(data)
+                index.setdefault(component_to_name(child), {})[pid] = decode_pending(data)
         self._index = index
         return index
 
@@ -96,14 +107,22 @@ class PendingTxnOffsets:
         merged.update(offsets)
         data = _encode(epoch, merged)
         path = _path(pid, group)
+        if prev is not None:
+            ops: list[Op] = [SetData(path, data)]
+        else:  # one round trip: the producer's node too unless the index knows it exists
+            parent_known = any(pid in by_pid for by_pid in index.values())
+            ops = ([] if parent_known else [Create(_path(pid))]) + [Create(path, data)]
         try:
-            await self.store.set(path, data)
-        except NoNodeError:
-            await self.store.ensure_path(_path(pid))
+            await self.store.multi(ops)
+        except (NoNodeError, NodeExistsError):  # the index was behind the store: the long way
             try:
-                await self.store.create(path, data)
-            except NodeExistsError:
                 await self.store.set(path, data)
+            except NoNodeError:
+                await self.store.ensure_path(_path(pid))
+                try:
+                    await self.store.create(path, data)
+                except NodeExistsError:
+                    await self.store.set(path, data)
         index.setdefault(group, {})[pid] = (epoch, merged)
         return True
 
@@ -111,43 +130,39 @@ class PendingTxnOffsets:
         self,
         pid: int,
         committed: bool,
-        in_partition: Callable[[str], bool],
+        partition: int,
         commit: Callable[[str, Offsets], Awaitable[None]],
     ) -> int:
-        """The marker of ``pid``'s transaction for the groups ``in_partition`` selects:
-        ``commit`` their pending offsets (COMMIT) or drop them, and delete the nodes.
-        Returns how many groups had pending offsets."""
+        """The marker of ``pid``'s transaction for offsets partition ``partition``: ``commit``
+        the pending offsets of its groups (COMMIT) or drop them, and delete the nodes (the
+        groups concurrently: with a BatchingStore one round trip for the commits and one for
+        the deletions).  Returns how many groups had pending offsets."""
         index = await self._loaded()
-        try:
-            children = await self.store.get_children(_path(pid))
-        except NoNodeError:
-            return 0
-        done = 0
-        for child in children:
-            group = component_to_name(child)
-            if not in_partition(group):
-                continue
-            path = f"{_path(pid)}/{child}"
-            try:
-                data, stat = await self.store.get(path)
-            except NoNodeError:
-                continue
-            _, offsets = _decode(data)
+        groups = [
+            (g, by_pid[pid][1])
+            for g, by_pid in index.items()
+            if pid in by_pid and partition_for(g) == partition
+        ]
+
+        async def finish(group: str, offsets: Offsets) -> None:
             if committed and offsets:
                 await commit(group, offsets)
             try:
-                await self.store.delete(path, stat.version)
+                await self.store.multi([Delete(_path(pid, group))])
             except NoNodeError:
                 pass
-            index.get(group, {}).pop(pid, None)
-            if not index.get(group, True):
+            by_pid = index.get(group, {})
+            by_pid.pop(pid, None)
+            if not by_pid:
                 index.pop(group, None)
-            done += 1
-        try:
-            await self.store.delete(_path(pid))
-        except (NoNodeError, NotEmptyError):
-            pass  # other groups' offsets of this producer are still pending
-        return done
+
+        await asyncio.gather(*(finish(g, offsets) for g, offsets in groups))
+        if groups and not any(pid in by_pid for by_pid in index.values()):
+            try:
+                await self.store.multi([Delete(_path(pid))])
+            except (NoNodeError, NotEmptyError):
+                pass  # other groups' offsets of this producer are still pending
+        return len(groups)
 
 
-__all__ = ["ROOT", "PendingTxnOffsets"]
+__all__ = ["ROOT", "PendingTxnOffsets", "decode_pending"]

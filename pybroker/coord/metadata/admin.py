@@ -29,7 +29,7 @@ from pybroker.coord.metadata.store import (
     StoreError,
 )
 from pybroker.coord.metadata.topic_rules import (
-    assign_replicas_to_brokers,
+    assign_replicas,
     has_collision_chars,
     unify_collision_chars,
     validate_topic_configs,
@@ -78,8 +78,8 @@ class ClusterAdmin:
             assignment = {p: list(r) for p, r in sorted(assignments.items())}
         else:
             self._check_partition_capacity(num_partitions, replication_factor)
-            assignment = assign_replicas_to_brokers(
-                list(self.cache.brokers), num_partitions, replication_factor, self.rng
+            assignment = assign_replicas(
+                self._racks(), num_partitions, replication_factor, self.rng
             )
         self._check_broker_partitions(assignment.values())
         validate_topic_name(name)
@@ -145,6 +145,10 @@ class ClusterAdmin:
             raise KafkaError(ErrorCode.UNKNOWN, f"could not create topic {name}: {e}") from e
         self.cache.put_topic(info)
         return info
+
+    def _racks(self) -> dict[int, str | None]:
+        """The live brokers and their racks (broker.rack), for rack-aware placement."""
+        return {b: info.rack for b, info in self.cache.brokers.items()}
 
     def _replica_counts(self) -> dict[int, int]:
         counts: dict[int, int] = {}
@@ -334,8 +338,8 @@ class ClusterAdmin:
             added = {current + i: list(r) for i, r in enumerate(assignments)}
         else:
             self._check_partition_capacity(count - current, rf)
-            added = assign_replicas_to_brokers(
-                list(self.cache.brokers),
+            added = assign_replicas(
+                self._racks(),
                 count - current,
                 rf,
                 self.rng,

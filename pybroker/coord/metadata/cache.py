@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +44,11 @@ from pybroker.coord.metadata.store import (
 
 log = logging.getLogger(__name__)
 
+# topics read together at start (their znodes, then all their partition states, then configs)
+TOPIC_BATCH = 200
+# partition states whose watches fired, re-read together
+PARTITION_BATCH = 5000
+
 
 def _zk_versions(info: TopicInfo | None) -> dict[int, int] | None:
     return None if info is None else {p: s.zk_version for p, s in info.partitions.items()}
@@ -63,7 +69,9 @@ class MetadataCache:
         self.broker_configs: dict[str, dict[str, str]] = {}
         self._changes = config_changes.ChangeCursor()
         self._listeners: list[Listener] = []
-        self._dirty: dict[tuple, None] = {}  # insertion-ordered set of keys to re-read
+        # keys to re-read, oldest first (OrderedDict: taking the first is O(1) however many
+        # were taken before, unlike a dict's first key)
+        self._dirty: OrderedDict[tuple, None] = OrderedDict()
         self._wake = asyncio.Event()
         self._watching: set[tuple] = set()
         self._task: asyncio.Task[None] | None = None
@@ -143,20 +151,55 @@ class MetadataCache:
             await self._wake.wait()
             self._wake.clear()
             while self._dirty:
-                key = next(iter(self._dirty))
-                del self._dirty[key]
+                key = self._dirty.popitem(last=False)[0]
+                keys = [key]
+                if key[0] == "partition":  # every partition marked so far, read together
+                    keys += self._take_dirty_partitions(PARTITION_BATCH - 1)
                 try:
-                    await self._refresh(key)
+                    if len(keys) > 1 or key[0] == "partition":
+                        await self._refresh_partitions(keys)
+                    else:
+                        await self._refresh(key)
                     backoff = 0.05
                 except ConnectionLossError as e:
                     log.info("metadata refresh of %s deferred: %s", key, e)
-                    self._dirty[key] = None
+                    for k in keys:
+                        self._dirty[k] = None
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 2.0)
                 except asyncio.CancelledError:
                     raise
                 except Exception:
                     log.exception("metadata refresh of %s failed", key)
+
+    async def _refresh_pending(self, skip: frozenset[str]) -> None:
+        """Re-read every key marked so far (but the kinds in ``skip``) now, partition states
+        together; a failure marks them all again and raises."""
+        keys = [k for k in self._dirty if k[0] not in skip]
+        for k in keys:
+            del self._dirty[k]
+        parts = [k for k in keys if k[0] == "partition"]
+        try:
+            for k in keys:
+                if k[0] != "partition":
+                    await self._refresh(k)
+            for i in range(0, len(parts), PARTITION_BATCH):
+                await self._refresh_partitions(parts[i : i + PARTITION_BATCH])
+        except BaseException:
+            for k in keys:
+                self._dirty[k] = None
+            raise
+
+    def _take_dirty_partitions(self, limit: int) -> list[tuple]:
+        taken = []
+        for k in self._dirty:
+            if k[0] == "partition":
+                taken.append(k)
+                if len(taken) >= limit:
+                    break
+        for k in taken:
+            del self._dirty[k]
+        return taken
 
     async def _refresh(self, key: tuple) -> None:
         """Re-read what ``key`` names (and set its watch again)."""
@@ -208,9 +251,7 @@ class MetadataCache:
     async def _refresh_topics(self, *, load_all: bool = False) -> None:
         gen = self._local_gen
         names = await self._watched(("topics",), self.store.get_children, paths.TOPICS)
-        for name in names:
-            if load_all or name not in self.topics:
-                await self._refresh_topic(name)
+        await self._load_topics([n for n in names if load_all or n not in self.topics])
         present = set(names)
         for name in list(self.topics):
             if name not in present and self._locally_written.get(name, -1) <= gen:
@@ -218,30 +259,93 @@ class MetadataCache:
                 self._notify(ClusterEvent("TOPIC_DELETED", name))
 
     async def _refresh_topic(self, name: str) -> None:
-        gen = self._local_gen
+        await self._load_topics([name])
+
+    async def _get_many_watched(
+        self, keys: list[tuple], node_paths: list[str]
+    ) -> list[tuple[bytes, Any] | None]:
+        """``store.get_many`` with each key's watch (none for a key already watched); a key
+        whose node is missing has no watch pending afterwards (the caller decides)."""
+        watches = [self._watch(k) for k in keys]
         try:
-            data, topic_stat = await self._watched(
-                ("topic", name), self.store.get, paths.topic(name)
+            results = await self.store.get_many(node_paths, watches)
+        except BaseException:
+            for k, w in zip(keys, watches, strict=True):
+                self._unwatch(k, w)
+            raise
+        for k, w, r in zip(keys, watches, results, strict=True):
+            if r is None:
+                self._unwatch(k, w)
+        return results
+
+    async def _load_topics(self, names: list[str]) -> None:
+        """Read topics (znode, every partition state, config) together, TOPIC_BATCH topics
+        at a time: a few pipelined rounds instead of one round trip per partition (33,000
+        state znodes read one by one took minutes at start and after every failover)."""
+        for start in range(0, len(names), TOPIC_BATCH):
+            await self._load_topic_batch(names[start : start + TOPIC_BATCH])
+            await asyncio.sleep(0)
+
+    async def _load_topic_batch(self, names: list[str]) -> None:
+        gen = self._local_gen
+        topic_reads = await self._get_many_watched(
+            [("topic", n) for n in names], [paths.topic(n) for n in names]
+        )
+        found: list[tuple[str, Any, Any, dict[int, list[int]], tuple[dict, dict]]] = []
+        for name, got in zip(names, topic_reads, strict=True):
+            if got is None:
+                if name in self.topics and self._locally_written.get(name, -1) <= gen:
+                    del self.topics[name]
+                    self._notify(ClusterEvent("TOPIC_DELETED", name))
+                continue
+            data, topic_stat = got
+            topic_id, assignment = paths.decode_topic(data)
+            found.append(
+                (name, topic_id, topic_stat, assignment, paths.decode_topic_reassignment(data))
             )
-        except NoNodeError:
-            if name in self.topics and self._locally_written.get(name, -1) <= gen:
-                del self.topics[name]
-                self._notify(ClusterEvent("TOPIC_DELETED", name))
-            return
-        topic_id, assignment = paths.decode_topic(data)
-        adding, removing = paths.decode_topic_reassignment(data)
-        partitions = {}
-        for k, (p, replicas) in enumerate(sorted(assignment.items())):
-            if k % 256 == 255:
-                await asyncio.sleep(0)  # the embedded store answers at once: let others run
-            partitions[p] = dataclasses.replace(
-                await self._read_partition(name, p, replicas),
-                adding_replicas=tuple(adding.get(p, ())),
-                removing_replicas=tuple(removing.get(p, ())),
+        keys = [("partition", n, p) for n, _, _, a, _ in found for p in sorted(a)]
+        state_reads = await self._get_many_watched(
+            keys, [paths.partition_state(n, p) for _, n, p in keys]
+        )
+        config_reads = await self._get_many_watched(
+            [("config", n) for n, *_ in found], [paths.topic_config(n) for n, *_ in found]
+        )
+        states = dict(zip(keys, state_reads, strict=True))
+        for (name, topic_id, topic_stat, assignment, (adding, removing)), conf in zip(
+            found, config_reads, strict=True
+        ):
+            partitions = {}
+            for k, (p, replicas) in enumerate(sorted(assignment.items())):
+                if k % 1000 == 999:
+                    await asyncio.sleep(0)  # (a topic of many partitions: let others run)
+                got = states[("partition", name, p)]
+                if got is None:  # (watch for its creation: the controller, a slow creator)
+                    st = await self._read_partition(name, p, replicas)
+                else:
+                    st = self._decode_state(got, replicas)
+                partitions[p] = dataclasses.replace(
+                    st,
+                    adding_replicas=tuple(adding.get(p, ())),
+                    removing_replicas=tuple(removing.get(p, ())),
+                )
+            configs = (
+                paths.decode_topic_config(conf[0])
+                if conf is not None
+                else await self._read_config(name)
             )
-        configs = await self._read_config(name)
+            self._merge_topic(name, topic_id, topic_stat.version, partitions, configs)
+
+    def _merge_topic(
+        self,
+        name: str,
+        topic_id: uuid.UUID | None,
+        version: int,
+        partitions: dict[int, PartitionState],
+        configs: dict[str, str],
+    ) -> None:
+        """A topic as read from the store, merged with what local writes put in the cache
+        meanwhile (see the writer interface)."""
         old = self.topics.get(name)
-        version = topic_stat.version
         if old is not None and (topic_id is None or topic_id == old.topic_id):
             stale_assignment = version < old.assignment_version
             if stale_assignment:
@@ -280,6 +384,19 @@ class MetadataCache:
         )
         self._update_topic(info)
 
+    @staticmethod
+    def _decode_state(got: tuple[bytes, Any], replicas: list[int]) -> PartitionState:
+        data, stat = got
+        st = paths.decode_partition_state(data)
+        return PartitionState(
+            st["leader"],
+            st["leader_epoch"],
+            list(replicas),
+            st["isr"],
+            st["controller_epoch"],
+            stat.version,
+        )
+
     async def _read_partition(self, name: str, p: int, replicas: list[int]) -> PartitionState:
         key = ("partition", name, p)
         path = paths.partition_state(name, p)
@@ -290,15 +407,7 @@ class MetadataCache:
             if await self._watched(key, self.store.exists, path) is not None:
                 return await self._read_partition(name, p, replicas)
             return PartitionState(-1, -1, list(replicas), [], -1)
-        st = paths.decode_partition_state(data)
-        return PartitionState(
-            st["leader"],
-            st["leader_epoch"],
-            list(replicas),
-            st["isr"],
-            st["controller_epoch"],
-            stat.version,
-        )
+        return self._decode_state((data, stat), replicas)
 
     async def _read_config(self, name: str) -> dict[str, str]:
         key = ("config", name)
@@ -317,6 +426,37 @@ class MetadataCache:
             return
         state = await self._read_partition(name, p, info.partitions[p].replicas)
         self.put_partition_state(name, p, state)
+
+    async def _refresh_partitions(self, keys: list[tuple]) -> None:
+        """Partition states whose watches fired, read together (store.get_many) and put in
+        the cache one topic at a time (one TOPIC_CHANGED per topic, not per partition)."""
+        known: list[tuple] = []
+        for key in keys:
+            info = self.topics.get(key[1])
+            if info is None or key[2] not in info.partitions:
+                await self._refresh_partition(key[1], key[2])  # (reads the topic)
+            else:
+                known.append(key)
+        reads = await self._get_many_watched(
+            known, [paths.partition_state(k[1], k[2]) for k in known]
+        )
+        by_topic: dict[str, dict[int, PartitionState]] = {}
+        for key, got in zip(known, reads, strict=True):
+            _, name, p = key
+            info = self.topics.get(name)
+            if info is None or p not in info.partitions:
+                continue
+            if got is None:
+                await self._refresh_partition(name, p)  # (watches for its creation)
+                continue
+            try:
+                state = self._decode_state(got, info.partitions[p].replicas)
+            except (ValueError, KeyError, TypeError):
+                log.warning("unreadable partition state %s-%d: %r", name, p, got[0])
+                continue
+            by_topic.setdefault(name, {})[p] = state
+        for name, states in by_topic.items():
+            self.put_partition_states(name, states)
 
     async def _refresh_config(self, name: str) -> None:
         configs = await self._read_config(name)
@@ -407,19 +547,29 @@ class MetadataCache:
         unless the cache already holds a newer znode version.  Only leader, epochs and ISR are
         taken: the assignment (replicas, adding and removing replicas) is the topic znode's,
         cached by _refresh_topic and put_assignment."""
+        self.put_partition_states(name, {p: state})
+
+    def put_partition_states(self, name: str, states: dict[int, PartitionState]) -> None:
+        """put_partition_state for several partitions of one topic: the topic is rebuilt
+        and announced once (per partition, a topic of P partitions cost O(P) each)."""
         info = self.topics.get(name)
-        if info is None or p not in info.partitions:
+        if info is None:
             return
-        cached = info.partitions[p]
-        if 0 <= state.zk_version < cached.zk_version:
-            return  # an older read than what a local write already put there
-        state = dataclasses.replace(
-            state,
-            replicas=list(cached.replicas),
-            adding_replicas=cached.adding_replicas,
-            removing_replicas=cached.removing_replicas,
-        )
-        self._update_topic(dataclasses.replace(info, partitions={**info.partitions, p: state}))
+        partitions: dict[int, PartitionState] | None = None
+        for p, state in states.items():
+            cached = info.partitions.get(p)
+            if cached is None or 0 <= state.zk_version < cached.zk_version:
+                continue  # unknown, or an older read than what a local write put there
+            if partitions is None:
+                partitions = dict(info.partitions)
+            partitions[p] = dataclasses.replace(
+                state,
+                replicas=list(cached.replicas),
+                adding_replicas=cached.adding_replicas,
+                removing_replicas=cached.removing_replicas,
+            )
+        if partitions is not None:
+            self._update_topic(dataclasses.replace(info, partitions=partitions))
 
     def put_topic(self, info: TopicInfo) -> None:
         """This broker created the topic or added partitions: cached at once, then read back

@@ -461,16 +461,23 @@ class Cluster(MetadataCache):
 
     async def _confirm_session(self) -> None:
         """Re-establish the lease: our registration is held by the live session (a read that
-        succeeds proves the session alive now), then everything we act on is read again so
-        that leadership lost meanwhile is seen before we answer as a leader."""
+        succeeds proves the session alive now), then whatever changed meanwhile is read again
+        so that leadership lost meanwhile is seen before we answer as a leader.  What changed
+        is what the watches marked: in a session that never ended every cached key has a
+        watch pending (or a re-read queued), ZooKeeper sends a watch event before the answer
+        to any later read of the session, and a lost connection fires every watch; so after
+        that read and the store's barrier, the marked keys are all that can differ.  (Reading
+        every topic again, as before, cost O(partitions) per stall: at 5,000 partitions on a
+        loaded machine each re-read stalled the loop past the limit again.)"""
         if not (self._registered and self._connected):
             raise ConnectionLossError("not registered in a live session yet")
         stat = await self.store.exists(paths.broker(self.broker_id))
         if stat is None or stat.ephemeral_owner != self.store.session_id:
             raise ConnectionLossError("our registration is not held by the current session")
+        await self.store.barrier()
         await self._elect()
         await self._refresh_brokers()
-        await self._refresh_topics(load_all=True)
+        await self._refresh_pending(frozenset({"confirm", "session"}))
         if ("confirm",) in self._dirty or not (self._registered and self._connected):
             return  # held up again meanwhile, or the session went: the next round decides
         self._lease_confirmed = True

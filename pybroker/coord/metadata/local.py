@@ -233,9 +233,11 @@ class LocalStore(MetadataStore):
         if not self._open:
             raise StoreError("the local metadata store is not open")
 
-    def _commit(self, ops: list[Op]) -> list[str | Stat | None]:
-        """Validate and apply ops atomically, journal them, then fire watches."""
+    def _commit(self, ops: list[Op], owner: int | None = None) -> list[str | Stat | None]:
+        """Validate and apply ops atomically, journal them, then fire watches.  ``owner``: the
+        session whose ephemerals the creates make (this store's own by default)."""
         self._check_open()
+        owner = self._session_id if owner is None else owner
         now = self._clock.time_ms()
         undo: list[Callable[[], None]] = []
         records: list[Record] = []
@@ -244,7 +246,7 @@ class LocalStore(MetadataStore):
         try:
             for i, op in enumerate(ops):
                 try:
-                    results.append(self._apply_op(op, now, undo, records, events))
+                    results.append(self._apply_op(op, now, undo, records, events, owner))
                 except StoreError as e:
                     e.op_index = i
                     raise
@@ -262,7 +264,7 @@ class LocalStore(MetadataStore):
             self._after_write()
         return results
 
-    def _apply_op(self, op: Op, now: int, undo: list, records: list, events: list):
+    def _apply_op(self, op: Op, now: int, undo: list, records: list, events: list, session: int):
         validate_path(op.path)
         nodes = self._nodes
         if isinstance(op, Create):
@@ -277,7 +279,7 @@ class LocalStore(MetadataStore):
             path = op.path + (f"{parent.cversion:010d}" if op.sequence else "")
             if path in nodes:
                 raise NodeExistsError(path=path)
-            owner = self._session_id if op.ephemeral else 0
+            owner = session if op.ephemeral else 0
             self._raw_create(path, bytes(op.data), owner, now)
             undo.append(lambda: self._undo_create(path))
             records.append((K_CREATE, path, bytes(op.data), owner))
@@ -447,6 +449,22 @@ class LocalStore(MetadataStore):
             self._add_watch(self._data_watches, path, watch)
         return node.data, node.stat()
 
+    async def get_many(
+        self, paths: list[str], watches: list[WatchCallback | None] | None = None
+    ) -> list[tuple[bytes, Stat] | None]:
+        self._check_open()
+        out: list[tuple[bytes, Stat] | None] = []
+        for i, path in enumerate(paths):
+            validate_path(path)
+            node = self._nodes.get(path)
+            if node is None:
+                out.append(None)
+                continue
+            if watches and watches[i] is not None:
+                self._add_watch(self._data_watches, path, watches[i])
+            out.append((node.data, node.stat()))
+        return out
+
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
         (result,) = self._commit([SetData(path, data, version)])
         await self._sync_if_strict()
@@ -508,6 +526,43 @@ class LocalStore(MetadataStore):
         if missing:
             self._commit(missing[::-1])
             await self._sync_if_strict()
+
+    # ------------------------------------------------------------------ other sessions
+    # The node's store server (metadata/store_server.py) serves this store to the broker
+    # processes of a node, each its own session: their ephemerals carry their session id and
+    # go when the session ends.
+
+    def new_session(self) -> int:
+        """A fresh session id, never this store's own nor one in use."""
+        while True:
+            sid = random.getrandbits(62) | 1
+            if sid != self._session_id and not any(n.owner == sid for n in self._nodes.values()):
+                return sid
+
+    async def commit_for(self, session_id: int, ops: list[Op]) -> list[str | Stat | None]:
+        """``multi`` on behalf of another session: its creates' ephemerals are that
+        session's.  Returns each operation's result (a create's path, a set's Stat)."""
+        results = self._commit(list(ops), session_id)
+        await self._sync_if_strict()
+        return results
+
+    async def end_session(self, session_id: int) -> None:
+        """The session is over (its client went away): its ephemerals are deleted at once,
+        in one journaled transaction, and their watchers told."""
+        if not self._open:
+            return
+        theirs = [p for p, n in self._nodes.items() if n.owner == session_id]
+        if theirs:
+            await self.commit_for(session_id, [Delete(p) for p in theirs])
+
+    def remove_watch(self, path: str, cb: WatchCallback) -> None:
+        """Forget a watch that has not fired (the session that set it ended)."""
+        for table in (self._data_watches, self._child_watches):
+            cbs = table.get(path)
+            if cbs and cb in cbs:
+                cbs.remove(cb)
+                if not cbs:
+                    del table[path]
 
     def add_session_listener(self, cb: SessionListener) -> None:
         self._listeners.append(cb)  # never called: the in-process session does not end

@@ -51,6 +51,9 @@ CONSUMERS = "/consumers"
 CONTROLLED_SHUTDOWN = "/pybroker/controlled_shutdown"
 # KIP-848 consumer groups' records (coord/group/consumer_store.py)
 CONSUMER_GROUPS = "/pybroker/consumer_groups"
+# offsets.storage=zookeeper after kafka: one child per partition of __consumer_offsets whose
+# offsets were moved into the metadata store (coord/group/offsets_drain.py)
+OFFSETS_DRAINED = "/pybroker/offsets_drained"
 # classic groups' metadata without members (coord/classic_group_store.py)
 CLASSIC_GROUPS = "/pybroker/classic_groups"
 # pybroker's own (Kafka ZooKeeper mode writes /log_dir_event_notification and learns the

@@ -14,10 +14,12 @@ same mapping, so a transaction's coordinator moves exactly as group coordination
 from __future__ import annotations
 
 import array
+import functools
 import operator
 import sys
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 #: offsets.topic.num.partitions (and transaction.state.log.num.partitions): Kafka's default.
 #: pybroker has no __consumer_offsets log, but keeps its partitioning: a group's coordinator
@@ -26,6 +28,9 @@ from collections.abc import Iterable
 #: destination.
 OFFSETS_PARTITIONS = 50
 OFFSETS_TOPIC = "__consumer_offsets"
+TXN_STATE_TOPIC = "__transaction_state"
+#: Kafka's Topic.INTERNAL_TOPICS (Metadata's is_internal; written by the coordinators only)
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TXN_STATE_TOPIC})
 
 
 _HASH_CHUNK = 4096
@@ -48,9 +53,23 @@ def java_string_hash(s: str) -> int:
 
 
 def partition_for(key: str, partitions: int = OFFSETS_PARTITIONS) -> int:
-    """Kafka's partitionFor: Utils.abs(key.hashCode) % partitions."""
+    """Kafka's partitionFor: Utils.abs(key.hashCode) % partitions (asked several times per
+    group request: the answers for the short keys seen last are remembered, a bounded few
+    MiB at most)."""
+    if len(key) <= _CACHED_KEY_CHARS:
+        return _cached_partition_for(key, partitions)
+    return _partition_for(key, partitions)
+
+
+_CACHED_KEY_CHARS = 255
+
+
+def _partition_for(key: str, partitions: int) -> int:
     h = java_string_hash(key)
     return (0 if h == -(2**31) else abs(h)) % partitions
+
+
+_cached_partition_for = functools.lru_cache(maxsize=16384)(_partition_for)
 
 
 def partition_coordinator(partition: int, broker_ids: Iterable[int]) -> int:
@@ -66,3 +85,59 @@ def partition_coordinator(partition: int, broker_ids: Iterable[int]) -> int:
 def coordinator_for(key: str, broker_ids: Iterable[int]) -> int:
     """The coordinator of a group id (or transactional.id): its partition's owner."""
     return partition_coordinator(partition_for(key), broker_ids)
+
+
+class Placement(Protocol):
+    """Who coordinates the keys of each partition of an internal topic, as this broker sees
+    it now.  ``epoch`` moves whenever any partition's owner may have changed (a coordinator
+    holds what it cached about a key only while the epoch stays)."""
+
+    partitions: int
+
+    def epoch(self) -> int: ...
+
+    def owner(self, partition: int) -> int:
+        """The broker id coordinating ``partition``; -1 when none does."""
+        ...
+
+    def term(self, partition: int) -> object:
+        """A token that changes whenever this broker's coordination of ``partition`` may have
+        been interrupted (what it cached about the partition's keys is then stale)."""
+        ...
+
+
+class Rendezvous:
+    """The metadata-store storages' placement (module docstring): ``membership()`` gives
+    (the cluster's membership epoch, the live broker ids)."""
+
+    partitions = OFFSETS_PARTITIONS
+
+    def __init__(self, membership: Callable[[], tuple[int, Iterable[int]]]) -> None:
+        self._membership = membership
+
+    def epoch(self) -> int:
+        return self._membership()[0]
+
+    def owner(self, partition: int) -> int:
+        return partition_coordinator(partition, self._membership()[1])
+
+    def term(self, partition: int) -> object:
+        return self.epoch()  # any change of the live brokers may move any partition
+
+
+class SingleBroker:
+    """One broker that coordinates everything (tests, and a coordinator without a cluster)."""
+
+    partitions = OFFSETS_PARTITIONS
+
+    def __init__(self, broker_id: int = 0) -> None:
+        self.broker_id = broker_id
+
+    def epoch(self) -> int:
+        return 0
+
+    def owner(self, partition: int) -> int:
+        return self.broker_id
+
+    def term(self, partition: int) -> object:
+        return 0

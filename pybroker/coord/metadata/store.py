@@ -9,6 +9,7 @@ CONNECTED, SUSPENDED, LOST.  The data model in full: docs/internals.md
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import re
 from abc import ABC, abstractmethod
@@ -202,6 +203,28 @@ class MetadataStore(ABC):
 
     @abstractmethod
     async def get(self, path: str, watch: WatchCallback | None = None) -> tuple[bytes, Stat]: ...
+
+    async def get_many(
+        self, paths: list[str], watches: list[WatchCallback | None] | None = None
+    ) -> list[tuple[bytes, Stat] | None]:
+        """``get`` of every path, together (ZooKeeper pipelines them on the session's
+        connection: one round trip's latency for the lot instead of one each); ``None`` for a
+        path with no node (which sets no watch, as ``get``).  ``watches[i]`` is path i's watch.
+        A failure other than a missing node raises (and a watch may have been set for some
+        paths: watchers tolerate a spurious event).  This default awaits ``get`` one by one."""
+        out: list[tuple[bytes, Stat] | None] = []
+        for i, path in enumerate(paths):
+            try:
+                out.append(await self.get(path, watches[i] if watches else None))
+            except NoNodeError:
+                out.append(None)
+        return out
+
+    async def barrier(self) -> None:
+        """Return once every watch event the store received before the latest answer to a
+        call of ours has been delivered (its callback has run).  A read followed by a barrier
+        shows every change made before that read, through the watches."""
+        await asyncio.sleep(0)  # (this default: watches are delivered by the loop itself)
 
     @abstractmethod
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat: ...

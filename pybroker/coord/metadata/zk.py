@@ -4,9 +4,14 @@ The only module of pybroker that imports kazoo.  Rules kept here:
 
 * Never block the event loop: every call uses kazoo's ``*_async`` method (``transaction()
   .commit_async()`` for ``multi``) and the ``IAsyncResult`` is bridged into an asyncio future
-  with ``loop.call_soon_threadsafe``.  Blocking kazoo calls (``stop``/``close``) run in a thread.
+  through the store's hand-off to the loop (:class:`_LoopInbox`).  Blocking kazoo calls
+  (``stop``/``close``) run in a thread.
 * kazoo's watch callbacks and connection-state listeners run on kazoo's threads; they only hop
-  onto the loop with ``call_soon_threadsafe`` and never call kazoo themselves.
+  onto the loop through that hand-off and never call kazoo themselves.  The hand-off queues
+  what kazoo's threads deliver and wakes the loop once per batch, not once per result: each
+  wake-up is a byte in the loop's self-pipe, and thousands of results or watch events arriving
+  while the loop is busy (a failover at 30,000 partitions) filled it, after which a signal's
+  byte (SIGTERM) was dropped and the broker never shut down.
 * kazoo exceptions become the store's errors (see ``_map_error``).
 * kazoo drops every watch when the connection is lost (it does not re-send them to the server)
   and fires them with an event of type NONE; those are delivered as ``CHANGED`` (data or
@@ -28,6 +33,7 @@ from typing import Any
 
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient, KazooState
+from kazoo.protocol.states import Callback
 from kazoo.protocol.states import EventType as KzEventType
 from kazoo.retry import KazooRetry
 
@@ -82,7 +88,41 @@ _EVENT_TYPES = {
     KzEventType.CHILD: EventType.CHILD,
 }
 
+# get_many: gets in flight at once (ZooKeeper's globalOutstandingLimit defaults to 1000 for the
+# whole server; a window below it keeps one broker from starving the others)
+GET_MANY_WINDOW = 500
+
 _STATES = {KazooState.CONNECTED: CONNECTED, KazooState.SUSPENDED: SUSPENDED, KazooState.LOST: LOST}
+
+
+class _LoopInbox:
+    """Calls handed from kazoo's threads to the event loop, run in order, with one
+    ``call_soon_threadsafe`` per batch (while the loop has not drained the inbox, later
+    calls only join it)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+
+    def put(self, fn: Callable[..., Any], *args: Any) -> None:
+        with self._lock:
+            self._calls.append((fn, args))
+            if len(self._calls) > 1:
+                return  # a drain is scheduled already
+        try:
+            self._loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the loop closed meanwhile
+            pass
+
+    def _drain(self) -> None:
+        with self._lock:
+            calls, self._calls = self._calls, []
+        for fn, args in calls:
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("ZooKeeper callback %r failed", fn)
 
 
 def _map_error(exc: BaseException, path: str | None = None) -> BaseException:
@@ -140,6 +180,7 @@ class ZooKeeperStore(MetadataStore):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listeners: list[SessionListener] = []
         self._connected: asyncio.Future[None] | None = None
+        self._inbox: _LoopInbox | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -157,6 +198,7 @@ class ZooKeeperStore(MetadataStore):
         if self._client is not None:
             return
         self._loop = asyncio.get_running_loop()
+        self._inbox = _LoopInbox(self._loop)
         if self._chroot:
             await self._ensure_chroot()
         client = self._new_client(self._hosts + self._chroot)
@@ -202,12 +244,9 @@ class ZooKeeperStore(MetadataStore):
 
     def _on_state(self, state: str) -> None:
         """kazoo's thread: hop onto the loop, nothing else."""
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(self._deliver_state, _STATES.get(state, state))
-            except RuntimeError:  # the loop closed meanwhile
-                pass
+        inbox = self._inbox
+        if inbox is not None:
+            inbox.put(self._deliver_state, _STATES.get(state, state))
 
     def _deliver_state(self, state: str) -> None:
         if state == CONNECTED and self._connected is not None and not self._connected.done():
@@ -236,6 +275,8 @@ class ZooKeeperStore(MetadataStore):
     async def _await(self, async_result: Any, path: str | None = None) -> Any:
         """Bridge a kazoo IAsyncResult into the loop."""
         loop = self._loop
+        inbox = self._inbox
+        assert loop is not None and inbox is not None
         fut: asyncio.Future[Any] = loop.create_future()
 
         def settle(ok: bool, value: Any) -> None:
@@ -251,25 +292,19 @@ class ZooKeeperStore(MetadataStore):
                 args = (True, result.value)
             else:
                 args = (False, result.exception)
-            try:
-                loop.call_soon_threadsafe(settle, *args)
-            except RuntimeError:
-                pass
+            inbox.put(settle, *args)
 
         async_result.rawlink(done)
         return await fut
 
     def _watcher(self, cb: WatchCallback, path: str, dropped_type: EventType) -> Callable:
-        loop = self._loop
+        inbox = self._inbox
+        assert inbox is not None
 
         def on_event(event: Any) -> None:  # kazoo's thread
             etype = _EVENT_TYPES.get(event.type)
             wpath = event.path if etype is not None and event.path else path
-            ev = WatchedEvent(etype or dropped_type, wpath)
-            try:
-                loop.call_soon_threadsafe(_run_watch, cb, ev)
-            except RuntimeError:
-                pass
+            inbox.put(_run_watch, cb, WatchedEvent(etype or dropped_type, wpath))
 
         return on_event
 
@@ -297,6 +332,88 @@ class ZooKeeperStore(MetadataStore):
         w = self._watcher(watch, path, EventType.CHANGED) if watch else None
         data, zstat = await self._await(self._kz().get_async(path, watch=w), path)
         return (data or b""), _stat(zstat)
+
+    async def get_many(
+        self, paths: list[str], watches: list[WatchCallback | None] | None = None
+    ) -> list[tuple[bytes, Stat] | None]:
+        """Up to GET_MANY_WINDOW gets in flight on the connection at once; the results are
+        gathered on kazoo's thread and handed to the loop once per window (a hop per result
+        would cost a wake-up of the loop each)."""
+        out: list[tuple[bytes, Stat] | None] = []
+        for start in range(0, len(paths), GET_MANY_WINDOW):
+            chunk = paths[start : start + GET_MANY_WINDOW]
+            ws = watches[start : start + GET_MANY_WINDOW] if watches else None
+            out += await self._get_window(chunk, ws)
+        return out
+
+    async def _get_window(
+        self, paths: list[str], watches: list[WatchCallback | None] | None
+    ) -> list[tuple[bytes, Stat] | None]:
+        loop = self._loop
+        inbox = self._inbox
+        assert loop is not None and inbox is not None
+        client = self._kz()
+        fut: asyncio.Future[list[Any]] = loop.create_future()
+        results: list[Any] = [None] * len(paths)
+        left = [len(paths)]
+        lock = threading.Lock()
+
+        def settle(values: list[Any]) -> None:
+            if not fut.done():
+                fut.set_result(values)
+
+        def done_at(i: int) -> Callable[[Any], None]:
+            def done(result: Any) -> None:  # kazoo's thread
+                results[i] = (
+                    (True, result.value)
+                    if result.successful()
+                    else (
+                        False,
+                        result.exception,
+                    )
+                )
+                with lock:
+                    left[0] -= 1
+                    last = left[0] == 0
+                if last:
+                    inbox.put(settle, results)
+
+            return done
+
+        if not paths:
+            return []
+        for i, path in enumerate(paths):
+            validate_path(path)
+            cb = watches[i] if watches else None
+            w = self._watcher(cb, path, EventType.CHANGED) if cb else None
+            client.get_async(path, watch=w).rawlink(done_at(i))
+        out: list[tuple[bytes, Stat] | None] = []
+        for i, (ok, value) in enumerate(await fut):
+            if ok:
+                data, zstat = value
+                out.append(((data or b""), _stat(zstat)))
+            elif isinstance(value, kz.NoNodeError):
+                out.append(None)
+            else:
+                raise _map_error(value, paths[i])
+        return out
+
+    async def barrier(self) -> None:
+        """kazoo delivers watch events on its callback thread and call results on its
+        completion thread: a result can reach the loop before a watch event the server sent
+        earlier.  A marker queued behind the events already on the callback thread's queue
+        (the connection thread queued every event it read before the latest result) runs
+        after them, and its hand-off to the loop after theirs."""
+        loop, inbox = self._loop, self._inbox
+        assert loop is not None and inbox is not None
+        fut: asyncio.Future[None] = loop.create_future()
+
+        def settle() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        self._kz().handler.dispatch_callback(Callback("watch", inbox.put, (settle,)))
+        await fut
 
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
         validate_path(path)

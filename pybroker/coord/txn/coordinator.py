@@ -20,8 +20,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from pybroker.clock import Clock
+from pybroker.coord.metadata.internal_log import CoordinatorWriteError
 from pybroker.coord.metadata.paths import MAX_NAME_CHARS
-from pybroker.coord.metadata.placement import coordinator_for
+from pybroker.coord.metadata.placement import Placement, Rendezvous, SingleBroker, partition_for
 from pybroker.coord.metadata.store import (
     BadVersionError,
     InvalidPathError,
@@ -29,7 +30,7 @@ from pybroker.coord.metadata.store import (
     StoreError,
 )
 from pybroker.coord.txn import state as ts
-from pybroker.coord.txn.store import TxnStateStore
+from pybroker.coord.txn.store import TxnStorage
 from pybroker.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,31 @@ MarkerWriter = Callable[
 ]
 
 
+def _write_error(code: int) -> ErrorCode:
+    """Kafka's TransactionStateManager.appendTransactionToLog: a failed write's answer."""
+    if code in (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.REQUEST_TIMED_OUT,
+    ):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    return ErrorCode(code)
+
+
+def _code_of(e: StoreError) -> ErrorCode:
+    """A storage failure's answer: its code (CoordinatorWriteError), else the store is not
+    reachable: COORDINATOR_NOT_AVAILABLE (the client finds the coordinator again and retries,
+    as Kafka answers a failed transaction log append)."""
+    if not hasattr(e, "code"):
+        log.warning("transaction coordinator: the metadata store failed: %s", e)
+    return ErrorCode(getattr(e, "code", ErrorCode.COORDINATOR_NOT_AVAILABLE))
+
+
 @dataclass(frozen=True)
 class TxnConfig:
     max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
@@ -50,12 +76,15 @@ class TxnConfig:
         3_600_000  # transaction.remove.expired.transaction.cleanup.interval.ms
     )
     marker_retry_ms: int = 100
+    # a CompleteCommit/CompleteAbort is persisted this long after its markers at the latest
+    # (or with the transactional id's next write, whichever comes first)
+    complete_flush_ms: int = 1000
 
 
 class TransactionCoordinator:
     def __init__(
         self,
-        store: TxnStateStore,
+        store: TxnStorage,
         clock: Clock,
         config: TxnConfig,
         allocate_producer_id: Callable[[], Awaitable[int]],
@@ -63,25 +92,55 @@ class TransactionCoordinator:
         *,
         broker_id: int = 0,
         membership: Callable[[], tuple[int, Iterable[int]]] | None = None,
+        placement: Placement | None = None,
     ) -> None:
+        """``placement``: who coordinates each partition of the transactional ids (default:
+        rendezvous hashing over ``membership``'s live brokers; neither: this broker)."""
         self.store = store
         self.clock = clock
         self.config = config
         self._allocate = allocate_producer_id
         self._write_markers = write_markers
         self.broker_id = broker_id
-        self._membership = membership
+        if placement is None:
+            placement = SingleBroker(broker_id) if membership is None else Rendezvous(membership)
+        self.placement = placement
+        # transactional id -> (its state, the version stored); the state may be a Complete*
+        # not stored yet (``_unpersisted``): the store still holds the Prepare* at that version
         self.txns: dict[str, tuple[ts.TxnMetadata, int]] = {}
+        self._unpersisted: set[str] = set()
         self._locks: dict[str, asyncio.Lock] = {}
         self._completing: dict[str, asyncio.Task] = {}
-        self._membership_epoch = membership()[0] if membership is not None else 0
+        self._membership_epoch = placement.epoch()
+        self._terms = [placement.term(p) for p in range(placement.partitions)]
         self._background: list[asyncio.Task] = []
 
     # -- ownership -------------------------------------------------------------------------
+    def partition_of(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.placement.partitions)
+
+    def coordinator_node(self, transactional_id: str) -> int:
+        """The broker coordinating the id, as far as this broker knows (-1: none)."""
+        return self.placement.owner(self.partition_of(transactional_id))
+
     def coordinates(self, transactional_id: str) -> bool:
-        if self._membership is None or len(transactional_id) > MAX_NAME_CHARS:
+        if len(transactional_id) > MAX_NAME_CHARS:
             return True  # (too long to store: nothing is found under it, nothing is written)
-        return coordinator_for(transactional_id, self._membership()[1]) == self.broker_id
+        return self.coordinator_node(transactional_id) == self.broker_id
+
+    def coordinator_error(self, transactional_id: str) -> ErrorCode | None:
+        """NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS (the storage is loading the id's
+        partition), or None when this broker serves the id."""
+        if not self.coordinates(transactional_id):
+            return ErrorCode.NOT_COORDINATOR
+        load_error = getattr(self.store, "load_error", None)
+        if load_error is not None:
+            code = load_error(self.partition_of(transactional_id))
+            if code is not None:
+                # named the leader, not told yet: as good as loading (the group coordinator's
+                # partition_error)
+                return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return None
 
     def _lock(self, tid: str) -> asyncio.Lock:
         return self._locks.setdefault(tid, asyncio.Lock())
@@ -100,34 +159,40 @@ class TransactionCoordinator:
             new_version = await self.store.put(md, version)
         except (BadVersionError, NodeExistsError):
             self.txns.pop(md.transactional_id, None)
+            self._unpersisted.discard(md.transactional_id)
             return None
+        except StoreError as e:  # the outcome is unknown: read the storage again next time
+            self.txns.pop(md.transactional_id, None)
+            self._unpersisted.discard(md.transactional_id)
+            log.info("transaction %s: storing its state failed: %s", md.transactional_id, e)
+            raise CoordinatorWriteError(
+                _write_error(getattr(e, "code", ErrorCode.COORDINATOR_NOT_AVAILABLE)), str(e)
+            ) from e
         self.txns[md.transactional_id] = (md, new_version)
+        self._unpersisted.discard(md.transactional_id)
         if md.state in (ts.TxnState.PREPARE_COMMIT, ts.TxnState.PREPARE_ABORT):
             self._start_completion(md.transactional_id)
         return new_version
 
     # -- requests --------------------------------------------------------------------------
-    # A store error answers COORDINATOR_NOT_AVAILABLE (the client finds the coordinator again
-    # and retries), as Kafka answers a failed transaction log append; a transactional.id no
-    # store path can hold (far longer than any real one) is INVALID_REQUEST.
     async def init_producer_id(
         self, tid: str, timeout_ms: int, expected_pid: int = -1, expected_epoch: int = -1
     ) -> tuple[ErrorCode, int, int]:
         """(error, producer id, epoch) for InitProducerId with a transactional.id."""
+        code = self.coordinator_error(tid)
+        if code is not None:
+            return code, -1, -1
         try:
             return await self._init_producer_id(tid, timeout_ms, expected_pid, expected_epoch)
         except InvalidPathError as e:
             log.info("transactional.id refused: %s", e)
             return ErrorCode.INVALID_REQUEST, -1, -1
         except StoreError as e:
-            log.warning("InitProducerId: the metadata store failed: %s", e)
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1
+            return _code_of(e), -1, -1
 
     async def _init_producer_id(
         self, tid: str, timeout_ms: int, expected_pid: int, expected_epoch: int
     ) -> tuple[ErrorCode, int, int]:
-        if not self.coordinates(tid):
-            return ErrorCode.NOT_COORDINATOR, -1, -1
         async with self._lock(tid):
             cur = await self._current(tid)
             md, version = cur if cur is not None else (None, None)
@@ -154,36 +219,38 @@ class TransactionCoordinator:
     async def add_partitions(
         self, tid: str, pid: int, epoch: int, partitions: Iterable[TopicPartition]
     ) -> ErrorCode:
-        if not self.coordinates(tid):
-            return ErrorCode.NOT_COORDINATOR
+        code = self.coordinator_error(tid)
+        if code is not None:
+            return code
         try:
             async with self._lock(tid):
                 cur = await self._current(tid)
                 md, version = cur if cur is not None else (None, None)
-                d = ts.add_partitions(md, pid, epoch, frozenset(partitions), self.clock.time_ms())
+                now = self.clock.time_ms()
+                d = ts.add_partitions(md, pid, epoch, frozenset(partitions), now)
                 if d.new is not None and await self._persist(d.new, version) is None:
                     return ErrorCode.NOT_COORDINATOR
                 return d.error
         except StoreError as e:
-            log.warning("transaction %.100s: the metadata store failed: %s", tid, e)
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return _code_of(e)
 
     async def verify_partitions(
         self, tid: str, pid: int, epoch: int, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, ErrorCode]:
-        if not self.coordinates(tid):
-            return dict.fromkeys(partitions, ErrorCode.NOT_COORDINATOR)
+        code = self.coordinator_error(tid)
+        if code is not None:
+            return dict.fromkeys(partitions, code)
         try:
             async with self._lock(tid):
                 cur = await self._current(tid)
                 return ts.verify_partitions(cur[0] if cur else None, pid, epoch, partitions)
         except StoreError as e:
-            log.warning("transaction %.100s: the metadata store failed: %s", tid, e)
-            return dict.fromkeys(partitions, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            return dict.fromkeys(partitions, _code_of(e))
 
     async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> ErrorCode:
-        if not self.coordinates(tid):
-            return ErrorCode.NOT_COORDINATOR
+        code = self.coordinator_error(tid)
+        if code is not None:
+            return code
         try:
             async with self._lock(tid):
                 cur = await self._current(tid)
@@ -193,22 +260,21 @@ class TransactionCoordinator:
                     return ErrorCode.NOT_COORDINATOR
                 return d.error
         except StoreError as e:
-            log.warning("transaction %.100s: the metadata store failed: %s", tid, e)
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return _code_of(e)
 
     async def describe(self, tid: str) -> tuple[ErrorCode, ts.TxnMetadata | None]:
         """DescribeTransactions: the id's state, if this broker coordinates it."""
-        if not self.coordinates(tid):
-            return ErrorCode.NOT_COORDINATOR, None
+        code = self.coordinator_error(tid)
+        if code is not None:
+            return code, None
         try:
             async with self._lock(tid):
                 cur = await self._current(tid)
-            if cur is None or cur[0].state is ts.TxnState.DEAD:
-                return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, None
-            return ErrorCode.NONE, cur[0]
         except StoreError as e:
-            log.warning("transaction %.100s: the metadata store failed: %s", tid, e)
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
+            return _code_of(e), None
+        if cur is None or cur[0].state is ts.TxnState.DEAD:
+            return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, None
+        return ErrorCode.NONE, cur[0]
 
     def list_states(
         self, producer_ids: Iterable[int] = (), states: Iterable[str] = ()
@@ -244,6 +310,7 @@ class TransactionCoordinator:
                 else:
                     expired.append(tid)
                 self.txns.pop(tid, None)
+                self._unpersisted.discard(tid)
         return expired
 
     # -- background ------------------------------------------------------------------------
@@ -267,8 +334,8 @@ class TransactionCoordinator:
         for tid, got in (await self.store.load_all()).items():
             if self.coordinates(tid):
                 cached = self.txns.get(tid)
-                if cached is not None and cached[1] > got[1]:
-                    continue  # written by us since the read
+                if cached is not None and cached[1] >= got[1]:
+                    continue  # ours is as new (or written by us since the read)
                 self.txns[tid] = got
                 if got[0].state in (ts.TxnState.PREPARE_COMMIT, ts.TxnState.PREPARE_ABORT):
                     self._start_completion(tid)
@@ -289,7 +356,11 @@ class TransactionCoordinator:
             committed = md.state is ts.TxnState.PREPARE_COMMIT
             try:
                 codes = await self._write_markers(
-                    md.producer_id, md.producer_epoch, committed, version, sorted(md.partitions)
+                    md.producer_id,
+                    md.producer_epoch,
+                    committed,
+                    self.store.coordinator_epoch(tid, version),
+                    sorted(md.partitions),
                 )
             except (StoreError, OSError) as e:
                 log.info("transaction %s: writing markers failed: %s", tid, e)
@@ -301,7 +372,11 @@ class TransactionCoordinator:
                     cur2 = self.txns.get(tid)
                     if cur2 is None or cur2 != cur:
                         return
-                    await self._persist(ts.complete(md, self.clock.time_ms()), version)
+                    # Complete* is stored with the id's next write, or by the flush pass: the
+                    # store keeps the Prepare* meanwhile (a coordinator taking over writes
+                    # the markers again, which completes nothing twice)
+                    self.txns[tid] = (ts.complete(md, self.clock.time_ms()), version)
+                    self._unpersisted.add(tid)
                 return
             await asyncio.sleep(self.config.marker_retry_ms / 1000)
 
@@ -319,7 +394,24 @@ class TransactionCoordinator:
                 self._every(self.config.expire_interval_ms, self.expire_ids),
                 name="txn-expire-ids",
             ),
+            loop.create_task(
+                self._every(self.config.complete_flush_ms, self.flush_completed),
+                name="txn-flush-completed",
+            ),
         ]
+
+    async def flush_completed(self) -> int:
+        """Store the Complete* states kept in memory since their markers; how many."""
+        n = 0
+        for tid in list(self._unpersisted):
+            async with self._lock(tid):
+                cur = self.txns.get(tid)
+                if tid not in self._unpersisted or cur is None or not self.coordinates(tid):
+                    self._unpersisted.discard(tid)
+                    continue
+                if await self._persist(cur[0], cur[1]) is not None:
+                    n += 1
+        return n
 
     async def _every(self, interval_ms: int, step: Callable[[], Awaitable[object]]) -> None:
         while True:
@@ -333,14 +425,25 @@ class TransactionCoordinator:
         """The live brokers changed: forget the ids another broker coordinates now and take
         up (in the background) the ones that moved here, finishing their prepared
         transactions, as Kafka's coordinator does when it loads a transaction log partition."""
-        if self._membership is None:
-            return
-        epoch = self._membership()[0]
+        epoch = self.placement.epoch()
         if epoch == self._membership_epoch:
             return
         self._membership_epoch = epoch
-        for tid in [t for t in self.txns if not self.coordinates(t)]:
+        terms = [self.placement.term(p) for p in range(self.placement.partitions)]
+        moved = {p for p, t in enumerate(terms) if t != self._terms[p]}
+        self._terms = terms
+        # what was cached of a partition whose term moved may be stale (another broker may
+        # have written it meanwhile): read again from the storage.  (Rendezvous placement
+        # moves every term at once: ids still coordinated here are kept, their compare-and-set
+        # versions catch what another broker wrote.)
+        everything = len(moved) == len(terms)
+        for tid in [
+            t
+            for t in self.txns
+            if not self.coordinates(t) or (not everything and self.partition_of(t) in moved)
+        ]:
             self.txns.pop(tid, None)
+            self._unpersisted.discard(tid)
 
         async def take_up() -> None:
             try:
@@ -354,6 +457,12 @@ class TransactionCoordinator:
         self._background = [t for t in self._background if not t.done()]
 
     async def stop(self) -> None:
+        """A clean stop stores the Complete* states kept in memory first (bounded by the
+        caller), so the next coordinator writes no marker twice."""
+        try:
+            await self.flush_completed()
+        except StoreError as e:
+            log.info("transaction coordinator: storing completed transactions: %s", e)
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)

@@ -70,9 +70,12 @@ class MarkerSender:
         connect: Connect,
         listener: Callable[[], str | None],
         request_timeout_s: float = 35.0,
+        offsets_owner: Callable[[int], int] | None = None,
     ) -> None:
         """``listener``: the inter-broker listener's name (read at each send: the endpoint
-        the markers go to)."""
+        the markers go to).  ``offsets_owner``: the coordinator of an offsets partition (the
+        group coordinator's placement; default: rendezvous hashing over the live brokers)."""
+        self._offsets_owner = offsets_owner
         self.cluster = cluster
         self.broker_id = broker_id
         self._write_local = write_local
@@ -85,6 +88,8 @@ class MarkerSender:
         """The broker that takes this partition's marker; None: the topic is gone."""
         cluster = self.cluster
         if topic == OFFSETS_TOPIC:
+            if self._offsets_owner is not None:
+                return self._offsets_owner(partition)
             return partition_coordinator(partition, cluster.brokers)
         info = cluster.topics.get(topic)
         if info is None or partition not in info.partitions:

@@ -1,0 +1,209 @@
+"""Group commit of independent writers' multis on one metadata store (BatchingStore).
+
+The coordinators' writes (committed offsets of many groups, transaction states of many
+transactional ids) are independent small multis, each awaited by one request.  On ZooKeeper
+each one is a round trip that waits for the server's log write (fsync with Debian's default
+forceSync=yes), and kazoo spends Python time on every request.  ``BatchingStore.multi`` merges
+them:
+
+* While fewer than ``max_in_flight`` multis are in flight, a multi goes out at once, alone:
+  an idle store adds no latency.
+* Otherwise it queues; when an in-flight multi finishes, everything queued (up to
+  ``max_ops`` operations) goes out as ONE multi, in the order the callers arrived.  Several
+  multis in flight at once are pipelined on the session (ZooKeeper applies one session's
+  requests in order and fsyncs what arrived together once).
+* All or nothing per caller, never across callers: a merged multi that fails on one
+  caller's operation (``StoreError.op_index``: a lost compare-and-set, a node that exists or
+  is missing) wrote nothing, so that caller gets its error alone and the others' operations go
+  out again at the head of the queue.  An error without an operation (a lost connection:
+  outcome unknown) is every merged caller's.
+* A caller cancelled while queued withdraws its operations; one cancelled while they are in
+  flight leaves their outcome unknown (as a lost connection does).
+
+Callers keep their own order: a caller that needs its writes applied in sequence awaits each
+before sending the next (the offset store's per-group writer, the transaction coordinator's
+per-id lock), so merged operations of one caller never race each other.  Every other call is
+passed to the underlying store as is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Any
+
+from pybroker.coord.metadata.store import (
+    MetadataStore,
+    Op,
+    SessionListener,
+    Stat,
+    StoreError,
+    WatchCallback,
+)
+
+DEFAULT_MAX_IN_FLIGHT = 2
+DEFAULT_MAX_OPS = 1000  # ZooKeeper's jute.maxbuffer (1 MiB) bounds a request's bytes
+
+
+class _Pending:
+    __slots__ = ("ops", "done")
+
+    def __init__(self, ops: list[Op], done: asyncio.Future[None]) -> None:
+        self.ops = ops
+        self.done = done
+
+
+class BatchingStore(MetadataStore):
+    """A MetadataStore whose ``multi`` merges concurrent callers (module docstring)."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        *,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_ops: int = DEFAULT_MAX_OPS,
+    ) -> None:
+        if max_in_flight < 1 or max_ops < 1:
+            raise ValueError("max_in_flight and max_ops must be at least 1")
+        self.inner = store
+        self.max_in_flight = max_in_flight
+        self.max_ops = max_ops
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._in_flight = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        # counters for docs/performance.md and tests: multis sent, callers served
+        self.round_trips = 0
+        self.callers = 0
+
+    # ------------------------------------------------------------------ merged writes
+
+    async def multi(self, ops: list[Op]) -> None:
+        ops = list(ops)
+        if not ops:
+            return
+        self.callers += 1
+        if self._in_flight < self.max_in_flight and not self._queue:
+            self._in_flight += 1
+            self.round_trips += 1
+            try:
+                await self.inner.multi(ops)
+            finally:
+                self._in_flight -= 1
+                self._kick()
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(ops, done))
+        self._kick()
+        await done
+
+    def _kick(self) -> None:
+        """Send what is queued while there is room in flight."""
+        while self._in_flight < self.max_in_flight and self._queue:
+            batch: list[_Pending] = []
+            n = 0
+            while self._queue:
+                p = self._queue[0]
+                if p.done.done():  # cancelled while queued: withdrawn
+                    self._queue.popleft()
+                    continue
+                if batch and n + len(p.ops) > self.max_ops:
+                    break
+                batch.append(self._queue.popleft())
+                n += len(p.ops)
+            if not batch:
+                return
+            self._in_flight += 1
+            task = asyncio.get_running_loop().create_task(self._send(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, batch: list[_Pending]) -> None:
+        ops: list[Op] = []
+        owners: list[int] = []
+        for i, p in enumerate(batch):
+            ops.extend(p.ops)
+            owners.extend([i] * len(p.ops))
+        self.round_trips += 1
+        try:
+            await self.inner.multi(ops)
+        except StoreError as e:
+            if e.op_index is None or not 0 <= e.op_index < len(ops) or len(batch) == 1:
+                _fail(batch, e)
+            else:
+                loser = batch[owners[e.op_index]]
+                e.op_index -= sum(len(p.ops) for p in batch[: owners[e.op_index]])
+                _fail([loser], e)
+                # nothing was written: the others go again, first in line
+                self._queue.extendleft(reversed([p for p in batch if p is not loser]))
+        except BaseException as e:  # cancelled (the loop closing), or not a store error
+            _fail(batch, e if isinstance(e, Exception) else StoreError("write abandoned"))
+            if not isinstance(e, Exception):
+                raise
+        else:
+            for p in batch:
+                if not p.done.done():
+                    p.done.set_result(None)
+        finally:
+            self._in_flight -= 1
+            self._kick()
+
+    # ------------------------------------------------------------------ the rest, as is
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    @property
+    def session_id(self) -> int:
+        return self.inner.session_id
+
+    async def create(
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+    ) -> str:
+        return await self.inner.create(
+            path, data, ephemeral=ephemeral, sequence=sequence, makepath=makepath
+        )
+
+    async def get(self, path: str, watch: WatchCallback | None = None) -> tuple[bytes, Stat]:
+        return await self.inner.get(path, watch)
+
+    async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
+        return await self.inner.set(path, data, version)
+
+    async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
+        await self.inner.delete(path, version, recursive=recursive)
+
+    async def exists(self, path: str, watch: WatchCallback | None = None) -> Stat | None:
+        return await self.inner.exists(path, watch)
+
+    async def get_children(self, path: str, watch: WatchCallback | None = None) -> list[str]:
+        return await self.inner.get_children(path, watch)
+
+    async def ensure_path(self, path: str) -> None:
+        await self.inner.ensure_path(path)
+
+    def add_session_listener(self, cb: SessionListener) -> None:
+        self.inner.add_session_listener(cb)
+
+    def remove_session_listener(self, cb: SessionListener) -> None:
+        self.inner.remove_session_listener(cb)
+
+
+def _fail(batch: list[_Pending], error: BaseException) -> None:
+    for p in batch:
+        if not p.done.done():
+            p.done.set_exception(error)
+            p.done.exception()  # retrieved: a caller gone meanwhile leaves no warning
+
+
+def unwrap(store: MetadataStore) -> Any:
+    """The store under a BatchingStore (itself otherwise)."""
+    return store.inner if isinstance(store, BatchingStore) else store
