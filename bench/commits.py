@@ -108,11 +108,13 @@ def client_w18(bootstrap: str, groups: int, seconds: float, tag: str) -> dict:
         c.subscribe([topic])
         consumers.append(c)
     # warm-up: every consumer owns the partition and has committed once
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     pending = set(range(groups))
     while pending and time.monotonic() < deadline:
-        for i in list(pending):
-            c = consumers[i]
+        for i, c in enumerate(consumers):
+            if i not in pending:
+                c.poll(0)  # a joined consumer keeps polling (max.poll.interval.ms)
+                continue
             c.poll(0.05)
             if c.assignment():
                 try:
@@ -240,7 +242,7 @@ def run_client(kind: str, bootstrap: str, n: int, seconds: float, tag: str) -> d
         ],
         capture_output=True,
         text=True,
-        timeout=seconds + 300,
+        timeout=seconds + 600,
         cwd=Path(__file__).resolve().parent.parent,
     )
     if out.returncode != 0:
@@ -265,9 +267,9 @@ class ZooKeeperEnsemble:
     def connect(self) -> str:
         return ",".join(s.connect for s in self.servers)
 
-    def start(self, timeout: float = 60.0) -> None:
+    def start(self, timeout: float = 120.0) -> None:
         if self.size == 1:
-            self.servers[0].start()
+            self.servers[0].start(timeout=timeout)
             return
         peers = [(free_port(), free_port()) for _ in self.servers]
         lines = "".join(
@@ -327,11 +329,15 @@ def start_target(name: str, workdir: Path) -> Running:
     connect = None
     if backend.startswith("zk"):
         ensemble = ZooKeeperEnsemble(int(backend[2:]))
-        ensemble.start()
+        try:
+            ensemble.start()
+        except BaseException:
+            ensemble.stop()
+            raise
         connect = ensemble.connect
     broker = BrokerProcess(workdir / name, zookeeper_connect=connect, overrides=overrides)
     try:
-        broker.start(timeout=60)
+        broker.start(timeout=120)
     except BaseException:
         if ensemble is not None:
             ensemble.stop()
@@ -397,7 +403,15 @@ def run(args: argparse.Namespace) -> list[Result]:
                 for target in args.targets:
                     tag = f"{target}-{n}-{rnd}-{int(time.time())}"
                     before = load1()
-                    running = start_target(target, work / tag)
+                    try:
+                        running = start_target(target, work / tag)
+                    except Exception as e:  # noqa: BLE001 (reported, the run goes on)
+                        r = Result(
+                            workload, n, target, {"error": f"start: {e}"[-2000:]}, before, load1()
+                        )
+                        results.append(r)
+                        print(_row(r), flush=True)
+                        continue
                     try:
                         if workload == "W18":
                             create_topic(running.bootstrap, f"w18-{tag}", 1)
@@ -455,7 +469,10 @@ def _median_table(results: list[Result]) -> str:
 
 def write_results(results: list[Result], args: argparse.Namespace, path: Path) -> None:
     rev = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=path.parent
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent,
     ).stdout.strip()
     lines = [
         f"# {time.strftime('%Y-%m-%d')}: W18 offset commits, W19 transactions (bench/commits.py)",

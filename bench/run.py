@@ -742,7 +742,11 @@ def w7_run(target: Target, st: dict, i: int) -> dict[str, float]:
         return figures
 
 
-def _w7_attempt(target: Target, st: dict, i: str) -> dict[str, float]:
+def _w7_attempt(
+    target: Target, st: dict, i: str, marks: dict[str, float] | None = None
+) -> dict[str, float]:
+    """One W7 run; ``marks`` (bench/rebalance_trace.py) gets the perf_counter() of the common
+    subscribe (t0) and of member 0's close (t1)."""
     from kafka import KafkaConsumer
 
     members = st["sizes"]["w7_members"]
@@ -789,12 +793,17 @@ def _w7_attempt(target: Target, st: dict, i: str) -> dict[str, float]:
         union = set().union(*got)
         return union == all_parts and sum(len(a) for a in got) == W7_PARTITIONS
 
-    threads = [threading.Thread(target=member, args=(k,), daemon=True) for k in range(members)]
+    threads = [
+        threading.Thread(target=member, args=(k,), name=f"w7-m{k}", daemon=True)
+        for k in range(members)
+    ]
     for t in threads:
         t.start()
     try:
         ready.wait(60)
         t0 = time.perf_counter()  # every member subscribes now (the last join is this moment)
+        if marks is not None:
+            marks["t0"] = t0
         deadline = time.monotonic() + W7_STUCK_S
         live = list(range(members))
         while not complete(live):
@@ -806,6 +815,8 @@ def _w7_attempt(target: Target, st: dict, i: str) -> dict[str, float]:
         join_s = time.perf_counter() - t0
         time.sleep(1.0)  # settled
         t1 = time.perf_counter()
+        if marks is not None:
+            marks["t1"] = t1
         stop[0] = True  # member 0 leaves: close() sends LeaveGroup
         threads[0].join(30)
         live = list(range(1, members))

@@ -138,17 +138,24 @@ class Cluster:
         size: int = 3,
         overrides: dict[str, object] | None = None,
         chroot: str | None = None,
+        broker_factory: Callable[..., BrokerProcess] | None = None,
     ):
+        """``broker_factory(broker_id, zookeeper_connect=, overrides=, broker_id=,
+        chroot=)`` makes each BrokerProcess (default: one on loopback under workdir/broker<i>;
+        compat_tests/net_cluster.py puts each in a network namespace)."""
         self.workdir = Path(workdir)
         self.zookeeper = zookeeper
         settings = dict(CLUSTER_OVERRIDES)
         settings.update(overrides or {})
         self.settings = settings
+        self.broker_factory = broker_factory or (
+            lambda i, **kw: BrokerProcess(self.workdir / f"broker{i}", **kw)
+        )
         self.brokers: dict[int, BrokerProcess] = {}
         first = None
         for i in range(size):
-            b = BrokerProcess(
-                self.workdir / f"broker{i}",
+            b = self.broker_factory(
+                i,
                 zookeeper_connect=zookeeper.connect,
                 overrides=settings,
                 broker_id=i,
@@ -194,8 +201,8 @@ class Cluster:
         a machine to a running cluster; returns its id once the cluster knows it."""
         new_id = max(self.brokers) + 1
         first = self.brokers[min(self.brokers)]
-        b = BrokerProcess(
-            self.workdir / f"broker{new_id}",
+        b = self.broker_factory(
+            new_id,
             zookeeper_connect=self.zookeeper.connect,
             overrides=self.settings,
             broker_id=new_id,
@@ -215,9 +222,10 @@ class Cluster:
         self.brokers[broker_id].kill9()
         return t
 
-    def restart(self, broker_id: int, timeout: float = 30.0) -> None:
+    def restart(self, broker_id: int, timeout: float = 90.0) -> None:
         """Start a stopped/killed broker again (same port, log dir, chroot); a running one is
-        stopped cleanly first (SIGTERM, exit 0 asserted)."""
+        stopped cleanly first (SIGTERM, exit 0 asserted).  The bound is generous: on a
+        loaded machine a start printed nothing for 30 s."""
         self.resume(broker_id)
         self.note(f"restart broker {broker_id}")
         self.brokers[broker_id].restart(timeout)
@@ -589,10 +597,16 @@ class ConfluentLoad(_Load):
 
 
 def read_topic(
-    bootstrap: str, topic: str, partitions: int, timeout: float = 90.0
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    timeout: float = 90.0,
+    isolation_level: str = "read_uncommitted",
 ) -> dict[int, list[tuple[int, bytes]]]:
     """Every record of the topic, {partition: [(offset, value)] in log order}, read with
-    kafka-python (assign + seek_to_beginning) up to the end offsets seen at the start."""
+    kafka-python (assign + seek_to_beginning) up to the end offsets seen at the start
+    (read_committed: the last stable offsets, aborted transactions left out).  Fails when
+    no position moved for ``timeout`` seconds (a long campaign's topic takes minutes)."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(
@@ -601,6 +615,7 @@ def read_topic(
         enable_auto_commit=False,
         client_id="cluster-reader",
         max_partition_fetch_bytes=4 * 1024 * 1024,
+        isolation_level=isolation_level,
     )
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
@@ -612,8 +627,12 @@ def read_topic(
         while any(consumer.position(tp) < end[tp] for tp in tps):
             if time.monotonic() > deadline:
                 short = {tp.partition: (consumer.position(tp), end[tp]) for tp in tps}
-                raise AssertionError(f"read_topic {topic}: (position, end) {short}")
+                raise AssertionError(
+                    f"read_topic {topic}: no progress for {timeout:.0f} s: (position, end) {short}"
+                )
             for tp, records in consumer.poll(timeout_ms=500, max_records=5000).items():
+                if records:
+                    deadline = time.monotonic() + timeout
                 out[tp.partition].extend((r.offset, r.value) for r in records)
         return out
     finally:
@@ -637,8 +656,19 @@ def check_records(
 ) -> CheckResult:
     """Every acknowledged record present exactly once, at the offset its ack reported; for
     each producer and partition, its records (acknowledged or not) appear in send order;
-    no payload appears twice."""
+    no payload appears twice; no offset was acknowledged twice (to two records: two brokers
+    accepting acks=all writes for one partition at once, a split brain)."""
     problems: list[str] = []
+    acked_at: dict[tuple[int, int], list[str]] = defaultdict(list)
+    for st in loads:
+        for a in st.acked:
+            acked_at[(a.partition, a.offset)].append(f"{st.name}-{a.seq}")
+    twice = {k: v for k, v in acked_at.items() if len(v) > 1}
+    if twice:
+        problems.append(
+            f"{len(twice)} offsets acknowledged to more than one record (split brain), e.g. "
+            + ", ".join(f"p{p}@{o}: {names}" for (p, o), names in list(twice.items())[:5])
+        )
     where: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
     total = 0
     for p, recs in read.items():
@@ -747,6 +777,31 @@ def read_batches(partition_dir: Path) -> list[BatchHeader]:
     return out
 
 
+def segment_problems(partition_dir: Path) -> list[str]:
+    """Every .log segment of a partition dir must be whole batches back to back, each with
+    magic 2 and a CRC-32C (over attributes .. end) that matches: after clean stops, a torn or
+    corrupt batch anywhere is a problem (a write that failed, ENOSPC, must leave none)."""
+    import crc32c
+
+    problems = []
+    for seg in sorted(partition_dir.glob("*.log")):
+        data = seg.read_bytes()
+        pos = 0
+        while pos + BATCH_HEADER.size <= len(data):
+            length = struct.unpack_from(">i", data, pos + 8)[0]
+            magic = data[pos + 16]
+            end = pos + 12 + length
+            if length < BATCH_HEADER.size - 12 or magic != 2 or end > len(data):
+                break
+            (crc,) = struct.unpack_from(">I", data, pos + 17)
+            if crc32c.crc32c(data[pos + 21 : end]) != crc:
+                problems.append(f"{seg}: batch at byte {pos}: CRC mismatch")
+            pos = end
+        if pos != len(data):
+            problems.append(f"{seg}: {len(data) - pos} bytes after the last whole batch")
+    return problems
+
+
 def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
     try:
         lines = path.read_text().split("\n")
@@ -772,18 +827,23 @@ class ReplicaCheck:
 def compare_replicas(cluster: Cluster, topic: str, partition: int) -> ReplicaCheck:
     """Call with every broker stopped.  Reads each replica's replication-offset-checkpoint
     (high watermark) and segment files and compares the batch headers (base offset, last
-    offset, leader epoch, CRC, producer id, base sequence) below the smallest high watermark."""
+    offset, leader epoch, CRC, producer id, base sequence) below the smallest high watermark;
+    every segment must hold whole batches with valid CRCs only (segment_problems)."""
     hws: dict[int, int] = {}
     batches: dict[int, list[BatchHeader]] = {}
+    torn: list[str] = []
     for i, b in cluster.brokers.items():
-        d = Path(b.log_dir) / f"{topic}-{partition}"
-        if not d.is_dir():
+        log_dirs = [Path(d) for d in b.settings()["log.dirs"].split(",")]
+        found = [ld for ld in log_dirs if (ld / f"{topic}-{partition}").is_dir()]
+        if not found:
             continue
-        hws[i] = read_checkpoint(Path(b.log_dir) / "replication-offset-checkpoint").get(
+        log_dir = found[0]
+        hws[i] = read_checkpoint(log_dir / "replication-offset-checkpoint").get(
             (topic, partition), 0
         )
-        batches[i] = read_batches(d)
-    problems: list[str] = []
+        batches[i] = read_batches(log_dir / f"{topic}-{partition}")
+        torn += [f"broker {i}: {t}" for t in segment_problems(log_dir / f"{topic}-{partition}")]
+    problems: list[str] = list(torn)
     if len(batches) < 2:
         problems.append(f"{topic}-{partition}: replicas on disk: {sorted(batches)}")
         return ReplicaCheck(partition, hws, 0, 0, problems)

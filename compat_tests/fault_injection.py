@@ -1,12 +1,20 @@
 """Bounded random fault injection on a 3-broker cluster (private ZooKeeper), then a checker.
 
     python -m compat_tests.fault_injection --minutes 10 [--seed 7] [--workdir DIR] [--keep]
+    python -m compat_tests.fault_injection --minutes 10 --network [--kinds a,b]   # root
 
 (compat_tests/test_cluster_fault_injection.py runs it for PYBROKER_FAULT_SECONDS, default
-120.)  Exit status 0 when every check passed, 1 otherwise.
+120, and with --network for a few partition and disk kinds.)  Exit status 0 when every check
+passed, 1 otherwise.
 
 Load: two kafka-python KafkaProducer(enable_idempotence=True, acks='all', retries huge)
-threads writing unique payloads round-robin to an RF=3 topic with min.insync.replicas=2.
+threads writing unique payloads round-robin to an RF=3 topic with min.insync.replicas=2; a
+confluent-kafka transactional producer (every third transaction aborted) and a kafka-python
+read_committed consumer on a second such topic (compat_tests/txn_load.py).
+
+With --network every process runs in a network namespace of its own (ZooKeeper as a 3-node
+ensemble, log dirs and ZooKeeper data on small tmpfs: compat_tests/net_cluster.py), and the
+network partitions and full disks of compat_tests/net_faults.py join the mix below.
 
 Faults, one at a time on a random broker, at most one broker down at any moment (each fault
 is undone and every ISR is full again before the next one, so min.insync.replicas=2 stays
@@ -39,15 +47,20 @@ After the last fault every ISR must be full again within RECOVERY_TIMEOUT.
 Checker, after the load stops:
 
 - every acknowledged record is read back exactly once, at the offset its acknowledgement gave;
-  per partition each producer's records are in send order; no payload appears twice;
+  per partition each producer's records are in send order; no payload appears twice; no
+  offset was acknowledged to two records (split brain);
+- transactions: no aborted record ever shown to read_committed, committed ones wholly visible,
+  those of unknown outcome all or nothing (txn_load.check_transactions);
 - every broker stops cleanly (SIGTERM, exit 0); then, from the log dirs, each partition's
   replicas hold identical batches (base/last offset, leader epoch, CRC, producer id, base
-  sequence) below the smallest high watermark in the replicas' replication-offset-checkpoint.
+  sequence) below the smallest high watermark in the replicas' replication-offset-checkpoint,
+  and every segment holds whole batches with valid CRCs only.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import shutil
 import sys
@@ -71,9 +84,20 @@ from compat_tests.cluster import (
     wait_until,
 )
 from compat_tests.invariants import CommittingConsumer, InvariantMonitor
+from compat_tests.net_faults import (
+    DISK_ACTIONS,
+    NETWORK_ACTIONS,
+    FaultContext,
+    after_network,
+    inject_disk,
+    inject_network,
+)
+from compat_tests.txn_load import ReadCommittedWatcher, TxnLoad, check_transactions
+from pybroker.testing.process import BrokerStartError
 
 PARTITIONS = 3
 TOPIC = "faults"
+TXN_TOPIC = "faults-txn"
 GROUP = "faults-committer"
 ACTIONS = {
     "kill9": 3,
@@ -97,6 +121,11 @@ class FaultReport:
     failover_times: list[float] = field(default_factory=list)  # kill9: until new leaders
     recovery_times: list[float] = field(default_factory=list)  # fault start until ISRs full
     recovery_by_kind: dict[str, list[float]] = field(default_factory=dict)
+    # network and disk faults: until their effect was seen (new leader or controller, dir
+    # offline, broker halted, ZooKeeper node out)
+    detect_by_kind: dict[str, list[float]] = field(default_factory=dict)
+    network: bool = False
+    txn_checked: int = 0
     load_summaries: list[str] = field(default_factory=list)
     records_read: int = 0
     acked_checked: int = 0
@@ -124,9 +153,15 @@ class FaultReport:
             xs = sorted(xs)
             return f"n={len(xs)} min {xs[0]:.2f} median {xs[len(xs) // 2]:.2f} max {xs[-1]:.2f} s"
 
+        by_family = Counter(
+            "network" if k in NETWORK_ACTIONS else "disk" if k in DISK_ACTIONS else "process"
+            for k in self.faults.elements()
+        )
         lines = [
-            f"fault injection: seed {self.seed}, {self.seconds:.0f} s of faults",
-            f"  faults injected: {sum(self.faults.values())} {dict(self.faults)}",
+            f"fault injection: seed {self.seed}, {self.seconds:.0f} s of faults"
+            + (" (network namespaces)" if self.network else " (loopback)"),
+            f"  faults injected: {sum(self.faults.values())} {dict(by_family)} "
+            f"{dict(sorted(self.faults.items()))}",
             f"  leader failover after kill -9 (kill until Metadata names new leaders): "
             f"{stats(self.failover_times)}",
             f"  recovery (fault start until every ISR is full): {stats(self.recovery_times)}",
@@ -134,9 +169,13 @@ class FaultReport:
                 f"    {kind}: {stats(times)}"
                 for kind, times in sorted(self.recovery_by_kind.items())
             ),
+            "  effect seen (fault start until new leaders / controller, dir offline, broker "
+            "halted, ZooKeeper node out):" + ("" if self.detect_by_kind else " -"),
+            *(f"    {kind}: {stats(times)}" for kind, times in sorted(self.detect_by_kind.items())),
             *(f"  {s}" for s in self.load_summaries),
             f"  records read {self.records_read}, acknowledged records checked "
-            f"{self.acked_checked}, replica batches compared {self.batches_compared}",
+            f"{self.acked_checked}, transactions checked {self.txn_checked}, replica batches "
+            f"compared {self.batches_compared}",
         ]
         if self.broker_errors:
             lines.append("  broker ERROR lines (first of each broker):")
@@ -210,8 +249,12 @@ def _inject(
     log,
     action: str,
     consumer: CommittingConsumer,
+    ctx: FaultContext | None = None,
 ) -> bool:
     """One fault, undone; returns False when the cluster did not recover."""
+    if action in NETWORK_ACTIONS or action in DISK_ACTIONS:
+        assert ctx is not None, f"{action} needs the cluster in network namespaces"
+        return _inject_net(ctx, action)
     victim = rng.choice(cluster.ids)
     try:
         controller = cluster.metadata([]).controller_id
@@ -303,6 +346,35 @@ def _inject(
     return True
 
 
+def _inject_net(ctx: FaultContext, action: str) -> bool:
+    """A network partition or a full disk (compat_tests/net_faults.py), then every ISR full
+    again within RECOVERY_TIMEOUT."""
+    report, cluster = ctx.report, ctx.cluster
+    n = sum(report.faults.values()) + 1
+    report.faults[action] += 1
+    t0 = time.monotonic()
+    cluster.note(f"fault #{n} {action}")
+    if action in NETWORK_ACTIONS:
+        desc, extra = inject_network(ctx, action, n)
+        extra += after_network(ctx, action, desc)
+    else:
+        desc, extra = inject_disk(ctx, action, n, lambda i, d: _stop(cluster, i, report, d))
+    try:
+        cluster.wait_isr_full(TOPIC, timeout=RECOVERY_TIMEOUT)
+        cluster.wait_isr_full(TXN_TOPIC, timeout=RECOVERY_TIMEOUT)
+    except AssertionError as e:
+        report.problems.append(f"{desc}: not recovered: {e}")
+        ctx.log(f"{desc}{extra}: NOT RECOVERED: {e}")
+        return False
+    took = time.monotonic() - t0
+    report.recovery_times.append(took)
+    report.recovery_by_kind.setdefault(action, []).append(took)
+    line = f"{desc}{extra}; ISRs full after {took:.2f} s"
+    report.fault_log.append(line)
+    ctx.log(line)
+    return True
+
+
 def _stop(cluster: Cluster, victim: int, report: FaultReport, desc: str) -> None:
     try:
         cluster.stop_broker(victim)
@@ -327,13 +399,43 @@ def _coordinator_without(cluster: Cluster, stopped: int) -> int:
         return -1
 
 
-def schedule(rng: random.Random):
+def schedule(rng: random.Random, actions: dict[str, int] | None = None):
     """Every kind once (seeded order), then weighted random draws for ever."""
-    first = list(ACTIONS)
+    actions = actions or ACTIONS
+    first = list(actions)
     rng.shuffle(first)
     yield from first
     while True:
-        yield rng.choices(list(ACTIONS), weights=list(ACTIONS.values()))[0]
+        yield rng.choices(list(actions), weights=list(actions.values()))[0]
+
+
+def campaign_actions(network: bool, kinds: list[str] | None = None) -> dict[str, int]:
+    """The kinds of fault (with their weights) of a run: the process faults, plus the network
+    partitions and full disks when the cluster runs in network namespaces; ``kinds`` keeps
+    only those."""
+    actions = dict(ACTIONS)
+    if network:
+        actions.update(NETWORK_ACTIONS)
+        actions.update(DISK_ACTIONS)
+    if kinds:
+        unknown = [k for k in kinds if k not in actions]
+        if unknown:
+            raise ValueError(f"unknown or unavailable fault kinds: {unknown}")
+        actions = {k: actions[k] for k in kinds}
+    return actions
+
+
+@contextlib.contextmanager
+def _campaign_cluster(workdir: Path, network: bool):
+    """(cluster, NetworkCluster or None): on loopback, or in network namespaces."""
+    if network:
+        from compat_tests.net_cluster import running_network_cluster
+
+        with running_network_cluster(workdir, clients=4) as nc:
+            yield nc.cluster, nc
+    else:
+        with running_cluster(workdir) as cluster:
+            yield cluster, None
 
 
 def run(
@@ -343,61 +445,118 @@ def run(
     log=print,
     *,
     every_kind: bool = True,
+    network: bool = False,
+    kinds: list[str] | None = None,
 ) -> FaultReport:
     """Inject faults for `seconds` (and, with every_kind, at least until each kind of fault
-    was injected once), then check."""
+    was injected once), then check.  ``network``: the cluster in network namespaces
+    (compat_tests/net_cluster.py, root only), which adds network partitions and full disks
+    to the mix; ``kinds``: only these kinds."""
+    actions = campaign_actions(network, kinds)
     seed = seed if seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
-    report = FaultReport(seed, seconds)
-    log(f"fault injection: seed {seed}, {seconds:.0f} s, workdir {workdir}")
-    with running_cluster(Path(workdir)) as cluster:
+    report = FaultReport(seed, seconds, network=network)
+    log(f"fault injection: seed {seed}, {seconds:.0f} s, workdir {workdir}, kinds {list(actions)}")
+    with _campaign_cluster(Path(workdir), network) as (cluster, nc):
         cluster.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
+        cluster.create_topic(TXN_TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
+
+        def start_in(namespace: str, thread) -> None:
+            if nc is None:
+                thread.start()
+            else:
+                with nc.net.entered(namespace):
+                    thread.start()
+
         loads = [
             KafkaPythonLoad(f"idem{i}", cluster.bootstrap, TOPIC, PARTITIONS, 0.003)
             for i in range(2)
         ]
-        for ld in loads:
+        for i, ld in enumerate(loads):
             ld.flush_timeout = 30.0
-            ld.start()
+            start_in(f"c{i}", ld)
         consumer = CommittingConsumer(cluster.bootstrap, TOPIC, GROUP)
-        consumer.start()
+        start_in("c2", consumer)
+        txn = TxnLoad(cluster.bootstrap, TXN_TOPIC, PARTITIONS)
+        start_in("c3", txn)
+        watcher = ReadCommittedWatcher(cluster.bootstrap, TXN_TOPIC, PARTITIONS)
+        start_in("c3", watcher)
         monitor = InvariantMonitor(cluster, TOPIC, PARTITIONS, consumer)
         monitor.start()
+        ctx = None
+        if nc is not None:
+            ctx = FaultContext(
+                cluster,
+                nc,
+                rng,
+                report,
+                loads,
+                ["c0", "c1", "c3"],
+                [TOPIC, TXN_TOPIC],
+                TOPIC,
+                log,
+            )
         try:
             wait_until(lambda: all(len(ld.stats.acked) >= 100 for ld in loads), 60, 0.1, "load")
             wait_until(lambda: consumer.commits >= 5, 60, 0.1, "the consumer's first commits")
+            wait_until(lambda: len(txn.stats.outcomes) >= 3, 60, 0.1, "the first transactions")
             deadline = time.monotonic() + seconds
-            actions = schedule(rng)
-            while time.monotonic() < deadline or (every_kind and len(report.faults) < len(ACTIONS)):
+            scheduled = schedule(rng, actions)
+            while time.monotonic() < deadline or (every_kind and len(report.faults) < len(actions)):
                 time.sleep(rng.uniform(1.0, 4.0))
-                if not _inject(cluster, rng, report, log, next(actions), consumer):
+                try:
+                    if not _inject(cluster, rng, report, log, next(scheduled), consumer, ctx):
+                        break
+                except BrokerStartError as e:  # ends the fault phase; the checks still run
+                    report.problems.append(f"after fault #{len(report.faults)}: {e}")
+                    _start_stopped(cluster, report)
                     break
             time.sleep(2.0)
         finally:
             stats = [ld.stop(timeout=180) for ld in loads]
+            txn_stats = txn.stop(timeout=180)
+            watcher.stop()
             consumer.stop()
             mstats = monitor.stop()
         report.load_summaries = [s.summary() for s in stats]
+        report.load_summaries += [txn_stats.summary(), watcher.summary()]
         report.load_summaries += [consumer.summary(), monitor.summary()]
         if consumer.error is not None:
             report.problems.append(f"committing consumer crashed: {consumer.error!r}")
+        if watcher.error is not None:
+            report.problems.append(f"read_committed watcher crashed: {watcher.error!r}")
         report.problems += [f"invariant: {p}" for p in mstats.problems]
         if mstats.hw_checks == 0 or mstats.offset_checks == 0:
             report.problems.append(f"invariant monitor checked nothing: {monitor.summary()}")
-        read = read_topic(cluster.bootstrap, TOPIC, PARTITIONS)
-        result = check_records(read, stats)
-        report.records_read, report.acked_checked = result.records_read, result.acked_checked
-        report.problems += result.problems
+        try:  # (a checker that cannot finish is a problem, reported with the rest)
+            read = read_topic(cluster.bootstrap, TOPIC, PARTITIONS)
+            result = check_records(read, stats)
+            report.records_read, report.acked_checked = result.records_read, result.acked_checked
+            report.problems += result.problems
+        except AssertionError as e:
+            report.problems.append(f"reading {TOPIC} back: {e}")
+        try:
+            committed = read_topic(
+                cluster.bootstrap, TXN_TOPIC, PARTITIONS, isolation_level="read_committed"
+            )
+            tcheck = check_transactions(txn_stats, committed, watcher)
+            report.txn_checked = tcheck.transactions
+            report.problems += [f"transactions: {p}" for p in tcheck.problems]
+        except AssertionError as e:
+            report.problems.append(f"reading {TXN_TOPIC} back (read_committed): {e}")
+        if nc is not None:
+            nc.net.heal_all()
         stop_problems = cluster.stop()
         report.problems += [f"clean stop: {p}" for p in stop_problems]
-        for p in range(PARTITIONS):
-            rc = compare_replicas(cluster, TOPIC, p)
-            report.batches_compared += rc.batches_compared
-            log(
-                f"{TOPIC}-{p}: HWs {rc.high_watermarks}, {rc.batches_compared} batches "
-                f"compared below {rc.compared_below}"
-            )
-            report.problems += rc.problems
+        for topic in (TOPIC, TXN_TOPIC):
+            for p in range(PARTITIONS):
+                rc = compare_replicas(cluster, topic, p)
+                report.batches_compared += rc.batches_compared
+                log(
+                    f"{topic}-{p}: HWs {rc.high_watermarks}, {rc.batches_compared} batches "
+                    f"compared below {rc.compared_below}"
+                )
+                report.problems += rc.problems
         report.known_bugs = known_bugs_seen(cluster)
         for problem in report.problems:
             for text, reason in KNOWN_PROBLEMS.items():
@@ -413,6 +572,17 @@ def run(
                     + tracebacks[0]
                 )
     return report
+
+
+def _start_stopped(cluster, report: FaultReport) -> None:
+    """Start again every broker that is not running (with time to spare: a machine so loaded
+    that a restart missed its bound), so that the records can be read back and checked."""
+    for i, b in cluster.brokers.items():
+        if not b.is_running():
+            try:
+                cluster.restart(i, timeout=180.0)
+            except BrokerStartError as e:
+                report.problems.append(f"broker {i} did not start for the checks: {e}")
 
 
 def broker_tracebacks(b) -> list[str]:
@@ -439,10 +609,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--workdir", type=Path, default=None, help="default: a temporary dir")
     ap.add_argument("--keep", action="store_true", help="keep the workdir (broker logs)")
+    ap.add_argument(
+        "--network",
+        action="store_true",
+        help="every process in a network namespace of its own (root): adds network "
+        "partitions and full disks to the process faults",
+    )
+    ap.add_argument("--kinds", default="", help="comma-separated fault kinds (default: all)")
     args = ap.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="pybroker-faults-"))
+    kinds = [k for k in args.kinds.split(",") if k] or None
     try:
-        report = run(workdir, args.minutes * 60, args.seed)
+        report = run(workdir, args.minutes * 60, args.seed, network=args.network, kinds=kinds)
     finally:
         if not args.keep and args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)

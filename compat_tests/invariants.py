@@ -12,8 +12,10 @@ Two threads run beside the producer loads of compat_tests/fault_injection.py:
   client cache in between):
     * ListOffsets v4 (timestamp -1: "latest", isolation read_uncommitted) of every partition at
       its leader as Metadata names it, passing the leader epoch from that Metadata, as the
-      Java consumer does.  The answer is the high watermark a client is shown; it must never
-      be lower than an answer seen before (Kafka's KIP-207/KIP-392 rule: a new leader answers
+      Java consumer does; Metadata naming an older leader epoch than one seen before is
+      ignored, as Kafka's clients ignore it (KIP-320).  The answer is the high watermark a
+      client is shown; it must never be lower than an answer seen before (Kafka's
+      KIP-207/KIP-392 rule: a new leader answers
       OFFSET_NOT_AVAILABLE until its high watermark has caught up).  Answers with an error
       code are retriable and ignored.
     * OffsetFetch v1 of the consumer's group at the coordinator FindCoordinator names.  The
@@ -198,6 +200,7 @@ class MonitorStats:
     offset_checks: int = 0
     offset_errors: Counter = field(default_factory=Counter)
     violations: Counter = field(default_factory=Counter)  # kind -> count
+    stale_metadata: int = 0  # answers naming an older leader epoch than seen before
     problems: list[str] = field(default_factory=list)
 
 
@@ -217,6 +220,7 @@ class InvariantMonitor(threading.Thread):
         self.stats = MonitorStats()
         self.max_hw: dict[int, tuple[int, int, float]] = {}  # p -> (hw, via broker, when)
         self.max_committed: dict[int, tuple[int, int]] = {}  # p -> (offset, via broker)
+        self.max_epoch: dict[int, int] = {}  # p -> highest leader epoch Metadata named
         self._halt = threading.Event()
         self._corr = 10_000_000
         self.error: BaseException | None = None
@@ -233,7 +237,7 @@ class InvariantMonitor(threading.Thread):
         return (
             f"invariants: {s.hw_checks} high-watermark answers (errors {dict(s.hw_errors)}), "
             f"{s.offset_checks} committed-offset answers (errors {dict(s.offset_errors)}), "
-            f"violations {dict(s.violations) or 0}"
+            f"stale metadata ignored {s.stale_metadata}, violations {dict(s.violations) or 0}"
         )
 
     def _problem(self, kind: str, text: str) -> None:
@@ -272,6 +276,12 @@ class InvariantMonitor(threading.Thread):
     def _check_high_watermarks(self, md) -> None:
         by_leader: dict[int, dict[int, int]] = defaultdict(dict)
         for p, info in md.topic(self.topic).items():
+            # as Kafka's clients (KIP-320): Metadata naming an older leader epoch than one
+            # seen before is stale (a broker cut off still believes it leads) and ignored
+            if info.leader_epoch < self.max_epoch.get(p, -1):
+                self.stats.stale_metadata += 1
+                continue
+            self.max_epoch[p] = info.leader_epoch
             if info.error == 0 and info.leader in self.cluster.running():
                 by_leader[info.leader][p] = info.leader_epoch
         for leader, parts in by_leader.items():

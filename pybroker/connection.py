@@ -1,11 +1,12 @@
 """One client connection: frames in, responses out in request order.  Frames queue up
 (pipelining) and one task per connection handles them one at a time, as Kafka does; reading
 pauses while too much is queued, so a fast sender cannot grow memory without bound; log file
-regions go out with sendfile.  Only framing and decoding violations close the connection;
-errors a handler can express become error codes.  Each connection has a ``Session``: on a SASL
-listener only ApiVersions and the SASL requests are served before login (KIP-368
-re-authentication too); on an SSL listener the principal is the client certificate's mapped
-name.  Details: docs/internals.md ("pybroker/connection.py").
+regions go out through pybroker/transport_layer.py (sendfile, or read and written through the
+TLS layer).  Only framing and decoding violations close the connection; errors a handler can
+express become error codes.  Each connection has a ``Session``: on a SASL listener only
+ApiVersions and the SASL requests are served before login (KIP-368 re-authentication too); on
+an SSL listener the principal is the client certificate's mapped name.  Details:
+docs/internals.md ("pybroker/connection.py").
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pybroker.registry import HANDLERS
 from pybroker.security.exchange import step as sasl_step
 from pybroker.security.sasl import ListenerSasl, Session, distinguished_name
 from pybroker.security.scram import AuthenticationFailed
+from pybroker.transport_layer import TransportLayer
 from pybroker.wire import codec
 from pybroker.wire.framing import FrameDecoder, FrameError
 from pybroker.wire.primitives import DecodeError
@@ -38,6 +40,7 @@ log = logging.getLogger("pybroker.connection")
 MAX_QUEUED_FRAMES = 16
 SASL_MAX_RECEIVE_SIZE = 524288  # Kafka's sasl.server.max.receive.size
 _BEFORE_LOGIN = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
+_BYTES = (bytes, bytearray, memoryview)
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -61,6 +64,7 @@ class KafkaConnection(asyncio.Protocol):
         self.frames: collections.deque[bytearray] = collections.deque()
         self.queued_bytes = 0
         self.transport: asyncio.Transport | None = None
+        self._layer: TransportLayer | None = None
         self.peer: tuple | None = None
         self.reading_paused = False
         self.closed = False
@@ -77,6 +81,11 @@ class KafkaConnection(asyncio.Protocol):
     # -- asyncio.Protocol -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self._layer = TransportLayer(
+            transport,  # type: ignore[arg-type]
+            lambda: self.closed,
+            self._can_write.wait,
+        )
         self.peer = transport.get_extra_info("peername")
         cert = transport.get_extra_info("peercert")  # a verified client certificate, if any
         if cert and self.session.sasl is None:
@@ -109,6 +118,8 @@ class KafkaConnection(asyncio.Protocol):
         self.closed = True
         self._wakeup.set()
         self._can_write.set()
+        if self._layer is not None:
+            self._layer.wake()
         if self._on_close:
             self._on_close(self)
 
@@ -328,39 +339,67 @@ class KafkaConnection(asyncio.Protocol):
                 self.transport.resume_reading()
 
     async def _send(self, parts: list[Any]) -> None:
+        transport = self.transport
+        if len(parts) == 1 and isinstance(parts[0], _BYTES):  # no log region: the common case
+            self._write(parts[0])
+        elif all(isinstance(part, _BYTES) for part in parts):
+            for part in parts:
+                self._write(part)
+        elif transport.is_closing():
+            # A peer that went away: the transport closes before connection_lost runs.
+            if not self.closed:
+                raise ConnectionResetError("the peer closed the connection")
+        elif not self.closed:
+            # Log regions (transport_layer.py): straight onto the socket when the transport
+            # has nothing buffered, through the TLS layer in chunks, else asyncio's sendfile.
+            layer = self._layer
+            self._in_sendfile = True
+            try:
+                if layer.direct and transport.get_write_buffer_size() == 0:
+                    await layer.write_direct(parts)
+                elif layer.tls:
+                    await layer.write_through(parts)
+                else:
+                    await self._sendfile_parts(parts)
+            finally:
+                self._in_sendfile = False
+                deferred, self._deferred_close = self._deferred_close, None
+                if deferred is not None:
+                    self._close_transport(deferred)
+        if not self._can_write.is_set():
+            await self._can_write.wait()
+
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
+        if self.closed:
+            return
+        # A failed write closes the transport before connection_lost reaches us; writing on
+        # would only make asyncio warn once per answer.
+        if self.transport.is_closing():
+            raise ConnectionError("transport closed before the answer was sent")
+        self.transport.write(data)
+
+    async def _sendfile_parts(self, parts: list[Any]) -> None:
+        """asyncio's loop.sendfile per region (a transport with no socket of its own)."""
         loop = asyncio.get_running_loop()
         transport = self.transport
         for part in parts:
             if self.closed:
                 return
-            if isinstance(part, bytes | bytearray | memoryview):
-                # A failed write closes the transport before connection_lost reaches us;
-                # writing on would only make asyncio warn once per answer.
-                if transport.is_closing():
-                    raise ConnectionError("transport closed before the answer was sent")
-                transport.write(part)
+            if isinstance(part, _BYTES):
+                self._write(part)
                 continue
-            # The region's file object is a read-only handle of its own: sendfile seeks it.
             # A peer that went away (the transport closes before connection_lost runs) makes
             # sendfile raise RuntimeError("Transport is closing"): the peer is gone, as below.
             if transport.is_closing():
                 raise ConnectionResetError("the peer closed the connection")
-            self._in_sendfile = True
             try:
                 sent = await loop.sendfile(transport, part.file, part.position, part.size)
             except RuntimeError as e:
                 if not transport.is_closing():
                     raise
                 raise ConnectionResetError(f"the peer closed the connection: {e}") from None
-            finally:
-                self._in_sendfile = False
-                deferred, self._deferred_close = self._deferred_close, None
-                if deferred is not None:
-                    self._close_transport(deferred)
             if sent != part.size:  # the file shrank under us: the frame is broken, drop the peer
                 raise ConnectionError(f"sent {sent} of {part.size} bytes of a log region")
-        if not self._can_write.is_set():
-            await self._can_write.wait()
 
 
 def _short_messages(value: Any, limit: int = 1024) -> Any:

@@ -135,12 +135,15 @@ class FetchContext:
             return self.error, INVALID_SESSION_ID, []
         if self.session is not None:
             return self._incremental(entries, stamps or {})
-        answered = []
-        seen = set()
-        for p in self.partitions:  # a partition named twice is answered once, as Kafka's map
-            if p.key in entries and p.key not in seen:
-                seen.add(p.key)
-                answered.append((p, entries[p.key]))
+        if len(entries) == len(self.partitions):  # each named once: one entry each
+            answered = [(p, entries[p.key]) for p in self.partitions]
+        else:
+            answered = []
+            seen = set()
+            for p in self.partitions:  # a partition named twice is answered once (Kafka's map)
+                if p.key in entries and p.key not in seen:
+                    seen.add(p.key)
+                    answered.append((p, entries[p.key]))
         session_id = INVALID_SESSION_ID
         if self.create:
             for p, entry in answered:

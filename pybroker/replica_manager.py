@@ -30,7 +30,7 @@ from pybroker.log.validator import (
     recompress,
     validate_records,
 )
-from pybroker.replication.manager import Replica
+from pybroker.replication.manager import LEADER, Replica
 from pybroker.replication.manager import ReplicaManager as PartitionReplicas
 from pybroker.wire.compression import DecompressedSizeError
 from pybroker.wire.records import (
@@ -77,7 +77,9 @@ class FetchParams(NamedTuple):
 
 
 class ReadPartition(NamedTuple):
-    """One partition to read (the fields of pybroker.fetch_session.FetchPartition it uses)."""
+    """One partition to read: the fields of pybroker.fetch_session.FetchPartition that
+    read_from_log uses (the Fetch handler passes its FetchPartitions, with ``topic`` the name
+    resolved for this request)."""
 
     topic: str
     partition: int
@@ -437,62 +439,102 @@ class ReplicaManager(PartitionReplicas):
         transactions overlapping what they read."""
         remaining = params.max_bytes
         total = 0
-        out = []
+        out: list[LogReadResult] = []
+        append = out.append
+        lease_ok = getattr(self.cluster, "lease_ok", True)  # once a request, not per partition
+        read = self._read
+        # A consumer's partition with nothing to read (at the high watermark or LSO) that this
+        # broker leads in the asked epoch: its answer without the full path (most partitions
+        # of a full fetch of many partitions are such).  Anything else takes _read.
+        idle_path = params.replica_id < 0 and lease_ok and not self.offline
+        check_diverging = params.check_diverging
+        read_committed = params.isolation_level == READ_COMMITTED
+        replicas_get = self.replicas.get
+        topics_get = self.cluster.topics.get
+        last_topic: Any = None
+        info: Any = None
+        hard_limit = params.hard_max_bytes_limit
         for p in partitions:
-            result = self._read(
-                params, p, remaining, total == 0 and not params.hard_max_bytes_limit
-            )
+            if idle_path:
+                topic = p.topic
+                if topic is not last_topic:
+                    last_topic, info = topic, topics_get(topic)
+                r = replicas_get((topic, p.partition))
+                epoch = p.current_leader_epoch
+                if (
+                    r is not None
+                    and info is not None
+                    and r.checked_info is info
+                    and r.role == LEADER
+                    and (epoch < 0 or epoch == r.leader_epoch)
+                    and not (check_diverging and p.last_fetched_epoch >= 0)
+                    and (p.topic_id is None or p.topic_id == r.log.topic_id)
+                ):
+                    log = r.log
+                    offset = p.fetch_offset
+                    hw = log.high_watermark
+                    lso = log.last_stable_offset
+                    if offset == (lso if read_committed else hw) and offset >= log.log_start_offset:
+                        aborted = [] if read_committed else None
+                        append(
+                            LogReadResult(
+                                _NONE, hw, lso, log.log_start_offset, None, aborted, None, True
+                            )
+                        )
+                        continue
+            result = read(params, p, remaining, total == 0 and not hard_limit, lease_ok)
             if result.records is not None:
                 total += result.records.size
                 remaining -= result.records.size
-            out.append(result)
+            append(result)
         return out, total
 
     def _read(
-        self, params: FetchParams, p: ReadPartition, remaining: int, min_one_batch: bool
+        self,
+        params: FetchParams,
+        p: ReadPartition,
+        remaining: int,
+        min_one_batch: bool,
+        lease_ok: bool,
     ) -> LogReadResult:
         replica_id = params.replica_id
         topic, index = p.topic, p.partition
         log = None
         try:
-            replica = self.leader_replica(topic, index, p.current_leader_epoch)
+            replica = self.leader_replica(topic, index, p.current_leader_epoch, lease_ok)
             log = replica.log
             if p.topic_id is not None and log.topic_id is not None and log.topic_id != p.topic_id:
                 raise KafkaError(ErrorCode.INCONSISTENT_TOPIC_ID)
             offset = p.fetch_offset
+            log_end = log.log_end_offset
             # the diverging epoch first, as Kafka's fetchRecords: a follower whose divergent
             # tail runs past our log end truncates at once rather than after OUT_OF_RANGE
             diverging = None
             if params.check_diverging and p.last_fetched_epoch >= 0:
                 # the fetcher's last fetched epoch disagrees with our log (KIP-595 style)
-                epoch, end = log.leader_epochs.end_offset_for(
-                    p.last_fetched_epoch, log.log_end_offset
-                )
+                epoch, end = log.leader_epochs.end_offset_for(p.last_fetched_epoch, log_end)
                 if epoch != p.last_fetched_epoch or end < offset:
                     diverging = (epoch, end)
-            if diverging is None and (offset < log.log_start_offset or offset > log.log_end_offset):
+            if diverging is None and (offset < log.log_start_offset or offset > log_end):
                 raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
             caught_up = False
-            if replica_id >= 0 and diverging is None:
+            if replica_id >= 0 and diverging is None:  # (may move the high watermark)
                 caught_up = self.record_follower_fetch(replica, replica_id, offset)
             # Followers copy up to the log end; consumers see only what the ISR holds,
             # read_committed ones only what no open transaction may still abort.
             hw = log.high_watermark
             lso = log.last_stable_offset
             read_committed = params.isolation_level == READ_COMMITTED
+            throttled = held = False
             if replica_id >= 0:
                 upper = log.log_end_offset
+                throttles = self.throttles
+                throttled = throttles is not None and throttles.leader_throttled(topic, index)
+                held = throttled and replica_id not in replica.isr and throttles.leader_exceeded()
             else:
                 upper = lso if read_committed else hw
             region = None
-            throttles = self.throttles
-            throttled = (
-                replica_id >= 0
-                and throttles is not None
-                and throttles.leader_throttled(topic, index)
-            )
-            held = throttled and replica_id not in replica.isr and throttles.leader_exceeded()
-            if diverging is None and offset < upper and remaining > 0 and not held:
+            if offset < upper and diverging is None and remaining > 0 and not held:
                 limit = min(p.partition_max_bytes, remaining)
                 try:
                     region = log.read(offset, limit, min_one_batch=min_one_batch, max_offset=upper)
@@ -501,7 +543,7 @@ class ReplicaManager(PartitionReplicas):
                     raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR) from e
                 if region is not None and region.size:
                     if throttled:
-                        throttles.record_leader(region.size)
+                        self.throttles.record_leader(region.size)
                 else:
                     region = None
             aborted = None
@@ -513,7 +555,7 @@ class ReplicaManager(PartitionReplicas):
                         for a in log.collect_aborted_transactions(offset, upper)
                     ]
             return LogReadResult(
-                ErrorCode.NONE,
+                _NONE,
                 hw,
                 lso,
                 log.log_start_offset,
@@ -530,6 +572,8 @@ class ReplicaManager(PartitionReplicas):
                 )
             return LogReadResult(e.code)
 
+
+_NONE = ErrorCode.NONE
 
 __all__ = [
     "FetchParams",

@@ -72,9 +72,10 @@ def test_revocation_comes_before_assignment():
     assert r1["member_epoch"] == 1 and len(kept) == 2
     # m2 still waits while m1 owns them
     assert got(g.heartbeat(3, hb(m2, 2, topics=None), T)) is None
-    # m1 reports it revoked: it moves to epoch 2
+    # m1 reports it revoked: it moves to epoch 2; its partitions did not change, so (as
+    # Kafka's hasAssignedPartitionsChanged) the answer carries the epoch and no assignment
     r1 = g.heartbeat(4, hb(m1, 1, topics=None, owned={"a": kept}), T)
-    assert r1["member_epoch"] == 2
+    assert r1["member_epoch"] == 2 and r1["assignment"] is None
     # now m2 gets the released partitions
     r2 = g.heartbeat(5, hb(m2, 2, topics=None), T)
     assert got(r2) == {"a": {0, 1, 2, 3} - kept}

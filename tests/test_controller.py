@@ -501,6 +501,41 @@ def test_offline_replicas_after_a_log_dir_failure(make_env):
     run(main())
 
 
+def test_preferred_elections_skip_a_replica_on_a_failed_log_dir(make_env):
+    """Kafka's isReplicaOnline: a replica lost to a log dir failure is not a preferred
+    leader, neither for ElectLeaders nor for the leader imbalance check, even when it is
+    still in the ISR (a single replica: the ISR cannot shrink to nothing).  The partition
+    stays offline instead of flapping back to the replica that cannot write."""
+
+    async def main():
+        env = make_env()
+        try:
+            await three_brokers(env)
+            c1, c2 = env.clusters[1], env.clusters[2]
+            await c1.create_topic("solo", 1, 1, assignments={0: [2]})
+            await env.wait_cached("solo", 0, lambda s: s.leader == 2)
+            lost = {"version": 1, "broker": 2, "partitions": [["solo", 0]]}
+            await c2.store.create(
+                paths.offline_replicas_prefix(2),
+                json.dumps(lost).encode(),
+                ephemeral=True,
+                sequence=True,
+                makepath=True,
+            )
+            await env.wait_cached("solo", 0, lambda s: s.leader == -1)
+            epoch = c1.topics["solo"].partitions[0].leader_epoch
+            assert c1.topics["solo"].partitions[0].isr == [2]
+            res = await c1.elect_leaders([("solo", 0)])
+            assert res[("solo", 0)][0] == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+            assert await c1.controller.rebalance_preferred_leaders() == {}
+            st = c1.topics["solo"].partitions[0]
+            assert (st.leader, st.leader_epoch) == (-1, epoch)
+        finally:
+            await env.close()
+
+    run(main())
+
+
 def test_many_partitions_batched_in_fenced_multis(make_env, monkeypatch):
     """The controller's writes go in fenced multis of at most MAX_OPS_PER_MULTI operations
     (100 here, to see several), several in flight at once."""

@@ -48,10 +48,22 @@ class Driver:
             assert token not in self.ready, "a reply was answered twice"
             self.ready[token] = resp
 
-    def join(self, r: JoinRequest) -> int:
+    def join(self, r: JoinRequest, *, fire: bool = True) -> int:
         t = next(_tokens)
         self._collect(self.g.join(t, self.now, r))
+        if fire:
+            self.fire_due()
         return t
+
+    def fire_due(self) -> None:
+        """As the shell's timer does on the event loop's next pass: apply the deadlines
+        that are due now (a new group's first rebalance completes only on its timer)."""
+        for _ in range(10):
+            deadline = self.g.next_deadline()
+            if deadline is None or deadline > self.now:
+                return
+            self._collect(self.g.tick(self.now))
+        raise AssertionError("a deadline that is due keeps coming back")
 
     def sync(self, member_id: str, generation: int, assignments=None) -> int:
         t = next(_tokens)
@@ -333,3 +345,37 @@ def test_unload_answers_a_parked_sync() -> None:
     assert sb not in d.ready
     d._collect(d.g.unload(d.now))
     assert d.ready.pop(sb)["error_code"] == E.NOT_COORDINATOR
+
+
+def test_joins_before_the_initial_timer_share_generation_one() -> None:
+    """Kafka's InitialDelayedJoin, also with group.initial.rebalance.delay.ms=0: a new group's
+    first rebalance completes on its timer, not on the first join, so members whose joins
+    arrive together all get generation 1, and no SyncGroup is answered REBALANCE_IN_PROGRESS."""
+    d = Driver(delay=0)
+    ids = [d.ready.pop(d.join(req(client=c)))["member_id"] for c in ("a", "b", "c")]
+    joins = [d.join(req(mid), fire=False) for mid in ids]
+    assert not any(t in d.ready for t in joins)  # the first join waits for the timer too
+    d.fire_due()
+    answers = {mid: d.ready.pop(t) for mid, t in zip(ids, joins, strict=True)}
+    assert {a["error_code"] for a in answers.values()} == {E.NONE}
+    assert {a["generation_id"] for a in answers.values()} == {1}
+    leader = answers[ids[0]]["leader"]
+    assert sorted(m["member_id"] for m in answers[leader]["members"]) == sorted(ids)
+    followers = [mid for mid in ids if mid != leader]
+    syncs = {mid: d.sync(mid, 1) for mid in followers}
+    syncs[leader] = d.sync(leader, 1, {mid: mid.encode() for mid in ids})
+    for mid, t in syncs.items():
+        s = d.ready.pop(t)
+        assert s["error_code"] == E.NONE and s["assignment"] == mid.encode()
+    assert d.g.state == GroupState.STABLE and d.g.generation_id == 1
+
+
+def test_a_lone_first_member_is_answered_by_the_timer() -> None:
+    """With no other joins, the first member still gets generation 1 once the timer fires."""
+    d = Driver(delay=0)
+    a = d.ready.pop(d.join(req()))["member_id"]
+    t = d.join(req(a), fire=False)
+    assert t not in d.ready and d.g.next_deadline() == d.now
+    d.fire_due()
+    r = d.ready.pop(t)
+    assert r["generation_id"] == 1 and r["leader"] == a

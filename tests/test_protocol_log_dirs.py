@@ -267,3 +267,61 @@ def test_a_dir_failed_while_the_broker_was_down_is_not_replaced_by_empty_logs(tw
         c.create_topic(other, partitions=1)
         wait_until(lambda: b.broker.logs.get(other, 0))
         assert c.produce(other, 0, batch([b"new"]))["error_code"] == NONE
+
+
+@pytest.fixture
+def full_disk_dirs(start_broker, tmp_path):
+    """Two log dirs, the second on a 4 MiB tmpfs the test fills; checkpoints far apart, so
+    only the failed write itself can take the dir offline."""
+    from small_disk import SmallDisk, can_mount
+
+    why = can_mount()
+    if why:
+        pytest.skip(why)
+    d1 = tmp_path / "d1"
+    disk = SmallDisk(tmp_path / "d2", size_mb=4).mount()
+    try:
+        b = start_broker(
+            **{"log.dirs": f"{d1},{disk.path}", "log.flush.offset.checkpoint.interval.ms": 600000}
+        )
+        yield b, d1.absolute(), disk
+    finally:
+        disk.unmount()
+
+
+def test_a_write_that_hits_a_full_disk_takes_its_dir_offline_at_once(full_disk_dirs):
+    """Kafka's LogDirFailureChannel: the produce whose append gets ENOSPC answers
+    KAFKA_STORAGE_ERROR and its dir is offline from that moment (not at the next checkpoint):
+    the broker no longer leads the dir's partitions.  The failed append leaves no byte in the
+    segment; after a restart with space freed, the partition has exactly what was
+    acknowledged."""
+    b, d1, disk = full_disk_dirs
+    d2 = disk.path.absolute()
+    topic = unique_topic("full")
+    with b.client() as c:
+        c.create_topic(topic, partitions=2)
+        wait_until(lambda: all(b.broker.logs.get(topic, p) for p in range(2)))
+        (lost,) = [p for p in range(2) if where(c, topic, p) == [str(d2)]]
+        kept = 1 - lost
+        for p in range(2):
+            assert c.produce(topic, p, batch([b"before"]))["error_code"] == NONE
+        segment = next((d2 / f"{topic}-{lost}").glob("*.log"))
+        size_before = segment.stat().st_size
+        disk.fill()
+        big = batch([b"x" * 65536])  # more than the rest of a page: the write needs space
+        assert c.produce(topic, lost, big)["error_code"] == KAFKA_STORAGE_ERROR
+        assert describe(c)[str(d2)][0] == KAFKA_STORAGE_ERROR  # at once
+        assert segment.stat().st_size == size_before  # nothing torn left behind
+        assert c.produce(topic, lost, batch([b"y"]))["error_code"] == KAFKA_STORAGE_ERROR
+        assert c.fetch(topic, lost, 0)["error_code"] == KAFKA_STORAGE_ERROR
+        assert c.produce(topic, kept, batch([b"after"]))["error_code"] == NONE
+    disk.free()
+    b.stop()
+    b.start()
+    with b.client() as c:
+        assert describe(c)[str(d2)][0] == NONE
+        wait_until(lambda: c.fetch(topic, lost, 0)["error_code"] == NONE)
+        assert [v for _, v in fetched_values(c.fetch(topic, lost, 0)["records"])] == [b"before"]
+        assert c.produce(topic, lost, batch([b"again"]))["error_code"] == NONE
+        got = [v for _, v in fetched_values(c.fetch(topic, kept, 0)["records"])]
+        assert got == [b"before", b"after"]

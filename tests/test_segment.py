@@ -102,3 +102,40 @@ def test_load_trusted_reads_only_tail(tmp_path):
     assert seg.next_offset == 12 and seg.max_timestamp == NOW + 5
     assert seg.offset_of_max_timestamp == 11
     seg.close()
+
+
+def test_a_write_cut_short_by_a_full_disk_leaves_no_torn_batch(tmp_path, monkeypatch):
+    """ENOSPC: the kernel writes part of the data, then the next write fails.  The append
+    raises the OSError (the caller takes the log dir offline) and the .log is cut back to
+    its last whole batch; once there is space again the segment appends as before."""
+    import errno
+
+    import pytest
+
+    seg = LogSegment(tmp_path, 0)
+    _append(seg, 2)
+    good_size, good_next = seg.size, seg.next_offset
+    real_write = os.write
+    calls = []
+
+    def short_then_enospc(fd, data):
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", short_then_enospc)
+    with pytest.raises(OSError) as e:
+        _append(seg, 3)
+    assert e.value.errno == errno.ENOSPC and len(calls) == 2
+    monkeypatch.setattr(os, "write", real_write)
+    assert os.path.getsize(seg.log_path) == good_size
+    assert (seg.size, seg.next_offset) == (good_size, good_next)
+    first, size = _append(seg, 1)
+    assert first == good_next
+    seg.close()
+    seg = LogSegment(tmp_path, 0)
+    assert seg.recover(NOW) == 0  # nothing torn to cut at the next start either
+    assert (seg.size, seg.next_offset) == (good_size + size, 3)
+    recs = decode_records(_slice_bytes(seg.read(2, 10**6)))
+    assert [(r.offset, r.value) for r in recs] == [(2, b"v" * 100)]

@@ -21,7 +21,7 @@ from pybroker.handlers._topic_ids import Resolver
 from pybroker.handlers.context import RequestContext
 from pybroker.quotas.client import fetch_bound, fetch_throttle
 from pybroker.registry import handler
-from pybroker.replica_manager import READ_COMMITTED, FetchParams, LogReadResult, ReadPartition
+from pybroker.replica_manager import READ_COMMITTED, FetchParams, LogReadResult
 from pybroker.replication.manager import consumer_key, follower_key, leo_key
 from pybroker.security.acl import Operation
 
@@ -48,6 +48,7 @@ def _empty(index: int, code: int, hw: int = -1, lso: int = -1, start: int = -1) 
 
 def _request_partitions(req: dict, uses_ids: bool, resolver: Resolver) -> list[FetchPartition]:
     parts = []
+    append = parts.append
     for t in req["topics"]:
         if uses_ids:
             topic_id = t["topic_id"]
@@ -55,19 +56,21 @@ def _request_partitions(req: dict, uses_ids: bool, resolver: Resolver) -> list[F
         else:
             name = t["topic"]
             topic_id = None
+        topic_key = topic_id if uses_ids else name
         for p in t["partitions"]:
             index = p["partition"]
-            parts.append(
+            get = p.get
+            append(
                 FetchPartition(
-                    key=(topic_id if uses_ids else name, index),
-                    topic=name,
-                    topic_id=topic_id,
-                    partition=index,
-                    fetch_offset=p["fetch_offset"],
-                    partition_max_bytes=p["partition_max_bytes"],
-                    current_leader_epoch=p.get("current_leader_epoch", -1),
-                    last_fetched_epoch=p.get("last_fetched_epoch", -1),
-                    log_start_offset=p.get("log_start_offset", -1),
+                    (topic_key, index),
+                    name,
+                    topic_id,
+                    index,
+                    p["fetch_offset"],
+                    p["partition_max_bytes"],
+                    get("current_leader_epoch", -1),
+                    get("last_fetched_epoch", -1),
+                    get("log_start_offset", -1),
                 )
             )
     return parts
@@ -127,15 +130,23 @@ def _read_all(
     checked = enabled(ctx)  # followers need CLUSTER_ACTION, consumers READ on each topic
     follower_ok = replica_id < 0 or not checked or on_cluster(ctx, Operation.CLUSTER_ACTION)
     allowed: dict[str, bool] = {}
+    names: dict[Any, str | None] = {}  # topic id -> name, once per request
     stamps: dict = {}
-    to_read: list[tuple[FetchPartition, ReadPartition, Any]] = []
+    stamping = track_idle and replica_id < 0  # only a consumer's session remembers idle ones
+    to_read: list[FetchPartition] = []
+    read_stamps: list[Any] = []
     for p in partitions:
-        index = p.partition
-        topic = resolver.name(p.topic_id) if uses_ids else p.topic
+        if uses_ids:
+            topic_id = p.topic_id
+            topic = names.get(topic_id, _UNRESOLVED)
+            if topic is _UNRESOLVED:
+                topic = names[topic_id] = resolver.name(topic_id)
+        else:
+            topic = p.topic
         if topic is None:
             errors = True
             code = ErrorCode.UNKNOWN_TOPIC_ID if uses_ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            entries[p.key] = _empty(index, code)
+            entries[p.key] = _empty(p.partition, code)
             continue
         if checked:
             ok = allowed.get(topic)
@@ -145,27 +156,16 @@ def _read_all(
                 )
             if not ok:
                 errors = True
-                entries[p.key] = _empty(index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                entries[p.key] = _empty(p.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 continue
-        # (only a consumer's session remembers idle partitions: no cost to sessionless fetches)
-        stamp = (
-            replicas.fetch_stamp(topic, index, read_committed)
-            if track_idle and replica_id < 0
-            else None
-        )
-        if stamp is not None and stamp == p.idle_stamp:
-            stamps[p.key] = stamp
-            continue
-        read = ReadPartition(
-            topic,
-            index,
-            p.fetch_offset,
-            p.partition_max_bytes,
-            p.current_leader_epoch,
-            p.last_fetched_epoch,
-            p.topic_id if uses_ids else None,
-        )
-        to_read.append((p, read, stamp))
+        if stamping:
+            stamp = replicas.fetch_stamp(topic, p.partition, read_committed)
+            if stamp is not None and stamp == p.idle_stamp:
+                stamps[p.key] = stamp
+                continue
+            read_stamps.append(stamp)
+        p.topic = topic  # the name as resolved for this request (read_from_log reads it)
+        to_read.append(p)
     if not to_read:
         return entries, 0, errors, stamps
     params = FetchParams(
@@ -175,24 +175,25 @@ def _read_all(
         check_diverging=ctx.version >= 12,
         hard_max_bytes_limit=ctx.version <= 2,
     )
-    results, total = replicas.read_from_log(params, [r for _, r, _ in to_read])
-    for (p, read, stamp), r in zip(to_read, results, strict=True):
+    results, total = replicas.read_from_log(params, to_read)
+    for k, (p, r) in enumerate(zip(to_read, results, strict=True)):
         entry = _entry(p.partition, r)
-        if r.error != ErrorCode.NONE:
+        if r.error:
             errors = True
             if ctx.version >= 16 and r.error in _LEADER_MOVED:
-                _current_leader(ctx, read.topic, p.partition, entry)
+                _current_leader(ctx, p.topic, p.partition, entry)
         elif r.diverging_epoch is not None or r.hw_caught_up:
             # answer at once: a diverging follower truncates; a fetch that brought a new
             # leader's high watermark to its epoch start tells the follower so
             errors = True
-        elif r.idle and stamp is not None:
+        elif r.idle and stamping and read_stamps[k] is not None:
             # idle: nothing to read, not records that max_bytes left out this time
-            stamps[p.key] = stamp
+            stamps[p.key] = read_stamps[k]
         entries[p.key] = entry
     return entries, total, errors, stamps
 
 
+_UNRESOLVED = object()
 _LEADER_MOVED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 
 

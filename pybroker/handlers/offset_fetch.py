@@ -13,12 +13,35 @@ ZooKeeper holds (OffsetCommit v0 stores no metadata there); its offsets are the 
 
 from __future__ import annotations
 
-from pybroker.errors import ErrorCode
+from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers._authz import enabled, on_topic
 from pybroker.handlers._groups import coordinator_error
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 from pybroker.security.acl import Operation
+
+
+def _failed(code: int, topics: list[dict] | None) -> tuple[int, list[dict]]:
+    """The group's answer when it fails as a whole: ``code`` at the top and for each
+    partition asked for."""
+    if topics is None:
+        return code, []
+    return code, [
+        {
+            "name": t["name"],
+            "partitions": [
+                {
+                    "partition_index": p,
+                    "committed_offset": -1,
+                    "committed_leader_epoch": -1,
+                    "metadata": "",
+                    "error_code": code,
+                }
+                for p in t["partition_indexes"]
+            ],
+        }
+        for t in topics
+    ]
 
 
 async def _fetch_group(
@@ -32,35 +55,21 @@ async def _fetch_group(
     if code is None:  # v9+: a KIP-848 member's id and epoch (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH)
         code = await ctx.services.groups.validate_offset_fetch(group_id, *member) or None
     if code is not None:
-        if topics is None:
-            return code, []
-        return code, [
-            {
-                "name": t["name"],
-                "partitions": [
-                    {
-                        "partition_index": p,
-                        "committed_offset": -1,
-                        "committed_leader_epoch": -1,
-                        "metadata": "",
-                        "error_code": code,
-                    }
-                    for p in t["partition_indexes"]
-                ],
-            }
-            for t in topics
-        ]
+        return _failed(code, topics)
     wanted = (
         None if topics is None else [(t["name"], p) for t in topics for p in t["partition_indexes"]]
     )
-    found = await ctx.services.groups.fetch(group_id, wanted)
+    try:  # (the store unreachable: COORDINATOR_NOT_AVAILABLE, the client retries)
+        found = await ctx.services.groups.fetch(group_id, wanted)
+        unstable = await ctx.services.groups.unstable_partitions(group_id) if require_stable else ()
+    except KafkaError as e:
+        return _failed(e.code, topics)
     if enabled(ctx):  # Kafka: DESCRIBE on each topic; the others are left out or refused
         denied = {tp[0] for tp in found if not on_topic(ctx, Operation.DESCRIBE, tp[0])}
         if topics is None:
             found = {tp: c for tp, c in found.items() if tp[0] not in denied}
     else:
         denied = set()
-    unstable = await ctx.services.groups.unstable_partitions(group_id) if require_stable else ()
     by_topic: dict[str, list[dict]] = {}
     for (topic, partition), c in found.items():
         if topic in denied:

@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
 from pybroker.log.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 from pybroker.log.validator import READ_MAX_UNCOMPRESSED_BYTES, find_record
@@ -426,6 +425,23 @@ class LogSegment:
             self.bytes_since_last_index_entry = 0
         self.bytes_since_last_index_entry += size
 
+    def _write_all(self, data: memoryview, physical: int) -> None:
+        """Write ``data`` at the end of the .log (``physical`` bytes long).  On an OSError
+        (ENOSPC: a full disk writes part of the data, then fails) the file is cut back to
+        ``physical``, so no torn batch stays behind, and the OSError is raised for the caller
+        to take the log dir offline (LogManager.fail_dir, Kafka's LogDirFailureChannel)."""
+        fd = self._handle().fd
+        try:
+            written = os.write(fd, data)
+            while written < len(data):  # a short write: the next one raises if the disk is full
+                written += os.write(fd, data[written:])
+        except OSError:
+            try:
+                os.ftruncate(fd, physical)
+            except OSError:
+                pass  # the dir goes offline; recovery truncates the torn tail at the next start
+            raise
+
     def append(
         self,
         data: memoryview,
@@ -436,17 +452,10 @@ class LogSegment:
     ) -> None:
         """Write ``data`` (the batches, offsets already patched) with one os.write and index
         them.  ``batches`` positions are relative to the buffer ``data`` was cut from, whose
-        first batch starts ``data``.  ``max_timestamp`` overrides the batches' (LogAppendTime)."""
+        first batch starts ``data``.  ``max_timestamp`` overrides the batches' (LogAppendTime).
+        An OSError leaves the file as it was (see _write_all) and is raised."""
         physical = self.size
-        desc = self._handle()
-        fd = desc.fd
-        try:
-            written = os.write(fd, data)
-            while written < len(data):  # regular files write everything; be safe anyway
-                written += os.write(fd, data[written:])
-        except OSError as e:
-            os.ftruncate(fd, physical)
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(e)) from e
+        self._write_all(data, physical)
         if self.size == 0 and self.rolling_base_ms is None:
             self.rolling_base_ms = now_ms
         start = batches[0].position
@@ -466,11 +475,8 @@ class LogSegment:
         if not batches:
             return
         physical = self.size
-        desc = self._handle()
         view = memoryview(data)
-        written = 0
-        while written < len(view):
-            written += os.write(desc.fd, view[written:])
+        self._write_all(view, physical)
         for h in batches:
             self._index_batch(physical + h.position, h.last_offset, h.max_timestamp, h.size)
         self.size = physical + len(view)

@@ -526,10 +526,20 @@ class ReplicaManager:
         )
 
     # -- leader side ------------------------------------------------------------------------
-    def leader_replica(self, topic: str, partition: int, current_leader_epoch: int = -1) -> Replica:
-        if (topic, partition) in self.offline:
+    def leader_replica(
+        self,
+        topic: str,
+        partition: int,
+        current_leader_epoch: int = -1,
+        lease_ok: bool | None = None,
+    ) -> Replica:
+        """This broker's replica of the partition if it leads it (in ``current_leader_epoch``
+        when >= 0), else the KafkaError to answer.  ``lease_ok``: the store session lease,
+        when the caller has read it for a whole request (None: read it here)."""
+        key = (topic, partition)
+        if self.offline and key in self.offline:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "the replica's log dir is offline")
-        r = self.replicas.get((topic, partition))
+        r = self.replicas.get(key)
         info = self.cluster.topics.get(topic)
         if r is not None and info is not None and r.checked_info is not info:
             if not other_incarnation(r.log.topic_id, info.topic_id):
@@ -557,7 +567,9 @@ class ReplicaManager:
                 raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
         if r.role != LEADER:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        if not getattr(self.cluster, "lease_ok", True):
+        if lease_ok is None:
+            lease_ok = getattr(self.cluster, "lease_ok", True)
+        if not lease_ok:
             # held up past a third of the session: we may have been replaced
             # (coord/metadata/cluster.py)
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "leadership is being confirmed")
@@ -646,11 +658,15 @@ class ReplicaManager:
             st.last_caught_up_ms = now
         # In sync (Kafka's isFollowerInSync): at the high watermark and holding everything
         # of earlier epochs; a follower that joined below this epoch's start could be elected
-        # without records the ISR had and the high watermark would go back.
+        # without records the ISR had and the high watermark would go back.  And a live broker
+        # (Kafka's ZooKeeper-mode isReplicaIsrEligible): one that still fetches while its
+        # session is gone (cut from ZooKeeper only) stays out, or the controller would take it
+        # out again at once, and again at every fetch.
         if (
             replica_id not in r.isr
             and fetch_offset >= r.log.high_watermark
             and fetch_offset >= r.leader_epoch_start_offset
+            and replica_id in self.cluster.brokers
         ):
             self._change_isr(r, sorted(set(r.isr) | {replica_id}), "caught up")
         lagging = r.high_watermark_lagging()

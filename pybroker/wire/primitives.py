@@ -38,6 +38,10 @@ class DecodeError(ValueError):
 def uvarint_at(buf: Any, pos: int, end: int, max_bytes: int = 10) -> tuple[int, int]:
     """The unsigned varint at ``pos`` (7 bits a byte, low group first) in ``buf[:end]``:
     ``(value, position after it)``.  DecodeError when truncated or longer than ``max_bytes``."""
+    if pos < end:
+        b = buf[pos]
+        if b < 0x80:  # one byte: most lengths, counts and tags
+            return b, pos + 1
     result = 0
     shift = 0
     stop = min(end, pos + max_bytes)
@@ -60,6 +64,9 @@ def varint_at(buf: Any, pos: int, end: int, max_bytes: int = 10) -> tuple[int, i
 
 
 def write_uvarint(out: bytearray, v: int) -> None:
+    if 0 <= v < 0x80:
+        out.append(v)
+        return
     while v >= 0x80:
         out.append((v & 0x7F) | 0x80)
         v >>= 7

@@ -250,15 +250,16 @@ class Controller:
                 results[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
             else:
                 known.append(tp)
+        offline: dict[TopicPartition, set[int]] = {}
         decide: Decide
         if preferred:
 
             def decide(tp, st, replicas, live):
-                return decide_preferred(st, replicas, live)
+                return decide_preferred(st, replicas, live - offline.get(tp, set()))
         else:
 
             def decide(tp, st, replicas, live):
-                return decide_unclean(st, replicas, live)
+                return decide_unclean(st, replicas, live - offline.get(tp, set()))
 
         async with self._lock:
             if not self.active:
@@ -266,6 +267,8 @@ class Controller:
             try:
                 live = await self.brokers.read_live()
                 live -= await self.brokers.read_shutting_down(live)  # never elected
+                # (Kafka's isReplicaOnline: a replica on a failed log dir is never elected)
+                offline.update(await self.brokers.read_offline_replicas(live))
                 await self._run_decisions(known, decide, live, results)
             except ControllerFencedError:
                 for tp in known:
@@ -313,6 +316,7 @@ class Controller:
             return {}
         live = await self.brokers.read_live()
         eligible = live - await self.brokers.read_shutting_down(live)
+        offline = await self.brokers.read_offline_replicas(live)
         assignments = [
             ((name, p), ps.replicas, ps.leader)
             for name, info in sorted(self.cluster.topics.items())
@@ -323,6 +327,10 @@ class Controller:
         )
         wanted: list[TopicPartition] = []
         for broker, (ratio, tps) in over.items():
+            # Kafka's canPreferredReplicaBeLeader: never a replica on a failed log dir
+            tps = [tp for tp in tps if broker not in offline.get(tp, ())]
+            if not tps:
+                continue
             log.info(
                 "controller (epoch %d): leader imbalance ratio for broker %d is %.3f; "
                 "preferred election of %d partitions",
@@ -337,7 +345,8 @@ class Controller:
         results: dict[TopicPartition, ElectionResult] = {}
 
         def decide(tp, st, replicas, live):
-            return decide_preferred(st, replicas, live - self.shutting_down)
+            here = live - self.shutting_down - offline.get(tp, set())
+            return decide_preferred(st, replicas, here)
 
         async with self._lock:
             self.fence.check_active()

@@ -349,7 +349,9 @@ class Group:
                     out.append((m.awaiting_sync, _sync_reply(ErrorCode.REBALANCE_IN_PROGRESS)))
                     m.awaiting_sync = None
         rebalance_timeout = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
-        if self.state == GroupState.EMPTY and self.config.initial_rebalance_delay_ms > 0:
+        if self.state == GroupState.EMPTY:
+            # Kafka's InitialDelayedJoin: a new group's first rebalance completes only on its
+            # timer, also with a delay of 0, so that joins arriving together share generation 1.
             delay = self.config.initial_rebalance_delay_ms
             self.in_initial_delay = True
             self.joined_during_delay = False

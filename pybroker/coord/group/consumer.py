@@ -139,7 +139,7 @@ class ConsumerGroup(ClassicMembers):
             self.group_epoch += 1
         if self.assignment_epoch < self.group_epoch:
             self._compute_target(topics)
-        before = (copy_partitions(member.assigned), member.epoch)
+        before = copy_partitions(member.assigned)
         self._reconcile(now, member, req.owned)
         self._update_state(now)
         resp: dict[str, Any] = {
@@ -150,7 +150,9 @@ class ConsumerGroup(ClassicMembers):
             "heartbeat_interval_ms": self.config.heartbeat_interval_ms,
             "assignment": None,
         }
-        if full or before != (member.assigned, member.epoch):
+        # Kafka: the assignment goes with a full request or a change of the assigned
+        # partitions; an epoch bump alone is told by member_epoch
+        if full or before != member.assigned:
             resp["assignment"] = {"topic_partitions": to_wire(member.assigned, topics)}
         return resp
 

@@ -47,7 +47,7 @@ from pybroker.coord.group.txn_offsets import PendingTxnOffsets
 from pybroker.coord.metadata.internal_log import CoordinatorWriteError
 from pybroker.coord.metadata.placement import Placement, Rendezvous, SingleBroker, partition_for
 from pybroker.coord.metadata.store import StoreError
-from pybroker.errors import ErrorCode
+from pybroker.errors import ErrorCode, KafkaError
 from pybroker.wire.consumer_protocol import PROTOCOL_TYPE, subscription_topics
 
 log = logging.getLogger(__name__)
@@ -626,14 +626,25 @@ class GroupCoordinator:
     async def fetch(
         self, group_id: str, partitions: list[TopicPartition] | None
     ) -> dict[TopicPartition, CommittedOffset | None]:
-        committed = await self.offsets.load(group_id)
+        """The group's committed offsets (of ``partitions``, or all); KafkaError(
+        COORDINATOR_NOT_AVAILABLE) when the store cannot be reached (retriable, as the
+        commit's answer)."""
+        try:
+            committed = await self.offsets.load(group_id)
+        except StoreError as e:
+            log.warning("offset fetch for group %s failed: %s", group_id, e)
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)) from e
         if partitions is None:
             return dict(committed)
         return {tp: committed.get(tp) for tp in partitions}
 
     async def unstable_partitions(self, group_id: str) -> set[TopicPartition]:
-        """Partitions with an offset pending in an open transaction (require_stable)."""
-        return await self.txn_offsets.pending_partitions(group_id)
+        """Partitions with an offset pending in an open transaction (require_stable);
+        KafkaError(COORDINATOR_NOT_AVAILABLE) when the store cannot be reached."""
+        try:
+            return await self.txn_offsets.pending_partitions(group_id)
+        except StoreError as e:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)) from e
 
     # -- transactions ----------------------------------------------------------------------
     def partition_error(self, partition: int) -> int | None:

@@ -124,8 +124,13 @@ class TransactionCoordinator:
         return self.placement.owner(self.partition_of(transactional_id))
 
     def coordinates(self, transactional_id: str) -> bool:
+        """Whether this broker coordinates the id now; every request asks first, so a moved
+        membership epoch drops the stale cached states before any is answered from
+        (check_membership)."""
         if len(transactional_id) > MAX_NAME_CHARS:
             return True  # (too long to store: nothing is found under it, nothing is written)
+        if self.placement.epoch() != self._membership_epoch:
+            self.check_membership()
         return self.coordinator_node(transactional_id) == self.broker_id
 
     def coordinator_error(self, transactional_id: str) -> ErrorCode | None:
@@ -151,6 +156,8 @@ class TransactionCoordinator:
             got = await self.store.load(tid)
             if got is not None:
                 self.txns[tid] = got
+                if got[0].state in (ts.TxnState.PREPARE_COMMIT, ts.TxnState.PREPARE_ABORT):
+                    self._start_completion(tid)  # (prepared by a write whose answer was lost)
         return got
 
     async def _persist(self, md: ts.TxnMetadata, version: int | None) -> int | None:
@@ -258,6 +265,17 @@ class TransactionCoordinator:
                 d = ts.end_txn(md, pid, epoch, commit, self.clock.time_ms())
                 if d.new is not None and await self._persist(d.new, version) is None:
                     return ErrorCode.NOT_COORDINATOR
+                if d.error is ErrorCode.INVALID_TXN_STATE:  # (fatal to the client: say why)
+                    log.info(
+                        "transaction %.100s: EndTxn(%s) of producer %d epoch %d in state %s "
+                        "(store version %s): INVALID_TXN_STATE",
+                        tid,
+                        "commit" if commit else "abort",
+                        pid,
+                        epoch,
+                        md.state.value if md is not None else None,
+                        version,
+                    )
                 return d.error
         except StoreError as e:
             return _code_of(e)
@@ -368,9 +386,21 @@ class TransactionCoordinator:
             # a deleted topic or partition takes no marker, as in Kafka
             done = {ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
             if all(code in done for code in codes.values()):
+                await self._persist_complete(tid, cur)
+                return
+            await asyncio.sleep(self.config.marker_retry_ms / 1000)
+
+    async def _persist_complete(self, tid: str, cur: tuple[ts.TxnMetadata, int]) -> None:
+        """The markers are written: Complete{Commit,Abort}, tried again while the store
+        cannot be reached (as Kafka retries its transaction log append), so a transaction
+        never stays prepared behind a lost connection.  A write that did land before the
+        connection was lost makes the retry's compare-and-set fail: the cache entry is
+        dropped and the next request reads the completed state."""
+        md, version = cur
+        while True:
+            try:
                 async with self._lock(tid):
-                    cur2 = self.txns.get(tid)
-                    if cur2 is None or cur2 != cur:
+                    if self.txns.get(tid) != cur:
                         return
                     # Complete* is stored with the id's next write, or by the flush pass: the
                     # store keeps the Prepare* meanwhile (a coordinator taking over writes
@@ -378,7 +408,11 @@ class TransactionCoordinator:
                     self.txns[tid] = (ts.complete(md, self.clock.time_ms()), version)
                     self._unpersisted.add(tid)
                 return
+            except StoreError as e:
+                log.info("transaction %s: completing it failed, trying again: %s", tid, e)
             await asyncio.sleep(self.config.marker_retry_ms / 1000)
+            if not self.coordinates(tid):
+                return
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -433,14 +467,12 @@ class TransactionCoordinator:
         moved = {p for p, t in enumerate(terms) if t != self._terms[p]}
         self._terms = terms
         # what was cached of a partition whose term moved may be stale (another broker may
-        # have written it meanwhile): read again from the storage.  (Rendezvous placement
-        # moves every term at once: ids still coordinated here are kept, their compare-and-set
-        # versions catch what another broker wrote.)
-        everything = len(moved) == len(terms)
+        # have written it meanwhile): read again from the storage.  Rendezvous placement
+        # moves every term at once: then every cached state goes, ids still coordinated here
+        # too -- an id may have moved away and back, and a cached state answers some requests
+        # without a write whose compare-and-set would catch it (found by the fault campaign).
         for tid in [
-            t
-            for t in self.txns
-            if not self.coordinates(t) or (not everything and self.partition_of(t) in moved)
+            t for t in self.txns if self.partition_of(t) in moved or not self.coordinates(t)
         ]:
             self.txns.pop(tid, None)
             self._unpersisted.discard(tid)

@@ -1,0 +1,181 @@
+"""A response onto the connection: its bytes and its log-file regions, as Kafka's
+TransportLayer (PlaintextTransportLayer.transferFrom: sendfile; SslTransportLayer: read the
+file, wrap, write).
+
+Plaintext: the parts go straight onto the connection's socket (``os.write`` for bytes,
+``os.sendfile`` for a region, zero copies), each in as few calls as the socket takes.  The
+writer waits for writability only when the socket's send buffer is full (EAGAIN or a short
+write), on a duplicate of the socket's descriptor (the loop refuses a writer on a transport's
+own descriptor, and a duplicate cannot be closed or reused under the wait); a region that
+fits is written without a round trip through the event loop.  asyncio's ``loop.sendfile``
+instead waits for the transport's buffer to drain before each region, pauses reading around
+it, and after the last byte waits for the socket to be writable again before it returns: a
+region that fills the send buffer held the answer's next part until the client had read most
+of it (docs/performance.md, W3).  Nothing else writes on the socket meanwhile: the transport's
+buffer is empty when the direct path starts (else the answer takes asyncio's path, below) and
+the connection's task is its only writer.  A close asked during the answer waits for it
+(KafkaConnection._close_transport); a peer that goes away fails the next call, or wakes the
+wait (EPOLLHUP / EPOLLERR), or the connection's ``connection_lost`` does (:meth:`wake`).
+
+TLS: a region is read in chunks of ``TLS_CHUNK`` bytes with ``preadv(RWF_NOWAIT)`` (on the loop
+when the pages are cached, as Kafka's network thread reads; in a worker thread when they are
+not) and written through the TLS transport, which encrypts each chunk in one ``SSL_write`` and
+hands the records to the socket; the connection's write flow control (``drain``) bounds what
+is buffered.  asyncio's fallback read 16 KiB at a time, each in a worker thread.
+
+Other transports (a loop without a socket to write on) take asyncio's ``loop.sendfile``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+TLS_CHUNK = 256 * 1024
+_RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
+_BYTES = (bytes, bytearray, memoryview)
+
+
+class PeerGone(ConnectionResetError):
+    """The connection closed while an answer was being written."""
+
+
+class TransportLayer:
+    """Writes one connection's answers (one at a time: the connection's task is the only
+    caller).  ``closed`` tells whether the connection has gone or is closing; ``drain`` waits
+    for the transport's write flow control (pause_writing / resume_writing)."""
+
+    def __init__(
+        self,
+        transport: asyncio.Transport,
+        closed: Callable[[], bool],
+        drain: Callable[[], Awaitable[Any]],
+    ) -> None:
+        self.transport = transport
+        self._closed = closed
+        self._drain = drain
+        self._waiter: asyncio.Future | None = None
+        self.tls = transport.get_extra_info("ssl_object") is not None
+        sock = None if self.tls else transport.get_extra_info("socket")
+        self._fd = sock.fileno() if sock is not None else -1
+
+    @property
+    def direct(self) -> bool:
+        """Whether regions go straight onto the socket (plaintext with a socket)."""
+        return self._fd >= 0
+
+    def wake(self) -> None:
+        """The connection was lost: end a wait for writability."""
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    # -- plaintext ------------------------------------------------------------------------
+    async def write_direct(self, parts: list[Any]) -> None:
+        """All parts onto the socket; the transport's buffer must be empty."""
+        pending: list[Any] = []
+        for part in parts:
+            if isinstance(part, _BYTES):
+                pending.append(part)
+                continue
+            if pending:
+                await self._write_bytes(pending[0] if len(pending) == 1 else b"".join(pending))
+                pending = []
+            await self._sendfile(part)
+        if pending:
+            await self._write_bytes(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def _check(self) -> None:
+        if self._closed() or self.transport.is_closing():
+            raise PeerGone("the connection closed while an answer was sent")
+
+    async def _write_bytes(self, data: Any) -> None:
+        view = memoryview(data)
+        while view:
+            self._check()
+            try:
+                n = os.write(self._fd, view)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            view = view[n:]
+            if view:
+                await self._writable()
+
+    async def _sendfile(self, region: Any) -> None:
+        fileno = region.file.fileno()
+        position, left = region.position, region.size
+        while left > 0:
+            self._check()
+            try:
+                n = os.sendfile(self._fd, fileno, position, left)
+            except (BlockingIOError, InterruptedError):
+                n = -1
+            if n == 0:  # the file shrank under us: the frame is broken, drop the peer
+                raise ConnectionError(
+                    f"sent {region.size - left} of {region.size} bytes of a log region"
+                )
+            if n > 0:
+                position += n
+                left -= n
+            if left > 0:  # a short write or EAGAIN: the send buffer is full
+                await self._writable()
+
+    async def _writable(self) -> None:
+        loop = asyncio.get_running_loop()
+        fd = os.dup(self._fd)
+        waiter = self._waiter = loop.create_future()
+        try:
+            loop.add_writer(fd, _done, waiter)
+            await waiter
+        finally:
+            self._waiter = None
+            loop.remove_writer(fd)
+            os.close(fd)
+
+    # -- TLS and other transports ---------------------------------------------------------
+    async def write_through(self, parts: list[Any]) -> None:
+        """All parts through the transport: regions read and written in chunks (TLS)."""
+        transport = self.transport
+        loop = asyncio.get_running_loop()
+        for part in parts:
+            if isinstance(part, _BYTES):
+                self._check()
+                transport.write(part)
+                continue
+            fileno = part.file.fileno()
+            position, left = part.position, part.size
+            while left > 0:
+                await self._drain()
+                self._check()
+                n = min(left, TLS_CHUNK)
+                chunk = await _pread(loop, fileno, n, position)
+                if not chunk:  # the file shrank under us: the frame is broken
+                    raise ConnectionError(
+                        f"sent {part.size - left} of {part.size} bytes of a log region"
+                    )
+                self._check()
+                transport.write(chunk)
+                position += len(chunk)
+                left -= len(chunk)
+
+
+def _done(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+async def _pread(loop: asyncio.AbstractEventLoop, fd: int, n: int, position: int) -> Any:
+    """Up to ``n`` bytes at ``position``: from the page cache on the loop, else (the pages
+    are not cached, or the system has no RWF_NOWAIT) in a worker thread."""
+    if _RWF_NOWAIT:
+        buf = bytearray(n)
+        try:
+            got = os.preadv(fd, [buf], position, _RWF_NOWAIT)
+        except (BlockingIOError, OSError):
+            got = 0
+        if got == n:
+            return buf
+        if got > 0:
+            return memoryview(buf)[:got]
+    return await loop.run_in_executor(None, os.pread, fd, n, position)
