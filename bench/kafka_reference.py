@@ -1,4 +1,5 @@
-"""A real Apache Kafka 3.9 (KRaft) on loopback, from the jars of scripts/fetch-java-deps.
+"""A real Apache Kafka 3.9 (KRaft) on loopback, from the jars of scripts/fetch-java-deps; with
+``kafka4=True`` Apache Kafka 4.4 instead (java/kafka4/pom.xml: share groups, KIP-932).
 
 For side-by-side runs against pybroker:
 
@@ -7,6 +8,8 @@ For side-by-side runs against pybroker:
         kafka.bootstrap                          # "127.0.0.1:<port>"
     with start_kafka_cluster(3) as cluster:      # node 1 broker+controller, nodes 2-3 brokers
         cluster.bootstrap                        # all three brokers' listeners
+    with start_kafka(kafka4=True) as kafka:      # Kafka 4.4, its share coordinator's state
+        ...                                      #  topic at replication factor 1
     with start_kafka_zk(3, "127.0.0.1:2181/k") as cluster:   # ZooKeeper mode (deprecated in
         cluster.nodes[0].kill9()                 # 3.9, still served): broker.id 0..2, the
                                                  # controller elected through /controller
@@ -95,6 +98,7 @@ class KafkaNode:
     ssl_port: int | None = None  # an SSL listener too (its ssl.* settings in overrides)
     secure_protocol: str = "SSL"  # that listener's protocol: SSL or SASL_SSL
     scram: str | None = None  # kafka-storage format --add-scram (SASL_SSL's user)
+    kafka4: bool = False  # Apache Kafka 4.4 (java/kafka4/pom.xml) instead of 3.9
     # ZooKeeper mode (zookeeper.connect, broker.id; no KRaft roles, no storage format)
     zookeeper_connect: str | None = None
 
@@ -140,6 +144,9 @@ class KafkaNode:
             "num.network.threads": 2,
             "num.io.threads": 4,
         }
+        if self.kafka4:  # the share coordinator's internal topic, on one node
+            props["share.coordinator.state.topic.replication.factor"] = 1
+            props["share.coordinator.state.topic.min.isr"] = 1
         props.update(self.overrides)
         return props
 
@@ -171,7 +178,18 @@ class KafkaNode:
         text = "".join(f"{k}={v}\n" for k, v in self.properties().items())
         self.properties_path.write_text(text)
 
+    def _java(self) -> dict:
+        """The classpath and logging settings of this node's Kafka version."""
+        if self.kafka4:
+            return {
+                "cp": java.kafka4_classpath(),
+                "log4j": None,
+                "jvm_args": [f"-Dlog4j2.configurationFile={java.KAFKA4_BROKER_LOG4J2}"],
+            }
+        return {"cp": None, "log4j": java.BROKER_LOG4J, "jvm_args": []}
+
     def format_storage(self, cluster_id: str, timeout: float = 120) -> None:
+        j = self._java()
         r = java.run_main(
             java.STORAGE_TOOL,
             [
@@ -184,19 +202,25 @@ class KafkaNode:
                 *(["--add-scram", self.scram] if self.scram else []),
             ],  # fmt: skip
             timeout=timeout,
-            log4j=java.TOOLS_LOG4J,
+            log4j=None if self.kafka4 else java.TOOLS_LOG4J,
+            cp=j["cp"],
+            jvm_args=[f"-Dlog4j2.configurationFile={java.KAFKA4_TOOLS_LOG4J2}"]
+            if self.kafka4
+            else None,
         )
         if not r.ok:
             raise RuntimeError(f"StorageTool format failed for node {self.node_id}\n{r.describe()}")
 
     def start(self) -> None:
+        j = self._java()
         cmd = java.java_command(
             java.KAFKA_SERVER,
             [self.properties_path],
             heap=self.heap,
-            log4j=java.BROKER_LOG4J,
-            jvm_args=[f"-Xms{self.heap}", *JVM_PERFORMANCE_OPTS],
+            log4j=j["log4j"],
+            jvm_args=[f"-Xms{self.heap}", *JVM_PERFORMANCE_OPTS, *j["jvm_args"]],
             fast_start=False,
+            cp=j["cp"],
         )
         with open(self.out_path, "ab") as out:
             out.write(f"\n===== start: {' '.join(map(str, cmd))}\n".encode())
@@ -247,6 +271,8 @@ class KafkaReference:
 
     @property
     def version(self) -> str:
+        if self.nodes and self.nodes[0].kafka4:
+            return java.kafka4_version()
         return java.kafka_version()
 
     def wait_ready(self, timeout: float) -> None:
@@ -308,8 +334,11 @@ def _start(
     ssl: bool = False,
     secure_protocol: str = "SSL",
     scram: str | None = None,
+    kafka4: bool = False,
 ) -> KafkaReference:
     java.classpath()  # fetch the jars first (cached), so the timeout covers start-up only
+    if kafka4:
+        java.kafka4_classpath()
     owns = workdir is None
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kafka-ref-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -341,6 +370,7 @@ def _start(
                 ssl_port=free_port(HOST) if ssl else None,
                 secure_protocol=secure_protocol,
                 scram=scram,
+                kafka4=kafka4,
             )
         )
     cluster_id = new_cluster_id()
@@ -421,12 +451,13 @@ def start_kafka(
     ssl: bool = False,
     secure_protocol: str = "SSL",
     scram: str | None = None,
+    kafka4: bool = False,
 ) -> KafkaReference:
     """One KRaft node (process.roles=broker,controller, node.id=1) on free loopback ports;
     ``ssl``: a secure listener too (node.ssl_port: ``secure_protocol`` SSL or SASL_SSL),
     configured by ssl.* / sasl.* ``overrides``; ``scram``: a user added at format time
-    (``kafka-storage format --add-scram``'s syntax)."""
-    return _start(1, workdir, overrides, heap, timeout, ssl, secure_protocol, scram)
+    (``kafka-storage format --add-scram``'s syntax); ``kafka4``: Apache Kafka 4.4."""
+    return _start(1, workdir, overrides, heap, timeout, ssl, secure_protocol, scram, kafka4)
 
 
 def start_kafka_cluster(
@@ -478,11 +509,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--brokers", type=int, default=1)
     ap.add_argument("--workdir", help="keep data here (default: a temp dir, removed at stop)")
     ap.add_argument("--heap", default=HEAP)
+    ap.add_argument("--kafka4", action="store_true", help="Apache Kafka 4.4 (share groups)")
     ap.add_argument("--smoke", action="store_true", help="produce/consume with kafka-python, stop")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
     if args.brokers == 1:
-        ref = start_kafka(args.workdir, heap=args.heap)
+        ref = start_kafka(args.workdir, heap=args.heap, kafka4=args.kafka4)
     else:
         ref = start_kafka_cluster(args.brokers, args.workdir, heap=args.heap)
     with ref:

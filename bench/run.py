@@ -78,6 +78,7 @@ SIZES = {
         "w9_keys": 100_000,
         "w10_transactions": 2_000,
         "w15_partitions": 1_000,
+        "w20_records": 200_000,
     },
     "small": {
         "w1_records": 30_000,
@@ -94,6 +95,7 @@ SIZES = {
         "w9_keys": 12_500,
         "w10_transactions": 200,
         "w15_partitions": 1_000,
+        "w20_records": 20_000,
     },
     "smoke": {"w1_records": 2_000},
 }
@@ -201,10 +203,11 @@ def start_target(
     workdir: Path,
     overrides: dict[str, object] | None = None,
     tls: str = "",
+    kafka4: bool = False,
 ) -> Target:
     """Kafka or pybroker, `brokers` of them; `overrides` (the workload's) go to both alike;
     `tls` ("SSL" or "SASL_SSL"): such a listener beside the PLAINTEXT one
-    (Target.tls_bootstrap)."""
+    (Target.tls_bootstrap); `kafka4`: Kafka is Apache Kafka 4.4 (one node)."""
     workdir.mkdir(parents=True, exist_ok=True)
     ssl_broker, ssl_client = _tls(workdir, tls) if tls else ({}, [])
     if kind == KAFKA:
@@ -216,6 +219,7 @@ def start_target(
                 ssl=bool(tls),
                 secure_protocol=tls or "SSL",
                 scram=BENCH_SCRAM if tls == "SASL_SSL" else None,
+                kafka4=kafka4,
             )
         else:
             ref = kafka_reference.start_kafka_cluster(brokers, workdir, overrides=props)
@@ -311,11 +315,20 @@ class WorkloadError(RuntimeError):
     pass
 
 
-def run_java(main_class: str, args: list[object], timeout: float) -> java.JavaResult:
+def run_java(
+    main_class: str, args: list[object], timeout: float, *, kafka4_cp: str | None = None
+) -> java.JavaResult:
     """A Java tool with a benchmark JVM (512 MiB heap, default GC and JIT, not the fast-start
-    flags compat_tests uses for short tools)."""
+    flags compat_tests uses for short tools); ``kafka4_cp``: a Kafka 4.4 client program's
+    classpath (its log4j2 configuration)."""
     cmd = java.java_command(
-        main_class, [str(a) for a in args], heap=CLIENT_HEAP, fast_start=CLIENT_FAST_START
+        main_class,
+        [str(a) for a in args],
+        heap=CLIENT_HEAP,
+        fast_start=CLIENT_FAST_START,
+        cp=kafka4_cp,
+        log4j=None if kafka4_cp else java.TOOLS_LOG4J,
+        jvm_args=[f"-Dlog4j2.configurationFile={java.KAFKA4_TOOLS_LOG4J2}"] if kafka4_cp else None,
     )
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -486,6 +499,7 @@ class Workload:
     repeat: bool = True  # False: run() is called once, its lists are the runs
     overrides: dict[str, object] = field(default_factory=dict)  # broker configs, both brokers
     tls: str = ""  # "SSL" / "SASL_SSL": clients use such a listener (Target.tls_bootstrap)
+    kafka4: bool = False  # the reference is Apache Kafka 4.4 (java/kafka4/pom.xml), not 3.9
 
 
 def _no_setup(target: Target, sizes: dict) -> dict:
@@ -1356,6 +1370,85 @@ def w17_cmds(sizes: dict) -> list[str]:
     ]
 
 
+# W20 --------------------------------------------------------------------------------------
+# Share groups (KIP-932): Apache Kafka 4.4 is the reference (3.9 has only their early-access
+# v0); both brokers with their share-group defaults (records locks 30 s, 2,000 in-flight
+# records per share-partition, max.poll.records 500 on the client)
+W20_CONSUMERS = (1, 4, 8)
+W20_SIZE = 1024
+
+
+def w20_setup(target: Target, sizes: dict) -> dict:
+    topic = f"w20-{uuid.uuid4().hex[:6]}"
+    create_topics(target, [topic], 1)
+    producer_perf(target, topic, sizes["w20_records"], W20_SIZE, ["acks=1"])
+    workdir = Path(target.log_dirs[0]).parent / "w20"
+    cp = java.compile_app("ShareConsumerPerf.java", workdir / "classes", kafka4=True)
+    return {"sizes": sizes, "topic": topic, "cp": cp}
+
+
+def _w20_read(target: Target, st: dict, consumers: int, i: int) -> dict[str, float]:
+    """One fresh share group of ``consumers`` reads the topic whole; its figures and the broker's
+    CPU seconds over the program's whole life (group set-up and JVM start included)."""
+    n = st["sizes"]["w20_records"]
+    group = f"w20-{consumers}-{i}-{uuid.uuid4().hex[:6]}"
+    cpu0 = cpu_seconds(target.pids)
+    r = run_java(
+        "ShareConsumerPerf",
+        [target.bootstrap, group, st["topic"], consumers, n],
+        timeout=900,
+        kafka4_cp=st["cp"],
+    )
+    cpu = cpu_seconds(target.pids) - cpu0
+    line = next((e for e in r.json_lines() if "acknowledged" in e), None)
+    if line is None or line["acknowledged"] < n:
+        raise WorkloadError(f"ShareConsumerPerf: {line}\n{r.describe(3000)}")
+    s = max(line["seconds"], 1e-3)
+    return {
+        f"{consumers} cons. delivered records/s": line["delivered"] / s,
+        f"{consumers} cons. acknowledged records/s": line["acknowledged"] / s,
+        f"{consumers} cons. {CPU_METRIC}": cpu / (n * W20_SIZE / GIB),
+        f"{consumers} cons. redelivered": float(line["redelivered"]),
+    }
+
+
+def w20_run(target: Target, st: dict, i: int) -> dict[str, float]:
+    figures: dict[str, float] = {}
+    for consumers in W20_CONSUMERS:
+        figures.update(_w20_read(target, st, consumers, i))
+    return figures
+
+
+def w20_metrics() -> list[Metric]:
+    out = []
+    for c in W20_CONSUMERS:
+        out += [
+            Metric(f"{c} cons. delivered records/s", "records/s", True),
+            Metric(f"{c} cons. acknowledged records/s", "records/s", True),
+            Metric(f"{c} cons. {CPU_METRIC}", "s", False),
+            Metric(f"{c} cons. redelivered", "", False),
+        ]
+    return out
+
+
+def w20_cmds(sizes: dict) -> list[str]:
+    n = sizes["w20_records"]
+    return [
+        "Kafka: Apache Kafka 4.4.0 (java/kafka4/pom.xml; KRaft, one node, share groups on by "
+        "default, share.coordinator.state.topic RF 1), not 3.9; pybroker with its defaults",
+        "setup: topic w20-<id>, 1 partition, RF 1; " + pp_cmd("w20-<id>", n, W20_SIZE, ["acks=1"]),
+        "per run, for 1, 4 and 8 consumers, a fresh share group: `java -Xmx512m -cp $KAFKA4_CP "
+        f"ShareConsumerPerf <bootstrap> w20-<c>-<run> w20-<id> <c> {n}` "
+        "(java/kafka4/src/ShareConsumerPerf.java: kafka-clients 4.4.0, one KafkaShareConsumer "
+        "per thread in one JVM, implicit acknowledgement, share.auto.offset.reset=earliest set "
+        "through the Admin client first): records/s = records delivered (each delivery) and "
+        "offsets acknowledged (the acknowledgement commit callbacks) over the seconds from the "
+        "first record received to the last acknowledgement confirmed; CPU s/GiB = broker CPU "
+        "seconds over the program's whole life per GiB of records read; redelivered = "
+        "deliveries with a delivery count above 1",
+    ]
+
+
 WORKLOADS: dict[str, Workload] = {
     w.wid: w
     for w in [
@@ -1553,6 +1646,15 @@ WORKLOADS: dict[str, Workload] = {
             w17_cmds,
             overrides=W17_OVERRIDES,
         ),
+        Workload(
+            "W20",
+            "share groups (KIP-932): 1 partition, 1/4/8 share consumers (Kafka 4.4 reference)",
+            w20_metrics(),
+            w20_setup,
+            w20_run,
+            w20_cmds,
+            kafka4=True,
+        ),
     ]
 }
 
@@ -1589,7 +1691,7 @@ def run_workload(w: Workload, kind: str, runs: int, sizes: dict, workdir: Path) 
     t_start = time.monotonic()
     print(f"[{time.strftime('%H:%M:%S')}] {w.wid} {kind}: starting", flush=True)
     try:
-        target = start_target(kind, w.brokers, workdir, w.overrides, w.tls)
+        target = start_target(kind, w.brokers, workdir, w.overrides, w.tls, w.kafka4)
     except Exception as e:  # noqa: BLE001 - recorded
         out.error = f"start failed: {type(e).__name__}: {str(e)[:3000]}"
         print(f"  {out.error}", flush=True)

@@ -32,6 +32,9 @@ CLASSPATH_FILE = ROOT / ".cache" / "java" / "classpath.txt"
 APPS_CLASSPATH_FILE = ROOT / ".cache" / "java" / "apps-classpath.txt"
 APPS_SRC = ROOT / "java" / "apps" / "src"
 CLIENTS4_SRC = ROOT / "java" / "clients4" / "src"
+KAFKA4_SRC = ROOT / "java" / "kafka4" / "src"
+KAFKA4_BROKER_LOG4J2 = ROOT / "java" / "log4j" / "kafka4-broker.properties"
+KAFKA4_TOOLS_LOG4J2 = ROOT / "java" / "log4j" / "kafka4-tools.properties"
 VERSION_FILE = ROOT / ".cache" / "java" / "kafka-version.txt"
 TOOLS_LOG4J = ROOT / "java" / "log4j" / "tools.properties"
 BROKER_LOG4J = ROOT / "java" / "log4j" / "broker.properties"
@@ -114,19 +117,44 @@ def clients4_classpath() -> str:
     return path.read_text().strip()
 
 
+def kafka4_classpath() -> str:
+    """Apache Kafka 4.4 (java/kafka4/pom.xml: broker, tools, kafka-clients 4.4.0), fetched by
+    scripts/fetch-java-deps."""
+    classpath()
+    path = ROOT / ".cache" / "java" / "kafka4-classpath.txt"
+    if not path.exists():
+        raise JavaDepsError(f"{path} missing (run scripts/fetch-java-deps)")
+    cp = path.read_text().strip()
+    missing = [j for j in cp.split(":") if not Path(j).exists()]
+    if missing:
+        raise JavaDepsError(
+            f"kafka4 classpath lists missing jars (rerun with --force): {missing[:3]}"
+        )
+    return cp
+
+
 def compile_app(
-    source: str, out_dir: Path | str, timeout: float = 180.0, *, clients4: bool = False
+    source: str,
+    out_dir: Path | str,
+    timeout: float = 180.0,
+    *,
+    clients4: bool = False,
+    kafka4: bool = False,
 ) -> str:
     """javac java/apps/src/<source> against apps_classpath() (with ``clients4``:
-    java/clients4/src/<source> against clients4_classpath()) into out_dir; returns the
-    classpath to run it with (out_dir first)."""
+    java/clients4/src/<source> against clients4_classpath(); with ``kafka4``:
+    java/kafka4/src/<source> against kafka4_classpath()) into out_dir; returns the classpath
+    to run it with (out_dir first)."""
     javac = shutil.which("javac")
     if javac is None:
         raise JavaDepsError("javac not found (a JDK 17 is expected)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    cp = clients4_classpath() if clients4 else apps_classpath()
-    src = (CLIENTS4_SRC if clients4 else APPS_SRC) / source
+    if kafka4:
+        cp, src = kafka4_classpath(), KAFKA4_SRC / source
+    else:
+        cp = clients4_classpath() if clients4 else apps_classpath()
+        src = (CLIENTS4_SRC if clients4 else APPS_SRC) / source
     proc = subprocess.run(
         [javac, "-nowarn", "-d", str(out_dir), "-cp", cp, str(src)],
         capture_output=True,
@@ -141,6 +169,13 @@ def compile_app(
 def kafka_version() -> str:
     classpath()
     return VERSION_FILE.read_text().strip() if VERSION_FILE.exists() else "unknown"
+
+
+def kafka4_version() -> str:
+    """The Apache Kafka 4.x version java/kafka4/pom.xml pins."""
+    pom = (ROOT / "java" / "kafka4" / "pom.xml").read_text()
+    m = re.search(r"<kafka4.version>(.*?)</kafka4.version>", pom)
+    return m.group(1) if m else "unknown"
 
 
 def java_command(

@@ -7,8 +7,8 @@ listeners, before the broker registers or claims the controller role) -> the met
 (ZooKeeper when zookeeper.connect is set, else embedded under log.dirs) -> the Cluster
 (registration, controller) -> the replica manager and the logs it leads -> the coordinators'
 storages (offsets.storage, transaction.state.storage: the metadata store or the internal
-topics) -> the group and transaction coordinators (then the internal topics' partitions led
-here are loaded) -> quotas, the authorizer -> the log cleaner -> the listeners accept
+topics) -> the group coordinator, share groups and the transaction coordinator (then the
+internal topics' partitions led here are loaded) -> quotas, the authorizer -> the log cleaner -> the listeners accept
 -> the metrics and console listener -> periodic retention and recovery-point checkpoints.
 Each step registers its part's stop (``Stops``); ``stop`` runs them last-registered first,
 after the controlled shutdown.  docs/internals.md ("The broker process") has the order.
@@ -34,6 +34,8 @@ from pybroker.config import Config
 from pybroker.console import Console
 from pybroker.coord.group.consumer_member import TopicMeta
 from pybroker.coord.group.coordinator import GroupCoordinator
+from pybroker.coord.group.group_configs import Bounds, GroupConfigCache
+from pybroker.coord.group.share_coordinator import ShareGroupCoordinator
 from pybroker.coord.metadata import paths
 from pybroker.coord.metadata.batching import BatchingStore
 from pybroker.coord.metadata.cluster import Cluster
@@ -68,6 +70,7 @@ from pybroker.security import listeners as listener_security
 from pybroker.security.authorizer import Authorizer
 from pybroker.security.credentials import CredentialStore, fake_salt_key
 from pybroker.server import KafkaServer
+from pybroker.share.manager import SharePartitionManager
 
 # the event loop's time for deleting a deleted topic's logs in one go (see _delete_logs)
 LOG_DELETE_BUDGET_S = 0.01
@@ -146,6 +149,10 @@ class Broker:
         self.log_mover: LogDirMover | None = None
         self._hosted_at_start: set[tuple[str, int]] = set()
         self.groups: GroupCoordinator | None = None
+        # share groups (KIP-932): the coordinator side, the leader side, the group configs
+        self.group_configs: GroupConfigCache | None = None
+        self.share_groups: ShareGroupCoordinator | None = None
+        self.shares: SharePartitionManager | None = None
         self.transactions: TransactionCoordinator | None = None
         # the coordinators' view of the metadata store (group commit, coord/metadata/batching.py)
         self.coord_store: BatchingStore | None = None
@@ -199,6 +206,7 @@ class Broker:
             self._start_replicas,
             self._start_coordinator_storages,
             self._start_group_coordinator,
+            self._start_share_groups,
             self._start_transaction_coordinator,
             self._start_quotas,
             self._start_authorizer,
@@ -358,6 +366,33 @@ class Broker:
         if storage.drain is not None:
             await storage.drain.start()
         await self.groups.start()
+
+    async def _start_share_groups(self) -> None:
+        """Share groups (KIP-932): the group coordinator's side (membership, assignment,
+        share-partition state initialization) and the leader's (share-partitions, share
+        sessions); both keep their state in the metadata store (docs/internals.md)."""
+        store = builder.share_state_store(store=self.store)
+        self.group_configs = builder.group_config_cache(store=self.store)
+        self.share_groups = builder.share_group_coordinator(
+            self.config,
+            store=store,
+            clock=self.clock,
+            cluster=self.cluster,
+            groups=self.groups,
+            group_configs=self.group_configs,
+            topics=self._topic_meta,
+        )
+        self._stops.push("share-group coordinator", self.share_groups.stop)
+        self.groups.share_group_exists = self.share_groups.exists
+        self.shares = builder.share_partition_manager(
+            self.config,
+            store=store,
+            replicas=self.replicas,
+            purgatory=self.purgatory,
+            clock=self.clock,
+            group_configs=self.group_configs,
+        )
+        self._stops.push("share-partitions", self.shares.stop)
 
     async def _start_transaction_coordinator(self) -> None:
         self._marker_sender = builder.marker_sender(
@@ -685,6 +720,10 @@ class Broker:
 
         self._loop.call_soon_threadsafe(call)
         return fut.result()
+
+    def share_config_bounds(self) -> Bounds:
+        """The group.share.min/max.* configs that group configs are held to."""
+        return builder.share_config_bounds(self.config)
 
     def _topic_meta(self) -> TopicMeta:
         """The cluster's topics for KIP-848 assignments: name -> (topic id, partitions); built

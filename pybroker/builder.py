@@ -22,9 +22,13 @@ from pybroker.coord.controller.controller import Controller
 from pybroker.coord.group.classic import GroupConfig
 from pybroker.coord.group.consumer_member import ConsumerGroupConfig, TopicMeta
 from pybroker.coord.group.coordinator import GroupCoordinator
+from pybroker.coord.group.group_configs import Bounds, GroupConfigCache
 from pybroker.coord.group.offsets import OffsetStore
 from pybroker.coord.group.offsets_drain import OffsetsDrain
 from pybroker.coord.group.offsets_log import LogOffsetStore
+from pybroker.coord.group.share import ShareGroupConfig
+from pybroker.coord.group.share_coordinator import ShareGroupCoordinator
+from pybroker.coord.group.share_store import ShareStateStore
 from pybroker.coord.metadata.batching import BatchingStore
 from pybroker.coord.metadata.cluster import Cluster
 from pybroker.coord.metadata.local import LocalStore
@@ -54,6 +58,7 @@ from pybroker.replication.throttle import ReplicationThrottles
 from pybroker.security import listeners as listener_security
 from pybroker.security.authorizer import Authorizer
 from pybroker.server import KafkaServer
+from pybroker.share.manager import ShareDefaults, SharePartitionManager
 
 if TYPE_CHECKING:
     from pybroker.services import BrokerServices
@@ -441,4 +446,114 @@ def log_cleaner(
         ),
         clock,
         run_on_owner=run_on_owner,
+    )
+
+
+def share_state_store(*, store: MetadataStore) -> ShareStateStore:
+    """Share groups' state (KIP-932: share-partition states, group epochs) in the metadata
+    store."""
+    return ShareStateStore(store)
+
+
+def group_config_cache(*, store: MetadataStore) -> GroupConfigCache:
+    """The groups' own configs (share.* group configs), read from the metadata store."""
+    return GroupConfigCache(store)
+
+
+def share_defaults(config: Config) -> ShareDefaults:
+    """The group.share.* broker configs a group's share.* configs override (current values)."""
+    cfg = config
+    return ShareDefaults(
+        record_lock_duration_ms=cfg.group_share_record_lock_duration_ms,
+        delivery_count_limit=cfg.group_share_delivery_count_limit,
+        partition_max_record_locks=cfg.group_share_partition_max_record_locks,
+    )
+
+
+def share_config_bounds(config: Config) -> Bounds:
+    """The group.share.min/max.* configs that group configs are held to."""
+    cfg = config
+    return Bounds(
+        min_session_timeout_ms=cfg.group_share_min_session_timeout_ms,
+        max_session_timeout_ms=cfg.group_share_max_session_timeout_ms,
+        min_heartbeat_interval_ms=cfg.group_share_min_heartbeat_interval_ms,
+        max_heartbeat_interval_ms=cfg.group_share_max_heartbeat_interval_ms,
+        min_record_lock_duration_ms=cfg.group_share_min_record_lock_duration_ms,
+        max_record_lock_duration_ms=cfg.group_share_max_record_lock_duration_ms,
+        min_delivery_count_limit=cfg.group_share_min_delivery_count_limit,
+        max_delivery_count_limit=cfg.group_share_max_delivery_count_limit,
+        min_partition_max_record_locks=cfg.group_share_min_partition_max_record_locks,
+        max_partition_max_record_locks=cfg.group_share_max_partition_max_record_locks,
+    )
+
+
+def share_group_config(
+    config: Config, group_configs: GroupConfigCache, gid: str
+) -> ShareGroupConfig:
+    """A share group's session timeout and heartbeat interval (its share.* group configs
+    over the group.share.* broker configs) and group.share.max.size."""
+    cfg = config
+    own = group_configs.cached(gid) or {}
+
+    def num(key: str, default: int) -> int:
+        try:
+            return int(own.get(key, default))
+        except ValueError:
+            return default
+
+    return ShareGroupConfig(
+        session_timeout_ms=num("share.session.timeout.ms", cfg.group_share_session_timeout_ms),
+        heartbeat_interval_ms=num(
+            "share.heartbeat.interval.ms", cfg.group_share_heartbeat_interval_ms
+        ),
+        max_size=cfg.group_share_max_size,
+    )
+
+
+def share_group_coordinator(
+    config: Config,
+    *,
+    store: ShareStateStore,
+    clock: Clock,
+    cluster: Cluster,
+    groups: GroupCoordinator,
+    group_configs: GroupConfigCache,
+    topics: Callable[[], TopicMeta],
+) -> ShareGroupCoordinator:
+    """Share groups' coordinator side (membership, assignment, share-partition state
+    initialization); a group id held by a classic or consumer group is refused."""
+
+    def other_group(gid: str) -> bool:
+        g = groups.groups.get(gid)
+        return g is not None and not getattr(g, "dead", False) and g.state.value != "Dead"
+
+    return ShareGroupCoordinator(
+        store,
+        clock,
+        coordinator_error=groups.coordinator_error,
+        other_group=other_group,
+        topics=topics,
+        config=lambda gid: share_group_config(config, group_configs, gid),
+        membership_epoch=lambda: cluster.membership_epoch,
+    )
+
+
+def share_partition_manager(
+    config: Config,
+    *,
+    store: ShareStateStore,
+    replicas: ReplicaManager,
+    purgatory: Purgatory,
+    clock: Clock,
+    group_configs: GroupConfigCache,
+) -> SharePartitionManager:
+    """Share groups' leader side (share-partitions, share sessions)."""
+    return SharePartitionManager(
+        store,
+        replicas,
+        purgatory,
+        clock,
+        group_configs,
+        lambda: share_defaults(config),
+        max_sessions=config.group_share_max_share_sessions,
     )

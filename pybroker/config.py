@@ -390,6 +390,83 @@ class Config:
         "bidirectional",
         convert=_migration_policy,
     )
+    # KIP-932 share groups (Kafka 4.4's names, defaults and ranges; group.share.enable is
+    # Kafka 3.9/4.0's switch, on by default as share groups are in Kafka 4.2+: share.version
+    # is finalized at 1 while it is on)
+    group_share_enable: bool = define("group.share.enable", BOOLEAN, True)
+    group_share_session_timeout_ms: int = define(
+        "group.share.session.timeout.ms", INT, 45000, at_least(1)
+    )
+    group_share_min_session_timeout_ms: int = define(
+        "group.share.min.session.timeout.ms", INT, 45000, at_least(1)
+    )
+    group_share_max_session_timeout_ms: int = define(
+        "group.share.max.session.timeout.ms", INT, 60000, at_least(1)
+    )
+    group_share_heartbeat_interval_ms: int = define(
+        "group.share.heartbeat.interval.ms", INT, 5000, at_least(1)
+    )
+    group_share_min_heartbeat_interval_ms: int = define(
+        "group.share.min.heartbeat.interval.ms", INT, 5000, at_least(1)
+    )
+    group_share_max_heartbeat_interval_ms: int = define(
+        "group.share.max.heartbeat.interval.ms", INT, 15000, at_least(1)
+    )
+    group_share_max_size: int = define("group.share.max.size", INT, 200, between(1, 1000))
+    group_share_record_lock_duration_ms: int = define(
+        "group.share.record.lock.duration.ms", INT, 30000, between(1000, 3600000)
+    )
+    group_share_min_record_lock_duration_ms: int = define(
+        "group.share.min.record.lock.duration.ms", INT, 15000, between(1000, 30000)
+    )
+    group_share_max_record_lock_duration_ms: int = define(
+        "group.share.max.record.lock.duration.ms", INT, 60000, between(30000, 3600000)
+    )
+    group_share_delivery_count_limit: int = define(
+        "group.share.delivery.count.limit", INT, 5, between(2, 10)
+    )
+    group_share_min_delivery_count_limit: int = define(
+        "group.share.min.delivery.count.limit",
+        INT,
+        2,
+        between(2, 5),
+        doc="The minimum value of a group configuration for the maximum number of delivery "
+        "attempts for a record delivered to a share group.",
+    )
+    group_share_max_delivery_count_limit: int = define(
+        "group.share.max.delivery.count.limit",
+        INT,
+        10,
+        between(5, 25),
+        doc="The maximum value of a group configuration for the maximum number of delivery "
+        "attempts for a record delivered to a share group.",
+    )
+    group_share_partition_max_record_locks: int = define(
+        "group.share.partition.max.record.locks", INT, 2000, between(100, 10000)
+    )
+    group_share_min_partition_max_record_locks: int = define(
+        "group.share.min.partition.max.record.locks",
+        INT,
+        100,
+        between(100, 2000),
+        doc="The minimum value of a group configuration for the record lock limit per "
+        "share-partition.",
+    )
+    group_share_max_partition_max_record_locks: int = define(
+        "group.share.max.partition.max.record.locks",
+        INT,
+        4000,
+        between(2000, 10000),
+        doc="The maximum value of a group configuration for the record lock limit per "
+        "share-partition.",
+    )
+    group_share_max_share_sessions: int = define(
+        "group.share.max.share.sessions",
+        INT,
+        2000,
+        at_least(1),
+        doc="The maximum number of share sessions per broker.",
+    )
     offsets_retention_minutes: int = define("offsets.retention.minutes", INT, 10080, at_least(1))
     offsets_retention_check_interval_ms: int = define(
         "offsets.retention.check.interval.ms", LONG, 600000, at_least(1)
@@ -903,6 +980,26 @@ def validate(cfg: Config) -> None:
         "must be below group.consumer.session.timeout.ms",
     )
     need(cfg.roll_ms >= 1, "log.roll.ms", "must be >= 1")
+    for key, value, lo, hi in (  # group.share.*: each default within its min and max
+        ("group.share.session.timeout.ms", cfg.group_share_session_timeout_ms,
+         cfg.group_share_min_session_timeout_ms, cfg.group_share_max_session_timeout_ms),
+        ("group.share.heartbeat.interval.ms", cfg.group_share_heartbeat_interval_ms,
+         cfg.group_share_min_heartbeat_interval_ms, cfg.group_share_max_heartbeat_interval_ms),
+        ("group.share.record.lock.duration.ms", cfg.group_share_record_lock_duration_ms,
+         cfg.group_share_min_record_lock_duration_ms,
+         cfg.group_share_max_record_lock_duration_ms),
+        ("group.share.delivery.count.limit", cfg.group_share_delivery_count_limit,
+         cfg.group_share_min_delivery_count_limit, cfg.group_share_max_delivery_count_limit),
+        ("group.share.partition.max.record.locks", cfg.group_share_partition_max_record_locks,
+         cfg.group_share_min_partition_max_record_locks,
+         cfg.group_share_max_partition_max_record_locks),
+    ):  # fmt: skip
+        need(lo <= value <= hi, key, f"must be within its min and max ({lo}, {hi})")
+    need(
+        cfg.group_share_heartbeat_interval_ms < cfg.group_share_session_timeout_ms,
+        "group.share.heartbeat.interval.ms",
+        "must be below group.share.session.timeout.ms",
+    )
     if cfg.metrics_listener is not None and cfg.metrics_listener.port:
         clash = [str(e) for e in cfg.listeners if e.port == cfg.metrics_listener.port]
         need(not clash, "metrics.listener", f"its port is the Kafka listener's: {clash}")

@@ -122,6 +122,9 @@ class KafkaConnection(asyncio.Protocol):
             self._layer.wake()
         if self._on_close:
             self._on_close(self)
+        shares = getattr(self.services, "shares", None)
+        if shares is not None:  # its share sessions end (KIP-932: records released)
+            shares.disconnected(id(self.session))
 
     def pause_writing(self) -> None:
         self._can_write.clear()

@@ -9,6 +9,7 @@ from enum import IntEnum
 
 class ErrorCode(IntEnum):
     UNKNOWN = -1
+    UNKNOWN_SERVER_ERROR = -1  # Kafka's name for -1 (an alias of UNKNOWN)
     NONE = 0
     OFFSET_OUT_OF_RANGE = 1
     CORRUPT_MESSAGE = 2
@@ -137,6 +138,12 @@ class ErrorCode(IntEnum):
     INVALID_VOTER_KEY = 125
     DUPLICATE_VOTER = 126
     VOTER_NOT_FOUND = 127
+    INVALID_REGULAR_EXPRESSION = 128
+    REBOOTSTRAP_REQUIRED = 129
+    STREAMS_INVALID_TOPOLOGY = 130
+    STREAMS_INVALID_TOPOLOGY_EPOCH = 131
+    STREAMS_TOPOLOGY_FENCED = 132
+    SHARE_SESSION_LIMIT_REACHED = 133
 
 
 class KafkaError(Exception):
@@ -145,3 +152,9 @@ class KafkaError(Exception):
     def __init__(self, code: ErrorCode, message: str = "") -> None:
         super().__init__(message or code.name)
         self.code = code
+
+    @property
+    def message(self) -> str | None:
+        """The message given, None when there was none (for a response's error_message)."""
+        m = self.args[0] if self.args else None
+        return None if m == getattr(self.code, "name", None) else m

@@ -90,6 +90,7 @@ class SnapshotCollector(Collector):
         yield from self._replica_manager(s)
         yield from self._logs(s)
         yield from self._groups(s)
+        yield from self._share(s)
         yield from self._misc(s)
 
     def _topic_meters(self, s: Snapshot) -> Iterator[Metric]:
@@ -315,6 +316,72 @@ class SnapshotCollector(Collector):
             ),
         )
         yield lag_sum
+
+    def _share(self, s: Snapshot) -> Iterator[Metric]:
+        """Kafka's share-group metrics (KIP-932), as the JMX exporter renders them."""
+        g = GaugeMetricFamily(
+            "kafka_server_group_coordinator_metrics_group_count",
+            "group-count: groups this broker coordinates, by protocol",
+            labels=["protocol"],
+        )
+        g.add_metric(["share"], sum(s.share_group_states.values()))
+        yield g
+        g = GaugeMetricFamily(
+            "kafka_server_group_coordinator_metrics_share_group_count",
+            "share-group-count: share groups this broker coordinates, by state",
+            labels=["state"],
+        )
+        for state in ("Empty", "Stable", "Dead"):
+            g.add_metric([state], s.share_group_states.get(state, 0))
+        yield g
+        f = _counter(
+            "kafka_server_sharegroupmetrics_recordacknowledgements",
+            "RecordAcknowledgementsPerSec: records acknowledged, by acknowledgement type",
+            labels=["ackType"],
+        )
+        for key, ack in (("accepted", "Accept"), ("released", "Release"),
+                         ("rejected", "Reject"), ("renewed", "Renew")):  # fmt: skip
+            f.add_metric([ack], s.share_acks.get(key, 0))
+        yield f
+        lv = ["group", "topic", "partition"]
+        gauges = {
+            "inflightmessagecount": (
+                "InFlightMessageCount: records from the share-partition start offset to the "
+                "last one in flight",
+                "in_flight",
+            ),
+            "inflightbatchcount": ("InFlightBatchCount: in-flight batches", "batches"),
+            "acquiredmessagecount": ("records acquired and not yet acknowledged", "acquired"),
+            "acknowledgedmessagecount": (
+                "records acknowledged above the start offset",
+                "acknowledged",
+            ),
+        }
+        for name, (doc, key) in gauges.items():
+            g = GaugeMetricFamily(f"kafka_server_sharepartitionmetrics_{name}", doc, labels=lv)
+            for v in s.share_partitions:
+                g.add_metric([v["group"], v["topic"], str(v["partition"])], v[key])
+            yield g
+        f = _counter(
+            "kafka_server_sharepartitionmetrics_acquisitionlocktimeout",
+            "AcquisitionLockTimeoutPerSec: records whose acquisition lock ran out",
+            labels=lv,
+        )
+        for v in s.share_partitions:
+            f.add_metric([v["group"], v["topic"], str(v["partition"])], v["lock_timeouts"])
+        yield f
+        f = _counter(
+            "kafka_server_share_coordinator_metrics_write",
+            "write-total: share-partition state writes (to the metadata store)",
+        )
+        f.add_metric([], s.share_acks.get("state_writes", 0))
+        yield f
+        f = _counter(
+            "pybroker_share_state_write_seconds",
+            "seconds spent in share-partition state writes: over write-total, their mean latency",
+        )
+        f.add_metric([], s.share_acks.get("state_write_seconds", 0.0))
+        yield f
 
     def _misc(self, s: Snapshot) -> Iterator[Metric]:
         conns = GaugeMetricFamily(

@@ -179,6 +179,11 @@ class Snapshot:
     # client quotas: total throttle time given, by quota key (quotas/manager.py)
     quota_throttle_ms: dict[str, int] = field(default_factory=dict)
     offline_replicas: int = 0  # replicas lost with a failed log dir
+    # share groups (KIP-932): coordinated groups by state, acknowledged records by type,
+    # the share-partitions led here (SharePartitionManager.views())
+    share_group_states: dict[str, int] = field(default_factory=dict)
+    share_acks: dict[str, float] = field(default_factory=dict)  # (and state write counters)
+    share_partitions: list[dict] = field(default_factory=list)
     # (log dir, 1 if offline) of every entry of log.dirs
     log_dirs: list[tuple[str, int]] = field(default_factory=list)
 
@@ -244,6 +249,7 @@ async def snapshot(broker: BrokerState) -> Snapshot:
                     snap.offline_partitions += 1
     snap.connections = connections(broker)
     await _groups(broker, snap)
+    _share_groups(broker, snap)
     cache = broker.fetch_sessions
     snap.fetch_sessions = len(cache)
     snap.fetch_session_partitions = cache.total_partitions
@@ -266,6 +272,18 @@ def connections(broker: BrokerState) -> dict[str, int]:
         key = conn.listener or ""
         out[key] = out.get(key, 0) + 1
     return out
+
+
+def _share_groups(broker: BrokerState, snap: Snapshot) -> None:
+    coordinator = getattr(broker, "share_groups", None)
+    if coordinator is not None:
+        for g in list(coordinator.groups.values()):
+            state = g.state.value
+            snap.share_group_states[state] = snap.share_group_states.get(state, 0) + 1
+    shares = getattr(broker, "shares", None)
+    if shares is not None:
+        snap.share_acks = dict(shares.stats)
+        snap.share_partitions = shares.views()
 
 
 async def _groups(broker: BrokerState, snap: Snapshot) -> None:

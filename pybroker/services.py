@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from pybroker.clock import Clock
     from pybroker.config import Config
     from pybroker.coord.group.coordinator import GroupCoordinator
+    from pybroker.coord.group.group_configs import Bounds, GroupConfigCache
+    from pybroker.coord.group.share_coordinator import ShareGroupCoordinator
     from pybroker.coord.metadata.cluster import Cluster
     from pybroker.coord.txn.coordinator import TransactionCoordinator
     from pybroker.dynamic_config import DynamicBrokerConfig
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from pybroker.replica_manager import ReplicaManager
     from pybroker.security.authorizer import Authorizer
     from pybroker.security.credentials import CredentialStore
+    from pybroker.share.manager import SharePartitionManager
 
 
 class BrokerServices(Protocol):
@@ -45,6 +48,10 @@ class BrokerServices(Protocol):
     log_mover: LogDirMover  # AlterReplicaLogDirs' copies between log dirs
     replicas: ReplicaManager  # append_records / read_from_log, roles, ISR
     groups: GroupCoordinator
+    # share groups (KIP-932): the coordinator side, the leader side, the groups' own configs
+    share_groups: ShareGroupCoordinator
+    shares: SharePartitionManager
+    group_configs: GroupConfigCache
     transactions: TransactionCoordinator | None
     # offsets.storage=kafka / transaction.state.storage=kafka: the internal topics (None: the
     # metadata store holds them; handlers/_topics.auto_create, write_txn_markers)
@@ -58,6 +65,10 @@ class BrokerServices(Protocol):
 
     async def scram_fake_salt_key(self) -> bytes:
         """The cluster's secret for the salts answered to unknown SCRAM users."""
+        ...
+
+    def share_config_bounds(self) -> Bounds:
+        """The group.share.min/max.* configs that group configs are held to."""
         ...
 
     def reload_tls(self) -> None:

@@ -25,6 +25,8 @@ STOP_ORDER = [
     "transaction coordinator",
     "__consumer_offsets loading",  # (offsets.storage=zookeeper: the drain of a leftover topic)
     "transaction marker sender",
+    "share-partitions",
+    "share-group coordinator",
     "group coordinator",
     "log dir mover",
     "replica manager",

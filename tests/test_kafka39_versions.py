@@ -28,6 +28,11 @@ KAFKA_39 = {
     69: (0, 0), 74: (0, 0), 75: (0, 0), 80: (0, 0), 81: (0, 0),
 }  # fmt: skip
 
+# Share groups (KIP-932): what Apache Kafka 4.4.0 answers for them (measured the same way with
+# start_kafka(kafka4=True)); Kafka 3.9 had only their early-access v0, off by default.
+KAFKA_44_SHARE = {76: (1, 1), 77: (1, 1), 78: (1, 2), 79: (1, 2), 90: (0, 1), 91: (0, 0),
+                  92: (0, 0)}  # fmt: skip
+
 # Where pybroker serves versions above Kafka 3.9's, and why (nothing else may differ; every
 # minimum is Kafka 3.9's, since Kafka 3.9 still serves the versions 4.0 removed).
 DIFFERENT = {
@@ -47,6 +52,9 @@ def advertised(client) -> dict[int, tuple[int, int]]:
 def test_every_api_pybroker_serves_has_kafka_39s_newest_version(client):
     ours = advertised(client)
     for key, (lo, hi) in ours.items():
+        if key in KAFKA_44_SHARE:
+            assert (lo, hi) == KAFKA_44_SHARE[key], (key, (lo, hi))
+            continue
         assert key in KAFKA_39, f"api {key} is not one Kafka 3.9 serves"
         if key in DIFFERENT:
             continue
@@ -113,12 +121,24 @@ def topic_with_group(client):
 # -- FindCoordinator v5-6 --------------------------------------------------------------------
 
 
-def test_find_coordinator_share_groups_as_kafka_39_without_them(client):
-    for version, expected in ((5, INVALID_REQUEST), (6, COORDINATOR_NOT_AVAILABLE)):
+def test_find_coordinator_share_groups_as_kafka_39_without_them(start_broker):
+    b = start_broker(**{"group.share.enable": "false"})
+    with b.client() as client:
+        for version, expected in ((5, INVALID_REQUEST), (6, COORDINATOR_NOT_AVAILABLE)):
+            body = client.request(
+                FIND_COORDINATOR, version, {"key_type": 2, "coordinator_keys": ["s"]}
+            )
+            assert body["coordinators"][0]["error_code"] == expected, version
+        body = client.request(FIND_COORDINATOR, 6, {"key_type": 0, "coordinator_keys": ["g"]})
+        assert body["coordinators"][0]["error_code"] == NONE
+
+
+def test_find_coordinator_share_keys_as_kafka_44(client):
+    """Share groups on (the default): below v6 and for a key that is not
+    group:topicId:partition, INVALID_REQUEST (Kafka 4.4's KafkaApis.getCoordinator)."""
+    for version in (5, 6):
         body = client.request(FIND_COORDINATOR, version, {"key_type": 2, "coordinator_keys": ["s"]})
-        assert body["coordinators"][0]["error_code"] == expected, version
-    body = client.request(FIND_COORDINATOR, 6, {"key_type": 0, "coordinator_keys": ["g"]})
-    assert body["coordinators"][0]["error_code"] == NONE
+        assert body["coordinators"][0]["error_code"] == INVALID_REQUEST, version
 
 
 # -- AddPartitionsToTxn v4-5 (brokers' verification form) ------------------------------------

@@ -170,8 +170,13 @@ def spec_name(msg: Message) -> str:
 
 
 # APIs whose specs kafka-python does not ship: checked against Kafka's generated message
-# classes instead (compat_tests/test_java_schemas.py, kafka-clients 3.9.0 and 4.1.1).
-CHECKED_AGAINST_JAVA = {68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe"}
+# classes instead (compat_tests/test_java_schemas.py, kafka-clients 3.9.0, 4.1.1 and 4.4.0).
+CHECKED_AGAINST_JAVA = {
+    68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe",
+    76: "ShareGroupHeartbeat", 77: "ShareGroupDescribe", 78: "ShareFetch",
+    79: "ShareAcknowledge", 90: "DescribeShareGroupOffsets", 91: "AlterShareGroupOffsets",
+    92: "DeleteShareGroupOffsets",
+}  # fmt: skip
 APIS = sorted(
     (a for a in SCHEMAS.by_key.values() if a.key not in CHECKED_AGAINST_JAVA), key=lambda a: a.key
 )
@@ -449,16 +454,26 @@ _ROOT = Path(__file__).resolve().parent.parent
 _KAFKA_39_JARS = sorted(_ROOT.glob(".cache/java/kafka-3.9*/lib/kafka-clients-3.9*.jar"))
 
 
-@cache
-def _kafka_39_spec(name: str) -> dict[str, Any] | None:
+# Share groups (KIP-932) went GA in Kafka 4.2 at versions 3.9's early-access specs never had
+# (3.9's v0 was removed): they are checked against kafka-clients 4.4.0's own specs instead.
+_KAFKA_44_JARS = sorted(_ROOT.glob(".cache/java/kafka4-4.4.0/lib/kafka-clients-4.4.0.jar"))
+KAFKA_4_APIS = {76, 77, 78, 79, 90, 91, 92}
+
+
+def _jar_spec(jar_path: Path, name: str) -> dict[str, Any] | None:
     import zipfile
 
-    with zipfile.ZipFile(_KAFKA_39_JARS[0]) as jar:
+    with zipfile.ZipFile(jar_path) as jar:
         try:
             text = jar.read(f"common/message/{name}.json").decode()
         except KeyError:
             return None
     return json.loads(strip_comments(text))
+
+
+@cache
+def _kafka_39_spec(name: str) -> dict[str, Any] | None:
+    return _jar_spec(_KAFKA_39_JARS[0], name)
 
 
 @pytest.mark.skipif(
@@ -467,6 +482,8 @@ def _kafka_39_spec(name: str) -> dict[str, Any] | None:
 @pytest.mark.parametrize("a", sorted(SCHEMAS.by_key.values(), key=lambda a: a.key),
                          ids=lambda a: f"{a.key}-{a.name}")  # fmt: skip
 def test_api_matches_kafka_39_spec(a) -> None:
+    if a.key in KAFKA_4_APIS:
+        pytest.skip("a Kafka 4.2+ API: test_api_matches_kafka_44_spec")
     errors = []
     for msg in (a.request, a.response):
         spec = _kafka_39_spec(msg.name)
@@ -481,7 +498,24 @@ def test_api_matches_kafka_39_spec(a) -> None:
 def test_every_version_kafka_39_defines_below_ours_is_declared() -> None:
     # what Kafka 3.9 serves (tests/test_kafka39_versions.py) must be declared here first
     for a in SCHEMAS.by_key.values():
+        if a.key in KAFKA_4_APIS:
+            continue  # Kafka 4.x removed 3.9's early-access v0
         for msg in (a.request, a.response):
             spec = _kafka_39_spec(msg.name)
             assert spec is not None
             assert msg.versions.lo <= vr(spec["validVersions"]).lo, (msg.name, msg.versions)
+
+
+@pytest.mark.skipif(
+    not _KAFKA_44_JARS, reason="no kafka-clients 4.4.0 jar: run scripts/fetch-java-deps"
+)
+@pytest.mark.parametrize("key", sorted(KAFKA_4_APIS))
+def test_api_matches_kafka_44_spec(key: int) -> None:
+    a = SCHEMAS.by_key[key]
+    errors = []
+    for msg in (a.request, a.response):
+        spec = _jar_spec(_KAFKA_44_JARS[0], msg.name)
+        assert spec is not None, f"Kafka 4.4 has no spec {msg.name}"
+        assert vr(spec["validVersions"]).hi == msg.versions.hi, (msg.name, msg.versions)
+        errors += compare_message(msg, spec)
+    assert not errors, "\n".join(errors)

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import random
 import re
+import uuid
 
 import pytest
 
 from pybroker.coord.group import classic_store as classic_group_store
 from pybroker.coord.group import consumer_store as consumer_group_store
+from pybroker.coord.group import share_store
 from pybroker.coord.metadata import paths
 from pybroker.coord.metadata import paths as offsets
 from pybroker.coord.metadata.store import (
@@ -72,6 +74,8 @@ def test_group_and_transactional_id_paths_hold_every_name():
             consumer_group_store.group_path("g") + "/" + offsets.name_to_component(m)
         ),
         "classic group": classic_group_store.group_path,
+        "share group": share_store.group_path,
+        "share-partition state": lambda g: share_store.state_path(g, uuid.UUID(int=1), 0),
         "transactional.id": txn_store.txn_path,
     }
     for what, build in builders.items():

@@ -7,7 +7,8 @@ kafka-consumer-groups) for the log end; lag = log end - committed offset, per pa
 total.  A partition assigned but never committed shows no current offset and no lag.
 reset-offsets: only for a group without members (Empty, or unknown: Dead), as Kafka's tool
 requires; new offsets from ListOffsets, then OffsetCommit with generation -1 (an admin
-commit) unless --dry-run.  delete: DeleteGroups.
+commit) unless --dry-run.  delete: DeleteGroups.  Share groups (KIP-932): describe,
+reset-offsets and delete-offsets speak the share-group APIs (pybroker/cli/share_groups.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 from collections import defaultdict
 from datetime import datetime
 
+from pybroker.cli import share_groups
 from pybroker.cli.client import Client, ClientError, KafkaCliError, UsageError, check
 from pybroker.cli.offsets import EARLIEST, LATEST, list_offsets
 from pybroker.cli.output import emit, progress, progress_done, section, table
@@ -51,8 +53,18 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     to.add_argument("--to-offset", type=int, metavar="N")
     to.add_argument("--shift-by", type=int, metavar="N", help="from the committed offset")
     r.add_argument("--dry-run", action="store_true", help="show the new offsets, commit nothing")
+    r.add_argument(
+        "--type",
+        choices=["consumer", "share"],
+        help="the kind of group to create when it does not exist yet (default: consumer)",
+    )
     rm = gs.add_parser("delete", parents=[common], help="delete a group without members")
     rm.add_argument("group")
+    do = gs.add_parser(
+        "delete-offsets", parents=[common], help="a share group's start offsets of some topics"
+    )
+    do.add_argument("group")
+    do.add_argument("--topic", required=True, action="append", metavar="TOPIC")
 
 
 def run(client: Client, args: argparse.Namespace) -> int:
@@ -61,6 +73,7 @@ def run(client: Client, args: argparse.Namespace) -> int:
         "describe": _describe,
         "reset-offsets": _reset,
         "delete": _delete,
+        "delete-offsets": share_groups.run_delete_offsets,
     }[args.action](client, args)
 
 
@@ -78,14 +91,15 @@ def _list(client: Client, args: argparse.Namespace) -> int:
                 "coordinator": node,
                 "state": g.get("group_state") or None,
                 "protocol_type": g["protocol_type"],
+                "type": g.get("group_type") or None,
             }
     rows = [groups[k] for k in sorted(groups)]
     emit(
         args.output,
         rows,
         lambda rs: table(
-            ["group", "coordinator", "state", "protocol-type"],
-            [(g["group"], g["coordinator"], g["state"], g["protocol_type"]) for g in rs],
+            ["group", "coordinator", "state", "protocol-type", "type"],
+            [(g["group"], g["coordinator"], g["state"], g["protocol_type"], g["type"]) for g in rs],
         ),
     )
     return 0
@@ -183,6 +197,9 @@ def _log_ends(client: Client, partitions: set[tuple[str, int]]) -> dict[tuple[st
 
 
 def _describe(client: Client, args: argparse.Namespace) -> int:
+    share = share_groups.describe(client, args.group)
+    if share is not None:
+        return share_groups.run_describe(client, args, share)
     g = describe_group(client, args.group)
     committed = committed_offsets(client, args.group)
     if g["state"] == "Dead" and not committed:
@@ -303,6 +320,11 @@ def _datetime_ms(text: str) -> int:
 def _reset(client: Client, args: argparse.Namespace) -> int:
     specs = [_topic_spec(t) for t in args.topic]
     target_ts = _datetime_ms(args.to_datetime) if args.to_datetime else None
+    share = share_groups.describe(client, args.group)
+    if share is None and args.type == "share":
+        share = {"state": "Dead"}  # a share group that does not exist yet: created
+    if share is not None:
+        return share_groups.run_reset(client, args, share, specs, target_ts)
     g = describe_group(client, args.group)
     if g["state"] not in ("Empty", "Dead"):
         raise ClientError(

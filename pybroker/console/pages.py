@@ -12,6 +12,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pybroker.console import configs, state
+from pybroker.console import share as share_state
 from pybroker.console.auth import Viewer
 from pybroker.console.lag import LagHistory, chart
 from pybroker.console.records import (
@@ -25,6 +26,7 @@ from pybroker.console.views import acls as acl_views
 from pybroker.console.views import brokers as broker_views
 from pybroker.console.views import groups as group_views
 from pybroker.console.views import overview as overview_view
+from pybroker.console.views import share_groups as share_views
 from pybroker.console.views import topics as topic_views
 from pybroker.console.views.records import BrowseForm
 from pybroker.errors import ErrorCode
@@ -166,6 +168,16 @@ async def topic(
 
 async def group_list(broker: BrokerServices, viewer: Viewer, q: dict[str, str]) -> Result:
     rows = await state.group_rows(broker, viewer)
+    for g in share_state.share_groups(broker):  # share groups (KIP-932): type "share"
+        if viewer.cluster() or viewer.group(g.group_id):
+            parts = await share_state.partitions(broker, g.group_id, viewer)
+            lags = [p.lag for p in parts if p.lag is not None]
+            rows.append(
+                state.GroupRow(
+                    g.group_id, g.state.value, "share", "share", len(g.members),
+                    sum(lags) if lags else None,
+                )
+            )  # fmt: skip
     return Result(
         200,
         "Consumer groups",
@@ -180,6 +192,9 @@ async def group(
     title = f"Group {group_id}"
     if not viewer.group(group_id):
         raise PageError(403, title, "groups", "Group authorization failed.")
+    share = await share_state.detail(broker, group_id, viewer)
+    if share is not None:
+        return Result(200, title, "groups", partial(share_views.render_share_group, share, q))
     detail = await state.group_detail(broker, group_id, viewer)
     if detail is None:
         coordinator = state.coordinator(broker, group_id)

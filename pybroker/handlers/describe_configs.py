@@ -11,13 +11,17 @@ Brokers (type 4): every setting this broker honours, under Kafka's names, with K
 synonyms, read_only, types and (v3+, when asked) Kafka's documentation (resource name = the
 broker id; "" = the cluster-wide dynamic defaults stored): pybroker/dynamic_config.py.  Broker
 loggers (type 8): the broker's loggers and their levels (handlers/_broker_loggers.py).
+Groups (type 32, with group.share.enable): a share group's share.* configs, GROUP_CONFIG for
+the ones set, DEFAULT_CONFIG otherwise (handlers/_group_configs.py).
 """
 
 from __future__ import annotations
 
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.handlers._authz import on_cluster, on_topic
+from pybroker.handlers import _group_configs
+from pybroker.handlers._authz import on_cluster, on_group, on_topic
 from pybroker.handlers._broker_configs import describe_broker, describe_loggers
+from pybroker.handlers._share import share_enabled
 from pybroker.handlers._topics import topic_config_entries
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
@@ -37,6 +41,16 @@ def _describe(ctx: RequestContext, r: dict, with_synonyms: bool, documentation: 
     }
     if rtype == TOPIC and not on_topic(ctx, Operation.DESCRIBE_CONFIGS, rname):
         result.update(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message=None)
+        return result
+    if rtype == _group_configs.GROUP and share_enabled(ctx):
+        if not on_group(ctx, Operation.DESCRIBE_CONFIGS, rname):
+            result.update(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, error_message=None)
+        else:
+            result["configs"] = [
+                c
+                for c in _group_configs.describe_group(ctx, rname)
+                if not r["configuration_keys"] or c["name"] in r["configuration_keys"]
+            ]
         return result
     if rtype in (BROKER, BROKER_LOGGER) and not on_cluster(ctx, Operation.DESCRIBE_CONFIGS):
         result.update(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None)
@@ -81,6 +95,10 @@ def _describe(ctx: RequestContext, r: dict, with_synonyms: bool, documentation: 
 @handler(32, 0, 4)
 async def describe_configs(ctx: RequestContext, req: dict) -> dict:
     with_synonyms = bool(req.get("include_synonyms"))
+    if share_enabled(ctx):
+        for r in req["resources"]:
+            if r["resource_type"] == _group_configs.GROUP:
+                await ctx.services.group_configs.get(r["resource_name"])
     return {
         "throttle_time_ms": 0,
         "results": [

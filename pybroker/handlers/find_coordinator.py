@@ -8,23 +8,48 @@ storages (=kafka) the leader of the key's partition of __consumer_offsets /
 __transaction_state, the topic created on the first lookup as Kafka's
 AutoTopicCreationManager does (COORDINATOR_NOT_AVAILABLE while it cannot be: fewer live brokers
 than its replication factor, or no leader yet).  v4 batches several keys; v5 only
-tells the broker that the client knows TRANSACTION_ABORTABLE.  Share groups (key_type 2, v6,
-KIP-932) are not served, and the answers are Kafka 3.9's for a broker without them: below v6
-INVALID_REQUEST, from v6 CLUSTER_AUTHORIZATION_FAILED without CLUSTER_ACTION, else
-COORDINATOR_NOT_AVAILABLE.  Other key types and empty keys get INVALID_REQUEST, as in Kafka; so do keys longer than
+tells the broker that the client knows TRANSACTION_ABORTABLE.  Share consumers find their
+group's coordinator with key_type 0.  key_type 2 (v6, KIP-932, brokers asking for a
+share-partition's state owner, key "group:topicId:partition") needs CLUSTER_ACTION
+(CLUSTER_AUTHORIZATION_FAILED) and, with group.share.enable, names the partition's leader: in
+pybroker the leader writes the share-partition state itself (docs/internals.md); a key that does
+not parse, or an unknown partition, is INVALID_REQUEST / COORDINATOR_NOT_AVAILABLE.  Without
+group.share.enable the answers are Kafka 3.9's for a broker without share groups: below v6
+INVALID_REQUEST, from v6 COORDINATOR_NOT_AVAILABLE.  Other key types and empty keys get
+INVALID_REQUEST, as in Kafka; so do group and transactional keys longer than
 ``paths.MAX_NAME_CHARS`` (pybroker's bound on names it hashes and stores).
 """
 
 from __future__ import annotations
 
-from pybroker.coord.metadata.paths import MAX_NAME_CHARS
+from pybroker.coord.metadata.paths import MAX_NAME_CHARS, parse_kafka_uuid
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers._authz import on_cluster, on_group, on_txn
+from pybroker.handlers._share import share_enabled
+from pybroker.handlers._topic_ids import Resolver
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 from pybroker.security.acl import Operation
 
 GROUP, TRANSACTION, SHARE = 0, 1, 2
+
+
+def _share_partition_leader(ctx: RequestContext, key: str) -> tuple[int | None, str | None]:
+    """The leader of the partition a share-partition key names; (None, why) if none."""
+    group, _, rest = key.partition(":")
+    tid, _, p = rest.rpartition(":")
+    try:
+        topic_id, partition = parse_kafka_uuid(tid), int(p)
+    except ValueError:
+        return None, "invalid share-partition key"
+    if not group or partition < 0:
+        return None, "invalid share-partition key"
+    name = Resolver(ctx.services.cluster).name(topic_id)
+    info = ctx.services.cluster.topics.get(name) if name is not None else None
+    state = info.partitions.get(partition) if info is not None else None
+    if state is None or state.leader < 0:
+        return -1, "no leader for the share-partition"
+    return state.leader, None
 
 
 async def _coordinator_node(ctx: RequestContext, key: str, key_type: int) -> tuple[int, str]:
@@ -45,11 +70,17 @@ async def _coordinator_node(ctx: RequestContext, key: str, key_type: int) -> tup
 
 async def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict:
     cluster = ctx.services.cluster
+    node, why = None, ""
     if key_type == SHARE and ctx.version >= 6:
         if not on_cluster(ctx, Operation.CLUSTER_ACTION):
             code, message = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None
+        elif not share_enabled(ctx):
+            code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "share groups are not enabled"
         else:
-            code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "share groups are not served"
+            node, message = _share_partition_leader(ctx, key)
+            code = ErrorCode.INVALID_REQUEST if node is None else ErrorCode.NONE
+            if node is not None and node < 0:
+                code = ErrorCode.COORDINATOR_NOT_AVAILABLE
     elif key_type not in (GROUP, TRANSACTION):
         code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
     elif key_type == GROUP and not on_group(ctx, Operation.DESCRIBE, key):
@@ -63,6 +94,8 @@ async def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict:
         code, message = ErrorCode.INVALID_REQUEST, f"key longer than {MAX_NAME_CHARS} characters"
     else:
         node, why = await _coordinator_node(ctx, key, key_type)
+        code, message = ErrorCode.NONE, None
+    if code == ErrorCode.NONE:
         broker = cluster.brokers.get(node)
         endpoint = broker.endpoint(ctx.listener) if broker is not None else None
         if endpoint is not None:

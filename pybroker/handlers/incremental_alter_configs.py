@@ -2,8 +2,9 @@
 applied to the topic's stored overrides with Kafka's semantics (ConfigAdminManager.
 prepareIncrementalConfigs), checked over the broker defaults and written with compare-and-set;
 validate_only writes nothing.  Brokers and broker loggers: handlers/_broker_configs.py
-(KIP-226, KIP-412).  AlterConfigs shares the preprocessing below.  Errors: docs/internals.md
-("pybroker/handlers/incremental_alter_configs.py").
+(KIP-226, KIP-412).  Groups (with group.share.enable): a share group's share.* configs
+(handlers/_group_configs.py).  AlterConfigs shares the preprocessing below.  Errors:
+docs/internals.md ("pybroker/handlers/incremental_alter_configs.py").
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from collections.abc import Callable
 from pybroker import topic_config
 from pybroker.configdef import DELETE, ConfigException, Type, incremental
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.handlers import _broker_configs
-from pybroker.handlers._authz import on_cluster, on_topic
+from pybroker.handlers import _broker_configs, _group_configs
+from pybroker.handlers._authz import on_cluster, on_group, on_topic
+from pybroker.handlers._share import share_enabled
 from pybroker.handlers._topics import check_configs
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
@@ -48,6 +50,9 @@ def authorize_alter(ctx: RequestContext, resources: list[dict], results: dict[in
                 results[i] = result(
                     r, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
                 )
+        elif r["resource_type"] == _group_configs.GROUP:
+            if not on_group(ctx, Operation.ALTER_CONFIGS, r["resource_name"]):
+                results[i] = result(r, ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
         elif r["resource_type"] in (BROKER, BROKER_LOGGER):
             if not on_cluster(ctx, Operation.ALTER_CONFIGS):
                 results[i] = result(
@@ -56,7 +61,11 @@ def authorize_alter(ctx: RequestContext, resources: list[dict], results: dict[in
 
 
 def preprocess(
-    resources: list[dict], null_allowed: Callable[[dict], bool], *, loggers: bool = True
+    resources: list[dict],
+    null_allowed: Callable[[dict], bool],
+    *,
+    loggers: bool = True,
+    groups: bool = False,
 ) -> dict[int, dict]:
     """Kafka's ConfigAdminManager.preprocess, pybroker's way: the results decided before any
     topic is looked at, by position in ``resources``.  What is left are topic resources with
@@ -85,7 +94,9 @@ def preprocess(
             done[i] = result(
                 r, ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}"
             )
-        elif rtype not in ((TOPIC, BROKER, BROKER_LOGGER) if loggers else (TOPIC, BROKER)):
+        elif rtype not in ((TOPIC, BROKER, BROKER_LOGGER) if loggers else (TOPIC, BROKER)) + (
+            (_group_configs.GROUP,) if groups else ()
+        ):
             done[i] = result(r, ErrorCode.INVALID_REQUEST, f"Unknown resource type {rtype}")
         elif rtype == TOPIC and r["resource_name"] == "":
             done[i] = result(
@@ -130,7 +141,9 @@ def apply_ops(ops: list[dict], current: dict[str, str]) -> dict[str, str]:
 @handler(44, 0, 1)
 async def incremental_alter_configs(ctx: RequestContext, req: dict) -> dict:
     resources = req["resources"]
-    results = preprocess(resources, lambda c: c["config_operation"] == DELETE)
+    results = preprocess(
+        resources, lambda c: c["config_operation"] == DELETE, groups=share_enabled(ctx)
+    )
     authorize_alter(ctx, resources, results)
     for i, r in enumerate(resources):
         if i in results:
@@ -144,7 +157,11 @@ async def incremental_alter_configs(ctx: RequestContext, req: dict) -> dict:
             )
             continue
         try:
-            if r["resource_type"] == BROKER:
+            if r["resource_type"] == _group_configs.GROUP:
+                await _group_configs.alter_group(
+                    ctx, r["resource_name"], r["configs"], req["validate_only"]
+                )
+            elif r["resource_type"] == BROKER:
                 await _broker_configs.alter_broker(
                     ctx,
                     r["resource_name"],

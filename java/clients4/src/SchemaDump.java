@@ -5,6 +5,7 @@ import org.apache.kafka.common.protocol.types.*;
  * Prints the wire layout of Kafka's generated message classes, one line per field:
  * "<message> v<version> <path> <type> <nullable>", for pybroker's schema cross-check.
  * Args: MessageDataClassName ... (e.g. ConsumerGroupHeartbeatRequestData); every SCHEMA_<n>.
+ * A class the client on the classpath does not have prints nothing.
  */
 public class SchemaDump {
   static void show(String msg, int v, Type t, String path) {
@@ -25,10 +26,15 @@ public class SchemaDump {
 
   public static void main(String[] a) throws Exception {
     for (String n : a) {
-      Class<?> c = Class.forName("org.apache.kafka.common.message." + n);
-      for (int v = 0; ; v++) {
+      Class<?> c;
+      try {
+        c = Class.forName("org.apache.kafka.common.message." + n);
+      } catch (ClassNotFoundException e) {
+        continue;  // this client version does not know the message
+      }
+      for (int v = 0; v < 32; v++) {  // (a message may start above v0: ShareFetch at v1)
         java.lang.reflect.Field f;
-        try { f = c.getField("SCHEMA_" + v); } catch (NoSuchFieldException e) { break; }
+        try { f = c.getField("SCHEMA_" + v); } catch (NoSuchFieldException e) { continue; }
         if (f.get(null) != null) show(n, v, (Type) f.get(null), "");
       }
     }

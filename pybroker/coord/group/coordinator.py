@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from pybroker.clock import Clock
@@ -152,6 +152,9 @@ class GroupCoordinator:
         self._expiry_task: asyncio.Task | None = None
         self._adopt_task: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()
+        # share groups (KIP-932) share the group-id namespace: set by the broker, True when a
+        # share group holds the id (raises StoreError)
+        self.share_group_exists: Callable[[str], Awaitable[bool]] | None = None
 
     async def start(self) -> None:
         await self._adopt_groups()
@@ -489,11 +492,26 @@ class GroupCoordinator:
             if code is not None:
                 return {**join_error(code), "member_id": req.member_id}
             return resp
+        if cg is None:
+            code = await self._share_group_holds(group_id)
+            if code is not None:  # Kafka's classicGroupJoin: INCONSISTENT_GROUP_PROTOCOL
+                return join_error(code)
         g = self._get(group_id, create=True)
         assert g is not None
         fut = asyncio.get_running_loop().create_future()
         self._deliver(group_id, g.join(fut, self.clock.time_ms(), req))
         return await fut
+
+    async def _share_group_holds(self, group_id: str) -> int | None:
+        """INCONSISTENT_GROUP_PROTOCOL when a share group holds the id (COORDINATOR_NOT_AVAILABLE
+        when that cannot be read); None when none does."""
+        if self.share_group_exists is None:
+            return None
+        try:
+            held = await self.share_group_exists(group_id)
+        except StoreError:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.INCONSISTENT_GROUP_PROTOCOL if held else None
 
     async def sync(
         self,
@@ -784,6 +802,13 @@ class GroupCoordinator:
                 self._deliver(group_id, outputs)
                 g = cg
         if g is None or g.dead:
+            code = await self._share_group_holds(group_id)
+            if code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL:
+                return _heartbeat_error(
+                    ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
+                )
+            if code is not None:
+                return _heartbeat_error(code, "The coordinator could not read the group.")
             if req.member_epoch != 0:
                 # no such group (stored or in memory): the member is unknown and rejoins at
                 # epoch 0 (a GROUP_ID_NOT_FOUND would be fatal to the Java consumer)

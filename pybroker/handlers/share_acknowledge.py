@@ -1,0 +1,103 @@
+"""ShareAcknowledge (key 79), versions 1-2: acknowledgements outside a fetch (KIP-932).
+
+As Kafka's handleShareAcknowledgeRequest: the group id must be present (INVALID_REQUEST),
+READ on the group (GROUP_AUTHORIZATION_FAILED), the member id valid (INVALID_REQUEST); the
+share session's epoch is checked and moved (epoch 0: INVALID_SHARE_SESSION_EPOCH, -1 closes
+the session after the acknowledgements and releases the member's records).  Each partition's
+batches are validated (INVALID_REQUEST), need READ on the topic, and are applied atomically by
+the partition's leader, answered once stored (INVALID_RECORD_STATE for records the member does
+not hold, NOT_LEADER_OR_FOLLOWER with the current leader).  v2: Renew (type 4) in an
+is_renew_ack request extends the acquisition locks; the answer carries the lock duration.
+"""
+
+from __future__ import annotations
+
+from pybroker.coord.metadata.paths import MAX_NAME_CHARS
+from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers._authz import on_group
+from pybroker.handlers._share import (
+    acknowledge_all,
+    current_leader,
+    member_id_valid,
+    node_endpoints,
+    partition_entry,
+    settled,
+    share_enabled,
+)
+from pybroker.handlers._topic_ids import Resolver
+from pybroker.handlers.context import RequestContext
+from pybroker.registry import handler
+from pybroker.security.acl import Operation
+
+
+def _top(code: int, message: str | None = None) -> dict:
+    return {
+        "throttle_time_ms": 0,
+        "error_code": code,
+        "error_message": message,
+        "acquisition_lock_timeout_ms": 0,
+        "responses": [],
+        "node_endpoints": [],
+    }
+
+
+@handler(79, 1, 2)
+async def share_acknowledge(ctx: RequestContext, req: dict) -> dict:
+    if not share_enabled(ctx):
+        return _top(ErrorCode.UNSUPPORTED_VERSION)
+    gid = req.get("group_id")
+    if gid is None:
+        return _top(ErrorCode.INVALID_REQUEST, "Invalid group id in the request.")
+    if not on_group(ctx, Operation.READ, gid):
+        return _top(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    if len(gid) > MAX_NAME_CHARS:  # pybroker's bound on stored names
+        return _top(ErrorCode.INVALID_REQUEST, "Invalid group id in the request.")
+    member = req.get("member_id")
+    if not member_id_valid(member):
+        return _top(ErrorCode.INVALID_REQUEST, "Invalid member id in the request.")
+    shares = ctx.services.shares
+    epoch = req["share_session_epoch"]
+    try:
+        session = shares.sessions.acknowledge_update(gid, member, epoch)
+    except KafkaError as e:
+        return _top(e.code, e.message)
+    results = await settled(
+        await acknowledge_all(
+            ctx,
+            gid,
+            member,
+            req["topics"],
+            supports_renew=ctx.version >= 2,
+            is_renew_ack=bool(req.get("is_renew_ack")),
+        )
+    )
+    if epoch == -1:
+        shares.sessions.remove(gid, member)
+        await shares.release(gid, member, session.partitions.values())
+    resolver = Resolver(ctx.services.cluster)
+    responses = []
+    leaders: set[int] = set()
+    for t in req["topics"]:
+        tid = t["topic_id"]
+        name = resolver.name(tid)
+        parts = []
+        for p in t["partitions"]:
+            key = (tid, p["partition_index"])
+            if key not in results:
+                continue
+            code, message = results[key]
+            leader = current_leader(ctx, name, p["partition_index"])
+            if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
+                leaders.add(leader[0])
+            parts.append(partition_entry(p["partition_index"], code, message, leader))
+        if parts:
+            responses.append({"topic_id": tid, "partitions": parts})
+    settings = await shares.settings(gid)
+    return {
+        "throttle_time_ms": 0,
+        "error_code": ErrorCode.NONE,
+        "error_message": None,
+        "acquisition_lock_timeout_ms": settings.limits.lock_duration_ms,
+        "responses": responses,
+        "node_endpoints": node_endpoints(ctx, leaders),
+    }

@@ -1,0 +1,52 @@
+"""AlterShareGroupOffsets (key 91): request and response layouts, version 0 (KIP-932).
+
+Kafka's spec: validVersions 0, flexible from 0.  Layout checked against kafka-clients 4.4.0's
+generated classes (compat_tests/test_java_schemas.py).
+"""
+
+from pybroker.wire.schema import F, api, declare
+
+ALTER_SHARE_GROUP_OFFSETS = declare(
+    api(
+        91,
+        "AlterShareGroupOffsets",
+        versions="0",
+        flexible="0+",
+        request=[
+            F("group_id", "string", "0+"),
+            F(
+                "topics",
+                "[]AlterShareGroupOffsetsRequestTopic",
+                "0+",
+                F("topic_name", "string", "0+"),
+                F(
+                    "partitions",
+                    "[]AlterShareGroupOffsetsRequestPartition",
+                    "0+",
+                    F("partition_index", "int32", "0+"),
+                    F("start_offset", "int64", "0+"),
+                ),
+            ),
+        ],
+        response=[
+            F("throttle_time_ms", "int32", "0+"),
+            F("error_code", "int16", "0+"),
+            F("error_message", "string", "0+", nullable="0+", default=None),
+            F(
+                "responses",
+                "[]AlterShareGroupOffsetsResponseTopic",
+                "0+",
+                F("topic_name", "string", "0+"),
+                F("topic_id", "uuid", "0+"),
+                F(
+                    "partitions",
+                    "[]AlterShareGroupOffsetsResponsePartition",
+                    "0+",
+                    F("partition_index", "int32", "0+"),
+                    F("error_code", "int16", "0+"),
+                    F("error_message", "string", "0+", nullable="0+", default=None),
+                ),
+            ),
+        ],
+    )
+)
