@@ -147,9 +147,14 @@ def test_five_members_a_crash_and_a_clean_leave(broker, consumer_cp, tmp_path):
         Member(consumer_cp, tmp_path, broker.bootstrap, group, topic, f"m{i}") for i in range(5)
     ]
     try:
-        took = wait_for("a 2-2-2-2-2 split", lambda: split(members, parts), members)
+        # KIP-848 converges member by member (a partition is revoked before it is assigned
+        # elsewhere): a split with every member owning some may still be on its way to 2 each
+        took = wait_for(
+            "a 2-2-2-2-2 split",
+            lambda: split(members, parts) and all(len(m.owned()) == 2 for m in members),
+            members,
+        )
         print(f"\nKIP-848: five members stable {took:.2f} s after starting")
-        assert all(len(m.owned()) == 2 for m in members)
         # kill -9: its partitions go to the others once its session times out (6 s)
         members[0].proc.proc.kill()
         wait_for(
