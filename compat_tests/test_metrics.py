@@ -1,7 +1,7 @@
 """metrics.listener: a real broker's /metrics, scraped over HTTP and parsed with
 prometheus_client's own parser, moves as kafka-python produces and consumes.
 
-Names are Kafka's as the JMX exporter renders them (pybroker/metrics.py, docs/metrics.md).
+Names are Kafka's as the JMX exporter renders them (pybroker/exposition.py, docs/metrics.md).
 """
 
 from __future__ import annotations

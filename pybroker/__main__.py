@@ -25,7 +25,8 @@ import sys
 from pathlib import Path
 
 from pybroker import cli, logthrottle
-from pybroker.broker import Broker, describe, make_store
+from pybroker.broker import Broker, describe
+from pybroker.builder import make_store
 from pybroker.clock import SYSTEM_CLOCK
 from pybroker.config import (
     Config,
@@ -95,7 +96,7 @@ def parse_scram_spec(spec: str) -> tuple[str, str, str, int]:
 
 
 async def _add_scram(config: Config, specs: list[tuple[str, str, str, int]]) -> None:
-    store = make_store(config, config.data_dir, SYSTEM_CLOCK)
+    store = make_store(config, data_dir=config.data_dir, clock=SYSTEM_CLOCK)
     await store.start()
     try:
         creds = CredentialStore(store)

@@ -1,102 +1,86 @@
-"""The composition root: builds the broker's parts and starts and stops them in order.
+"""The composition root: the broker's parts started in dependency order and stopped in reverse.
 
-start: log dirs (LogManager: created, checked writable, recovered; none usable stops the
-start naming log.dirs) -> the listeners' ports bound, not yet accepting (a port in use stops
-the start naming listeners, before the broker registers or claims the controller role) ->
-metadata store (ZooKeeper when zookeeper.connect is set, else the embedded store under
-log.dirs) -> Cluster (cluster id, registration, controller) -> logs for the partitions this
-broker leads -> group coordinator (groups known from committed offsets) -> the log cleaner's
-threads (pybroker/log/cleaner.py) -> listeners accept -> periodic retention and
-recovery-point checkpoints.  stop runs the same steps backwards; a
-clean stop leaves the logs marked clean so the next start skips recovery scans.
+``start`` runs one small step per part (pybroker/builder.py makes each from the Config): the
+log dirs (created, checked writable, recovered; none usable stops the start naming log.dirs)
+-> the listeners' ports bound, not yet accepting (a port in use stops the start naming
+listeners, before the broker registers or claims the controller role) -> the metadata store
+(ZooKeeper when zookeeper.connect is set, else embedded under log.dirs) -> the Cluster
+(registration, controller) -> the replica manager and the logs it leads -> the coordinators'
+storages (offsets.storage, transaction.state.storage: the metadata store or the internal
+topics) -> the group coordinator, share groups and the transaction coordinator (then the
+internal topics' partitions led here are loaded) -> quotas, the authorizer -> the log cleaner -> the listeners accept
+-> the metrics and console listener -> periodic retention and recovery-point checkpoints.
+Each step registers its part's stop (``Stops``); ``stop`` runs them last-registered first,
+after the controlled shutdown.  docs/internals.md ("The broker process") has the order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import json
 import logging
 import os
-import resource
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from pybroker import dynamic_config
+from pybroker import builder, dynamic_config
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.config import Config
 from pybroker.console import Console
-from pybroker.coord.controller.controller import Controller
-from pybroker.coord.group.classic import GroupConfig
-from pybroker.coord.group.consumer_member import ConsumerGroupConfig, TopicMeta
+from pybroker.coord.group.consumer_member import TopicMeta
 from pybroker.coord.group.coordinator import GroupCoordinator
 from pybroker.coord.group.group_configs import Bounds, GroupConfigCache
-from pybroker.coord.group.offsets import OffsetStore
-from pybroker.coord.group.offsets_drain import OffsetsDrain
-from pybroker.coord.group.offsets_log import LogOffsetStore
-from pybroker.coord.group.share import ShareGroupConfig
 from pybroker.coord.group.share_coordinator import ShareGroupCoordinator
-from pybroker.coord.group.share_store import ShareStateStore
 from pybroker.coord.metadata import paths
 from pybroker.coord.metadata.batching import BatchingStore
 from pybroker.coord.metadata.cluster import Cluster
-from pybroker.coord.metadata.local import LocalStore
 from pybroker.coord.metadata.paths import DEFAULT_ENTITY
-from pybroker.coord.metadata.placement import OFFSETS_PARTITIONS
 from pybroker.coord.metadata.store import MetadataStore
-from pybroker.coord.txn.coordinator import TransactionCoordinator, TxnConfig
+from pybroker.coord.txn.coordinator import TransactionCoordinator
 from pybroker.coord.txn.markers import MarkerSender
-from pybroker.coord.txn.state_log import TxnStateLog
-from pybroker.coord.txn.store import TxnStateStore
 from pybroker.dynamic_config import DynamicBrokerConfig
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.exposition import exposition
 from pybroker.fetch_session import FetchSessionCache
 from pybroker.flusher import Flusher
 from pybroker.handlers._topics import flush_policy, log_config
 from pybroker.handlers.write_txn_markers import write_txn_markers
 from pybroker.http_server import HttpRequest, HttpResponse, HttpServer
-from pybroker.internal_topics import (
-    OFFSETS_TOPIC,
-    TXN_STATE_TOPIC,
-    InternalTopic,
-    LeaderPlacement,
-)
+from pybroker.internal_topics import InternalTopic
 from pybroker.log import LogManager, PartitionLog, meta_properties
-from pybroker.log.cleaner import CleanerConfig, LogCleaner
+from pybroker.log.cleaner import LogCleaner
 from pybroker.log.manager import OfflineLogDirError
 from pybroker.log.mover import LogDirMover
 from pybroker.log.partition_metadata import other_incarnation
-from pybroker.log.segment import DESCRIPTORS, descriptor_budget
+from pybroker.log.segment import DescriptorCache
 from pybroker.loop_monitor import LoopMonitor
-from pybroker.metrics import BrokerMetrics, exposition
+from pybroker.metrics import BrokerMetrics
 from pybroker.purgatory import Purgatory
 from pybroker.quotas.manager import QuotaManager
 from pybroker.quotas.store import QuotaStore
 from pybroker.replica_manager import ReplicaManager
 from pybroker.replication import manager as replica_manager
-from pybroker.replication.client import BrokerConnection
 from pybroker.replication.controlled_shutdown import controlled_shutdown
-from pybroker.replication.fetcher import ReplicaFetcher
-from pybroker.replication.throttle import ReplicationThrottles
 from pybroker.security import listeners as listener_security
 from pybroker.security.authorizer import Authorizer
 from pybroker.security.credentials import CredentialStore, fake_salt_key
 from pybroker.server import KafkaServer
-from pybroker.share.manager import ShareDefaults, SharePartitionManager
+from pybroker.share.manager import SharePartitionManager
 
 # the event loop's time for deleting a deleted topic's logs in one go (see _delete_logs)
 LOG_DELETE_BUDGET_S = 0.01
 
 log = logging.getLogger("pybroker.broker")
 
-METADATA_DIR = "__cluster_metadata"
 STOP_STEP_S = 3.0  # the most one shutdown step may take (SIGTERM must end the process)
 
 
-async def _bounded(what: str, step: Any, timeout: float = STOP_STEP_S) -> None:
+async def _bounded(what: str, step: Awaitable[Any], timeout: float = STOP_STEP_S) -> None:
     """Await one shutdown step for at most ``timeout`` seconds; a step that fails or takes
     longer is logged and left behind (its task is cancelled), and the shutdown goes on."""
     try:
@@ -108,38 +92,44 @@ async def _bounded(what: str, step: Any, timeout: float = STOP_STEP_S) -> None:
         log.warning("shutdown: %s failed to stop: %r; going on", what, e)
 
 
-def make_store(config: Config, data_dir: Path, clock: Clock) -> MetadataStore:
-    if config.zookeeper_connect:
-        from pybroker.coord.metadata.zk import ZooKeeperStore
+class Stops:
+    """The stops of the parts started so far, by name; ``run`` calls them last-pushed first.
+    A bounded stop gets STOP_STEP_S (``_bounded``); an unbounded one (local disk, threads that
+    must end before the logs close) is awaited to its end."""
 
-        return ZooKeeperStore(
-            config.zookeeper_connect,
-            session_timeout_ms=config.zookeeper_session_timeout_ms,
-            connect_timeout_s=(
-                config.zookeeper_connection_timeout_ms or config.zookeeper_session_timeout_ms
-            )
-            / 1000.0,
-        )
-    return LocalStore(data_dir / METADATA_DIR, clock=clock)
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[Callable[[], Any], bool]] = {}
 
+    def push(self, name: str, stop: Callable[[], Any], *, bounded: bool = True) -> None:
+        self._entries.pop(name, None)
+        self._entries[name] = (stop, bounded)
 
-def raise_open_files_limit() -> tuple[int, int]:
-    """Raise the RLIMIT_NOFILE soft limit to the hard limit (as Kafka's start scripts expect
-    of the operator, done here so a default shell limit of 1024 is not the broker's) and size
-    the log's descriptor cache from it.  Returns (soft, hard) in effect."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError) as e:  # e.g. a hard limit above the kernel's nr_open
-            log.warning("could not raise the open files limit from %d to %d: %s", soft, hard, e)
-            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    DESCRIPTORS.set_capacity(descriptor_budget(soft))
-    return soft, hard
+    def bump(self, name: str) -> None:
+        """Move ``name``'s stop to the top: it now runs before the stops pushed since (a part
+        that must stop before parts started after it, e.g. the listeners once they accept)."""
+        self._entries[name] = self._entries.pop(name)
+
+    @property
+    def order(self) -> list[str]:
+        """The names in the order ``run`` stops them."""
+        return list(reversed(self._entries))
+
+    async def run(self) -> None:
+        while self._entries:
+            name = next(reversed(self._entries))
+            stop, bounded = self._entries.pop(name)
+            result = stop()
+            if inspect.isawaitable(result):
+                if bounded:
+                    await _bounded(name, result)
+                else:
+                    await result
 
 
 class Broker:
+    """The broker: its parts (pybroker/services.py's BrokerServices once started), the order
+    they start and stop in, and its reactions to metadata and log dir events."""
+
     def __init__(
         self, config: Config, clock: Clock = SYSTEM_CLOCK, *, store: MetadataStore | None = None
     ) -> None:
@@ -155,6 +145,7 @@ class Broker:
         self.store: MetadataStore | None = None
         self.cluster: Cluster | None = None
         self.logs: LogManager | None = None
+        self.descriptors: DescriptorCache | None = None
         self.log_mover: LogDirMover | None = None
         self._hosted_at_start: set[tuple[str, int]] = set()
         self.groups: GroupCoordinator | None = None
@@ -169,6 +160,8 @@ class Broker:
         self.offsets_topic: InternalTopic | None = None
         self.txn_topic: InternalTopic | None = None
         self._drain_topic: InternalTopic | None = None  # offsets.storage=zookeeper
+        self._offsets_storage: builder.OffsetsStorage | None = None
+        self._txn_storage: builder.TxnStateStorage | None = None
         self.credentials: CredentialStore | None = None
         self.authorizer: Authorizer | None = None
         self.quota_store: QuotaStore | None = None
@@ -186,6 +179,7 @@ class Broker:
         self.cleaner: LogCleaner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
+        self._stops = Stops()
         self._stopping = False
         self._topic_meta_cache: TopicMeta | None = None
         # the configs object last applied to each topic's logs (TOPIC_CHANGED skips the same)
@@ -193,9 +187,7 @@ class Broker:
         # always running: its warnings (loop.stall.warn.ms, 0 = none) and the session lease
         self.loop_monitor = LoopMonitor(config.loop_stall_warn_ms)
         # metrics.listener: counters the request paths move (None: off, nothing counted)
-        self.metrics: BrokerMetrics | None = (
-            BrokerMetrics() if config.metrics_listener is not None else None
-        )
+        self.metrics: BrokerMetrics | None = builder.broker_metrics(config)
         self.http: HttpServer | None = None
         self.console: Console | None = None
 
@@ -203,17 +195,44 @@ class Broker:
     def metadata_backend(self) -> str:
         return "zookeeper" if self.config.zookeeper_connect else "embedded"
 
+    # -- start and stop -----------------------------------------------------------------------
     async def start(self) -> None:
-        cfg = self.config
+        for step in (
+            self._start_loop_monitor,
+            self._load_logs,
+            self._bind_listeners,
+            self._start_store,
+            self._start_cluster,
+            self._start_replicas,
+            self._start_coordinator_storages,
+            self._start_group_coordinator,
+            self._start_share_groups,
+            self._start_transaction_coordinator,
+            self._start_quotas,
+            self._start_authorizer,
+            self._start_cleaner,
+            self._serve,
+            self._serve_http,
+            self._start_periodic_tasks,
+        ):
+            await step()
+
+    async def _start_loop_monitor(self) -> None:
         self.loop_monitor.start()  # first, so a blocking start-up step shows too
-        data_dir = cfg.data_dir
-        soft, _ = raise_open_files_limit()
+        self._stops.push("loop monitor", self.loop_monitor.stop, bounded=False)
+
+    async def _load_logs(self) -> None:
+        cfg = self.config
+        soft, _ = builder.raise_open_files_limit()
+        self.descriptors = builder.descriptor_cache(soft)
         log.info(
             "open files limit %d; at most %d segment files open at once",
             soft,
-            DESCRIPTORS.capacity,
+            self.descriptors.capacity,
         )
-        self.logs = LogManager(cfg.log_dir_list, log_config(cfg, {}), self.clock)
+        self.logs = builder.log_manager(cfg, clock=self.clock, descriptors=self.descriptors)
+        # local disk only: never skipped (a clean close lets the next start skip recovery)
+        self._stops.push("logs", lambda: asyncio.to_thread(self.logs.close), bounded=False)
         await asyncio.to_thread(self.logs.load_all)  # none usable: an error naming log.dirs
         if not cfg.zookeeper_connect and self.logs.log_dir in self.logs.offline_dirs:
             raise OfflineLogDirError(
@@ -223,55 +242,38 @@ class Broker:
         for d in self.logs.online_dirs:  # a disk of another broker: refused, as Kafka does
             meta_properties.check_broker_id(d, cfg.broker_id)
         self.logs.dir_failure_listeners.append(self._on_log_dir_failure)
-        self.log_mover = LogDirMover(
-            self.logs,
-            # read at every chunk: a dynamic change applies to moves under way
-            rate=lambda: self.config.replica_alter_log_dirs_io_max_bytes_per_second,
-            clock=self.clock,
-        )
-        # the listeners' ports are bound before the broker registers or claims the controller
-        # role (a port in use stops it here, naming listeners); connections wait in the
-        # kernel's backlog until server.start() below
-        self.server = KafkaServer(
-            self,
-            cfg.listeners,
-            max_request_bytes=cfg.socket_request_max_bytes,
-            max_connections=cfg.max_connections,
-            ssl_contexts={
-                name: listener_security.ssl_context(cfg, name) for name in cfg.ssl_listeners
-            },
-            sasl={name: listener_security.listener_sasl(cfg, name) for name in cfg.sasl_listeners},
-            principal_rules=listener_security.principal_mapper(cfg),
-        )
+        self.log_mover = builder.log_dir_mover(cfg, logs=self.logs, clock=self.clock)
+
+    async def _bind_listeners(self) -> None:
+        """The listeners' ports are bound before the broker registers or claims the controller
+        role (a port in use stops it here, naming listeners); connections wait in the kernel's
+        backlog until ``_serve``."""
+        self.server = builder.kafka_server(self.config, services=self)
+        self._stops.push("listeners", self.server.stop)
         await self.server.bind()
-        if cfg.metrics_listener is not None:
-            self.http = HttpServer(cfg.metrics_listener.host, cfg.metrics_listener.port)
+        self.http = builder.http_server(self.config)
+        if self.http is not None:
+            self._stops.push("HTTP listener", self.http.stop)
             await self.http.bind()
-        self.store = self._given_store or make_store(cfg, data_dir, self.clock)
+
+    async def _start_store(self) -> None:
+        cfg = self.config
+        self.store = self._given_store or builder.make_store(
+            cfg, data_dir=cfg.data_dir, clock=self.clock
+        )
+        self._stops.push("metadata store", self.store.close)
+        # the logs close (marked clean) before the store, the stop most likely to wait on an
+        # unreachable ZooKeeper
+        self._stops.bump("logs")
         await self.store.start()
-        endpoints = [(e.listener, e.host, e.port) for e in cfg.advertised]
-        self.cluster = Cluster(
-            self.store,
-            cfg.broker_id,
-            endpoints,
-            self.clock,
-            rack=cfg.broker_rack,
-            unclean_leader_election_enable=cfg.unclean_leader_election_enable,
-            # a registration left by our previous process goes when its session times out
-            registration_wait_ms=2 * cfg.zookeeper_session_timeout_ms
-            if cfg.zookeeper_connect
-            else 0,
-            max_broker_partitions=cfg.max_broker_partitions,
-            auto_leader_rebalance_enable=cfg.auto_leader_rebalance_enable,
-            leader_imbalance_check_interval_s=cfg.leader_imbalance_check_interval_seconds,
-            leader_imbalance_per_broker_percentage=cfg.leader_imbalance_per_broker_percentage,
-            # the session lease (coord/metadata/cluster.py): a loop held up past a third of
-            # the session
-            stall_limit_ms=cfg.zookeeper_session_timeout_ms / 3 if cfg.zookeeper_connect else 0,
-            loop_blocked_ms=self.loop_monitor.blocked_ms,
-            controller=Controller,
+
+    async def _start_cluster(self) -> None:
+        cfg = self.config
+        self.cluster = builder.cluster(
+            cfg, store=self.store, clock=self.clock, loop_monitor=self.loop_monitor
         )
         self.loop_monitor.add_listener(self.cluster.loop_stalled)
+        self._stops.push("cluster membership", self.cluster.stop)
         await self.cluster.start()
         for d in self.logs.online_dirs:  # (a wrong zookeeper.connect: refused, as Kafka does)
             meta_properties.check_cluster_id(d, self.cluster.cluster_id)
@@ -281,212 +283,185 @@ class Broker:
             except OSError as e:
                 self.logs.fail_dir(d, e)
         self._apply_broker_configs()  # before anything below reads a dynamic value
-        self.replicas = ReplicaManager(
-            cfg.broker_id,
-            self.cluster,
-            self.logs,
-            self.purgatory,
-            self.clock,
-            replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
+
+    async def _start_replicas(self) -> None:
+        """The replica manager, the flusher, the roles of the partitions hosted here."""
+        self.replicas = builder.replica_manager(
+            self.config,
+            cluster=self.cluster,
+            logs=self.logs,
+            purgatory=self.purgatory,
+            clock=self.clock,
+            flusher=self.flusher,
+            metrics=self.metrics,
             min_insync_replicas=self._min_insync_replicas,
             open_log=self.partition_log,
             create_logs=self.create_new_logs,
-            fetcher_factory=ReplicaFetcher,
-            inter_broker_listener=cfg.inter_broker_listener,
-            inter_broker_ssl=listener_security.inter_broker_ssl_context(cfg),
-            inter_broker_sasl=listener_security.inter_broker_sasl(cfg),
             on_replica_removed=lambda t, p, plog: self._delete_logs([(t, p, plog)]),
-            throttles=ReplicationThrottles(
-                lambda: self.config, self.cluster, cfg.broker_id, self.clock
-            ),
-            config=self.config,
-            flusher=self.flusher,
-            metrics=self.metrics,
         )
         self._apply_topic_configs()
         self._loop = asyncio.get_running_loop()
         self.logs.owner_thread = threading.get_ident()
         self.logs.call_on_owner = self._loop.call_soon_threadsafe
-        self.cleaner = self._new_cleaner()
-        self.cleaner.start()
         self.flusher.start()
-        me = cfg.broker_id
+        self._stops.push("flusher", self.flusher.stop)
+        me = self.config.broker_id
         self._hosted_at_start = {  # existing replicas (Kafka's isNew = false)
             (name, p)
             for name, info in self.cluster.topics.items()
             for p, st in info.partitions.items()
             if me in st.replicas
         }
+        self._stops.push("replica manager", self.replicas.stop)
         await self.replicas.start()
         self._delete_stray_logs()
         self.log_mover.resume()  # moves a crash interrupted go on
+        self._stops.push("log dir mover", self.log_mover.stop)
         self.cluster.add_listener(self._on_cluster_event)
-        offsets, txn_storage, group_placement, txn_placement = self._coordinator_storages()
-        self.groups = GroupCoordinator(
-            offsets,
-            self.clock,
-            GroupConfig(
-                min_session_timeout_ms=cfg.group_min_session_timeout_ms,
-                max_session_timeout_ms=cfg.group_max_session_timeout_ms,
-                initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
-            ),
-            drain=self._drain_topic.owner if self._drain_topic is not None else None,
-            offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
-            offsets_retention_check_interval_ms=cfg.offsets_retention_check_interval_ms,
-            offset_metadata_max_bytes=cfg.offset_metadata_max_bytes,
-            broker_id=cfg.broker_id,
-            membership=lambda: (self.cluster.membership_epoch, self.cluster.brokers),
-            consumer_config=ConsumerGroupConfig(
-                session_timeout_ms=cfg.group_consumer_session_timeout_ms,
-                heartbeat_interval_ms=cfg.group_consumer_heartbeat_interval_ms,
-                assignors=cfg.group_consumer_assignors,
-                max_size=cfg.group_consumer_max_size,
-                migration_policy=cfg.group_consumer_migration_policy,
-            ),
-            topics=self._topic_meta,
-            placement=group_placement,
+
+    async def _start_coordinator_storages(self) -> None:
+        """The group and transaction coordinators' storages (offsets.storage,
+        transaction.state.storage) and placements: the metadata store behind a BatchingStore
+        (rendezvous placement), or the internal topics (internal_topics.py; their partitions'
+        leaders coordinate).  With offsets in the metadata store, an __consumer_offsets left
+        by the kafka storage is drained into it."""
+        cfg = self.config
+        self.coord_store = builder.coordinator_store(store=self.store)
+        self._offsets_storage = builder.offsets_storage(
+            cfg,
+            services=self,
+            cluster=self.cluster,
+            coord_store=self.coord_store,
+            clock=self.clock,
         )
-        if self._drain_topic is not None:
-            await self._drain_topic.owner.start()
+        self.offsets_topic = self._offsets_storage.topic
+        self._drain_topic = self._offsets_storage.drain_topic
+        self._txn_storage = builder.txn_state_storage(
+            cfg, services=self, cluster=self.cluster, coord_store=self.coord_store
+        )
+        self.txn_topic = self._txn_storage.topic
+        self._push_loading_stops()
+
+    def _push_loading_stops(self) -> None:
+        """The internal topics' loading stops (their stores' loads and unloads), run in
+        main's order __consumer_offsets, __transaction_state, the drain; pushed again once
+        the marker sender is, so they run after the transaction coordinator's stop and
+        before the marker sender's."""
+        for topic in (self._drain_topic, self.txn_topic, self.offsets_topic):
+            if topic is not None and topic.owner is not None:
+                self._stops.push(f"{topic.name} loading", topic.owner.stop)
+
+    async def _start_group_coordinator(self) -> None:
+        storage = self._offsets_storage
+        self.groups = builder.group_coordinator(
+            self.config,
+            offsets=storage.offsets,
+            placement=storage.placement,
+            drain=storage.drain,
+            clock=self.clock,
+            cluster=self.cluster,
+            topics=self._topic_meta,
+        )
+        self._stops.push("group coordinator", self.groups.stop)
+        if storage.drain is not None:
+            await storage.drain.start()
         await self.groups.start()
-        self._start_share_groups()
-        self._marker_sender = MarkerSender(
-            self.cluster,
-            cfg.broker_id,
+
+    async def _start_share_groups(self) -> None:
+        """Share groups (KIP-932): the group coordinator's side (membership, assignment,
+        share-partition state initialization) and the leader's (share-partitions, share
+        sessions); both keep their state in the metadata store (docs/internals.md)."""
+        store = builder.share_state_store(store=self.store)
+        self.group_configs = builder.group_config_cache(store=self.store)
+        self.share_groups = builder.share_group_coordinator(
+            self.config,
+            store=store,
+            clock=self.clock,
+            cluster=self.cluster,
+            groups=self.groups,
+            group_configs=self.group_configs,
+            topics=self._topic_meta,
+        )
+        self._stops.push("share-group coordinator", self.share_groups.stop)
+        self.groups.share_group_exists = self.share_groups.exists
+        self.shares = builder.share_partition_manager(
+            self.config,
+            store=store,
+            replicas=self.replicas,
+            purgatory=self.purgatory,
+            clock=self.clock,
+            group_configs=self.group_configs,
+        )
+        self._stops.push("share-partitions", self.shares.stop)
+
+    async def _start_transaction_coordinator(self) -> None:
+        self._marker_sender = builder.marker_sender(
+            self.config,
+            cluster=self.cluster,
             write_local=lambda markers: write_txn_markers(self, markers),
-            connect=lambda host, port: BrokerConnection(
-                host,
-                port,
-                f"txn-coordinator-{self.config.broker_id}",
-                ssl=listener_security.inter_broker_ssl_context(self.config),
-                sasl=listener_security.inter_broker_sasl(self.config),
-            ),
-            listener=lambda: self.config.inter_broker_listener,
             offsets_owner=self.groups.placement.owner,
         )
-        self.transactions = TransactionCoordinator(
-            txn_storage,
-            self.clock,
-            TxnConfig(
-                max_timeout_ms=cfg.transaction_max_timeout_ms,
-                id_expiration_ms=cfg.transactional_id_expiration_ms,
-                abort_interval_ms=cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
-                expire_interval_ms=cfg.transaction_remove_expired_transaction_cleanup_interval_ms,
-            ),
-            self.cluster.allocate_producer_id,
-            self._marker_sender,
-            broker_id=cfg.broker_id,
-            membership=lambda: (self.cluster.membership_epoch, self.cluster.brokers),
-            placement=txn_placement,
+        self._stops.push("transaction marker sender", self._marker_sender.close, bounded=False)
+        self._push_loading_stops()
+        self.transactions = builder.transaction_coordinator(
+            self.config,
+            storage=self._txn_storage.storage,
+            placement=self._txn_storage.placement,
+            clock=self.clock,
+            cluster=self.cluster,
+            markers=self._marker_sender,
         )
+        self._stops.push("transaction coordinator", self.transactions.stop)
         await self.transactions.start()
         self._take_up_internal_topics()
+
+    async def _start_quotas(self) -> None:
+        """SCRAM credentials and client quotas, both read from the metadata store."""
         self.credentials = CredentialStore(self.store)
         self.quota_store = QuotaStore(self.store)
+        self._stops.push("quota store", self.quota_store.close, bounded=False)
         await self.quota_store.watch()
-        self.quotas = QuotaManager(
-            lambda: self.quota_store.quotas,
-            self.clock.time_ms,
-            samples=cfg.quota_window_num,
-            window_ms=cfg.quota_window_size_seconds * 1000,
+        self.quotas = builder.quota_manager(
+            self.config, quota_store=self.quota_store, clock=self.clock
         )
-        if cfg.authorizer_class_name:
-            self.authorizer = Authorizer(
-                self.store,
-                super_users=cfg.super_users,
-                allow_everyone_if_no_acl_found=cfg.allow_everyone_if_no_acl_found,
-                now_ms=self.clock.time_ms,
-            )
+
+    async def _start_authorizer(self) -> None:
+        self.authorizer = builder.authorizer(self.config, store=self.store, clock=self.clock)
+        if self.authorizer is not None:
+            self._stops.push("authorizer", self.authorizer.stop)
             await self.authorizer.start()
+
+    async def _start_cleaner(self) -> None:
+        self.cleaner = self._new_cleaner()
+        # not bounded: its threads stop between two steps of a clean, and a swap they wait for
+        # needs the loop running; the logs must not close under them.  (The cleaner may have
+        # been restarted since: the current one is stopped.)
+        self._stops.push("log cleaner", lambda: asyncio.to_thread(self.cleaner.stop), bounded=False)
+        self.cleaner.start()
+
+    async def _serve(self) -> None:
         self._apply_connection_limits()
         await self.server.start()
-        if self.http is not None:
-            self.metrics.idle.start()
-            self.http.route("/metrics", self._metrics_route)
-            if cfg.console_enable:
-                self.console = Console(self, cfg.console_lag_sample_interval_ms / 1000.0)
-                self.console.install(self.http)
-            await self.http.start()
-            if self.console is not None:
-                self.console.start()
+        self._stops.bump("listeners")  # the first to stop: no new requests from here on
+
+    async def _serve_http(self) -> None:
+        """/metrics and the console on metrics.listener (when configured)."""
+        if self.http is None:
+            return
+        self.metrics.idle.start()
+        self.http.route("/metrics", self._metrics_route)
+        if self.config.console_enable:
+            self.console = Console(self, self.config.console_lag_sample_interval_ms / 1000.0)
+            self.console.install(self.http)
+        await self.http.start()
+        self._stops.bump("HTTP listener")
+        if self.console is not None:
+            self.console.start()
+            self._stops.push("console", self.console.stop)
+
+    async def _start_periodic_tasks(self) -> None:
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
         self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="checkpoint"))
-
-    def _coordinator_storages(self) -> tuple[Any, Any, Any, Any]:
-        """The group and transaction coordinators' storages (offsets.storage,
-        transaction.state.storage) and placements: the metadata store behind a
-        BatchingStore (group commit of many groups' and ids' writes; rendezvous placement),
-        or the internal topics (internal_topics.py; their partitions' leaders coordinate)."""
-        cfg = self.config
-        self.coord_store = BatchingStore(self.store)
-        group_placement = txn_placement = None
-        if cfg.offsets_storage == "kafka":
-            n = self._internal_partitions(OFFSETS_TOPIC, cfg.offsets_topic_num_partitions)
-            self.offsets_topic = InternalTopic(
-                self,
-                OFFSETS_TOPIC,
-                partitions=n,
-                replication_factor=lambda: self.config.offsets_topic_replication_factor,
-                configs=lambda: {
-                    "cleanup.policy": "compact",
-                    "compression.type": "producer",
-                    "segment.bytes": str(self.config.offsets_topic_segment_bytes),
-                },
-                timeout_ms=lambda: self.config.offsets_commit_timeout_ms,
-                owner=None,
-            )
-            offsets: Any = LogOffsetStore(
-                self.offsets_topic, self.coord_store, self.clock, partitions=n
-            )
-            self.offsets_topic.owner = offsets
-            group_placement = LeaderPlacement(self.cluster, OFFSETS_TOPIC, n, offsets)
-        else:
-            offsets = OffsetStore(self.coord_store, self.clock)
-            # __consumer_offsets left by the kafka storage is drained into the store
-            self._drain_topic = InternalTopic(
-                self,
-                OFFSETS_TOPIC,
-                partitions=self._internal_partitions(OFFSETS_TOPIC, OFFSETS_PARTITIONS),
-                replication_factor=lambda: self.config.offsets_topic_replication_factor,
-                configs=dict,
-                timeout_ms=lambda: self.config.offsets_commit_timeout_ms,
-                owner=None,
-            )
-            self._drain_topic.owner = OffsetsDrain(
-                self._drain_topic,
-                offsets,
-                self.clock,
-                topic_exists=self._drain_topic.exists,
-            )
-        if cfg.transaction_state_storage == "kafka":
-            n = self._internal_partitions(TXN_STATE_TOPIC, cfg.transaction_state_log_num_partitions)
-            self.txn_topic = InternalTopic(
-                self,
-                TXN_STATE_TOPIC,
-                partitions=n,
-                replication_factor=lambda: self.config.transaction_state_log_replication_factor,
-                configs=lambda: {
-                    "cleanup.policy": "compact",
-                    "compression.type": "uncompressed",
-                    "min.insync.replicas": str(self.config.transaction_state_log_min_isr),
-                    "unclean.leader.election.enable": "false",
-                    "segment.bytes": str(self.config.transaction_state_log_segment_bytes),
-                },
-                timeout_ms=lambda: self.config.offsets_commit_timeout_ms,
-                owner=None,
-            )
-            txn_storage: Any = TxnStateLog(self.txn_topic, partitions=n)
-            self.txn_topic.owner = txn_storage
-            txn_placement = LeaderPlacement(self.cluster, TXN_STATE_TOPIC, n, txn_storage)
-        else:
-            txn_storage = TxnStateStore(self.coord_store)
-        return offsets, txn_storage, group_placement, txn_placement
-
-    def _internal_partitions(self, topic: str, configured: int) -> int:
-        """Kafka's partition count of a coordinator topic: the existing topic's, else the
-        configured one (which "should not change after deployment")."""
-        info = self.cluster.topics.get(topic)
-        return len(info.partitions) if info is not None else configured
 
     def _take_up_internal_topics(self) -> None:
         """Load and unload the internal topics' partitions as this broker's leadership of
@@ -504,15 +479,15 @@ class Broker:
             self.txn_topic.take_up_led_partitions()
 
     async def stop(self) -> None:
-        """Every step is bounded (STOP_STEP_S): with ZooKeeper unreachable or a peer paused,
-        a step waiting on them gives up and the shutdown goes on, so SIGTERM always ends the
-        process.  The logs are closed (marked clean) before the metadata store, which is the
-        step most likely to wait on an unreachable ZooKeeper.
+        """Every step is bounded (STOP_STEP_S) unless it only touches local disk or threads:
+        with ZooKeeper unreachable or a peer paused, a step waiting on them gives up and the
+        shutdown goes on, so SIGTERM always ends the process.
 
         First, with ``controlled.shutdown.enable``, the controlled shutdown (replication/
         controlled_shutdown.py): leaderships and ISR memberships are handed over through the
         controller while the listeners still answer (clients are told NOT_LEADER_OR_FOLLOWER
-        and find the new leaders), bounded by its own retries and deadline."""
+        and find the new leaders), bounded by its own retries and deadline.  Then metadata
+        events stop mattering, the periodic tasks end, and the parts stop in reverse."""
         if (
             self.config.controlled_shutdown_enable
             and self.cluster is not None
@@ -536,45 +511,7 @@ class Broker:
             t.cancel()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=STOP_STEP_S)
-        if self.console is not None:
-            await _bounded("console", self.console.stop())
-        if self.http is not None:
-            await _bounded("HTTP listener", self.http.stop())
-        if self.server is not None:
-            await _bounded("listeners", self.server.stop())
-        if self.cleaner is not None:
-            # not bounded: its threads stop between two steps of a clean, and a swap they
-            # wait for needs the loop running; the logs must not close under them
-            await asyncio.to_thread(self.cleaner.stop)
-        if self.authorizer is not None:
-            await _bounded("authorizer", self.authorizer.stop())
-        if self.quota_store is not None:
-            self.quota_store.close()
-        if self.transactions is not None:
-            await _bounded("transaction coordinator", self.transactions.stop())
-        for topic in (self.offsets_topic, self.txn_topic, self._drain_topic):
-            if topic is not None and topic.owner is not None:
-                await _bounded(f"{topic.name} loading", topic.owner.stop())
-        if self._marker_sender is not None:
-            self._marker_sender.close()
-        if self.shares is not None:
-            await _bounded("share-partitions", self.shares.stop())
-        if self.share_groups is not None:
-            await _bounded("share-group coordinator", self.share_groups.stop())
-        if self.groups is not None:
-            await _bounded("group coordinator", self.groups.stop())
-        if self.log_mover is not None:
-            await _bounded("log dir mover", self.log_mover.stop())
-        if self.replicas is not None:
-            await _bounded("replica manager", self.replicas.stop())
-        await _bounded("flusher", self.flusher.stop())
-        if self.cluster is not None:
-            await _bounded("cluster membership", self.cluster.stop())
-        if self.logs is not None:
-            await asyncio.to_thread(self.logs.close)  # local disk only: never skipped
-        if self.store is not None:
-            await _bounded("metadata store", self.store.close())
-        await self.loop_monitor.stop()
+        await self._stops.run()
 
     async def _metrics_route(self, request: HttpRequest) -> HttpResponse:
         body, content_type = await exposition(self, request.headers.get("accept"))
@@ -654,20 +591,8 @@ class Broker:
             self.logs.adopt(key, result)
 
     def _new_cleaner(self) -> LogCleaner:
-        cfg = self.config
-        return LogCleaner(
-            self.logs,
-            CleanerConfig(
-                enable=cfg.log_cleaner_enable,
-                threads=cfg.log_cleaner_threads,
-                dedupe_buffer_size=cfg.log_cleaner_dedupe_buffer_size,
-                io_buffer_size=cfg.log_cleaner_io_buffer_size,
-                dedupe_buffer_load_factor=cfg.log_cleaner_io_buffer_load_factor,
-                backoff_ms=cfg.log_cleaner_backoff_ms,
-                use_process=True,
-            ),
-            self.clock,
-            run_on_owner=self._run_on_loop,
+        return builder.log_cleaner(
+            self.config, logs=self.logs, clock=self.clock, run_on_owner=self._run_on_loop
         )
 
     def _apply_broker_configs(self) -> set[str]:
@@ -796,81 +721,9 @@ class Broker:
         self._loop.call_soon_threadsafe(call)
         return fut.result()
 
-    def _start_share_groups(self) -> None:
-        """Share groups (KIP-932): the group coordinator's side (membership, assignment,
-        share-partition state initialization) and the leader's (share-partitions, share
-        sessions); both keep their state in the metadata store (docs/internals.md)."""
-        store = ShareStateStore(self.store)
-        self.group_configs = GroupConfigCache(self.store)
-        groups = self.groups
-
-        def other_group(gid: str) -> bool:
-            g = groups.groups.get(gid)
-            return g is not None and not getattr(g, "dead", False) and g.state.value != "Dead"
-
-        self.share_groups = ShareGroupCoordinator(
-            store,
-            self.clock,
-            coordinator_error=groups.coordinator_error,
-            other_group=other_group,
-            topics=self._topic_meta,
-            config=self._share_group_config,
-            membership_epoch=lambda: self.cluster.membership_epoch,
-        )
-        groups.share_group_exists = self.share_groups.exists
-        self.shares = SharePartitionManager(
-            store,
-            self.replicas,
-            self.purgatory,
-            self.clock,
-            self.group_configs,
-            self._share_defaults,
-            max_sessions=self.config.group_share_max_share_sessions,
-        )
-
-    def _share_defaults(self) -> ShareDefaults:
-        cfg = self.config
-        return ShareDefaults(
-            record_lock_duration_ms=cfg.group_share_record_lock_duration_ms,
-            delivery_count_limit=cfg.group_share_delivery_count_limit,
-            partition_max_record_locks=cfg.group_share_partition_max_record_locks,
-        )
-
     def share_config_bounds(self) -> Bounds:
         """The group.share.min/max.* configs that group configs are held to."""
-        cfg = self.config
-        return Bounds(
-            min_session_timeout_ms=cfg.group_share_min_session_timeout_ms,
-            max_session_timeout_ms=cfg.group_share_max_session_timeout_ms,
-            min_heartbeat_interval_ms=cfg.group_share_min_heartbeat_interval_ms,
-            max_heartbeat_interval_ms=cfg.group_share_max_heartbeat_interval_ms,
-            min_record_lock_duration_ms=cfg.group_share_min_record_lock_duration_ms,
-            max_record_lock_duration_ms=cfg.group_share_max_record_lock_duration_ms,
-            min_delivery_count_limit=cfg.group_share_min_delivery_count_limit,
-            max_delivery_count_limit=cfg.group_share_max_delivery_count_limit,
-            min_partition_max_record_locks=cfg.group_share_min_partition_max_record_locks,
-            max_partition_max_record_locks=cfg.group_share_max_partition_max_record_locks,
-        )
-
-    def _share_group_config(self, gid: str) -> ShareGroupConfig:
-        """A share group's session timeout and heartbeat interval (its share.* group configs
-        over the group.share.* broker configs) and group.share.max.size."""
-        cfg = self.config
-        own = (self.group_configs.cached(gid) if self.group_configs is not None else None) or {}
-
-        def num(key: str, default: int) -> int:
-            try:
-                return int(own.get(key, default))
-            except ValueError:
-                return default
-
-        return ShareGroupConfig(
-            session_timeout_ms=num("share.session.timeout.ms", cfg.group_share_session_timeout_ms),
-            heartbeat_interval_ms=num(
-                "share.heartbeat.interval.ms", cfg.group_share_heartbeat_interval_ms
-            ),
-            max_size=cfg.group_share_max_size,
-        )
+        return builder.share_config_bounds(self.config)
 
     def _topic_meta(self) -> TopicMeta:
         """The cluster's topics for KIP-848 assignments: name -> (topic id, partitions); built

@@ -1,25 +1,12 @@
-"""One client connection: frames in, responses out in request order.
-
-An asyncio Protocol feeds received bytes to the sans-I/O FrameDecoder; complete frames queue
-up (pipelining) and one task per connection handles them one at a time, as Kafka does, so
-responses leave in request order.  Reading pauses while too much is queued, so a fast sender
-cannot grow our memory without bound.  Out-of-band response parts (log file regions) go out
-through pybroker/transport_layer.py: sendfile straight onto the socket, or read and written
-through the TLS layer.
-
-Only framing and decoding violations close the connection (as Kafka does for an unknown API
-key or an unsupported version of anything but ApiVersions); errors a handler can express
-become error codes in its response.
-
-Authentication (security/sasl.py): each connection has a ``Session``.  On a SASL listener,
-until the client has logged in, only ApiVersions, SaslHandshake and SaslAuthenticate are
-served (anything else closes the connection, as Kafka does) and frames are limited to
-sasl.server.max.receive.size (Kafka's 512 KiB); after SaslHandshake v0 the frames are bare
-SASL tokens, answered as bare size-prefixed tokens.  Past connections.max.reauth.ms without a
-re-authentication the next request closes the connection (KIP-368).  A handler that marks the
-session ``close_after_response`` (a failed login) gets its answer sent, then the close.  On
-an SSL listener the principal is the client certificate's distinguished name, mapped by
-ssl.principal.mapping.rules.
+"""One client connection: frames in, responses out in request order.  Frames queue up
+(pipelining) and one task per connection handles them one at a time, as Kafka does; reading
+pauses while too much is queued, so a fast sender cannot grow memory without bound; log file
+regions go out through pybroker/transport_layer.py (sendfile, or read and written through the
+TLS layer).  Only framing and decoding violations close the connection; errors a handler can
+express become error codes.  Each connection has a ``Session``: on a SASL listener only
+ApiVersions and the SASL requests are served before login (KIP-368 re-authentication too); on
+an SSL listener the principal is the client certificate's mapped name.  Details:
+docs/internals.md ("pybroker/connection.py").
 """
 
 from __future__ import annotations
@@ -29,7 +16,8 @@ import collections
 import logging
 import struct
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from pybroker import handlers  # noqa: F401  (registers every handler)
 from pybroker.errors import ErrorCode
@@ -44,6 +32,9 @@ from pybroker.wire import codec
 from pybroker.wire.framing import FrameDecoder, FrameError
 from pybroker.wire.primitives import DecodeError
 
+if TYPE_CHECKING:
+    from pybroker.services import BrokerServices
+
 log = logging.getLogger("pybroker.connection")
 
 MAX_QUEUED_FRAMES = 16
@@ -55,12 +46,12 @@ _BYTES = (bytes, bytearray, memoryview)
 class KafkaConnection(asyncio.Protocol):
     def __init__(
         self,
-        services: Any,
+        services: BrokerServices,
         max_request_bytes: int,
-        on_close: Any = None,
+        on_close: Callable[[KafkaConnection], None] | None = None,
         listener: str | None = None,
         sasl: ListenerSasl | None = None,
-        principal_rules: Any = None,
+        principal_rules: Callable[[str], str] | None = None,
     ) -> None:
         self.services = services
         self.listener = listener  # the name of the listener it was accepted on
@@ -74,7 +65,7 @@ class KafkaConnection(asyncio.Protocol):
         self.queued_bytes = 0
         self.transport: asyncio.Transport | None = None
         self._layer: TransportLayer | None = None
-        self.peer = None
+        self.peer: tuple | None = None
         self.reading_paused = False
         self.closed = False
         self._wakeup = asyncio.Event()

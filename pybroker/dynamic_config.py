@@ -1,32 +1,10 @@
-"""Dynamic broker configuration (KIP-226), Kafka 3.9's DynamicBrokerConfig for pybroker.
-
-Contract:
-
-- ``DynamicBrokerConfig(config)`` snapshots the static settings of a ``Config`` (the keys given
-  in server.properties / --override) and Kafka's defaults.  The broker owns one
-  (``Broker.dynamic``); the ``Config`` stays the one object every component reads
-  (``services.config``), and ``update`` sets its attributes in place, so code that needs a
-  changeable value reads the attribute at use time.
-- Precedence, per key: per-broker dynamic (``/config/brokers/<id>``) > cluster-wide default
-  dynamic (``/config/brokers/<default>``) > static > Kafka's default.  As Kafka's
-  ``overrideProps``, a key set at a higher level removes its synonyms of the lower levels
-  (a dynamic ``log.retention.ms`` beats a static ``log.retention.hours``).  Deleting a dynamic
-  value reverts to the next level at the next ``update``.
-- ``validate(props, per_broker)`` is Kafka's ``DynamicBrokerConfig.validate`` over the whole
-  new set of one entity: raises ``KafkaError(INVALID_REQUEST)`` with Kafka's messages for
-  static-only configs ("Cannot update these configs dynamically: Set(...)"), security configs
-  without a listener prefix, bad values ("Invalid value x for configuration k: ..."), per-broker
-  configs at the default level; and for configs Kafka can change dynamically that pybroker
-  does not apply live (``UNSUPPORTED``: thread pools, listeners, TLS stores...), naming them.
-  Unknown (non-Kafka) names are refused too (Kafka keeps them for plugins pybroker has not).
-- ``update(per_broker, default) -> changed keys`` applies the stored sets (invalid stored
-  entries are logged and ignored, as Kafka's ``fromPersistentProps``).
-- ``describe(...)`` builds DescribeConfigs entries with Kafka's sources, synonyms (in
-  ConfigHelper's order), read_only (Kafka's dynamic classification), config types and
-  documentation (the broker config model, pybroker/config.py).
-
-The reactions to a change (logs' configs, the cleaner, the connection limit) are the broker's
-(``Broker._on_broker_config``), driven by the keys ``update`` returns.
+"""Dynamic broker configuration (KIP-226), Kafka 3.9's DynamicBrokerConfig for pybroker.  The
+broker's one ``Config`` stays the object every component reads; ``update`` sets its attributes
+in place.  Precedence per key: per-broker dynamic > cluster-wide default > static > Kafka's
+default, a key at a higher level removing its synonyms below (Kafka's ``overrideProps``).
+``validate`` answers Kafka's INVALID_REQUEST messages; ``describe`` builds DescribeConfigs
+entries with Kafka's sources and synonyms.  The reactions to a change are the broker's.
+Contract: docs/internals.md ("pybroker/dynamic_config.py").
 """
 
 from __future__ import annotations

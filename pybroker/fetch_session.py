@@ -1,28 +1,11 @@
-"""Incremental fetch sessions (KIP-227): the broker's cache of fetchers' partition sets.
-
-A fetcher (consumer or follower) that sends Fetch v7+ with session id 0 and epoch 0 asks for a
-session: the answer is a full one and, when the cache has room, carries a new session id.  Its
-next requests name that id and the next epoch (1, 2, ...) and list only the partitions whose
-fetch parameters changed, plus the partitions to forget; the broker reads every partition of
-the session with the parameters it remembers, and answers only the partitions that have
-records, an error, or a high watermark or log start offset the fetcher has not been sent yet
-(Kafka's CachedPartition.maybeUpdateResponseData).  A partition that is answered moves to the
-end of the session's order, so that the others come first next time.
-
-Epochs: -1 (FINAL) is a sessionless fetch, which also closes the session it names; 0 (INITIAL)
-closes the named session and asks for a new one; any other value must be the session's next
-epoch (else INVALID_FETCH_SESSION_EPOCH), and an unknown id is FETCH_SESSION_ID_NOT_FOUND.  A
-session created with topic ids (Fetch v13+) is used only with topic ids, and one created with
-names only with names (FETCH_SESSION_TOPIC_ID_ERROR).  When the last partition of a session is
-forgotten the session is closed and the request answered sessionless.
-
-The cache holds max.incremental.fetch.session.cache.slots sessions.  When full, a new session
-may evict, as Kafka's FetchSessionCache.tryEvict: first the least recently used session if it
-has been idle more than 120 s; otherwise the least valuable evictable session, ordered by
-(privileged, size, id), when the new one is at least as valuable.  Followers' sessions are
-privileged.  A session is evictable by anyone once it was last used more than 120 s after its
-creation, and a consumer's session is always evictable by a follower's.  Nothing here awaits:
-the Fetch handler (pybroker/handlers/fetch.py) owns the I/O, and this module owns the state.
+"""Incremental fetch sessions (KIP-227): the broker's cache of fetchers' partition sets.  After
+a full answer that opens a session, a fetch names only the partitions whose parameters changed
+and is answered only the partitions with news (Kafka's CachedPartition.maybeUpdateResponseData).
+Epochs: -1 sessionless, 0 a new session, else the session's next epoch
+(INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_ID_NOT_FOUND).  The cache holds
+max.incremental.fetch.session.cache.slots sessions and evicts as Kafka's
+FetchSessionCache.tryEvict.  Nothing here awaits: the Fetch handler owns the I/O.  Epochs and
+eviction: docs/internals.md ("pybroker/fetch_session.py").
 """
 
 from __future__ import annotations

@@ -11,7 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pybroker.clock import Clock
+    from pybroker.log import PartitionLog
 
 log = logging.getLogger("pybroker.flusher")
 
@@ -22,8 +26,8 @@ class Flusher:
     def __init__(
         self,
         policy: Callable[[str], tuple[int, int]],
-        clock: Any,
-        on_io_error: Callable[[Any, OSError], None] | None = None,
+        clock: Clock,
+        on_io_error: Callable[[PartitionLog, OSError], None] | None = None,
     ) -> None:
         """``policy(topic) -> (flush.messages, flush.ms)``; NEVER (or below 1) disables one.
         ``on_io_error(log, error)``: a flush failed with an OSError (the broker takes the log
@@ -31,8 +35,8 @@ class Flusher:
         self.policy = policy
         self.on_io_error = on_io_error
         self.clock = clock
-        self._pending: dict[Any, list] = {}  # log -> [messages, first unflushed ms, topic]
-        self._running: set[Any] = set()
+        self._pending: dict[PartitionLog, list] = {}  # log -> [messages, first unflushed ms, topic]
+        self._running: set[PartitionLog] = set()
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -43,7 +47,7 @@ class Flusher:
             self._task.cancel()
             await asyncio.wait({self._task}, timeout=5.0)
 
-    def appended(self, topic: str, plog: Any, records: int) -> None:
+    def appended(self, topic: str, plog: PartitionLog, records: int) -> None:
         messages, ms = self.policy(topic)
         if messages >= NEVER and ms >= NEVER:
             return
@@ -52,7 +56,7 @@ class Flusher:
         if 0 < messages <= entry[0]:
             self._flush(plog)
 
-    def _flush(self, plog: Any) -> None:
+    def _flush(self, plog: PartitionLog) -> None:
         if plog in self._running:
             return  # the flush under way will be followed by the timer or the next append
         self._pending.pop(plog, None)
@@ -60,7 +64,7 @@ class Flusher:
         task = asyncio.ensure_future(asyncio.to_thread(plog.flush))
         task.add_done_callback(lambda t, p=plog: self._done(p, t))
 
-    def _done(self, plog: Any, task: asyncio.Future) -> None:
+    def _done(self, plog: PartitionLog, task: asyncio.Future) -> None:
         self._running.discard(plog)
         if not task.cancelled() and task.exception() is not None:
             error = task.exception()

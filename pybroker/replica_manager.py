@@ -1,34 +1,13 @@
-"""The replica manager's request paths, as Kafka's ReplicaManager.appendRecords and
-readFromLog: the one owner of appending a client's records to this broker's partitions and of
-reading them back for a Fetch.  The handlers decode, authorize and answer; everything between
-their request and the partition's log is here (contract and the walk of a Produce:
-docs/internals.md, "Append and read: the replica manager").
-
-:class:`ReplicaManager` adds these paths to pybroker/replication/manager.py's (roles, ISR,
-high watermark, acks=all completion), which they use:
-
-* :meth:`ReplicaManager.append_records`: per partition, leadership, Kafka's LogValidator
-  (pybroker/log/validator.py: pure functions, run on the event loop for small batches and in
-  a worker thread for large or inflating ones; a Produce v0-2's message set of format v0/v1
-  converted to v2 first, pybroker/log/legacy_validator.py), the topic's codec,
-  min.insync.replicas, the log append, then the flush policy and metrics; for acks=all it
-  waits for the high watermark.
-* :meth:`ReplicaManager.read_from_log`: per partition, leadership and leader epoch, the
-  offset range (Fetch v0-2: a hard partition_max_bytes), a follower's diverging epoch and
-  fetch position, the isolation level's upper bound, replication throttles, the log read (a
-  file region), aborted transactions.
-* :meth:`ReplicaManager.append_txn_marker`: a transaction coordinator's COMMIT/ABORT marker,
-  waited for as an acks=all produce.
-* :meth:`ReplicaManager.append_as_coordinator`: a group or transaction coordinator's own
-  batch to an internal topic (__consumer_offsets, __transaction_state), conditional on the
-  leader epoch it loaded the partition in, waited for as an acks=all produce.  Clients may not
-  write to internal topics (INVALID_TOPIC_EXCEPTION, as Kafka's appendRecords without
-  internalTopicsAllowed).
-
-Everything runs on the event loop, which owns the partitions' state; only the validator's
-walk of a large batch, recompression and converting a large or compressed v0/v1 message set
-run in a worker thread, on a batch no one else holds.  A connection handles one request at a time and a request's partitions in order, so waiting
-for the thread keeps each producer's per-partition order; leadership is checked again after.
+"""The replica manager's request paths, as Kafka's ReplicaManager.appendRecords and readFromLog:
+the one owner of appending a client's records to this broker's partitions and of reading them
+back for a Fetch.  The handlers decode, authorize and answer; everything between their request
+and the partition's log is here (:meth:`ReplicaManager.append_records`,
+:meth:`ReplicaManager.read_from_log`, :meth:`ReplicaManager.append_txn_marker`, and
+:meth:`ReplicaManager.append_as_coordinator` for a coordinator's own batch to an internal
+topic, which clients may not write to).  Everything runs on the event loop, which owns the
+partitions' state; only the validation of a large batch runs in a worker thread, on a batch no
+one else holds, and leadership is checked again after.  The walk of a Produce:
+docs/internals.md ("Append and read: the replica manager", "pybroker/replica_manager.py").
 """
 
 from __future__ import annotations
@@ -36,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pybroker import topic_config
 from pybroker.coord.metadata.placement import INTERNAL_TOPICS
@@ -64,6 +43,11 @@ from pybroker.wire.records import (
     parse_batches,
     set_partition_leader_epoch,
 )
+
+if TYPE_CHECKING:
+    from pybroker.config import Config
+    from pybroker.flusher import Flusher
+    from pybroker.metrics import BrokerMetrics
 
 INLINE_BYTES = 64 * 1024  # records walked on the event loop per batch, at most
 MAGIC_OFFSET = 16  # of every entry: v0/v1 messages and v2 batches alike
@@ -124,7 +108,7 @@ _LEVELS = ("gzip", "lz4", "zstd")  # the codecs with a compression.<codec>.level
 
 
 def validation_config(
-    config: Any, topic_configs: dict[str, str], topic: str, partition: int
+    config: Config, topic_configs: dict[str, str], topic: str, partition: int
 ) -> ValidationConfig:
     """What a topic's configs (each falling back to its broker setting: pybroker/topic_config.py
     over ``Config.topic_defaults()``) ask of LogValidator: max.message.bytes, compression.type,
@@ -190,7 +174,12 @@ class ReplicaManager(PartitionReplicas):
     """The partitions' roles (the base class) and the append and read paths over them."""
 
     def __init__(
-        self, *args: Any, config: Any, flusher: Any, metrics: Any = None, **kwargs: Any
+        self,
+        *args: Any,
+        config: Config,
+        flusher: Flusher,
+        metrics: BrokerMetrics | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.config = config  # the broker's (dynamic values read at use)

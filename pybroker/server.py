@@ -19,11 +19,14 @@ import os
 import socket
 import ssl
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pybroker.config import Endpoint
 from pybroker.connection import KafkaConnection
 from pybroker.security.sasl import ListenerSasl
+
+if TYPE_CHECKING:
+    from pybroker.services import BrokerServices
 
 log = logging.getLogger("pybroker.server")
 
@@ -37,7 +40,7 @@ _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 class KafkaServer:
     def __init__(
         self,
-        services: Any,
+        services: BrokerServices,
         endpoints: tuple[Endpoint, ...],
         *,
         max_request_bytes: int,

@@ -10,7 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pybroker.config import ConfigError, build_config
 from pybroker.errors import ErrorCode
-from pybroker.metrics import BrokerMetrics, Snapshot, _quantile, render
+from pybroker.exposition import _quantile, render
+from pybroker.metrics import BrokerMetrics
+from pybroker.read_model import Snapshot
 
 
 def test_the_listener_is_off_by_default_and_parsed_when_set():

@@ -11,7 +11,6 @@ import logging
 import os
 import time
 
-import pytest
 from broker_fixture import CREATE_TOPICS, NONE, batch, wait_until
 from broker_fixture import Client as _Client
 
@@ -143,21 +142,12 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-@pytest.fixture
-def small_descriptor_cache():
-    old = segment_mod.DESCRIPTORS.capacity
-    segment_mod.DESCRIPTORS.set_capacity(8)
-    try:
-        yield segment_mod.DESCRIPTORS
-    finally:
-        segment_mod.DESCRIPTORS.set_capacity(old)
-
-
-def test_open_log_descriptors_stay_bounded_with_many_partitions(tmp_path, small_descriptor_cache):
+def test_open_log_descriptors_stay_bounded_with_many_partitions(tmp_path):
     clock = ManualClock(1_700_000_000_000)
     cfg = LogConfig(segment_bytes=2000)  # several segments per partition
     base = open_fds()
-    mgr = LogManager(tmp_path, cfg, clock)
+    small = segment_mod.DescriptorCache(8)  # the broker's is sized from its open files limit
+    mgr = LogManager(tmp_path, cfg, clock, descriptors=small)
     n = 60
     for p in range(n):
         log = mgr.get_or_create("t", p, cfg)
@@ -178,12 +168,36 @@ def test_open_log_descriptors_stay_bounded_with_many_partitions(tmp_path, small_
     mgr.close()
     # a restart after a crash (no clean marker: recovery scans) stays bounded too
     (tmp_path / ".kafka_cleanshutdown").unlink(missing_ok=True)
-    mgr = LogManager(tmp_path, cfg, clock)
+    mgr = LogManager(tmp_path, cfg, clock, descriptors=small)
     mgr.load_all()
     assert open_fds() <= base + 8 + 2
     for p in range(n):
         assert mgr.get("t", p).log_end_offset == 10
     mgr.close()
+
+
+def test_each_log_manager_bounds_its_own_descriptors(tmp_path):
+    """The cache belongs to its owner (the broker hands it to its log manager), not to the
+    module: two managers in one process keep their own bounds, and a log made on its own
+    holds no one else's descriptors."""
+    clock = ManualClock(1_700_000_000_000)
+    cfg = LogConfig(segment_bytes=2000)
+    managers = [
+        LogManager(tmp_path / name, cfg, clock, descriptors=segment_mod.DescriptorCache(k))
+        for name, k in (("a", 2), ("b", 3))
+    ]
+    for mgr in managers:
+        for p in range(5):
+            log = mgr.get_or_create("t", p, cfg)
+            buf = bytearray(batch([b"x" * 300]))
+            log.append(buf, parse_batches(buf))
+    assert [len(m.descriptors) for m in managers] == [2, 3]
+    assert LogManager(tmp_path / "c", cfg, clock).descriptors not in [
+        m.descriptors for m in managers
+    ]
+    assert not any(isinstance(v, segment_mod.DescriptorCache) for v in vars(segment_mod).values())
+    for mgr in managers:
+        mgr.close()
 
 
 # -- repeated identical errors are rate-limited --------------------------------------------

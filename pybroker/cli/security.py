@@ -1,25 +1,10 @@
-"""Client security settings of the admin CLI: TLS and SASL (PLAIN, SCRAM-SHA-256/512).
-
-Settings come from ``--command-config FILE`` (a Kafka client properties file, as Kafka's tools
-take) and ``-X key=value`` (kcat's), the latter winning.  Both Kafka's and librdkafka's names
-are read:
-
-=====================================  ==============================================
-security.protocol                      PLAINTEXT (default), SSL, SASL_PLAINTEXT, SASL_SSL
-sasl.mechanism / sasl.mechanisms       PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
-sasl.username, sasl.password           or sasl.jaas.config's username= and password=
-ssl.ca.location                        CA certificates (PEM); also ssl.truststore.location
-                                       with ssl.truststore.type=PEM; default: the system's
-ssl.certificate.location,              a client certificate and key (PEM) for mutual TLS;
-ssl.key.location, ssl.key.password     also ssl.keystore.location (type PEM, key + chain)
-ssl.endpoint.identification.algorithm  empty: no host name check (default https: checked)
-enable.ssl.certificate.verification    false: no certificate check at all
-=====================================  ==============================================
-
-Two more of Kafka's client settings are read by the commands they concern: ``batch.size``
-(produce: the largest record batch, as ``--batch-size``) and ``isolation.level`` (consume, as
-``--isolation-level``); their command-line options win.  Any other key is a usage error naming
-it, so a typo is not silently ignored.
+"""Client security settings of the admin CLI: TLS and SASL (PLAIN, SCRAM-SHA-256/512), from
+``--command-config FILE`` (a Kafka client properties file) and ``-X key=value`` (kcat's), the
+latter winning; both Kafka's and librdkafka's names are read (security.protocol,
+sasl.mechanism(s), sasl.username / sasl.password or sasl.jaas.config, ssl.ca.location, client
+certificates, ssl.endpoint.identification.algorithm...).  ``batch.size`` and
+``isolation.level`` are read by the commands they concern.  Any other key is a usage error
+naming it.  The table of keys: docs/cli.md and docs/internals.md ("pybroker/cli/security.py").
 """
 
 from __future__ import annotations

@@ -18,13 +18,16 @@ import asyncio
 import time
 from functools import partial
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from pybroker.console import html, pages
 from pybroker.console.auth import Unauthenticated, viewer_for
 from pybroker.console.lag import LagHistory
 from pybroker.http_server import HttpRequest, HttpResponse, HttpServer
+
+if TYPE_CHECKING:
+    from pybroker.services import BrokerServices
 
 HTML = "text/html; charset=utf-8"
 # no script at all; styles only from the console's own stylesheet
@@ -44,7 +47,7 @@ def _css() -> bytes:
 
 
 class Console:
-    def __init__(self, broker: Any, sample_interval_s: float = 10.0) -> None:
+    def __init__(self, broker: BrokerServices, sample_interval_s: float = 10.0) -> None:
         self.broker = broker
         self.lag = LagHistory(broker, sample_interval_s)
         self._css = _css()

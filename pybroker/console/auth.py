@@ -22,7 +22,7 @@ import asyncio
 import base64
 import binascii
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pybroker.handlers.context import RequestContext
 from pybroker.security import listeners as listener_security
@@ -31,6 +31,12 @@ from pybroker.security.plain import PlainServer
 from pybroker.security.sasl import Session
 from pybroker.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from pybroker.security.scram import AuthenticationFailed, ScramClient, ScramServer
+
+if TYPE_CHECKING:
+    from pybroker.config import Config
+    from pybroker.security.authorizer import Authorizer
+    from pybroker.security.scram import ScramCredential
+    from pybroker.services import BrokerServices
 
 
 class Unauthenticated(Exception):
@@ -43,7 +49,7 @@ class Viewer:
 
     principal: str | None
     host: str
-    authorizer: Any = None
+    authorizer: Authorizer | None = None
 
     def can(self, op: Operation, rtype: ResourceType, name: str) -> bool:
         if self.authorizer is None:
@@ -59,7 +65,7 @@ class Viewer:
     def cluster(self, op: Operation = Operation.DESCRIBE) -> bool:
         return self.can(op, ResourceType.CLUSTER, CLUSTER_NAME)
 
-    def context(self, broker: Any, api_key: int, version: int) -> RequestContext:
+    def context(self, broker: BrokerServices, api_key: int, version: int) -> RequestContext:
         """A request context for calling a Kafka API handler in process as this principal,
         so the handler's own authorization rules apply."""
         session = Session(principal=self.principal) if self.principal else None
@@ -91,7 +97,7 @@ def basic_credentials(header: str | None) -> tuple[str, str]:
     return user, password
 
 
-def _plain_users(config: Any) -> dict[str, str]:
+def _plain_users(config: Config) -> dict[str, str]:
     users: dict[str, str] = {}
     for name in config.sasl_listeners:
         sasl = listener_security.listener_sasl(config, name)
@@ -100,7 +106,7 @@ def _plain_users(config: Any) -> dict[str, str]:
     return users
 
 
-def _scram_mechanisms(config: Any) -> list[str]:
+def _scram_mechanisms(config: Config) -> list[str]:
     listeners = config.sasl_listeners
     if not listeners:
         return list(SCRAM_MECHANISMS)
@@ -120,7 +126,9 @@ def _plain_ok(users: dict[str, str], user: str, password: str) -> bool:
     return True
 
 
-def _scram_ok(mechanism: str, cred: Any, user: str, password: str, key: bytes) -> bool:
+def _scram_ok(
+    mechanism: str, cred: ScramCredential | None, user: str, password: str, key: bytes
+) -> bool:
     """One whole SCRAM exchange, client and server side (CPU: the client's PBKDF2)."""
     server = ScramServer(mechanism, lambda _u: cred, key)
     client = ScramClient(mechanism, user, password)
@@ -131,7 +139,7 @@ def _scram_ok(mechanism: str, cred: Any, user: str, password: str, key: bytes) -
     return server.complete and server.principal == user
 
 
-async def authenticate(broker: Any, header: str | None) -> str:
+async def authenticate(broker: BrokerServices, header: str | None) -> str:
     """The principal (``User:<name>``) of the request's Basic credentials."""
     user, password = basic_credentials(header)
     config = broker.config
@@ -150,7 +158,7 @@ async def authenticate(broker: Any, header: str | None) -> str:
     raise Unauthenticated("invalid username or password")
 
 
-async def viewer_for(broker: Any, headers: dict[str, str], peer: tuple | None) -> Viewer:
+async def viewer_for(broker: BrokerServices, headers: dict[str, str], peer: tuple | None) -> Viewer:
     host = str(peer[0]) if peer else "*"
     authorizer = getattr(broker, "authorizer", None)
     if authorizer is None:

@@ -9,13 +9,16 @@ model: its answer is the DescribeConfigs response's entries.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.console.auth import Viewer
 from pybroker.errors import ErrorCode
 from pybroker.handlers.describe_acls import describe_acls
 from pybroker.handlers.describe_configs import describe_configs as describe_configs_handler
 from pybroker.security.acl import Operation, PatternType, Permission, ResourceType
+
+if TYPE_CHECKING:
+    from pybroker.services import BrokerServices
 
 TOPIC, BROKER = 2, 4  # DescribeConfigs resource types
 # DescribeConfigsResponse.ConfigSource, named as kafka-configs --describe prints them
@@ -49,7 +52,9 @@ class Configs:
     message: str = ""
 
 
-async def describe_configs(broker: Any, viewer: Viewer, resource_type: int, name: str) -> Configs:
+async def describe_configs(
+    broker: BrokerServices, viewer: Viewer, resource_type: int, name: str
+) -> Configs:
     """Every config of one resource, as DescribeConfigs (v4, no synonyms) answers the viewer."""
     ctx = viewer.context(broker, 32, 4)
     resp = await describe_configs_handler(
@@ -104,7 +109,7 @@ def _name(enum: Any, value: int) -> str:
         return str(value)
 
 
-async def acls(broker: Any, viewer: Viewer) -> Acls:
+async def acls(broker: BrokerServices, viewer: Viewer) -> Acls:
     """Every ACL binding, as DescribeAcls (v3, a filter matching any) answers the viewer."""
     ctx = viewer.context(broker, 29, 3)
     resp = await describe_acls(

@@ -14,10 +14,13 @@ import asyncio
 import logging
 import time
 from array import array
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pybroker.console.html import esc, num
 from pybroker.console.state import lag_rows, total_lag
+
+if TYPE_CHECKING:
+    from pybroker.services import BrokerServices
 
 CAPACITY = 360
 MAX_GROUPS = 2000
@@ -50,7 +53,7 @@ class Ring:
 
 
 class LagHistory:
-    def __init__(self, broker: Any, interval_s: float) -> None:
+    def __init__(self, broker: BrokerServices, interval_s: float) -> None:
         self.broker = broker
         self.interval_s = interval_s
         self.rings: dict[str, Ring] = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.console import configs, state
 from pybroker.console import share as share_state
@@ -31,6 +31,9 @@ from pybroker.console.views import topics as topic_views
 from pybroker.console.views.records import BrowseForm
 from pybroker.errors import ErrorCode
 from pybroker.security.acl import Operation
+
+if TYPE_CHECKING:
+    from pybroker.services import BrokerServices
 
 FILTER_MAX = 1024  # characters of a key / value filter
 
@@ -59,12 +62,12 @@ def _int(q: dict[str, str], key: str, default: int, section: str) -> int:
         raise PageError(400, "Bad request", section, f"{key} must be an integer: {raw!r}") from None
 
 
-async def overview(broker: Any, viewer: Viewer, q: dict[str, str]) -> Result:
+async def overview(broker: BrokerServices, viewer: Viewer, q: dict[str, str]) -> Result:
     o = await state.overview(broker, viewer)
     return Result(200, "Cluster overview", "overview", partial(overview_view.render, o))
 
 
-async def topic_list(broker: Any, viewer: Viewer, q: dict[str, str]) -> Result:
+async def topic_list(broker: BrokerServices, viewer: Viewer, q: dict[str, str]) -> Result:
     rows = await state.topic_rows(broker, viewer)
     _int(q, "page", 1, "topics")
     return Result(200, "Topics", "topics", partial(topic_views.render_list, rows, q))
@@ -81,7 +84,7 @@ def _cursor(q: dict[str, str], key: str) -> dict[int, int] | None:
 
 
 async def _browse(
-    broker: Any, viewer: Viewer, name: str, info: Any, q: dict[str, str]
+    broker: BrokerServices, viewer: Viewer, name: str, info: Any, q: dict[str, str]
 ) -> BrowseForm:
     """The message browser's form as submitted, and the page of records it asks for."""
     f = BrowseForm({k: q.get(k, "") for k in BrowseForm.FIELDS})
@@ -131,7 +134,7 @@ async def _browse(
 
 
 async def topic(
-    broker: Any, viewer: Viewer, name: str, q: dict[str, str], lag: LagHistory
+    broker: BrokerServices, viewer: Viewer, name: str, q: dict[str, str], lag: LagHistory
 ) -> Result:
     title = f"Topic {name}"
     if not viewer.topic(name):
@@ -163,7 +166,7 @@ async def topic(
     return Result(200, title, "topics", partial(topic_views.render_topic, t))
 
 
-async def group_list(broker: Any, viewer: Viewer, q: dict[str, str]) -> Result:
+async def group_list(broker: BrokerServices, viewer: Viewer, q: dict[str, str]) -> Result:
     rows = await state.group_rows(broker, viewer)
     for g in share_state.share_groups(broker):  # share groups (KIP-932): type "share"
         if viewer.cluster() or viewer.group(g.group_id):
@@ -184,7 +187,7 @@ async def group_list(broker: Any, viewer: Viewer, q: dict[str, str]) -> Result:
 
 
 async def group(
-    broker: Any, viewer: Viewer, group_id: str, lag: LagHistory, q: dict[str, str]
+    broker: BrokerServices, viewer: Viewer, group_id: str, lag: LagHistory, q: dict[str, str]
 ) -> Result:
     title = f"Group {group_id}"
     if not viewer.group(group_id):
@@ -205,7 +208,9 @@ async def group(
     return Result(200, title, "groups", partial(group_views.render_group, detail, svg, q))
 
 
-async def broker_configs(broker: Any, viewer: Viewer, which: str, q: dict[str, str]) -> Result:
+async def broker_configs(
+    broker: BrokerServices, viewer: Viewer, which: str, q: dict[str, str]
+) -> Result:
     """``/brokers/<id>``: this broker's configs and the cluster-wide dynamic defaults, as
     DescribeConfigs answers (each broker describes only itself, as Kafka's does)."""
     me = broker.config.broker_id
@@ -231,7 +236,7 @@ async def broker_configs(broker: Any, viewer: Viewer, which: str, q: dict[str, s
     )
 
 
-async def acls(broker: Any, viewer: Viewer, q: dict[str, str]) -> Result:
+async def acls(broker: BrokerServices, viewer: Viewer, q: dict[str, str]) -> Result:
     got = await configs.acls(broker, viewer)
     if got.error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
         raise PageError(403, "ACLs", "acls", "Cluster authorization failed (DESCRIBE).")

@@ -1,33 +1,10 @@
-"""The message browser: bounded reads of a topic's records, decoded for display, paged by
-offset cursors and filtered by key or value substring.
-
-``browse(broker, viewer, topic, partitions, ...)`` looks at one partition or several (at most
-``MERGE_MAX``), each from a position of its own:
-
-* forward (``after``: a cursor ``{partition: offset}``; or every partition from ``offset``,
-  from the first offset at or after ``timestamp``, found with the ListOffsets handler itself
-  (key 2, v9, as the viewer; it needs this broker to lead the partition), or from the log
-  start), or backward (``before``: the records just below a cursor; the high watermark for
-  the newest records);
-* records are read from this broker's replica (leader or follower), never past the high
-  watermark (what a read_uncommitted consumer may see); control batches are skipped;
-* ``key`` / ``value``: only records whose key / value contains those bytes are shown; the
-  others are scanned and passed over;
-* several partitions are merged by timestamp (a merge of each partition's records in offset
-  order, so each partition's shown records are consecutive); a partition whose scan stopped
-  early bounds what is shown, so the next page starts where this one ended in time too;
-* bounded per page: at most ``SCAN_BYTES`` read and ``SCAN_RECORDS`` records decoded (shared
-  out among the partitions), ``MAX_READS`` log reads (the log hands over a file slice on the
-  loop; the bytes are read and decoded in a worker thread), ``DECODE_BUDGET`` bytes
-  decompressed per batch (a batch inflating further shows its first records and says it was
-  cut), at most ``limit`` (<= ``MAX_LIMIT``) records shown; a backward page may take a
-  few reads (one batch each) beyond, to reach the records just below its cursor.  What was scanned is reported per
-  partition (``Span``), and the answer carries the cursors of the next and previous pages:
-  the next page starts after the last record shown of each partition (or after what was
-  scanned without a match), the previous one ends before the first.
-
-``render_bytes(data, fmt)`` shows a key or value as text (UTF-8, invalid bytes replaced), JSON
-(pretty-printed; as text when it does not parse) or hex, at most ``SHOW_BYTES`` bytes of it.
+"""The message browser: bounded reads of a topic's records, decoded for display, paged by offset
+cursors and filtered by key or value substring.  ``browse(broker, viewer, topic, partitions,
+...)`` reads this broker's replica of one partition or several (merged by timestamp), forward
+from a cursor, an offset or a timestamp, or backward from one, never past the high watermark;
+every page is bounded (bytes, records, reads, decompression), the bytes read and decoded in a
+worker thread.  ``render_bytes(data, fmt)`` shows a key or value as text, JSON or hex.
+Paging and bounds: docs/internals.md ("pybroker/console/records.py").
 """
 
 from __future__ import annotations
@@ -38,13 +15,16 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.console.auth import Viewer
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers.list_offsets import list_offsets
 from pybroker.wire.record_walker import fields, headers, walk_batch
 from pybroker.wire.records import LOG_APPEND_TIME, BatchHeader, InvalidRecordError, scan_batches
+
+if TYPE_CHECKING:
+    from pybroker.services import BrokerServices
 
 READ_BYTES = 1024 * 1024
 SCAN_BYTES = 4 * READ_BYTES
@@ -108,7 +88,6 @@ class Browse:
     after: dict[int, int] = field(default_factory=dict)  # the next page's cursor
     before: dict[int, int] = field(default_factory=dict)  # the previous page's cursor
     note: str = ""  # why nothing (or not everything) is shown
-    found_timestamp: int | None = None
     no_replica: list[int] = field(default_factory=list)  # partitions not held here
     not_merged: int = 0  # partitions left out: those after the MERGE_MAX-th merged
 
@@ -264,7 +243,7 @@ def _decode(
 
 
 async def _by_time(
-    broker: Any, viewer: Viewer, topic: str, partitions: list[int], ts: int
+    broker: BrokerServices, viewer: Viewer, topic: str, partitions: list[int], ts: int
 ) -> dict[int, int | str]:
     """ListOffsets by time for each partition: its offset (-1: no record at or after ``ts``),
     or the error's name."""
@@ -435,7 +414,7 @@ def _cursors(b: Browse) -> None:
 
 
 async def browse(
-    broker: Any,
+    broker: BrokerServices,
     viewer: Viewer,
     topic: str,
     partitions: list[int],
@@ -485,7 +464,6 @@ async def browse(
             if isinstance(v, int):
                 positions[p] = v if v >= 0 else logs[p].high_watermark
         logs = {p: log for p, log in logs.items() if p in positions}
-        out.found_timestamp = timestamp
     n = len(logs)
     match = Match(key, value)
     for p, log in logs.items():

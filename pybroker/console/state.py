@@ -1,29 +1,30 @@
-"""The console's view of the broker's state, read on the event loop into plain rows.
+"""The console's rows, built on the event loop from the read model (pybroker/read_model.py:
+its walks, log figures, offline and lag rules, committed offsets) and filtered for the viewer:
+only topics and groups the viewer may DESCRIBE are returned.
 
-Everything comes from the same in-process services the Kafka API handlers use: the cluster
-metadata cache (``broker.cluster``: brokers, controller, topics, partition leaders, replicas,
-ISR), this broker's replicas (``broker.replicas``: log start / end, high watermark, size of
-the partitions it hosts) and the group coordinator (``broker.groups``: the groups it
-coordinates, their members and committed offsets).  Walks over partitions yield to the loop
-once they held it for ``SLICE_S`` (checked every ``CHECK_EVERY`` partitions), so a topic of
-10,000 partitions never holds it for long, and an idle loop is not yielded needlessly.  Only
-topics and groups the viewer may DESCRIBE are returned.
-
-Log figures exist only for partitions with a replica on this broker; elsewhere they are None.
+Everything comes from the in-process services the Kafka API handlers use: the cluster metadata
+cache (brokers, controller, topics, leaders, replicas, ISR), this broker's replicas (log start
+and end, high watermark, size; None for partitions without a replica here) and the group
+coordinator (the groups it coordinates, their members and committed offsets).
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
+from pybroker import read_model
 from pybroker.console.auth import Viewer
+from pybroker.read_model import Walk
 from pybroker.wire.consumer_protocol import parse_assignment
 
-SLICE_S = 0.01
-CHECK_EVERY = 64
+if TYPE_CHECKING:
+    from pybroker.coord.group.classic import Group
+    from pybroker.coord.group.consumer import ConsumerGroup
+    from pybroker.coord.metadata.model import BrokerInfo, PartitionState
+    from pybroker.replication.manager import Replica
+    from pybroker.services import BrokerServices
 
 
 @dataclass(slots=True)
@@ -95,57 +96,33 @@ class Overview:
     cluster_described: bool = True
 
 
-class _Slice:
-    """Yield to the event loop once the walk held it for SLICE_S."""
-
-    __slots__ = ("_since", "_n")
-
-    def __init__(self) -> None:
-        self._since = time.perf_counter()
-        self._n = 0
-
-    async def tick(self) -> None:
-        self._n += 1
-        if self._n % CHECK_EVERY == 0 and time.perf_counter() - self._since > SLICE_S:
-            await asyncio.sleep(0)
-            self._since = time.perf_counter()
-
-
-def _transactional(log: Any) -> bool:
-    """Whether the log's producer state saw transactional batches (a transaction in flight,
-    or a producer that wrote a marker): their COMMIT/ABORT markers take offsets but are no
-    records.  Producer state expires with its producers, so an old transaction may be missed."""
-    ps = log.producer_state
-    return bool(ps.ongoing_txns) or any(e.coordinator_epoch >= 0 for e in ps.producers.values())
-
-
-def _row(broker: Any, topic: str, p: int, state: Any, live: Any) -> PartitionRow:
+def _row(
+    broker: BrokerServices, topic: str, p: int, state: PartitionState, live: dict[int, BrokerInfo]
+) -> PartitionRow:
     row = PartitionRow(
         p, state.leader, list(state.replicas), list(state.isr), state.leader not in live
     )
-    r = broker.replicas.replicas.get((topic, p)) if broker.replicas is not None else None
+    r = read_model.local_replicas(broker).get((topic, p))
     if r is not None:
-        log = r.log
-        try:
-            row.log_start, row.log_end = log.log_start_offset, log.log_end_offset
-            row.high_watermark, row.size = log.high_watermark, log.size
-            row.compacted = log.config.compact
-            row.transactional = _transactional(log)
-        except (OSError, ValueError, AttributeError):  # closed under us (topic deleted)
-            pass
+        f = read_model.log_figures(r.log)
+        if f is not None:
+            row.log_start, row.log_end = f.log_start, f.log_end
+            row.high_watermark, row.size = f.high_watermark, f.size
+            row.compacted = f.compacted
+            row.transactional = read_model.transactional(r.log)
     return row
 
 
-def brokers(broker: Any) -> list[tuple[int, str, int, str | None]]:
+def brokers(broker: BrokerServices) -> list[tuple[int, str, int, str | None]]:
     return [(b.id, b.host, b.port, b.rack) for _, b in sorted(broker.cluster.brokers.items())]
 
 
-async def overview(broker: Any, viewer: Viewer) -> Overview:
+async def overview(broker: BrokerServices, viewer: Viewer) -> Overview:
     cluster = broker.cluster
     live = cluster.brokers
     out = Overview(cluster.cluster_id, cluster.controller_id, brokers(broker), 0, 0)
     out.cluster_described = viewer.cluster()
-    walk = _Slice()
+    walk = Walk()
     for name, info in sorted(cluster.topics.items()):
         if not viewer.topic(name):
             continue
@@ -153,19 +130,19 @@ async def overview(broker: Any, viewer: Viewer) -> Overview:
         for p, state in sorted(info.partitions.items()):
             await walk.tick()
             out.partitions += 1
-            offline = state.leader < 0 or state.leader not in live
-            if offline or len(state.isr) < len(state.replicas):
+            offline = read_model.offline(state, live)
+            if offline or read_model.under_replicated(state):
                 row = _row(broker, name, p, state, live)
                 (out.offline if offline else out.under_replicated).append((name, row))
     return out
 
 
-async def topic_rows(broker: Any, viewer: Viewer) -> list[TopicRow]:
+async def topic_rows(broker: BrokerServices, viewer: Viewer) -> list[TopicRow]:
     cluster = broker.cluster
     live = cluster.brokers
-    local = broker.replicas.replicas if broker.replicas is not None else {}
+    local = read_model.local_replicas(broker)
     out = []
-    walk = _Slice()
+    walk = Walk()
     for name, info in sorted(cluster.topics.items()):
         if not viewer.topic(name):
             continue
@@ -175,9 +152,9 @@ async def topic_rows(broker: Any, viewer: Viewer) -> list[TopicRow]:
         for p, state in info.partitions.items():
             await walk.tick()
             rf = max(rf, len(state.replicas))
-            if state.leader < 0 or state.leader not in live:
+            if read_model.offline(state, live):
                 offline += 1
-            if len(state.isr) < len(state.replicas):
+            if read_model.under_replicated(state):
                 urp += 1
             if (name, p) in local:
                 row = _row(broker, name, p, state, live)
@@ -188,7 +165,7 @@ async def topic_rows(broker: Any, viewer: Viewer) -> list[TopicRow]:
     return out
 
 
-async def partition_rows(broker: Any, topic: str) -> list[PartitionRow]:
+async def partition_rows(broker: BrokerServices, topic: str) -> list[PartitionRow]:
     """Rows of every partition of the topic, in partition order."""
     cluster = broker.cluster
     info = cluster.topics.get(topic)
@@ -196,7 +173,7 @@ async def partition_rows(broker: Any, topic: str) -> list[PartitionRow]:
         return []
     live = cluster.brokers
     out = []
-    walk = _Slice()
+    walk = Walk()
     for p in sorted(info.partitions):
         await walk.tick()
         out.append(_row(broker, topic, p, info.partitions[p], live))
@@ -268,27 +245,30 @@ class ConsumerRow:
     uncommitted: int
 
 
-async def lag_rows(broker: Any, group_id: str, viewer: Viewer | None = None) -> list[OffsetRow]:
+async def lag_rows(
+    broker: BrokerServices, group_id: str, viewer: Viewer | None = None
+) -> list[OffsetRow]:
     """Committed offset, high watermark and lag of each partition the group committed (high
     watermark minus committed offset, as kafka-consumer-groups computes it; None where this
     broker holds no replica of the partition)."""
-    committed = await broker.groups.offsets.load(group_id)
-    local = broker.replicas.replicas if broker.replicas is not None else {}
+    committed = await read_model.committed_offsets(broker, group_id)
+    local = read_model.local_replicas(broker)
     out = []
-    walk = _Slice()
-    for (topic, partition), co in sorted(committed.items()):
+    walk = Walk()
+    for (topic, partition), offset in sorted(committed.items()):
         await walk.tick()
         if viewer is not None and not viewer.topic(topic):
             continue
-        out.append(_offset_row(local, topic, partition, co.offset))
+        out.append(_offset_row(local, topic, partition, offset))
     return out
 
 
-def _offset_row(local: Any, topic: str, partition: int, committed: int | None) -> OffsetRow:
+def _offset_row(
+    local: dict[tuple[str, int], Replica], topic: str, partition: int, committed: int | None
+) -> OffsetRow:
     r = local.get((topic, partition))
     end = r.log.high_watermark if r is not None else None
-    lag = None if end is None or committed is None or committed < 0 else max(0, end - committed)
-    return OffsetRow(topic, partition, committed, end, lag)
+    return OffsetRow(topic, partition, committed, end, read_model.lag(end, committed))
 
 
 def total_lag(rows: list[OffsetRow]) -> int | None:
@@ -296,7 +276,7 @@ def total_lag(rows: list[OffsetRow]) -> int | None:
     return sum(lags) if lags else None
 
 
-async def _members(broker: Any, g: Any) -> tuple[str, list[MemberRow]]:
+async def _members(broker: BrokerServices, g: Group | ConsumerGroup) -> tuple[str, list[MemberRow]]:
     """(protocol or assignor, members with their assignments) of a group: a KIP-848 group's
     from its coordinator (ConsumerGroupDescribe), a classic consumer group's decoded from the
     consumer protocol's assignment (DescribeGroups; empty unless the group is Stable)."""
@@ -333,14 +313,14 @@ async def _members(broker: Any, g: Any) -> tuple[str, list[MemberRow]]:
 
 
 async def partition_lag(
-    broker: Any, group_id: str, members: list[MemberRow], topic: str | None = None
+    broker: BrokerServices, group_id: str, members: list[MemberRow], topic: str | None = None
 ) -> list[OffsetRow]:
     """Every partition the group committed or has assigned (of ``topic`` only, if given), in
     (topic, partition) order: committed partitions with their lag, assigned ones without a
     commit with ``committed`` None, each with the member it is assigned to."""
     committed = {(r.topic, r.partition): r for r in await lag_rows(broker, group_id)}
     owner = {(t, p): m for m in members for t, ps in m.assignment for p in ps}
-    local = broker.replicas.replicas if broker.replicas is not None else {}
+    local = read_model.local_replicas(broker)
     out = []
     for key in sorted(set(committed) | set(owner)):
         if topic is not None and key[0] != topic:
@@ -351,17 +331,17 @@ async def partition_lag(
     return out
 
 
-def _visible(viewer: Viewer) -> Any:
+def _visible(viewer: Viewer) -> Callable[[str], bool]:
     """ListGroups' rule: every group with DESCRIBE on the cluster, else those with DESCRIBE
     on the group."""
     all_ok = viewer.cluster()
     return lambda gid: all_ok or viewer.group(gid)
 
 
-async def group_rows(broker: Any, viewer: Viewer) -> list[GroupRow]:
+async def group_rows(broker: BrokerServices, viewer: Viewer) -> list[GroupRow]:
     visible = _visible(viewer)
     out = []
-    walk = _Slice()
+    walk = Walk()
     for g in sorted(broker.groups.list_groups(), key=lambda g: g.group_id):
         gid = g.group_id
         if not visible(gid):
@@ -389,12 +369,12 @@ async def group_rows(broker: Any, viewer: Viewer) -> list[GroupRow]:
     return out
 
 
-async def topic_consumers(broker: Any, viewer: Viewer, topic: str) -> list[ConsumerRow]:
+async def topic_consumers(broker: BrokerServices, viewer: Viewer, topic: str) -> list[ConsumerRow]:
     """The groups this broker coordinates (and the viewer may describe) that have partitions
     of ``topic`` committed or assigned."""
     visible = _visible(viewer)
     out = []
-    walk = _Slice()
+    walk = Walk()
     for g in sorted(broker.groups.list_groups(), key=lambda g: g.group_id):
         gid = g.group_id
         if not visible(gid):
@@ -421,11 +401,11 @@ async def topic_consumers(broker: Any, viewer: Viewer, topic: str) -> list[Consu
     return out
 
 
-def coordinator(broker: Any, group_id: str) -> int:
+def coordinator(broker: BrokerServices, group_id: str) -> int:
     return broker.groups.coordinator_node(group_id)
 
 
-async def group_detail(broker: Any, group_id: str, viewer: Viewer) -> GroupDetail | None:
+async def group_detail(broker: BrokerServices, group_id: str, viewer: Viewer) -> GroupDetail | None:
     """None when this broker does not coordinate the group (or knows nothing of it)."""
     g = next((x for x in broker.groups.list_groups() if x.group_id == group_id), None)
     if g is None:

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import uuid
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pybroker.coord.metadata.cluster import Cluster
 
 ZERO = uuid.UUID(int=0)
 
-_INDEX: weakref.WeakKeyDictionary[Any, dict[uuid.UUID, str]] = weakref.WeakKeyDictionary()
+_INDEX: weakref.WeakKeyDictionary[Cluster, dict[uuid.UUID, str]] = weakref.WeakKeyDictionary()
 
 
 class Resolver:
     """Resolves topic ids for one request."""
 
-    def __init__(self, cluster: Any) -> None:
+    def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self._rebuilt = False
 
@@ -43,7 +46,3 @@ class Resolver:
         index = {info.topic_id: name for name, info in topics.items()}
         _INDEX[self.cluster] = index
         return index.get(topic_id)
-
-    def id_of(self, name: str) -> uuid.UUID:
-        info = self.cluster.topics.get(name)
-        return info.topic_id if info is not None else ZERO

@@ -15,6 +15,7 @@ from typing import Any
 from pybroker import topic_config
 from pybroker.config import Config
 from pybroker.configdef import convert_to_string
+from pybroker.coord.metadata.model import TopicInfo
 from pybroker.coord.metadata.placement import INTERNAL_TOPICS, OFFSETS_TOPIC
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers.context import RequestContext
@@ -101,7 +102,7 @@ def flush_policy(config: Config, topic_configs: Mapping[str, str]) -> tuple[int,
     )
 
 
-async def auto_create(ctx: RequestContext, topic: str) -> Any:
+async def auto_create(ctx: RequestContext, topic: str) -> TopicInfo:
     """Create ``topic`` with the broker defaults (auto.create.topics.enable).  An internal
     topic gets its own settings, as Kafka's AutoTopicCreationManager gives them: the
     coordinator's InternalTopic creates it with the internal-topic storages; otherwise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pybroker.coord.txn.coordinator import TransactionCoordinator
 from pybroker.errors import ErrorCode
 from pybroker.handlers.context import RequestContext
 
@@ -14,7 +15,7 @@ def older_error(code: int, version: int, fenced_since: int) -> int:
     return code
 
 
-def coordinator(ctx: RequestContext):  # -> TransactionCoordinator | None
+def coordinator(ctx: RequestContext) -> TransactionCoordinator | None:
     """The broker's transaction coordinator; None while the broker is starting, or while its
     ZooKeeper session is suspended or lost (another broker may be coordinating)."""
     if not ctx.services.cluster.session_ok:

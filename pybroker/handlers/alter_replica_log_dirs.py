@@ -23,11 +23,12 @@ from pybroker.handlers.context import RequestContext
 from pybroker.log.manager import LogDirNotFoundError, OfflineLogDirError
 from pybroker.registry import handler
 from pybroker.security.acl import Operation
+from pybroker.services import BrokerServices
 
 MAX_DIR_NAME = 255
 
 
-def alter_one(services, topic: str, partition: int, path: str) -> int:  # noqa: ANN001
+def alter_one(services: BrokerServices, topic: str, partition: int, path: str) -> int:
     """One partition's answer (the module docstring's rules)."""
     logs, mover = services.logs, services.log_mover
     key = (topic, partition)

@@ -1,61 +1,17 @@
-"""Fetch (key 1), versions 0-17.
-
-A real long poll: the answer leaves as soon as ``min_bytes`` are available across the
-requested partitions or ``max_wait_ms`` has passed; appends wake parked fetches through the
-purgatory (no timer loop).  ``max_bytes`` bounds the response and ``partition_max_bytes`` each
-partition, except that the first batch of the first non-empty partition is always returned
-whole, as in KIP-74.  Data never passes through Python objects: each partition's records are
-a region of a segment file, sent with sendfile.  The reads are the replica manager's
-(pybroker/replica_manager.py, ReplicaManager.read_from_log, as Kafka's readFromLog); this module
-decodes, authorizes, keeps the fetch session and the long poll, and answers.
-
-Every answer carries high watermark, last stable offset (LSO: below the first offset of the
-earliest open transaction, pybroker/log/partition_log.py) and log start offset.  Consumers
-never read above the high watermark; read_committed ones (isolation_level 1) never at or above
-the LSO, and get the aborted transactions (producer id, first offset) overlapping the offsets
-up to the LSO from the segments' .txnindex (Kafka's collectAbortedTransactions), so that they
-drop the aborted records; read_uncommitted ones get aborted_transactions null.  The LSO moves
-only when the high watermark does (a marker counts once it is below it), so the high
-watermark's wake-up serves parked read_committed fetches too.  Errors per partition:
-UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE, FENCED_LEADER_EPOCH /
-UNKNOWN_LEADER_EPOCH (v9+ current_leader_epoch), UNSUPPORTED_COMPRESSION_TYPE is not needed
-(batches are served as stored; zstd producers already required v7+).
-
-Versions 0-3 (Kafka 4.0 removed them) read as v4 with isolation level 0, and v0-2 with a hard
-limit: no first batch larger than partition_max_bytes (Kafka's hardMaxBytesLimit).  Below v10
-the answer goes through Kafka's maybeConvertFetchedData (pybroker/handlers/_down_conversion.py):
-v0-3 get message format v0 / v1 by down-conversion, zstd topics UNSUPPORTED_COMPRESSION_TYPE.
-
-Fetch sessions (KIP-227, v7+): pybroker/fetch_session.py keeps them.  Epoch 0 opens one (a
-full answer with the new session id, or 0 when the cache has no room), epoch -1 is
-sessionless, and any other epoch is an incremental fetch: every partition of the session is
-read with the parameters last sent for it, and only partitions with records, an error, or a new
-high watermark or log start offset are answered.  Session errors (FETCH_SESSION_ID_NOT_FOUND,
-INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR) are top-level with no partitions.
-
-Topic ids (v13+): topics are named by id both ways; an id the broker does not know gets
-UNKNOWN_TOPIC_ID, a log of another incarnation INCONSISTENT_TOPIC_ID.  v15 moves the replica id
-into replica_state; v16 answers NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH with the current
-leader and its endpoint (KIP-951), so the client need not ask Metadata first; v17's
-replica_directory_id (KIP-853) names a log directory, and a broker with one log dir per
-partition has nothing to check against it.
-
-Follower replicas (replica_id >= 0) read up to the log end and long-poll on appends; their
-fetch offset tells the leader how far they have copied (ISR and high watermark).  After a
-leader change the new leader's high watermark waits for its ISR followers' first fetch (Kafka's
-makeLeader): their parked fetches are answered at once and, until that first fetch, kept to
-OWED_FETCH_WAIT_S, and the fetch that brings the high watermark to the epoch start is answered
-at once, so the follower also learns it (ReplicaManager.owes_fetch).  v12's
-last_fetched_epoch is checked against the leader-epoch cache: a mismatch answers
-diverging_epoch so the follower truncates.  Preferred read replicas (v11) are always -1.
-Replication throttles (replication/throttle.py): a follower outside the ISR gets no records of
-a partition this leader throttles while the leader quota is exceeded; the bytes answered for
-throttled partitions count against it.
+"""Fetch (key 1), versions 0-17.  A real long poll (``min_bytes`` / ``max_wait_ms``, woken by
+appends through the purgatory); ``max_bytes`` and ``partition_max_bytes`` bound the answer,
+except the first batch of the first non-empty partition (KIP-74).  Records go out as file
+regions (sendfile).  Consumers never read above the high watermark, read_committed ones never
+at or above the last stable offset and get the aborted transactions; followers read up to the
+log end.  The reads are the replica manager's (ReplicaManager.read_from_log); this module
+decodes, authorizes, keeps the fetch session (KIP-227) and the long poll, and answers.
+Versions, errors, sessions, topic ids and followers: docs/internals.md
+("pybroker/handlers/fetch.py").
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.errors import ErrorCode
 from pybroker.fetch_session import FetchContext, FetchPartition
@@ -68,6 +24,9 @@ from pybroker.registry import handler
 from pybroker.replica_manager import READ_COMMITTED, FetchParams, LogReadResult
 from pybroker.replication.manager import consumer_key, follower_key, leo_key
 from pybroker.security.acl import Operation
+
+if TYPE_CHECKING:
+    from pybroker.metrics import BrokerMetrics
 
 # a follower that owes a new leader here its first fetch of a partition is answered after at
 # most this (its fetch may not name the partition yet: it has not learned of the new leader)
@@ -275,7 +234,7 @@ def _group_by_topic(answered: list, uses_ids: bool) -> list[dict]:
 
 
 def _count_bytes_out(
-    metrics: Any, answered: list, replica_id: int, uses_ids: bool, resolver: Resolver
+    metrics: BrokerMetrics, answered: list, replica_id: int, uses_ids: bool, resolver: Resolver
 ) -> None:
     """Kafka's BytesOutPerSec (consumers, per topic) and ReplicationBytesOutPerSec."""
     if replica_id >= 0:

@@ -1,25 +1,10 @@
-"""IncrementalAlterConfigs (key 44), versions 0-1.
-
-Topics (resource type 2): the operations apply to the topic's stored overrides in
-/config/topics/<t> with Kafka's semantics (configdef.incremental, ConfigAdminManager.
-prepareIncrementalConfigs: SET (0), DELETE (1) back to the broker default, APPEND (2) and
-SUBTRACT (3) on the items of a LIST config, starting from Kafka's default when there is no
-override).  The new set passes Kafka's checks over the broker defaults
-(handlers/_topics.check_configs; a ConfigException is answered INVALID_CONFIG "Invalid config
-value for resource ConfigResource(type=TOPIC, name='t'): ...", as Kafka words it), then is
-written with compare-and-set (Cluster.alter_topic_configs).  validate_only checks and writes
-nothing.  Open logs pick the change up through the topic's change event.
-
-Brokers (4) and broker loggers (8): handlers/_broker_configs.py (dynamic broker configs,
-KIP-226, at /config/brokers/<id> and /config/brokers/<default>; log levels, KIP-412).  Groups
-(32, with group.share.enable): a share group's share.* configs (handlers/_group_configs.py).
-
-Per resource errors: INVALID_REQUEST for a resource named twice ("Each resource must appear at
-most once."), a config named twice, a null value for anything but DELETE, an unknown
-operation, the default topic resource (empty name), other resource types;
-UNKNOWN_TOPIC_OR_PARTITION; INVALID_CONFIG.
-
-AlterConfigs (alter_configs.py) shares the preprocessing below.
+"""IncrementalAlterConfigs (key 44), versions 0-1.  Topics: SET, DELETE, APPEND and SUBTRACT
+applied to the topic's stored overrides with Kafka's semantics (ConfigAdminManager.
+prepareIncrementalConfigs), checked over the broker defaults and written with compare-and-set;
+validate_only writes nothing.  Brokers and broker loggers: handlers/_broker_configs.py
+(KIP-226, KIP-412).  Groups (with group.share.enable): a share group's share.* configs
+(handlers/_group_configs.py).  AlterConfigs shares the preprocessing below.  Errors:
+docs/internals.md ("pybroker/handlers/incremental_alter_configs.py").
 """
 
 from __future__ import annotations

@@ -1,37 +1,12 @@
-"""ListOffsets (key 2), versions 0-9.
-
-timestamp -2: the log start offset; -1: the high watermark (read_uncommitted) or the last
-stable offset (isolation_level 1, read_committed: below the earliest open transaction); -3
-(v7, KIP-734): the offset and timestamp of the record with the largest timestamp; any other
-timestamp: -4 (v8, KIP-405's earliest local offset): the log start offset, since every record
-is local; -5 (v9, KIP-1005's latest tiered offset): offset -1 with leader epoch -1, as Kafka
-answers without remote storage; any other timestamp: the first offset whose timestamp is at or after it, found through the time index,
-or offset -1 / timestamp -1 when there is none (offsets at or above the high watermark, or
-the LSO for read_committed, count as none: Kafka's lastFetchableOffset).  A new leader
-whose high watermark is still below the start offset of its leader epoch answers -1 and
-lookups beyond its high watermark with OFFSET_NOT_AVAILABLE (78, retriable), as Kafka does
-(KIP-207): its high watermark may be below what the previous leader showed, and what
-clients are shown must not go back.  Unlike Kafka, which answers that at once, the request
-first waits up to HW_WAIT_S for the high watermark (its ISR followers' next fetch brings it
-there within milliseconds), since some clients report OFFSET_NOT_AVAILABLE to the application
-(librdkafka: "Leader high watermark is not caught up") instead of retrying it.
-current_leader_epoch (v4+) is checked (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH) and
-leader_epoch answered.  Left out: follower requests (replica_id >= 0) from v1, which no client
-pybroker targets sends.
-
-v0 (Kafka's handleListOffsetRequestV0): up to max_num_offsets old_style_offsets, largest
-first, from the segments' base offsets and file times (PartitionLog.legacy_offsets_before: -1
-starts at the log end offset, -2 at the log start, a time at the last segment written at or
-before it); a consumer's (replica_id -1) are capped at the high watermark, a debugging
-request's (-2) may be served by a follower.  A timestamp below -2 is UNSUPPORTED_VERSION; the
-topics the principal may not DESCRIBE come last with TOPIC_AUTHORIZATION_FAILED.
-
-Lookups by timestamp and -3 walk the records of one stored batch (decompressing it as a
-stream, pybroker.log.validator.find_record): the log hands over a copy of the batch's bytes on
-the event loop, and the walk runs in a worker thread when the batch is compressed or larger
-than INLINE_BYTES, so a large batch never stalls the loop.  A batch that cannot be read (a
-corrupt one written before append validation existed) answers CORRUPT_MESSAGE for that
-partition; the connection stays open.
+"""ListOffsets (key 2), versions 0-9.  timestamp -2: the log start offset; -1: the high
+watermark (read_uncommitted) or the last stable offset (read_committed); -3 (KIP-734): the
+record with the largest timestamp; -4 / -5 (KIP-405, KIP-1005) as Kafka answers without
+remote storage; any other: the first offset at or after that timestamp, through the time
+index.  Nothing at or above the high watermark counts (Kafka's lastFetchableOffset), and a
+new leader behind its epoch's start answers OFFSET_NOT_AVAILABLE (KIP-207) after waiting up to
+HW_WAIT_S for its followers' next fetch.  A batch walked by
+timestamp is walked off the loop when large or compressed.  v0 and the details:
+docs/internals.md ("pybroker/handlers/list_offsets.py").
 """
 
 from __future__ import annotations

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import uuid
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from pybroker.coord.metadata.model import BrokerInfo, TopicInfo
 from pybroker.coord.metadata.placement import INTERNAL_TOPICS
 from pybroker.coord.metadata.topic_rules import validate_topic_name
 from pybroker.errors import ErrorCode, KafkaError
@@ -34,6 +35,9 @@ from pybroker.registry import handler
 from pybroker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from pybroker.wire.codec import Encoded, encode_struct
 from pybroker.wire.schema import SCHEMAS
+
+if TYPE_CHECKING:
+    from pybroker.coord.metadata.cluster import Cluster
 
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 # AclOperation codes: READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8,
@@ -52,9 +56,12 @@ class _TopicEntries:
 
     def __init__(self) -> None:
         # name -> (TopicInfo, brokers dict, {(version, include_ops, listener): Encoded})
-        self.by_name: dict[str, tuple[Any, Any, dict[tuple[int, bool, str | None], Encoded]]] = {}
+        self.by_name: dict[
+            str,
+            tuple[TopicInfo, dict[int, BrokerInfo], dict[tuple[int, bool, str | None], Encoded]],
+        ] = {}
 
-    def get(self, ctx: RequestContext, info: Any, include_ops: bool) -> Encoded:
+    def get(self, ctx: RequestContext, info: TopicInfo, include_ops: bool) -> Encoded:
         brokers = ctx.services.cluster.brokers
         entry = self.by_name.get(info.name)
         if entry is None or entry[0] is not info or entry[1] is not brokers:
@@ -77,17 +84,17 @@ class _TopicEntries:
             del self.by_name[name]
 
 
-_ENTRIES: weakref.WeakKeyDictionary[Any, _TopicEntries] = weakref.WeakKeyDictionary()
+_ENTRIES: weakref.WeakKeyDictionary[Cluster, _TopicEntries] = weakref.WeakKeyDictionary()
 
 
-def _entries(cluster: Any) -> _TopicEntries:
+def _entries(cluster: Cluster) -> _TopicEntries:
     entries = _ENTRIES.get(cluster)
     if entries is None:
         entries = _ENTRIES[cluster] = _TopicEntries()
     return entries
 
 
-def topic_metadata(ctx: RequestContext, info, include_ops: bool) -> dict:
+def topic_metadata(ctx: RequestContext, info: TopicInfo, include_ops: bool) -> dict:
     live = ctx.services.cluster.brokers
     reachable = {b.id for b in live.values() if b.endpoint(ctx.listener) is not None}
     # a live leader without the request's listener: Kafka's LISTENER_NOT_FOUND (v6+)

@@ -1,43 +1,11 @@
-"""Produce (key 0), versions 0-12.
-
-This module decodes, authorizes and answers; the append is the replica manager's
-(pybroker/replica_manager.py, ReplicaManager.append_records, as Kafka's KafkaApis hands a
-Produce to ReplicaManager.appendRecords): record batches of magic 2 are validated as Kafka's
-LogValidator does (pybroker/log/validator.py: sizes, CRC-32C, every record walked, compressed
-batches as a bounded stream; a malformed batch gets CORRUPT_MESSAGE / INVALID_RECORD /
-MESSAGE_TOO_LARGE and nothing is stored; CreateTime batches get their records' largest
-timestamp as maxTimestamp), checked against the idempotent producer's sequence state, and
-appended exactly as received: only the base offset and the partition leader epoch (both
-outside the CRC) are patched, in the request's own buffer, which the log writes once.
-
-acks: 0 (no response; an error closes the connection, as Kafka does), 1 (written to the
-leader's log) and -1 (the ISR must hold at least min.insync.replicas, else NOT_ENOUGH_REPLICAS
-and nothing is appended; the answer waits until the high watermark passes the batch, i.e.
-every ISR member has it, or timeout_ms: REQUEST_TIMED_OUT; NOT_ENOUGH_REPLICAS_AFTER_APPEND
-when the ISR shrank below the minimum meanwhile).  Errors per partition, as Kafka answers:
-UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, CORRUPT_MESSAGE, MESSAGE_TOO_LARGE
-(a batch above max.message.bytes / message.max.bytes), UNSUPPORTED_COMPRESSION_TYPE (zstd
-before v7), OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, INVALID_REQUIRED_ACKS, INVALID_RECORD
-for records without a key on a compacted topic, INVALID_TIMESTAMP for timestamps outside the
-topic's bounds (each record in record_errors from v8, Kafka's LogValidator.validateKey and
-validateTimestamp, checked in the same walk).
-
-Transactions (KIP-98): transactional batches are appended and tracked per producer (the first
-offset of its ongoing transaction; pybroker/log/producer_state.py), with the idempotent checks
-plus INVALID_TXN_STATE for a non-transactional batch of a producer inside a transaction.  A
-request carrying transactional batches without a transactional_id is refused with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition, as Kafka does (no authorizer: any
-transactional_id is allowed).  Control batches (transaction markers) are the coordinator's
-(WriteTxnMarkers): a client's is INVALID_RECORD ("clients may not write control batches", as
-Kafka's LogValidator).
-
-Message format v0/v1 (magic 0 and 1) on Produce v0-2 is converted to one v2 batch first, with
-Kafka's checks (ReplicaManager._from_legacy, pybroker/log/legacy_validator.py); from v3 it is
-INVALID_RECORD, as Kafka's ProduceRequest.validateRecords.
-
-Left out: KIP-890's transaction verification (Kafka 3.6+ asks the transaction
-coordinator whether the partition was added to the transaction before appending a
-transactional batch).
+"""Produce (key 0), versions 0-12.  This module decodes, authorizes and answers; the append is the
+replica manager's (ReplicaManager.append_records, as Kafka's ReplicaManager.appendRecords):
+batches are validated as Kafka's LogValidator does (nothing of a malformed batch is stored),
+checked against the producer's sequence and transaction state, and appended exactly as
+received, only the base offset and partition leader epoch patched.  acks 0 (an error closes
+the connection), 1 (the leader's log) and -1 (min.insync.replicas, then the high watermark).
+Message sets v0/v1 on Produce v0-2 become one v2 batch first.  Left out: KIP-890's transaction
+verification.  Errors and transactions: docs/internals.md ("pybroker/handlers/produce.py").
 """
 
 from __future__ import annotations

@@ -1,47 +1,18 @@
-"""WriteTxnMarkers (key 27), versions 0-1 (v1 is v0 made flexible): a transaction
-coordinator's COMMIT / ABORT markers.
-
-For each marker (producer id and epoch, transaction result, coordinator epoch) and each of its
-partitions, a control batch (pybroker/wire/control_records.py: isControl | isTransactional,
-the producer's id and epoch, base sequence -1, one record: key version 0 + type 0 ABORT /
-1 COMMIT, value version 0 + coordinator epoch) is appended to the partition's log here, where
-this broker leads it, and replicated as an acks=all produce: the answer waits until the high
-watermark passes the marker or the request timeout (Kafka's appendRecords with requiredAcks
--1, origin COORDINATOR, timeout request.timeout.ms = 30 s).  The log ends the producer's
-ongoing transaction there, an aborted one with data goes to the segment's .txnindex, and the
-last stable offset moves past the transaction once the marker is below the high watermark
-(pybroker/log/producer_state.py, pybroker/log/partition_log.py).
-
-Errors per partition, as Kafka answers them: UNKNOWN_TOPIC_OR_PARTITION (no such topic or
-partition), NOT_LEADER_OR_FOLLOWER (led elsewhere), NOT_ENOUGH_REPLICAS (ISR below
-min.insync.replicas: nothing appended), NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT,
-INVALID_PRODUCER_EPOCH (the marker's epoch is older than the producer's in this partition),
-TRANSACTION_COORDINATOR_FENCED (its coordinator epoch is older than the one of the producer's
-last marker here).  A marker for a producer with no ongoing transaction in a partition is
-appended all the same (Kafka does; it completes nothing).
-
-The append is the replica manager's (ReplicaManager.append_txn_marker, pybroker/replica_manager.py).
-The coordinator's marker sender (coord/txn/markers.py) calls :func:`write_txn_markers`
-directly for the partitions this broker leads, without the network;
-``await write_txn_markers(services, [TxnMarker(...)])`` answers one
-``{(topic, partition): error code}`` per marker.
-
-A marker for (__consumer_offsets, p) goes to the coordinator of offsets partition p.  With
-offsets.storage=kafka it is appended to p's log like any other (the leader coordinates p), then
-the groups of p see their pending transactional offsets committed or dropped
-(coord/group/offsets_log.py).  With the metadata store (offsets.storage=zookeeper) there is no
-log: the coordinator of p commits or drops the offsets the producer sent with TxnOffsetCommit
-for the groups of p (coord/group/txn_offsets.py); NOT_COORDINATOR when this broker does not
-coordinate p (the transaction coordinator sends again).
-
-Left out: v0 and v2 (TransactionVersion, KIP-890).
+"""WriteTxnMarkers (key 27), versions 0-1 (v1 is v0 made flexible): a transaction coordinator's
+COMMIT / ABORT markers.  Each marker is appended as a control batch to each of its partitions
+led here and replicated as an acks=all produce (Kafka's appendRecords, origin COORDINATOR,
+request.timeout.ms); the log ends the producer's transaction there.  The append is the replica
+manager's (ReplicaManager.append_txn_marker); the coordinator's marker sender calls
+:func:`write_txn_markers` in process for the partitions this broker leads.  A marker for
+(__consumer_offsets, p) completes the transactional offsets of p's groups, after its append to
+p's log with offsets.storage=kafka, in the metadata store's cache otherwise.  Left out: v2
+(KIP-890).  Errors: docs/internals.md ("pybroker/handlers/write_txn_markers.py").
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
 
 from pybroker.coord.metadata.placement import OFFSETS_TOPIC
 from pybroker.coord.txn.markers import TxnMarker
@@ -50,12 +21,13 @@ from pybroker.handlers._authz import on_cluster
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 from pybroker.security.acl import Operation
+from pybroker.services import BrokerServices
 
 REQUEST_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default, which the markers wait for
 
 
 async def _write_one(
-    services: Any, marker: TxnMarker, topic: str, partition: int, timeout_ms: int
+    services: BrokerServices, marker: TxnMarker, topic: str, partition: int, timeout_ms: int
 ) -> int:
     if topic == OFFSETS_TOPIC and services.offsets_topic is None:
         if services.groups is None:
@@ -78,7 +50,7 @@ async def _write_one(
 
 
 async def write_txn_markers(
-    services: Any, markers: Sequence[TxnMarker], timeout_ms: int = REQUEST_TIMEOUT_MS
+    services: BrokerServices, markers: Sequence[TxnMarker], timeout_ms: int = REQUEST_TIMEOUT_MS
 ) -> list[dict[tuple[str, int], int]]:
     """Write every marker to every one of its partitions (each appended on the event loop in
     request order, then all replicated concurrently); per marker, the error code of each

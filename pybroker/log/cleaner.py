@@ -1,67 +1,11 @@
 """The log cleaner: compaction of logs whose cleanup.policy includes ``compact`` (Kafka's
-LogCleaner, LogCleanerManager and Cleaner).
-
-Contract (docs/internals.md has the summary):
-
-* Threads and processes: ``log.cleaner.threads`` threads (none when ``log.cleaner.enable``
-  is false) choose the logs; each hands a clean's work on files (mapping keys, writing the
-  ``.cleaned`` segments: pybroker/log/cleaner_job.py) to a worker process of its own
-  (pybroker/log/cleaner_process.py; ``CleanerConfig.use_process``, the broker), which runs
-  on another core and never holds the event loop's GIL; tests run the same job in the
-  thread.  The one handoff to the owner of the logs (``run_on_owner``: the event loop in
-  the broker, a direct call in tests) is the swap of each cleaned group
-  (:meth:`PartitionLog.replace_segments`: renames and a list update) and two reads (aborted
-  transactions, producers' last batches).  A clean that finds the log changed under it
-  (retention, truncation, deletion) is dropped and tried again later; so is one whose
-  process died (its ``.cleaned`` files deleted: :func:`discard_cleaned`).
-* Which log: per compacted log, the cleanable range runs from the first dirty offset (the
-  ``cleaner-offset-checkpoint`` entry, or the log start) to the first uncleanable offset:
-  the smallest of the active segment's base offset, the high watermark (the last stable
-  offset once transactions exist) and the base offset of the first segment holding a record
-  younger than min.compaction.lag.ms, rounded down to a segment boundary.  dirty ratio =
-  dirty bytes / (clean bytes + dirty bytes).  The dirtiest log whose ratio exceeds
-  min.cleanable.dirty.ratio is cleaned first; a log whose oldest dirty batch is older than
-  max.compaction.lag.ms is cleaned whatever its ratio; when none qualifies, a log with
-  tombstones whose delete horizon has passed is cleaned.  Nothing to do: sleep
-  ``log.cleaner.backoff.ms``.
-* A clean (cleaner_job.py): the offset map (key -> latest offset; the key itself when
-  shorter than 16 bytes, else its MD5 as Kafka's SkimpyOffsetMap;
-  ``log.cleaner.dedupe.buffer.size / threads`` bytes at load factor 0.9, counted at the 148
-  bytes an entry takes here, where Kafka's packed entry takes 24) is filled from the dirty
-  range; when it fills up, the clean stops at the
-  last offset mapped and the rest waits for the next pass.  Then every segment from the log
-  start up to that end is rewritten, in groups of consecutive segments whose total size fits
-  segment.bytes (and the index size limit), each group into one ``.cleaned`` segment.  A
-  record is kept when it is past the map's last offset, or its key's latest offset is its
-  own (a key absent from the map is kept); a tombstone (null value) is kept until its
-  batch's delete horizon (KIP-534: the first clean that keeps it stamps the batch with
-  now + delete.retention.ms, attribute bit 6) has passed.  Records without a key are
-  dropped.  Offsets never change: the log has gaps afterwards.  A batch keeps its base
-  offset, last offset delta, producer fields, leader epoch and codec
-  (pybroker/log/compacted_records.py); a batch left with no record is dropped, except the
-  last batch of each producer in the producer state, kept empty (so idempotent producers
-  are not fenced by a clean, and the state can be rebuilt from the log).
-* Transactions (Kafka's CleanedTransactionMetadata, :class:`TxnCleaning`): the first
-  uncleanable offset is bounded by the last stable offset, so every transaction in the
-  cleaned range is decided.  The aborted transactions overlapping a range come from the
-  .txnindex files (PartitionLog.collect_aborted_transactions, asked of the owner).  A
-  transactional batch of an aborted transaction is dropped (kept empty if it is its
-  producer's last batch) and its keys are not mapped; committed transactional records are
-  compacted like any other.  A marker is kept while data of its transaction remains in the
-  cleaned segment (an ABORT marker then also keeps its .txnindex entry, written to the cleaned
-  segment's index); once none does, the first clean that sees it stamps its delete horizon
-  (now + delete.retention.ms, KIP-534 bit 6) and a clean after the horizon drops it.  Markers
-  of other control types are kept.
-* Crash safety (Kafka's file protocol): each group's cleaned segment is written as
-  ``<base>.{log,index,timeindex}.cleaned`` and fsynced; then, group by group in offset
-  order, it is renamed to ``.swap`` (the .log first), the old segments' files are renamed to ``.deleted``, then the ``.swap`` suffix
-  is dropped.  PartitionLog's recovery (``_complete_swaps``) finishes or rolls back a clean
-  interrupted anywhere.  After all groups of a clean, ``cleaner-offset-checkpoint`` (Kafka's
-  OffsetCheckpointFile format, in the log dir) records the new first dirty offset; a crash
-  before that only repeats work.
-* Observability: every clean logs, at INFO on ``pybroker.log.cleaner``, the log, its dirty
-  ratio, bytes read and written, records and tombstones removed and the time taken;
-  :attr:`LogCleaner.last_clean` keeps the latest :class:`CleanStats` of each log.
+LogCleaner, LogCleanerManager and Cleaner).  The dirtiest log above min.cleanable.dirty.ratio
+(or past max.compaction.lag.ms) is cleaned first; a record stays when its key's latest offset
+is its own, a tombstone until its delete horizon, and offsets never change.  The clean's work
+on files (pybroker/log/cleaner_job.py) runs in a worker process (log/cleaner_process.py); its one handoff to the
+owner of the logs (``run_on_owner``) is the swap of each cleaned group and two reads.  Kafka's
+``.cleaned`` / ``.swap`` / ``.deleted`` file protocol makes a crash anywhere safe.  Contract,
+transactions and crash safety: docs/internals.md ("pybroker/log/cleaner.py").
 """
 
 from __future__ import annotations
@@ -495,6 +439,7 @@ class LogCleaner:
             index_interval_bytes=plog.config.index_interval_bytes,
             max_index_bytes=plog.config.max_index_bytes,
             file_suffix=CLEANED_SUFFIX,
+            descriptors=plog.descriptors,
         )
         swapped = False
         try:

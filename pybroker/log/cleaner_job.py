@@ -1,37 +1,10 @@
 """One clean's work on files (Kafka's Cleaner): map the keys of the dirty range, then write
 each group of segments, filtered, as a ``.cleaned`` segment.  It reads segment files and
-writes new ones; it never touches a PartitionLog, so it runs the same in the cleaner's
-thread (tests) or in a cleaner process (the broker: pybroker/log/cleaner_process.py), where
-it does not hold the event loop's GIL.
-
-Per record, only what cannot be done in bulk runs in Python (docs/performance.md, "The log
-cleaner"):
-
-* Segments are read through a read-only mmap (:class:`MappedSegment`): no copy into the
-  process, pages let go behind the scan.
-* Pass 1 (:func:`build_offset_map`): one inline loop per batch
-  (:func:`compacted_records.map_records`) puts ``key -> offset << 32 | position`` for every
-  keyed record; no object is made per record but its key.
-* Pass 2 (:func:`filter_batch`): the map's values sorted by offset (:class:`LiveRecords`)
-  are the records of the mapped range that stay, with their positions.  A batch wholly in
-  that range is filtered from them: only the records it keeps are read, and those are
-  copied as bytes; a batch that keeps every record is copied whole, undecoded.  Other
-  batches (below the first dirty offset, across the map's end) are read record by record
-  (:func:`compacted_records.scan_records`).  Compression and CRC-32C are C libraries.
-
-Contract with pybroker/log/cleaner.py (the manager: which log, the swap, the checkpoint):
-
-* :class:`CleanJob` holds everything the work needs, as plain values: the inactive
-  segments (:class:`SegmentRef`: path, base offset, size, next offset, read up to that
-  size), the range [first_dirty, first_uncleanable), the offset map's capacity, the log's
-  configs, the aborted transactions overlapping the inactive segments, the last batch of
-  each producer, and the time.
-* :func:`run_clean_job` returns a :class:`JobResult`: the end of the range mapped (the
-  map's last offset + 1 when it filled up), per group the base offsets of the segments
-  it replaces and the base offset of the ``.cleaned`` segment written (fsynced, closed),
-  the counters, and the delete horizons still pending.  The manager swaps each group in
-  order; a group it cannot swap (the log changed) ends the clean and its ``.cleaned`` files
-  are deleted (recovery deletes leftover ``.cleaned`` files too).
+writes new ones and never touches a PartitionLog, so it runs the same in the cleaner's thread
+(tests) or in a cleaner process (the broker: pybroker/log/cleaner_process.py).  Plain values
+in (:class:`CleanJob`), plain values out (:class:`JobResult`); per record, only what cannot
+be done in bulk runs in Python.  Passes and the contract with pybroker/log/cleaner.py:
+docs/internals.md ("pybroker/log/cleaner_job.py").
 """
 
 from __future__ import annotations

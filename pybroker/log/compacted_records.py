@@ -1,33 +1,13 @@
 """Records inside a v2 batch, as log compaction needs them: keys, tombstones, and batches
 rewritten with some records left out (Kafka's MemoryRecords.filterTo).
 
-The cleaner's scans (:func:`map_records`, :func:`scan_records`, :func:`record_at`) read the
-record layout that pybroker/wire/record_walker.py documents, positions only: a record is
-where it is in the batch's records section (the batch bytes, or the decompressed payload),
-no object is made for it but its key, and :func:`map_records` does its work inline, with no
-call per record (the walker's ``visit`` costs one).  They check what the clean relies on
-(the length chain ends exactly at the section's end with the declared count, offset deltas
-ascend within the last offset delta, a key lies inside its record) and leave the rest of
-the strict checks to the walker, which every batch passed at append.  Anything else is
-InvalidRecordError(CORRUPT_MESSAGE): the partition is then left uncleanable.
-
-The offset map's key for a record key (:func:`key_id`): the key itself when shorter than 16
-bytes (no hashing, no collision, no larger than a digest), else its MD5 (Kafka's
-SkimpyOffsetMap hashes every key with MD5).  A map value packs the record's offset and its
-position in the records section: ``offset << 32 | position``.
-
-A kept record's bytes are copied as they are; only when its timestamp delta must change (a
-delete horizon set, LogAppendTime) are its length and timestamp delta re-encoded.
-
-A rewritten batch keeps, as Kafka's buildRetainedRecordsInto does: the base offset, the last
-offset delta (so the last offset and the producer's last sequence survive the clean), the
-producer id/epoch/base sequence, the partition leader epoch, the timestamp type, the
-transactional and control bits and the compression codec.  Only the records count, the max
-timestamp (CreateTime: the largest of the records kept), the CRC and, when the cleaner sets a
-delete horizon (KIP-534), attribute bit 6 and baseTimestamp change; with a delete horizon the
-records' timestamp deltas are re-encoded against it, so every record keeps its timestamp.
-A batch whose every record goes but which must stay (the last batch of a producer) is
-written as an empty batch (records count 0, no compression), as Kafka's writeEmptyHeader.
+The scans read positions only (no object per record but its key) and check what the clean
+relies on; anything else is InvalidRecordError(CORRUPT_MESSAGE).  The offset map's key
+(:func:`key_id`): the key itself when shorter than 16 bytes, else its MD5; a map value packs
+``offset << 32 | position``.  A rewritten batch keeps what Kafka's buildRetainedRecordsInto
+keeps (base offset, last offset delta, producer fields, leader epoch, codec), so offsets and
+producer sequences survive a clean.  Checks, rewrites and delete horizons: docs/internals.md
+("pybroker/log/compacted_records.py").
 """
 
 from __future__ import annotations

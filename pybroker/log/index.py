@@ -12,21 +12,9 @@
          0     8  timestamp         int64   largest batch max timestamp seen so far in the segment
          8     4  relative offset   int32   (last) offset of the batch that reached it - base offset
 
-Both are strictly increasing in every field.  An entry is added every ``index_interval_bytes``
-of appended data (LogSegment decides), so the indexes are sparse: a lookup gives the greatest
-entry at or below the target and the segment scans batch headers forward from there.
-
-Unlike Kafka we do not preallocate and mmap: the files are append-only and hold exactly the
-valid entries (nothing to trim on close, and a crash can only leave a torn last entry, which
-the sanity check catches).
-
-No descriptor stays open (a broker with many partitions would run out of them): entries live
-in memory, loaded lazily on the first lookup or append (opening a log with many segments reads
-only each index's first and last entries), and new entries are written to the file by an
-open-pwrite-close at :meth:`_Index.flush` (LogSegment.flush, before the recovery point moves
-past them), at close, and whenever ``PENDING_ENTRIES`` accumulate.  Entries lost in a crash
-belong to a segment at or above the recovery point, which recovery scans and re-indexes.
-A lock orders the flush (which may run in a worker thread) against truncation on the loop.
+Both are strictly increasing in every field, and sparse: a lookup gives the greatest entry at
+or below the target.  Unlike Kafka's, the files are append-only (no preallocation, no mmap) and
+no descriptor stays open.  Details: docs/internals.md ("pybroker/log/index.py").
 """
 
 from __future__ import annotations

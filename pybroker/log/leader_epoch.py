@@ -1,31 +1,17 @@
-"""Leader epoch cache of one partition (Kafka's LeaderEpochFileCache).
+"""Leader epoch cache of one partition (Kafka's LeaderEpochFileCache): each leader epoch that
+wrote to the log mapped to the offset of its first batch, both strictly increasing.  It
+answers OffsetForLeaderEpoch and lets a follower find where its log diverges from a new
+leader's.  One owner (the event loop), as PartitionLog, which keeps it consistent with the log.
 
-The cache maps each leader epoch that wrote to the log to the offset of its first batch:
-a list of ``(epoch, start offset)``, both columns strictly increasing.
-It answers OffsetForLeaderEpoch (:meth:`LeaderEpochCache.end_offset_for`) and lets a follower
-find where its log diverges from a new leader's (docs/replication.md).
-
-File ``leader-epoch-checkpoint`` in the partition directory, Kafka's format (UTF-8 text)::
+File ``leader-epoch-checkpoint`` in the partition directory, Kafka's format (UTF-8 text),
+rewritten whole (temporary file, rename; its fsync deferred to PartitionLog.flush) after
+every change::
 
     0                       version
     <n>                     number of entries
     <epoch> <start offset>  n lines, ascending
 
-The file is rewritten whole after every change that leaves it different from what it holds:
-temporary file ``leader-epoch-checkpoint.tmp``, rename.  The fsync (file, then directory) is
-deferred to :meth:`LeaderEpochCache.sync`, which PartitionLog.flush calls before it moves the
-recovery point: the checkpoint is durable for every offset below the recovery point, which
-is all a start after an OS crash trusts (above it the epochs are re-read from the batch
-headers; a torn or empty file after an OS crash reads as missing: every header is read).
-A process crash (kill -9) loses nothing: the page cache holds the renamed file.  So creating
-or leading a partition costs no fsync on the event loop (Kafka's assign fsyncs there, one
-per partition: minutes of fsyncs at 100,000 partitions on a busy disk).  PartitionLog keeps
-the cache consistent with the log: it assigns entries from the batches' partitionLeaderEpoch
-on every append, truncates it with the log, and on open drops entries beyond the recovered
-log end and re-adds epochs from the batch headers of the unflushed tail (or from every batch
-header if the file is missing or corrupt).
-
-Not thread safe: one owner (the event loop), as PartitionLog.
+Recovery: docs/internals.md ("pybroker/log/leader_epoch.py").
 """
 
 from __future__ import annotations
@@ -137,12 +123,6 @@ class LeaderEpochCache:
 
     def __len__(self) -> int:
         return len(self._epochs)
-
-    def latest_entry(self) -> EpochEntry | None:
-        return EpochEntry(self._epochs[-1], self._offsets[-1]) if self._epochs else None
-
-    def earliest_entry(self) -> EpochEntry | None:
-        return EpochEntry(self._epochs[0], self._offsets[0]) if self._epochs else None
 
     def latest_epoch(self) -> int:
         """The newest epoch with an entry, or -1 (UNDEFINED_EPOCH) if none."""

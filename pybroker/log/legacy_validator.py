@@ -1,35 +1,10 @@
 """Kafka's LogValidator for a produced message set of format v0/v1 (magic 0 or 1, Produce
 v0-v2): checked as Kafka checks it and converted to one record batch v2, which the broker then
-validates and appends like any other batch (Kafka 3.x logs hold v2 only: message.format.version
-is 3.0 whatever a topic says).
-
-The checks, in Kafka's order (UnifiedLog.analyzeAndValidateRecords, then LogValidator's
-convertAndAssignOffsetsNonCompressed / validateMessagesAndAssignOffsetsCompressed), with the
-error the partition is answered with:
-
-* an outer message larger than max.message.bytes (12 + its size): MESSAGE_TOO_LARGE
-* a torn entry, a message under 14 bytes, a CRC-32 mismatch: CORRUPT_MESSAGE
-* messages of different magics: INVALID_RECORD
-* a compressed message with others beside it (a compressed set is one wrapper), a wrapper
-  with no value or no inner messages, compressed inner messages, a v1 wrapper offset below
-  its last inner offset, a zstd wrapper: INVALID_RECORD (codec 5-7:
-  UNSUPPORTED_COMPRESSION_TYPE)
-* an inner message of another magic than its wrapper: INVALID_RECORD; an inner CRC mismatch:
-  CORRUPT_MESSAGE
-* a message (or wrapper) whose timestamp type is LogAppendTime, unless the topic is CreateTime
-  and the message has a timestamp: INVALID_TIMESTAMP (Kafka's validateTimestamp)
-* inflating beyond ``max_uncompressed_bytes``: MESSAGE_TOO_LARGE
-
-The batch: the messages' keys, values and timestamps (magic 0 has none: -1; a v1 wrapper with
-LogAppendTime gives its inner messages its own), offsets 0..n-1, CreateTime (a LogAppendTime
-topic stamps it at append, as for any batch), no producer id, the wrapper's codec or none.
-Offsets the producer wrote are dropped: the broker assigns them.  Pure and thread-safe.
-
-Memory: the message set is walked twice in place (sizes and CRCs, then the records), a
-wrapper's inner set is parsed as it inflates (pybroker.wire.legacy_records.stream_entries: one
-chunk and one message at a time, so a bomb of zeros ends at its first inner message), and
-records go straight into the v2 batch being built: at most that batch (bounded by
-``max_uncompressed_bytes``) plus one chunk, never a Python object per record.
+validates and appends like any other batch (Kafka 3.x logs hold v2 only).  Offsets the
+producer wrote are dropped: the broker assigns them.  Pure and thread-safe; memory stays at
+the batch being built (bounded by ``max_uncompressed_bytes``) plus one chunk, never a Python
+object per record.  The checks, in Kafka's order, and the batch: docs/internals.md
+("pybroker/log/legacy_validator.py").
 """
 
 from __future__ import annotations

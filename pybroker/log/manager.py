@@ -14,19 +14,9 @@ Checkpoint file format (Kafka's OffsetCheckpointFile), UTF-8 text::
     <n>                     number of entries
     <topic> <partition> <offset>    n lines
 
-Checkpoints are written atomically: temporary file, fsync, rename, fsync of the directory.
-The log start offset checkpoint keeps a start moved by DeleteRecords (inside a segment) across
-restarts; on open a log starts at max(its first segment's base offset, the checkpointed value).
-Every dir has its own checkpoints and marker, listing the logs (current and future) it holds.
-A partition is in one dir; a new one goes to the online dir holding the fewest logs (Kafka's
-nextLogDirs), or to the dir an AlterReplicaLogDirs named for it before it existed.  A
-partition found in two dirs at start (other than a ``-future`` copy) stops the start, as Kafka
-does (:class:`DuplicateLogError`).  A dir whose I/O fails is offline from then on
-(:meth:`LogManager.fail_dir`): its logs are dropped and the listeners told.
-
-At start the clean-shutdown marker decides whether logs are scanned at all; it is removed
-once the logs are loaded (so a crash afterwards means an unclean start) and written again by
-:meth:`LogManager.close` after every log was flushed and the checkpoint written.
+Checkpoints are written atomically (temporary file, fsync, rename, fsync of the directory).
+A partition is in one dir; a dir whose I/O fails is offline from then on.  Placement, start
+and the clean-shutdown marker: docs/internals.md ("pybroker/log/manager.py").
 """
 
 from __future__ import annotations
@@ -50,6 +40,7 @@ from pybroker.log.partition_log import (
     parse_future_dir,
     parse_partition_dir,
 )
+from pybroker.log.segment import DescriptorCache
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +173,10 @@ class LogManager:
         log_dirs: Path | Sequence[Path],
         default_config: LogConfig,
         clock: Clock = SYSTEM_CLOCK,
+        descriptors: DescriptorCache | None = None,
     ) -> None:
+        """``descriptors``: the LRU bounding the segments' open descriptors, shared by every
+        log here (the broker's, sized from its open files limit; None: one of its own)."""
         dirs = [log_dirs] if isinstance(log_dirs, (str, Path)) else list(log_dirs)
         self.log_dirs: list[Path] = []
         for d in dirs:
@@ -194,6 +188,9 @@ class LogManager:
         self.log_dir = self.log_dirs[0]  # the first: the cleaner's checkpoint lives there
         self.default_config = default_config
         self.clock = clock
+        self.descriptors = (
+            descriptors if descriptors is not None else DescriptorCache.for_open_files_limit()
+        )
         self.logs: dict[Key, PartitionLog] = _LogTable()
         self.future_logs: dict[Key, PartitionLog] = _LogTable()
         # AlterReplicaLogDirs for a replica not created yet: where it is to be created
@@ -383,6 +380,7 @@ class LogManager:
                 recovery_point=points.get(parsed, 0),
                 clean_shutdown=clean,
                 log_start_offset=starts.get(parsed, 0),
+                descriptors=self.descriptors,
             )
             plog.high_watermark = max(
                 min(hws.get(parsed, 0), plog.log_end_offset), plog.log_start_offset
@@ -430,7 +428,10 @@ class LogManager:
                 d = self.next_log_dir(key, tried)
                 try:
                     plog = PartitionLog.open(
-                        d / f"{topic}-{partition}", config or self.default_config, self.clock
+                        d / f"{topic}-{partition}",
+                        config or self.default_config,
+                        self.clock,
+                        descriptors=self.descriptors,
                     )
                 except OSError as e:
                     tried.append(d)
@@ -481,7 +482,9 @@ class LogManager:
         """Open (create) one partition's log in ``directory`` without touching the tables
         (safe in a worker thread; :meth:`adopt` on the owner makes it the partition's log),
         with its partition.metadata and, for a leader, its first leader epoch entry."""
-        plog = PartitionLog.open(directory / f"{key[0]}-{key[1]}", config, self.clock)
+        plog = PartitionLog.open(
+            directory / f"{key[0]}-{key[1]}", config, self.clock, descriptors=self.descriptors
+        )
         if topic_id is not None and topic_id != partition_metadata.ZERO and plog.topic_id is None:
             partition_metadata.write(plog.directory, topic_id)
             plog.topic_id = topic_id
@@ -521,7 +524,7 @@ class LogManager:
             raise ValueError(f"{topic}-{partition} already has a future log")
         path = directory / f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
         try:
-            fut = PartitionLog.open(path, src.config, self.clock)
+            fut = PartitionLog.open(path, src.config, self.clock, descriptors=self.descriptors)
             if src.log_start_offset > 0:
                 fut.truncate_fully_and_start_at(src.log_start_offset)
             if src.topic_id is not None:

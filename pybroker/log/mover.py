@@ -1,28 +1,10 @@
 """Moving a replica between log dirs on a live broker (AlterReplicaLogDirs; Kafka's
-ReplicaAlterLogDirsThread).
-
-A move of partition P to dir D:
-
-1. ``LogManager.create_future``: an empty ``D/<topic>-<p>.<hex>-future`` log starting at the
-   current log's start offset.  The current log keeps serving produce and fetch.
-2. A task on the event loop copies the current log's batches, from the future's log end on,
-   unchanged (offsets, producer fields, leader epochs: ``append_as_follower``), in chunks of
-   at most 1 MiB, paced to ``replica.alter.log.dirs.io.max.bytes.per.second`` (read at each
-   chunk: a dynamic change applies at once).  A truncation of the current log is applied to
-   the future at once (``PartitionLog.future_copy``), and a log start moved past the
-   future's end (retention, DeleteRecords) restarts the future there, so the future is
-   always a copy of a prefix of the current log.
-3. In the loop step whose copy reaches the current log's end, with no await in between, the
-   swap (``LogManager.replace_current_with_future``): appends are synchronous on the loop,
-   so nothing is appended between the comparison and the swap, and a partition under
-   constant load is moved too (waiting for anything at that point would let it run away).
-   The future is fsynced every 64 MiB copied, in a worker thread; after the swap the log's
-   unflushed tail is like any log's (its recovery point says what a crash makes recover).
-
-After a crash a ``-future`` log is loaded with its dir and the broker calls
-:meth:`LogDirMover.resume` (as Kafka's fetchers pick up future logs): the copy goes on from its
-log end.  A future log whose partition has no current log is removed.  An OSError on either
-side takes that dir offline (``LogManager.fail_dir``) and ends the move.
+ReplicaAlterLogDirsThread).  A ``-future`` log in the target dir is filled with the current
+log's batches, unchanged, paced to ``replica.alter.log.dirs.io.max.bytes.per.second``, while the
+current log keeps serving; the future is always a copy of a prefix of the current log, and the
+swap happens in the loop step whose copy reaches the current log's end, with no await in
+between.  After a crash :meth:`LogDirMover.resume` goes on; an OSError takes that dir offline.
+Steps: docs/internals.md ("pybroker/log/mover.py").
 """
 
 from __future__ import annotations

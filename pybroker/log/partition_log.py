@@ -1,47 +1,11 @@
-"""The log of one partition: its segments, offsets, roll, retention, truncation and recovery.
-
-Directory ``<log.dir>/<topic>-<partition>/`` holds, as Kafka's does:
-
-* ``<20-digit base offset>.log / .index / .timeindex``: segments (pybroker/log/segment.py,
-  pybroker/log/index.py)
-* ``<20-digit offset>.snapshot``: producer state (pybroker/log/producer_state.py)
-* ``leader-epoch-checkpoint``: the leader epoch cache (pybroker/log/leader_epoch.py)
-* ``*.deleted``: segment files waiting to be unlinked (file.delete.delay.ms after retention)
-
-Offsets: log start offset (first offset a reader may see: the first segment's base offset, or
-more after DeleteRecords; LogManager checkpoints it and passes it back on open), log end offset
-(LEO, next offset to assign), high watermark (a separate attribute: == LEO after each leader
-append on a single node; replication moves it, :meth:`PartitionLog.append_as_follower` leaves
-it alone), recovery point (everything below it has been fsynced).
-
-Appends: :meth:`PartitionLog.append` (leader) assigns offsets; :meth:`append_as_follower`
-writes a leader's batches with their offsets as they are.  Both update the producer state and
-the leader epoch cache from the batch headers (partitionLeaderEpoch, -1 ignored).
-
-Recovery on open (Kafka's LogLoader): segments wholly below the recovery point, or every
-segment after a clean shutdown, are trusted: their indexes are sanity-checked (rebuilt if
-missing or corrupt) and only the batch headers after the last index entry are read.  Segments
-from the recovery point on are scanned batch by batch with CRC checks; the first torn or
-corrupt batch and everything after it are truncated and later segments deleted.  Recovery cost
-thus grows with the unflushed tail, not with the log.  Producer state comes from the newest
-snapshot at or below the recovered LEO plus the batch headers after it.  The leader epoch cache
-comes from its checkpoint, minus entries at or beyond the recovered LEO, plus the epochs of the
-batch headers from the recovery point on (the checkpoint is written right after each append
-that changes it, before the LEO moves, so a flushed offset never lacks its entry); a missing or
-corrupt checkpoint is rebuilt from every batch header.  A checkpointed log start offset beyond
-the recovered LEO (the tail holding it was lost) empties the log at that offset, as Kafka does.
-
-Descriptors: at most one per segment that is in use, and one per partition in steady state
-(a broker may hold many thousands of partitions).  The active segment keeps its ``.log``
-descriptor (it serves appends and reads, see pybroker/log/segment.py); indexes hold none.
-Other segments are released after loading; a rolled segment keeps its descriptor until the
-next :meth:`PartitionLog.flush` has fsynced it; a read of an older segment opens one and keeps
-it until another older segment is read or the next flush.  A released descriptor closes when
-the last in-flight sendfile using it is done (also for segments renamed for deletion).
-
-Threading: one owner (the event loop) calls append/read/roll/retention/truncate.  ``flush``
-and ``delete_pending_files`` only fsync, write index entries, release descriptors or unlink
-files and may run in a worker thread.
+"""The log of one partition: its segments, offsets, roll, retention, truncation and recovery
+(Kafka's UnifiedLog and LogLoader).  Offsets: log start <= high watermark <= log end offset
+(LEO); everything below the recovery point is fsynced.  Recovery trusts segments below the
+recovery point (or all after a clean shutdown) and scans the rest, truncating at the first torn
+or corrupt batch, so its cost grows with the unflushed tail.  One owner (the event loop)
+appends, reads, rolls and truncates; ``flush`` and ``delete_pending_files`` may run in a worker
+thread.  At most one descriptor per partition in steady state.  Directory layout, recovery and
+descriptors: docs/internals.md ("pybroker/log/partition_log.py").
 """
 
 from __future__ import annotations
@@ -71,6 +35,7 @@ from pybroker.log.segment import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    DescriptorCache,
     FileSlice,
     LogSegment,
     scan_log_headers,
@@ -176,12 +141,19 @@ def parse_future_dir(name: str) -> tuple[str, int] | None:
 
 class PartitionLog:
     def __init__(
-        self, directory: Path, config: LogConfig, clock: Clock, rng: random.Random | None = None
+        self,
+        directory: Path,
+        config: LogConfig,
+        clock: Clock,
+        rng: random.Random | None = None,
+        descriptors: DescriptorCache | None = None,
     ) -> None:
         self.directory = directory
         self.config = config
         self.clock = clock
         self.rng = rng or random.Random()  # segment.jitter.ms draws
+        # the LRU bounding its segments' open descriptors (the log manager's; None: unbounded)
+        self.descriptors = descriptors
         parsed = parse_partition_dir(directory.name) or parse_future_dir(directory.name)
         self.topic, self.partition = parsed if parsed else (directory.name, 0)
         self.segments: list[LogSegment] = []
@@ -219,13 +191,14 @@ class PartitionLog:
         clean_shutdown: bool = False,
         log_start_offset: int = 0,
         rng: random.Random | None = None,
+        descriptors: DescriptorCache | None = None,
     ) -> PartitionLog:
         """Open (creating if needed) and recover a partition log.  ``recovery_point`` comes
         from the log dir's recovery-point-offset-checkpoint, ``log_start_offset`` from its
         log-start-offset-checkpoint, ``clean_shutdown`` from its ``.kafka_cleanshutdown``
         marker (LogManager passes all three)."""
         directory.mkdir(parents=True, exist_ok=True)
-        log = cls(directory, config, clock, rng)
+        log = cls(directory, config, clock, rng, descriptors)
         log._load(recovery_point, clean_shutdown, log_start_offset)
         return log
 
@@ -235,6 +208,7 @@ class PartitionLog:
             base_offset,
             index_interval_bytes=self.config.index_interval_bytes,
             max_index_bytes=self.config.max_index_bytes,
+            descriptors=self.descriptors,
         )
         seg.roll_jitter_ms = self._random_segment_jitter()
         return seg

@@ -1,38 +1,9 @@
 """Producer state of one partition (Kafka's ProducerStateManager): idempotence and transactions.
-
-Per producer id: its epoch, the metadata of its last 5 batches, the coordinator epoch of its
-last transaction marker and the first offset of its ongoing transaction, if any
-(currentTxnFirstOffset).  Validation follows Kafka's ProducerAppendInfo/ProducerStateEntry
-(client origin):
-
-* duplicate: same epoch and the exact (first, last) sequence of a retained batch: the append
-  is skipped and the ORIGINAL offsets are answered (checked first, as UnifiedLog does);
-* epoch older than the known one: INVALID_PRODUCER_EPOCH;
-* new epoch (or a producer we know nothing of) must start at sequence 0, except that a
-  producer with no known epoch may start anywhere (state lost to retention);
-* same epoch: the first sequence must follow the last one (2**31-1 wraps to 0), else
-  OUT_OF_ORDER_SEQUENCE_NUMBER.
-
-* a non-transactional batch from a producer with an ongoing transaction: INVALID_TXN_STATE.
-
-Several batches of one producer in one append are checked in order against the state as the
-earlier ones would leave it.
-
-Transactions (KIP-98): a transactional data batch of a producer without an ongoing transaction
-starts one at its first offset (an *ongoing* transaction).  A control batch holding a COMMIT or
-ABORT marker (pybroker/wire/control_records.py) ends it: :meth:`ProducerStateManager.update`
-returns the :class:`CompletedTxn` (none for a marker of a producer with no ongoing
-transaction), which the log indexes when aborted (pybroker/log/txn_index.py) and then passes
-to :meth:`ProducerStateManager.complete_txn`: the transaction is *unreplicated* until the high
-watermark passes its marker.  A marker is checked (:meth:`ProducerStateManager.check_marker`,
-coordinator origin, Kafka's appendEndTxnMarker): an epoch older than the producer's is
-INVALID_PRODUCER_EPOCH, a coordinator epoch older than the last marker's is
-TRANSACTION_COORDINATOR_FENCED; a newer epoch becomes the producer's (the coordinator fenced
-the old one).  Followers apply the leader's batches without checks (replication origin).
-
-The first unstable offset is the smallest first offset of an ongoing or unreplicated
-transaction; the partition's last stable offset (LSO) is min(first unstable offset, high
-watermark) (:meth:`ProducerStateManager.first_unstable_offset`).
+Per producer id: its epoch, its last 5 batches, its last marker's coordinator epoch and its
+ongoing transaction's first offset.  A duplicate batch is answered with its original offsets;
+an older epoch is INVALID_PRODUCER_EPOCH, a sequence gap OUT_OF_ORDER_SEQUENCE_NUMBER.  The
+last stable offset is min(first unstable offset, high watermark).  Rules and transactions:
+docs/internals.md ("pybroker/log/producer_state.py").
 
 Snapshot file ``<20-digit offset>.snapshot`` in the partition directory, where offset is the
 log end offset the state reflects (pybroker's own layout, not Kafka's).  Byte layout
@@ -53,11 +24,6 @@ log end offset the state reflects (pybroker's own layout, not Kafka's).  Byte la
                     batch count     int8    (<= 5)
                     batches:        first seq int32, last seq int32, first offset int64,
                                     last offset int64, max timestamp int64
-
-Snapshots are written atomically (temporary file, rename); a torn or corrupt one is ignored
-(and deleted) on load, and the state is rebuilt from the log batches after the newest good one.
-Ongoing transactions come back with the snapshot (every producer with a current txn first
-offset); the replay of the batches after it starts and ends the later ones.
 """
 
 from __future__ import annotations

@@ -6,29 +6,11 @@ absolute base offsets patched in (layout in pybroker/wire/records.py).  There is
 framing: the file is a concatenation of whole batches, and anything after the last whole
 batch with a valid CRC is a torn write that recovery truncates.
 
-The index layouts are documented in pybroker/log/index.py.  An offset-index entry (batch last
-offset -> batch position) and a time-index entry (max timestamp so far -> its offset) are
-added before a batch once more than ``index_interval_bytes`` were appended since the last
-entry, as Kafka's LogSegment.append does.
-
-Files of a segment scheduled for deletion are renamed to ``*.deleted`` (Kafka's suffix) and
-unlinked later by :meth:`LogSegment.delete_files`, which may run in a worker thread.
-
-Descriptors: a segment holds at most one, for its ``.log`` (the indexes hold none, see
-pybroker/log/index.py): opened ``O_RDWR | O_APPEND`` when the segment is created or first
-touched, and dropped by :meth:`LogSegment.release` (PartitionLog releases segments it no longer
-writes or reads) or by :data:`DESCRIPTORS`, the process-wide LRU that keeps at most
-``capacity`` segments open whatever the number of partitions (the least recently used one
-lets go of its descriptor when another opens; it reopens on its next use).  The same descriptor serves appends (``os.write``: O_APPEND puts every write
-at the end, whatever the file position) and reads (``os.pread``).  A read hands out a
-:class:`SegmentReader`, a file-like view of that descriptor with a position of its own, as
-:class:`FileSlice` ``file``: ``loop.sendfile`` seeks it and, on its fallback path, reads it
-with ``readinto``; a shared file position would be moved to the end of the file by every
-append (POSIX O_APPEND semantics), a private one is not.  The descriptor is owned by a
-:class:`_Descriptor` that closes it when the last reference goes: the segment's and every
-reader's.  So a release, a deletion or a close never pulls the file from under an in-flight
-sendfile (and the descriptor's number cannot be reused while one still uses it); the file's
-data outlives its unlinking until then.
+Index entries are added as Kafka's LogSegment.append adds them (layouts in
+pybroker/log/index.py).  A segment holds at most one descriptor, for its ``.log``, bounded by
+its owner's :class:`DescriptorCache`; a release, deletion or close never pulls the file from
+under an in-flight sendfile.  Descriptors, readers and deletion: docs/internals.md
+("pybroker/log/segment.py").
 """
 
 from __future__ import annotations
@@ -98,10 +80,16 @@ MIN_OPEN_SEGMENTS = 16
 
 class DescriptorCache:
     """The segments holding an open ``.log`` descriptor, least recently used first, at most
-    ``capacity`` of them in the whole process: opening one more lets go of the least recently
-    used one's descriptor (it closes once its in-flight readers are done; the segment reopens
-    it on its next use).  So the log's descriptors are bounded whatever the number of
-    partitions and segments.  Used from the loop and from flush threads: one lock."""
+    ``capacity`` of them among the segments given this cache: opening one more lets go of the
+    least recently used one's descriptor (it closes once its in-flight readers are done; the
+    segment reopens it on its next use).  So the log's descriptors are bounded whatever the
+    number of partitions and segments.  Used from the loop and from flush threads: one lock.
+    The broker makes one (pybroker/builder.py) and hands it to its LogManager."""
+
+    @classmethod
+    def for_open_files_limit(cls) -> DescriptorCache:
+        """A cache sized from this process's RLIMIT_NOFILE soft limit (descriptor_budget)."""
+        return cls(descriptor_budget(resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
 
     def __init__(self, capacity: int) -> None:
         self.capacity = max(1, capacity)
@@ -111,11 +99,6 @@ class DescriptorCache:
 
     def __len__(self) -> int:
         return len(self._open)
-
-    def set_capacity(self, capacity: int) -> None:
-        with self._lock:
-            self.capacity = max(1, capacity)
-            self._evict()
 
     def opened(self, seg: LogSegment) -> None:
         with self._lock:
@@ -146,7 +129,21 @@ class DescriptorCache:
             victim._desc = None  # the descriptor closes when its last user lets go
 
 
-DESCRIPTORS = DescriptorCache(descriptor_budget(resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
+class _Unbounded:
+    """No cache: a segment keeps its descriptor until it is released or closed (a segment
+    or log made on its own, without a log manager: tests, the cleaner's worker process)."""
+
+    def opened(self, seg: LogSegment) -> None:
+        pass
+
+    def touch(self, seg: LogSegment) -> None:
+        pass
+
+    def forget(self, seg: LogSegment) -> None:
+        pass
+
+
+UNBOUNDED = _Unbounded()  # stateless
 
 
 class SegmentReader:
@@ -263,11 +260,15 @@ class LogSegment:
         index_interval_bytes: int = 4096,
         max_index_bytes: int = 10 * 1024 * 1024,
         file_suffix: str = "",
+        descriptors: DescriptorCache | None = None,
     ) -> None:
         """``file_suffix`` (``.cleaned``, ``.swap``) names the files of a segment that the
         log cleaner is building (pybroker/log/cleaner.py); :meth:`change_file_suffixes`
-        renames them."""
+        renames them.  ``descriptors``: the cache bounding open descriptors (None: none)."""
         self.directory = directory
+        self.descriptors: DescriptorCache | _Unbounded = (
+            descriptors if descriptors is not None else UNBOUNDED
+        )
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.log_path = directory / (segment_name(base_offset, LOG_SUFFIX) + file_suffix)
@@ -301,16 +302,16 @@ class LogSegment:
     # -- the descriptor -----------------------------------------------------------------------
 
     def _handle(self, flags: int = 0) -> _Descriptor:
-        """The segment's descriptor, reopened if released or evicted by :data:`DESCRIPTORS`.
+        """The segment's descriptor, reopened if released or evicted by its cache.
         Callers keep the returned object (not just its number) while they use it: a
         concurrent release or eviction cannot close it then."""
         desc = self._desc
         if desc is None:
             desc = _Descriptor(os.open(self.log_path, os.O_RDWR | os.O_APPEND | flags, 0o644))
             self._desc = desc
-            DESCRIPTORS.opened(self)
+            self.descriptors.opened(self)
         else:
-            DESCRIPTORS.touch(self)
+            self.descriptors.touch(self)
         return desc
 
     @property
@@ -322,7 +323,7 @@ class LogSegment:
         of fully written index entries; both come back on the next use.  For segments no
         longer appended to; may run in a worker thread."""
         self._desc = None
-        DESCRIPTORS.forget(self)
+        self.descriptors.forget(self)
         self.offset_index.release()
         self.time_index.release()
 
@@ -649,7 +650,7 @@ class LogSegment:
         self.offset_index.close()
         self.time_index.close()
         self._desc = None
-        DESCRIPTORS.forget(self)
+        self.descriptors.forget(self)
 
     def paths(self) -> list[Path]:
         return [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path]
@@ -688,7 +689,7 @@ class LogSegment:
         reader keeps the descriptor, and the data, until it is done)."""
         self.deleted = True
         self._desc = None
-        DESCRIPTORS.forget(self)
+        self.descriptors.forget(self)
         self.offset_index.discard()
         self.time_index.discard()
         self.txn_index.discard()

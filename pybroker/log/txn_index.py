@@ -12,18 +12,9 @@
                                                offset of the earliest other ongoing
                                                transaction, else last offset + 1
 
-One entry per aborted transaction that had data in the partition, appended to the segment
-that received its ABORT marker, in marker order (last offsets increase).  The file exists only
-once a segment holds an entry (as Kafka's, created on first append).  A read_committed fetch
-collects the entries whose range overlaps the fetched offsets (:meth:`collect`), walking
-segments from the one holding the fetch offset until an entry's last stable offset reaches the
-upper bound (Kafka's collectAbortedTransactions).
-
-No descriptor stays open: entries live in memory (loaded lazily), each append writes its 34
-bytes with open-write-close, :meth:`flush` fsyncs a file written since the last flush.  A file
-that is not a whole number of entries, holds an unknown version or entries out of order is
-corrupt (:class:`~pybroker.log.index.CorruptIndexError`); the log rebuilds it from its segment
-(PartitionLog recovery replays the batches with the producer state).
+One entry per aborted transaction with data in the partition, in the segment that received
+its ABORT marker, in marker order.  Reads and corruption: docs/internals.md
+("pybroker/log/txn_index.py").
 """
 
 from __future__ import annotations

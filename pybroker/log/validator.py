@@ -1,46 +1,12 @@
 """Kafka's LogValidator: the records a client produces, validated before they are appended.
 Pure functions over bytes and a :class:`ValidationConfig` (the topic's settings), no I/O and
 no clock: the replica manager (pybroker/replica_manager.py) decides where each runs (the event
-loop or a worker thread) and appends the result.
-
-The steps, in the order the replica manager calls them:
-
-1. :func:`analyze_records` (Kafka's UnifiedLog.analyzeAndValidateRecords): whole v2 batches,
-   sizes, CRC-32C, magic, codec, count vs. last offset delta, control and sequence rules
-   (pybroker.wire.records.parse_batches); the raw records of a Produce become a buffer of v2
-   batches here (a Produce v0-2's message set of format v0/v1 was converted to one v2 batch
-   just before: pybroker/log/legacy_validator.py, called by ReplicaManager._from_legacy).  Then
-   :func:`check_batch_size` per batch: above max.message.bytes, MESSAGE_TOO_LARGE.
-2. :func:`validate_records` walks every record of every batch once
-   (pybroker.wire.record_walker, decompressing a compressed batch as a bounded stream):
-
-   * the records section cannot be decompressed: CORRUPT_MESSAGE (2)
-   * a malformed record (varints, lengths, fields not filling the record, truncation), an
-     offset delta that is not the record's index (Kafka rebuilds such a compressed batch;
-     pybroker stores batches as received and no v2 client writes other deltas), fewer or more
-     records than declared, bytes after the last: INVALID_RECORD (87)
-   * one record longer than max.message.bytes, or records inflating beyond
-     ``max_uncompressed_bytes`` (socket.request.max.bytes: no more than a client could have
-     sent uncompressed in one request): MESSAGE_TOO_LARGE (10).  The walk stops at the first
-     violation: a decompression bomb costs at most that many bytes of work, and memory stays
-     below one record plus one decompressed chunk (64 KiB).
-   * per record in the same walk, only where the topic asks for it (validateKey,
-     validateTimestamp): a record without a key on a compacted topic, a CreateTime record whose
-     own timestamp (not -1) lies more than message.timestamp.before.max.ms before ``now`` or
-     more than message.timestamp.after.max.ms after it, every record of a batch the producer
-     marked LogAppendTime.  Any timestamp error fails the request with INVALID_TIMESTAMP (32)
-     and those errors, else key errors with INVALID_RECORD; each with Kafka's per-record
-     message (record_errors in Produce v8+): :class:`RecordValidationError`.
-   * CreateTime batches get maxTimestamp = their records' largest timestamp (CRC recomputed),
-     as Kafka's setMaxTimestamp, so the time index and ListOffsets -3 name a real record.
-
-   With no compacted topic and no timestamp bound (the defaults) the walk makes no Python
-   call per record.
-3. :func:`recompress` when the topic's compression.type names another codec than a batch's:
-   a new batch in that codec with the records, offsets, producer fields (id, epoch, base
-   sequence, transactional flag), timestamps and leader epoch kept.
-
-:func:`find_record` walks a stored batch the same way for ListOffsets by timestamp.
+loop or a worker thread) and appends the result.  In the replica manager's order:
+:func:`analyze_records` (whole batches, CRC, sizes), :func:`check_batch_size`,
+:func:`validate_records` (one bounded walk of every record: malformed records, sizes, keys on
+compacted topics, timestamps), :func:`recompress` (the topic's codec).  A decompression bomb
+costs at most ``max_uncompressed_bytes`` of work.  Steps and error codes: docs/internals.md
+("pybroker/log/validator.py").
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pybroker.broker import METADATA_DIR
+from pybroker.builder import METADATA_DIR
 from pybroker.config import Config, ConfigError
 from pybroker.coord.metadata.local import LocalStore
 from pybroker.coord.metadata.store_server import StoreServer

@@ -1,37 +1,36 @@
-"""The request-path side of client quotas: who a request is charged to, and the
-Produce/Fetch recordings as Kafka's KafkaApis makes them.
-
-* ``produce_throttle(services, session, client_id, request_bytes)``: records the request's
-  size (Kafka: request.sizeInBytes, the frame without its size prefix) against
-  producer_byte_rate; answers the throttle time (acks=0 too: the mute still applies).
-* ``fetch_bound(...)``: the most a consumer's fetch may carry (getMaxValueInQuotaWindow:
-  bound * (quota.window.num - 1) * window seconds), None without a quota.
-* ``fetch_throttle(...)``: records the fetched bytes against consumer_byte_rate; when the
-  quota is violated the recording is taken back (unrecordQuotaSensor) and the caller
-  answers an empty, throttled response instead, as Kafka's getThrottledResponse.
-
-* ``request_timer(services, api_key)`` and ``throttle_after(...)``: request_percentage, as
-  ClientRequestQuotaManager: while any entity has a request quota, each request's handler
-  is run under a :class:`Timed` wrapper that adds up the time the handler's coroutine runs
-  on the event loop (its steps between suspensions: the broker's "request handler thread
-  time"; waits for data, replication or the metadata store are not counted, nor work a
-  handler hands to a worker thread), recorded as a percentage of one second.  Exempt, as
-  in Kafka: ApiVersions, the SASL requests, WriteTxnMarkers (cluster action), followers'
-  fetches, acks=0 produces.  ``throttle_after`` also charges a Produce its size and sets
-  the answer's throttle_time_ms to the largest throttle time (bandwidth or request); it
-  returns how long the connection is muted.
-
-Followers' fetches are never charged (replication is not subject to client quotas).  The
-user of a connection is its principal's name (``ANONYMOUS`` without authentication).
+"""The request-path side of client quotas, as Kafka's KafkaApis records them: Produce bytes
+against producer_byte_rate (``produce_throttle``), Fetch bytes against consumer_byte_rate
+(``fetch_bound``, ``fetch_throttle``: a violating fetch answers empty and throttled), and the
+handler's time on the event loop against request_percentage (``request_timer``,
+``throttle_after``, :class:`Timed`).  Exempt as in Kafka: ApiVersions, SASL, WriteTxnMarkers,
+followers' fetches, acks=0 produces.  The user is the connection's principal name
+(``ANONYMOUS`` without authentication).  Details: docs/internals.md
+("pybroker/quotas/client.py").
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Coroutine, Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pybroker.quotas.entities import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
+
+if TYPE_CHECKING:
+    from pybroker.quotas.manager import QuotaManager
+
+
+class QuotaServices(Protocol):
+    """What these functions use of the broker's services (pybroker/services.py)."""
+
+    quotas: QuotaManager | None
+
+
+class Principal(Protocol):
+    """A connection's session (pybroker/security/sasl.py's Session): who is charged."""
+
+    principal: str
+
 
 # ApiVersions, SaslHandshake, SaslAuthenticate, WriteTxnMarkers
 EXEMPT_FROM_REQUEST_QUOTA = frozenset({18, 17, 36, 27})
@@ -66,7 +65,7 @@ class Timed:
                 value, error = None, e
 
 
-def request_timer(services: Any, api_key: int) -> bool:
+def request_timer(services: QuotaServices, api_key: int) -> bool:
     """Whether this request's handler time is to be measured (a request quota exists)."""
     q = getattr(services, "quotas", None)
     return (
@@ -82,8 +81,8 @@ def _follower_fetch(body: dict) -> bool:
 
 
 def throttle_after(
-    services: Any,
-    session: Any,
+    services: QuotaServices,
+    session: Principal | None,
     client_id: str | None,
     api_key: int,
     size: int,
@@ -113,12 +112,14 @@ def throttle_after(
     return ms
 
 
-def user_of(session: Any) -> str:
+def user_of(session: Principal | None) -> str:
     principal = getattr(session, "principal", None) or "User:ANONYMOUS"
     return principal.split(":", 1)[1] if ":" in principal else principal
 
 
-def produce_throttle(services: Any, session: Any, client_id: str | None, size: int) -> int:
+def produce_throttle(
+    services: QuotaServices, session: Principal | None, client_id: str | None, size: int
+) -> int:
     q = getattr(services, "quotas", None)
     if q is None:
         return 0
@@ -128,14 +129,18 @@ def produce_throttle(services: Any, session: Any, client_id: str | None, size: i
     return ms
 
 
-def fetch_bound(services: Any, session: Any, client_id: str | None) -> int | None:
+def fetch_bound(
+    services: QuotaServices, session: Principal | None, client_id: str | None
+) -> int | None:
     q = getattr(services, "quotas", None)
     if q is None:
         return None
     return q.max_value_in_window(CONSUMER_BYTE_RATE, user_of(session), client_id or "")
 
 
-def fetch_throttle(services: Any, session: Any, client_id: str | None, size: int) -> int:
+def fetch_throttle(
+    services: QuotaServices, session: Principal | None, client_id: str | None, size: int
+) -> int:
     q = getattr(services, "quotas", None)
     if q is None:
         return 0

@@ -1,27 +1,15 @@
-"""Quota entities, their ZooKeeper paths and Kafka's precedence (pure functions).
-
-An entity is a dict ``{entity type: name}`` with types ``user``, ``client-id`` (either or
-both) or ``ip`` alone; a name of ``None`` is the default entity (``<default>``).  Kafka on
-ZooKeeper keeps each entity's configs in one node (``{"version":1,"config":{...}}``, values
-as strings):
+"""Quota entities, their ZooKeeper paths and Kafka's precedence (pure functions).  An entity is a
+dict ``{entity type: name}`` (``user``, ``client-id``, or ``ip`` alone; ``None`` is the default
+entity), its configs one node as Kafka on ZooKeeper keeps them::
 
     user and client-id  /config/users/<user>/clients/<client-id>
     user                /config/users/<user>
     client-id           /config/clients/<client-id>
     ip                  /config/ips/<ip>
 
-with names sanitized as Kafka's Sanitizer does (URL-encoded; ``*`` as ``%2A``) and the
-default as ``<default>`` (a literal name ``<default>`` is ``%3Cdefault%3E``).
-
-The quota that applies to a connection of user U with client id C is, per quota type, the
-first of (DefaultQuotaCallback):
-
-    /config/users/U/clients/C, /config/users/U/clients/<default>, /config/users/U,
-    /config/users/<default>/clients/C, /config/users/<default>/clients/<default>,
-    /config/users/<default>, /config/clients/C, /config/clients/<default>
-
-and its sensor is shared by the connections whose metric tags match: the user tag is U when
-the entity found has a user part, else ""; the client-id tag likewise.
+Names are sanitized as Kafka's Sanitizer does.  The quota of a connection is the first match
+in DefaultQuotaCallback's order; the order and sensor sharing: docs/internals.md
+("pybroker/quotas/entities.py").
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
-"""Controlled shutdown, the broker's side (Kafka's controlled.shutdown.enable, ZooKeeper mode).
-
-Before a broker of a cluster stops (SIGTERM), it hands its work over through the controller,
-so that clients see a leader change instead of a failover:
-
-1. It stops fetching (``ReplicaManager.stop_fetching``): no leader adds it to an ISR again,
-   as Kafka's controller stops the replica with StopReplica.
-2. It announces the shutdown to the controller by creating the ephemeral znode
-   ``/pybroker/controlled_shutdown/<id>`` (the controller watches its parent; pybroker's
-   controller talks through the metadata store, not through Kafka's ControlledShutdown
-   request, which is not served).  The controller then moves the leadership of every
-   partition this broker leads to the first other replica that is in the ISR and live, and
-   removes this broker from every ISR (coord/controller/election.py, ``decide_for_live_set``).  A
-   broker in controlled shutdown is never elected.  The znode goes with the broker's session
-   when it stops.
-3. It waits until the metadata shows the work done: it leads no partition another live ISR
-   member could lead, and it is in no ISR of a partition led by a live broker.  A partition
-   with no other ISR member (or a single-broker cluster) stays led here until the process
-   ends, as nobody can take it over.
-
-An attempt waits at most :data:`ATTEMPT_S` for that; a failed attempt is retried after
-``controlled.shutdown.retry.backoff.ms``, ``controlled.shutdown.max.retries`` attempts in all
-(Kafka's names and defaults: 3 attempts, 5000 ms).  The whole hand-over is bounded by
-:data:`MAX_S` (pybroker's bound, so that SIGTERM always ends the process in time) and by the
-metadata store: without a live session nothing can be announced and the broker just stops.
-After the last failed attempt the broker stops anyway (Kafka's "unclean shutdown").
+"""Controlled shutdown, the broker's side (Kafka's controlled.shutdown.enable, ZooKeeper mode):
+before a broker of a cluster stops, it stops fetching, announces the shutdown with the
+ephemeral ``/pybroker/controlled_shutdown/<id>`` (the controller then moves its leaderships and
+removes it from every ISR) and waits until the metadata shows that done.  Attempts follow
+Kafka's ``controlled.shutdown.max.retries`` and ``.retry.backoff.ms``; the whole hand-over is
+bounded by :data:`MAX_S`, so SIGTERM always ends the process.  Steps: docs/internals.md
+("pybroker/replication/controlled_shutdown.py").
 """
 
 from __future__ import annotations
@@ -32,10 +13,14 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.coord.metadata import paths
 from pybroker.coord.metadata.store import NodeExistsError, NoNodeError, StoreError
+
+if TYPE_CHECKING:
+    from pybroker.coord.metadata.cluster import Cluster
+    from pybroker.replication.manager import ReplicaManager
 
 log = logging.getLogger("pybroker.controlled_shutdown")
 
@@ -44,7 +29,7 @@ MAX_S = 10.0  # the whole controlled shutdown, backoffs included
 POLL_S = 0.02
 
 
-def pending_work(cluster: Any, broker_id: int) -> tuple[list[str], list[str]]:
+def pending_work(cluster: Cluster, broker_id: int) -> tuple[list[str], list[str]]:
     """What the controller still has to do for ``broker_id``, from the metadata cache:
     (partitions it leads that another live ISR member could lead, partitions led by another
     live broker whose ISR still names it), each as "topic-partition"."""
@@ -61,8 +46,8 @@ def pending_work(cluster: Any, broker_id: int) -> tuple[list[str], list[str]]:
 
 
 async def controlled_shutdown(
-    cluster: Any,
-    replicas: Any,
+    cluster: Cluster,
+    replicas: ReplicaManager,
     *,
     max_retries: int,
     retry_backoff_ms: int,
@@ -126,7 +111,7 @@ async def controlled_shutdown(
     return False
 
 
-async def _done_within(cluster: Any, me: int, end: float, t0: float) -> bool:
+async def _done_within(cluster: Cluster, me: int, end: float, t0: float) -> bool:
     """Poll the metadata cache until nothing is left to hand over (True) or ``end``."""
     while True:
         leads, follows = pending_work(cluster, me)
@@ -147,7 +132,7 @@ async def _within(coro: Any, deadline: float) -> Any:
         return await coro
 
 
-async def _announce(cluster: Any, broker_id: int) -> None:
+async def _announce(cluster: Cluster, broker_id: int) -> None:
     """(Re)create our ephemeral controlled-shutdown znode: a new child fires the controller's
     watch (a retry deletes and creates it again, to be seen by a controller elected since)."""
     store = cluster.store

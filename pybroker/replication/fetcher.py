@@ -1,30 +1,9 @@
-"""The replica fetcher: one task per leader broker copying its partitions to this broker.
-
-For each partition handed over by the replica manager:
-
-1. Truncation (after a leader change): the first Fetch carries the last fetched epoch and the
-   leader answers a diverging epoch when our tail is not on its log (Kafka's truncation on
-   fetch); OffsetForLeaderEpoch v4 for the latest local epoch only when the log has no epoch
-   or the leader answered OFFSET_OUT_OF_RANGE above its log end.  The local log is truncated
-   to Kafka's choice: the leader's end offset for that epoch when the leader knows the epoch,
-   else the local end offset of the largest epoch the leader has, capped at the local log
-   end.  A replica therefore never keeps records that the current leader's log does not have.
-2. Fetching: Fetch v12 with replica_id = this broker and the last fetched epoch, from the local
-   log end, in an incremental fetch session (replication/session_handler.py): after the first
-   full request only partitions whose position changed are sent, and the leader answers only
-   partitions with news.  The leader's batches are appended unchanged (append_as_follower) and the local
-   high watermark becomes min(leader's high watermark, local log end).  A diverging epoch in
-   the answer sends the partition back to step 1; OFFSET_OUT_OF_RANGE below the leader's log
-   start restarts the local log there.
-
-Replication throttles (replication/throttle.py): a throttled partition this broker is not yet
-in the ISR of is left out of the fetch while the follower quota is exceeded.
-
-Connection failures back off and retry; a partition the manager takes away (role change) is
-dropped at once, and answers that arrive for it afterwards are ignored.  Partition errors (a
-leader that has not yet learned of the epoch we follow it in) are retried after 10 ms, doubling
-up to 100 ms; every backoff ends when the partitions change, so a partition handed over after
-a leader change is taken up at once.
+"""The replica fetcher: one task per leader broker copying its partitions to this broker.  After
+every leader change a partition is truncated to Kafka's choice (truncation on fetch: the
+leader's diverging epoch; OffsetForLeaderEpoch only when that cannot tell), so a replica never
+keeps records the current leader's log does not have; then Fetch v12 in an incremental session
+appends the leader's batches unchanged, and the local high watermark is min(leader's high
+watermark, local log end).  Steps, throttles, backoffs and failures: docs/internals.md ("pybroker/replication/fetcher.py").
 """
 
 from __future__ import annotations
@@ -32,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pybroker.errors import ErrorCode
 from pybroker.replication.client import BrokerConnection
 from pybroker.replication.session_handler import FetchSessionHandler
 from pybroker.wire.records import InvalidRecordError, parse_batches
+
+if TYPE_CHECKING:
+    from pybroker.replication.manager import Replica, ReplicaManager
 
 log = logging.getLogger("pybroker.replication.fetcher")
 
@@ -52,14 +34,14 @@ SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_
 
 @dataclass
 class _Fetching:
-    replica: Any  # manager.Replica
+    replica: Replica
     leader_epoch: int
     truncated: bool = False
     last_error: int = ErrorCode.NONE  # logged once per change, not per retry
 
 
 class ReplicaFetcher:
-    def __init__(self, manager: Any, leader_id: int) -> None:
+    def __init__(self, manager: ReplicaManager, leader_id: int) -> None:
         self.manager = manager
         self.leader_id = leader_id
         self.partitions: dict[tuple[str, int], _Fetching] = {}
@@ -85,7 +67,7 @@ class ReplicaFetcher:
             self._task.cancel()
             await asyncio.wait({self._task}, timeout=2.0)
 
-    def add(self, replica: Any) -> None:
+    def add(self, replica: Replica) -> None:
         # Kafka's truncation on fetch (KAFKA-10554, Fetch v12+): a log with leader epochs is
         # fetched at once with its last fetched epoch, and the leader answers a diverging
         # epoch when the tail must go; OffsetForLeaderEpoch only when that cannot tell

@@ -27,13 +27,21 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybroker.clock import Clock
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log import LogManager, PartitionLog
 from pybroker.log.partition_metadata import other_incarnation
 from pybroker.purgatory import Purgatory
+
+if TYPE_CHECKING:
+    import ssl
+
+    from pybroker.coord.metadata.cluster import Cluster
+    from pybroker.coord.metadata.model import PartitionState, TopicInfo
+    from pybroker.replication.fetcher import ReplicaFetcher
+    from pybroker.replication.throttle import ReplicationThrottles
 
 log = logging.getLogger("pybroker.replication")
 
@@ -119,7 +127,7 @@ class ReplicaManager:
     def __init__(
         self,
         broker_id: int,
-        cluster: Any,
+        cluster: Cluster,
         logs: LogManager,
         purgatory: Purgatory,
         clock: Clock,
@@ -127,12 +135,12 @@ class ReplicaManager:
         replica_lag_time_max_ms: int,
         min_insync_replicas: Callable[[str], int],
         open_log: Callable[[str, int], PartitionLog],
-        fetcher_factory: Callable[[ReplicaManager, int], Any],
+        fetcher_factory: Callable[[ReplicaManager, int], ReplicaFetcher],
         inter_broker_listener: str | None = None,
-        inter_broker_ssl: Any = None,
+        inter_broker_ssl: ssl.SSLContext | None = None,
         inter_broker_sasl: tuple[str, str, str] | None = None,
         on_replica_removed: Callable[[str, int, PartitionLog], None] | None = None,
-        throttles: Any = None,
+        throttles: ReplicationThrottles | None = None,
         create_logs: Callable[[list[tuple[str, int]]], Awaitable[None]] | None = None,
     ) -> None:
         self.broker_id = broker_id
@@ -161,7 +169,7 @@ class ReplicaManager:
         self.inter_broker_sasl = inter_broker_sasl  # (mechanism, user, password) if it is SASL
         self.replicas: dict[tuple[str, int], Replica] = {}
         self._by_topic: dict[str, set[int]] = {}  # the partitions of each topic in replicas
-        self.fetchers: dict[int, Any] = {}
+        self.fetchers: dict[int, ReplicaFetcher] = {}
         self._tasks: set[asyncio.Task] = set()
         self._isr_task: asyncio.Task | None = None
         self._stopped = False
@@ -334,7 +342,7 @@ class ReplicaManager:
             asyncio.get_running_loop().call_soon(self._sync_deferred)
 
     def _sync_partition(
-        self, name: str, index: int, info: Any, state: Any, budget: _Budget
+        self, name: str, index: int, info: TopicInfo, state: PartitionState, budget: _Budget
     ) -> None:
         me = self.broker_id
         key = (name, index)
@@ -425,7 +433,7 @@ class ReplicaManager:
             f.remove(r.topic, r.partition)
         self._wake(r)
 
-    def _become_leader(self, r: Replica, state: Any) -> None:
+    def _become_leader(self, r: Replica, state: PartitionState) -> None:
         now = self.clock.time_ms()
         continued = r.role == LEADER
         if continued:
@@ -487,7 +495,7 @@ class ReplicaManager:
                 return True
         return False
 
-    def _become_follower(self, r: Replica, state: Any) -> None:
+    def _become_follower(self, r: Replica, state: PartitionState) -> None:
         self._detach(r)
         self._lost_leadership(r)
         r.role, r.leader, r.leader_epoch = FOLLOWER, state.leader, state.leader_epoch

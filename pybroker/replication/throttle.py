@@ -22,9 +22,14 @@ in the ISR is never throttled (only replicas catching up, as in a reassignment, 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pybroker.quotas.rate import WindowedRate
+
+if TYPE_CHECKING:
+    from pybroker.clock import Clock
+    from pybroker.config import Config
+    from pybroker.coord.metadata.cluster import Cluster
 
 LONG_MAX = 2**63 - 1
 NUM_SAMPLES = 11  # Kafka's replication.quota.window.num
@@ -60,10 +65,10 @@ class ReplicationThrottles:
 
     def __init__(
         self,
-        config: Callable[[], Any],
-        cluster: Any,
+        config: Callable[[], Config],
+        cluster: Cluster,
         broker_id: int,
-        clock: Any,
+        clock: Clock,
         now_ms: Callable[[], int] | None = None,
     ) -> None:
         """``config``: gives the broker's Config, whose throttle rates are read at each check

@@ -1,24 +1,10 @@
-"""TLS for SSL listeners, configured with Kafka's ``ssl.*`` names (PEM stores).
-
-Per listener, ``listener.name.<name>.ssl.<key>`` overrides ``ssl.<key>`` (Kafka's
-per-listener configs; the name in lower case).  What a listener's server context is built
-from, as Kafka reads these keys:
-
-* ``ssl.keystore.type=PEM`` (Kafka's default JKS, and PKCS12, are refused naming the key:
-  Python's ssl module reads PEM) with either ``ssl.keystore.location`` (a PEM file holding
-  the private key and the certificate chain) or ``ssl.keystore.key`` +
-  ``ssl.keystore.certificate.chain`` (the PEM text itself); ``ssl.key.password`` for an
-  encrypted key.
-* ``ssl.truststore.type=PEM`` with ``ssl.truststore.location`` (a file of CA
-  certificates) or ``ssl.truststore.certificates`` (the PEM text): the CAs client
-  certificates are checked against.
-* ``ssl.client.auth``: ``none`` (default), ``requested`` (a certificate is asked for and
-  checked if given), ``required`` (mutual TLS).
-* ``ssl.enabled.protocols`` (default ``TLSv1.2,TLSv1.3``) bounds the protocol versions;
-  ``ssl.cipher.suites`` (OpenSSL names; default: OpenSSL's) the TLS 1.2 ciphers.
-
-:func:`server_context` raises :class:`TlsConfigError` naming the key at fault; the broker
-builds every context at start, so a bad setting stops it before it listens.
+"""TLS for SSL listeners, configured with Kafka's ``ssl.*`` names (PEM stores only), per listener
+``listener.name.<name>.ssl.<key>`` over ``ssl.<key>``: the key store (``ssl.keystore.*``,
+``ssl.key.password``), the trust store (``ssl.truststore.*``), ``ssl.client.auth``,
+``ssl.enabled.protocols`` and ``ssl.cipher.suites``.  :func:`server_context` raises
+:class:`TlsConfigError` naming the key at fault; the broker builds every context at start, so a
+bad setting stops it before it listens.  The keys: docs/internals.md
+("pybroker/security/tls.py").
 """
 
 from __future__ import annotations

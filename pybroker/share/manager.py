@@ -1,34 +1,14 @@
 """The share-partitions this broker leads and the share sessions of its share consumers: Kafka's
 SharePartitionManager and DelayedShareFetch, as the asyncio shell around share/partition.py.
 
-Ownership: the event loop owns every SharePartition; a fetch or an acknowledgement applies to
-it without awaiting, so each is atomic.  Awaits happen only to load a share-partition (one
-read of its state znode, then one write of the leader epoch and resolved start offset, which
-fences the previous leader) and to write its state.
-
-Loading.  The first use of (group, topic, partition) on a leader reads its state
-(coord/group/share_store.py; the group coordinator created it when a member subscribed).  No
-state: UNKNOWN_SERVER_ERROR, as Kafka's "read on uninitialized share partition".  A start
-offset of -1 is resolved with the group's share.auto.offset.reset (earliest: the log start;
-latest: the high watermark; by_duration: the first batch at or after now - duration).  A
-cached share-partition is used only while this broker leads the partition in the leader epoch
-it was loaded in; otherwise it is dropped and loaded again.
-
-Writes (group commit).  Acknowledgements, releases, lock timeouts and start-offset moves change
-the state; the partition's writer task writes the whole snapshot (compare-and-set) while the
-snapshot differs from what was written, one write at a time: changes made during a write go
-out together in the next.  An acknowledgement is answered after a write that includes it.  A
-failed write drops the share-partition (its next use loads the stored state) and fails the
-acknowledgements waiting on it (NOT_LEADER_OR_FOLLOWER when another writer came first,
-COORDINATOR_NOT_AVAILABLE when the store could not be reached): their records may be
-delivered again, never lost.
-
-Fetching (Kafka's DelayedShareFetch).  For each partition in turn (rotated by the session
-epoch), records are read from the log at the share-partition's fetch offset below the high
-watermark (the last stable offset for share.isolation.level=read_committed, aborted
-transactions' batches archived), acquired, and answered with the batches that hold them.  With
-nothing to acquire the answer waits up to max_wait_ms; appends, releases and lock timeouts
-wake it.
+The event loop owns every SharePartition; a fetch or an acknowledgement applies to it without
+awaiting, so each is atomic.  A share-partition is loaded from its stored state on first use
+and used only while this broker leads the partition in the leader epoch it was loaded in.
+State changes are written by the partition's writer task (group commit, compare-and-set); an
+acknowledgement is answered after a write that includes it, and a failed write drops the
+share-partition (records may be delivered again, never lost).  A fetch with nothing to
+acquire waits up to max_wait_ms.  Loading, writes and fetching: docs/internals.md
+("pybroker/share/manager.py").
 """
 
 from __future__ import annotations

@@ -16,18 +16,7 @@ SPSO moves over leading Acknowledged/Archived records.  At most share.partition.
 records are in flight (SPEO - SPSO + 1): a full window acquires only records that are already
 in flight and Available.
 
-Representation: the in-flight records are a sorted list of non-overlapping *runs* (first, last,
-state, delivery count, member, lock deadline); an operation on part of a run splits it, as
-Kafka's InFlightBatch switches to per-offset state.  New records are acquired whole log batch
-by log batch (the last batch may take the count past max_records, as Kafka's), split into
-ranges of about ``batch_size`` records at log batch boundaries; in record-limit mode (ShareFetch
-v2's acquire mode 1) exactly max_records.
-
-Durability: ``snapshot()`` is what the store keeps (coord/group/share_store.py): the SPSO and
-the runs that are not plain Available; an Acquired run is kept as Available with the delivery
-count it had before this acquisition, so acquiring never needs a write, as in Kafka (after a
-leader change an unacknowledged acquisition is not counted).  ``dirty`` counts the changes a
-snapshot shows; pybroker/share/manager.py writes them and answers acknowledgements only after.
+Representation and durability: docs/internals.md ("pybroker/share/partition.py").
 """
 
 from __future__ import annotations

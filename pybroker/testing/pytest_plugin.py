@@ -1,31 +1,11 @@
-"""pytest plugin: a real Kafka broker (pybroker) for your tests.
-
-Registered through the ``pytest11`` entry point (``pybroker``), so it is active wherever
-pybroker is installed.  Fixtures:
-
-``kafka_broker`` (session)
-    A ``python -m pybroker serve`` process on a free loopback port with a temporary log dir,
-    the embedded metadata store and fast group settings (FAST_SETTINGS), started on first use
-    and stopped with SIGTERM at the end of the session (a non-zero exit fails the teardown).
-    It is ready when it has answered an ApiVersions and a Metadata round trip.
-    ``.bootstrap_servers`` is ``"127.0.0.1:<port>"``.  Under pytest-xdist each worker gets
-    its own broker.  With ``--kafka-bootstrap=HOST:PORT`` no broker is started: the fixture
-    points at that Kafka instead (checked with the same round trips).
-
-``kafka_topic`` (function)
-    A factory ``kafka_topic(partitions=1, replication_factor=1, configs=None, name=None) ->
-    str`` that creates a topic on ``kafka_broker`` (CreateTopics through pybroker's codec, no
-    client library needed) named after the test plus a random suffix unless ``name`` is given,
-    returns once every broker knows its leaders, and deletes it after the test.
-
-``kafka_cluster`` (session)
-    Three brokers on a private ZooKeeper (pybroker.testing.cluster.LocalCluster):
-    ``.bootstrap_servers`` lists all three, ``.brokers`` maps broker id to its process.
-    Skipped, with the reason, when Debian's ZooKeeper (zkServer.sh) or java is missing.
-
-Options: ``--kafka-bootstrap=HOST:PORT[,HOST:PORT...]`` and ``--kafka-broker-config
-KEY=VALUE`` (repeatable; broker settings for the brokers the plugin starts, over
-FAST_SETTINGS).
+"""pytest plugin: a real Kafka broker (pybroker) for your tests, registered through the
+``pytest11`` entry point (``pybroker``).  Fixtures: ``kafka_broker`` (session: a ``python -m
+pybroker serve`` process on a free loopback port, ``.bootstrap_servers``; one per xdist worker;
+``--kafka-bootstrap=HOST:PORT`` points at another Kafka instead), ``kafka_topic`` (function: a
+factory that creates a topic and deletes it after the test) and ``kafka_cluster`` (session:
+three brokers on a private ZooKeeper).  Options: ``--kafka-bootstrap`` and
+``--kafka-broker-config KEY=VALUE``.  Details: docs/testing.md and docs/internals.md
+("pybroker/testing/pytest_plugin.py").
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Message format v0 and v1 (magic 0 and 1): the message sets of clients before Kafka 0.11,
-parsed, built, and down-converted from record batches v2 (sans-I/O).
+parsed, built, and down-converted from record batches v2 (sans-I/O), streaming (one chunk and
+one message held).
 
 Byte layout of a message set (entries back to back, all integers big-endian)::
 
@@ -16,29 +17,7 @@ Byte layout of a message set (entries back to back, all integers big-endian)::
       value_length int32   -1 = null
       value
 
-Uncompressed, every message is one record.  A compressed message (a "wrapper") has a null key
-and, as its value, the compressed inner message set (uncompressed messages of the wrapper's
-magic).  The wrapper's offset is the absolute offset of its last inner message.  v0 inner
-offsets are absolute; v1 inner offsets are relative and Kafka takes the base as wrapper offset
-- last inner offset, or 0 when a producer left the wrapper's offset 0 (some librdkafka
-versions).  A v1 wrapper's timestamp is the largest inner timestamp, or, with bit 3 set, the
-log append time, which then stands for every inner message's timestamp.
-
-Codecs as in record batches v2 (pybroker/wire/compression.py), except LZ4 in magic 0: Kafka
-before 0.10 computed the LZ4 frame descriptor's header checksum over the frame's magic number
-too, and Kafka keeps that for magic 0 (it writes the broken checksum and ignores the checksum
-on read, KafkaLZ4BlockInputStream); magic 1 has the correct one.  zstd does not exist here.
-
-Readers and writers stream: :func:`stream_entries` parses a wrapper's inner set as it inflates
-(one chunk and one message held), :class:`MessageSetBuilder` writes messages as they come, and
-:func:`convert_batch` walks a stored batch's records with the record walker straight into it
-(an uncompressed batch's conversion stops once the answer is full).
-
-What follows Kafka (AbstractLegacyRecordBatch, LegacyRecord, MemoryRecordsBuilder,
-RecordsUtil.downConvert, LazyDownConversionRecords[Send]); errors are InvalidRecordError with
-the code Kafka answers: a message under 14 bytes, a bad CRC, torn lengths: CORRUPT_MESSAGE; a
-wrapper with no value, no inner messages, compressed inner messages, a v1 wrapper offset below
-its last inner offset, a zstd wrapper: INVALID_RECORD; codec 5-7: UNSUPPORTED_COMPRESSION_TYPE.
+Wrappers, codecs and error codes: docs/internals.md ("pybroker/wire/legacy_records.py").
 """
 
 from __future__ import annotations

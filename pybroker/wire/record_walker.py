@@ -1,6 +1,9 @@
 """The one walker over the records inside a v2 batch (Kafka's DefaultRecord.readFrom and the
 batch's record iterators): the produce validator, log compaction, ListOffsets by timestamp,
-the console's browser and the test/tool decoder all read records through it.
+the console's browser and the test/tool decoder all read records through it.  It reads a
+stream of decompressed chunks (at most one record plus one chunk in memory), checks each
+record strictly with Kafka's error codes (INVALID_RECORD, MESSAGE_TOO_LARGE) and, without a
+``visit`` callback, makes no Python call per record.
 
 Record layout (inside the possibly compressed records section; varints are zig-zag)::
 
@@ -15,25 +18,7 @@ Record layout (inside the possibly compressed records section; varints are zig-z
     headerCount     varint
     headers         (keyLength varint, key utf-8, valueLength varint (-1: null), value)*
 
-:func:`walk` reads the records from a stream of decompressed chunks (the batch need not be in
-memory at once: at most one record plus one chunk is) and checks each one strictly, with
-Kafka's error codes (RecordError: INVALID_RECORD, 87):
-
-* any varint longer than its field allows, a record length < 6, a negative key or value length
-  other than -1, a negative header count or header key length, a header value length < -1,
-  fields that do not fill exactly the record's declared length, a truncated record;
-* offset deltas: 0, 1, ... (a produced batch), or with ``gaps`` (a stored batch the cleaner
-  may have thinned) ascending within 0..last offset delta;
-* fewer or more records than declared, bytes after the last record;
-* a record longer than ``max_record_bytes``: MESSAGE_TOO_LARGE (10).
-
-It returns the count and the largest timestamp delta.  ``visit``, when given, sees every
-record (index, offset delta, timestamp delta, key length, the position of its keyLength field
-and its end in the buffer it passes) and may end the walk by returning True; without it the
-loop does no per-record call, which is what keeps the produce path's walk cheap (the one- and
-two-byte varints of real records are decoded inline; longer ones through
-pybroker.wire.primitives, the one varint reader).  :func:`fields` and :func:`headers`
-read a visited record's fields.
+The checks and ``visit``: docs/internals.md ("pybroker/wire/record_walker.py").
 """
 
 from __future__ import annotations

@@ -26,24 +26,7 @@ One record (inside the possibly compressed records section)::
     keyLength varint (-1 = null) | key | valueLength varint | value |
     headerCount varint | headers: (keyLength varint | key utf-8 | valueLength varint | value)*
 
-Varints are zig-zag encoded (protobuf style).  ``parse_batches`` reads headers and checks
-CRCs only; the records inside are read by pybroker/wire/record_walker.py (over the bounded
-streams of pybroker/wire/compression.py) for the validator at append, ListOffsets by
-timestamp, the cleaner and the console.  ``build_batch`` and ``decode_records`` build and
-decode whole batches in all four codecs for tests and tools, never on the broker's paths
-(``decode_records`` inflates a whole batch).
-
-Validation follows Kafka (ProduceRequest.validateRecords, UnifiedLog.analyzeAndValidateRecords,
-LogValidator.validateBatch), with these error codes:
-
-* torn or trailing bytes, batchLength < 49 or past the buffer, bad CRC, magic > 2 or < 0:
-  CORRUPT_MESSAGE (2)
-* magic 0 or 1: UNSUPPORTED_FOR_MESSAGE_FORMAT (43)
-* compression codec 5..7: UNSUPPORTED_COMPRESSION_TYPE (76).  (Java Kafka fails with an
-  IllegalArgumentException there, which surfaces as UNKNOWN_SERVER_ERROR; 76 names the problem.)
-* recordsCount <= 0, lastOffsetDelta < 0 or recordsCount != lastOffsetDelta + 1, a control
-  batch from a client, a producer id with a negative base sequence, an empty record set:
-  INVALID_RECORD (87), as Kafka's InvalidRecordException.
+Readers, builders and the validation error codes: docs/internals.md ("pybroker/wire/records.py").
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
-"""Kafka message schemas as data.
-
-Our own declarations of the Kafka request and response layouts, in the shape of Apache
-Kafka's message specs (clients/src/main/resources/common/message/*.json) but written as
-Python data with snake_case names.  One generic codec (``pybroker.wire.codec``) serves every
-API and version from these declarations; nothing else in pybroker knows byte layouts of
-messages.  ``tests/test_schema_crosscheck.py`` compares every declaration field by field with
-the JSON specs that the test-only kafka-python package ships.
-
-A declaration is a tree of :class:`Field`.  ``type`` uses Kafka's spelling:
-
-* scalars: ``int8 int16 int32 int64 uint16 float64 bool uuid``
-* ``string``, ``bytes``, ``records`` (a nullable byte blob holding record batches)
-* arrays: ``[]int32``, ``[]string``, ... or ``[]StructName`` with ``fields``
-* a single nested struct: ``StructName`` with ``fields``
-
-Version ranges are strings as in the specs: ``"0+"``, ``"3-5"``, ``"none"``.  In flexible
-versions strings, bytes and arrays use the compact (unsigned varint length + 1) encoding and
-every struct ends with a tagged-field section; fields with ``tag`` set are carried in that
-section (in the versions named by ``tagged``) instead of inline.
-
-Decoded messages are plain dicts keyed by field name; encoding reads dicts and falls back to
-the field's default (``default`` if given, else 0 / "" / [] / False / zero uuid, or None for a
-field that is nullable in that version) for keys that are absent.
+"""Kafka message schemas as data: our own declarations of the request and response layouts, in
+the shape of Apache Kafka's message specs (common/message/*.json) but written as Python data
+with snake_case names.  One generic codec (``pybroker.wire.codec``) serves every API and
+version from them; nothing else in pybroker knows byte layouts of messages, and
+``tests/test_schema_crosscheck.py`` compares every declaration with Kafka's specs.  A
+declaration is a tree of :class:`Field` with Kafka's type spellings and version ranges;
+decoded messages are plain dicts.  Types, flexible versions and defaults: docs/internals.md
+("pybroker/wire/schema.py").
 """
 
 from __future__ import annotations

@@ -1,59 +1,11 @@
-"""The controller's partition-leadership duties (Kafka ZooKeeper mode, see docs/replication.md).
-
-A :class:`Controller` exists while this broker holds ``/controller``: the Cluster creates and
-starts one when it wins the election (``Cluster._on_become_controller``, through the factory
-the broker passes) and stops it when it resigns, loses its store session (LOST), or is
-fenced.  It reads and writes the cluster through :class:`~.context.ClusterView` only.  Its
-duties:
-
-* **Broker loss, broker return, controller start, controlled shutdown.**  Every pass reads
-  the live brokers and those in controlled shutdown (live_brokers.py) and applies
-  election.py's :func:`decide_for_live_set` to every candidate partition.
-* **ElectLeaders.**  :meth:`Controller.elect_leaders` runs preferred or unclean elections
-  (election.py), answering Kafka's per-partition error codes.
-* **Log dir failure.**  For a partition whose replica on a broker went offline with a failed
-  log dir (live_brokers.py), that broker counts as dead: a partition it leads gets a new leader
-  from the other live ISR members (or goes offline, leader -1, as Kafka's OfflinePartition),
-  and it leaves the ISR (Kafka's OfflineReplica transition after a LogDirEventNotification).
-* **Reassignments** (KIP-455, reassignment.py), run as part of every pass.
-* **Preferred leaders.**  With ``auto.leader.rebalance.enable``, 5 s after the start and then
-  every ``leader.imbalance.check.interval.seconds``, :meth:`Controller.
-  rebalance_preferred_leaders` runs Kafka's checkAndTriggerAutoLeaderRebalance: a preferred
-  election for the partitions of each broker whose imbalance ratio exceeds
-  ``leader.imbalance.per.broker.percentage``; skipped while any partition is being reassigned
-  (as Kafka's check).
-
-Design decisions:
-
-* **Level-triggered.**  A pass does not diff the broker set against the previous one; it looks
-  at every candidate partition's state against the live set and fixes whatever is wrong.  So a
-  broker death missed during a controller failover or a lost watch is handled by the next pass,
-  and a leader's ISR write racing a controller shrink (the leader re-applies its ISR after a
-  compare-and-set conflict and may re-add a dead follower) is repaired on the state-change
-  event that follows.  Triggers: controller start (all topics), ``BROKERS_CHANGED`` (all
-  topics), ``TOPIC_CHANGED`` (that topic).  Events are coalesced: one pass handles everything
-  marked since the previous one.
-* **Cheap selection, fresh decision.**  Candidates are chosen from the Cluster's cached
-  states (no store reads for healthy partitions); the candidates' state znodes are then re-read
-  together (data + version; ``store.get_many``, pipelined) and the decision is made on what
-  was read.  The live set is read from
-  ``/brokers/ids`` at each pass, never taken from the (possibly lagging) cache.
-* **Compare-and-set + epoch fencing.**  Writes are ``SetData(state, version=<read version>)``
-  batched in store multis of at most :data:`MAX_OPS_PER_MULTI` operations,
-  :data:`MULTIS_IN_FLIGHT` of them pipelined, each behind the
-  epoch check of :class:`~.context.ControllerFence` (a superseded controller writes nothing;
-  a failed check, or a state stamped with a newer controller epoch, fences this controller).
-  A failure on a state op (BadVersion: a leader wrote its ISR meanwhile; NoNode: the topic
-  went) rolls the multi back; its partitions are re-read and decided again
-  while this controller is active.  A lost connection retries with backoff, also re-reading
-  (so a write that did land is seen and not repeated).
-* **One writer.**  Passes and ``elect_leaders`` hold one lock, so this controller never races
-  itself; its only competitors are partition leaders writing ISR changes (``Cluster.
-  update_isr``), which keep leader and leader_epoch and also use compare-and-set.
-* Every written state carries ``controller_epoch`` = this controller's epoch.  The Cluster's
-  cache is updated at once after each successful multi (``put_partition_state``; the watches
-  confirm it later).
-* Each decision is logged at INFO: partition, old leader -> new leader, leader epoch, ISR.
+"""The controller's partition-leadership duties (Kafka ZooKeeper mode, see docs/replication.md),
+while this broker holds ``/controller``: leaders for partitions of lost and returning brokers,
+ElectLeaders, log dir failures, reassignments (KIP-455) and preferred leaders.  Level-triggered:
+every pass looks at each candidate partition against the live set read from the store and
+fixes what is wrong.  One writer: writes are compare-and-set behind the controller epoch
+(``ControllerFence``), so a superseded controller writes nothing.  It reads and writes the
+cluster through ``context.ClusterView`` only.  Duties and design: docs/internals.md
+("pybroker/coord/controller/controller.py").
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """The controller's leader-election rules, as pure functions over a partition state read from
 the store (:class:`StoredState`), its replicas and the live brokers; a :class:`Decision` is
 what to write to the state znode, or an (error code, message) answers an ElectLeaders request.
-
-* **Broker loss, broker return, controller start** (:func:`decide_for_live_set`).  A partition
-  whose leader is not live gets a new leader: the first replica, in replica order, that is in
-  the ISR and live (clean); otherwise, when ``unclean.leader.election.enable`` is true for the
-  topic (:func:`is_unclean_allowed`: the topic override, else the broker default), the first
-  live replica, with ISR = [new leader] (unclean); otherwise the partition goes offline:
-  leader = -1, ISR unchanged (Kafka keeps the last ISR so that a returning member can lead
-  without data loss).  Every leader change, going offline included, bumps ``leader_epoch``; an
-  election shrinks the ISR to the live brokers.  A live leader keeps leading; dead followers
-  leave its ISR without a ``leader_epoch`` bump; the leader itself is never removed, so the
-  ISR never becomes empty.  Offline partitions get a leader as soon as a live ISR member
-  exists (or any live replica when unclean election is allowed).
-* **Controlled shutdown.**  A broker shutting down is never elected; the partitions it leads
-  move to the first other live ISR member (leader epoch + 1) and it leaves every ISR (Kafka's
-  ControlledShutdownPartitionLeaderElection and OfflineReplica transition).  A partition
-  nobody else can lead stays with it.
-* **ElectLeaders** (:func:`decide_preferred`, :func:`decide_unclean`): preferred elections (the
-  first replica becomes leader if it is live and in the ISR) or unclean ones (only for
-  partitions without a live leader), with Kafka's per-partition error codes.
-* **Preferred leaders** (:func:`imbalanced_partitions`): Kafka's
-  checkAndTriggerAutoLeaderRebalance selection.
+Kafka's rules: a new leader is the first live ISR member in replica order (clean), else, with
+``unclean.leader.election.enable``, the first live replica; else the partition goes offline
+(leader -1, ISR kept).  Every leader change bumps the leader epoch; the ISR never becomes
+empty; a broker in controlled shutdown is never elected.  The rules in full:
+docs/internals.md ("pybroker/coord/controller/election.py").
 """
 
 from __future__ import annotations

@@ -1,39 +1,11 @@
 """Partition reassignment (KIP-455) as Kafka 3.9's ZooKeeper controller runs it
-(KafkaController.onPartitionReassignment and friends); owned by the active Controller.
-
-State.  A reassignment lives in the topic znode (``/brokers/topics/<t>``, version 3):
-``partitions`` holds the full replica set RS = TRS + (ORS - TRS) (target replicas first, then
-the original replicas being removed), ``adding_replicas`` = RS - ORS and ``removing_replicas``
-= RS - TRS.  So a controller that takes over resumes every reassignment from the topic znodes
-(:meth:`Reassignments.resume`).  Requests come from AlterPartitionReassignments (key 45,
-:meth:`Reassignments.alter`) or from the znode ``/admin/reassign_partitions``
-(``{"version":1,"partitions":[{"topic":..,"partition":..,"replicas":[..]}]}``, read on its
-creation and at controller start; each partition is removed from it once its reassignment
-completes or fails to start, and the znode deleted when empty).
-
-The sequence of one partition (:meth:`Reassignments.start` then :meth:`Reassignments.complete`):
-
-1. RS = TRS + ORS written to the topic znode (compare-and-set), with the leader epoch bumped
-   (A1).  The brokers see the new replica set through their topic watches: the adding replicas
-   open an empty log and fetch from the leader; the leader adds them to the ISR once caught up
-   (``ReplicaManager.record_follower_fetch``).  Replicas of an earlier reassignment that the new
-   one no longer has (``unneeded``) leave the ISR at once.
-2. Each pass of the controller over a topic (every ISR change is a state-znode change, so a
-   pass follows) looks at its partitions being reassigned: once every target replica is in the
-   ISR, the reassignment completes in one fenced multi: the topic znode gets RS = TRS with no
-   adding/removing replicas, and the state znode the leader (unchanged if it is a live target
-   replica, else the first target replica that is live and in the ISR: Kafka's
-   ReassignPartitionLeaderElectionStrategy), leader epoch + 1, and the ISR without the removed
-   replicas.  The removed brokers see they are no replicas any more: they stop fetching and
-   delete their logs (ReplicaManager's ``on_replica_removed``).  When no target replica can
-   lead yet, the reassignment stays in progress and is tried again at the next pass.
-3. Cancellation (a null target) reassigns to the original replicas (ORS): the adding replicas
-   are dropped at once, and the partition completes when ORS is in the ISR again (normally at
-   once).
-
-Every write is a store multi starting with ``Check(/controller_epoch)``, as the Controller's
-own writes (a fenced controller writes nothing), and compare-and-sets the topic and state
-znodes on the versions just read.  All of it runs under the Controller's lock.
+(KafkaController.onPartitionReassignment and friends); owned by the active Controller.  The
+state lives in the topic znode (RS = TRS + (ORS - TRS), ``adding_replicas``,
+``removing_replicas``), so a new controller resumes every reassignment.  A partition's
+reassignment completes once every target replica is in the ISR, in one fenced multi; a
+cancellation reassigns to the original replicas.  Every write checks ``/controller_epoch`` and
+compare-and-sets the znodes it read, under the Controller's lock.  The sequence:
+docs/internals.md ("pybroker/coord/controller/reassignment.py").
 """
 
 from __future__ import annotations

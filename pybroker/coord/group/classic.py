@@ -1,12 +1,7 @@
-"""The classic consumer-group protocol as a pure state machine (no asyncio, no I/O).
-
-One :class:`Group` per group id.  Every input is a method call carrying ``now`` (ms, from the
-injected clock); requests that must wait (JoinGroup until the rebalance completes, SyncGroup
-until the leader hands out assignments) pass an opaque ``reply`` token, and every call returns
-the list of ``(token, response)`` pairs that became ready.  ``tick(now)`` applies expired
-deadlines (session timeouts, the rebalance timeout, group.initial.rebalance.delay.ms) and
-``next_deadline()`` says when to call it next.  The asyncio shell (group_coordinator.py) turns
-tokens into futures and deadlines into timers; tests drive this module directly.
+"""The classic consumer-group protocol as a pure state machine (no asyncio, no I/O), following
+Kafka's GroupCoordinator.  One :class:`Group` per group id; every input is a method call
+carrying ``now`` and returns the ``(reply token, response)`` pairs that became ready;
+``tick(now)`` applies expired deadlines and ``next_deadline()`` says when to call it next.
 
 States and their legal predecessors (as Kafka's ClassicGroupState):
 
@@ -16,16 +11,8 @@ States and their legal predecessors (as Kafka's ClassicGroupState):
     Stable              <- CompletingRebalance
     Dead                <- Empty, PreparingRebalance, CompletingRebalance, Stable
 
-Behaviour follows Kafka's GroupCoordinator: member ids issued by the coordinator
-(MEMBER_ID_REQUIRED from JoinGroup v4 on, older clients get theirs with the join), generations,
-the protocol chosen by vote among those every member supports, the first member as leader,
-the leader's SyncGroup handing out assignments, rebalance and session timeouts, the initial
-rebalance delay for a new group, and static membership (group.instance.id): a restarted static
-member takes its old place under a new member id without a rebalance, and the old id is
-fenced (FENCED_INSTANCE_ID).  As Kafka's updateStaticMemberAndRebalance, this holds for the
-leader too: in a Stable group the rejoin rebalances only when the member's new protocols change
-the protocol the group would select; the answer names the old leader id with no member list, so
-a restarted leader does not assign (librdkafka's test 0102).
+Member ids, generations, protocols, timeouts and static membership: docs/internals.md
+("pybroker/coord/group/classic.py").
 """
 
 from __future__ import annotations

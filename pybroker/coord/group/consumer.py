@@ -1,42 +1,11 @@
-"""KIP-848 consumer groups: the pure state machine behind ConsumerGroupHeartbeat.
-
-As Kafka's GroupMetadataManager.consumerGroupHeartbeat (3.9/4.x), without awaiting:
-
-- A member joins with member epoch 0 (its member id: the one it sent, else a new UUID), its
-  subscribed topic names (or, v1, a regular expression), rebalance timeout and server
-  assignor; it leaves with -1, a static member (instance id) leaves "for now" with -2 and a
-  new process with the same instance id takes its place and assignment.
-- Any change of membership or subscriptions, or of the partition count of a subscribed topic,
-  bumps the group epoch; the server-side assignor (coord/group/assignors.py: uniform or range) then
-  computes the target assignment for the new epoch (the assignment epoch).
-- Each member reconciles towards its target (Kafka's CurrentAssignmentBuilder): partitions it
-  must give up are revoked first (the member stays at its epoch, UNREVOKED_PARTITIONS, and is
-  sent only what it keeps); once its heartbeat shows it no longer owns them it moves to the
-  target epoch and gets the new partitions that no other member still owns (the others:
-  UNRELEASED_PARTITIONS, given as they are released).  A member that does not revoke within
-  its rebalance timeout, or sends no heartbeat within group.consumer.session.timeout.ms, is
-  removed.
-- Member epochs fence zombies: a heartbeat with another epoch than the member's (or its
-  previous one with owned partitions within its assignment) is FENCED_MEMBER_EPOCH; an unknown
-  member UNKNOWN_MEMBER_ID; a static instance id held by a live member UNRELEASED_INSTANCE_ID;
-  an unknown assignor UNSUPPORTED_ASSIGNOR.  OffsetCommit v9+ / OffsetFetch v9+ carry the member
-  epoch: a newer one than the member's is FENCED_MEMBER_EPOCH, an older STALE_MEMBER_EPOCH.
-
-Group states (ListGroups, DescribeGroups, ConsumerGroupDescribe): Empty (no members), Assigning
-(the target assignment lags the group epoch), Reconciling (some member is not at the
-assignment epoch yet), Stable, Dead.
-
-Classic members (Kafka 4.0's online migration): members that speak JoinGroup/SyncGroup/
-Heartbeat/LeaveGroup, handled by consumer_classic.py's ClassicMembers (a base of ConsumerGroup).
-Members, states and the group's config are consumer_member.py's.
-
-Records.  ``meta_record()`` and ``member_record(member)`` are the group's durable state, as
-Kafka's ConsumerGroupMetadata / ConsumerGroupMemberMetadata / target and current assignment
-records in __consumer_offsets; ``ConsumerGroup.from_records`` rebuilds the group from them
-(coord/group/consumer_store.py writes them to the metadata store), so after the coordinator
-moves, members carry on at their epochs with their assignments.  Timers are not state: a
-loaded member's session (and a pending revocation's deadline) starts again at load time, as
-Kafka's coordinator does when it loads a group.
+"""KIP-848 consumer groups: the pure state machine behind ConsumerGroupHeartbeat, as Kafka's
+GroupMetadataManager.consumerGroupHeartbeat (3.9/4.x), without awaiting.  A change of
+membership, subscriptions or subscribed partition counts bumps the group epoch and the
+server-side assignor computes the target assignment; each member reconciles towards it,
+revoking before it is given partitions others still own.  Member epochs fence zombies
+(FENCED_MEMBER_EPOCH, STALE_MEMBER_EPOCH).  ``meta_record()`` / ``member_record()`` are the
+durable state a new coordinator rebuilds the group from; timers are not state.  Members,
+states, classic members and records: docs/internals.md ("pybroker/coord/group/consumer.py").
 """
 
 from __future__ import annotations

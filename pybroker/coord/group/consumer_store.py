@@ -1,25 +1,13 @@
-"""KIP-848 consumer groups' durable state in the metadata store.
-
-Kafka writes a consumer group's state as records in __consumer_offsets (group metadata,
-member metadata, target and current assignment), and a coordinator that takes the group over
-replays them: members carry on at their epochs.  pybroker keeps the same records as znodes::
+"""KIP-848 consumer groups' durable state in the metadata store: the records Kafka writes to
+__consumer_offsets (group metadata, member metadata, target and current assignment), as
+znodes, so a coordinator that takes the group over carries on with its members' epochs::
 
     /pybroker/consumer_groups/<group>            ConsumerGroup.meta_record() as JSON
     /pybroker/consumer_groups/<group>/<member>   ConsumerGroup.member_record(m) as JSON
 
-(names escaped as the offsets' znodes are: ``offsets.name_to_component``).  A group with no
-members has no znode (its committed offsets, under /consumers, are what outlives it).
-
-Writing.  ``plan`` turns the group's state after a change into the store operations that
-make the znodes equal to it, comparing with what this broker last wrote or read (a cache of
-each znode's bytes and version): unchanged records cost nothing, so a heartbeat that changes
-no epoch or assignment writes nothing.  Every ``SetData``/``Delete`` carries the version the
-cache expects (compare-and-set), so a second broker that briefly believed it coordinated the
-group cannot be overwritten silently.  ``apply`` runs a plan as one ``multi``; the plans of one
-group run one at a time in the order they were made (an asyncio.Lock, which is FIFO).  When a
-write fails the cache of that group is dropped, and the plans made before the failure was
-known fail without writing (they were computed from a state that is not stored): the
-coordinator then unloads the group and the next request loads what is stored.
+Writes are compare-and-set in one ``multi`` per change, unchanged records cost nothing, and
+the plans of one group run in the order they were made.  Writing and failures:
+docs/internals.md ("pybroker/coord/group/consumer_store.py").
 """
 
 from __future__ import annotations

@@ -1,38 +1,11 @@
-"""The group coordinator: the asyncio shell around the pure group state machine.
-
-Ownership: the event loop thread owns every Group.  A call into the state machine never
-awaits, so each request is applied atomically; parked JoinGroup/SyncGroup requests are
-futures used as the machine's reply tokens, and each group has at most one timer
-(loop.call_later) set to the machine's next deadline.  That gives the "one owner per group"
-rule without a task and queue per group: the loop is the queue.
-
-Which broker coordinates a group: the owner of its offsets partition (metadata/placement.py),
-computed by every broker from the live brokers alone.  A broker answers requests for groups it
-does not coordinate with NOT_COORDINATOR, and clients look the coordinator up again.  While the
-broker set changes, two brokers can both believe they coordinate a group for a moment.
-Membership is then rebuilt by the clients' rejoin on the new coordinator, and committed
-offsets stay safe because the store writes them with compare-and-set on their znode
-versions (see offsets.py).  A classic group's membership is held in memory only, as on a
-Kafka coordinator that has just loaded a group: after a coordinator change or a restart,
-members get UNKNOWN_MEMBER_ID and rejoin, and consumption resumes from the committed offsets.
-Its metadata (protocol type, generation, state time) is stored as Kafka stores it, when a
-rebalance completes or the group becomes Empty (coord/group/classic_store.py), and a
-coordinator loads the group Empty with it.
-A KIP-848 group's state is durable (coord/group/consumer_store.py): a change is written before
-the request that made it is answered, a coordinator loads the group before its first request
-for it in a coordination term, and members carry on at their epochs with their assignments.
-
-Coordination terms.  What a broker holds about a group (its members, its cached offsets) is
-valid only while it coordinated the group without interruption: once coordination left, the
-new coordinator may have taken commits.  ``membership()`` gives the cluster's membership
-epoch (it moves whenever the live broker set may have changed, including a broker that left
-and came back between two reads, and the loss of our own session) and the live brokers.
-Before every group request and on every BROKERS_CHANGED event (``check_membership``), a moved
-epoch drops every cached offset (the next read goes to the store: a coordinator never answers
-from a previous term) and unloads the groups this broker no longer coordinates (Kafka's
-onGroupUnloaded: Dead, parked JoinGroup/SyncGroup answered NOT_COORDINATOR).  KIP-848 groups
-are unloaded on every such move, even those this broker still coordinates (another broker
-may have written them meanwhile); their next request loads them again from the store.
+"""The group coordinator: the asyncio shell around the pure group state machine.  The event loop
+owns every group and a call into the state machine never awaits, so each request applies
+atomically (the loop is the queue).  The coordinator of a group is the owner of its offsets
+partition, computed from the live brokers; others answer NOT_COORDINATOR.  A classic group's metadata is stored as Kafka's
+(classic_store.py), a KIP-848 group's state too (consumer_store.py).  What a broker holds
+about a group is valid only within one coordination term: a moved membership epoch drops the
+cached offsets and unloads the groups (KIP-848 groups are loaded again from the store).
+Ownership and terms: docs/internals.md ("pybroker/coord/group/coordinator.py").
 """
 
 from __future__ import annotations

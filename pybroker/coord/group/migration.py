@@ -1,23 +1,10 @@
-"""Online migration between the classic and the KIP-848 group protocols (Kafka 4.0, KIP-848's
-"upgrade/downgrade" with group.consumer.migration.policy).
-
-- Upgrade: the first ConsumerGroupHeartbeat (epoch 0) to a non-empty classic group of the
-  consumer protocol type turns it into a KIP-848 group (``upgrade``, Kafka's
-  ConsumerGroup.fromClassicGroup): every classic member becomes a member at the classic
-  generation as its epoch, with its last assignment as both current and target assignment and
-  the subscription of its JoinGroup metadata; the group epoch and assignment epoch are the
-  generation.  Members parked in JoinGroup/SyncGroup are answered REBALANCE_IN_PROGRESS.  The
-  joining member then bumps the group epoch as any new member does, and the classic members
-  learn from their heartbeats (REBALANCE_IN_PROGRESS) that they must rejoin; their JoinGroup
-  and SyncGroup are served by the KIP-848 group (ConsumerGroup.classic_join/classic_sync).
-- Downgrade: when the last member that speaks the consumer protocol leaves a group whose
-  other members all speak the classic one, the group becomes a classic group again
-  (``downgrade``, Kafka's ClassicGroup.fromConsumerGroup) at the group epoch as generation,
-  and a rebalance starts so that the members rejoin.
-
-Both are refused as Kafka refuses them: by the policy, for a classic group of another protocol
-type or larger than group.consumer.max.size, and when a member's subscription or assignment
-cannot be read (the heartbeat then gets GROUP_ID_NOT_FOUND, as in Kafka).
+"""Online migration between the classic and the KIP-848 group protocols (Kafka 4.0, with
+group.consumer.migration.policy).  Upgrade: the first ConsumerGroupHeartbeat to a non-empty
+classic consumer group turns it into a KIP-848 group, its members kept at the generation as
+their epoch (Kafka's ConsumerGroup.fromClassicGroup).  Downgrade: when the last member speaking
+the consumer protocol leaves, the group becomes classic again and rebalances (Kafka's
+ClassicGroup.fromConsumerGroup).  Both refused as Kafka refuses them.  Details:
+docs/internals.md ("pybroker/coord/group/migration.py").
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
-"""Committed consumer-group offsets in the metadata store: they survive consumer and broker
-restarts on both backends (LocalStore, ZooKeeper).
+"""Committed consumer-group offsets in the metadata store (Kafka's ZooKeeper-era offset storage):
+they survive consumer and broker restarts on both backends.  Every commit is compare-and-set in
+one ``multi`` (all or nothing); the writes of one group apply one at a time in call order, with
+no lock held across an await, and queued commits merge into one round trip; reads after the
+first are served from the cache the writes keep.
 
 Znode layout (Kafka's old-consumer layout, ``paths.consumer_offset``; JSON written by us)::
 
@@ -11,54 +14,7 @@ Znode layout (Kafka's old-consumer layout, ``paths.consumer_offset``; JSON writt
                                                  or, as Kafka's old consumer wrote it, "<offset>": plain decimal text,
                                                  read as leader_epoch -1, metadata "", commit_timestamp = the znode's mtime
 
-``<p>`` is the partition number in decimal.  ``<group>`` and ``<topic>`` are used as they are
-when they are valid znode names (every legal Kafka topic name is); otherwise (a group id
-containing ``/``, ``%``, characters ZooKeeper refuses, or equal to ``""``, ``.``, ``..``) the
-offending characters are percent-encoded as UTF-8 (``a/b`` -> ``a%2Fb``, ``.`` -> ``%2E``,
-``""`` -> ``%``), so any group id a client sends maps to exactly one znode name and back.
-
-Design (performance: "a consumer committing after every poll must not turn the store into the
-bottleneck"):
-
-* A group is read from the store once (``load``, concurrent reads: children of the group, of
-  ``offsets``, of each topic, then every partition znode); afterwards OffsetFetch (``load``,
-  ``cached``) is served from memory with no store read.  The cache holds each partition znode's
-  version and which parent znodes exist.
-* A commit is ONE ``multi`` round trip: ``Create`` for new partition znodes (preceded by
-  ``Create`` of the parents the cache knows to be missing) and ``SetData`` with the cached
-  version (compare-and-set) for existing ones; all or nothing.  If another writer got there
-  first (NodeExists, BadVersion, NoNode, NotEmpty for deletions) the group is re-read and the
-  operation retried, at most ``max_attempts`` times in all; then the conflict is raised.  Other
-  StoreErrors (ConnectionLossError: the outcome is unknown) are raised at once and mark the
-  group's cache stale, so the next call re-reads it.
-* Unchanged offsets are skipped: a partition whose offset, leader epoch, metadata and expire
-  timestamp equal the cached ones is not written if the stored commit timestamp is less than
-  ``timestamp_refresh_ms`` (default 60 s) older than the new one.  Kafka records every commit's
-  timestamp and expires offsets by it; we let the stored timestamp lag by at most
-  ``timestamp_refresh_ms``, which makes retention (``offsets.retention.minutes``, 7 days by
-  default) at most that much early and saves a store write per poll for idle consumers.  The
-  cache mirrors the store, so ``load`` then shows the stored (older) commit timestamp.
-  ``timestamp_refresh_ms=0`` writes every commit.
-* Deleting offsets (``delete_offsets``, ``expire``) is one ``multi`` of version-checked
-  ``Delete``s that also removes the topic, ``offsets`` and group znodes left empty, so a group
-  with no offsets has no znode and ``groups`` lists only groups with committed offsets.
-
-Concurrency: one OffsetStore per broker; any coroutine may call it at any time, and different
-groups write concurrently.  The writes of one group (commit, delete_offsets, expire,
-delete_group) apply one at a time in call order, without a lock held across an await: an
-uncontended write runs in its caller (no task, no queue); writes arriving while one is in
-flight queue up, and a writer task (alive only while the group has queued writes) applies them
-after it.  Consecutive queued commits (the members of a group committing at the same moment, a
-consumer pipelining async commits) are merged into one multi: later commits win per partition,
-as if applied in turn, and every merged caller gets that multi's outcome (group commit: one
-round trip for many commits).  A caller cancelled while its write is queued does not withdraw
-it; one cancelled while its own multi is in flight leaves the outcome unknown, like a lost
-connection (the group is re-read before its next use).  ``load`` never waits for queued writes
-(it answers what is stored); concurrent first loads of a group share one store read, and a read
-that overlapped one of our writes to the group is used once and marked stale.
-
-The coordinator enforces Kafka's limits before calling (offset.metadata.max.bytes, valid
-partitions); this module stores what it is given.
+Names, caching, retries and concurrency: docs/internals.md ("pybroker/coord/group/offsets.py").
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
-"""Consumer offsets committed inside a transaction (TxnOffsetCommit), until it ends.
-
-Kafka writes them to __consumer_offsets as transactional records, which the marker of the
-transaction then commits or aborts.  pybroker keeps committed offsets in the metadata store
-(coord/group/offsets.py), and the pending ones beside them::
+"""Consumer offsets committed inside a transaction (TxnOffsetCommit), until it ends.  Kafka writes
+them to __consumer_offsets as transactional records; pybroker keeps them beside the committed
+offsets in the metadata store::
 
     /transaction-offsets/<producer id>/<group component>
         {"producer_epoch": E, "offsets": [[topic, partition, offset, leader_epoch, metadata,
                                            commit_timestamp], ...]}
 
-(``<group component>`` is the group id encoded by metadata/paths.name_to_component.)  The group's
-coordinator writes the node at TxnOffsetCommit (later commits of the same transaction merge
-into it).  The transaction's marker for the group's offsets partition (WriteTxnMarkers on
-(__consumer_offsets, p), sent by the transaction coordinator to the coordinator of p) makes
-the coordinator of p commit the offsets of every group of p pending for that producer as the
-groups' offsets (COMMIT) or drop them (ABORT), and delete their nodes; the transaction
-coordinator retries the marker until it succeeds, so a crash in between only repeats a commit
-of the same offsets.  Until then OffsetFetch shows the previous offsets, and with
-require_stable answers UNSTABLE_OFFSET_COMMIT for a partition with a pending offset.
-
-The per-group view (``pending_partitions``) is an in-memory index of the store, read in full
-(one child list per producer with pending offsets) the first time it is needed after
-coordination may have moved (``invalidate``).  Only the coordinator of a group writes or
-completes its pending offsets, so the index stays exact while coordination stays.
+The transaction's marker for the group's offsets partition commits (COMMIT) or drops (ABORT)
+them; until then OffsetFetch shows the previous offsets (require_stable:
+UNSTABLE_OFFSET_COMMIT).  Details: docs/internals.md ("pybroker/coord/group/txn_offsets.py").
 """
 
 from __future__ import annotations

@@ -1,55 +1,12 @@
 """Cluster: this broker's membership of the cluster (registration, controller election, the
 session and its lease) over the metadata cache (metadata/cache.py), with the admin writes
 (metadata/admin.py), the leader's ISR write (metadata/isr.py) and producer-id blocks
-(metadata/producer_ids.py) behind it.  The same code runs on both stores (LocalStore for the
-one-node default, ZooKeeperStore for a real ensemble), through the MetadataStore interface only.
-
-Start (``await cluster.start()``; the store must be started already, the Cluster does not own
-it):
-
-1. ensure Kafka's persistent paths (``paths.PERSISTENT_PATHS``);
-2. ``/cluster/id``: keep an existing one, or create a fresh 22-char base64url uuid;
-3. register the ephemeral ``/brokers/ids/<id>``; if it exists and belongs to another session,
-   wait up to ``registration_wait_ms`` for it to expire (the previous process of this broker
-   died with kill -9 and its session has not timed out yet), then raise
-   :class:`BrokerIdInUseError` (a live broker with the same broker.id);
-4. controller election: Kafka's ``registerControllerAndIncrementControllerEpoch`` in one store
-   ``multi``: create the ephemeral ``/controller`` and compare-and-set ``/controller_epoch`` to
-   epoch + 1.  Losing (NodeExists) means someone else is controller: we watch ``/controller``
-   and run the election again when it goes away;
-5. load the cache (brokers; topics with partition states and configs), setting watches.
-
-After a LOST session (ZooKeeper), the next CONNECTED re-registers the broker, re-runs the
-election and reloads the cache.
-
-Controller (multi-broker replication, docs/replication.md).  While this broker holds
-/controller, a controller runs: the ``controller`` factory the broker passes
-(pybroker.coord.controller.controller.Controller) is called in ``_on_become_controller`` with
-this Cluster, our epoch and the znode version of /controller_epoch we wrote; the controller is
-stopped in ``_on_resign``, on a LOST session, at ``stop()``, or when its writes find the epoch
-moved (it then calls ``recheck_controller``).  It elects partition leaders when brokers go and
-come back and drops dead followers from ISRs, writing state znodes with compare-and-set inside
-multis that check /controller_epoch (see its module docstring for the rules), and reads the
-cache and puts what it wrote into it through the narrow interface of controller/context.py's
-``ClusterView`` (``put_partition_state``, ``put_assignment``).  ``elect_leaders`` and the
-reassignment calls are the hooks for the controller-only APIs.  Topic creation still writes
-the initial states itself (admin.py).
-
-``session_ok`` tells the replica manager whether our store session and registration
-are intact (acks=all is refused while it is False).
-
-The session lease (``lease_ok``): ZooKeeper's client runs in its own thread, so after the whole
-process was held up (SIGSTOP, swapped out) for longer than the session, the event loop can
-answer requests as a leader before that thread has noticed the expiry, showing clients a high
-watermark below the one the successor already showed.  With ``stall_limit_ms`` set (a third of
-the session timeout: no session can expire in less than two thirds of it after the last
-heartbeat), a loop hold-up longer than that (``loop_stalled``, or ``blocked_ms`` seen before
-the monitor woke) suspends the lease: leaders answer NOT_LEADER_OR_FOLLOWER and coordinators
-COORDINATOR_NOT_AVAILABLE until a read in a session that still holds our registration, followed
-by a fresh read of brokers and partition states, confirms what we lead.
-
-Not yet: topics created without states by an external tool (the controller could create the
-missing state znodes), deletion via /admin/delete_topics (pybroker deletes at once).
+(metadata/producer_ids.py) behind it; the same code on both stores, through the MetadataStore
+interface only.  Start: Kafka's persistent paths, the cluster id, the ephemeral registration,
+the controller election (``/controller`` created and ``/controller_epoch`` bumped in one
+multi), the cache.  ``session_ok`` and the session lease (``lease_ok``) keep a broker whose
+session may have expired from answering as a leader.  Start, controller and lease:
+docs/internals.md ("pybroker/coord/metadata/cluster.py").
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """LocalStore: the metadata store in process, for the one-node default (no zookeeper.connect).
-
-The tree lives in memory; every committed write is appended to a journal before the call
-returns, and a snapshot of the whole tree periodically replaces the journal, so a write costs
-O(size of the change) and a restart costs O(snapshot + journal tail).
+The tree lives in memory; every committed write is appended to a journal (os.write) before the
+call returns, so a process crash never loses an acknowledged write; fsync is batched on a
+thread (``fsync_interval_ms``, like Kafka's default log flush policy), and a snapshot
+periodically replaces the journal.  Ephemeral nodes belong to this store instance.
 
 Directory: the broker passes ``<first log.dir>/__cluster_metadata``; the store owns it::
 
@@ -10,27 +10,8 @@ Directory: the broker passes ``<first log.dir>/__cluster_metadata``; the store o
     snapshot                   the whole tree as of txid S (written to snapshot.tmp, fsync, rename)
     journal-<first txid>       committed transactions after the snapshot, %020d in the name
 
-The byte layouts of the snapshot and journal files are in metadata/local_format.py.
-
-Loading: read the snapshot (its CRC must match: it is written atomically), then replay the
-journals in txid order, skipping txids <= last_txid (a crash between a snapshot's rename and the
-old journal's unlink leaves such entries) and stopping at the first torn or corrupt entry or txid
-gap (a crash mid-append leaves a torn tail; it is ignored).  Then the ephemeral nodes left from the
-previous process are removed (each bumps its parent's cversion, like a session closing), a fresh
-snapshot is written and the old journals are deleted, and a new journal is started.
-
-Durability (fsync policy): the journal entry is written with os.write before the call returns,
-so a process crash (kill -9) never loses an acknowledged write (the page cache survives it).
-fsync is batched: at most ``fsync_interval_ms`` after a write, on a dedicated thread (never on
-the event loop); so an OS crash or power loss can lose the last interval's writes, like Kafka's
-default log flush policy.  ``fsync_interval_ms=0`` fsyncs (on the thread) before each write
-returns.  Snapshots are written on the same thread: the tree is serialized on the loop (cheap,
-the metadata tree is small), a new journal is started at once, and the thread fsyncs the old
-journal, writes + fsyncs + renames the snapshot, fsyncs the directory, then unlinks the old
-journals.  A snapshot is taken when the journal exceeds ``snapshot_bytes``.
-
-Ephemeral nodes belong to this store instance (its session); ``close()`` deletes them (journaled),
-and a restart after a crash removes them on load.
+The byte layouts of the snapshot and journal files are in metadata/local_format.py.  Loading and
+durability: docs/internals.md ("pybroker/coord/metadata/local.py").
 """
 
 from __future__ import annotations

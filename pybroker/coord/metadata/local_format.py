@@ -1,5 +1,7 @@
 """The on-disk formats of LocalStore (metadata/local.py): a snapshot of the whole tree and the
-journal of the transactions committed after it.
+journal of the transactions committed after it.  One journal entry is one committed
+transaction, replayed all or nothing (replay: docs/internals.md,
+"pybroker/coord/metadata/local_format.py").
 
 Byte layout (all integers big-endian; CRC is CRC-32C, Castagnoli)::
 
@@ -24,11 +26,6 @@ Byte layout (all integers big-endian; CRC is CRC-32C, Castagnoli)::
                 kind u8  1 = create: path_len u16, path, data_len u32, data, ephemeral_owner i64
                          2 = set:    path_len u16, path, data_len u32, data
                          3 = delete: path_len u16, path
-
-One entry is one committed transaction (a single create/set/delete or a whole ``multi``: all or
-nothing on replay too).  Records hold resolved results (the sequential name), so replay is
-deterministic and reproduces versions, cversions, ctime/mtime (the entry's time_ms, from the
-injected clock) and sequence numbers (taken from the parent's cversion, as ZooKeeper does).
 """
 
 from __future__ import annotations

@@ -1,35 +1,10 @@
-"""The metadata-store interface: ZooKeeper's data model, asynchronous, with two backends.
-
-* ``pybroker.coord.metadata.zk.ZooKeeperStore``: a real ZooKeeper ensemble through kazoo.
-* ``pybroker.coord.metadata.local.LocalStore``: in process, persisted under a directory (one node).
-
-The data model is ZooKeeper's:
-
-* A tree of znodes named by absolute paths (``/brokers/ids/1``); every node has ``bytes`` data
-  and a :class:`Stat`.  The root ``/`` always exists.
-* ``version`` counts ``set`` calls on a node (starting at 0); a write with ``version=N`` is a
-  compare-and-set that fails with :class:`BadVersionError` unless the node is at version N
-  (``-1`` matches any version).  ``cversion`` counts creations and deletions of children.
-* Ephemeral nodes belong to the session that created them and vanish when it ends (close,
-  session expiry, or process end for the local store).  Ephemerals cannot have children.
-* Sequential nodes get ``%010d`` of the parent's ``cversion`` appended to their name, so the
-  suffix is unique and increasing under one parent.
-* Watches are one-shot callbacks ``cb(WatchedEvent)`` run on the asyncio event loop that made
-  the call.  ``get``/``exists`` on an existing node set a data watch (fires ``CHANGED`` on set,
-  ``DELETED`` on delete); ``exists`` on a missing node sets an existence watch (fires
-  ``CREATED``); ``get_children`` sets a child watch (fires ``CHILD`` when a child is created or
-  deleted, ``DELETED`` when the node itself goes).  A call that raises sets no watch.
-  Spurious events are allowed: after a lost connection the ZooKeeper backend fires every
-  pending watch (``CHANGED`` for data/existence watches, ``CHILD`` for child watches) because
-  the server-side watch may be gone; so a watcher re-reads (and re-watches) the node instead
-  of trusting the event type, as every ZooKeeper recipe does.
-* ``multi`` applies a list of :data:`Op` atomically: all or nothing.  On failure it raises the
-  error of the first failing operation, with ``op_index`` set on the exception.
-
-Session states reported to ``add_session_listener`` callbacks (on the loop):
-``CONNECTED`` (usable), ``SUSPENDED`` (connection lost, session may still be alive; calls queue),
-``LOST`` (session expired: ephemerals and watches are gone; a new session follows with
-``CONNECTED``).  The local store's session never ends while it is open.
+"""The metadata-store interface: ZooKeeper's data model, asynchronous, with two backends
+(``zk.ZooKeeperStore``: a real ensemble through kazoo; ``local.LocalStore``: in process,
+persisted under a directory).  Znodes with data, versions (a write with ``version=N`` is a
+compare-and-set) and ``cversion``; ephemeral and sequential nodes; one-shot watches run on the
+event loop (spurious events allowed: a watcher re-reads); atomic ``multi``.  Session states:
+CONNECTED, SUSPENDED, LOST.  The data model in full: docs/internals.md
+("pybroker/coord/metadata/store.py").
 """
 
 from __future__ import annotations

@@ -1,0 +1,105 @@
+"""The composition root's start and stop (pybroker/broker.py, pybroker/builder.py): the parts
+stop in reverse of the order they started, a stop that fails or hangs does not hold up the
+others, and a start that fails part-way stops what it started."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+from broker_fixture import BrokerHarness, free_port
+
+from pybroker.broker import Stops
+from pybroker.log.manager import CLEAN_SHUTDOWN_FILE
+
+# Broker.stop's order after the controlled shutdown (the listeners first, then what stands on
+# the parts below it, the metadata store and the loop monitor last)
+STOP_ORDER = [
+    "console",
+    "HTTP listener",
+    "listeners",
+    "log cleaner",
+    "authorizer",
+    "quota store",
+    "transaction coordinator",
+    "__consumer_offsets loading",  # (offsets.storage=zookeeper: the drain of a leftover topic)
+    "transaction marker sender",
+    "share-partitions",
+    "share-group coordinator",
+    "group coordinator",
+    "log dir mover",
+    "replica manager",
+    "flusher",
+    "cluster membership",
+    "logs",
+    "metadata store",
+    "loop monitor",
+]
+
+
+def test_stops_run_last_pushed_first_and_bump_moves_one_to_the_top():
+    ran: list[str] = []
+
+    async def stop(name: str) -> None:
+        ran.append(name)
+
+    stops = Stops()
+    for name in ("a", "b", "c"):
+        stops.push(name, lambda name=name: stop(name))
+    stops.push("sync", lambda: ran.append("sync"), bounded=False)
+    stops.bump("a")
+    assert stops.order == ["a", "sync", "c", "b"]
+    asyncio.run(stops.run())
+    assert ran == ["a", "sync", "c", "b"] and stops.order == []
+
+
+def test_a_failing_stop_is_logged_and_the_others_still_run(caplog):
+    ran: list[str] = []
+
+    async def broken() -> None:
+        raise OSError("disk gone")
+
+    async def fine() -> None:
+        ran.append("fine")
+
+    stops = Stops()
+    stops.push("fine", fine)
+    stops.push("broken", broken)
+    asyncio.run(stops.run())
+    assert ran == ["fine"]
+    assert "broken failed to stop" in caplog.text
+
+
+def test_a_started_broker_stops_its_parts_in_reverse(tmp_path):
+    b = BrokerHarness(
+        tmp_path / "b",
+        {
+            "metrics.listener": f"http://127.0.0.1:{free_port()}",
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            "allow.everyone.if.no.acl.found": "true",
+        },
+    ).start()
+    try:
+        assert b.broker._stops.order == STOP_ORDER
+    finally:
+        b.stop()
+    assert (tmp_path / "b" / CLEAN_SHUTDOWN_FILE).exists()
+
+
+def test_a_start_that_fails_at_the_listeners_stops_what_it_started(tmp_path):
+    """The port is taken: the start stops at the bind, before the metadata store, and the
+    logs it loaded are closed clean all the same."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        b = BrokerHarness(tmp_path / "b", {})
+        b.port = taken.getsockname()[1]
+        b.settings["listeners"] = f"PLAINTEXT://127.0.0.1:{b.port}"
+        with pytest.raises(Exception, match="listeners"):
+            b.start()
+    finally:
+        taken.close()
+    assert (tmp_path / "b" / CLEAN_SHUTDOWN_FILE).exists()
+    assert not (tmp_path / "b" / "__cluster_metadata").exists()
