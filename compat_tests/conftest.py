@@ -59,6 +59,26 @@ def _backends(multicore: bool = False) -> list[str]:
     return chosen
 
 
+# Test files that share one machine-wide resource run on one xdist worker: the network
+# namespace harness owns the 10.213.0.0/24 route and removes namespaces it takes for a dead
+# run's.  Every other module is its own group (its module-scoped clusters start once).
+ONE_WORKER = {"test_netns.py", "test_network_partitions.py", "test_cluster_fault_injection.py"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under ``pytest -n N --dist loadgroup`` (scripts/test-all): a module's tests stay on one
+    worker, and the ONE_WORKER files share one."""
+    here = os.path.dirname(__file__)
+    for item in items:
+        path = str(item.path)
+        if os.path.dirname(path) != here or item.get_closest_marker("xdist_group"):
+            continue
+        name = os.path.basename(path)
+        group = "netns" if name in ONE_WORKER else f"compat:{name}"
+        item.add_marker(pytest.mark.xdist_group(name=group))
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "broker_overrides(dict): Kafka-named settings for the `broker` fixture"
