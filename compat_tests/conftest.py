@@ -61,22 +61,22 @@ def _backends(multicore: bool = False) -> list[str]:
 
 # Test files that share one machine-wide resource run on one xdist worker: the network
 # namespace harness owns the 10.213.0.0/24 route and removes namespaces it takes for a dead
-# run's.  Every other module is its own group (its module-scoped clusters start once).
+# run's.
 ONE_WORKER = {"test_netns.py", "test_network_partitions.py", "test_cluster_fault_injection.py"}
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """Under ``pytest -n N --dist loadgroup`` (scripts/test-all): a module's tests stay on one
-    worker, and the ONE_WORKER files share one."""
-    here = os.path.dirname(__file__)
-    for item in items:
-        path = str(item.path)
-        if os.path.dirname(path) != here or item.get_closest_marker("xdist_group"):
-            continue
-        name = os.path.basename(path)
-        group = "netns" if name in ONE_WORKER else f"compat:{name}"
-        item.add_marker(pytest.mark.xdist_group(name=group))
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``pytest -n N`` (scripts/test-all): a test module's tests go to one worker (its
+    module-scoped clusters start once), and the ONE_WORKER modules all to the same one.
+    (xdist's own ``loadgroup`` does not group under pytest 9, hence a scheduler.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "netns" if os.path.basename(module) in ONE_WORKER else module
+
+    return ModuleScheduling(config, log)
 
 
 def pytest_configure(config):

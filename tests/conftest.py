@@ -10,24 +10,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from broker_fixture import BrokerFactory
 
 from pybroker.testing.zookeeper import ZooKeeperServer, require_zookeeper
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """Under ``pytest -n N --dist loadgroup`` (scripts/test-all) a module's tests stay on one
-    worker (its module-scoped fixtures start once)."""
-    here = Path(__file__).parent
-    for item in items:
-        path = Path(item.path)
-        if here not in path.parents or item.get_closest_marker("xdist_group"):
-            continue
-        item.add_marker(pytest.mark.xdist_group(name=f"unit:{path.relative_to(here)}"))
 
 
 @pytest.fixture
