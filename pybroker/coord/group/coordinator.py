@@ -809,6 +809,11 @@ class GroupCoordinator:
                 )
             if code is not None:
                 return _heartbeat_error(code, "The coordinator could not read the group.")
+            current = self.groups.get(group_id)
+            if current is not None and current is not g and not _dead(current):
+                # another request created the group while the share groups were read: join
+                # that one (replacing it would fence its members)
+                return await self.consumer_heartbeat(group_id, req)
             if req.member_epoch != 0:
                 # no such group (stored or in memory): the member is unknown and rejoins at
                 # epoch 0 (a GROUP_ID_NOT_FOUND would be fatal to the Java consumer)
