@@ -1,6 +1,6 @@
 """The share-group coordinator: the asyncio shell around coord/group/share.py.
 
-Placement and terms are the group coordinator's (coord/group_coordinator.py): a share group is
+Placement and terms are the group coordinator's (coord/group/coordinator_core.py): a share group is
 coordinated by the broker that coordinates its group id, a broker answers NOT_COORDINATOR for
 the others, and when the cluster's membership epoch moves every share group is unloaded (its
 next request loads it again from the store: another broker may have written it meanwhile).
