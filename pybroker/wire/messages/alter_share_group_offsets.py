@@ -4,6 +4,7 @@ Kafka's spec: validVersions 0, flexible from 0.  Layout checked against kafka-cl
 generated classes (compat_tests/test_java_schemas.py).
 """
 
+from pybroker.wire.messages.common_structs import error_fields
 from pybroker.wire.schema import F, api, declare
 
 ALTER_SHARE_GROUP_OFFSETS = declare(
@@ -30,8 +31,7 @@ ALTER_SHARE_GROUP_OFFSETS = declare(
         ],
         response=[
             F("throttle_time_ms", "int32", "0+"),
-            F("error_code", "int16", "0+"),
-            F("error_message", "string", "0+", nullable="0+", default=None),
+            *error_fields(),
             F(
                 "responses",
                 "[]AlterShareGroupOffsetsResponseTopic",
@@ -43,8 +43,7 @@ ALTER_SHARE_GROUP_OFFSETS = declare(
                     "[]AlterShareGroupOffsetsResponsePartition",
                     "0+",
                     F("partition_index", "int32", "0+"),
-                    F("error_code", "int16", "0+"),
-                    F("error_message", "string", "0+", nullable="0+", default=None),
+                    *error_fields(),
                 ),
             ),
         ],

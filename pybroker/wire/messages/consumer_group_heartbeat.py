@@ -5,20 +5,8 @@ and lets the client choose its member id (KIP-1082).  Layouts checked against th
 classes of kafka-clients 3.9.0 (v0) and 4.1.1 (v1).
 """
 
+from pybroker.wire.messages.common_structs import group_heartbeat_response, topic_partitions
 from pybroker.wire.schema import F, api, declare
-
-
-def _topic_partitions(name: str, versions: str, nullable: str | None = None) -> object:
-    extra = {"nullable": nullable, "default": None} if nullable else {}
-    return F(
-        name,
-        "[]TopicPartitions",
-        versions,
-        F("topic_id", "uuid", "0+"),
-        F("partitions", "[]int32", "0+"),
-        **extra,
-    )
-
 
 CONSUMER_GROUP_HEARTBEAT = declare(
     api(
@@ -36,23 +24,8 @@ CONSUMER_GROUP_HEARTBEAT = declare(
             F("subscribed_topic_names", "[]string", "0+", nullable="0+", default=None),
             F("subscribed_topic_regex", "string", "1+", nullable="1+", default=None),
             F("server_assignor", "string", "0+", nullable="0+", default=None),
-            _topic_partitions("topic_partitions", "0+", nullable="0+"),  # type: ignore[list-item]
+            topic_partitions(nullable=True),
         ],
-        response=[
-            F("throttle_time_ms", "int32", "0+"),
-            F("error_code", "int16", "0+"),
-            F("error_message", "string", "0+", nullable="0+", default=None),
-            F("member_id", "string", "0+", nullable="0+", default=None),
-            F("member_epoch", "int32", "0+"),
-            F("heartbeat_interval_ms", "int32", "0+"),
-            F(
-                "assignment",
-                "Assignment",
-                "0+",
-                _topic_partitions("topic_partitions", "0+"),  # type: ignore[arg-type]
-                nullable="0+",
-                default=None,
-            ),
-        ],
+        response=group_heartbeat_response(),
     )
 )

@@ -4,6 +4,7 @@ Kafka's spec: validVersions 0, flexible from 0.  Layout checked against kafka-cl
 generated classes (compat_tests/test_java_schemas.py).
 """
 
+from pybroker.wire.messages.common_structs import error_fields
 from pybroker.wire.schema import F, api, declare
 
 DELETE_SHARE_GROUP_OFFSETS = declare(
@@ -23,16 +24,14 @@ DELETE_SHARE_GROUP_OFFSETS = declare(
         ],
         response=[
             F("throttle_time_ms", "int32", "0+"),
-            F("error_code", "int16", "0+"),
-            F("error_message", "string", "0+", nullable="0+", default=None),
+            *error_fields(),
             F(
                 "responses",
                 "[]DeleteShareGroupOffsetsResponseTopic",
                 "0+",
                 F("topic_name", "string", "0+"),
                 F("topic_id", "uuid", "0+"),
-                F("error_code", "int16", "0+"),
-                F("error_message", "string", "0+", nullable="0+", default=None),
+                *error_fields(),
             ),
         ],
     )

@@ -4,6 +4,7 @@ Kafka's spec: validVersions 0-1, flexible from 0; v1 adds each partition's lag. 
 checked against kafka-clients 4.4.0's generated classes (compat_tests/test_java_schemas.py).
 """
 
+from pybroker.wire.messages.common_structs import error_fields
 from pybroker.wire.schema import F, api, declare
 
 DESCRIBE_SHARE_GROUP_OFFSETS = declare(
@@ -50,12 +51,10 @@ DESCRIBE_SHARE_GROUP_OFFSETS = declare(
                         F("start_offset", "int64", "0+"),
                         F("leader_epoch", "int32", "0+"),
                         F("lag", "int64", "1+", default=-1),
-                        F("error_code", "int16", "0+"),
-                        F("error_message", "string", "0+", nullable="0+", default=None),
+                        *error_fields(),
                     ),
                 ),
-                F("error_code", "int16", "0+"),
-                F("error_message", "string", "0+", nullable="0+", default=None),
+                *error_fields(),
             ),
         ],
     )

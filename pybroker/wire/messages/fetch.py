@@ -4,6 +4,7 @@ Kafka's spec: validVersions 4-18 (Kafka 4.0 removed v0-3, KIP-896); Kafka 3.9's 
 versions' fields carry Kafka 3.9's version ranges, which the 4.x spec kept.
 """
 
+from pybroker.wire.messages.common_structs import current_leader, node_endpoints
 from pybroker.wire.schema import F, api, declare
 
 FETCH = declare(
@@ -86,14 +87,7 @@ FETCH = declare(
                         F("end_offset", "int64", "12+", default=-1),
                         tag=0,
                     ),
-                    F(
-                        "current_leader",
-                        "LeaderIdAndEpoch",
-                        "12+",
-                        F("leader_id", "int32", "12+", default=-1),
-                        F("leader_epoch", "int32", "12+", default=-1),
-                        tag=1,
-                    ),
+                    current_leader("12+", default=-1, tag=1),
                     F(
                         "snapshot_id",
                         "SnapshotId",
@@ -114,16 +108,7 @@ FETCH = declare(
                     F("records", "records", "0+", nullable="0+"),
                 ),
             ),
-            F(
-                "node_endpoints",
-                "[]NodeEndpoint",
-                "16+",
-                F("node_id", "int32", "16+"),
-                F("host", "string", "16+"),
-                F("port", "int32", "16+"),
-                F("rack", "string", "16+", nullable="16+", default=None),
-                tag=0,
-            ),
+            node_endpoints("16+", tag=0),
         ],
     )
 )

@@ -10,6 +10,7 @@ field below has exactly Kafka 3.x's versions; tests/test_schema_crosscheck.py al
 old versions against kafka-python's legacy kafka.protocol.old classes.
 """
 
+from pybroker.wire.messages.common_structs import current_leader, node_endpoints
 from pybroker.wire.schema import F, api, declare
 
 PRODUCE = declare(
@@ -61,27 +62,11 @@ PRODUCE = declare(
                         F("batch_index_error_message", "string", "8+", nullable="8+", default=None),
                     ),
                     F("error_message", "string", "8+", nullable="8+", default=None),
-                    F(
-                        "current_leader",
-                        "LeaderIdAndEpoch",
-                        "10+",
-                        F("leader_id", "int32", "10+", default=-1),
-                        F("leader_epoch", "int32", "10+", default=-1),
-                        tag=0,
-                    ),
+                    current_leader("10+", default=-1, tag=0),
                 ),
             ),
             F("throttle_time_ms", "int32", "1+", default=0),
-            F(
-                "node_endpoints",
-                "[]NodeEndpoint",
-                "10+",
-                F("node_id", "int32", "10+"),
-                F("host", "string", "10+"),
-                F("port", "int32", "10+"),
-                F("rack", "string", "10+", nullable="10+", default=None),
-                tag=0,
-            ),
+            node_endpoints("10+", tag=0),
         ],
     )
 )

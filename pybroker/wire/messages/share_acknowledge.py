@@ -5,7 +5,13 @@ the Renew acknowledgement (KIP-1222) and the lock timeout in the response.  Layo
 against kafka-clients 4.4.0's generated classes (compat_tests/test_java_schemas.py).
 """
 
-from pybroker.wire.messages.share_fetch import acknowledgement_batches, node_endpoints
+from pybroker.wire.messages.common_structs import (
+    acknowledgement_batches,
+    current_leader,
+    error_fields,
+    node_endpoints,
+    share_session_request,
+)
 from pybroker.wire.schema import F, api, declare
 
 SHARE_ACKNOWLEDGE = declare(
@@ -15,9 +21,7 @@ SHARE_ACKNOWLEDGE = declare(
         versions="1-2",
         flexible="0+",
         request=[
-            F("group_id", "string", "0+", nullable="0+", default=None),
-            F("member_id", "string", "0+", nullable="0+"),
-            F("share_session_epoch", "int32", "0+"),
+            *share_session_request(),
             F("is_renew_ack", "bool", "2+", default=False),
             F(
                 "topics",
@@ -29,14 +33,13 @@ SHARE_ACKNOWLEDGE = declare(
                     "[]AcknowledgePartition",
                     "0+",
                     F("partition_index", "int32", "0+"),
-                    acknowledgement_batches(),  # type: ignore[arg-type]
+                    acknowledgement_batches(),
                 ),
             ),
         ],
         response=[
             F("throttle_time_ms", "int32", "0+"),
-            F("error_code", "int16", "0+"),
-            F("error_message", "string", "0+", nullable="0+", default=None),
+            *error_fields(),
             F("acquisition_lock_timeout_ms", "int32", "2+"),
             F(
                 "responses",
@@ -48,18 +51,11 @@ SHARE_ACKNOWLEDGE = declare(
                     "[]PartitionData",
                     "0+",
                     F("partition_index", "int32", "0+"),
-                    F("error_code", "int16", "0+"),
-                    F("error_message", "string", "0+", nullable="0+", default=None),
-                    F(
-                        "current_leader",
-                        "LeaderIdAndEpoch",
-                        "0+",
-                        F("leader_id", "int32", "0+"),
-                        F("leader_epoch", "int32", "0+"),
-                    ),
+                    *error_fields(),
+                    current_leader(),
                 ),
             ),
-            node_endpoints(),  # type: ignore[list-item]
+            node_endpoints(),
         ],
     )
 )

@@ -6,41 +6,14 @@ response's records are not nullable.  Layout checked against kafka-clients 4.4.0
 classes (compat_tests/test_java_schemas.py).
 """
 
+from pybroker.wire.messages.common_structs import (
+    acknowledgement_batches,
+    current_leader,
+    error_fields,
+    node_endpoints,
+    share_session_request,
+)
 from pybroker.wire.schema import F, api, declare
-
-
-def _leader() -> object:
-    return F(
-        "current_leader",
-        "LeaderIdAndEpoch",
-        "0+",
-        F("leader_id", "int32", "0+"),
-        F("leader_epoch", "int32", "0+"),
-    )
-
-
-def node_endpoints() -> object:
-    return F(
-        "node_endpoints",
-        "[]NodeEndpoint",
-        "0+",
-        F("node_id", "int32", "0+"),
-        F("host", "string", "0+"),
-        F("port", "int32", "0+"),
-        F("rack", "string", "0+", nullable="0+", default=None),
-    )
-
-
-def acknowledgement_batches() -> object:
-    return F(
-        "acknowledgement_batches",
-        "[]AcknowledgementBatch",
-        "0+",
-        F("first_offset", "int64", "0+"),
-        F("last_offset", "int64", "0+"),
-        F("acknowledge_types", "[]int8", "0+"),
-    )
-
 
 SHARE_FETCH = declare(
     api(
@@ -49,9 +22,7 @@ SHARE_FETCH = declare(
         versions="1-2",
         flexible="0+",
         request=[
-            F("group_id", "string", "0+", nullable="0+", default=None),
-            F("member_id", "string", "0+", nullable="0+"),
-            F("share_session_epoch", "int32", "0+"),
+            *share_session_request(),
             F("max_wait_ms", "int32", "0+"),
             F("min_bytes", "int32", "0+"),
             F("max_bytes", "int32", "0+", default=0x7FFFFFFF),
@@ -70,7 +41,7 @@ SHARE_FETCH = declare(
                     "0+",
                     F("partition_index", "int32", "0+"),
                     F("partition_max_bytes", "int32", "0"),
-                    acknowledgement_batches(),  # type: ignore[arg-type]
+                    acknowledgement_batches(),
                 ),
             ),
             F(
@@ -83,8 +54,7 @@ SHARE_FETCH = declare(
         ],
         response=[
             F("throttle_time_ms", "int32", "0+"),
-            F("error_code", "int16", "0+"),
-            F("error_message", "string", "0+", nullable="0+", default=None),
+            *error_fields(),
             F("acquisition_lock_timeout_ms", "int32", "0+"),
             F(
                 "responses",
@@ -96,11 +66,10 @@ SHARE_FETCH = declare(
                     "[]PartitionData",
                     "0+",
                     F("partition_index", "int32", "0+"),
-                    F("error_code", "int16", "0+"),
-                    F("error_message", "string", "0+", nullable="0+", default=None),
+                    *error_fields(),
                     F("acknowledge_error_code", "int16", "0+"),
                     F("acknowledge_error_message", "string", "0+", nullable="0+", default=None),
-                    _leader(),  # type: ignore[arg-type]
+                    current_leader(),
                     F("records", "records", "0+"),
                     F(
                         "acquired_records",
@@ -112,7 +81,7 @@ SHARE_FETCH = declare(
                     ),
                 ),
             ),
-            node_endpoints(),  # type: ignore[list-item]
+            node_endpoints(),
         ],
     )
 )

@@ -5,6 +5,7 @@ Kafka's spec: validVersions 1 (v0 was Kafka 4.0's early access, removed in 4.1),
 (compat_tests/test_java_schemas.py).
 """
 
+from pybroker.wire.messages.common_structs import group_heartbeat_response
 from pybroker.wire.schema import F, api, declare
 
 SHARE_GROUP_HEARTBEAT = declare(
@@ -20,27 +21,6 @@ SHARE_GROUP_HEARTBEAT = declare(
             F("rack_id", "string", "0+", nullable="0+", default=None),
             F("subscribed_topic_names", "[]string", "0+", nullable="0+", default=None),
         ],
-        response=[
-            F("throttle_time_ms", "int32", "0+"),
-            F("error_code", "int16", "0+"),
-            F("error_message", "string", "0+", nullable="0+", default=None),
-            F("member_id", "string", "0+", nullable="0+", default=None),
-            F("member_epoch", "int32", "0+"),
-            F("heartbeat_interval_ms", "int32", "0+"),
-            F(
-                "assignment",
-                "Assignment",
-                "0+",
-                F(
-                    "topic_partitions",
-                    "[]TopicPartitions",
-                    "0+",
-                    F("topic_id", "uuid", "0+"),
-                    F("partitions", "[]int32", "0+"),
-                ),
-                nullable="0+",
-                default=None,
-            ),
-        ],
+        response=group_heartbeat_response(),
     )
 )
