@@ -31,8 +31,6 @@ pending-transactional-offsets one (txn_offsets.py), so the group coordinator use
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -52,7 +50,8 @@ from pybroker.coord.metadata.internal_log import (
     Record,
     coordinator_error,
 )
-from pybroker.coord.metadata.placement import OFFSETS_PARTITIONS, partition_for
+from pybroker.coord.metadata.partition_loads import LoadedPartition, PartitionLoads
+from pybroker.coord.metadata.placement import OFFSETS_PARTITIONS
 from pybroker.coord.metadata.store import MetadataStore, NoNodeError, StoreError
 from pybroker.errors import ErrorCode
 from pybroker.wire import coordinator_records as cr
@@ -77,14 +76,8 @@ class _Group:
         return not self.offsets and self.metadata is None
 
 
-_serials = itertools.count(1)
-
-
 @dataclass
-class PartitionCache:
-    leader_epoch: int
-    serial: int = field(default_factory=lambda: next(_serials))
-    loaded: bool = False
+class PartitionCache(LoadedPartition):
     groups: dict[str, _Group] = field(default_factory=dict)
     # producer id -> group -> partition -> (offset pending in the producer's open
     # transaction, the log offset of its record)
@@ -92,7 +85,6 @@ class PartitionCache:
         default_factory=dict
     )
     next_offset: int = 0  # where the last replay stopped
-    task: asyncio.Task[None] | None = None
 
 
 def _committed(v: cr.OffsetCommitValue) -> CommittedOffset:
@@ -119,7 +111,11 @@ def offset_record(group: str, tp: TopicPartition, co: CommittedOffset | None) ->
     return key, cr.offset_commit_value(value)
 
 
-class LogOffsetStore:
+class LogOffsetStore(PartitionLoads[PartitionCache]):
+    topic = "__consumer_offsets"
+    task_prefix = "offsets-load"
+    retry_on = (StoreError, DecodeError, OSError)
+
     def __init__(
         self,
         log_: InternalLog,
@@ -129,112 +125,29 @@ class LogOffsetStore:
         partitions: int = OFFSETS_PARTITIONS,
         load_retry_s: float = LOAD_RETRY_S,
     ) -> None:
+        super().__init__(partitions=partitions, load_retry_s=load_retry_s)
         self.log = log_
         self.store = store  # the metadata store (KIP-848 state, the migration's source)
         self.clock = clock
-        self.partitions = partitions
-        self.load_retry_s = load_retry_s
-        self._parts: dict[int, PartitionCache] = {}
         # (when, groups by partition, pending by partition): the metadata store's offsets
         self._listing: tuple[float, dict, dict] | None = None
-        self.epoch = 0  # moves at every election, resignation and finished load here
-        self.on_change: Callable[[], None] | None = None  # called after the epoch moved
 
-    # -- ownership (the broker's leadership events) ----------------------------------------
-    def partition_of(self, group: str) -> int:
-        return partition_for(group, self.partitions)
+    # -- loading (ownership: PartitionLoads) ---------------------------------------------
+    def _new_partition(self, leader_epoch: int) -> PartitionCache:
+        return PartitionCache(leader_epoch)
 
-    def on_election(self, partition: int, leader_epoch: int, continued: bool = False) -> None:
-        """This broker leads ``partition`` of __consumer_offsets in ``leader_epoch``: load
-        it (again, if it led it in an earlier epoch: another leader may have written; not
-        when it led it without interruption, ``continued``: only the epoch moves)."""
-        old = self._parts.get(partition)
-        if old is not None and (old.leader_epoch == leader_epoch or continued):
-            old.leader_epoch = leader_epoch
-            return
-        self._drop(partition)
-        st = PartitionCache(leader_epoch)
-        self._parts[partition] = st
-        st.task = asyncio.get_running_loop().create_task(
-            self._load(partition, st), name=f"offsets-load-{partition}"
-        )
-        self._changed()
+    async def _fill(self, partition: int, st: PartitionCache) -> None:
+        await self._replay(partition, st)
+        await self._import_from_store(partition, st)
+        await self._replay(partition, st, tail_only=True)
 
-    def on_resignation(self, partition: int) -> None:
-        """This broker no longer leads ``partition``: its groups are unloaded."""
-        if self._drop(partition):
-            self._changed()
+    def _reset(self, st: PartitionCache) -> None:
+        st.groups.clear()
+        st.pending.clear()
+        st.next_offset = 0
 
-    def _changed(self) -> None:
-        self.epoch += 1
-        if self.on_change is not None:
-            self.on_change()
-
-    def _drop(self, partition: int) -> bool:
-        st = self._parts.pop(partition, None)
-        if st is None:
-            return False
-        if st.task is not None and not st.task.done():
-            st.task.cancel()
-        return True
-
-    def owns(self, partition: int) -> bool:
-        return partition in self._parts
-
-    def term(self, partition: int) -> object:
-        """This broker's load of the partition (None: not led here): it changes with every
-        election here and when the load completes, and only then."""
-        st = self._parts.get(partition)
-        return None if st is None else (st.serial, st.loaded)
-
-    def load_error(self, partition: int) -> int | None:
-        """None when this broker serves the partition's groups; else the error to answer."""
-        st = self._parts.get(partition)
-        if st is None:
-            return ErrorCode.NOT_COORDINATOR
-        if not st.loaded:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        return None
-
-    async def stop(self) -> None:
-        tasks = [st.task for st in self._parts.values() if st.task is not None]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    # -- loading ---------------------------------------------------------------------------
-    async def _load(self, partition: int, st: PartitionCache) -> None:
-        while True:
-            try:
-                await self._replay(partition, st)
-                await self._import_from_store(partition, st)
-                await self._replay(partition, st, tail_only=True)
-            except asyncio.CancelledError:
-                raise
-            except (StoreError, DecodeError, OSError) as e:
-                if self._parts.get(partition) is not st:
-                    return
-                log.warning(
-                    "__consumer_offsets-%d: loading failed (%s); retrying in %.1f s",
-                    partition,
-                    e,
-                    self.load_retry_s,
-                )
-                st.groups.clear()
-                st.pending.clear()
-                st.next_offset = 0
-                await asyncio.sleep(self.load_retry_s)
-                continue
-            if self._parts.get(partition) is st:
-                st.loaded = True
-                log.info(
-                    "__consumer_offsets-%d: loaded %d groups (leader epoch %d)",
-                    partition,
-                    len(st.groups),
-                    st.leader_epoch,
-                )
-                self._changed()  # the coordinator adopts the loaded groups
-            return
+    def _loaded_what(self, st: PartitionCache) -> str:
+        return f"{len(st.groups)} groups"
 
     async def _replay(self, partition: int, st: PartitionCache, *, tail_only: bool = False) -> None:
         """Apply the partition's batches to ``st`` (from where the last replay stopped when

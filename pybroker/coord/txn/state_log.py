@@ -20,15 +20,14 @@ a replayed state has none, as a Kafka coordinator that loaded it.
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pybroker.coord.metadata.internal_log import CoordinatorWriteError, InternalLog, LogBatch
-from pybroker.coord.metadata.placement import OFFSETS_PARTITIONS, partition_for
-from pybroker.coord.metadata.store import BadVersionError, NodeExistsError, NoNodeError, StoreError
+from pybroker.coord.metadata.partition_loads import LoadedPartition, PartitionLoads
+from pybroker.coord.metadata.placement import OFFSETS_PARTITIONS
+from pybroker.coord.metadata.store import BadVersionError, NodeExistsError, NoNodeError
 from pybroker.coord.txn import state as ts
 from pybroker.errors import ErrorCode
 from pybroker.wire import coordinator_records as cr
@@ -64,20 +63,16 @@ def from_value(tid: str, v: cr.TransactionLogValue) -> ts.TxnMetadata:
     )
 
 
-_serials = itertools.count(1)
-
-
 @dataclass
-class _Partition:
-    leader_epoch: int
-    serial: int = field(default_factory=lambda: next(_serials))
-    loaded: bool = False
+class _Partition(LoadedPartition):
     txns: dict[str, tuple[ts.TxnMetadata, int]] = field(default_factory=dict)
-    task: asyncio.Task[None] | None = None
 
 
-class TxnStateLog:
+class TxnStateLog(PartitionLoads[_Partition]):
     """TxnStorage over __transaction_state (module docstring)."""
+
+    topic = "__transaction_state"
+    task_prefix = "txn-state-load"
 
     def __init__(
         self,
@@ -87,98 +82,22 @@ class TxnStateLog:
         load_retry_s: float = LOAD_RETRY_S,
         on_change: Callable[[], None] | None = None,
     ) -> None:
+        super().__init__(partitions=partitions, load_retry_s=load_retry_s, on_change=on_change)
         self.log = log_
-        self.partitions = partitions
-        self.load_retry_s = load_retry_s
-        self.on_change = on_change  # an election, a resignation or a finished load
-        self._parts: dict[int, _Partition] = {}
-        self.epoch = 0
 
-    def partition_of(self, tid: str) -> int:
-        return partition_for(tid, self.partitions)
+    # -- loading (ownership: PartitionLoads) ---------------------------------------------
+    def _new_partition(self, leader_epoch: int) -> _Partition:
+        return _Partition(leader_epoch)
 
-    # -- ownership -------------------------------------------------------------------------
-    def on_election(self, partition: int, leader_epoch: int, continued: bool = False) -> None:
-        """(as LogOffsetStore.on_election)"""
-        old = self._parts.get(partition)
-        if old is not None and (old.leader_epoch == leader_epoch or continued):
-            old.leader_epoch = leader_epoch
-            return
-        self._drop(partition)
-        st = _Partition(leader_epoch)
-        self._parts[partition] = st
-        st.task = asyncio.get_running_loop().create_task(
-            self._load(partition, st), name=f"txn-state-load-{partition}"
-        )
-        self._changed()
+    async def _fill(self, partition: int, st: _Partition) -> None:
+        async for batch in self.log.replay(partition, st.leader_epoch):
+            self._apply(st, batch)
 
-    def on_resignation(self, partition: int) -> None:
-        if self._drop(partition):
-            self._changed()
+    def _reset(self, st: _Partition) -> None:
+        st.txns.clear()
 
-    def _drop(self, partition: int) -> bool:
-        st = self._parts.pop(partition, None)
-        if st is None:
-            return False
-        if st.task is not None and not st.task.done():
-            st.task.cancel()
-        return True
-
-    def _changed(self) -> None:
-        self.epoch += 1
-        if self.on_change is not None:
-            self.on_change()
-
-    def owns(self, partition: int) -> bool:
-        return partition in self._parts
-
-    def term(self, partition: int) -> object:
-        """This broker's load of the partition (None: not led here): it changes with every
-        election here and when the load completes, and only then."""
-        st = self._parts.get(partition)
-        return None if st is None else (st.serial, st.loaded)
-
-    def load_error(self, partition: int) -> int | None:
-        st = self._parts.get(partition)
-        if st is None:
-            return ErrorCode.NOT_COORDINATOR
-        return None if st.loaded else ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-
-    async def stop(self) -> None:
-        tasks = [st.task for st in self._parts.values() if st.task is not None]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _load(self, partition: int, st: _Partition) -> None:
-        while True:
-            st.txns.clear()
-            try:
-                async for batch in self.log.replay(partition, st.leader_epoch):
-                    self._apply(st, batch)
-            except asyncio.CancelledError:
-                raise
-            except (StoreError, OSError) as e:
-                if self._parts.get(partition) is not st:
-                    return
-                log.warning(
-                    "__transaction_state-%d: loading failed (%s); retrying in %.1f s",
-                    partition,
-                    e,
-                    self.load_retry_s,
-                )
-                await asyncio.sleep(self.load_retry_s)
-                continue
-            break
-        if self._parts.get(partition) is st:
-            st.loaded = True
-            log.info(
-                "__transaction_state-%d: loaded %d transactional ids (leader epoch %d)",
-                partition,
-                len(st.txns),
-                st.leader_epoch,
-            )
-            self._changed()
+    def _loaded_what(self, st: _Partition) -> str:
+        return f"{len(st.txns)} transactional ids"
 
     def _apply(self, st: _Partition, batch: LogBatch) -> None:
         if batch.control is not None:
