@@ -17,10 +17,10 @@ import argparse
 from collections import defaultdict
 from datetime import datetime
 
-from pybroker.cli import share_groups
+from pybroker.cli import reset_offsets, share_groups
 from pybroker.cli.client import Client, ClientError, KafkaCliError, UsageError, check
-from pybroker.cli.offsets import EARLIEST, LATEST, list_offsets
-from pybroker.cli.output import emit, progress, progress_done, section, table
+from pybroker.cli.offsets import LATEST, list_offsets
+from pybroker.cli.output import emit, section, table
 from pybroker.errors import ErrorCode
 from pybroker.wire.primitives import DecodeError, Reader
 
@@ -332,44 +332,14 @@ def _reset(client: Client, args: argparse.Namespace) -> int:
             f"but the current state is {g['state']}."
         )
     committed = committed_offsets(client, args.group)
-    rows = []
-    for name, wanted in specs:
-        meta = client.topic(name)
-        known = sorted(p["partition_index"] for p in meta["partitions"])
-        parts = known if wanted is None else wanted
-        missing = set(parts) - set(known)
-        if missing:
-            raise KafkaCliError(
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                f"topic '{name}' has no partition {min(missing)}",
-            )
-        progress(f"reading offsets of {name} ({len(parts)} partitions)")
-        earliest = list_offsets(client, meta, EARLIEST, parts)
-        latest = list_offsets(client, meta, LATEST, parts)
-        at_time = list_offsets(client, meta, target_ts, parts) if target_ts is not None else {}
-        for p in parts:
-            lo, hi = earliest[p][0], latest[p][0]
-            old = committed.get((name, p))
-            if args.to_earliest:
-                new = lo
-            elif args.to_latest:
-                new = hi
-            elif target_ts is not None:
-                new = at_time[p][0] if at_time[p][0] >= 0 else hi
-            elif args.to_offset is not None:
-                new = args.to_offset
-            else:
-                if old is None:
-                    raise ClientError(
-                        f"cannot shift the offset of {name}-{p}: the group has no committed "
-                        "offset there"
-                    )
-                new = old + args.shift_by
-            new = min(max(new, lo), hi)  # out of range: clamped, as Kafka's tool does
-            rows.append(
-                {"group": args.group, "topic": name, "partition": p, "old": old, "new": new}
-            )
-    progress_done()
+    rows = reset_offsets.plan(
+        client,
+        args,
+        specs,
+        target_ts,
+        committed,
+        "cannot shift the offset of {tp}: the group has no committed offset there",
+    )
     if not args.dry_run:
         by_topic: dict[str, list[dict]] = defaultdict(list)
         for r in rows:
@@ -392,21 +362,7 @@ def _reset(client: Client, args: argparse.Namespace) -> int:
         for t in r["topics"]:
             for p in t["partitions"]:
                 check(p["error_code"], f"OffsetCommit {t['name']}-{p['partition_index']}")
-    result = {"group": args.group, "dry_run": args.dry_run, "offsets": rows}
-    emit(
-        args.output,
-        result,
-        lambda x: (
-            table(
-                ["group", "topic", "partition", "old-offset", "new-offset"],
-                [
-                    (r["group"], r["topic"], r["partition"], r["old"], r["new"])
-                    for r in x["offsets"]
-                ],
-            )
-            + ("\n(dry run: nothing committed)" if x["dry_run"] else "")
-        ),
-    )
+    reset_offsets.show(args, rows, "offset", "nothing committed")
     return 0
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from pybroker.cli import reset_offsets
 from pybroker.cli.client import Client, ClientError, KafkaCliError, check
-from pybroker.cli.offsets import EARLIEST, LATEST, list_offsets
-from pybroker.cli.output import emit, progress, progress_done, section, table
+from pybroker.cli.output import emit, section, table
 from pybroker.errors import ErrorCode
 
 SHARE_GROUP_DESCRIBE = 77
@@ -138,44 +138,14 @@ def run_reset(
         raise ClientError(f"Share group '{args.group}' is not empty.")
     current = {(r["topic"], r["partition"]): r["start_offset"] for r in start_offsets(
         client, args.group)}  # fmt: skip
-    rows = []
-    for name, wanted in specs:
-        meta = client.topic(name)
-        known = sorted(p["partition_index"] for p in meta["partitions"])
-        parts = known if wanted is None else wanted
-        missing = set(parts) - set(known)
-        if missing:
-            raise KafkaCliError(
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                f"topic '{name}' has no partition {min(missing)}",
-            )
-        progress(f"reading offsets of {name} ({len(parts)} partitions)")
-        earliest = list_offsets(client, meta, EARLIEST, parts)
-        latest = list_offsets(client, meta, LATEST, parts)
-        at_time = list_offsets(client, meta, target_ts, parts) if target_ts is not None else {}
-        for p in parts:
-            lo, hi = earliest[p][0], latest[p][0]
-            old = current.get((name, p))
-            if args.to_earliest:
-                new = lo
-            elif args.to_latest:
-                new = hi
-            elif target_ts is not None:
-                new = at_time[p][0] if at_time[p][0] >= 0 else hi
-            elif args.to_offset is not None:
-                new = args.to_offset
-            else:
-                if old is None:
-                    raise ClientError(
-                        f"cannot shift the start offset of {name}-{p}: the share group has "
-                        "none there"
-                    )
-                new = old + args.shift_by
-            new = min(max(new, lo), hi)
-            rows.append(
-                {"group": args.group, "topic": name, "partition": p, "old": old, "new": new}
-            )
-    progress_done()
+    rows = reset_offsets.plan(
+        client,
+        args,
+        specs,
+        target_ts,
+        current,
+        "cannot shift the start offset of {tp}: the share group has none there",
+    )
     if not args.dry_run:
         by_topic: dict[str, list[dict]] = {}
         for r in rows:
@@ -194,21 +164,7 @@ def run_reset(
         for t in resp["responses"]:
             for p in t["partitions"]:
                 check(p["error_code"], f"{t['topic_name']}-{p['partition_index']}")
-    result = {"group": args.group, "dry_run": args.dry_run, "offsets": rows}
-    emit(
-        args.output,
-        result,
-        lambda x: (
-            table(
-                ["group", "topic", "partition", "old-start-offset", "new-start-offset"],
-                [
-                    (r["group"], r["topic"], r["partition"], r["old"], r["new"])
-                    for r in x["offsets"]
-                ],
-            )  # fmt: skip
-            + ("\n(dry run: nothing changed)" if x["dry_run"] else "")
-        ),
-    )
+    reset_offsets.show(args, rows, "start-offset", "nothing changed")
     return 0
 
 
