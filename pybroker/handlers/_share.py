@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from pybroker.coord.metadata.paths import MAX_NAME_CHARS
+from pybroker.errors import ErrorCode
+from pybroker.handlers._authz import on_group
 from pybroker.handlers.context import RequestContext
+from pybroker.security.acl import Operation
 
 # ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge,
 # DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets
@@ -23,6 +27,24 @@ def share_enabled(ctx: RequestContext) -> bool:
 def member_id_valid(member_id: str | None) -> bool:
     """Kafka's isMemberIdValid: present, not empty, at most 36 characters."""
     return bool(member_id) and len(member_id) <= 36
+
+
+def session_request_error(ctx: RequestContext, req: dict) -> tuple[int, str | None] | None:
+    """The checks ShareFetch and ShareAcknowledge open with (Kafka's handleShareFetchRequest and
+    handleShareAcknowledgeRequest): share groups on, a group id (INVALID_REQUEST), READ on the
+    group, a valid member id (INVALID_REQUEST); (error code, message), or None."""
+    if not share_enabled(ctx):
+        return ErrorCode.UNSUPPORTED_VERSION, None
+    gid = req.get("group_id")
+    if gid is None:
+        return ErrorCode.INVALID_REQUEST, "Invalid group id in the request."
+    if not on_group(ctx, Operation.READ, gid):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, None
+    if len(gid) > MAX_NAME_CHARS:  # pybroker's bound on stored names
+        return ErrorCode.INVALID_REQUEST, "Invalid group id in the request."
+    if not member_id_valid(req.get("member_id")):
+        return ErrorCode.INVALID_REQUEST, "Invalid member id in the request."
+    return None
 
 
 def current_leader(ctx: RequestContext, topic: str | None, partition: int) -> tuple[int, int]:

@@ -20,6 +20,7 @@ from pybroker.coord.group.consumer_member import (
     HeartbeatRequest,
     owned_from_wire,
 )
+from pybroker.coord.group.responses import heartbeat_error
 from pybroker.errors import ErrorCode
 from pybroker.handlers._groups import coordinator_error
 from pybroker.handlers._topic_ids import Resolver
@@ -28,15 +29,7 @@ from pybroker.registry import handler
 
 
 def _error(code: int, message: str | None = None) -> dict:
-    return {
-        "throttle_time_ms": 0,
-        "error_code": code,
-        "error_message": message,
-        "member_id": None,
-        "member_epoch": 0,
-        "heartbeat_interval_ms": 0,
-        "assignment": None,
-    }
+    return {"throttle_time_ms": 0, **heartbeat_error(code, message)}
 
 
 def _invalid(req: dict, version: int) -> str | None:

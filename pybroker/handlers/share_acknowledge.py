@@ -12,22 +12,18 @@ is_renew_ack request extends the acquisition locks; the answer carries the lock 
 
 from __future__ import annotations
 
-from pybroker.coord.metadata.paths import MAX_NAME_CHARS
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.handlers._authz import on_group
 from pybroker.handlers._share import (
     acknowledge_all,
     current_leader,
-    member_id_valid,
     node_endpoints,
     partition_entry,
+    session_request_error,
     settled,
-    share_enabled,
 )
 from pybroker.handlers._topic_ids import Resolver
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
-from pybroker.security.acl import Operation
 
 
 def _top(code: int, message: str | None = None) -> dict:
@@ -43,18 +39,10 @@ def _top(code: int, message: str | None = None) -> dict:
 
 @handler(79, 1, 2)
 async def share_acknowledge(ctx: RequestContext, req: dict) -> dict:
-    if not share_enabled(ctx):
-        return _top(ErrorCode.UNSUPPORTED_VERSION)
-    gid = req.get("group_id")
-    if gid is None:
-        return _top(ErrorCode.INVALID_REQUEST, "Invalid group id in the request.")
-    if not on_group(ctx, Operation.READ, gid):
-        return _top(ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    if len(gid) > MAX_NAME_CHARS:  # pybroker's bound on stored names
-        return _top(ErrorCode.INVALID_REQUEST, "Invalid group id in the request.")
-    member = req.get("member_id")
-    if not member_id_valid(member):
-        return _top(ErrorCode.INVALID_REQUEST, "Invalid member id in the request.")
+    bad = session_request_error(ctx, req)
+    if bad is not None:
+        return _top(*bad)
+    gid, member = req.get("group_id"), req.get("member_id")
     shares = ctx.services.shares
     epoch = req["share_session_epoch"]
     try:

@@ -12,6 +12,7 @@ With group.share.enable=false: UNSUPPORTED_VERSION, as Kafka with share.version 
 
 from __future__ import annotations
 
+from pybroker.coord.group.responses import heartbeat_error
 from pybroker.coord.group.share import HeartbeatRequest
 from pybroker.coord.metadata.paths import MAX_NAME_CHARS
 from pybroker.errors import ErrorCode
@@ -23,15 +24,7 @@ from pybroker.security.acl import Operation
 
 
 def _error(code: int, message: str | None = None) -> dict:
-    return {
-        "throttle_time_ms": 0,
-        "error_code": code,
-        "error_message": message,
-        "member_id": None,
-        "member_epoch": 0,
-        "heartbeat_interval_ms": 0,
-        "assignment": None,
-    }
+    return {"throttle_time_ms": 0, **heartbeat_error(code, message)}
 
 
 def _invalid(req: dict) -> str | None:

@@ -25,20 +25,10 @@ from pybroker.coord.group.migration import (
     can_upgrade,
     upgrade,
 )
+from pybroker.coord.group.responses import heartbeat_error
 from pybroker.errors import ErrorCode
 
 log = logging.getLogger(__name__)
-
-
-def _heartbeat_error(code: int, message: str | None) -> dict:
-    return {
-        "error_code": code,
-        "error_message": message,
-        "member_id": None,
-        "member_epoch": 0,
-        "heartbeat_interval_ms": 0,
-        "assignment": None,
-    }
 
 
 class ConsumerGroupRequests(GroupCoordinatorCore):
@@ -57,7 +47,7 @@ class ConsumerGroupRequests(GroupCoordinatorCore):
         change it made is stored."""
         code = await self.load_group(group_id)
         if code is not None:
-            return _heartbeat_error(code, "The coordinator is loading the group.")
+            return heartbeat_error(code, "The coordinator is loading the group.")
         now = self.clock.time_ms()
         g = self.groups.get(group_id)
         if isinstance(g, Group):
@@ -68,13 +58,13 @@ class ConsumerGroupRequests(GroupCoordinatorCore):
                 if why is not None:
                     if why:
                         log.info("group %s: cannot upgrade to a consumer group: %s", group_id, why)
-                    return _heartbeat_error(
+                    return heartbeat_error(
                         ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
                     )
                 try:
                     cg, outputs = upgrade(g, self.consumer_config, now, self._topics())
                 except MigrationRefused as e:
-                    return _heartbeat_error(ErrorCode.GROUP_ID_NOT_FOUND, str(e))
+                    return heartbeat_error(ErrorCode.GROUP_ID_NOT_FOUND, str(e))
                 log.info("group %s: upgraded from classic to consumer (online migration)", group_id)
                 self.groups[group_id] = cg
                 self._deliver(group_id, outputs)
@@ -82,11 +72,11 @@ class ConsumerGroupRequests(GroupCoordinatorCore):
         if g is None or g.dead:
             code = await self._share_group_holds(group_id)
             if code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL:
-                return _heartbeat_error(
+                return heartbeat_error(
                     ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
                 )
             if code is not None:
-                return _heartbeat_error(code, "The coordinator could not read the group.")
+                return heartbeat_error(code, "The coordinator could not read the group.")
             current = self.groups.get(group_id)
             if current is not None and current is not g and not group_dead(current):
                 # another request created the group while the share groups were read: join
@@ -95,7 +85,7 @@ class ConsumerGroupRequests(GroupCoordinatorCore):
             if req.member_epoch != 0:
                 # no such group (stored or in memory): the member is unknown and rejoins at
                 # epoch 0 (a GROUP_ID_NOT_FOUND would be fatal to the Java consumer)
-                return _heartbeat_error(
+                return heartbeat_error(
                     ErrorCode.UNKNOWN_MEMBER_ID,
                     f"Member {req.member_id} is not a member of group {group_id}.",
                 )
@@ -106,14 +96,14 @@ class ConsumerGroupRequests(GroupCoordinatorCore):
         try:
             resp = g.heartbeat(now, req, self._topics())
         except ConsumerGroupError as e:
-            resp = _heartbeat_error(e.code, e.message)
+            resp = heartbeat_error(e.code, e.message)
         self._schedule(group_id)
         # only the heartbeat's member can have changed unless the epochs or members did
         unchanged = before == (g.group_epoch, g.assignment_epoch, len(g.members))
         member = resp.get("member_id") or req.member_id
         code = await self._persist(g, [member] if unchanged else None)
         if code is not None:
-            return _heartbeat_error(code, "The group's state could not be stored.")
+            return heartbeat_error(code, "The group's state could not be stored.")
         if had_consumer_members and len(g.members) < before[2]:
             await self._maybe_downgrade(g, before[0])
         return resp

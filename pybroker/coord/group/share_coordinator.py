@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pybroker.clock import Clock
+from pybroker.coord.group.responses import heartbeat_error
 from pybroker.coord.group.share import (
     LEAVE_EPOCH,
     HeartbeatRequest,
@@ -211,30 +212,34 @@ class ShareGroupCoordinator:
     async def heartbeat(self, gid: str, req: HeartbeatRequest) -> dict:
         code = self.coordinator_error(gid)
         if code is not None:
-            return _error(code)
+            return heartbeat_error(code)
         if self._other_group(gid):
-            return _error(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a share group.")
+            return heartbeat_error(
+                ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a share group."
+            )
         try:
             await self._ensure_loaded(gid)
         except StoreError as e:
             log.info("share group %s: loading failed: %s", gid, e)
-            return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            return heartbeat_error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         async with self._lock(gid):
             g = self.groups.get(gid)
             if g is None:
                 if req.member_epoch != 0:
-                    return _error(ErrorCode.GROUP_ID_NOT_FOUND, f"Share group {gid} not found.")
+                    return heartbeat_error(
+                        ErrorCode.GROUP_ID_NOT_FOUND, f"Share group {gid} not found."
+                    )
                 g = ShareGroup(gid)
             config = self._config(gid)
             if req.member_epoch == LEAVE_EPOCH:
                 try:
                     g.leave(req.member_id)
                 except ShareGroupError as e:
-                    return _error(e.code, e.message)
+                    return heartbeat_error(e.code, e.message)
                 code = await self._persist(g)
                 self._schedule(gid)
                 if code is not None:
-                    return _error(code)
+                    return heartbeat_error(code)
                 return {
                     "error_code": ErrorCode.NONE,
                     "error_message": None,
@@ -250,17 +255,17 @@ class ShareGroupCoordinator:
                 await self._initialize(gid, subscribed, g.group_epoch + 1)
             except StoreError as e:
                 log.info("share group %s: initializing share-partitions failed: %s", gid, e)
-                return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                return heartbeat_error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
             before = _fingerprint(g)
             try:
                 result = g.heartbeat(self.clock.time_ms(), req, self._assignable(gid), config)
             except ShareGroupError as e:
-                return _error(e.code, e.message)
+                return heartbeat_error(e.code, e.message)
             self.groups[gid] = g
             if _fingerprint(g) != before or self._versions.get(gid) is None:
                 code = await self._persist(g)
                 if code is not None:
-                    return _error(code)
+                    return heartbeat_error(code)
             self._schedule(gid)
         meta = self._topics()
         assignment = None
@@ -480,17 +485,6 @@ def _fingerprint(g: ShareGroup) -> tuple:
         g.assignment_epoch,
         tuple(sorted((mid, repr(g.member_record(m))) for mid, m in g.members.items())),
     )
-
-
-def _error(code: int, message: str | None = None) -> dict:
-    return {
-        "error_code": code,
-        "error_message": message,
-        "member_id": None,
-        "member_epoch": 0,
-        "heartbeat_interval_ms": 0,
-        "assignment": None,
-    }
 
 
 def _described_error(gid: str, code: int, message: str | None = None) -> dict:

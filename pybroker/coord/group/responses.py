@@ -1,0 +1,19 @@
+"""Response bodies that the group coordinators and the group handlers build alike."""
+
+from __future__ import annotations
+
+
+def heartbeat_error(code: int, message: str | None = None) -> dict:
+    """ConsumerGroupHeartbeat's and ShareGroupHeartbeat's answer with an error (one layout:
+    KIP-932 took KIP-848's): no member id, epoch 0, no assignment."""
+    return {
+        "error_code": code,
+        "error_message": message,
+        "member_id": None,
+        "member_epoch": 0,
+        "heartbeat_interval_ms": 0,
+        "assignment": None,
+    }
+
+
+__all__ = ["heartbeat_error"]
