@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from pybroker.coord.metadata.store import StoreError
 from pybroker.errors import ErrorCode
-from pybroker.handlers._authz import authorized_operations, enabled
 from pybroker.handlers._groups import coordinator_error
 from pybroker.handlers.consumer_group_heartbeat import consumer_protocol_enabled
 from pybroker.handlers.context import RequestContext
-from pybroker.handlers.describe_groups import GROUP_OPERATIONS, OMITTED
+from pybroker.handlers.describe_groups import OMITTED, group_operations
 from pybroker.registry import handler
-from pybroker.security.acl import Operation, ResourceType
+from pybroker.security.acl import Operation
 
 
 def _error(gid: str, code: int, message: str | None = None) -> dict:
@@ -54,13 +53,6 @@ async def consumer_group_describe(ctx: RequestContext, req: dict) -> dict:
             )
             out.append(_error(gid, ErrorCode.GROUP_ID_NOT_FOUND, message))
             continue
-        if req.get("include_authorized_operations"):
-            desc["authorized_operations"] = (
-                authorized_operations(ctx, ResourceType.GROUP, gid)
-                if enabled(ctx)
-                else GROUP_OPERATIONS
-            )
-        else:
-            desc["authorized_operations"] = OMITTED
+        desc["authorized_operations"] = group_operations(ctx, gid, req)
         out.append(desc)
     return {"throttle_time_ms": 0, "groups": out}

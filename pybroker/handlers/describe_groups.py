@@ -18,9 +18,16 @@ OMITTED = -(2**31)
 GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))  # READ, DELETE, DESCRIBE
 
 
+def group_operations(ctx: RequestContext, gid: str, req: dict) -> int:
+    """The group's authorized operations when the request asks for them (KIP-430): the
+    ACLs' answer, every group operation without an authorizer; else OMITTED."""
+    if not req.get("include_authorized_operations"):
+        return OMITTED
+    return authorized_operations(ctx, ResourceType.GROUP, gid) if enabled(ctx) else GROUP_OPERATIONS
+
+
 @handler(15, 0, 5)
 async def describe_groups(ctx: RequestContext, req: dict) -> dict:
-    ops = GROUP_OPERATIONS if req.get("include_authorized_operations") else OMITTED
     out = []
     for gid in req["groups"]:
         code = coordinator_error(ctx, gid, Operation.DESCRIBE, empty_ok=True)
@@ -34,10 +41,6 @@ async def describe_groups(ctx: RequestContext, req: dict) -> dict:
                 "protocol_data": "",
                 "members": [],
             }
-        desc["authorized_operations"] = (
-            authorized_operations(ctx, ResourceType.GROUP, gid)
-            if ops != OMITTED and enabled(ctx)
-            else ops
-        )
+        desc["authorized_operations"] = group_operations(ctx, gid, req)
         out.append(desc)
     return {"throttle_time_ms": 0, "groups": out}

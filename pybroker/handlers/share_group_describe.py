@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from pybroker.coord.metadata.paths import MAX_NAME_CHARS
 from pybroker.errors import ErrorCode
-from pybroker.handlers._authz import authorized_operations, enabled, on_group
+from pybroker.handlers._authz import on_group
 from pybroker.handlers._share import share_enabled
 from pybroker.handlers.context import RequestContext
-from pybroker.handlers.describe_groups import GROUP_OPERATIONS, OMITTED
+from pybroker.handlers.describe_groups import OMITTED, group_operations
 from pybroker.registry import handler
-from pybroker.security.acl import Operation, ResourceType
+from pybroker.security.acl import Operation
 
 
 def _error(gid: str, code: int, message: str | None = None) -> dict:
@@ -48,13 +48,8 @@ async def share_group_describe(ctx: RequestContext, req: dict) -> dict:
             out.append(_error(gid, ErrorCode.COORDINATOR_NOT_AVAILABLE))
             continue
         desc = await ctx.services.share_groups.describe(gid)
-        if desc["error_code"] == ErrorCode.NONE and req.get("include_authorized_operations"):
-            desc["authorized_operations"] = (
-                authorized_operations(ctx, ResourceType.GROUP, gid)
-                if enabled(ctx)
-                else GROUP_OPERATIONS
-            )
-        else:
-            desc["authorized_operations"] = OMITTED
+        desc["authorized_operations"] = (
+            group_operations(ctx, gid, req) if desc["error_code"] == ErrorCode.NONE else OMITTED
+        )
         out.append(desc)
     return {"throttle_time_ms": 0, "groups": out}
