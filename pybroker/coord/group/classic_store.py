@@ -30,7 +30,12 @@ from typing import Any
 
 from pybroker.coord.metadata import paths
 from pybroker.coord.metadata.paths import component_to_name, name_to_component
-from pybroker.coord.metadata.store import MetadataStore, NodeExistsError, NoNodeError, StoreError
+from pybroker.coord.metadata.store import (
+    MetadataStore,
+    NoNodeError,
+    StoreError,
+    set_or_create,
+)
 
 log = logging.getLogger(__name__)
 
@@ -97,13 +102,7 @@ class ClassicGroupStore:
             except NoNodeError:
                 pass
         else:
-            try:
-                await self.store.set(path, data)
-            except NoNodeError:
-                try:
-                    await self.store.create(path, data, makepath=True)
-                except NodeExistsError:
-                    await self.store.set(path, data)
+            await set_or_create(self.store, path, data)
 
     async def _write(self, group_id: str) -> None:
         try:

@@ -26,27 +26,18 @@ class ClassicGroupRequests(GroupCoordinatorCore):
     async def join(self, group_id: str, req: JoinRequest) -> dict:
         code = await self.load_group(group_id)
         if code is not None:
-            return {
-                "error_code": code,
-                "generation_id": -1,
-                "protocol_type": None,
-                "protocol_name": None,
-                "leader": "",
-                "skip_assignment": False,
-                "member_id": req.member_id,
-                "members": [],
-            }
+            return join_error(code, req.member_id)
         cg = self.groups.get(group_id)
         if isinstance(cg, ConsumerGroup) and not cg.is_empty and not cg.dead:
             # a classic member of a KIP-848 group (online migration)
             try:
                 resp = cg.classic_join(self.clock.time_ms(), req, self._topics())
             except ConsumerGroupError as e:
-                resp = {**join_error(e.code), "member_id": req.member_id}
+                resp = join_error(e.code, req.member_id)
             self._schedule(group_id)
             code = await self._persist(cg)
             if code is not None:
-                return {**join_error(code), "member_id": req.member_id}
+                return join_error(code, req.member_id)
             return resp
         if cg is None:
             code = await self._share_group_holds(group_id)

@@ -24,10 +24,10 @@ from typing import Any
 from pybroker.coord.metadata.paths import name_to_component
 from pybroker.coord.metadata.store import (
     MetadataStore,
-    NodeExistsError,
     NoNodeError,
     StoreError,
     WatchedEvent,
+    set_or_create,
 )
 
 log = logging.getLogger("pybroker.coord.group_configs")
@@ -269,13 +269,7 @@ class GroupConfigCache:
                 pass
         else:
             data = encode(configs)
-            try:
-                await self.store.set(path, data)
-            except NoNodeError:
-                try:
-                    await self.store.create(path, data, makepath=True)
-                except NodeExistsError:
-                    await self.store.set(path, data)
+            await set_or_create(self.store, path, data)
         self._cache[group_id] = dict(configs)
 
     def forget(self, group_id: str) -> None:

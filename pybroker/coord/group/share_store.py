@@ -36,6 +36,7 @@ from pybroker.coord.metadata.store import (
     NodeExistsError,
     NoNodeError,
     StoreError,
+    set_or_create,
 )
 
 SHARE_GROUPS = "/pybroker/share_groups"
@@ -175,13 +176,7 @@ class ShareStateStore:
         for (tid, p), start in partitions.items():
             path = state_path(group_id, tid, p)
             data = PartitionState(state_epoch, start).encode()
-            try:
-                await self.store.set(path, data)
-            except NoNodeError:
-                try:
-                    await self.store.create(path, data, makepath=True)
-                except NodeExistsError:
-                    await self.store.set(path, data)
+            await set_or_create(self.store, path, data)
 
     async def partitions(self, group_id: str) -> list[tuple[uuid.UUID, int]]:
         """The (topic id, partition)s with state in the group."""

@@ -253,3 +253,15 @@ class MetadataStore(ABC):
 
     @abstractmethod
     def remove_session_listener(self, cb: SessionListener) -> None: ...
+
+
+async def set_or_create(store: MetadataStore, path: str, data: bytes) -> None:
+    """Write ``data`` at ``path`` whatever is there: set it, or create it (with its missing
+    ancestors) when it does not exist; a create that lost the race to another writer sets."""
+    try:
+        await store.set(path, data)
+    except NoNodeError:
+        try:
+            await store.create(path, data, makepath=True)
+        except NodeExistsError:
+            await store.set(path, data)
