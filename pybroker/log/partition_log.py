@@ -12,25 +12,23 @@ from __future__ import annotations
 
 import bisect
 import logging
-import os
 import random
-import re
 import struct
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log import partition_metadata
-from pybroker.log.index import CorruptIndexError
 from pybroker.log.leader_epoch import LeaderEpochCache
+from pybroker.log.log_config import LogConfig
+from pybroker.log.log_loader import LogLoader
+from pybroker.log.offsets_by_time import OffsetsByTime
 from pybroker.log.producer_state import CompletedTxn, ProducerStateManager
+from pybroker.log.retention import LogRetention
 from pybroker.log.segment import (
-    CLEANED_SUFFIX,
-    DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
     SWAP_SUFFIX,
@@ -38,10 +36,8 @@ from pybroker.log.segment import (
     DescriptorCache,
     FileSlice,
     LogSegment,
-    scan_log_headers,
 )
 from pybroker.log.txn_index import AbortedTxn
-from pybroker.log.validator import find_record
 from pybroker.wire.control_records import (
     ABORT,
     COMMIT,
@@ -64,50 +60,6 @@ from pybroker.wire.records import (
 INT32_MAX = 2**31 - 1
 logger = logging.getLogger(__name__)
 _INT32 = struct.Struct(">i")
-_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
-
-
-@dataclass(frozen=True)
-class LogConfig:
-    """Kafka's topic-level names: segment.bytes, segment.ms, segment.jitter.ms, retention.ms,
-    retention.bytes, index.interval.bytes, segment.index.bytes, message.timestamp.type,
-    file.delete.delay.ms (segment files renamed ``.deleted`` are unlinked that long after),
-    and compaction's cleanup.policy, delete.retention.ms, min.cleanable.dirty.ratio,
-    min.compaction.lag.ms, max.compaction.lag.ms (pybroker/log/cleaner.py).
-    A negative retention disables that kind of retention; time and size retention apply only
-    when cleanup.policy holds ``delete`` (a compact-only log loses records only to the cleaner
-    and to DeleteRecords)."""
-
-    segment_bytes: int = 1024 * 1024 * 1024
-    roll_ms: int = 7 * 24 * 3600 * 1000
-    roll_jitter_ms: int = 0  # segment.jitter.ms
-    retention_ms: int = 7 * 24 * 3600 * 1000
-    retention_bytes: int = -1
-    index_interval_bytes: int = 4096
-    max_index_bytes: int = 10 * 1024 * 1024
-    message_timestamp_type: str = "CreateTime"
-    file_delete_delay_ms: int = 60_000
-    cleanup_policy: str = "delete"  # "delete", "compact", "compact,delete" (either order), ""
-    delete_retention_ms: int = 86_400_000
-    min_cleanable_dirty_ratio: float = 0.5
-    min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = 2**63 - 1
-
-    @property
-    def compact(self) -> bool:
-        return "compact" in self.cleanup_policy.split(",")
-
-    @property
-    def delete(self) -> bool:
-        return "delete" in self.cleanup_policy.split(",")
-
-    @property
-    def max_segment_ms(self) -> int:
-        """Kafka's LogConfig.maxSegmentMs: a compacted log also rolls its active segment
-        when max.compaction.lag.ms passes, so that the cleaner can reach its records."""
-        if self.compact and self.max_compaction_lag_ms > 0:
-            return min(self.max_compaction_lag_ms, self.roll_ms)
-        return self.roll_ms
 
 
 class AppendInfo(NamedTuple):
@@ -139,7 +91,7 @@ def parse_future_dir(name: str) -> tuple[str, int] | None:
     return parse_partition_dir(stem)
 
 
-class PartitionLog:
+class PartitionLog(LogLoader, OffsetsByTime, LogRetention):
     def __init__(
         self,
         directory: Path,
@@ -223,139 +175,6 @@ class PartitionLog:
             return 0
         return self.rng.randrange(2**31) % min(jitter, self.config.roll_ms)
 
-    def _complete_swaps(self) -> set[int]:
-        """Finish or roll back a clean interrupted by a crash (Kafka's LogLoader), before the
-        segments are loaded.  The cleaner writes ``<base>.{log,index,timeindex}.cleaned``,
-        renames them to ``.swap`` (the .log first), renames the replaced segments' files to
-        ``.deleted``, then drops the ``.swap`` suffix (the .log first):
-
-        * ``.cleaned`` files are deleted, and so are the ``.swap`` files of the same base
-          offset (a swap whose renaming to ``.swap`` did not finish: the old segments are all
-          still there, so this rolls the clean back).  Kafka deletes every ``.swap`` at or
-          above the lowest ``.cleaned`` offset, for its segment splits; a clean here swaps one
-          segment at a time, and a ``.cleaned`` of another base offset is a stale one that
-          says nothing about a complete swap (whose old segments may be gone already);
-        * a ``.log.swap`` left is complete: every other segment file whose base offset lies in
-          [its base offset, its next offset) is one it replaces and is deleted;
-        * every ``.swap`` file left then loses its suffix.
-
-        Returns the base offsets of the segments so swapped in (their indexes are rebuilt)."""
-        names = os.listdir(self.directory)
-        cleaned = [n for n in names if n.endswith(CLEANED_SUFFIX)]
-        swaps = [n for n in names if n.endswith(SWAP_SUFFIX)]
-        if not cleaned and not swaps:
-            return set()
-        incomplete = {int(n[:20]) for n in cleaned}
-        for n in cleaned:
-            (self.directory / n).unlink(missing_ok=True)
-        for n in [n for n in swaps if int(n[:20]) in incomplete]:
-            (self.directory / n).unlink(missing_ok=True)
-            swaps.remove(n)
-        ranges = []
-        for n in swaps:
-            if n.endswith(LOG_SUFFIX + SWAP_SUFFIX):
-                base = int(n[:20])
-                end = base
-                for h in scan_log_headers(self.directory / n):
-                    end = h.next_offset
-                ranges.append((base, end))
-        if ranges:
-            for n in os.listdir(self.directory):
-                m = _SEGMENT_FILE.match(n)
-                if m and any(lo <= int(m.group(1)) < hi for lo, hi in ranges):
-                    (self.directory / n).unlink(missing_ok=True)
-        swapped = set()
-        for n in swaps:
-            os.replace(self.directory / n, self.directory / n[: -len(SWAP_SUFFIX)])
-            swapped.add(int(n[:20]))
-        return swapped
-
-    def _load(self, recovery_point: int, clean_shutdown: bool, log_start_offset: int = 0) -> None:
-        now = self.clock.time_ms()
-        swapped = self._complete_swaps()
-        bases: set[int] = set()
-        orphans: list[Path] = []
-        for name in os.listdir(self.directory):
-            path = self.directory / name
-            if name.endswith(DELETED_SUFFIX) or name.endswith(".tmp"):
-                path.unlink(missing_ok=True)  # interrupted deletion or atomic write
-                continue
-            m = _SEGMENT_FILE.match(name)
-            if m is None:
-                continue  # unknown files (snapshots, operator notes) are left alone
-            if m.group(2) == "log":
-                bases.add(int(m.group(1)))
-            else:
-                orphans.append(path)
-        for path in orphans:  # indexes without a .log: Kafka deletes them
-            if int(path.name[:20]) not in bases:
-                path.unlink(missing_ok=True)
-        ordered = sorted(bases)
-        truncated_at: int | None = None
-        # aborted-transaction index entries at or above this offset are rebuilt by the
-        # producer-state replay (segments recovered, or whose .txnindex is corrupt)
-        index_from: int | None = None
-        for i, base in enumerate(ordered):
-            seg = self._new_segment(base)
-            if truncated_at is not None:
-                seg.delete_files()  # after a torn segment: Kafka deletes the rest
-                continue
-            next_base = ordered[i + 1] if i + 1 < len(ordered) else None
-            trusted = clean_shutdown or (next_base is not None and next_base <= recovery_point)
-            if base in swapped:
-                seg.offset_index.reset()  # swapped in at recovery: rebuild its indexes
-                seg.time_index.reset()
-                trusted = False
-            if trusted:
-                seg.load(now)
-                try:
-                    seg.txn_index.sanity_check()
-                except CorruptIndexError as e:
-                    logger.warning(
-                        "%s: rebuilding %s: %s", self.directory.name, seg.txn_index.path.name, e
-                    )
-                    seg.txn_index.reset()
-                    index_from = base if index_from is None else min(index_from, base)
-            else:
-                seg.txn_index.reset()
-                index_from = base if index_from is None else min(index_from, base)
-                if self.segments and base < self.segments[-1].next_offset:
-                    seg.delete_files()  # overlaps its predecessor: cannot be valid
-                    truncated_at = base
-                    continue
-                if seg.recover(now):
-                    truncated_at = base
-                if base in swapped:
-                    seg.flush()  # (its rebuilt indexes, before a later start trusts it)
-            self.segments.append(seg)
-        if not self.segments:
-            self.segments.append(self._new_segment(0))
-        if index_from is not None:
-            # the replay indexes every marker from there on: later (trusted) segments too
-            for seg in self.segments:
-                if seg.base_offset >= index_from:
-                    seg.txn_index.reset()
-        for seg in self.segments[:-1]:
-            seg.release()  # fsynced (trusted or flushed above); reopened when read
-        self._bases = [s.base_offset for s in self.segments]
-        if log_start_offset > self.segments[-1].next_offset:
-            # the tail holding the checkpointed log start was lost: start empty there
-            self.truncate_fully_and_start_at(log_start_offset)
-            return
-        self.log_start_offset = max(self.segments[0].base_offset, log_start_offset)
-        self.log_end_offset = self.segments[-1].next_offset
-        if truncated_at is not None:
-            self._note_truncation(self.log_end_offset)
-        self.high_watermark = self.log_end_offset
-        # As Kafka's LogLoader: recovered segments are not fsynced here (an fsync per
-        # partition made a start after kill -9 minutes long); the recovery point stays where
-        # the checkpoint had it and the next flush moves it.
-        self.recovery_point = (
-            self.log_end_offset if clean_shutdown else min(recovery_point, self.log_end_offset)
-        )
-        self._load_producer_state(index_from)
-        self._load_leader_epochs(self.log_end_offset if clean_shutdown else recovery_point)
-
     def _headers_from(self, start: int) -> Iterator[BatchHeader]:
         """Headers of every batch from the one containing offset ``start`` to the LEO."""
         for seg in self.segments[self._segment_index(start) :]:
@@ -364,31 +183,6 @@ class PartitionLog:
             self._reading(seg)
             h0 = seg.translate_offset(start) if seg.base_offset < start else None
             yield from seg.headers_from(h0.position if h0 else 0)
-
-    def _load_producer_state(self, index_from: int | None = None) -> None:
-        """Newest snapshot at or below the LEO (at or below ``index_from`` if given) plus the
-        batches after it.  Transaction markers at or above ``index_from`` are indexed again
-        (their segments' .txnindex was reset: recovery after an unclean shutdown, or a
-        corrupt file), as Kafka's segment recovery rebuilds the transaction index."""
-        ps = self.producer_state
-        limit = self.log_end_offset if index_from is None else min(index_from, self.log_end_offset)
-        start = ps.load_latest_snapshot(limit)
-        if start is None:
-            ps.reset(self.log_start_offset)
-            start = self.log_start_offset
-        start = max(start, self.log_start_offset)
-        if start < self.log_end_offset:
-            for seg, h in self._segment_headers_from(start):
-                if h.base_offset < start:
-                    continue
-                marker = self._stored_marker(seg, h) if h.is_control else None
-                completed = ps.update(h, h.base_offset, None, marker)
-                if completed is not None:
-                    if index_from is not None and completed.last_offset >= index_from:
-                        self._index_completed(seg, completed)
-                    else:
-                        ps.complete_txn(completed)
-        ps.map_end_offset = self.log_end_offset
 
     def _segment_headers_from(self, start: int) -> Iterator[tuple[LogSegment, BatchHeader]]:
         for seg in self.segments[self._segment_index(start) :]:
@@ -432,30 +226,6 @@ class PartitionLog:
                 )
             )
         ps.complete_txn(completed)
-
-    def _load_leader_epochs(self, recovery_point: int) -> None:
-        """Checkpoint minus entries beyond the LEO, plus epochs of the headers from the
-        recovery point; every header if the checkpoint is missing or corrupt."""
-        cache = self.leader_epochs
-        valid = cache.load()
-        cache.truncate_from_end(self.log_end_offset, flush=False)
-        scan_from = self.log_start_offset
-        if valid:
-            scan_from = max(scan_from, min(recovery_point, self.log_end_offset))
-        if scan_from < self.log_end_offset:
-            for h in self._headers_from(scan_from):
-                if h.partition_leader_epoch > cache.latest_epoch():
-                    cache.assign(h.partition_leader_epoch, h.base_offset, flush=False)
-        cache.truncate_from_start(self.log_start_offset, flush=False)
-        after = cache.entries()
-        # A new (or empty) log without a checkpoint has nothing to record: writing an empty
-        # one would cost a write per partition created (the first assign writes the file).
-        # A valid checkpoint changed here is left dirty, not rewritten: the next append or
-        # assign writes it (for an empty log, becoming leader in the same epoch again puts
-        # back what the file holds: no write at all), and a load always drops the entries
-        # beyond the log end again.
-        if not valid and (after or cache.path is None or cache.path.exists()):
-            cache.flush()
 
     # -- appending ----------------------------------------------------------------------------
 
@@ -742,186 +512,6 @@ class PartitionLog:
             if got is not None or seg.size:
                 return got
         return None
-
-    def legacy_offsets_before(self, timestamp: int, max_num_offsets: int) -> list[int]:
-        """ListOffsets v0 (Kafka's UnifiedLog.legacyFetchOffsetsBefore): each segment stands
-        for (its base offset, at least the log start, the .log file's mtime), plus (log end
-        offset, now) when the last segment holds data; from the last entry whose time is at
-        or before ``timestamp`` (-1: the last, -2: the first) backwards, at most
-        ``max_num_offsets`` offsets, largest first.  ValueError for a negative count where
-        Kafka fails (its array size)."""
-        entries = []
-        for seg in self.segments:
-            try:
-                mtime = os.stat(seg.log_path).st_mtime_ns // 1_000_000
-            except OSError:
-                mtime = 0  # as Java's File.lastModified of a missing file
-            entries.append((max(seg.base_offset, self.log_start_offset), mtime))
-        if self.segments[-1].size > 0:
-            entries.append((self.log_end_offset, self.clock.time_ms()))
-        if timestamp == -1:
-            start = len(entries) - 1
-        elif timestamp == -2:
-            start = 0
-        else:
-            start = len(entries) - 1
-            while start >= 0 and entries[start][1] > timestamp:
-                start -= 1
-        count = min(max_num_offsets, start + 1)
-        if count < 0:
-            raise ValueError(f"max_num_offsets {max_num_offsets}")
-        return sorted((entries[start - j][0] for j in range(count)), reverse=True)
-
-    def batch_for_timestamp(
-        self, timestamp: int, after: int | None = None
-    ) -> tuple[BatchHeader, bytes] | None:
-        """ListOffsets by timestamp, first step (on the owner's thread): the first batch whose
-        maxTimestamp is >= ``timestamp`` holding offsets at or above the log start offset (and
-        ``after``, to go on past a batch that held no match), and its bytes; or None.  The
-        caller walks its records (pybroker.log.validator.find_record), in a worker thread if
-        it likes: the bytes are a copy."""
-        start = self.log_start_offset if after is None else max(after, self.log_start_offset)
-        for seg in self.segments:
-            if seg.next_offset <= start or seg.max_timestamp < timestamp:
-                continue
-            self._reading(seg)
-            got = seg.batch_for_timestamp(timestamp, start)
-            if got is not None:
-                return got
-        return None
-
-    def batch_of_max_timestamp(self) -> tuple[BatchHeader, bytes, int] | None:
-        """ListOffsets -3 (KIP-734), first step: the batch holding the log's largest timestamp,
-        its bytes and that timestamp; None if the log is empty."""
-        best: LogSegment | None = None
-        for seg in self.segments:
-            if seg.size and (best is None or seg.max_timestamp > best.max_timestamp):
-                best = seg
-        if best is None:
-            return None
-        self._reading(best)
-        h = best.translate_offset(best.offset_of_max_timestamp)
-        if h is None:
-            return None
-        return h, best.read_batch(h), best.max_timestamp
-
-    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """ListOffsets by timestamp: (offset, timestamp) of the first record whose timestamp is
-        >= ``timestamp`` (Kafka decompresses the batch to find it), or None.  Raises
-        InvalidRecordError on a malformed batch."""
-        start = self.log_start_offset
-        after = None
-        while (got := self.batch_for_timestamp(timestamp, after)) is not None:
-            h, data = got
-            found = find_record(
-                data, h._replace(position=0), lambda o, t: t >= timestamp and o >= start
-            )
-            if found is not None:
-                return found
-            after = h.next_offset
-        return None
-
-    def offset_of_max_timestamp(self) -> tuple[int, int] | None:
-        """ListOffsets -3 (KIP-734): (offset, timestamp) of the first record with the largest
-        timestamp in the log, or None if the log is empty.  Raises InvalidRecordError on a
-        malformed batch."""
-        got = self.batch_of_max_timestamp()
-        if got is None:
-            return None
-        h, data, max_ts = got
-        found = find_record(data, h._replace(position=0), lambda _o, t: t == max_ts)
-        return found or (h.last_offset, max_ts)
-
-    # -- retention ----------------------------------------------------------------------------
-
-    def delete_old_segments(self) -> int:
-        """Retention by time, then by size, as Kafka's deleteOldSegments: whole segments from
-        the oldest on, never past the high watermark; if every segment goes, roll first so an
-        empty active segment remains at the LEO.  Files are renamed to ``*.deleted`` and
-        unlinked later by :meth:`delete_pending_files`.  Returns the number of segments."""
-        now = self.clock.time_ms()
-        deleted = 0
-        if not self.config.delete:  # compact only: the cleaner's, plus the log start breach
-            return self._delete_segments(self._below_log_start)
-        if self.config.retention_ms >= 0:
-            deleted += self._delete_segments(
-                lambda seg, _: now - seg.max_timestamp > self.config.retention_ms
-            )
-        if self.config.retention_bytes >= 0:
-            excess = self.size - self.config.retention_bytes
-
-            def over_size(seg: LogSegment, _: LogSegment | None) -> bool:
-                nonlocal excess
-                if excess - seg.size >= 0:
-                    excess -= seg.size
-                    return True
-                return False
-
-            deleted += self._delete_segments(over_size)
-        deleted += self._delete_segments(self._below_log_start)
-        return deleted
-
-    def _below_log_start(self, seg: LogSegment, nxt: LogSegment | None) -> bool:
-        """Kafka's log-start-offset breach: every offset of ``seg`` is below the log start."""
-        return nxt is not None and nxt.base_offset <= self.log_start_offset
-
-    def delete_records_before(self, offset: int) -> int:
-        """DeleteRecords: make ``offset`` the log start offset (no-op if it is not above the
-        current one) and delete the segments wholly below it; reads below it fail with
-        OFFSET_OUT_OF_RANGE from now on.  ``offset`` must be in [0, high watermark], else
-        KafkaError(OFFSET_OUT_OF_RANGE).  Returns the log start offset (the response's low
-        watermark).  LogManager's log-start-offset-checkpoint makes it durable."""
-        if offset < 0 or offset > self.high_watermark:
-            raise KafkaError(
-                ErrorCode.OFFSET_OUT_OF_RANGE,
-                f"cannot delete records before {offset}: high watermark is {self.high_watermark}",
-            )
-        if offset > self.log_start_offset:
-            self.log_start_offset = offset
-            self._delete_segments(self._below_log_start)
-            self.leader_epochs.truncate_from_start(offset)
-            self.producer_state.delete_snapshots_before(offset)
-        return self.log_start_offset
-
-    def _delete_segments(self, predicate) -> int:  # noqa: ANN001
-        deletable: list[LogSegment] = []
-        for i, seg in enumerate(self.segments):
-            nxt = self.segments[i + 1] if i + 1 < len(self.segments) else None
-            if nxt is None and seg.size == 0:
-                break
-            upper = nxt.base_offset if nxt else self.log_end_offset
-            if not (predicate(seg, nxt) and self.high_watermark >= upper):
-                break
-            deletable.append(seg)
-        if not deletable:
-            return 0
-        if len(deletable) == len(self.segments):
-            self.roll()
-        due = self.clock.time_ms() + self.config.file_delete_delay_ms
-        for seg in deletable:
-            seg.rename_for_delete()
-            seg.release()  # an in-flight read keeps the descriptor it uses
-            self._pending_deletes.append((due, seg))
-        del self.segments[: len(deletable)]
-        del self._bases[: len(deletable)]
-        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
-        self.producer_state.delete_snapshots_before(self.log_start_offset)
-        self.leader_epochs.truncate_from_start(self.log_start_offset)
-        return len(deletable)
-
-    def delete_pending_files(self, *, force: bool = False) -> int:
-        """Unlink ``*.deleted`` files whose file.delete.delay.ms has passed (all if ``force``).
-        Safe in a worker thread.  Returns the number of segments removed."""
-        now = self.clock.time_ms()
-        keep, done = [], 0
-        for due, seg in list(self._pending_deletes):
-            if force or due <= now:
-                seg.delete_files()
-                done += 1
-            else:
-                keep.append((due, seg))
-        self._pending_deletes = keep
-        return done
 
     @property
     def size(self) -> int:
