@@ -47,6 +47,18 @@ def session_request_error(ctx: RequestContext, req: dict) -> tuple[int, str | No
     return None
 
 
+def top_level_error(code: int, message: str | None = None) -> dict:
+    """ShareFetch's and ShareAcknowledge's answer to a request refused whole."""
+    return {
+        "throttle_time_ms": 0,
+        "error_code": code,
+        "error_message": message,
+        "acquisition_lock_timeout_ms": 0,
+        "responses": [],
+        "node_endpoints": [],
+    }
+
+
 def current_leader(ctx: RequestContext, topic: str | None, partition: int) -> tuple[int, int]:
     """(leader id, leader epoch) from the cluster metadata; (-1, -1) when unknown."""
     info = ctx.services.cluster.topics.get(topic) if topic is not None else None

@@ -20,35 +20,25 @@ from pybroker.handlers._share import (
     partition_entry,
     session_request_error,
     settled,
+    top_level_error,
 )
 from pybroker.handlers._topic_ids import Resolver
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 
 
-def _top(code: int, message: str | None = None) -> dict:
-    return {
-        "throttle_time_ms": 0,
-        "error_code": code,
-        "error_message": message,
-        "acquisition_lock_timeout_ms": 0,
-        "responses": [],
-        "node_endpoints": [],
-    }
-
-
 @handler(79, 1, 2)
 async def share_acknowledge(ctx: RequestContext, req: dict) -> dict:
     bad = session_request_error(ctx, req)
     if bad is not None:
-        return _top(*bad)
+        return top_level_error(*bad)
     gid, member = req.get("group_id"), req.get("member_id")
     shares = ctx.services.shares
     epoch = req["share_session_epoch"]
     try:
         session = shares.sessions.acknowledge_update(gid, member, epoch)
     except KafkaError as e:
-        return _top(e.code, e.message)
+        return top_level_error(e.code, e.message)
     results = await settled(
         await acknowledge_all(
             ctx,

@@ -32,6 +32,7 @@ from pybroker.handlers._share import (
     node_endpoints,
     session_request_error,
     settled,
+    top_level_error,
 )
 from pybroker.handlers._topic_ids import Resolver
 from pybroker.handlers.context import RequestContext
@@ -40,17 +41,6 @@ from pybroker.security.acl import Operation
 from pybroker.share.manager import PartitionFetch
 
 RECORD_LIMIT = 1  # ShareAcquireMode: 0 batch-optimized, 1 record-limit
-
-
-def _top(code: int, message: str | None = None) -> dict:
-    return {
-        "throttle_time_ms": 0,
-        "error_code": code,
-        "error_message": message,
-        "acquisition_lock_timeout_ms": 0,
-        "responses": [],
-        "node_endpoints": [],
-    }
 
 
 def _renew_request_invalid(req: dict) -> str | None:
@@ -71,13 +61,13 @@ def _renew_request_invalid(req: dict) -> str | None:
 async def share_fetch(ctx: RequestContext, req: dict) -> dict:
     bad = session_request_error(ctx, req)
     if bad is not None:
-        return _top(*bad)
+        return top_level_error(*bad)
     gid, member = req.get("group_id"), req.get("member_id")
     renew = ctx.version >= 2 and bool(req.get("is_renew_ack"))
     if renew:
         message = _renew_request_invalid(req)
         if message is not None:
-            return _top(ErrorCode.INVALID_REQUEST, message)
+            return top_level_error(ErrorCode.INVALID_REQUEST, message)
     shares = ctx.services.shares
     resolver = Resolver(ctx.services.cluster)
     requested = [
@@ -97,7 +87,7 @@ async def share_fetch(ctx: RequestContext, req: dict) -> dict:
     except KafkaError as e:
         if e.code == ErrorCode.SHARE_SESSION_LIMIT_REACHED:
             await asyncio.sleep(max(req["max_wait_ms"], 0) / 1000.0)
-        return _top(e.code, e.message)
+        return top_level_error(e.code, e.message)
     # acknowledgements first (the fetch sees what they released), stored while it fetches
     pending = await acknowledge_all(
         ctx, gid, member, req["topics"], supports_renew=ctx.version >= 2, is_renew_ack=renew
