@@ -43,6 +43,10 @@ class ClassicGroupRequests(GroupCoordinatorCore):
             code = await self._share_group_holds(group_id)
             if code is not None:  # Kafka's classicGroupJoin: INCONSISTENT_GROUP_PROTOCOL
                 return join_error(code)
+            if self.groups.get(group_id) is not None:
+                # another request created the group while the share groups were read (a
+                # consumer-protocol group among them): start again with that one
+                return await self.join(group_id, req)
         g = self._get(group_id, create=True)
         assert g is not None
         fut = asyncio.get_running_loop().create_future()

@@ -18,7 +18,6 @@ from pybroker.coord.group.consumer_member import (
 )
 from pybroker.coord.group.coordinator_core import (
     GroupCoordinatorCore,
-    group_dead,
 )
 from pybroker.coord.group.migration import (
     MigrationRefused,
@@ -70,6 +69,7 @@ class ConsumerGroupRequests(GroupCoordinatorCore):
                 self._deliver(group_id, outputs)
                 g = cg
         if g is None or g.dead:
+            seen = self.groups.get(group_id)
             code = await self._share_group_holds(group_id)
             if code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL:
                 return heartbeat_error(
@@ -77,10 +77,9 @@ class ConsumerGroupRequests(GroupCoordinatorCore):
                 )
             if code is not None:
                 return heartbeat_error(code, "The coordinator could not read the group.")
-            current = self.groups.get(group_id)
-            if current is not None and current is not g and not group_dead(current):
-                # another request created the group while the share groups were read: join
-                # that one (replacing it would fence its members)
+            if self.groups.get(group_id) is not seen:
+                # another request created or replaced the group while the share groups were
+                # read: start again with that one (replacing it would fence its members)
                 return await self.consumer_heartbeat(group_id, req)
             if req.member_epoch != 0:
                 # no such group (stored or in memory): the member is unknown and rejoins at
