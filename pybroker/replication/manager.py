@@ -26,7 +26,6 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pybroker.clock import Clock
@@ -34,6 +33,18 @@ from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log import LogManager, PartitionLog
 from pybroker.log.partition_metadata import other_incarnation
 from pybroker.purgatory import Purgatory
+from pybroker.replication.leader_side import LeaderSide
+from pybroker.replication.replica import (
+    FOLLOWER,
+    LEADER,
+    OFFLINE,
+    FollowerState,
+    Replica,
+    consumer_key,
+    follower_key,
+    hw_key,
+    leo_key,
+)
 
 if TYPE_CHECKING:
     import ssl
@@ -44,71 +55,6 @@ if TYPE_CHECKING:
     from pybroker.replication.throttle import ReplicationThrottles
 
 log = logging.getLogger("pybroker.replication")
-
-LEADER, FOLLOWER, OFFLINE = "leader", "follower", "offline"
-
-
-def hw_key(topic: str, partition: int) -> tuple:
-    """Purgatory key notified when a partition's high watermark advances (acks=all waits)."""
-    return ("hw", topic, partition)
-
-
-def leo_key(topic: str, partition: int) -> tuple:
-    """Purgatory key notified on every leader append (follower fetches long-poll on it)."""
-    return ("leo", topic, partition)
-
-
-def follower_key(broker_id: int) -> tuple:
-    """Purgatory key notified when a follower's parked fetches should be answered at once: it
-    owes a new leader here its first fetch (see ReplicaManager.owes_fetch)."""
-    return ("follower", broker_id)
-
-
-def consumer_key(topic: str, partition: int) -> tuple:
-    """Purgatory key notified when records become visible to consumers (the HW moved)."""
-    return (topic, partition)
-
-
-@dataclass
-class FollowerState:
-    log_end_offset: int = -1
-    last_caught_up_ms: int = 0
-    last_fetch_ms: int = 0
-
-
-@dataclass
-class Replica:
-    """This broker's replica of one partition."""
-
-    topic: str
-    partition: int
-    log: PartitionLog
-    role: str = OFFLINE
-    leader: int = -1
-    leader_epoch: int = -1
-    isr: list[int] = field(default_factory=list)
-    replicas: list[int] = field(default_factory=list)
-    followers: dict[int, FollowerState] = field(default_factory=dict)
-    isr_change_in_flight: bool = False
-    # As leader: the log end offset when this leader epoch began (Kafka's
-    # leaderEpochStartOffsetOpt); -1 otherwise.
-    leader_epoch_start_offset: int = -1
-    # As leader: the epoch this broker's uninterrupted leadership began in (a same-leader epoch
-    # bump keeps it): acks=all produces appended since then settle by the high watermark.
-    leadership_epoch: int = -1
-    # As leader: when this leader epoch began (ms, the injected clock), for the log line that
-    # tells how long the high watermark stayed below the epoch start
-    leader_since_ms: int = 0
-    # the TopicInfo this replica's log was last found to belong to (cluster metadata replaces
-    # TopicInfo objects when a topic changes): an identity check per request instead of
-    # comparing topic ids
-    checked_info: object = field(default=None, repr=False, compare=False)
-
-    def high_watermark_lagging(self) -> bool:
-        """A new leader's high watermark starts where its follower knew it, which can be
-        below what the previous leader showed clients: until it reaches the start of this
-        leader epoch, offsets answered from it could go back (KIP-207)."""
-        return self.log.high_watermark < self.leader_epoch_start_offset
 
 
 # One pass of sync_roles opens new logs and takes up leadership for at most this long (seconds
@@ -123,7 +69,7 @@ CREATE_LOGS_OFF_LOOP_MIN = 64
 monotonic: Callable[[], float] = time.monotonic
 
 
-class ReplicaManager:
+class ReplicaManager(LeaderSide):
     def __init__(
         self,
         broker_id: int,
@@ -575,181 +521,6 @@ class ReplicaManager:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "leadership is being confirmed")
         return r
 
-    def fetch_stamp(self, topic: str, partition: int, read_committed: bool) -> tuple | None:
-        """What a consumer's fetch of an idle partition depends on, for the Fetch handler to
-        see that nothing changed since its last answer: this broker still leads the same
-        replica in the same epoch, the topic's metadata object is the same, and the log's
-        end, high watermark, start (and LSO for read_committed) are where they were.  None
-        when this broker does not lead it now (the full path then answers the error)."""
-        r = self.replicas.get((topic, partition))
-        if r is None or r.role != LEADER or not getattr(self.cluster, "lease_ok", True):
-            return None
-        log = r.log
-        return (
-            r,
-            r.leader_epoch,
-            self.cluster.topics.get(topic),
-            log.log_end_offset,
-            log.high_watermark,
-            log.log_start_offset,
-            log.last_stable_offset if read_committed else -1,
-        )
-
-    def check_enough_replicas(self, r: Replica) -> None:
-        """acks=all precondition: the ISR is at least min.insync.replicas and the store session
-        that lets us guarantee it is alive."""
-        if not getattr(self.cluster, "session_ok", True):
-            raise KafkaError(
-                ErrorCode.NOT_ENOUGH_REPLICAS,
-                "this broker has lost its metadata-store session",
-            )
-        need = self.min_insync_replicas(r.topic)
-        if len(r.isr) < need:
-            raise KafkaError(
-                ErrorCode.NOT_ENOUGH_REPLICAS,
-                f"ISR {r.isr} is smaller than min.insync.replicas={need}",
-            )
-
-    def after_leader_append(self, r: Replica) -> None:
-        self.purgatory.notify(leo_key(r.topic, r.partition))
-        self._maybe_advance_hw(r)
-
-    def _maybe_advance_hw(self, r: Replica) -> None:
-        if r.role != LEADER:
-            return
-        leo = r.log.log_end_offset
-        candidate = leo
-        for b in r.isr:
-            if b == self.broker_id:
-                continue
-            st = r.followers.get(b)
-            candidate = min(candidate, st.log_end_offset if st is not None else -1)
-        if candidate > r.log.high_watermark:
-            lagging = r.high_watermark_lagging()
-            r.log.high_watermark = candidate
-            if lagging and not r.high_watermark_lagging():
-                log.info(
-                    "%s-%d: high watermark %d reached the start of leader epoch %d after %d ms",
-                    r.topic,
-                    r.partition,
-                    candidate,
-                    r.leader_epoch,
-                    self.clock.time_ms() - r.leader_since_ms,
-                )
-            self._wake(r)
-
-    def _wake(self, r: Replica) -> None:
-        self.purgatory.notify(hw_key(r.topic, r.partition))
-        self.purgatory.notify(consumer_key(r.topic, r.partition))
-
-    def record_follower_fetch(self, r: Replica, replica_id: int, fetch_offset: int) -> bool:
-        """A follower fetched from ``fetch_offset``: everything before it is on its log.  True
-        when this fetch brought a new leader's high watermark to its epoch start (the fetch is
-        then answered at once: the follower learns the high watermark it may soon serve)."""
-        if replica_id not in r.followers:
-            if replica_id not in r.replicas:
-                raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{replica_id} is no replica")
-            r.followers[replica_id] = FollowerState()
-        st = r.followers[replica_id]
-        now = self.clock.time_ms()
-        st.log_end_offset = fetch_offset
-        st.last_fetch_ms = now
-        if fetch_offset >= r.log.log_end_offset:
-            st.last_caught_up_ms = now
-        # In sync (Kafka's isFollowerInSync): at the high watermark and holding everything
-        # of earlier epochs; a follower that joined below this epoch's start could be elected
-        # without records the ISR had and the high watermark would go back.  And a live broker
-        # (Kafka's ZooKeeper-mode isReplicaIsrEligible): one that still fetches while its
-        # session is gone (cut from ZooKeeper only) stays out, or the controller would take it
-        # out again at once, and again at every fetch.
-        if (
-            replica_id not in r.isr
-            and fetch_offset >= r.log.high_watermark
-            and fetch_offset >= r.leader_epoch_start_offset
-            and replica_id in self.cluster.brokers
-        ):
-            self._change_isr(r, sorted(set(r.isr) | {replica_id}), "caught up")
-        lagging = r.high_watermark_lagging()
-        self._maybe_advance_hw(r)
-        return lagging and not r.high_watermark_lagging()
-
-    def _change_isr(self, r: Replica, new_isr: list[int], why: str) -> None:
-        if r.isr_change_in_flight or new_isr == r.isr:
-            return
-        r.isr_change_in_flight = True
-        self._spawn(self._write_isr(r, new_isr, why), f"isr-{r.topic}-{r.partition}")
-
-    async def _write_isr(self, r: Replica, new_isr: list[int], why: str) -> None:
-        epoch = r.leader_epoch
-        try:
-            state = await self.cluster.update_isr(
-                r.topic, r.partition, new_isr, leader=self.broker_id, leader_epoch=epoch
-            )
-        except Exception as e:
-            log.warning("%s-%d: ISR change to %s failed: %s", r.topic, r.partition, new_isr, e)
-            state = None
-        finally:
-            r.isr_change_in_flight = False
-        if state is None or r.role != LEADER or r.leader_epoch != epoch:
-            return
-        log.info("%s-%d: ISR %s -> %s (%s)", r.topic, r.partition, r.isr, state.isr, why)
-        if len(state.isr) < len(r.isr):
-            self.isr_shrinks += 1
-        elif len(state.isr) > len(r.isr):
-            self.isr_expands += 1
-        r.isr = list(state.isr)
-        self._maybe_advance_hw(r)
-        self._wake(r)
-
-    def shrink_isrs(self) -> None:
-        now = self.clock.time_ms()
-        for r in list(self.replicas.values()):
-            if r.role != LEADER:
-                continue
-            lagging = [
-                b
-                for b in r.isr
-                if b != self.broker_id
-                and now - r.followers.get(b, FollowerState()).last_caught_up_ms
-                > self.replica_lag_time_max_ms
-            ]
-            if lagging:
-                self._change_isr(r, [b for b in r.isr if b not in lagging], f"{lagging} lagging")
-
-    async def _isr_loop(self) -> None:
-        interval = max(self.replica_lag_time_max_ms / 2000.0, 0.05)
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                self.shrink_isrs()
-            except Exception:
-                log.exception("ISR check failed")
-
-    def commit_result(self, r: Replica, end_offset: int, epoch: int) -> int | None:
-        """acks=all: the error code for a batch ending before ``end_offset`` appended in leader
-        epoch ``epoch``, if it is settled now (None: wait for the high watermark)."""
-        if r.role != LEADER or not r.leadership_epoch <= epoch <= r.leader_epoch:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if r.log.high_watermark >= end_offset:
-            if len(r.isr) < self.min_insync_replicas(r.topic):
-                return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-            return ErrorCode.NONE
-        return None
-
-    async def wait_for_commit(self, r: Replica, end_offset: int, timeout_ms: int) -> int:
-        """acks=all: wait until the high watermark reaches ``end_offset``; the error code."""
-        deadline = self.clock.monotonic() + max(timeout_ms, 0) / 1000.0
-        epoch = r.leader_epoch
-        key = hw_key(r.topic, r.partition)
-        while True:
-            code = self.commit_result(r, end_offset, epoch)
-            if code is not None:
-                return code
-            left = deadline - self.clock.monotonic()
-            if left <= 0:
-                return ErrorCode.REQUEST_TIMED_OUT
-            await self.purgatory.wait_any([key], left)
-
 
 class _Budget:
     """SYNC_ROLES_BUDGET_S of costly partition work for one pass (unbounded off a loop: no
@@ -777,3 +548,17 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
+
+
+__all__ = [
+    "FOLLOWER",
+    "LEADER",
+    "OFFLINE",
+    "FollowerState",
+    "Replica",
+    "ReplicaManager",
+    "consumer_key",
+    "follower_key",
+    "hw_key",
+    "leo_key",
+]

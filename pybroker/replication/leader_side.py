@@ -1,0 +1,201 @@
+"""The leader's side of a partition (Kafka's Partition as leader): the high watermark (the
+smallest log end offset over the ISR, never moving backwards), the followers' fetch positions,
+ISR expansion and shrinking (written with compare-and-set through Cluster.update_isr) and
+acks=all produces completed once the high watermark passes them.  A part of ReplicaManager
+(manager.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from pybroker.errors import ErrorCode, KafkaError
+from pybroker.replication.replica import (
+    LEADER,
+    FollowerState,
+    Replica,
+    consumer_key,
+    hw_key,
+    leo_key,
+)
+
+log = logging.getLogger("pybroker.replication")
+
+
+class LeaderSide:
+    """ReplicaManager's leader side (module docstring)."""
+
+    def fetch_stamp(self, topic: str, partition: int, read_committed: bool) -> tuple | None:
+        """What a consumer's fetch of an idle partition depends on, for the Fetch handler to
+        see that nothing changed since its last answer: this broker still leads the same
+        replica in the same epoch, the topic's metadata object is the same, and the log's
+        end, high watermark, start (and LSO for read_committed) are where they were.  None
+        when this broker does not lead it now (the full path then answers the error)."""
+        r = self.replicas.get((topic, partition))
+        if r is None or r.role != LEADER or not getattr(self.cluster, "lease_ok", True):
+            return None
+        log = r.log
+        return (
+            r,
+            r.leader_epoch,
+            self.cluster.topics.get(topic),
+            log.log_end_offset,
+            log.high_watermark,
+            log.log_start_offset,
+            log.last_stable_offset if read_committed else -1,
+        )
+
+    def check_enough_replicas(self, r: Replica) -> None:
+        """acks=all precondition: the ISR is at least min.insync.replicas and the store session
+        that lets us guarantee it is alive."""
+        if not getattr(self.cluster, "session_ok", True):
+            raise KafkaError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                "this broker has lost its metadata-store session",
+            )
+        need = self.min_insync_replicas(r.topic)
+        if len(r.isr) < need:
+            raise KafkaError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"ISR {r.isr} is smaller than min.insync.replicas={need}",
+            )
+
+    def after_leader_append(self, r: Replica) -> None:
+        self.purgatory.notify(leo_key(r.topic, r.partition))
+        self._maybe_advance_hw(r)
+
+    def _maybe_advance_hw(self, r: Replica) -> None:
+        if r.role != LEADER:
+            return
+        leo = r.log.log_end_offset
+        candidate = leo
+        for b in r.isr:
+            if b == self.broker_id:
+                continue
+            st = r.followers.get(b)
+            candidate = min(candidate, st.log_end_offset if st is not None else -1)
+        if candidate > r.log.high_watermark:
+            lagging = r.high_watermark_lagging()
+            r.log.high_watermark = candidate
+            if lagging and not r.high_watermark_lagging():
+                log.info(
+                    "%s-%d: high watermark %d reached the start of leader epoch %d after %d ms",
+                    r.topic,
+                    r.partition,
+                    candidate,
+                    r.leader_epoch,
+                    self.clock.time_ms() - r.leader_since_ms,
+                )
+            self._wake(r)
+
+    def _wake(self, r: Replica) -> None:
+        self.purgatory.notify(hw_key(r.topic, r.partition))
+        self.purgatory.notify(consumer_key(r.topic, r.partition))
+
+    def record_follower_fetch(self, r: Replica, replica_id: int, fetch_offset: int) -> bool:
+        """A follower fetched from ``fetch_offset``: everything before it is on its log.  True
+        when this fetch brought a new leader's high watermark to its epoch start (the fetch is
+        then answered at once: the follower learns the high watermark it may soon serve)."""
+        if replica_id not in r.followers:
+            if replica_id not in r.replicas:
+                raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{replica_id} is no replica")
+            r.followers[replica_id] = FollowerState()
+        st = r.followers[replica_id]
+        now = self.clock.time_ms()
+        st.log_end_offset = fetch_offset
+        st.last_fetch_ms = now
+        if fetch_offset >= r.log.log_end_offset:
+            st.last_caught_up_ms = now
+        # In sync (Kafka's isFollowerInSync): at the high watermark and holding everything
+        # of earlier epochs; a follower that joined below this epoch's start could be elected
+        # without records the ISR had and the high watermark would go back.  And a live broker
+        # (Kafka's ZooKeeper-mode isReplicaIsrEligible): one that still fetches while its
+        # session is gone (cut from ZooKeeper only) stays out, or the controller would take it
+        # out again at once, and again at every fetch.
+        if (
+            replica_id not in r.isr
+            and fetch_offset >= r.log.high_watermark
+            and fetch_offset >= r.leader_epoch_start_offset
+            and replica_id in self.cluster.brokers
+        ):
+            self._change_isr(r, sorted(set(r.isr) | {replica_id}), "caught up")
+        lagging = r.high_watermark_lagging()
+        self._maybe_advance_hw(r)
+        return lagging and not r.high_watermark_lagging()
+
+    def _change_isr(self, r: Replica, new_isr: list[int], why: str) -> None:
+        if r.isr_change_in_flight or new_isr == r.isr:
+            return
+        r.isr_change_in_flight = True
+        self._spawn(self._write_isr(r, new_isr, why), f"isr-{r.topic}-{r.partition}")
+
+    async def _write_isr(self, r: Replica, new_isr: list[int], why: str) -> None:
+        epoch = r.leader_epoch
+        try:
+            state = await self.cluster.update_isr(
+                r.topic, r.partition, new_isr, leader=self.broker_id, leader_epoch=epoch
+            )
+        except Exception as e:
+            log.warning("%s-%d: ISR change to %s failed: %s", r.topic, r.partition, new_isr, e)
+            state = None
+        finally:
+            r.isr_change_in_flight = False
+        if state is None or r.role != LEADER or r.leader_epoch != epoch:
+            return
+        log.info("%s-%d: ISR %s -> %s (%s)", r.topic, r.partition, r.isr, state.isr, why)
+        if len(state.isr) < len(r.isr):
+            self.isr_shrinks += 1
+        elif len(state.isr) > len(r.isr):
+            self.isr_expands += 1
+        r.isr = list(state.isr)
+        self._maybe_advance_hw(r)
+        self._wake(r)
+
+    def shrink_isrs(self) -> None:
+        now = self.clock.time_ms()
+        for r in list(self.replicas.values()):
+            if r.role != LEADER:
+                continue
+            lagging = [
+                b
+                for b in r.isr
+                if b != self.broker_id
+                and now - r.followers.get(b, FollowerState()).last_caught_up_ms
+                > self.replica_lag_time_max_ms
+            ]
+            if lagging:
+                self._change_isr(r, [b for b in r.isr if b not in lagging], f"{lagging} lagging")
+
+    async def _isr_loop(self) -> None:
+        interval = max(self.replica_lag_time_max_ms / 2000.0, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.shrink_isrs()
+            except Exception:
+                log.exception("ISR check failed")
+
+    def commit_result(self, r: Replica, end_offset: int, epoch: int) -> int | None:
+        """acks=all: the error code for a batch ending before ``end_offset`` appended in leader
+        epoch ``epoch``, if it is settled now (None: wait for the high watermark)."""
+        if r.role != LEADER or not r.leadership_epoch <= epoch <= r.leader_epoch:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if r.log.high_watermark >= end_offset:
+            if len(r.isr) < self.min_insync_replicas(r.topic):
+                return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            return ErrorCode.NONE
+        return None
+
+    async def wait_for_commit(self, r: Replica, end_offset: int, timeout_ms: int) -> int:
+        """acks=all: wait until the high watermark reaches ``end_offset``; the error code."""
+        deadline = self.clock.monotonic() + max(timeout_ms, 0) / 1000.0
+        epoch = r.leader_epoch
+        key = hw_key(r.topic, r.partition)
+        while True:
+            code = self.commit_result(r, end_offset, epoch)
+            if code is not None:
+                return code
+            left = deadline - self.clock.monotonic()
+            if left <= 0:
+                return ErrorCode.REQUEST_TIMED_OUT
+            await self.purgatory.wait_any([key], left)
