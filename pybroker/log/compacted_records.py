@@ -126,6 +126,14 @@ def rebuild_batch(
         max_ts = h.max_timestamp
     else:
         max_ts = max(r.timestamp for r in records)
+    return _batch(h, attributes, base_ts, max_ts, len(records), payload)
+
+
+def _batch(
+    h: BatchHeader, attributes: int, base_ts: int, max_ts: int, count: int, payload: bytes = b""
+) -> bytes:
+    """A batch with ``h``'s offsets, epoch and producer fields, these attributes, timestamps
+    and record count, and ``payload`` (its records, compressed) after the header; CRC set."""
     out = bytearray(HEADER_SIZE) + payload
     HEADER.pack_into(
         out,
@@ -142,7 +150,7 @@ def rebuild_batch(
         h.producer_id,
         h.producer_epoch,
         h.base_sequence,
-        len(records),
+        count,
     )
     return _finish(out)
 
@@ -151,25 +159,7 @@ def empty_batch(h: BatchHeader) -> bytes:
     """The header of ``h`` with no records (Kafka's DefaultRecordBatch.writeEmptyHeader):
     offsets, producer fields and epoch kept, codec none, both timestamps the max timestamp."""
     attributes = h.attributes & ~COMPRESSION_MASK & ~DELETE_HORIZON_MASK
-    out = bytearray(HEADER_SIZE)
-    HEADER.pack_into(
-        out,
-        0,
-        h.base_offset,
-        HEADER_SIZE - LOG_OVERHEAD,
-        h.partition_leader_epoch,
-        h.magic,
-        0,
-        attributes,
-        h.last_offset_delta,
-        h.max_timestamp,
-        h.max_timestamp,
-        h.producer_id,
-        h.producer_epoch,
-        h.base_sequence,
-        0,
-    )
-    return _finish(out)
+    return _batch(h, attributes, h.max_timestamp, h.max_timestamp, 0)
 
 
 # -- the cleaner's positions-only scans ---------------------------------------------------
@@ -385,22 +375,4 @@ def rebuild_from_positions(
     else:
         max_ts = h.base_timestamp + max(ts for _, _, ts in kept)
     payload = compress(h.compression, bytes(body))
-    out = bytearray(HEADER_SIZE) + payload
-    HEADER.pack_into(
-        out,
-        0,
-        h.base_offset,
-        len(out) - LOG_OVERHEAD,
-        h.partition_leader_epoch,
-        h.magic,
-        0,
-        attributes,
-        h.last_offset_delta,
-        base_ts,
-        max_ts,
-        h.producer_id,
-        h.producer_epoch,
-        h.base_sequence,
-        len(kept),
-    )
-    return _finish(out)
+    return _batch(h, attributes, base_ts, max_ts, len(kept), payload)
