@@ -57,6 +57,23 @@ def validate_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
         raise topic_config.create_error(e) from None
 
 
+def _check_assignment(num_partitions: int, replication_factor: int, brokers: int) -> None:
+    """AdminUtils.assignReplicasToBrokers' checks before either assignment."""
+    if num_partitions <= 0:
+        raise KafkaError(
+            ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
+        )
+    if replication_factor <= 0:
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0."
+        )
+    if replication_factor > brokers:
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"Replication factor: {replication_factor} larger than available brokers: {brokers}.",
+        )
+
+
 def assign_replicas_to_brokers(
     broker_ids: list[int],
     num_partitions: int,
@@ -69,20 +86,7 @@ def assign_replicas_to_brokers(
     """kafka.admin.AdminUtils.assignReplicasToBrokersRackUnaware: the first replica of
     partition p is broker[(p + start) % n]; followers are shifted by nextReplicaShift, which
     grows by one every n partitions, so replicas spread evenly."""
-    if num_partitions <= 0:
-        raise KafkaError(
-            ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
-        )
-    if replication_factor <= 0:
-        raise KafkaError(
-            ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0."
-        )
-    if replication_factor > len(broker_ids):
-        raise KafkaError(
-            ErrorCode.INVALID_REPLICATION_FACTOR,
-            f"Replication factor: {replication_factor} larger than available brokers: "
-            f"{len(broker_ids)}.",
-        )
+    _check_assignment(num_partitions, replication_factor, len(broker_ids))
     rng = rng or random.Random()
     brokers = sorted(broker_ids)
     n = len(brokers)
@@ -169,20 +173,7 @@ def assign_replicas_rack_aware(
     whole rounds of racks) whose rack holds no replica yet, unless every rack does, and that
     holds none itself, unless every broker does.  So a partition has one replica per rack
     while racks remain, and leaders and followers spread evenly."""
-    if num_partitions <= 0:
-        raise KafkaError(
-            ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
-        )
-    if replication_factor <= 0:
-        raise KafkaError(
-            ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0."
-        )
-    if replication_factor > len(broker_racks):
-        raise KafkaError(
-            ErrorCode.INVALID_REPLICATION_FACTOR,
-            f"Replication factor: {replication_factor} larger than available brokers: "
-            f"{len(broker_racks)}.",
-        )
+    _check_assignment(num_partitions, replication_factor, len(broker_racks))
     rng = rng or random.Random()
     arranged = rack_alternated_brokers(broker_racks)
     n = len(arranged)
