@@ -10,9 +10,9 @@ coordinator (the groups it coordinates, their members and committed offsets).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pybroker import read_model
 from pybroker.console.auth import Viewer
@@ -338,15 +338,22 @@ def _visible(viewer: Viewer) -> Callable[[str], bool]:
     return lambda gid: all_ok or viewer.group(gid)
 
 
-async def group_rows(broker: BrokerServices, viewer: Viewer) -> list[GroupRow]:
+async def _visible_groups(broker: BrokerServices, viewer: Viewer) -> AsyncIterator[Any]:
+    """The groups this broker coordinates that the viewer may describe, by id, the walk
+    yielding to the loop between them."""
     visible = _visible(viewer)
-    out = []
     walk = Walk()
     for g in sorted(broker.groups.list_groups(), key=lambda g: g.group_id):
-        gid = g.group_id
-        if not visible(gid):
+        if not visible(g.group_id):
             continue
         await walk.tick()
+        yield g
+
+
+async def group_rows(broker: BrokerServices, viewer: Viewer) -> list[GroupRow]:
+    out = []
+    async for g in _visible_groups(broker, viewer):
+        gid = g.group_id
         lag, uncommitted = None, 0
         try:
             _, members = await _members(broker, g)
@@ -372,14 +379,9 @@ async def group_rows(broker: BrokerServices, viewer: Viewer) -> list[GroupRow]:
 async def topic_consumers(broker: BrokerServices, viewer: Viewer, topic: str) -> list[ConsumerRow]:
     """The groups this broker coordinates (and the viewer may describe) that have partitions
     of ``topic`` committed or assigned."""
-    visible = _visible(viewer)
     out = []
-    walk = Walk()
-    for g in sorted(broker.groups.list_groups(), key=lambda g: g.group_id):
+    async for g in _visible_groups(broker, viewer):
         gid = g.group_id
-        if not visible(gid):
-            continue
-        await walk.tick()
         try:
             _, members = await _members(broker, g)
             rows = await partition_lag(broker, gid, members, topic)
