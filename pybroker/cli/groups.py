@@ -20,7 +20,7 @@ from datetime import datetime
 from pybroker.cli import reset_offsets, share_groups
 from pybroker.cli.client import Client, ClientError, KafkaCliError, UsageError, check
 from pybroker.cli.offsets import LATEST, list_offsets
-from pybroker.cli.output import emit, section, table
+from pybroker.cli.output import assignment_text, emit, section, table
 from pybroker.errors import ErrorCode
 from pybroker.wire.primitives import DecodeError, Reader
 
@@ -267,10 +267,7 @@ def _describe_text(g: dict) -> str:
                 m["member_id"],
                 m["client_id"],
                 m["host"],
-                " ".join(
-                    f"{a['topic']}:{','.join(map(str, a['partitions']))}" for a in m["assignment"]
-                )
-                or None,
+                assignment_text(m["assignment"]),
             )
             for m in g["members"]
         ],

@@ -22,6 +22,14 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+def assignment_text(assignment: Iterable[dict[str, Any]]) -> str | None:
+    """A member's assignment as the group tools print it: ``topic:0,1 other:2``; None when
+    empty."""
+    return (
+        " ".join(f"{a['topic']}:{','.join(map(str, a['partitions']))}" for a in assignment) or None
+    )
+
+
 def section(title: str, body: str) -> str:
     return f"{title}\n{'=' * len(title)}\n{body}\n"
 

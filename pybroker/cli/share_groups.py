@@ -16,7 +16,7 @@ from typing import Any
 
 from pybroker.cli import reset_offsets
 from pybroker.cli.client import Client, ClientError, KafkaCliError, check
-from pybroker.cli.output import emit, section, table
+from pybroker.cli.output import assignment_text, emit, section, table
 from pybroker.errors import ErrorCode
 
 SHARE_GROUP_DESCRIBE = 77
@@ -110,10 +110,7 @@ def _describe_text(g: dict) -> str:
                 m["client_id"],
                 m["host"],
                 m["member_epoch"],
-                " ".join(
-                    f"{a['topic']}:{','.join(map(str, a['partitions']))}" for a in m["assignment"]
-                )
-                or None,
+                assignment_text(m["assignment"]),
             )
             for m in g["members"]
         ],
