@@ -158,6 +158,10 @@ class BatchingStore(MetadataStore):
         await self.inner.start()
 
     async def close(self) -> None:
+        await self.inner.close()
+
+    def log_counts(self) -> None:
+        """One line at shutdown: how much the merging saved (docs/performance.md, W18)."""
         if self.round_trips:
             log.info(
                 "group commit: %d callers' multis in %d round trips (largest %d operations)",
@@ -165,7 +169,6 @@ class BatchingStore(MetadataStore):
                 self.round_trips,
                 self.largest,
             )
-        await self.inner.close()
 
     @property
     def session_id(self) -> int:
