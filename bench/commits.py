@@ -149,14 +149,17 @@ def client_w18(bootstrap: str, groups: int, seconds: float, tag: str) -> dict:
         t.start()
     stop_at[0] = time.monotonic() + seconds
     t0 = time.perf_counter()
+    wall0 = time.time()
     start.wait()
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - t0
+    wall1 = time.time()
     for c in consumers:
         c.close()
     lat = [x for per in latencies for x in per]
     return {
+        "timed": [wall0, wall1, sum(counts)],
         "commits/s": sum(counts) / elapsed,
         "p50 ms": _pct(lat, 50),
         "p99 ms": _pct(lat, 99),
@@ -311,6 +314,58 @@ class Running:
     bootstrap: str
     stop: Callable[[], None]
     notes: list[str] = field(default_factory=list)
+    broker_pids: list[int] = field(default_factory=list)  # Kafka's JVM or pybroker
+    zk_pids: list[int] = field(default_factory=list)
+
+
+def cpu_s(pid: int) -> float:
+    """The process's user + system CPU seconds so far (all its threads); 0 once gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuSampler:
+    """(wall time, broker CPU s, ZooKeeper CPU s) every ``interval`` s, so that the CPU spent
+    in the client's timed part (its wall-clock bounds) can be cut out of a whole run."""
+
+    def __init__(self, running: Running, interval: float = 0.25) -> None:
+        self.running = running
+        self.interval = interval
+        self.samples: list[tuple[float, float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            r = self.running
+            self.samples.append(
+                (
+                    time.time(),
+                    sum(cpu_s(p) for p in r.broker_pids),
+                    sum(cpu_s(p) for p in r.zk_pids),
+                )
+            )
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def during(self, t0: float, t1: float) -> tuple[float, float, float] | None:
+        """(seconds, broker CPU s, ZooKeeper CPU s) between the samples nearest t0 and t1."""
+        inside = [s for s in self.samples if t0 <= s[0] <= t1]
+        if len(inside) < 2:
+            return None
+        a, b = inside[0], inside[-1]
+        return b[0] - a[0], b[1] - a[1], b[2] - a[2]
 
 
 def start_target(name: str, workdir: Path) -> Running:
@@ -318,7 +373,13 @@ def start_target(name: str, workdir: Path) -> Running:
         from pybroker.testing.kafka_reference import start_kafka
 
         ref = start_kafka(workdir / "kafka")
-        return Running(name, ref.bootstrap, lambda: ref.stop(check=False), [ref.version])
+        return Running(
+            name,
+            ref.bootstrap,
+            lambda: ref.stop(check=False),
+            [ref.version],
+            [n.proc.pid for n in ref.nodes if n.proc is not None],
+        )
     backend, storage = name.split("-", 1)
     overrides: dict[str, object] = {"group.initial.rebalance.delay.ms": 0}
     if storage == "kafka":
@@ -341,14 +402,25 @@ def start_target(name: str, workdir: Path) -> Running:
             ensemble.stop()
         raise
 
+    running = Running(name, broker.bootstrap, lambda: None, broker_pids=[broker.pid or 0])
+    if ensemble is not None:
+        running.zk_pids = [z.proc.pid for z in ensemble.servers if z.proc is not None]
+
     def stop() -> None:
         try:
             broker.stop()
+            # the coordinators' group commit (coord/metadata/batching.py), logged at close
+            running.notes += [
+                line.split("group commit: ", 1)[1]
+                for line in broker.output(400).splitlines()
+                if "group commit: " in line
+            ]
         finally:
             if ensemble is not None:
                 ensemble.stop()
 
-    return Running(name, broker.bootstrap, stop)
+    running.stop = stop
+    return running
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -413,7 +485,9 @@ def run(args: argparse.Namespace) -> list[Result]:
                     try:
                         if workload == "W18":
                             create_topic(running.bootstrap, f"w18-{tag}", 1)
-                            figures = run_client("w18", running.bootstrap, n, args.seconds, tag)
+                            with CpuSampler(running) as cpu:
+                                figures = run_client("w18", running.bootstrap, n, args.seconds, tag)
+                            _cpu_figures(figures, cpu)
                         else:
                             create_topic(running.bootstrap, f"w19-{tag}", W19_PARTITIONS)
                             figures = run_client("w19", running.bootstrap, n, args.seconds, tag)
@@ -421,6 +495,8 @@ def run(args: argparse.Namespace) -> list[Result]:
                         figures = {"error": str(e)[-2000:]}
                     finally:
                         running.stop()
+                    if running.notes and "error" not in figures:
+                        figures["notes"] = running.notes
                     r = Result(workload, n, target, figures, before, load1())
                     results.append(r)
                     print(_row(r), flush=True)
@@ -429,12 +505,30 @@ def run(args: argparse.Namespace) -> list[Result]:
     return results
 
 
+def _cpu_figures(figures: dict, cpu: CpuSampler) -> None:
+    """The broker's (and ZooKeeper's) share of a core and CPU per commit in the timed part."""
+    t0, t1, commits = figures.pop("timed")
+    d = cpu.during(t0, t1)
+    if d is None or d[0] <= 0 or commits <= 0:
+        return
+    secs, broker, zk = d
+    figures["broker cores"] = broker / secs
+    figures["broker us/commit"] = broker / (commits * secs / (t1 - t0)) * 1e6
+    if zk:
+        figures["zookeeper cores"] = zk / secs
+
+
 def _row(r: Result) -> str:
     f = r.figures
     if "error" in f:
         return f"{r.workload} n={r.n:>3} {r.target:<20} ERROR {f['error'][:300]}"
     rate = f.get("commits/s", f.get("transactions/s"))
     err = f" errors={f['errors']}" if f.get("errors") else ""
+    err += "".join(f" [{note}]" for note in f.get("notes", []) if "round trips" in note)
+    if "broker cores" in f:
+        err += f"  broker {f['broker cores']:.2f} cores, {f['broker us/commit']:.0f} us/commit"
+    if "zookeeper cores" in f:
+        err += f", ZooKeeper {f['zookeeper cores']:.2f} cores"
     return (
         f"{r.workload} n={r.n:>3} {r.target:<20} {rate:>9,.0f}/s  p50 {f['p50 ms']:6.2f} ms"
         f"  p99 {f['p99 ms']:7.2f} ms  load {r.load_before:.2f}->{r.load_after:.2f}{err}"

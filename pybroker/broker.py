@@ -327,6 +327,7 @@ class Broker:
         by the kafka storage is drained into it."""
         cfg = self.config
         self.coord_store = builder.coordinator_store(store=self.store)
+        self._stops.push("group commit counts", self.coord_store.log_counts)
         self._offsets_storage = builder.offsets_storage(
             cfg,
             services=self,

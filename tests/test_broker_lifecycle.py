@@ -28,6 +28,7 @@ STOP_ORDER = [
     "share-partitions",
     "share-group coordinator",
     "group coordinator",
+    "group commit counts",  # (a log line: the coordinators' merged metadata-store writes)
     "log dir mover",
     "replica manager",
     "flusher",

@@ -57,6 +57,7 @@ class ClassicGroupStore:
         self._stored: dict[str, bytes | None] = {}  # what this broker last wrote or read
         self._wanted: dict[str, bytes | None] = {}  # saved, not yet written
         self._writers: dict[str, asyncio.Task[None]] = {}
+        self._encoded: dict[str, tuple[dict[str, Any], bytes]] = {}  # save's last record
 
     async def groups(self) -> list[str]:
         """The ids of the groups with a stored record."""
@@ -84,8 +85,18 @@ class ClassicGroupStore:
         return record
 
     def save(self, group_id: str, record: dict[str, Any] | None) -> None:
-        """Store ``record`` (None: delete it) in the background."""
-        data = None if record is None else encode(record)
+        """Store ``record`` (None: delete it) in the background.  (Called on every offset
+        commit and heartbeat: the group's last record is remembered with its encoding.)"""
+        if record is None:
+            data = None
+            self._encoded.pop(group_id, None)
+        else:
+            last = self._encoded.get(group_id)
+            if last is not None and last[0] == record:
+                data = last[1]
+            else:
+                data = encode(record)
+                self._encoded[group_id] = (record, data)
         if group_id not in self._wanted and self._stored.get(group_id, _UNSET) == data:
             return  # stored already
         self._wanted[group_id] = data

@@ -270,20 +270,27 @@ class GroupCoordinatorCore:
         self._schedule(group_id)
 
     def _schedule(self, group_id: str) -> None:
-        old = self._timers.pop(group_id, None)
-        if old is not None:
-            old.cancel()
+        """The group's timer at its next deadline.  A timer due no later stays (a group's
+        tick is idempotent before a deadline, and its _deliver schedules the next one): a
+        commit or heartbeat, which only pushes the member's deadline out, costs no timer."""
         g = self.groups.get(group_id)
-        if g is None:
-            return
-        self._store_metadata(g)
-        deadline = g.next_deadline()
+        deadline = None
+        if g is not None:
+            self._store_metadata(g)
+            deadline = g.next_deadline()
+        old = self._timers.get(group_id)
         if deadline is None:
+            if old is not None:
+                del self._timers[group_id]
+                old.cancel()
             return
-        delay = max(deadline - self.clock.time_ms(), 0) / 1000.0
-        self._timers[group_id] = asyncio.get_running_loop().call_later(
-            delay, self._on_timer, group_id
-        )
+        loop = asyncio.get_running_loop()
+        when = loop.time() + max(deadline - self.clock.time_ms(), 0) / 1000.0
+        if old is not None:
+            if old.when() <= when:
+                return
+            old.cancel()
+        self._timers[group_id] = loop.call_at(when, self._on_timer, group_id)
 
     def _store_metadata(self, g: Group | ConsumerGroup) -> None:
         """Keep a classic group's metadata record in step (classic_group_store.py): written
@@ -304,6 +311,9 @@ class GroupCoordinatorCore:
     def _on_timer(self, group_id: str) -> None:
         self._timers.pop(group_id, None)
         g = self.groups.get(group_id)
+        if g is not None and (d := g.next_deadline()) is not None and d > self.clock.time_ms():
+            self._schedule(group_id)  # an earlier deadline's timer; the group's moved on
+            return
         if isinstance(g, ConsumerGroup):
             had_consumer_members, epoch = not g.all_classic, g.group_epoch
             self._deliver(group_id, g.tick(self.clock.time_ms(), self._topics()))

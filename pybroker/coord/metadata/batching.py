@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 from typing import Any
 
 from pybroker.coord.metadata.store import (
@@ -40,6 +41,8 @@ from pybroker.coord.metadata.store import (
     StoreError,
     WatchCallback,
 )
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_IN_FLIGHT = 2
 DEFAULT_MAX_OPS = 1000  # ZooKeeper's jute.maxbuffer (1 MiB) bounds a request's bytes
@@ -74,6 +77,7 @@ class BatchingStore(MetadataStore):
         # counters for docs/performance.md and tests: multis sent, callers served
         self.round_trips = 0
         self.callers = 0
+        self.largest = 0  # the most operations sent in one multi
 
     # ------------------------------------------------------------------ merged writes
 
@@ -124,6 +128,7 @@ class BatchingStore(MetadataStore):
             ops.extend(p.ops)
             owners.extend([i] * len(p.ops))
         self.round_trips += 1
+        self.largest = max(self.largest, len(ops))
         try:
             await self.inner.multi(ops)
         except StoreError as e:
@@ -154,6 +159,16 @@ class BatchingStore(MetadataStore):
 
     async def close(self) -> None:
         await self.inner.close()
+
+    def log_counts(self) -> None:
+        """One line at shutdown: how much the merging saved (docs/performance.md, W18)."""
+        if self.round_trips:
+            log.info(
+                "group commit: %d callers' multis in %d round trips (largest %d operations)",
+                self.callers,
+                self.round_trips,
+                self.largest,
+            )
 
     @property
     def session_id(self) -> int:

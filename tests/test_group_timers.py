@@ -1,0 +1,65 @@
+"""A classic group's session timer (GroupCoordinator._schedule): an offset commit counts as a
+heartbeat (Kafka's doCommitOffsets) and pushes the member's deadline out without a new timer
+each time; the timer due earlier wakes, finds the member alive and waits again, and the member
+that stops committing is still removed once its session timeout has passed."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pybroker.clock import Clock
+from pybroker.coord.group.classic import GroupConfig, GroupState, JoinRequest
+from pybroker.coord.group.coordinator import GroupCoordinator
+from pybroker.coord.group.offsets import OffsetStore
+from pybroker.coord.metadata.local import LocalStore
+from pybroker.errors import ErrorCode
+
+SESSION_MS = 400
+
+
+def test_commits_keep_a_member_alive_and_its_session_still_expires(tmp_path):
+    async def main() -> None:
+        clock = Clock()
+        store = LocalStore(tmp_path / "meta")
+        await store.start()
+        gc = GroupCoordinator(
+            OffsetStore(store, clock),
+            clock,
+            GroupConfig(min_session_timeout_ms=10, initial_rebalance_delay_ms=0),
+            offsets_retention_ms=7 * 86_400_000,
+            offsets_retention_check_interval_ms=600_000,
+            offset_metadata_max_bytes=4096,
+        )
+        await gc.start()
+        req = JoinRequest(
+            "", None, "c", "/127.0.0.1", SESSION_MS, SESSION_MS, "consumer", [("range", b"")], True
+        )
+        r = await gc.join("g", req)
+        req.member_id = r["member_id"]
+        r = await gc.join("g", req)
+        assert r["error_code"] == ErrorCode.NONE, r
+        gen = r["generation_id"]
+        s = await gc.sync("g", req.member_id, None, gen, "consumer", "range", {})
+        assert s["error_code"] == ErrorCode.NONE, s
+        # committing for three session timeouts: the member stays
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 3 * SESSION_MS / 1000
+        n = 0
+        while loop.time() < end:
+            n += 1
+            res = await gc.commit("g", req.member_id, None, gen, {("t", 0): (n, -1, "")})
+            assert res == {("t", 0): ErrorCode.NONE}
+            await asyncio.sleep(SESSION_MS / 8000)
+        assert list(gc.groups["g"].members) == [req.member_id]
+        assert len(gc._timers) == 1
+        # silent from now on: removed after its session timeout
+        for _ in range(200):
+            if gc.groups["g"].state == GroupState.EMPTY:
+                break
+            await asyncio.sleep(0.05)
+        assert gc.groups["g"].state == GroupState.EMPTY
+        assert not gc.groups["g"].members
+        await gc.stop()
+        await store.close()
+
+    asyncio.run(main())
