@@ -109,6 +109,7 @@ ACTIONS = {
     "coordinator_move": 1,
 }
 RECOVERY_TIMEOUT = 45.0
+SUPERVISED_RESTARTS = 3  # a broker that exits while starting is started again (Cluster.restart)
 COMMIT_WAIT = 30.0  # coordinator_move: how long a coordinator may take to acknowledge a commit
 
 
@@ -133,6 +134,7 @@ class FaultReport:
     problems: list[str] = field(default_factory=list)
     known_bugs: dict[str, str] = field(default_factory=dict)  # signature -> reason
     broker_errors: list[str] = field(default_factory=list)  # ERROR lines from broker output
+    notes: list[str] = field(default_factory=list)  # the harness's own bounds met (not faults)
 
     def unexplained_problems(self) -> list[str]:
         """Problems no known bug explains: a known problem text, or a recovery failure
@@ -177,6 +179,7 @@ class FaultReport:
             f"{self.acked_checked}, transactions checked {self.txn_checked}, replica batches "
             f"compared {self.batches_compared}",
         ]
+        lines += [f"  note: {n}" for n in self.notes]
         if self.broker_errors:
             lines.append("  broker ERROR lines (first of each broker):")
             lines += [f"    {e}" for e in self.broker_errors]
@@ -399,7 +402,7 @@ def _coordinator_without(cluster: Cluster, stopped: int) -> int:
         return -1
 
 
-def schedule(rng: random.Random, actions: dict[str, int] | None = None):
+def schedule(rng: random.Random, actions: dict[str, float] | None = None):
     """Every kind once (seeded order), then weighted random draws for ever."""
     actions = actions or ACTIONS
     first = list(actions)
@@ -409,14 +412,19 @@ def schedule(rng: random.Random, actions: dict[str, int] | None = None):
         yield rng.choices(list(actions), weights=list(actions.values()))[0]
 
 
-def campaign_actions(network: bool, kinds: list[str] | None = None) -> dict[str, int]:
+def campaign_actions(
+    network: bool,
+    kinds: list[str] | None = None,
+    network_weight: float = 1.0,
+    disk_weight: float = 1.0,
+) -> dict[str, float]:
     """The kinds of fault (with their weights) of a run: the process faults, plus the network
-    partitions and full disks when the cluster runs in network namespaces; ``kinds`` keeps
-    only those."""
-    actions = dict(ACTIONS)
+    partitions and full disks when the cluster runs in network namespaces (their weights
+    multiplied by ``network_weight`` and ``disk_weight``); ``kinds`` keeps only those."""
+    actions: dict[str, float] = dict(ACTIONS)
     if network:
-        actions.update(NETWORK_ACTIONS)
-        actions.update(DISK_ACTIONS)
+        actions.update({k: w * network_weight for k, w in NETWORK_ACTIONS.items()})
+        actions.update({k: w * disk_weight for k, w in DISK_ACTIONS.items()})
     if kinds:
         unknown = [k for k in kinds if k not in actions]
         if unknown:
@@ -447,17 +455,23 @@ def run(
     every_kind: bool = True,
     network: bool = False,
     kinds: list[str] | None = None,
+    min_faults: int = 0,
+    max_seconds: float | None = None,
+    network_weight: float = 1.0,
+    disk_weight: float = 1.0,
 ) -> FaultReport:
     """Inject faults for `seconds` (and, with every_kind, at least until each kind of fault
-    was injected once), then check.  ``network``: the cluster in network namespaces
+    was injected once; and past `seconds` until `min_faults` faults, but never past
+    `max_seconds`), then check.  ``network``: the cluster in network namespaces
     (compat_tests/net_cluster.py, root only), which adds network partitions and full disks
-    to the mix; ``kinds``: only these kinds."""
-    actions = campaign_actions(network, kinds)
+    to the mix; ``kinds``: only these kinds; ``*_weight``: multiply those kinds' weights."""
+    actions = campaign_actions(network, kinds, network_weight, disk_weight)
     seed = seed if seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     report = FaultReport(seed, seconds, network=network)
     log(f"fault injection: seed {seed}, {seconds:.0f} s, workdir {workdir}, kinds {list(actions)}")
     with _campaign_cluster(Path(workdir), network) as (cluster, nc):
+        cluster.supervised_restarts = SUPERVISED_RESTARTS
         cluster.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
         cluster.create_topic(TXN_TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
 
@@ -500,9 +514,18 @@ def run(
             wait_until(lambda: all(len(ld.stats.acked) >= 100 for ld in loads), 60, 0.1, "load")
             wait_until(lambda: consumer.commits >= 5, 60, 0.1, "the consumer's first commits")
             wait_until(lambda: len(txn.stats.outcomes) >= 3, 60, 0.1, "the first transactions")
-            deadline = time.monotonic() + seconds
+            started = time.monotonic()
+            deadline = started + seconds
+            hard_deadline = started + max(max_seconds or seconds, seconds)
             scheduled = schedule(rng, actions)
-            while time.monotonic() < deadline or (every_kind and len(report.faults) < len(actions)):
+
+            def more() -> bool:
+                now, n = time.monotonic(), sum(report.faults.values())
+                if now < deadline or (every_kind and len(report.faults) < len(actions)):
+                    return True
+                return n < min_faults and now < hard_deadline
+
+            while more():
                 time.sleep(rng.uniform(1.0, 4.0))
                 try:
                     if not _inject(cluster, rng, report, log, next(scheduled), consumer, ctx):
@@ -515,6 +538,12 @@ def run(
         finally:
             stats = [ld.stop(timeout=180) for ld in loads]
             txn_stats = txn.stop(timeout=180)
+            if txn.unfinished:
+                report.notes.append(txn.unfinished)
+            report.notes += [
+                f"restarted by the harness as a supervisor would: {r}"
+                for r in cluster.supervisor_restarts
+            ]
             watcher.stop()
             consumer.stop()
             mstats = monitor.stop()
@@ -616,11 +645,34 @@ def main(argv: list[str] | None = None) -> int:
         "partitions and full disks to the process faults",
     )
     ap.add_argument("--kinds", default="", help="comma-separated fault kinds (default: all)")
+    ap.add_argument(
+        "--min-faults",
+        type=int,
+        default=0,
+        help="go on past --minutes until this many faults (but not past --max-minutes)",
+    )
+    ap.add_argument("--max-minutes", type=float, default=None)
+    ap.add_argument(
+        "--network-weight", type=float, default=1.0, help="multiply the partitions' weights"
+    )
+    ap.add_argument(
+        "--disk-weight", type=float, default=1.0, help="multiply the full disks' weights"
+    )
     args = ap.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="pybroker-faults-"))
     kinds = [k for k in args.kinds.split(",") if k] or None
     try:
-        report = run(workdir, args.minutes * 60, args.seed, network=args.network, kinds=kinds)
+        report = run(
+            workdir,
+            args.minutes * 60,
+            args.seed,
+            network=args.network,
+            kinds=kinds,
+            min_faults=args.min_faults,
+            max_seconds=args.max_minutes * 60 if args.max_minutes else None,
+            network_weight=args.network_weight,
+            disk_weight=args.disk_weight,
+        )
     finally:
         if not args.keep and args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -26,10 +26,13 @@ reproducible; `random` draws one, printed).  Longer runs: scripts/fault-campaign
 from __future__ import annotations
 
 import os
+import random
+from collections import Counter
 
 import pytest
 
-from compat_tests.fault_injection import ACTIONS, run
+from compat_tests.fault_injection import ACTIONS, campaign_actions, run, schedule
+from compat_tests.net_faults import DISK_ACTIONS, NETWORK_ACTIONS
 from compat_tests.netns import require
 from tests.small_disk import can_mount
 
@@ -67,3 +70,23 @@ def test_network_partitions_and_full_disks(tmp_path):
     print("\n" + report.summary())
     assert not report.problems, report.summary()
     assert set(report.faults) == set(NET_KINDS), report.summary()
+
+
+def test_weights_raise_the_share_of_partitions_and_full_disks():
+    """--network-weight / --disk-weight: the long campaign's mix (every kind still drawn,
+    each once first)."""
+
+    def shares(**weights) -> tuple[float, float, Counter]:
+        draws = schedule(random.Random(1), campaign_actions(True, **weights))
+        kinds = Counter(next(draws) for _ in range(4000))
+        net = sum(n for k, n in kinds.items() if k in NETWORK_ACTIONS) / 4000
+        disk = sum(n for k, n in kinds.items() if k in DISK_ACTIONS) / 4000
+        return net, disk, kinds
+
+    net, disk, kinds = shares()
+    assert set(kinds) == set(ACTIONS) | set(NETWORK_ACTIONS) | set(DISK_ACTIONS)
+    net2, disk2, kinds2 = shares(network_weight=1.2, disk_weight=2.0)
+    assert set(kinds2) == set(kinds)
+    process, process2 = 1 - net - disk, 1 - net2 - disk2
+    assert disk2 > 1.5 * disk and net2 / process2 > net / process
+    assert campaign_actions(False, network_weight=9, disk_weight=9) == ACTIONS

@@ -216,6 +216,7 @@ class Broker:
             self._start_periodic_tasks,
         ):
             await step()
+        self.store.started_up()
 
     async def _start_loop_monitor(self) -> None:
         self.loop_monitor.start()  # first, so a blocking start-up step shows too

@@ -91,6 +91,28 @@ def test_a_port_in_use_names_listeners_before_the_broker_joins_the_cluster(tmp_p
     assert not (tmp_path / "data" / "__cluster_metadata").exists()
 
 
+def test_zookeeper_out_of_reach_ends_the_start_after_zookeeper_connection_timeout_ms(tmp_path):
+    """Kafka's KafkaServer waits zookeeper.connection.timeout.ms for its first connection
+    ("Waiting until connected"), then fails its start ("Timed out waiting for connection")
+    and exits 1; so does pybroker, saying how long it waits and naming the setting."""
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    r = serve(
+        tmp_path,
+        f"listeners=PLAINTEXT://127.0.0.1:{free_port()}",
+        f"log.dirs={tmp_path / 'data'}",
+        f"zookeeper.connect=127.0.0.1:{port}/k",
+        "zookeeper.connection.timeout.ms=1500",
+    )
+    assert r.returncode == 1, r.stderr
+    assert "waiting up to 1.5 s (zookeeper.connection.timeout.ms)" in r.stderr, r.stderr
+    line = fatal_line(r)
+    assert line.startswith(f"could not connect to ZooKeeper at 127.0.0.1:{port} within 1.5s"), line
+    assert "zookeeper.connection.timeout.ms" in line, line
+    assert "Traceback" not in r.stderr
+
+
 def test_a_metrics_port_in_use_names_metrics_listener(tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -650,6 +650,76 @@ def test_zk_survives_server_restart(tmp_path):
         server.cleanup()
 
 
+def test_zk_a_call_cut_off_while_starting_waits_for_the_connection(tmp_path):
+    """Until started_up() (the broker's start), a read in flight when the connection is lost
+    is sent again once it is back (Kafka's KafkaZkClient sends its requests again until
+    connected), within zookeeper.connection.timeout.ms, then fails naming the setting; after
+    started_up() it fails at once.  The connection is cut by stopping ZooKeeper (SIGSTOP):
+    the call is sent and never answered, kazoo's ping times out."""
+    require_zookeeper()
+    server = ZooKeeperServer(tmp_path / "zk")
+    server.start()
+
+    def freeze(sig: int) -> None:
+        assert server.proc is not None
+        os.killpg(server.proc.pid, sig)
+
+    async def cut_while(store: ZooKeeperStore, states: list[str], call, hold: float | None):
+        """SIGSTOP ZooKeeper, make the call, SIGCONT once kazoo saw the loss (+ hold s;
+        None: only after the call ended); returns the call's result or exception."""
+        await wait_until(lambda: states[-1] == CONNECTED, 30)  # (after the previous cut)
+        n = len(states)
+        freeze(signal.SIGSTOP)
+        try:
+            task = asyncio.ensure_future(call())
+            await wait_until(lambda: SUSPENDED in states[n:], 30)
+            if hold is not None:
+                await asyncio.sleep(hold)
+                freeze(signal.SIGCONT)
+            try:
+                return await task
+            except ConnectionLossError as e:
+                return e
+        finally:
+            freeze(signal.SIGCONT)
+
+    async def main():
+        store = ZooKeeperStore(server.connect + "/w", 4000, connect_timeout_s=30)
+        states: list[str] = []
+        store.add_session_listener(states.append)
+        await store.start()
+        await store.create("/p", b"p")
+        await wait_until(lambda: states and states[-1] == CONNECTED)
+        try:
+            got = await cut_while(store, states, lambda: store.get("/p"), 0.5)
+            assert not isinstance(got, Exception), got
+            assert got[0] == b"p"
+            # many gets (get_many) and a multi too
+            got = await cut_while(store, states, lambda: store.get_many(["/p", "/none"]), 0.5)
+            assert not isinstance(got, Exception), got
+            assert got[0][0] == b"p" and got[1] is None
+            # a write is not sent again (ZooKeeper may have applied it): it fails
+            got = await cut_while(store, states, lambda: store.multi([Create("/q", b"q")]), 0.5)
+            assert isinstance(got, ConnectionLossError), got
+            # not back within the bound: an error naming the setting
+            store._connect_timeout_s = 1.0
+            got = await cut_while(store, states, lambda: store.get("/p"), None)
+            assert isinstance(got, ConnectionLossError), got
+            assert "did not come back within 1 s (zookeeper.connection.timeout.ms" in str(got)
+            # once started: at once
+            store.started_up()
+            got = await cut_while(store, states, lambda: store.get("/p"), 0.5)
+            assert isinstance(got, ConnectionLossError), got
+            assert "did not come back" not in str(got)
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 120), debug=True)
+    finally:
+        server.cleanup()
+
+
 def test_no_kazoo_import_outside_zk():
     root = Path(__file__).resolve().parent.parent / "pybroker"
     offenders = [

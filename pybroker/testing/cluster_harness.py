@@ -38,10 +38,11 @@ from pathlib import Path
 from pybroker.testing import rawkafka
 from pybroker.testing.cluster import CLUSTER_OVERRIDES  # settings every cluster broker gets
 from pybroker.testing.debug_process import BrokerProcess
-from pybroker.testing.process import start_all
+from pybroker.testing.process import BrokerStartError, start_all
 from pybroker.testing.zookeeper import ZooKeeperServer
 
 SESSION_TIMEOUT_S = 6.0
+SUPERVISOR_BACKOFF_S = 5.0  # Cluster.restart: before starting a broker that exited again
 
 
 def wait_until(cond: Callable, timeout: float, interval: float = 0.1, what: str = "condition"):
@@ -165,6 +166,8 @@ class Cluster:
             first = first or b
             self.brokers[i] = b
         self.paused: set[int] = set()
+        self.supervised_restarts = 0  # see restart()
+        self.supervisor_restarts: list[str] = []
         self.stop_problems: list[str] = []
         self._corr = 0
         self.events: list[tuple[float, str]] = []  # (time.time(), what) for reports
@@ -226,10 +229,26 @@ class Cluster:
     def restart(self, broker_id: int, timeout: float = 90.0) -> None:
         """Start a stopped/killed broker again (same port, log dir, chroot); a running one is
         stopped cleanly first (SIGTERM, exit 0 asserted).  The bound is generous: on a
-        loaded machine a start printed nothing for 30 s."""
+        loaded machine a start printed nothing for 30 s.  With ``supervised_restarts`` > 0 a
+        broker that exited by itself while starting (a start-up failure: Kafka too exits when
+        ZooKeeper is out of reach for zookeeper.connection.timeout.ms) is started again after
+        SUPERVISOR_BACKOFF_S, as Kafka's supervisor (systemd Restart=on-failure) would, at
+        most that many times; each such restart is listed in ``supervisor_restarts``."""
         self.resume(broker_id)
         self.note(f"restart broker {broker_id}")
-        self.brokers[broker_id].restart(timeout)
+        b = self.brokers[broker_id]
+        for attempt in range(self.supervised_restarts + 1):
+            try:
+                b.restart(timeout)
+                return
+            except BrokerStartError as e:
+                code = b.proc.returncode if b.proc is not None else None
+                if attempt == self.supervised_restarts or code is None or code < 0:
+                    raise  # (a start that hung was killed by us: negative code)
+                first = str(e).splitlines()[0][:200]
+                self.supervisor_restarts.append(f"broker {broker_id} exited {code}: {first}")
+                self.note(f"broker {broker_id} exited {code} while starting: started again")
+                time.sleep(SUPERVISOR_BACKOFF_S)
 
     def stop_broker(self, broker_id: int) -> None:
         self.resume(broker_id)

@@ -183,6 +183,12 @@ class MetadataStore(ABC):
     @abstractmethod
     async def close(self) -> None: ...
 
+    def started_up(self) -> None:  # noqa: B027 - optional: most stores cannot lose a link
+        """The broker's start is over.  Until then a store that loses its connection waits
+        for it (ZooKeeperStore: up to zookeeper.connection.timeout.ms) before failing a call;
+        after it, such a call fails at once with ConnectionLossError.  A store that cannot
+        lose a connection does nothing."""
+
     @property
     @abstractmethod
     def session_id(self) -> int:

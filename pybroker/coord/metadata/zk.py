@@ -20,7 +20,11 @@ The only module of pybroker that imports kazoo.  Rules kept here:
   new session by itself; the ephemerals of the old one are gone (the Cluster re-registers).
 * ``connect`` is Kafka's ``zookeeper.connect``: ``host:port[,host:port...][/chroot]``.  The
   chroot is created if missing (as Kafka does), by connecting without it first.
-* ``start()`` gives up after ``connect_timeout_s`` with ConnectionLossError naming the servers.
+* ``start()`` gives up after ``connect_timeout_s`` (zookeeper.connection.timeout.ms) with
+  ConnectionLossError naming the servers.  Until ``started_up()``, a read that fails because
+  the connection was lost is sent again once it is back, within the same bound (Kafka sends
+  its requests again until connected); after it, such a read fails at once.  A write is
+  never sent again here (ZooKeeper may have applied it: its caller reads what is there).
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kazoo import exceptions as kz
@@ -181,6 +186,7 @@ class ZooKeeperStore(MetadataStore):
         self._listeners: list[SessionListener] = []
         self._connected: asyncio.Future[None] | None = None
         self._inbox: _LoopInbox | None = None
+        self._starting = True  # until started_up(): see _while_starting
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -205,6 +211,11 @@ class ZooKeeperStore(MetadataStore):
         self._client = client
         self._connected = self._loop.create_future()
         client.add_listener(self._on_state)
+        log.info(
+            "connecting to ZooKeeper at %s: waiting up to %g s (zookeeper.connection.timeout.ms)",
+            self.connect,
+            self._connect_timeout_s,
+        )
         client.start_async()
         try:
             await asyncio.wait_for(asyncio.shield(self._connected), self._connect_timeout_s)
@@ -213,7 +224,8 @@ class ZooKeeperStore(MetadataStore):
             await _stop_and_close_in_thread(client)
             raise ConnectionLossError(
                 f"could not connect to ZooKeeper at {self._hosts} within "
-                f"{self._connect_timeout_s:g}s (zookeeper.connect={self.connect})"
+                f"{self._connect_timeout_s:g}s (zookeeper.connection.timeout.ms; "
+                f"zookeeper.connect={self.connect})"
             ) from None
 
     async def _ensure_chroot(self) -> None:
@@ -230,6 +242,7 @@ class ZooKeeperStore(MetadataStore):
             await bare.close()
 
     async def close(self) -> None:
+        self._starting = False
         client, self._client = self._client, None
         if client is None:
             return
@@ -272,7 +285,62 @@ class ZooKeeperStore(MetadataStore):
             raise ConnectionLossError("the ZooKeeper store is not started")
         return self._client
 
-    async def _await(self, async_result: Any, path: str | None = None) -> Any:
+    async def _await(
+        self, issue: Callable[[], Any], path: str | None = None, *, read: bool = False
+    ) -> Any:
+        """Send a call (``issue`` returns kazoo's IAsyncResult) and bridge its result into the
+        loop; a read, while starting, is sent again after a lost connection
+        (``_while_starting``).  A write is sent once: its outcome is unknown when the
+        connection is lost (ZooKeeper may have applied it), which its caller reads."""
+        if not read:
+            return await self._bridge(issue(), path)
+        return await self._while_starting(lambda: self._bridge(issue(), path), path)
+
+    async def _while_starting(self, call: Callable[[], Awaitable[Any]], path: str | None) -> Any:
+        """``call()`` (a read); until ``started_up()``, if it fails because the connection (or
+        the session) was lost it is sent again once it is back, for up to
+        zookeeper.connection.timeout.ms from the first failure (Kafka's KafkaZkClient sends
+        its requests again until connected; its start fails after that bound without a
+        connection), then ConnectionLossError naming the setting."""
+        deadline: float | None = None
+        while True:
+            try:
+                if deadline is None:
+                    return await call()
+                return await asyncio.wait_for(call(), max(deadline - time.monotonic(), 0.01))
+            except ConnectionLossError as e:
+                if not self._starting or self._client is None:
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self._connect_timeout_s
+                    log.warning(
+                        "ZooKeeper connection lost while starting (%s on %s): waiting up to "
+                        "%g s (zookeeper.connection.timeout.ms) for it to come back",
+                        type(e).__name__,
+                        path,
+                        self._connect_timeout_s,
+                    )
+                elif now >= deadline:
+                    raise self._not_back(path) from e
+                await asyncio.sleep(min(0.2, max(deadline - now, 0.0)))
+            except TimeoutError as e:
+                if deadline is None:
+                    raise
+                raise self._not_back(path) from e
+
+    def _not_back(self, path: str | None) -> ConnectionLossError:
+        return ConnectionLossError(
+            f"the ZooKeeper connection was lost while starting and did not come back within "
+            f"{self._connect_timeout_s:g} s (zookeeper.connection.timeout.ms; "
+            f"zookeeper.connect={self.connect})",
+            path,
+        )
+
+    def started_up(self) -> None:
+        self._starting = False
+
+    async def _bridge(self, async_result: Any, path: str | None = None) -> Any:
         """Bridge a kazoo IAsyncResult into the loop."""
         loop = self._loop
         inbox = self._inbox
@@ -321,7 +389,7 @@ class ZooKeeperStore(MetadataStore):
     ) -> str:
         validate_path(path)
         return await self._await(
-            self._kz().create_async(
+            lambda: self._kz().create_async(
                 path, bytes(data), ephemeral=ephemeral, sequence=sequence, makepath=makepath
             ),
             path,
@@ -330,7 +398,9 @@ class ZooKeeperStore(MetadataStore):
     async def get(self, path: str, watch: WatchCallback | None = None) -> tuple[bytes, Stat]:
         validate_path(path)
         w = self._watcher(watch, path, EventType.CHANGED) if watch else None
-        data, zstat = await self._await(self._kz().get_async(path, watch=w), path)
+        data, zstat = await self._await(
+            lambda: self._kz().get_async(path, watch=w), path, read=True
+        )
         return (data or b""), _stat(zstat)
 
     async def get_many(
@@ -343,7 +413,9 @@ class ZooKeeperStore(MetadataStore):
         for start in range(0, len(paths), GET_MANY_WINDOW):
             chunk = paths[start : start + GET_MANY_WINDOW]
             ws = watches[start : start + GET_MANY_WINDOW] if watches else None
-            out += await self._get_window(chunk, ws)
+            out += await self._while_starting(
+                lambda c=chunk, w=ws: self._get_window(c, w), chunk[0]
+            )
         return out
 
     async def _get_window(
@@ -417,7 +489,9 @@ class ZooKeeperStore(MetadataStore):
 
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
         validate_path(path)
-        return _stat(await self._await(self._kz().set_async(path, bytes(data), version), path))
+        return _stat(
+            await self._await(lambda: self._kz().set_async(path, bytes(data), version), path)
+        )
 
     async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
         validate_path(path)
@@ -431,36 +505,43 @@ class ZooKeeperStore(MetadataStore):
                     await self.delete(join(path, child), recursive=True)
                 except NoNodeError:
                     pass
-        await self._await(self._kz().delete_async(path, version), path)
+        await self._await(lambda: self._kz().delete_async(path, version), path)
 
     async def exists(self, path: str, watch: WatchCallback | None = None) -> Stat | None:
         validate_path(path)
         w = self._watcher(watch, path, EventType.CHANGED) if watch else None
-        zstat = await self._await(self._kz().exists_async(path, watch=w), path)
+        zstat = await self._await(lambda: self._kz().exists_async(path, watch=w), path, read=True)
         return None if zstat is None else _stat(zstat)
 
     async def get_children(self, path: str, watch: WatchCallback | None = None) -> list[str]:
         validate_path(path)
         w = self._watcher(watch, path, EventType.CHILD) if watch else None
-        return sorted(await self._await(self._kz().get_children_async(path, watch=w), path))
+        return sorted(
+            await self._await(lambda: self._kz().get_children_async(path, watch=w), path, read=True)
+        )
 
     async def multi(self, ops: list[Op]) -> None:
-        tx = self._kz().transaction()
         for op in ops:
             validate_path(op.path)
-            if isinstance(op, Create):
-                tx.create(op.path, bytes(op.data), ephemeral=op.ephemeral, sequence=op.sequence)
-            elif isinstance(op, SetData):
-                tx.set_data(op.path, bytes(op.data), op.version)
-            elif isinstance(op, Delete):
-                tx.delete(op.path, op.version)
-            elif isinstance(op, Check):
-                tx.check(op.path, op.version)
-            else:
+            if not isinstance(op, (Create, SetData, Delete, Check)):
                 raise TypeError(f"not a store operation: {op!r}")
         if not ops:
             return
-        results = await self._await(tx.commit_async())
+
+        def commit() -> Any:  # (a kazoo transaction commits once: a new one for each send)
+            tx = self._kz().transaction()
+            for op in ops:
+                if isinstance(op, Create):
+                    tx.create(op.path, bytes(op.data), ephemeral=op.ephemeral, sequence=op.sequence)
+                elif isinstance(op, SetData):
+                    tx.set_data(op.path, bytes(op.data), op.version)
+                elif isinstance(op, Delete):
+                    tx.delete(op.path, op.version)
+                else:
+                    tx.check(op.path, op.version)
+            return tx.commit_async()
+
+        results = await self._await(commit)
         for i, res in enumerate(results):
             if isinstance(res, BaseException) and not isinstance(res, kz.RolledBackError):
                 err = _map_error(res, ops[i].path)
