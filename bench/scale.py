@@ -742,8 +742,8 @@ def _w22_controlled_shutdown(
     w = "W22"
     zk = system.zk
     assert zk is not None
-    z0, t0 = zk_received(zk), time.monotonic()
-    worst = [0]
+    z0, t0, since = zk_received(zk), time.monotonic(), time.time()
+    worst = [0, 0]  # most partitions without a live leader; of them, with leader -1
     stop_sampling = threading.Event()
 
     def sample() -> None:
@@ -751,8 +751,9 @@ def _w22_controlled_shutdown(
             md = _metadata_from(system, names)
             if md is not None:  # (the broker shutting down serves until it exits)
                 live = {n.node_id for n in system.live()}
-                down = sum(1 for _, _, i in md.partitions() if i.leader not in live)
-                worst[0] = max(worst[0], down)
+                down = [i.leader for _, _, i in md.partitions() if i.leader not in live]
+                if len(down) > worst[0]:
+                    worst[:] = [len(down), down.count(-1)]
             time.sleep(0.5)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -764,6 +765,14 @@ def _w22_controlled_shutdown(
     res.add(w, n_replicas, system, "controlled shutdown: SIGTERM -> exit (s)", exit_s)
     res.add(w, n_replicas, system, "controlled shutdown: exit code", code)
     res.add(w, n_replicas, system, "controlled shutdown: most partitions without leader", worst[0])
+    res.add(w, n_replicas, system, "controlled shutdown: of them with leader -1", worst[1])
+    res.add(
+        w,
+        n_replicas,
+        system,
+        "controlled shutdown: ZooKeeper sessions lost meanwhile",
+        _logged(system, since, "ZooKeeper session LOST"),
+    )
     res.add(w, n_replicas, system, "controlled shutdown: ZooKeeper requests", zk_received(zk) - z0)
     md = _metadata_from(system, names)
     live = set(_live_addresses(system))
@@ -831,6 +840,24 @@ def _stalls(system: System, since: float) -> float | None:
         if stamp >= since:
             worst = max(worst, float(line.split("stalled")[1].split()[0]))
     return worst
+
+
+def _logged(system: System, since: float, text: str) -> int | None:
+    """pybroker: how many log lines holding ``text`` its brokers wrote since ``since``
+    (epoch seconds); None for Kafka.  (A ZooKeeper session lost at a high load makes the
+    brokers answer Metadata without leaders for seconds: a sample to read beside it.)"""
+    if system.kind != "pybroker" or STDERR.get(system) is None:
+        return None
+    count = 0
+    for line in STDERR[system]().splitlines():
+        if text not in line:
+            continue
+        try:
+            stamp = dt.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        except ValueError:
+            continue
+        count += stamp >= since
+    return count
 
 
 STDERR: dict[System, Callable[[], str]] = {}
