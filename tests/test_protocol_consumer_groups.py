@@ -369,3 +369,29 @@ def test_migration_policy_disabled_keeps_the_protocols_apart(start_broker):
     r = heartbeat(client, group, topics=[topic])
     assert r["error_code"] == GROUP_ID_NOT_FOUND
     assert group_type(client, group) == ("classic", "Stable")
+
+
+def test_a_group_with_only_committed_offsets_becomes_a_consumer_group(start_broker):
+    """Kafka's offline migration: an empty classic group (a simple consumer's commits, or the
+    group a broker adopts at start from its offsets) is converted when the first
+    consumer-protocol member joins; the member gets every partition and the offsets stay."""
+    broker = start_broker(**{"group.initial.rebalance.delay.ms": 0})
+    client = broker.client()
+    topic = unique_topic()
+    client.create_topic(topic, partitions=2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    assert commit(client, group, "", -1, topic, version=7) == NONE  # a simple consumer's commit
+    classic = Classic(broker, group, topic)  # and a classic member that joins and leaves
+    classic.join()
+    left = classic.c.request(
+        LEAVE_GROUP, 3, {"group_id": group, "members": [{"member_id": classic.member_id,
+                                                         "group_instance_id": None}]}
+    )  # fmt: skip
+    assert left["error_code"] == NONE
+    assert group_type(client, group) == ("classic", "Empty")
+    r = heartbeat(client, group, topics=[topic])
+    assert r["error_code"] == NONE, r
+    (tp,) = r["assignment"]["topic_partitions"]
+    assert tp["partitions"] == [0, 1]
+    assert group_type(client, group)[0] == "consumer"
+    assert commit(client, group, r["member_id"], r["member_epoch"], topic) == NONE

@@ -496,6 +496,10 @@ class GroupCoordinator:
             code = await self._share_group_holds(group_id)
             if code is not None:  # Kafka's classicGroupJoin: INCONSISTENT_GROUP_PROTOCOL
                 return join_error(code)
+            if self.groups.get(group_id) is not None:
+                # another request created the group while the share groups were read (a
+                # consumer-protocol group among them): start again with that one
+                return await self.join(group_id, req)
         g = self._get(group_id, create=True)
         assert g is not None
         fut = asyncio.get_running_loop().create_future()
@@ -802,6 +806,7 @@ class GroupCoordinator:
                 self._deliver(group_id, outputs)
                 g = cg
         if g is None or g.dead:
+            seen = self.groups.get(group_id)
             code = await self._share_group_holds(group_id)
             if code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL:
                 return _heartbeat_error(
@@ -809,10 +814,9 @@ class GroupCoordinator:
                 )
             if code is not None:
                 return _heartbeat_error(code, "The coordinator could not read the group.")
-            current = self.groups.get(group_id)
-            if current is not None and current is not g and not _dead(current):
-                # another request created the group while the share groups were read: join
-                # that one (replacing it would fence its members)
+            if self.groups.get(group_id) is not seen:
+                # another request created or replaced the group while the share groups were
+                # read: start again with that one (replacing it would fence its members)
                 return await self.consumer_heartbeat(group_id, req)
             if req.member_epoch != 0:
                 # no such group (stored or in memory): the member is unknown and rejoins at
