@@ -29,6 +29,7 @@ from kafka.admin import (
     ResourcePattern,
     ResourceType,
 )
+from kafka.errors import RebalanceInProgressError
 from kafka.structs import OffsetAndMetadata
 
 from compat_tests.dom import Dom
@@ -84,6 +85,19 @@ def assigned_consumer(bootstrap: str, topic: str, partitions: int, **kw) -> Kafk
     return consumer
 
 
+def commit(consumer: KafkaConsumer, offsets: dict) -> None:
+    """Commit ``offsets`` as a kafka-python user does: RebalanceInProgressError (the client
+    rejoins, e.g. after a heartbeat missed on a loaded machine) means poll, then retry."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            consumer.commit(offsets)
+            return
+        except RebalanceInProgressError:
+            assert time.monotonic() < deadline, "the group never settled for the commit"
+            consumer.poll(200)
+
+
 def page(url: str, shot: str | None = None) -> Dom:
     if shot:
         chromium.screenshot(url, shot)
@@ -120,8 +134,9 @@ def test_every_page_in_chromium(start_broker):
         client_id="billing-app",
         auto_offset_reset="earliest",
     )
-    consumer.commit(
-        {TopicPartition("orders", p): OffsetAndMetadata(o, "", -1) for p, o in committed.items()}
+    commit(
+        consumer,
+        {TopicPartition("orders", p): OffsetAndMetadata(o, "", -1) for p, o in committed.items()},
     )
     try:
         # the overview
@@ -333,7 +348,7 @@ def test_a_group_lists_assigned_partitions_without_a_commit(start_broker):
     consumer = assigned_consumer(
         b.bootstrap, "orders", 3, group_id="reports", client_id="reports-app"
     )
-    consumer.commit({TopicPartition("orders", 0): OffsetAndMetadata(4, "", -1)})
+    commit(consumer, {TopicPartition("orders", 0): OffsetAndMetadata(4, "", -1)})
     try:
         dom = page(b.http + "/groups/reports", "group-uncommitted.png")
         rows = {int(r["partition"]): r for r in dom.rows("offsets")}
