@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.procstat import cpu_seconds
 from pybroker.testing.process import BrokerProcess
+from pybroker.testing.procstat import cpu_seconds
 from pybroker.testing.procutil import free_port
 from pybroker.wire import codec
 from pybroker.wire.records import build_batch

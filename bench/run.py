@@ -29,12 +29,12 @@ import traceback
 from pathlib import Path
 
 from bench import clients
-from bench.procstat import cpu_seconds
 from bench.report import ROOT, Outcome, loadavg, log_excerpt, report, table, write_results
 from bench.targets import KAFKA, PYBROKER, PYBROKER_OVERRIDES, RssSampler, start_target
 from bench.workloads import SIZES, WORKLOADS
 from bench.workloads.base import CPU_METRIC, GIB, Workload
 from pybroker.testing import java
+from pybroker.testing.procstat import cpu_seconds
 
 
 def run_workload(w: Workload, kind: str, runs: int, sizes: dict, workdir: Path) -> Outcome:

@@ -52,25 +52,34 @@ from pathlib import Path
 from typing import Any
 
 import pybroker.wire.messages  # noqa: F401  (declares every API's schema)
-from bench.procstat import cpu_seconds, rss_mib
-from pybroker.cli.client import ClientError
-from pybroker.cli.client import Connection as WireConnection
 from pybroker.testing import kafka_reference
 from pybroker.testing.process import BrokerProcess
+from pybroker.testing.procstat import cpu_seconds, rss_mib
+from pybroker.testing.scale import (
+    HOST,
+    METADATA,
+    PER_TOPIC,
+    PRODUCE,
+    UNREACHABLE,
+    Clients,
+    ClusterMetadata,
+    Conn,
+    create_topics,
+    metadata,
+    open_fds,
+    produce_everywhere,
+    topic_names,
+    wait_all_answer,
+)
 from pybroker.testing.zookeeper import ZooKeeperServer
 from pybroker.wire.records import build_batch
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-HOST = "127.0.0.1"
-PRODUCE, LIST_OFFSETS, METADATA, CREATE_TOPICS = 0, 2, 3, 19
-PER_TOPIC = 100
-CREATE_BATCH = 50  # topics per CreateTopics request
 SESSION_TIMEOUT_MS = 6000  # ZooKeeper session of every broker, both systems (W22)
 MIB = 1 << 20
 GIB = 1 << 30
-UNREACHABLE = (OSError, ClientError, ConnectionError)
 
 
 def log(msg: str) -> None:
@@ -82,231 +91,6 @@ def loadavg() -> str:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
     except OSError:
         return "?"
-
-
-def open_fds(pid: int) -> int:
-    try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return -1
-
-
-# ------------------------------------------------------------------------------------------
-# a blocking protocol client (pybroker's codec; speaks to Kafka and pybroker alike)
-# ------------------------------------------------------------------------------------------
-
-
-class Conn(WireConnection):
-    """One connection; ``bytes_in`` counts what the broker sent (frames included)."""
-
-    def __init__(self, host: str, port: int, timeout_s: float = 120.0) -> None:
-        super().__init__(host, port, timeout_s=timeout_s)
-        self.bytes_in = 0
-        self.connect()
-
-    def _read(self, n: int) -> bytes:
-        data = super()._read(n)
-        self.bytes_in += len(data)
-        return data
-
-    def __enter__(self) -> Conn:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-@dataclass
-class PartitionInfo:
-    leader: int
-    replicas: list[int]
-    isr: list[int]
-    error: int
-
-
-@dataclass
-class ClusterMetadata:
-    brokers: dict[int, tuple[str, int]]
-    controller: int
-    topics: dict[str, dict[int, PartitionInfo]]
-    response_bytes: int = 0
-    seconds: float = 0.0
-
-    def partitions(self) -> Iterator[tuple[str, int, PartitionInfo]]:
-        for t, parts in self.topics.items():
-            for p, info in parts.items():
-                yield t, p, info
-
-
-def metadata(conn: Conn, topics: list[str] | None = None) -> ClusterMetadata:
-    v = conn.version(METADATA)
-    body: dict[str, Any] = {"allow_auto_topic_creation": False}
-    body["topics"] = None if topics is None else [{"name": t} for t in topics]
-    before = conn.bytes_in
-    t0 = time.perf_counter()
-    _, answer = conn.request(METADATA, body, version=v)
-    took = time.perf_counter() - t0
-    brokers = {b["node_id"]: (b["host"], b["port"]) for b in answer["brokers"]}
-    out: dict[str, dict[int, PartitionInfo]] = {}
-    for t in answer["topics"]:
-        out[t["name"]] = {
-            p["partition_index"]: PartitionInfo(
-                p["leader_id"], list(p["replica_nodes"]), list(p["isr_nodes"]), p["error_code"]
-            )
-            for p in t["partitions"]
-        }
-    return ClusterMetadata(
-        brokers, answer.get("controller_id", -1), out, conn.bytes_in - before, took
-    )
-
-
-def create_topics(
-    bootstrap: tuple[str, int], names: list[str], partitions: int, rf: int, timeout_s: float
-) -> None:
-    """CreateTopics, CREATE_BATCH topics a request, to the controller."""
-    deadline = time.monotonic() + timeout_s
-    pending = list(names)
-    while pending:
-        with Conn(*bootstrap) as c:
-            md = metadata(c, [])
-        ctrl = md.brokers.get(md.controller)
-        if ctrl is None:
-            time.sleep(0.2)
-            continue
-        with Conn(*ctrl, timeout_s=timeout_s) as c:
-            while pending:
-                batch, rest = pending[:CREATE_BATCH], pending[CREATE_BATCH:]
-                body = {
-                    "topics": [
-                        {
-                            "name": n,
-                            "num_partitions": partitions,
-                            "replication_factor": rf,
-                            "assignments": [],
-                            "configs": [],
-                        }
-                        for n in batch
-                    ],
-                    "timeout_ms": int(timeout_s * 1000),
-                    "validate_only": False,
-                }
-                _, ans = c.request(CREATE_TOPICS, body)
-                codes = {t["name"]: t["error_code"] for t in ans["topics"]}
-                bad = {n: e for n, e in codes.items() if e not in (0, 36)}  # 36: exists
-                if any(e == 41 for e in bad.values()):  # NOT_CONTROLLER: ask again
-                    break
-                if bad:
-                    raise RuntimeError(f"CreateTopics failed: {list(bad.items())[:5]}")
-                pending = rest
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{len(pending)} topics not created within {timeout_s}s")
-
-
-def topic_names(n_partitions: int, prefix: str = "s") -> list[str]:
-    return [f"{prefix}{i:05d}" for i in range(max(1, n_partitions // PER_TOPIC))]
-
-
-def unanswered(
-    addresses: dict[int, tuple[str, int]], md: ClusterMetadata, chunk: int = 5000
-) -> int:
-    """How many partitions of ``md`` do not answer ListOffsets (latest) at their leader."""
-    by_leader: dict[int, list[tuple[str, int]]] = {}
-    missing = 0
-    for t, p, info in md.partitions():
-        if info.leader < 0 or info.leader not in addresses:
-            missing += 1
-        else:
-            by_leader.setdefault(info.leader, []).append((t, p))
-    for leader, tps in by_leader.items():
-        try:
-            with Conn(*addresses[leader]) as c:
-                for i in range(0, len(tps), chunk):
-                    part = tps[i : i + chunk]
-                    topics: dict[str, list[int]] = {}
-                    for t, p in part:
-                        topics.setdefault(t, []).append(p)
-                    body = {
-                        "replica_id": -1,
-                        "isolation_level": 0,
-                        "topics": [
-                            {
-                                "name": t,
-                                "partitions": [{"partition_index": p, "timestamp": -1} for p in ps],
-                            }
-                            for t, ps in topics.items()
-                        ],
-                        "timeout_ms": 30000,
-                    }
-                    _, ans = c.request(LIST_OFFSETS, body)
-                    ok = sum(
-                        1 for t in ans["topics"] for p in t["partitions"] if p["error_code"] == 0
-                    )
-                    missing += len(part) - ok
-        except UNREACHABLE:
-            missing += len(tps)
-    return missing
-
-
-def wait_all_answer(
-    address: tuple[str, int], names: list[str], partitions: int, timeout_s: float, poll_s=2.0
-) -> float:
-    """Seconds until every partition of ``names`` answers ListOffsets at its leader."""
-    t0 = time.monotonic()
-    want = len(names) * partitions
-    while True:
-        try:
-            with Conn(*address) as c:
-                md = metadata(c, names)
-            seen = sum(len(v) for v in md.topics.values())
-            if seen == want and unanswered(md.brokers, md) == 0:
-                return time.monotonic() - t0
-        except UNREACHABLE:
-            pass
-        if time.monotonic() - t0 > timeout_s:
-            raise TimeoutError(f"not every partition answered within {timeout_s}s")
-        time.sleep(poll_s)
-
-
-def produce_everywhere(
-    address: tuple[str, int], md: ClusterMetadata, value: bytes = b"x" * 100
-) -> int:
-    """One record to every partition (acks=1), one Produce per leader; the partitions that
-    failed (an error code, or their leader unreachable)."""
-    record = build_batch([(None, value, [])])
-    by_leader: dict[int, dict[str, list[int]]] = {}
-    failed = 0
-    for t, p, info in md.partitions():
-        if info.leader not in md.brokers:
-            failed += 1
-            continue
-        by_leader.setdefault(info.leader, {}).setdefault(t, []).append(p)
-    for leader, topics in by_leader.items():
-        n = sum(len(ps) for ps in topics.values())
-        try:
-            with Conn(*md.brokers[leader]) as c:
-                body = {
-                    "transactional_id": None,
-                    "acks": 1,
-                    "timeout_ms": 30000,
-                    "topic_data": [
-                        {
-                            "name": t,
-                            "partition_data": [{"index": p, "records": record} for p in ps],
-                        }
-                        for t, ps in topics.items()
-                    ],
-                }
-                _, ans = c.request(PRODUCE, body)
-                ok = sum(
-                    1
-                    for t in ans["responses"]
-                    for p in t["partition_responses"]
-                    if p["error_code"] == 0
-                )
-                failed += n - ok
-        except UNREACHABLE:
-            failed += n
-    return failed
 
 
 # ------------------------------------------------------------------------------------------
@@ -958,8 +742,8 @@ def _w22_controlled_shutdown(
     w = "W22"
     zk = system.zk
     assert zk is not None
-    z0, t0 = zk_received(zk), time.monotonic()
-    worst = [0]
+    z0, t0, since = zk_received(zk), time.monotonic(), time.time()
+    worst = [0, 0]  # most partitions without a live leader; of them, with leader -1
     stop_sampling = threading.Event()
 
     def sample() -> None:
@@ -967,8 +751,9 @@ def _w22_controlled_shutdown(
             md = _metadata_from(system, names)
             if md is not None:  # (the broker shutting down serves until it exits)
                 live = {n.node_id for n in system.live()}
-                down = sum(1 for _, _, i in md.partitions() if i.leader not in live)
-                worst[0] = max(worst[0], down)
+                down = [i.leader for _, _, i in md.partitions() if i.leader not in live]
+                if len(down) > worst[0]:
+                    worst[:] = [len(down), down.count(-1)]
             time.sleep(0.5)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -980,6 +765,14 @@ def _w22_controlled_shutdown(
     res.add(w, n_replicas, system, "controlled shutdown: SIGTERM -> exit (s)", exit_s)
     res.add(w, n_replicas, system, "controlled shutdown: exit code", code)
     res.add(w, n_replicas, system, "controlled shutdown: most partitions without leader", worst[0])
+    res.add(w, n_replicas, system, "controlled shutdown: of them with leader -1", worst[1])
+    res.add(
+        w,
+        n_replicas,
+        system,
+        "controlled shutdown: ZooKeeper sessions lost meanwhile",
+        _logged(system, since, "ZooKeeper session LOST"),
+    )
     res.add(w, n_replicas, system, "controlled shutdown: ZooKeeper requests", zk_received(zk) - z0)
     md = _metadata_from(system, names)
     live = set(_live_addresses(system))
@@ -1001,103 +794,7 @@ def _wait_isrs_full(system: System, names: list[str], timeout_s: float) -> float
 # W23: many client connections to one broker
 # ------------------------------------------------------------------------------------------
 
-API_VERSIONS = 18
 STORM = 1000  # connects in one second
-
-
-class _Clients:
-    """``n`` raw client connections driven by one selector: each connects, sends ApiVersions
-    v3 and reads its answer; ``tick`` sends one more on every connection."""
-
-    def __init__(self, address: tuple[str, int]) -> None:
-        import selectors
-
-        from pybroker.wire import codec
-
-        self.address = address
-        self.sel = selectors.DefaultSelector()
-        self.frame = codec.encode_request(
-            API_VERSIONS,
-            3,
-            1,
-            "w23",
-            {"client_software_name": "w23", "client_software_version": "1"},
-        )
-        self.socks: list[socket.socket] = []
-        self.pending: dict[socket.socket, int] = {}  # answers still expected
-        self.buf: dict[socket.socket, bytearray] = {}
-        self.answered = 0
-        self.failed = 0
-
-    def open(self, n: int, spread_s: float = 0.0) -> float:
-        """Connect n more (evenly over ``spread_s``), each asking ApiVersions; seconds until
-        every one of them is answered."""
-        import selectors
-
-        t0 = time.monotonic()
-        want = self.answered + n
-        for i in range(n):
-            if spread_s:
-                delay = t0 + spread_s * i / n - time.monotonic()
-                if delay > 0:
-                    self.poll(delay)
-            s = socket.socket()
-            s.setblocking(False)
-            s.connect_ex(self.address)
-            self.socks.append(s)
-            self.pending[s] = 1
-            self.buf[s] = bytearray()
-            self.sel.register(s, selectors.EVENT_WRITE | selectors.EVENT_READ)
-        while self.answered + self.failed < want and time.monotonic() - t0 < 300:
-            self.poll(0.05)
-        return time.monotonic() - t0
-
-    def poll(self, timeout: float) -> None:
-        import selectors
-
-        for key, events in self.sel.select(timeout):
-            s = key.fileobj
-            if events & selectors.EVENT_WRITE:
-                if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
-                    self.failed += 1
-                    self.sel.unregister(s)
-                    continue
-                s.sendall(self.frame)
-                self.sel.modify(s, selectors.EVENT_READ)
-                continue
-            try:
-                data = s.recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                self.failed += 1
-                self.sel.unregister(s)
-                continue
-            b = self.buf[s]
-            b += data
-            while len(b) >= 4:
-                size = int.from_bytes(b[:4], "big")
-                if len(b) < 4 + size:
-                    break
-                del b[: 4 + size]
-                self.answered += 1
-                self.pending[s] -= 1
-
-    def tick(self) -> None:
-        """One more ApiVersions on every open connection."""
-        for s in self.socks:
-            if self.pending.get(s, 0) >= 0:
-                try:
-                    s.send(self.frame)
-                    self.pending[s] += 1
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        for s in self.socks:
-            with contextlib.suppress(OSError):
-                s.close()
-        self.sel.close()
 
 
 def _produce_latencies(address: tuple[str, int], topic: str, stop: threading.Event) -> list[float]:
@@ -1145,6 +842,24 @@ def _stalls(system: System, since: float) -> float | None:
     return worst
 
 
+def _logged(system: System, since: float, text: str) -> int | None:
+    """pybroker: how many log lines holding ``text`` its brokers wrote since ``since``
+    (epoch seconds); None for Kafka.  (A ZooKeeper session lost at a high load makes the
+    brokers answer Metadata without leaders for seconds: a sample to read beside it.)"""
+    if system.kind != "pybroker" or STDERR.get(system) is None:
+        return None
+    count = 0
+    for line in STDERR[system]().splitlines():
+        if text not in line:
+            continue
+        try:
+            stamp = dt.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        except ValueError:
+            continue
+        count += stamp >= since
+    return count
+
+
 STDERR: dict[System, Callable[[], str]] = {}
 
 
@@ -1158,7 +873,7 @@ def w23(system: System, n: int, res: Results, timeout_s: float) -> None:
     assert pid is not None
     time.sleep(3)
     rss0, fds0 = rss_mib([pid]), open_fds(pid)
-    clients = _Clients(node.address)
+    clients = Clients(node.address)
     try:
         c0 = cpu_seconds([pid])
         took = clients.open(n)
@@ -1216,7 +931,7 @@ def w23(system: System, n: int, res: Results, timeout_s: float) -> None:
         )
         prod.start()
         since = time.time()
-        storm = _Clients(node.address)
+        storm = Clients(node.address)
         took = storm.open(STORM, spread_s=1.0)
         time.sleep(1)
         stop.set()
@@ -1263,7 +978,7 @@ W24_OVERRIDES = {
 def w24(system: System, n: int, res: Results, timeout_s: float) -> None:
     import asyncio
 
-    from bench.scale_groups import run_group
+    from pybroker.testing.scale_groups import run_group
 
     w = "W24"
     node = next(iter(system.nodes.values()))

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.procstat import rss_mib
 from pybroker.testing import kafka_reference
 from pybroker.testing.debug_process import BrokerProcess
+from pybroker.testing.procstat import rss_mib
 from pybroker.testing.procutil import free_port
 
 HOST = "127.0.0.1"

@@ -233,7 +233,13 @@ class Broker:
         )
         self.logs = builder.log_manager(cfg, clock=self.clock, descriptors=self.descriptors)
         # local disk only: never skipped (a clean close lets the next start skip recovery)
-        self._stops.push("logs", lambda: asyncio.to_thread(self.logs.close), bounded=False)
+        self._stops.push(
+            "logs",
+            lambda: asyncio.to_thread(
+                self.logs.close, self.config.num_recovery_threads_per_data_dir
+            ),
+            bounded=False,
+        )
         await asyncio.to_thread(self.logs.load_all)  # none usable: an error naming log.dirs
         if not cfg.zookeeper_connect and self.logs.log_dir in self.logs.offline_dirs:
             raise OfflineLogDirError(

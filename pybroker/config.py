@@ -532,6 +532,12 @@ class Config:
     log_flush_offset_checkpoint_interval_ms: int = define(
         "log.flush.offset.checkpoint.interval.ms", INT, 60000, at_least(1)
     )
+    # the threads per log dir closing the logs at a clean shutdown (a flush and an fsynced
+    # producer-state snapshot each; the dirs in parallel).  pybroker's own default (Kafka's is
+    # 1): the closes wait on fsync, not on the interpreter.  Not used by recovery at start.
+    num_recovery_threads_per_data_dir: int = define(
+        "num.recovery.threads.per.data.dir", INT, 8, at_least(1)
+    )
     controlled_shutdown_enable: bool = define("controlled.shutdown.enable", BOOLEAN, True)
     controlled_shutdown_max_retries: int = define(
         "controlled.shutdown.max.retries", INT, 3, at_least(0)

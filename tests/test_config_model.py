@@ -63,6 +63,10 @@ BROKER_DEVIATIONS = {
         "Kafka 4.0's default (bidirectional), checked (any case) by its converter",
     ),
     "log.flush.offset.checkpoint.interval.ms": ({"validator"}, "0 would spin (Kafka fails)"),
+    "num.recovery.threads.per.data.dir": (
+        {"default"},
+        "8 threads per dir close the logs at shutdown (fsync-bound); Kafka's default is 1",
+    ),
     "controlled.shutdown.max.retries": ({"validator"}, "a negative count is refused"),
     "controlled.shutdown.retry.backoff.ms": ({"validator"}, "a negative backoff is refused"),
     "leader.imbalance.per.broker.percentage": ({"validator"}, "a negative share is refused"),

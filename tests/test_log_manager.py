@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import errno
 import os
+import threading
 import uuid
 
 import pytest
@@ -16,7 +18,7 @@ from pybroker.log.manager import (
     read_checkpoint,
     write_checkpoint,
 )
-from pybroker.log.partition_log import LogConfig
+from pybroker.log.partition_log import LogConfig, PartitionLog
 from pybroker.log.segment import LogSegment
 from pybroker.wire.records import build_batch, parse_batches
 
@@ -83,6 +85,112 @@ def test_lifecycle_clean_and_unclean(tmp_path, clock, monkeypatch):
     assert not mgr.had_clean_shutdown and sorted(scanned) == [0, 0]
     assert mgr.get("orders-v2", 0).log_end_offset == 5
     mgr.close()
+
+
+def _two_dirs_with_logs(tmp_path, clock, partitions=12):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    mgr = LogManager(dirs, LogConfig(), clock)
+    mgr.load_all()
+    for p in range(partitions):
+        append(mgr.get_or_create("t", p), 1 + p % 3)
+    assert {mgr.dir_of(lg) for _, _, lg in mgr.partitions()} == set(dirs)
+    return mgr, dirs
+
+
+def test_close_closes_each_dirs_logs_on_a_pool_then_marks_every_dir_clean(
+    tmp_path, clock, monkeypatch
+):
+    """Kafka's LogManager.shutdown: num.recovery.threads.per.data.dir threads per dir close
+    its logs.  Every close here waits for a second one to run at the same time (a barrier of
+    two per dir): closing in turn on one thread would break the barrier."""
+    mgr, dirs = _two_dirs_with_logs(tmp_path, clock)
+    barriers = {d: threading.Barrier(2, timeout=30) for d in dirs}
+    threads: dict[object, set[int]] = {d: set() for d in dirs}
+    orig = PartitionLog.close
+
+    def close(self):
+        d = LogManager.dir_of(self)
+        threads[d].add(threading.get_ident())
+        barriers[d].wait()
+        orig(self)
+
+    monkeypatch.setattr(PartitionLog, "close", close)
+    mgr.close(threads_per_dir=2)
+    assert all(len(ids) == 2 for ids in threads.values()), threads
+    assert all((d / CLEAN_SHUTDOWN_FILE).exists() for d in dirs)
+    assert all(lg.closed for _, _, lg in mgr.partitions())
+    monkeypatch.setattr(PartitionLog, "close", orig)
+
+    again = LogManager(dirs, LogConfig(), clock)
+    again.load_all()
+    assert again.had_clean_shutdown
+    assert {(t, p): lg.log_end_offset for t, p, lg in again.partitions()} == {
+        ("t", p): 1 + p % 3 for p in range(12)
+    }
+    again.close()
+
+
+def test_a_close_interrupted_midway_leaves_no_marker_and_the_next_start_recovers(
+    tmp_path, clock, monkeypatch
+):
+    """A log whose close fails with an unexpected error (the process dying mid-close): the
+    others still close, the error propagates and no dir is marked clean, so the next start
+    recovers every log instead of trusting them."""
+    mgr, dirs = _two_dirs_with_logs(tmp_path, clock)
+    victim = mgr.get("t", 5)
+    orig = PartitionLog.close
+
+    def close(self):
+        if self is victim:
+            raise RuntimeError("killed mid-close")
+        orig(self)
+
+    monkeypatch.setattr(PartitionLog, "close", close)
+    with pytest.raises(RuntimeError, match="killed mid-close"):
+        mgr.close(threads_per_dir=4)
+    assert not any((d / CLEAN_SHUTDOWN_FILE).exists() for d in dirs)
+    assert all(lg.closed for _, _, lg in mgr.partitions() if lg is not victim)
+    monkeypatch.setattr(PartitionLog, "close", orig)
+    for s in victim.segments:  # (what the dying process's descriptors would do)
+        s.close()
+
+    scanned = []
+    recover = LogSegment.recover
+    monkeypatch.setattr(
+        LogSegment,
+        "recover",
+        lambda self, now: scanned.append(self.base_offset) or recover(self, now),
+    )
+    again = LogManager(dirs, LogConfig(), clock)
+    again.load_all()
+    assert not again.had_clean_shutdown and len(scanned) == 12
+    assert {(t, p): lg.log_end_offset for t, p, lg in again.partitions()} == {
+        ("t", p): 1 + p % 3 for p in range(12)
+    }
+    again.close()
+
+
+def test_a_dir_whose_log_fails_to_close_is_not_marked_clean(tmp_path, clock, monkeypatch):
+    """An I/O error closing a log: its dir gets no clean-shutdown marker, even while the
+    dir's failure is still queued to the event loop; the other dir gets its marker."""
+    mgr, dirs = _two_dirs_with_logs(tmp_path, clock)
+    victim = mgr.get("t", 3)
+    bad = mgr.dir_of(victim)
+    orig = PartitionLog.close
+
+    def close(self):
+        if self is victim:
+            raise OSError(errno.EIO, "I/O error")
+        orig(self)
+
+    monkeypatch.setattr(PartitionLog, "close", close)
+    # the broker closes the logs in a worker thread: fail_dir is only queued to the loop
+    queued = []
+    mgr.owner_thread, mgr.call_on_owner = -1, lambda f, *args: queued.append((f, args))
+    mgr.close(threads_per_dir=3)
+    assert [args[0] for _, args in queued] == [bad]
+    assert not (bad / CLEAN_SHUTDOWN_FILE).exists()
+    assert [(d / CLEAN_SHUTDOWN_FILE).exists() for d in dirs if d != bad] == [True]
 
 
 def test_delete_partition_and_retention(tmp_path, clock):

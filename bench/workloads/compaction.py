@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 from bench.clients import create_topics
-from bench.procstat import cpu_seconds
 from bench.targets import Target
+from pybroker.testing.procstat import cpu_seconds
 
 MIB = 1 << 20
 GIB = 1 << 30

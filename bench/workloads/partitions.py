@@ -10,9 +10,9 @@ import time
 import uuid
 
 from bench.clients import WorkloadError, create_topics
-from bench.procstat import cpu_seconds, rss_mib
 from bench.targets import Target
 from pybroker.testing import rawkafka
+from pybroker.testing.procstat import cpu_seconds, rss_mib
 
 
 # W8 ---------------------------------------------------------------------------------------

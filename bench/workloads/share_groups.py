@@ -8,10 +8,10 @@ import uuid
 from pathlib import Path
 
 from bench.clients import WorkloadError, create_topics, pp_cmd, producer_perf, run_java
-from bench.procstat import cpu_seconds
 from bench.targets import Target
 from bench.workloads.base import CPU_METRIC, GIB, Metric
 from pybroker.testing import java
+from pybroker.testing.procstat import cpu_seconds
 
 # W20 --------------------------------------------------------------------------------------
 # Share groups (KIP-932): Apache Kafka 4.4 is the reference (3.9 has only their early-access

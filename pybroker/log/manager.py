@@ -28,6 +28,7 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pybroker.clock import SYSTEM_CLOCK, Clock
@@ -696,17 +697,41 @@ class LogManager:
             except OSError as e:
                 self.fail_dir(d, e)
 
-    def close(self) -> None:
+    def close(self, threads_per_dir: int = 1) -> None:
         """Clean shutdown: close (flush + producer snapshot) every log, checkpoint, and the
-        marker in every online dir."""
+        marker in every online dir.  As Kafka's LogManager.shutdown, each dir's logs close on
+        a pool of ``threads_per_dir`` threads (num.recovery.threads.per.data.dir), the dirs
+        at once; the markers are written only after every log closed (an error other than a
+        dir's I/O error propagates, leaving no marker: the next start recovers)."""
+        by_dir: dict[Path, list[PartitionLog]] = {}
         for plog in [*self.logs.values(), *self.future_logs.values()]:
-            try:
-                plog.close()
-            except OSError as e:
-                self.fail_dir(self.dir_of(plog), e)
+            by_dir.setdefault(self.dir_of(plog), []).append(plog)
+        pools = [
+            (d, ThreadPoolExecutor(min(threads_per_dir, len(plogs)), f"log-close-{i}"), plogs)
+            for i, (d, plogs) in enumerate(by_dir.items())
+        ]
+        jobs = [(d, pool.submit(plog.close)) for d, pool, plogs in pools for plog in plogs]
+        unexpected: BaseException | None = None
+        failed: set[Path] = set()  # (fail_dir may only be queued to the owner thread)
+        try:
+            for d, job in jobs:
+                try:
+                    job.result()
+                except OSError as e:
+                    failed.add(d)
+                    self.fail_dir(d, e)
+                except BaseException as e:  # noqa: BLE001 - re-raised once every job ended
+                    unexpected = unexpected or e
+        finally:
+            for _, pool, _ in pools:
+                pool.shutdown(wait=True)
+        if unexpected is not None:
+            raise unexpected
         self.delete_pending_files(force=True)
         self.checkpoint()
         for d in self.online_dirs:
+            if d in failed:
+                continue
             try:
                 fd = os.open(d / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 try:

@@ -381,6 +381,7 @@ class GroupRun:
     stats: Stats
     cpu_join_s: float
     cpu_leave_s: float
+    owned: dict[int, set[int]] = field(default_factory=dict)  # after the leave: k -> partitions
 
 
 async def run_group(
@@ -421,7 +422,8 @@ async def run_group(
         await ms[0].leave()
         await group.wait_stable(timeout, members - 1)
         leave_s = time.monotonic() - t0
-        return GroupRun(now - last, now - first, leave_s, stats, c1 - c0, cpu() - c1)
+        owned = {k: set(ps) for k, ps in group.owned.items() if k not in group.leaving}
+        return GroupRun(now - last, now - first, leave_s, stats, c1 - c0, cpu() - c1, owned)
     finally:
         for m in ms:
             m.stopped = True
