@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
+from group_fixture import started_coordinator
+
 from pybroker.clock import ManualClock
-from pybroker.coord.group.classic import GroupConfig, GroupState, JoinRequest
+from pybroker.coord.group.classic import GroupState, JoinRequest
 from pybroker.coord.group.classic_store import ClassicGroupStore, group_path
 from pybroker.coord.group.coordinator import GroupCoordinator
-from pybroker.coord.group.offsets import OffsetStore
 from pybroker.coord.metadata import paths
 from pybroker.coord.metadata.local import LocalStore
 from pybroker.errors import ErrorCode
@@ -19,16 +20,7 @@ NAMES = ["g", "", ".", "..", "a/b", "%", "%2F", "grüße", "x" * 300]
 
 
 async def _coordinator(store: LocalStore, clock: ManualClock) -> GroupCoordinator:
-    gc = GroupCoordinator(
-        OffsetStore(store, clock),
-        clock,
-        GroupConfig(min_session_timeout_ms=10, initial_rebalance_delay_ms=0),
-        offsets_retention_ms=7 * 86_400_000,
-        offsets_retention_check_interval_ms=600_000,
-        offset_metadata_max_bytes=4096,
-    )
-    await gc.start()
-    return gc
+    return await started_coordinator(store, clock)
 
 
 async def _join_and_leave(gc: GroupCoordinator, group: str) -> None:

@@ -8,12 +8,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from group_fixture import started_coordinator
+
 from pybroker.clock import ManualClock
-from pybroker.coord.group.classic import GroupConfig, JoinRequest
+from pybroker.coord.group.classic import JoinRequest
 from pybroker.coord.group.consumer import ConsumerGroup
 from pybroker.coord.group.consumer_member import HeartbeatRequest
 from pybroker.coord.group.coordinator import GroupCoordinator
-from pybroker.coord.group.offsets import OffsetStore
 from pybroker.coord.metadata import paths
 from pybroker.coord.metadata.local import LocalStore
 from pybroker.errors import ErrorCode
@@ -26,16 +27,7 @@ async def _coordinator(tmp_path) -> tuple[GroupCoordinator, asyncio.Event, list[
     await store.start()
     for path in (paths.CLASSIC_GROUPS, paths.CONSUMER_GROUPS):
         await store.ensure_path(path)
-    gc = GroupCoordinator(
-        OffsetStore(store, ManualClock(1_000_000)),
-        ManualClock(1_000_000),
-        GroupConfig(min_session_timeout_ms=10, initial_rebalance_delay_ms=0),
-        offsets_retention_ms=7 * 86_400_000,
-        offsets_retention_check_interval_ms=600_000,
-        offset_metadata_max_bytes=4096,
-        topics=lambda: TOPICS,
-    )
-    await gc.start()
+    gc = await started_coordinator(store, ManualClock(1_000_000), topics=lambda: TOPICS)
     release = asyncio.Event()
     reads: list[str] = []
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import asyncio
 
+from group_fixture import started_coordinator
+
 from pybroker.clock import Clock
-from pybroker.coord.group.classic import GroupConfig, GroupState, JoinRequest
-from pybroker.coord.group.coordinator import GroupCoordinator
-from pybroker.coord.group.offsets import OffsetStore
+from pybroker.coord.group.classic import GroupState, JoinRequest
 from pybroker.coord.metadata.local import LocalStore
 from pybroker.errors import ErrorCode
 
@@ -22,15 +22,7 @@ def test_commits_keep_a_member_alive_and_its_session_still_expires(tmp_path):
         clock = Clock()
         store = LocalStore(tmp_path / "meta")
         await store.start()
-        gc = GroupCoordinator(
-            OffsetStore(store, clock),
-            clock,
-            GroupConfig(min_session_timeout_ms=10, initial_rebalance_delay_ms=0),
-            offsets_retention_ms=7 * 86_400_000,
-            offsets_retention_check_interval_ms=600_000,
-            offset_metadata_max_bytes=4096,
-        )
-        await gc.start()
+        gc = await started_coordinator(store, clock)
         req = JoinRequest(
             "", None, "c", "/127.0.0.1", SESSION_MS, SESSION_MS, "consumer", [("range", b"")], True
         )
