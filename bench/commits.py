@@ -485,8 +485,14 @@ def run(args: argparse.Namespace) -> list[Result]:
                     try:
                         if workload == "W18":
                             create_topic(running.bootstrap, f"w18-{tag}", 1)
-                            with CpuSampler(running) as cpu:
-                                figures = run_client("w18", running.bootstrap, n, args.seconds, tag)
+                            spies = _profile(args, running, f"W18-{n}-{target}-{rnd}")
+                            try:
+                                with CpuSampler(running) as cpu:
+                                    figures = run_client(
+                                        "w18", running.bootstrap, n, args.seconds, tag
+                                    )
+                            finally:
+                                stop_pyspy(spies)
                             _cpu_figures(figures, cpu)
                         else:
                             create_topic(running.bootstrap, f"w19-{tag}", W19_PARTITIONS)
@@ -503,6 +509,35 @@ def run(args: argparse.Namespace) -> list[Result]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return results
+
+
+def _profile(args: argparse.Namespace, running: Running, tag: str) -> list[subprocess.Popen]:
+    """py-spy on a pybroker target (``--profile DIR``): flamegraph + idle-inclusive raw stacks."""
+    if not args.profile or running.name == "kafka":
+        return []
+    out = Path(args.profile)
+    out.mkdir(parents=True, exist_ok=True)
+    spies = []
+    for pid in running.broker_pids:
+        for fmt, ext, idle in (("flamegraph", "svg", []), ("raw", "txt", ["--idle"])):
+            cmd = ["py-spy", "record", "--nonblocking", "--rate", "100", "--pid", str(pid)]
+            cmd += ["--format", fmt, "-o", str(out / f"{tag}.{ext}"), *idle]
+            spies.append(
+                subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+    time.sleep(1.0)  # let the samplers attach
+    return spies
+
+
+def stop_pyspy(spies: list[subprocess.Popen]) -> None:
+    for p in spies:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+    for p in spies:
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 def _cpu_figures(figures: dict, cpu: CpuSampler) -> None:
@@ -598,6 +633,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument(
+        "--profile", default="", help="py-spy the pybroker targets into this folder"
+    )
     parser.add_argument("--results-dir", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args(argv)
     args.workloads = args.workloads.split(",")

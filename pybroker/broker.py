@@ -357,7 +357,7 @@ class Broker:
         before the marker sender's."""
         for topic in (self._drain_topic, self.txn_topic, self.offsets_topic):
             if topic is not None and topic.owner is not None:
-                self._stops.push(f"{topic.name} loading", topic.owner.stop)
+                self._stops.push(f"{topic.name} loading", topic.stop)
 
     async def _start_group_coordinator(self) -> None:
         storage = self._offsets_storage

@@ -30,6 +30,7 @@ arrays, tagged fields skipped), never written.  Decoders raise DecodeError (a Va
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 
 from pybroker.wire.primitives import DecodeError, Reader, Writer
@@ -37,6 +38,14 @@ from pybroker.wire.primitives import DecodeError, Reader, Writer
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
 TXN_LOG_KEY_VERSION = 0
+
+_KEY = struct.Struct(">hh")  # version, the group's length
+_LEN = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_TWO_I64 = struct.Struct(">qq")
+_V1_HEAD = struct.Struct(">hqh")  # version, offset, the metadata's length
+_V3_HEAD = struct.Struct(">hqih")  # version, offset, leader epoch, the metadata's length
 
 #: TransactionState ids (TransactionState.scala) by pybroker's state names (coord/txn/state.py)
 TXN_STATUS_IDS = {
@@ -110,12 +119,14 @@ class TransactionLogValue:
 
 
 def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
-    w = Writer()
-    w.int16(OFFSET_COMMIT_KEY_VERSION)
-    w.string(group)
-    w.string(topic)
-    w.int32(partition)
-    return w.getvalue()
+    g, t = group.encode(), topic.encode()  # (struct, not Writer: on every commit's path)
+    return (
+        _KEY.pack(OFFSET_COMMIT_KEY_VERSION, len(g))
+        + g
+        + _LEN.pack(len(t))
+        + t
+        + _I32.pack(partition)
+    )
 
 
 def group_metadata_key(group: str) -> bytes:
@@ -157,20 +168,14 @@ def read_txn_key(key: bytes | memoryview) -> str | int:
 
 
 def offset_commit_value(v: OffsetCommitValue) -> bytes:
-    w = Writer()
+    m = v.metadata.encode()
     if v.expire_timestamp >= 0:
-        w.int16(1)
-        w.int64(v.offset)
-        w.string(v.metadata)
-        w.int64(v.commit_timestamp)
-        w.int64(v.expire_timestamp)
-    else:
-        w.int16(3)
-        w.int64(v.offset)
-        w.int32(v.leader_epoch)
-        w.string(v.metadata)
-        w.int64(v.commit_timestamp)
-    return w.getvalue()
+        return (
+            _V1_HEAD.pack(1, v.offset, len(m))
+            + m
+            + _TWO_I64.pack(v.commit_timestamp, v.expire_timestamp)
+        )
+    return _V3_HEAD.pack(3, v.offset, v.leader_epoch, len(m)) + m + _I64.pack(v.commit_timestamp)
 
 
 def _skip_tags(r: Reader) -> None:
