@@ -31,12 +31,16 @@ async def offset_commit(ctx: RequestContext, req: dict) -> dict:
     results, wanted = commit_checks(ctx, req, code)
     if wanted:
         retention = req.get("retention_time_ms", -1)
-        stamps = {  # v1's explicit commit times (-1: now)
-            (t["name"], p["partition_index"]): p["commit_timestamp"]
-            for t in req["topics"]
-            for p in t["partitions"]
-            if p.get("commit_timestamp", -1) != -1
-        }
+        stamps = (
+            {  # v1's explicit commit times (-1: now); no other version has the field
+                (t["name"], p["partition_index"]): p["commit_timestamp"]
+                for t in req["topics"]
+                for p in t["partitions"]
+                if p.get("commit_timestamp", -1) != -1
+            }
+            if ctx.version == 1
+            else None
+        )
         results.update(
             await ctx.services.groups.commit(
                 req["group_id"],
