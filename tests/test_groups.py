@@ -188,7 +188,6 @@ def test_leave_moves_to_rebalance_and_last_leave_empties_group() -> None:
     assert d.g.state == GroupState.EMPTY and d.g.generation_id == 4
 
 
-
 def test_a_leave_during_a_rebalance_completes_the_join_of_the_members_that_rejoined() -> None:
     """W7's fast mode: members that already rejoined do not wait for the leaving ones (nor for
     the rebalance timeout); a batch LeaveGroup (v3+) of two members completes it at once."""
@@ -215,6 +214,7 @@ def test_a_leave_during_a_rebalance_completes_the_join_of_the_members_that_rejoi
     assert ra["generation_id"] == rb["generation_id"] == 3
     assert {m["member_id"] for m in ra["members"] + rb["members"]} == {a, b}
     assert d.g.state == GroupState.COMPLETING_REBALANCE
+
 
 def test_initial_rebalance_delay_collects_members() -> None:
     d = Driver(delay=3000)
