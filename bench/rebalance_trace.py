@@ -1,6 +1,6 @@
-"""Per-member timelines of the rebalance workloads (W7, W16) on Kafka and pybroker, alternately.
+"""Per-member timelines of the rebalance workloads (W7, W16, W17) on Kafka and pybroker, alternately.
 
-    python -m bench.rebalance_trace --workloads W7 --runs 4 [--out DIR] [--raw]
+    python -m bench.rebalance_trace --workloads W7 --runs 4   (or W16, W17) [--out DIR] [--raw]
         [--set K=V] [--kafka-set K=V] [--pybroker-set K=V]   (broker settings beside the
         workload's: both, Kafka only, pybroker only)
 
@@ -11,10 +11,11 @@ falls on both alike.  What is traced is what the clients see, the same way on bo
 - W7: kafka-python's DEBUG log (kafka.coordinator*: JoinGroup, SyncGroup, Heartbeat and
   LeaveGroup requests and their answers), stamped with the seconds since the common subscribe
   (join) or since member 0's close() (leave), per member thread.
-- W16: the Java 4.1 consumers' slf4j-simple log at DEBUG for
+- W16 and W17: the Java 4.1 consumers' slf4j-simple log at DEBUG for
   org.apache.kafka.clients.consumer.internals (AbstractCoordinator / ConsumerCoordinator for
   classic; the membership manager and heartbeat request manager for consumer), stamped with
-  the wall clock, shown as seconds since the first JVM's start.
+  the wall clock, shown as seconds since the first JVM's start (W17: since the three
+  consumer-protocol members are stopped, the downgrade).
 
 Each run prints the figure (as bench/run.py measures it) and the condensed events; --raw keeps
 the whole logs under --out.  The load average is printed with every run.
@@ -40,7 +41,9 @@ from bench.workloads.groups import (
     W16_MEMBERS,
     W16_OVERRIDES,
     W16_PARTITIONS,
+    W17_OVERRIDES,
     ClientStuck,
+    _w17_wait_split,
     w7_attempt,
     w7_setup,
     w16_owned,
@@ -217,6 +220,31 @@ def _stamp(line: str, day: dt.date) -> float | None:
     return dt.datetime(day.year, day.month, day.day, h, mi, s, ms * 1000).timestamp()
 
 
+def _java_events(
+    procs: list[tuple[str, java.JavaProcess]], t0_wall: float, since: float = float("-inf")
+) -> list[tuple[float, str, str]]:
+    """The Java clients' condensed log events and GroupConsumer's assigned/revoked/lost events,
+    as (seconds since ``t0_wall``, who, text), those from ``since`` on, in time order."""
+    day = dt.date.today()
+    events: list[tuple[float, str, str]] = []
+    for who, p in procs:
+        for line in p.stderr_path.read_text(errors="replace").splitlines():
+            ts = _stamp(line, day)
+            if ts is None:
+                continue
+            for pat, short in _W16_EVENTS:
+                m = pat.search(line)
+                if m:
+                    events.append((ts - t0_wall, who, short(m)))
+                    break
+        for line in p.stdout_text().splitlines():
+            m = re.search(r'"event":"(\w+)","partitions":(\[[^\]]*\]),"t":(\d+)', line)
+            if m:
+                parts = re.sub(r'"[^"]*-(\d+)"', r"\1", m[2])
+                events.append((int(m[3]) / 1000 - t0_wall, who, f"{m[1]} {parts}"))
+    return sorted(e for e in events if e[0] >= since)
+
+
 def trace_w16(target: Target, st: dict, protocol: str, tag: str, out: Path, raw: bool) -> str:
     group = f"w16-{protocol}-{tag}-{uuid.uuid4().hex[:6]}"
     procs = []
@@ -248,28 +276,65 @@ def trace_w16(target: Target, st: dict, protocol: str, tag: str, out: Path, raw:
     finally:
         for p in procs:
             p.stop()
-    day = dt.date.today()
-    events: list[tuple[float, str, str]] = []
-    for k, p in enumerate(procs):
-        for line in p.stderr_path.read_text(errors="replace").splitlines():
-            ts = _stamp(line, day)
-            if ts is None:
-                continue
-            for pat, short in _W16_EVENTS:
-                m = pat.search(line)
-                if m:
-                    events.append((ts - t0_wall, f"c{k}", short(m)))
-                    break
-        for line in p.stdout_text().splitlines():
-            m = re.search(r'"event":"(\w+)","partitions":(\[[^\]]*\]),"t":(\d+)', line)
-            if m:
-                parts = re.sub(r'"[^"]*-(\d+)"', r"\1", m[2])
-                events.append((int(m[3]) / 1000 - t0_wall, f"c{k}", f"{m[1]} {parts}"))
-    events.sort()
+    events = _java_events([(f"c{k}", p) for k, p in enumerate(procs)], t0_wall)
     lines = [f"{protocol}: {took:.2f} s  load {loadavg()}"]
     lines += [f"{ts:+7.3f} {who} {text}" for ts, who, text in events]
     if not raw:
         for p in procs:
+            for path in (p.stdout_path, p.stderr_path):
+                path.unlink(missing_ok=True)
+    return "\n".join(lines)
+
+
+def trace_w17(target: Target, st: dict, tag: str, out: Path, raw: bool) -> str:
+    """W17 as bench/workloads/groups.py runs it, the downgrade traced: events from 12 s before
+    the three consumer-protocol members stop (t = 0) on, and when the two classic members
+    last completed a JoinGroup or SyncGroup before it (their heartbeat timer's phase)."""
+    group = f"w17-{tag}-{uuid.uuid4().hex[:6]}"
+
+    def start(name: str, protocol: str) -> java.JavaProcess:
+        return java.start_main(
+            "GroupConsumer",
+            [target.bootstrap, group, st["topic"], "0", "0", f"group.protocol={protocol}"],
+            workdir=out / "w17",
+            name=f"{target.kind}-{group}-{name}",
+            cp=st["cp"],
+            log4j=None,
+            jvm_args=W16_LOG,
+        )
+
+    classic = [start(f"c{k}", "classic") for k in range(2)]
+    modern: list[java.JavaProcess] = []
+    stops: list[float] = []
+    try:
+        _w17_wait_split(classic, W16_PARTITIONS // 2, "classic members", time.monotonic())
+        t0 = time.monotonic()
+        modern = [start(f"k{k}", "consumer") for k in range(3)]
+        upgrade = _w17_wait_split(classic + modern, 2, "after the upgrade", t0)
+        t1_wall, t1 = time.time(), time.monotonic()
+        for p in modern:
+            p.stop()
+            stops.append(time.time() - t1_wall)
+        downgrade = _w17_wait_split(classic, W16_PARTITIONS // 2, "after the downgrade", t1)
+    finally:
+        for p in classic + modern:
+            p.stop()
+    named = [("c0", classic[0]), ("c1", classic[1])]
+    named += [(f"k{k}", p) for k, p in enumerate(modern)]
+    events = _java_events(named, t1_wall, since=-12.0)
+    last = {
+        who: t
+        for t, who, text in events
+        if t < 0 and who.startswith("c") and text.startswith(("JoinGroup <- gen", "SyncGroup <-"))
+    }
+    lines = [
+        f"upgrade {upgrade:.2f} s, downgrade {downgrade:.2f} s; consumer members stopped at "
+        f"{', '.join(f'{s:+.3f}' for s in stops)} s; classic members' last join/sync "
+        f"{', '.join(f'{w} {t:+.3f}' for w, t in sorted(last.items()))} s  load {loadavg()}"
+    ]
+    lines += [f"{ts:+7.3f} {who} {text}" for ts, who, text in events if ts > -0.5]
+    if not raw:
+        for p in classic + modern:
             for path in (p.stdout_path, p.stderr_path):
                 path.unlink(missing_ok=True)
     return "\n".join(lines)
@@ -295,8 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     kinds = args.brokers.split(",")
     for w in args.workloads.split(","):
-        overrides = W16_OVERRIDES if w == "W16" else {}
-        setup = w16_setup if w == "W16" else w7_setup
+        overrides = {"W16": W16_OVERRIDES, "W17": W17_OVERRIDES}.get(w, {})
+        setup = w7_setup if w == "W7" else w16_setup
         targets, states = {}, {}
         try:
             for kind in kinds:
@@ -308,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
                     if w == "W7":
                         text = trace_w7(targets[kind], states[kind], f"{kind}{i}", out, args.raw)
                         print(f"=== W7 {kind} run {i} ===\n{text}\n", flush=True)
+                    elif w == "W17":
+                        text = trace_w17(targets[kind], states[kind], f"{kind}{i}", out, args.raw)
+                        print(f"=== W17 {kind} run {i} ===\n{text}\n", flush=True)
                     else:
                         for protocol in args.protocols.split(","):
                             text = trace_w16(

@@ -188,6 +188,34 @@ def test_leave_moves_to_rebalance_and_last_leave_empties_group() -> None:
     assert d.g.state == GroupState.EMPTY and d.g.generation_id == 4
 
 
+def test_a_leave_during_a_rebalance_completes_the_join_of_the_members_that_rejoined() -> None:
+    """W7's fast mode: members that already rejoined do not wait for the leaving ones (nor for
+    the rebalance timeout); a batch LeaveGroup (v3+) of two members completes it at once."""
+    d = Driver()
+    a = d.new_member()
+    d.ready.pop(d.last_join)
+    d.ready.pop(d.sync(a, 1, {a: b"x"}))
+    b, c, e = d.new_member(), d.new_member(), d.new_member()
+    d.ready.clear()
+    d.join(req(a))
+    d.ready.clear()
+    for m in (a, b, c, e):
+        d.sync(m, 2, {a: b"A"} if m == a else None)
+    d.ready.clear()
+    assert d.g.state == GroupState.STABLE and d.g.generation_id == 2
+    ja = d.join(req(a, protocols=(("range", b"changed"),)))  # a rejoins: a rebalance starts
+    assert d.g.heartbeat(d.now, b, None, 2) == E.REBALANCE_IN_PROGRESS
+    jb = d.join(req(b))
+    assert ja not in d.ready and jb not in d.ready
+    errors, out = d.g.leave(d.now, [(c, None), (e, None)])  # one request, two members
+    assert errors == [E.NONE, E.NONE]
+    d._collect(out)
+    ra, rb = d.ready.pop(ja), d.ready.pop(jb)
+    assert ra["generation_id"] == rb["generation_id"] == 3
+    assert {m["member_id"] for m in ra["members"] + rb["members"]} == {a, b}
+    assert d.g.state == GroupState.COMPLETING_REBALANCE
+
+
 def test_initial_rebalance_delay_collects_members() -> None:
     d = Driver(delay=3000)
     a = d.new_member(rebalance=60000)

@@ -33,10 +33,10 @@ import threading
 import time
 from pathlib import Path
 
-from bench import procstat
 from bench.report import loadavg
 from bench.targets import PYBROKER, start_target
 from bench.workloads import SIZES, WORKLOADS
+from pybroker.testing import procstat
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
