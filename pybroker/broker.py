@@ -54,10 +54,10 @@ from pybroker.http_server import HttpRequest, HttpResponse, HttpServer
 from pybroker.internal_topics import InternalTopic
 from pybroker.log import LogManager, PartitionLog, meta_properties
 from pybroker.log.cleaner import LogCleaner
+from pybroker.log.descriptors import DescriptorCache
 from pybroker.log.manager import OfflineLogDirError
 from pybroker.log.mover import LogDirMover
 from pybroker.log.partition_metadata import other_incarnation
-from pybroker.log.segment import DescriptorCache
 from pybroker.loop_monitor import LoopMonitor
 from pybroker.metrics import BrokerMetrics
 from pybroker.purgatory import Purgatory

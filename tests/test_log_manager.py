@@ -11,13 +11,13 @@ import uuid
 import pytest
 
 from pybroker.clock import ManualClock
-from pybroker.log.manager import (
+from pybroker.log.checkpoints import (
     CLEAN_SHUTDOWN_FILE,
     RECOVERY_POINT_CHECKPOINT,
-    LogManager,
     read_checkpoint,
     write_checkpoint,
 )
+from pybroker.log.manager import LogManager
 from pybroker.log.partition_log import LogConfig, PartitionLog
 from pybroker.log.segment import LogSegment
 from pybroker.wire.records import build_batch, parse_batches
