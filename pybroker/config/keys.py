@@ -12,15 +12,7 @@ from typing import Any
 
 from pybroker import topic_config
 from pybroker.config import values as conv
-from pybroker.config.values import (
-    AUTHORIZERS,
-    DEFAULT_PROTOCOL_MAP,
-    SECURITY_PROTOCOLS,
-    ConfigError,
-    Endpoint,
-    HttpEndpoint,
-    render,
-)
+from pybroker.config.values import ConfigError, Endpoint, render
 from pybroker.configdef import (
     LONG_MAX,
     Check,
@@ -104,10 +96,13 @@ class Config:
         "advertised.listeners", STRING, None, convert=conv.listeners
     )
     listener_security_protocol_map: tuple[tuple[str, str], ...] = define(
-        "listener.security.protocol.map", STRING, DEFAULT_PROTOCOL_MAP, convert=conv.protocol_map
+        "listener.security.protocol.map",
+        STRING,
+        conv.DEFAULT_PROTOCOL_MAP,
+        convert=conv.protocol_map,
     )
     security_inter_broker_protocol: str = define(
-        "security.inter.broker.protocol", STRING, "PLAINTEXT", ValidString(*SECURITY_PROTOCOLS)
+        "security.inter.broker.protocol", STRING, "PLAINTEXT", ValidString(*conv.SECURITY_PROTOCOLS)
     )
     inter_broker_listener_name: str | None = define("inter.broker.listener.name", STRING, None)
     log_dirs: str | None = define("log.dirs", STRING, None)
@@ -433,7 +428,7 @@ class Config:
         doc="pybroker's own: log 'event loop stalled N ms' when the event loop was blocked"
         " longer than this (0: no warnings).",
     )
-    metrics_listener: HttpEndpoint | None = define(
+    metrics_listener: conv.HttpEndpoint | None = define(
         "metrics.listener",
         STRING,
         None,
@@ -471,10 +466,10 @@ class Config:
         Check(
             lambda v: (
                 None
-                if v in ("", *AUTHORIZERS)
-                else f"{v} is not an authorizer this broker has (one of: {', '.join(AUTHORIZERS)})"
+                if v in ("", *conv.AUTHORIZERS)
+                else f"{v} is not an authorizer this broker has (one of: {', '.join(conv.AUTHORIZERS)})"
             ),
-            "empty, or one of " + ", ".join(AUTHORIZERS),
+            "empty, or one of " + ", ".join(conv.AUTHORIZERS),
         ),
     )
     super_users: tuple[str, ...] = define(
