@@ -134,20 +134,8 @@ def producer_perf(
         config = Path(tempfile.mkdtemp(prefix="pp-")) / "producer.properties"
         config.write_text("".join(p + "\n" for p in target.tls_props))
         extra = ["--producer.config", config]
-    args = [
-        "--topic",
-        topic,
-        "--num-records",
-        records,
-        "--record-size",
-        size,
-        "--throughput",
-        -1,
-        *extra,
-        "--producer-props",
-        f"bootstrap.servers={target.tls_bootstrap if tls else target.bootstrap}",
-        *props,
-    ]
+    bootstrap = target.tls_bootstrap if tls else target.bootstrap
+    args = _pp_args(topic, records, size, bootstrap, props, extra)
     r = run_java(java.PRODUCER_PERFORMANCE, args, timeout=900)
     found = list(_PP_FINAL.finditer(r.stdout))
     m = found[-1] if found else None
@@ -164,20 +152,30 @@ def producer_perf(
     }
 
 
+def _pp_args(
+    topic: str,
+    records: int,
+    size: int,
+    bootstrap: str,
+    props: list[str],
+    extra: list[object] | None = None,
+) -> list[object]:
+    """ProducerPerformance's arguments: ``records`` of ``size`` bytes, unthrottled."""
+    return [
+        "--topic",
+        topic,
+        "--num-records",
+        records,
+        "--record-size",
+        size,
+        "--throughput",
+        -1,
+        *(extra or []),
+        "--producer-props",
+        f"bootstrap.servers={bootstrap}",
+        *props,
+    ]
+
+
 def pp_cmd(topic: str, records: int, size: int, props: list[str]) -> str:
-    return show_cmd(
-        java.PRODUCER_PERFORMANCE,
-        [
-            "--topic",
-            topic,
-            "--num-records",
-            records,
-            "--record-size",
-            size,
-            "--throughput",
-            -1,
-            "--producer-props",
-            "bootstrap.servers=<bootstrap>",
-            *props,
-        ],
-    )
+    return show_cmd(java.PRODUCER_PERFORMANCE, _pp_args(topic, records, size, "<bootstrap>", props))

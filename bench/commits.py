@@ -56,8 +56,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pybroker.testing.process import BrokerProcess
-from pybroker.testing.procutil import free_port
-from pybroker.testing.zookeeper import ZK_SERVER_SH, ZooKeeperServer
+from pybroker.testing.procstat import Sampler, cpu_seconds
+from pybroker.testing.zookeeper import ZooKeeperEnsemble
 
 TARGETS = [
     "kafka",
@@ -254,60 +254,6 @@ def run_client(kind: str, bootstrap: str, n: int, seconds: float, tag: str) -> d
 # ------------------------------------------------------------------------------ targets
 
 
-class ZooKeeperEnsemble:
-    """``size`` ZooKeeper servers on loopback (server.N lines, a myid each), Debian's defaults
-    otherwise (forceSync=yes)."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.root = Path(tempfile.mkdtemp(prefix="pybroker-zk-ensemble-"))
-        self.servers = [ZooKeeperServer(self.root / f"zk{i}") for i in range(1, size + 1)]
-        self.procs: list[subprocess.Popen] = []
-
-    @property
-    def connect(self) -> str:
-        return ",".join(s.connect for s in self.servers)
-
-    def start(self, timeout: float = 120.0) -> None:
-        if self.size == 1:
-            self.servers[0].start(timeout=timeout)
-            return
-        peers = [(free_port(), free_port()) for _ in self.servers]
-        lines = "".join(
-            f"server.{i}=127.0.0.1:{a}:{b}\n" for i, (a, b) in enumerate(peers, start=1)
-        )
-        for i, s in enumerate(self.servers, start=1):
-            data = s.dir / "data"
-            data.mkdir(parents=True, exist_ok=True)
-            (data / "myid").write_text(f"{i}\n")
-            cfg = s.dir / "zoo.cfg"
-            cfg.write_text(
-                "tickTime=500\ninitLimit=20\nsyncLimit=10\n"
-                f"dataDir={data}\nclientPort={s.port}\nclientPortAddress=127.0.0.1\n"
-                "admin.enableServer=false\nmaxSessionTimeout=60000\n"
-                "4lw.commands.whitelist=srvr\n" + lines
-            )
-            env = dict(os.environ, ZOO_LOG_DIR=str(s.dir), ZOOCFGDIR=str(s.dir))
-            s.proc = subprocess.Popen(
-                [ZK_SERVER_SH, "start-foreground", str(cfg)],
-                env=env,
-                stdout=open(s.dir / "zk.out", "ab"),  # noqa: SIM115
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if all(s.serving() for s in self.servers):
-                return
-            time.sleep(0.2)
-        raise RuntimeError("the ZooKeeper ensemble did not form")
-
-    def stop(self) -> None:
-        for s in self.servers:
-            s.stop()
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
 @dataclass
 class Running:
     name: str
@@ -318,54 +264,10 @@ class Running:
     zk_pids: list[int] = field(default_factory=list)
 
 
-def cpu_s(pid: int) -> float:
-    """The process's user + system CPU seconds so far (all its threads); 0 once gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-class CpuSampler:
-    """(wall time, broker CPU s, ZooKeeper CPU s) every ``interval`` s, so that the CPU spent
-    in the client's timed part (its wall-clock bounds) can be cut out of a whole run."""
-
-    def __init__(self, running: Running, interval: float = 0.25) -> None:
-        self.running = running
-        self.interval = interval
-        self.samples: list[tuple[float, float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            r = self.running
-            self.samples.append(
-                (
-                    time.time(),
-                    sum(cpu_s(p) for p in r.broker_pids),
-                    sum(cpu_s(p) for p in r.zk_pids),
-                )
-            )
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> CpuSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def during(self, t0: float, t1: float) -> tuple[float, float, float] | None:
-        """(seconds, broker CPU s, ZooKeeper CPU s) between the samples nearest t0 and t1."""
-        inside = [s for s in self.samples if t0 <= s[0] <= t1]
-        if len(inside) < 2:
-            return None
-        a, b = inside[0], inside[-1]
-        return b[0] - a[0], b[1] - a[1], b[2] - a[2]
+def cpu_sampler(running: Running) -> Sampler[tuple[float, float]]:
+    """(broker CPU s, ZooKeeper CPU s) every 0.25 s, so that the CPU spent in the client's
+    timed part (its wall-clock bounds) can be cut out of a whole run."""
+    return Sampler(lambda: (cpu_seconds(running.broker_pids), cpu_seconds(running.zk_pids)))
 
 
 def start_target(name: str, workdir: Path) -> Running:
@@ -487,7 +389,7 @@ def run(args: argparse.Namespace) -> list[Result]:
                             create_topic(running.bootstrap, f"w18-{tag}", 1)
                             spies = _profile(args, running, f"W18-{n}-{target}-{rnd}")
                             try:
-                                with CpuSampler(running) as cpu:
+                                with cpu_sampler(running) as cpu:
                                     figures = run_client(
                                         "w18", running.bootstrap, n, args.seconds, tag
                                     )
@@ -540,13 +442,16 @@ def stop_pyspy(spies: list[subprocess.Popen]) -> None:
             p.kill()
 
 
-def _cpu_figures(figures: dict, cpu: CpuSampler) -> None:
+def _cpu_figures(figures: dict, cpu: Sampler[tuple[float, float]]) -> None:
     """The broker's (and ZooKeeper's) share of a core and CPU per commit in the timed part."""
     t0, t1, commits = figures.pop("timed")
-    d = cpu.during(t0, t1)
-    if d is None or d[0] <= 0 or commits <= 0:
+    ends = cpu.within(t0, t1)
+    if ends is None or commits <= 0:
         return
-    secs, broker, zk = d
+    (a, (broker_a, zk_a)), (b, (broker_b, zk_b)) = ends
+    secs, broker, zk = b - a, broker_b - broker_a, zk_b - zk_a
+    if secs <= 0:
+        return
     figures["broker cores"] = broker / secs
     figures["broker us/commit"] = broker / (commits * secs / (t1 - t0)) * 1e6
     if zk:

@@ -542,31 +542,53 @@ def w21(system: System, n: int, res: Results, timeout_s: float) -> None:
     _restart(system, node, names, "kill -9", res, n, timeout_s)
 
 
-def run_w21(size: int, targets: list[str], workdir: Path, res: Results, timeout_s: float):
+def _run_on_each(
+    wid: str,
+    workload: Callable[[System, int, Results, float], object],
+    start: Callable[[str, Path], System],
+    size: int,
+    targets: list[str],
+    workdir: Path,
+    res: Results,
+    timeout_s: float,
+    *,
+    record_start: bool = False,
+) -> None:
+    """Start each target in a work dir of its own, run the workload on it, record an error
+    instead of stopping (a failed start too with ``record_start``), stop it, and remove the
+    work dir (unless KEEP)."""
     for kind in targets:
-        wd = workdir / f"w21-{kind}-{size}"
-        log(f"W21 n={size:,} {kind}: starting (load {loadavg()})")
+        wd = workdir / f"{wid.lower()}-{kind}-{size}"
+        log(f"{wid} n={size:,} {kind}: starting (load {loadavg()})")
         try:
-            if kind == "pybroker":
-                system = start_pybroker(wd, brokers=1)
-            elif kind == "pybroker-zk":
-                system = start_pybroker(wd, brokers=1, metadata_mode="zookeeper")
-            elif kind == "kafka-zk":
-                system = start_kafka(wd, brokers=1, metadata_mode="zookeeper", heap=W21_KAFKA_HEAP)
-            else:
-                system = start_kafka(wd, brokers=1, heap=W21_KAFKA_HEAP)
+            system = start(kind, wd)
         except Exception as e:  # noqa: BLE001 - recorded
-            res.add("W21", size, kind, "error", f"start: {type(e).__name__}: {str(e)[:300]}")
+            if not record_start:
+                raise
+            res.add(wid, size, kind, "error", f"start: {type(e).__name__}: {str(e)[:300]}")
             continue
         try:
-            w21(system, size, res, timeout_s)
+            workload(system, size, res, timeout_s)
         except Exception as e:  # noqa: BLE001 - recorded
-            res.add("W21", size, system, "error", f"{type(e).__name__}: {str(e)[:300]}")
+            res.add(wid, size, system, "error", f"{type(e).__name__}: {str(e)[:300]}")
         finally:
             system.stop()
-            log(f"W21 n={size:,} {kind}: done (load {loadavg()})")
+            log(f"{wid} n={size:,} {kind}: done (load {loadavg()})")
             if not KEEP:
                 shutil.rmtree(wd, ignore_errors=True)
+
+
+def run_w21(size: int, targets: list[str], workdir: Path, res: Results, timeout_s: float):
+    def start(kind: str, wd: Path) -> System:
+        if kind == "pybroker":
+            return start_pybroker(wd, brokers=1)
+        if kind == "pybroker-zk":
+            return start_pybroker(wd, brokers=1, metadata_mode="zookeeper")
+        if kind == "kafka-zk":
+            return start_kafka(wd, brokers=1, metadata_mode="zookeeper", heap=W21_KAFKA_HEAP)
+        return start_kafka(wd, brokers=1, heap=W21_KAFKA_HEAP)
+
+    _run_on_each("W21", w21, start, size, targets, workdir, res, timeout_s, record_start=True)
 
 
 W21_KAFKA_HEAP = "2g"
@@ -946,22 +968,12 @@ def w23(system: System, n: int, res: Results, timeout_s: float) -> None:
 
 
 def run_w23(size: int, targets: list[str], workdir: Path, res: Results, timeout_s: float):
-    for kind in targets:
-        wd = workdir / f"w23-{kind}-{size}"
-        log(f"W23 n={size:,} {kind}: starting (load {loadavg()})")
+    def start(kind: str, wd: Path) -> System:
         if kind == "pybroker":
-            system = start_pybroker(wd, brokers=1, overrides={"max.connections.per.ip": 1_000_000})
-        else:
-            system = start_kafka(wd, brokers=1)
-        try:
-            w23(system, size, res, timeout_s)
-        except Exception as e:  # noqa: BLE001 - recorded
-            res.add("W23", size, system, "error", f"{type(e).__name__}: {str(e)[:300]}")
-        finally:
-            system.stop()
-            log(f"W23 n={size:,} {kind}: done (load {loadavg()})")
-            if not KEEP:
-                shutil.rmtree(wd, ignore_errors=True)
+            return start_pybroker(wd, brokers=1, overrides={"max.connections.per.ip": 1_000_000})
+        return start_kafka(wd, brokers=1)
+
+    _run_on_each("W23", w23, start, size, targets, workdir, res, timeout_s)
 
 
 # ------------------------------------------------------------------------------------------
@@ -1031,22 +1043,12 @@ def w24(system: System, n: int, res: Results, timeout_s: float) -> None:
 
 
 def run_w24(size: int, targets: list[str], workdir: Path, res: Results, timeout_s: float):
-    for kind in targets:
-        wd = workdir / f"w24-{kind}-{size}"
-        log(f"W24 n={size:,} {kind}: starting (load {loadavg()})")
+    def start(kind: str, wd: Path) -> System:
         if kind == "pybroker":
-            system = start_pybroker(wd, brokers=1, overrides=W24_OVERRIDES)
-        else:
-            system = start_kafka(wd, brokers=1, overrides=W24_OVERRIDES)
-        try:
-            w24(system, size, res, timeout_s)
-        except Exception as e:  # noqa: BLE001 - recorded
-            res.add("W24", size, system, "error", f"{type(e).__name__}: {str(e)[:300]}")
-        finally:
-            system.stop()
-            log(f"W24 n={size:,} {kind}: done (load {loadavg()})")
-            if not KEEP:
-                shutil.rmtree(wd, ignore_errors=True)
+            return start_pybroker(wd, brokers=1, overrides=W24_OVERRIDES)
+        return start_kafka(wd, brokers=1, overrides=W24_OVERRIDES)
+
+    _run_on_each("W24", w24, start, size, targets, workdir, res, timeout_s)
 
 
 # ------------------------------------------------------------------------------------------
@@ -1055,23 +1057,12 @@ def run_w24(size: int, targets: list[str], workdir: Path, res: Results, timeout_
 
 
 def run_w22(size: int, targets: list[str], workdir: Path, res: Results, timeout_s: float):
-    for kind in targets:
-        wd = workdir / f"w22-{kind}-{size}"
-        log(f"W22 n={size:,} {kind}: starting (load {loadavg()})")
-        system = (
-            start_pybroker(wd, brokers=3)
-            if kind == "pybroker"
-            else start_kafka(wd, brokers=3, metadata_mode="zookeeper")
-        )
-        try:
-            w22(system, size, res, timeout_s)
-        except Exception as e:  # noqa: BLE001 - recorded
-            res.add("W22", size, system, "error", f"{type(e).__name__}: {str(e)[:300]}")
-        finally:
-            system.stop()
-            log(f"W22 n={size:,} {kind}: done (load {loadavg()})")
-            if not KEEP:
-                shutil.rmtree(wd, ignore_errors=True)
+    def start(kind: str, wd: Path) -> System:
+        if kind == "pybroker":
+            return start_pybroker(wd, brokers=3)
+        return start_kafka(wd, brokers=3, metadata_mode="zookeeper")
+
+    _run_on_each("W22", w22, start, size, targets, workdir, res, timeout_s)
 
 
 WORKLOADS = {"W21": run_w21, "W22": run_w22, "W23": run_w23, "W24": run_w24}

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 
-from bench.commits import ZooKeeperEnsemble
+from pybroker.testing.zookeeper import ZooKeeperEnsemble
 
 ZNODES = 256
 

@@ -18,8 +18,8 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
+from pybroker.log.checkpoints import read_checkpoint
 from pybroker.log.cleaner import CLEANER_OFFSET_CHECKPOINT
-from pybroker.log.manager import read_checkpoint
 from pybroker.testing.client_helpers import unique_topic
 
 KEYS = 500

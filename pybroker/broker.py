@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import inspect
 import json
 import logging
 import os
 import socket
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,86 +43,33 @@ from pybroker.coord.metadata.store import MetadataStore
 from pybroker.coord.txn.coordinator import TransactionCoordinator
 from pybroker.coord.txn.markers import MarkerSender
 from pybroker.dynamic_config import DynamicBrokerConfig
-from pybroker.errors import ErrorCode, KafkaError
 from pybroker.exposition import exposition
 from pybroker.fetch_session import FetchSessionCache
 from pybroker.flusher import Flusher
-from pybroker.handlers._topics import flush_policy, log_config
 from pybroker.handlers.write_txn_markers import write_txn_markers
+from pybroker.hosted_logs import HostedLogs
 from pybroker.http_server import HttpRequest, HttpResponse, HttpServer
 from pybroker.internal_topics import InternalTopic
-from pybroker.log import LogManager, PartitionLog, meta_properties
+from pybroker.log import LogManager, meta_properties
 from pybroker.log.cleaner import LogCleaner
+from pybroker.log.descriptors import DescriptorCache
 from pybroker.log.manager import OfflineLogDirError
 from pybroker.log.mover import LogDirMover
-from pybroker.log.partition_metadata import other_incarnation
-from pybroker.log.segment import DescriptorCache
 from pybroker.loop_monitor import LoopMonitor
 from pybroker.metrics import BrokerMetrics
 from pybroker.purgatory import Purgatory
 from pybroker.quotas.manager import QuotaManager
 from pybroker.quotas.store import QuotaStore
 from pybroker.replica_manager import ReplicaManager
-from pybroker.replication import manager as replica_manager
 from pybroker.replication.controlled_shutdown import controlled_shutdown
 from pybroker.security import listeners as listener_security
 from pybroker.security.authorizer import Authorizer
 from pybroker.security.credentials import CredentialStore, fake_salt_key
 from pybroker.server import KafkaServer
 from pybroker.share.manager import SharePartitionManager
-
-# the event loop's time for deleting a deleted topic's logs in one go (see _delete_logs)
-LOG_DELETE_BUDGET_S = 0.01
+from pybroker.stops import STOP_STEP_S, Stops
 
 log = logging.getLogger("pybroker.broker")
-
-STOP_STEP_S = 3.0  # the most one shutdown step may take (SIGTERM must end the process)
-
-
-async def _bounded(what: str, step: Awaitable[Any], timeout: float = STOP_STEP_S) -> None:
-    """Await one shutdown step for at most ``timeout`` seconds; a step that fails or takes
-    longer is logged and left behind (its task is cancelled), and the shutdown goes on."""
-    try:
-        async with asyncio.timeout(timeout):
-            await step
-    except TimeoutError:
-        log.warning("shutdown: %s did not stop within %.0f s; going on", what, timeout)
-    except Exception as e:
-        log.warning("shutdown: %s failed to stop: %r; going on", what, e)
-
-
-class Stops:
-    """The stops of the parts started so far, by name; ``run`` calls them last-pushed first.
-    A bounded stop gets STOP_STEP_S (``_bounded``); an unbounded one (local disk, threads that
-    must end before the logs close) is awaited to its end."""
-
-    def __init__(self) -> None:
-        self._entries: dict[str, tuple[Callable[[], Any], bool]] = {}
-
-    def push(self, name: str, stop: Callable[[], Any], *, bounded: bool = True) -> None:
-        self._entries.pop(name, None)
-        self._entries[name] = (stop, bounded)
-
-    def bump(self, name: str) -> None:
-        """Move ``name``'s stop to the top: it now runs before the stops pushed since (a part
-        that must stop before parts started after it, e.g. the listeners once they accept)."""
-        self._entries[name] = self._entries.pop(name)
-
-    @property
-    def order(self) -> list[str]:
-        """The names in the order ``run`` stops them."""
-        return list(reversed(self._entries))
-
-    async def run(self) -> None:
-        while self._entries:
-            name = next(reversed(self._entries))
-            stop, bounded = self._entries.pop(name)
-            result = stop()
-            if inspect.isawaitable(result):
-                if bounded:
-                    await _bounded(name, result)
-                else:
-                    await result
 
 
 class Broker:
@@ -147,7 +93,8 @@ class Broker:
         self.logs: LogManager | None = None
         self.descriptors: DescriptorCache | None = None
         self.log_mover: LogDirMover | None = None
-        self._hosted_at_start: set[tuple[str, int]] = set()
+        # the logs hosted here, in step with the cluster's metadata (made with the Cluster)
+        self.hosted: HostedLogs | None = None
         self.groups: GroupCoordinator | None = None
         # share groups (KIP-932): the coordinator side, the leader side, the group configs
         self.group_configs: GroupConfigCache | None = None
@@ -170,11 +117,10 @@ class Broker:
         self._marker_sender: MarkerSender | None = None
         self.replicas: ReplicaManager | None = None
         self.flusher = Flusher(
-            self._flush_policy,
+            lambda topic: self.hosted.flush_policy(topic),
             clock,
             on_io_error=lambda plog, e: self.logs.fail_dir(self.logs.dir_of(plog), e),
         )
-        self._flush_policies: dict[str, tuple[int, int]] = {}
         self.server: KafkaServer | None = None
         self.cleaner: LogCleaner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -182,8 +128,6 @@ class Broker:
         self._stops = Stops()
         self._stopping = False
         self._topic_meta_cache: TopicMeta | None = None
-        # the configs object last applied to each topic's logs (TOPIC_CHANGED skips the same)
-        self._configs_applied: dict[str, dict[str, str]] = {}
         # always running: its warnings (loop.stall.warn.ms, 0 = none) and the session lease
         self.loop_monitor = LoopMonitor(config.loop_stall_warn_ms)
         # metrics.listener: counters the request paths move (None: off, nothing counted)
@@ -289,6 +233,13 @@ class Broker:
                 meta_properties.write(d, cfg.broker_id, self.cluster.cluster_id)
             except OSError as e:
                 self.logs.fail_dir(d, e)
+        self.hosted = HostedLogs(
+            cfg,
+            self.logs,
+            self.cluster,
+            asyncio.get_running_loop(),
+            on_offline=lambda keys: self._on_log_dir_failure(None, keys),
+        )
         self._apply_broker_configs()  # before anything below reads a dynamic value
 
     async def _start_replicas(self) -> None:
@@ -301,27 +252,20 @@ class Broker:
             clock=self.clock,
             flusher=self.flusher,
             metrics=self.metrics,
-            min_insync_replicas=self._min_insync_replicas,
-            open_log=self.partition_log,
-            create_logs=self.create_new_logs,
-            on_replica_removed=lambda t, p, plog: self._delete_logs([(t, p, plog)]),
+            min_insync_replicas=self.hosted.min_insync_replicas,
+            open_log=self.hosted.partition_log,
+            create_logs=self.hosted.create_new_logs,
+            on_replica_removed=lambda t, p, plog: self.hosted.delete_logs([(t, p, plog)]),
         )
-        self._apply_topic_configs()
+        self.hosted.apply_topic_configs()
         self._loop = asyncio.get_running_loop()
         self.logs.owner_thread = threading.get_ident()
         self.logs.call_on_owner = self._loop.call_soon_threadsafe
         self.flusher.start()
         self._stops.push("flusher", self.flusher.stop)
-        me = self.config.broker_id
-        self._hosted_at_start = {  # existing replicas (Kafka's isNew = false)
-            (name, p)
-            for name, info in self.cluster.topics.items()
-            for p, st in info.partitions.items()
-            if me in st.replicas
-        }
         self._stops.push("replica manager", self.replicas.stop)
         await self.replicas.start()
-        self._delete_stray_logs()
+        self.hosted.delete_stray_logs()
         self.log_mover.resume()  # moves a crash interrupted go on
         self._stops.push("log dir mover", self.log_mover.stop)
         self.cluster.add_listener(self._on_cluster_event)
@@ -468,8 +412,8 @@ class Broker:
             self._stops.push("console", self.console.stop)
 
     async def _start_periodic_tasks(self) -> None:
-        self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
-        self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="checkpoint"))
+        self._tasks.append(asyncio.create_task(self.hosted.retention_loop(), name="retention"))
+        self._tasks.append(asyncio.create_task(self.hosted.checkpoint_loop(), name="checkpoint"))
 
     def _take_up_internal_topics(self) -> None:
         """Load and unload the internal topics' partitions as this broker's leadership of
@@ -533,71 +477,6 @@ class Broker:
             self._fake_salt_key = await fake_salt_key(self.store)
         return self._fake_salt_key
 
-    def partition_log(self, topic: str, partition: int) -> PartitionLog:
-        existing = self.logs.get(topic, partition)
-        info = self.cluster.topics[topic]
-        if existing is not None and not other_incarnation(existing.topic_id, info.topic_id):
-            return existing
-        key = (topic, partition)
-        if existing is None and self.logs.offline_dirs and key in self._hosted_at_start:
-            # Kafka's getOrCreateLog(isNew = false) while a dir is offline: the replica may
-            # be in that dir, and an empty log in its place could lead (data loss): offline
-            # here, the controller is told (it moves the leadership, drops it from the ISR)
-            log.error(
-                "%s-%d: no log in the online dirs and %s offline: offline here",
-                topic,
-                partition,
-                ", ".join(map(str, sorted(self.logs.offline_dirs))),
-            )
-            self.logs.offline_partitions.add(key)
-            self._on_log_dir_failure(None, [key])
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition} is offline")
-        # new, or a log of an earlier incarnation of the topic (replaced by an empty one)
-        return self.logs.get_or_create(
-            topic, partition, log_config(self.config, info.configs), topic_id=info.topic_id
-        )
-
-    async def create_new_logs(self, keys: list[tuple[str, int]]) -> None:
-        """Create the logs of these new partitions in a worker thread (the replica manager's
-        create_logs: mkdir and file creation can block for seconds on a busy disk, and a
-        CreateTopics of thousands of partitions would stall every client), then hand them to
-        the log manager on the loop.  A partition that got a log meanwhile, whose topic went
-        or changed incarnation, is skipped (its new log deleted); the replica manager syncs
-        each key again afterwards."""
-        me = self.config.broker_id
-        plans = []
-        for t, p in keys:
-            info = self.cluster.topics.get(t)
-            st = info.partitions.get(p) if info is not None else None
-            if st is None or me not in st.replicas or self.logs.get(t, p) is not None:
-                continue
-            epoch = st.leader_epoch if st.leader == me else None
-            plans.append(((t, p), log_config(self.config, info.configs), info.topic_id, epoch))
-        if not plans or self.logs.offline_dirs:
-            return
-        placed = self.logs.place(key for key, *_ in plans)
-
-        def open_all() -> list[tuple[tuple[str, int], PartitionLog | OSError, Any]]:
-            out: list[tuple[tuple[str, int], PartitionLog | OSError, Any]] = []
-            for key, config, topic_id, epoch in plans:
-                try:
-                    plog = self.logs.open_new(placed[key], key, config, topic_id, epoch)
-                except OSError as e:
-                    out.append((key, e, topic_id))
-                else:
-                    out.append((key, plog, topic_id))
-            return out
-
-        for key, result, topic_id in await asyncio.to_thread(open_all):
-            if isinstance(result, OSError):
-                self.logs.fail_dir(placed[key], result)
-                continue
-            info = self.cluster.topics.get(key[0])
-            if info is None or other_incarnation(info.topic_id, topic_id):
-                self.logs.discard(result)  # (deleted, or created again, meanwhile)
-                continue
-            self.logs.adopt(key, result)
-
     def _new_cleaner(self) -> LogCleaner:
         return builder.log_cleaner(
             self.config, logs=self.logs, clock=self.clock, run_on_owner=self._run_on_loop
@@ -613,10 +492,7 @@ class Broker:
         cfg = self.config
         if changed & dynamic_config.LOG_CONFIGS or changed - dynamic_config.SUPPORTED:
             # (the second: synonyms such as log.retention.hours moved with log.retention.ms)
-            self.logs.default_config = log_config(cfg, {})
-            self._flush_policies.clear()
-            if self.replicas is not None:
-                self._apply_topic_configs()
+            self.hosted.broker_defaults_changed()
             if self.cleaner is not None:
                 self.cleaner.wake()
         self.cluster.unclean_leader_election_enable = cfg.unclean_leader_election_enable
@@ -756,117 +632,15 @@ class Broker:
         # or of the controller can move any leader.
         topic = event.topic if event.kind in ("TOPIC_CHANGED", "TOPIC_DELETED") else None
         self.replicas.sync_roles(topic)  # first: stops fetching partitions that are going away
-        self._flush_policies.pop(topic, None)
-        if event.kind == "TOPIC_DELETED":
-            self._configs_applied.pop(event.topic, None)
         if event.kind == "TOPIC_CHANGED":
-            info = self.cluster.topics.get(event.topic)
-            # (every partition state change is a TOPIC_CHANGED: only a change of the topic's
-            # configs touches its logs, and only a compacted topic wakes the cleaner, whose
-            # look at every log per event stalled the loop at thousands of partitions)
-            if info is not None and self._configs_applied.get(event.topic) is not info.configs:
-                self._apply_topic_configs(event.topic)
-                if self.cleaner is not None and log_config(self.config, info.configs).compact:
-                    self.cleaner.wake()  # a topic that became compacted is looked at now
+            if self.hosted.topic_changed(event.topic) and self.cleaner is not None:
+                self.cleaner.wake()  # a topic that became compacted is looked at now
         if event.kind == "BROKERS_CHANGED" and self.groups is not None:
             self.groups.check_membership()
         if event.kind == "BROKERS_CHANGED" and self.transactions is not None:
             self.transactions.check_membership()
         if event.kind == "TOPIC_DELETED":
-            # The topic may exist again by now (deleted and created at once, the events
-            # delivered late): only the logs of the deleted incarnation go.
-            info = self.cluster.topics.get(event.topic)
-            self._delete_logs(
-                [
-                    (name, partition, plog)
-                    for name, partition, plog in self.logs.partitions()
-                    if name == event.topic
-                    and (info is None or other_incarnation(plog.topic_id, info.topic_id))
-                ]
-            )
-
-    def _delete_stray_logs(self) -> None:
-        """At start: the logs of partitions this broker is no longer a replica of (a
-        reassignment removed it while it was down) are deleted, as Kafka's controller has a
-        returning broker delete such replicas."""
-        me = self.config.broker_id
-        stray = []
-        for name, partition, plog in self.logs.partitions():
-            info = self.cluster.topics.get(name)
-            state = info.partitions.get(partition) if info is not None else None
-            if state is None or other_incarnation(plog.topic_id, info.topic_id):
-                continue
-            if me not in state.replicas:
-                stray.append((name, partition, plog))
-        if stray:
-            log.info(
-                "deleting the logs of %d partitions reassigned away from this broker: %s",
-                len(stray),
-                ", ".join(f"{n}-{p}" for n, p, _ in stray[:20]),
-            )
-            self._delete_logs(stray)
-
-    def _delete_logs(self, doomed: list[tuple[str, int, PartitionLog]]) -> None:
-        """Delete these logs (a rename and closing its files each), for LOG_DELETE_BUDGET_S
-        of the event loop at a time: a topic of thousands of partitions goes over several
-        loop iterations.  A log that was replaced meanwhile (the topic created again) stays."""
-        deadline = replica_manager.monotonic() + LOG_DELETE_BUDGET_S
-        for k, (name, partition, plog) in enumerate(doomed):
-            if k and replica_manager.monotonic() > deadline and self._loop is not None:
-                self._loop.call_soon(self._delete_logs, doomed[k:])
-                return
-            if self.logs.get(name, partition) is plog:
-                self.logs.delete(name, partition)
-
-    def _apply_topic_configs(self, topic: str | None = None) -> None:
-        """Give open logs their topic's configs (logs recovered at start open with defaults)."""
-        topics = self.cluster.topics
-        names = list(topics) if topic is None else [topic] if topic in topics else []
-        for name in names:
-            info = topics[name]
-            self._configs_applied[name] = info.configs
-            wanted = log_config(self.config, info.configs)
-            for partition in info.partitions:
-                plog = self.logs.get(name, partition)
-                if plog is not None and plog.config != wanted:
-                    plog.config = wanted
-
-    def _flush_policy(self, topic: str) -> tuple[int, int]:
-        """Per topic, cached (it is asked on every append); TOPIC_CHANGED clears the cache."""
-        policy = self._flush_policies.get(topic)
-        if policy is None:
-            info = self.cluster.topics.get(topic)
-            policy = flush_policy(self.config, info.configs if info is not None else {})
-            self._flush_policies[topic] = policy
-        return policy
-
-    def _min_insync_replicas(self, topic: str) -> int:
-        info = self.cluster.topics.get(topic)
-        value = info.configs.get("min.insync.replicas") if info is not None else None
-        return int(value) if value is not None else self.config.min_insync_replicas
-
-    async def _retention_loop(self) -> None:
-        interval = self.config.log_retention_check_interval_ms / 1000.0
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                # Retention only detaches and renames segments (cheap, on the loop, the
-                # appends' owner); unlinking files happens in a thread, after a delay that
-                # lets in-flight sendfile reads finish.
-                self.logs.run_retention()
-                await asyncio.to_thread(self.logs.delete_pending_files)
-            except Exception:
-                log.exception("retention check failed")
-
-    async def _checkpoint_loop(self) -> None:
-        # Flushing moves each log's recovery point, which bounds how much of the tail a
-        # start after a crash must scan (the OS page cache already survives a process kill).
-        while True:
-            await asyncio.sleep(self.config.log_flush_offset_checkpoint_interval_ms / 1000)
-            try:
-                await asyncio.to_thread(self.logs.flush_all)
-            except Exception:
-                log.exception("recovery point checkpoint failed")
+            self.hosted.topic_deleted(event.topic)
 
 
 def describe(broker: Broker) -> dict[str, Any]:

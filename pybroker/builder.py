@@ -44,8 +44,8 @@ from pybroker.http_server import HttpServer
 from pybroker.internal_topics import OFFSETS_TOPIC, TXN_STATE_TOPIC, InternalTopic, LeaderPlacement
 from pybroker.log import LogManager, PartitionLog
 from pybroker.log.cleaner import CleanerConfig, LogCleaner
+from pybroker.log.descriptors import DescriptorCache, descriptor_budget
 from pybroker.log.mover import LogDirMover
-from pybroker.log.segment import DescriptorCache, descriptor_budget
 from pybroker.loop_monitor import LoopMonitor
 from pybroker.metrics import BrokerMetrics
 from pybroker.purgatory import Purgatory

@@ -6,7 +6,7 @@ A :class:`ConfigKey` is declared once (name, :class:`Type`, default, validator) 
 values are trimmed and parsed by type (``parseType``), then checked by the key's validator;
 failures raise :class:`ConfigException` worded as Kafka's (``Invalid value V for configuration
 N: reason``).  ``convert_to_string`` renders a parsed value back as Kafka prints it (the values
-DescribeConfigs answers).  The broker keys (pybroker/config.py) and the topic keys
+DescribeConfigs answers).  The broker keys (pybroker/config/) and the topic keys
 (pybroker/topic_config.py) are both declared this way; docs/internals.md has the contract.
 
 Pure: no I/O, no asyncio; importable from every layer (it sits under log and coord).

@@ -6,7 +6,8 @@ notifications are purged; topic config changes write notifications too."""
 from __future__ import annotations
 
 import asyncio
-import time
+
+from async_wait import wait_until
 
 from pybroker.clock import ManualClock
 from pybroker.coord.metadata import config_changes, paths
@@ -18,14 +19,6 @@ from pybroker.coord.metadata.zk import ZooKeeperStore
 
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 60), debug=True)
-
-
-async def wait_until(pred, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 def endpoints(port: int) -> list[tuple[str, str, int]]:

@@ -10,8 +10,8 @@ import socket
 import pytest
 from broker_fixture import BrokerHarness, free_port
 
-from pybroker.broker import Stops
-from pybroker.log.manager import CLEAN_SHUTDOWN_FILE
+from pybroker.log.checkpoints import CLEAN_SHUTDOWN_FILE
+from pybroker.stops import Stops
 
 # Broker.stop's order after the controlled shutdown (the listeners first, then what stands on
 # the parts below it, the metadata store and the loop monitor last)

@@ -9,6 +9,7 @@ import pytest
 
 from pybroker.clock import ManualClock
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.log.checkpoints import read_checkpoint
 from pybroker.log.cleaner import (
     CLEANER_OFFSET_CHECKPOINT,
     CleanerConfig,
@@ -16,7 +17,7 @@ from pybroker.log.cleaner import (
     OffsetMap,
 )
 from pybroker.log.compacted_records import DELETE_HORIZON_MASK
-from pybroker.log.manager import LogManager, read_checkpoint
+from pybroker.log.manager import LogManager
 from pybroker.log.partition_log import LogConfig, PartitionLog
 from pybroker.wire.records import (
     COMPRESSION_GZIP,

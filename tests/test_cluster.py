@@ -10,6 +10,7 @@ import time
 import uuid
 
 import pytest
+from async_wait import wait_until
 
 from pybroker.clock import ManualClock
 from pybroker.coord.metadata import paths
@@ -31,14 +32,6 @@ from pybroker.testing.zookeeper import require_zookeeper
 
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 60), debug=True)
-
-
-async def wait_until(pred, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 async def zk_store(connect: str) -> ZooKeeperStore:

@@ -10,6 +10,7 @@ import hashlib
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from record_fixture import raw_record
 
 from pybroker.errors import ErrorCode
 from pybroker.log.compacted_records import (
@@ -22,7 +23,6 @@ from pybroker.log.compacted_records import (
     record_at,
     scan_records,
 )
-from pybroker.wire.primitives import write_varint
 from pybroker.wire.record_walker import walk
 from pybroker.wire.records import (
     COMPRESSION_GZIP,
@@ -60,24 +60,6 @@ records_st = st.lists(
 )
 
 
-def _record(off: int, ts: int, key: bytes | None, value: bytes | None, hdrs=()) -> bytes:
-    body = bytearray(b"\x00")
-    write_varint(body, ts)
-    write_varint(body, off)
-    for blob in (key, value):
-        write_varint(body, -1 if blob is None else len(blob))
-        body += blob or b""
-    write_varint(body, len(hdrs))
-    for k, v in hdrs:
-        write_varint(body, len(k))
-        body += k
-        write_varint(body, -1 if v is None else len(v))
-        body += v or b""
-    out = bytearray()
-    write_varint(out, len(body))
-    return bytes(out + body)
-
-
 def _section(spec, contiguous: bool) -> tuple[bytes, list[tuple], int]:
     """(records section, [(offset delta, position, end, ts, key, tombstone)], last delta)."""
     out = bytearray()
@@ -85,7 +67,7 @@ def _section(spec, contiguous: bool) -> tuple[bytes, list[tuple], int]:
     off = -1
     for step, ts, key, value, hdrs in spec:
         off += 1 if contiguous else step
-        rec = _record(off, ts, key, value, hdrs)
+        rec = raw_record(off, ts, key, value, hdrs)
         expected.append((off, len(out), len(out) + len(rec), ts, key, value is None))
         out += rec
     return bytes(out), expected, off

@@ -1,4 +1,4 @@
-"""The config model (pybroker/configdef.py, pybroker/config.py, pybroker/topic_config.py):
+"""The config model (pybroker/configdef.py, pybroker/config/, pybroker/topic_config.py):
 pybroker's declarations held to Kafka 3.9's own (pybroker/kafka_*_configs.py, dumped from
 Kafka's jars), Kafka's parsing and validation messages, IncrementalAlterConfigs' APPEND /
 SUBTRACT with ConfigAdminManager's exact semantics, and the unknown-key suggestions."""

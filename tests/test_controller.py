@@ -12,11 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 import uuid
-from collections.abc import Callable
 
 import pytest
+from async_wait import wait_until
 
 from pybroker.coord.controller.context import ControllerFencedError
 from pybroker.coord.controller.controller import Controller
@@ -39,14 +38,6 @@ from pybroker.testing.zookeeper import require_zookeeper
 
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 90), debug=True)
-
-
-async def wait_until(pred: Callable[[], bool], timeout: float = 15.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached in time: {what}")
-        await asyncio.sleep(0.01)
 
 
 def endpoints(port: int) -> list[tuple[str, str, int]]:

@@ -10,8 +10,9 @@ import pytest
 
 from pybroker.clock import ManualClock
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.log.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_checkpoint
 from pybroker.log.leader_epoch import EpochEntry as E
-from pybroker.log.manager import LOG_START_OFFSET_CHECKPOINT, LogManager, read_checkpoint
+from pybroker.log.manager import LogManager
 from pybroker.log.partition_log import LogConfig, PartitionLog
 from pybroker.wire.records import build_batch, decode_records, parse_batches
 

@@ -28,6 +28,13 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def fd_baseline() -> int:
+    """Open descriptors once the garbage of earlier tests is collected (a cycle holding a file
+    closed by a later gc.collect() would otherwise lower the count below the baseline)."""
+    gc.collect()
+    return open_fds()
+
+
 def batch(n: int = 2, value: bytes = b"v" * 100, ts: int = NOW) -> bytearray:
     return bytearray(build_batch([(None, value, [])] * n, timestamp=ts))
 
@@ -58,7 +65,7 @@ def offsets_in(data: bytes) -> list[int]:
 
 
 def test_appends_land_at_the_end_whatever_sendfile_does_to_the_position(tmp_path):
-    base = open_fds()
+    base = fd_baseline()
     seg = LogSegment(tmp_path, 0)
     assert open_fds() == base + 1  # the .log; the indexes hold none
     written = seg_append(seg)
@@ -142,7 +149,7 @@ def test_loop_sendfile_of_a_region_while_appending(tmp_path, monkeypatch, mode):
 
 
 def test_release_and_delete_keep_in_flight_reads(tmp_path):
-    base = open_fds()
+    base = fd_baseline()
     seg = LogSegment(tmp_path, 0)
     data = seg_append(seg) + seg_append(seg)
     seg.flush()
@@ -165,7 +172,7 @@ def test_release_and_delete_keep_in_flight_reads(tmp_path):
 def test_partition_log_holds_one_descriptor_and_one_reader(tmp_path):
     clock = ManualClock()
     one = len(batch())
-    base = open_fds()
+    base = fd_baseline()
     log = PartitionLog.open(tmp_path / "t-0", LogConfig(segment_bytes=one * 2), clock)
     for _ in range(10):
         log_append(log)
@@ -202,7 +209,7 @@ def _bytes(region) -> bytes:
 def test_log_manager_fd_budget_is_one_per_partition(tmp_path):
     mgr = LogManager(tmp_path, LogConfig(), ManualClock())
     mgr.load_all()
-    base = open_fds()
+    base = fd_baseline()
     n = 500
     for p in range(n):
         log_append(mgr.get_or_create("fds", p))
@@ -224,7 +231,7 @@ def test_log_manager_fd_budget_is_one_per_partition(tmp_path):
 def test_index_writes_pending_entries_in_batches(tmp_path, monkeypatch):
     monkeypatch.setattr(index_mod, "PENDING_ENTRIES", 3)
     p = tmp_path / "0.index"
-    base = open_fds()
+    base = fd_baseline()
     idx = OffsetIndex(p, 0, 1024)
     assert open_fds() == base and p.exists()
     for i in range(1, 6):

@@ -12,12 +12,12 @@ import shutil
 import pytest
 
 from pybroker.clock import ManualClock
+from pybroker.log.checkpoints import read_checkpoint
 from pybroker.log.manager import (
     DuplicateLogError,
     LogDirNotFoundError,
     LogManager,
     OfflineLogDirError,
-    read_checkpoint,
 )
 from pybroker.log.mover import LogDirMover
 from pybroker.log.partition_log import LogConfig, parse_future_dir

@@ -11,13 +11,13 @@ import uuid
 import pytest
 
 from pybroker.clock import ManualClock
-from pybroker.log.manager import (
+from pybroker.log.checkpoints import (
     CLEAN_SHUTDOWN_FILE,
     RECOVERY_POINT_CHECKPOINT,
-    LogManager,
     read_checkpoint,
     write_checkpoint,
 )
+from pybroker.log.manager import LogManager
 from pybroker.log.partition_log import LogConfig, PartitionLog
 from pybroker.log.segment import LogSegment
 from pybroker.wire.records import build_batch, parse_batches
@@ -301,7 +301,7 @@ def test_a_deleted_partition_holds_no_descriptor_while_it_awaits_removal(tmp_pat
 
 
 def test_concurrent_checkpoints_never_take_a_healthy_dir_offline(tmp_path, clock):
-    """The periodic checkpoint runs in a worker thread (broker._checkpoint_loop -> flush_all)
+    """The periodic checkpoint runs in a worker thread (HostedLogs.checkpoint_loop -> flush_all)
     while the loop checkpoints after a replica move or DeleteRecords: both wrote the same
     ``.tmp`` file, and the second rename failed with ENOENT, taking the dir offline."""
     import threading

@@ -1,5 +1,5 @@
 """Creating many partitions at once (issue 27): the logs of partitions a sync pass leaves over
-are created in a worker thread (Broker.create_new_logs), never on the event loop, and each
+are created in a worker thread (HostedLogs.create_new_logs), never on the event loop, and each
 ends up the partition's log exactly once, with its topic id and first leader epoch."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def spied(start_broker):
     """A broker whose create_new_logs records the partitions it was handed."""
     b = start_broker()
     handed: list[tuple[str, int]] = []
-    original = b.broker.create_new_logs
+    original = b.broker.hosted.create_new_logs
 
     async def spy(keys):
         handed.extend(keys)

@@ -15,6 +15,7 @@ from broker_fixture import CREATE_TOPICS, NONE, batch, wait_until
 from broker_fixture import Client as _Client
 
 from pybroker.clock import ManualClock
+from pybroker.log import descriptors as descriptors_mod
 from pybroker.log import segment as segment_mod
 from pybroker.log.manager import LogManager
 from pybroker.log.partition_log import LogConfig
@@ -146,7 +147,7 @@ def test_open_log_descriptors_stay_bounded_with_many_partitions(tmp_path):
     clock = ManualClock(1_700_000_000_000)
     cfg = LogConfig(segment_bytes=2000)  # several segments per partition
     base = open_fds()
-    small = segment_mod.DescriptorCache(8)  # the broker's is sized from its open files limit
+    small = descriptors_mod.DescriptorCache(8)  # the broker's is sized from its open files limit
     mgr = LogManager(tmp_path, cfg, clock, descriptors=small)
     n = 60
     for p in range(n):
@@ -183,7 +184,7 @@ def test_each_log_manager_bounds_its_own_descriptors(tmp_path):
     clock = ManualClock(1_700_000_000_000)
     cfg = LogConfig(segment_bytes=2000)
     managers = [
-        LogManager(tmp_path / name, cfg, clock, descriptors=segment_mod.DescriptorCache(k))
+        LogManager(tmp_path / name, cfg, clock, descriptors=descriptors_mod.DescriptorCache(k))
         for name, k in (("a", 2), ("b", 3))
     ]
     for mgr in managers:
@@ -195,7 +196,10 @@ def test_each_log_manager_bounds_its_own_descriptors(tmp_path):
     assert LogManager(tmp_path / "c", cfg, clock).descriptors not in [
         m.descriptors for m in managers
     ]
-    assert not any(isinstance(v, segment_mod.DescriptorCache) for v in vars(segment_mod).values())
+    for module in (segment_mod, descriptors_mod):  # no process-wide cache
+        assert not any(
+            isinstance(v, descriptors_mod.DescriptorCache) for v in vars(module).values()
+        )
     for mgr in managers:
         mgr.close()
 

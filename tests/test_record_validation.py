@@ -369,7 +369,7 @@ def test_list_offsets_answers_an_error_for_a_bad_batch_already_on_disk(broker, c
     bad, _ = POISON["corrupt gzip payload"]
 
     async def append_unvalidated() -> None:
-        log = broker.broker.partition_log(topic, 0)
+        log = broker.broker.hosted.partition_log(topic, 0)
         log.append(bytearray(bad), parse_batches(bad))
         log.high_watermark = log.log_end_offset
 

@@ -4,6 +4,7 @@ batch relies on, fed bytes only (no broker)."""
 from __future__ import annotations
 
 import pytest
+from record_fixture import raw_record
 
 from pybroker.errors import ErrorCode
 from pybroker.wire.primitives import DecodeError, uvarint_at, varint_at, write_varint
@@ -19,28 +20,10 @@ from pybroker.wire.records import (
 )
 
 
-def _record(off: int, ts: int, key: bytes | None, value: bytes | None, hdrs=()) -> bytes:
-    body = bytearray(b"\x00")
-    write_varint(body, ts)
-    write_varint(body, off)
-    for blob in (key, value):
-        write_varint(body, -1 if blob is None else len(blob))
-        body += blob or b""
-    write_varint(body, len(hdrs))
-    for k, v in hdrs:
-        write_varint(body, len(k))
-        body += k
-        write_varint(body, -1 if v is None else len(v))
-        body += v or b""
-    out = bytearray()
-    write_varint(out, len(body))
-    return bytes(out + body)
-
-
 def _payload(n: int, size: int) -> bytes:
     # offsets and sizes crossing the one/two/three-byte varint boundaries
     return b"".join(
-        _record(i, i * 70, b"k" * (i % 3), bytes([i % 256]) * size, [(b"h", b"v")] * (i % 2))
+        raw_record(i, i * 70, b"k" * (i % 3), bytes([i % 256]) * size, [(b"h", b"v")] * (i % 2))
         for i in range(n)
     )
 
@@ -75,7 +58,7 @@ def test_every_chunking_gives_the_same_walk(size):
 
 
 def test_fields_and_headers_of_visited_records():
-    data = _record(0, 5, None, b"v", [(b"a", None), (b"b", b"2")]) + _record(1, 6, b"k", None)
+    data = raw_record(0, 5, None, b"v", [(b"a", None), (b"b", b"2")]) + raw_record(1, 6, b"k", None)
     got = []
 
     def visit(buf, i, off, ts, klen, at, end):
@@ -98,16 +81,16 @@ def test_visit_ends_the_walk_early():
 @pytest.mark.parametrize(
     "data, count, why",
     [
-        (_record(0, 0, None, b"x") + b"\x00", 1, "bytes after"),
-        (_record(0, 0, None, b"x"), 2, "2 records declared, 1 found"),
-        (_record(1, 0, None, b"x"), 1, "offset delta 1"),
-        (_record(0, 0, None, b"x")[:-1], 1, "truncated"),
+        (raw_record(0, 0, None, b"x") + b"\x00", 1, "bytes after"),
+        (raw_record(0, 0, None, b"x"), 2, "2 records declared, 1 found"),
+        (raw_record(1, 0, None, b"x"), 1, "offset delta 1"),
+        (raw_record(0, 0, None, b"x")[:-1], 1, "truncated"),
         (b"\x0a" + b"\x00" * 5, 1, "record length 5"),
-        (_record(0, 0, b"k", b"x").replace(b"\x02k", b"\x03k"), 1, "key length -2"),
+        (raw_record(0, 0, b"k", b"x").replace(b"\x02k", b"\x03k"), 1, "key length -2"),
         (b"\x80\x80\x80\x80\x80\x01", 1, "longer than 5"),
     ],
 )
-def test_malformed_records_are_invalid_record(data, count, why):
+def test_malformed_records_are_invalidraw_record(data, count, why):
     with pytest.raises(RecordError, match=why) as e:
         walk([data], count, max_record_bytes=1 << 20)
     assert e.value.code == ErrorCode.INVALID_RECORD
@@ -115,12 +98,14 @@ def test_malformed_records_are_invalid_record(data, count, why):
 
 def test_record_above_the_limit_is_message_too_large():
     with pytest.raises(InvalidRecordError) as e:
-        walk([_record(0, 0, None, b"x" * 100)], 1, max_record_bytes=50)
+        walk([raw_record(0, 0, None, b"x" * 100)], 1, max_record_bytes=50)
     assert e.value.code == ErrorCode.MESSAGE_TOO_LARGE
 
 
 def test_gaps_only_ascending_within_the_last_offset_delta():
-    data = _record(0, 0, b"a", b"1") + _record(4, 0, b"b", b"2") + _record(9, 0, b"c", b"3")
+    data = (
+        raw_record(0, 0, b"a", b"1") + raw_record(4, 0, b"b", b"2") + raw_record(9, 0, b"c", b"3")
+    )
     assert walk([data], 3, max_record_bytes=99, gaps_up_to=9).records == 3
     with pytest.raises(RecordError):
         walk([data], 3, max_record_bytes=99)  # a produced batch: 0, 1, 2 only

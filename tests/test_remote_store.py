@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from async_wait import wait_until
 
 from pybroker.coord.metadata import remote_format as fmt
 from pybroker.coord.metadata.local import LocalStore
@@ -32,15 +33,6 @@ from pybroker.coord.metadata.store_server import StoreServer
 
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 60), debug=True)
-
-
-async def wait_until(pred, timeout: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not pred():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 class Served:

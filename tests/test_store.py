@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from async_wait import wait_until
 
 from pybroker.clock import ManualClock
 from pybroker.coord.metadata.local import LocalStore
@@ -56,14 +57,6 @@ async def settle(n: int = 3, delay: float = 0.0) -> None:
     """Let callbacks scheduled on the loop run."""
     for _ in range(n):
         await asyncio.sleep(delay)
-
-
-async def wait_until(pred, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 class Backend:

@@ -29,7 +29,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -40,36 +39,11 @@ from pybroker.testing import procstat
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_s(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _machine() -> tuple[int, int, int, int]:
-    """(busy, iowait, steal, total) jiffies over all CPUs."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
-    return user + nice + system + irq + softirq, iowait, steal, sum(v[:8])
+KINDS = ("broker", "zookeeper", "client", "profiler")
 
 
 def classify(pid: int) -> str:
-    cmd = _cmdline(pid)
+    cmd = procstat.cmdline(pid)
     if "-m pybroker" in cmd:
         return "broker"
     if "org.apache.zookeeper.server" in cmd:
@@ -79,63 +53,53 @@ def classify(pid: int) -> str:
     return "client"
 
 
-class CpuSampler:
-    """Per-interval CPU seconds of broker / zookeeper / client processes, machine busy share."""
+Snapshot = tuple[dict[int, tuple[str, float]], tuple[int, int, int, int]]
 
-    def __init__(self, interval: float = 0.5) -> None:
-        self.interval = interval
-        self.rows: list[dict[str, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _snapshot(self) -> tuple[dict[int, tuple[str, float]], tuple[int, int, int, int]]:
-        out: dict[int, tuple[str, float]] = {}
-        me = os.getpid()
-        for pid in procstat.descendants(me):
-            c = _cpu_s(pid)
-            if c is not None:
-                out[pid] = ("client" if pid == me else classify(pid), c)
-        return out, _machine()
+def snapshot() -> Snapshot:
+    """CPU seconds of this process and each process below it (by kind), machine ticks."""
+    out: dict[int, tuple[str, float]] = {}
+    me = os.getpid()
+    for pid in procstat.descendants(me):
+        c = procstat.process_cpu_seconds(pid)
+        if c is not None:
+            out[pid] = ("client" if pid == me else classify(pid), c)
+    return out, procstat.machine_jiffies()
 
-    def _run(self) -> None:
-        prev, prev_m = self._snapshot()
-        t_prev = time.monotonic()
-        while not self._stop.wait(self.interval):
-            cur, m = self._snapshot()
-            t = time.monotonic()
-            dt = t - t_prev
-            row = {"t": t, "broker": 0.0, "zookeeper": 0.0, "client": 0.0, "profiler": 0.0}
-            for pid, (kind, c) in cur.items():
-                before = prev.get(pid, (kind, c if kind == "broker" else 0.0))[1]
-                row[kind] += max(c - before, 0.0) / dt
-            d = [a - b for a, b in zip(m, prev_m, strict=True)]
-            total = max(d[3], 1)
-            ncpu = os.cpu_count() or 1
-            row["machine busy"] = d[0] / total * ncpu
-            row["iowait"] = d[1] / total * ncpu
-            row["steal"] = d[2] / total * ncpu
-            self.rows.append(row)
-            prev, prev_m, t_prev = cur, m, t
 
-    def __enter__(self) -> CpuSampler:
-        self._thread.start()
-        return self
+def cpu_sampler(interval: float = 0.5) -> procstat.Sampler[Snapshot]:
+    """Per-interval CPU of broker / zookeeper / client processes and the machine's busy share."""
+    return procstat.Sampler(snapshot, interval)
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
-    def summary(self) -> dict[str, float]:
-        """Mean over the run (cores), and the median of the busiest half of the samples of the
-        broker (the steady part, without JVM start and topic creation)."""
-        if not self.rows:
-            return {}
-        keys = ["broker", "client", "zookeeper", "profiler", "machine busy", "iowait", "steal"]
-        out = {f"mean {k} cores": statistics.fmean(r[k] for r in self.rows) for k in keys}
-        busy = sorted(self.rows, key=lambda r: r["broker"] + r["client"])[len(self.rows) // 2 :]
-        for k in keys:
-            out[f"steady {k} cores"] = statistics.median(r[k] for r in busy)
-        return {k: round(v, 3) for k, v in out.items()}
+def _row(dt: float, prev: Snapshot, cur: Snapshot) -> dict[str, float]:
+    """Cores each kind used between two snapshots ``dt`` s apart."""
+    row = dict.fromkeys(KINDS, 0.0)
+    for pid, (kind, c) in cur[0].items():
+        before = prev[0].get(pid, (kind, c if kind == "broker" else 0.0))[1]
+        row[kind] += max(c - before, 0.0) / dt
+    d = [a - b for a, b in zip(cur[1], prev[1], strict=True)]
+    total = max(d[3], 1)
+    ncpu = os.cpu_count() or 1
+    row["machine busy"] = d[0] / total * ncpu
+    row["iowait"] = d[1] / total * ncpu
+    row["steal"] = d[2] / total * ncpu
+    return row
+
+
+def summary(cpu: procstat.Sampler[Snapshot]) -> dict[str, float]:
+    """Mean over the run (cores), and the median of the busiest half of the samples of the
+    broker (the steady part, without JVM start and topic creation)."""
+    s = cpu.samples
+    rows = [_row(t - t0, a, b) for (t0, a), (t, b) in zip(s, s[1:], strict=False) if t > t0]
+    if not rows:
+        return {}
+    keys = ["broker", "client", "zookeeper", "profiler", "machine busy", "iowait", "steal"]
+    out = {f"mean {k} cores": statistics.fmean(r[k] for r in rows) for k in keys}
+    busy = sorted(rows, key=lambda r: r["broker"] + r["client"])[len(rows) // 2 :]
+    for k in keys:
+        out[f"steady {k} cores"] = statistics.median(r[k] for r in busy)
+    return {k: round(v, 3) for k, v in out.items()}
 
 
 def start_pyspy(pids: list[int], out: Path, wid: str, suffix: str) -> list[subprocess.Popen]:
@@ -206,7 +170,7 @@ def main() -> int:
             procs = [] if args.no_profile else start_pyspy(target.pids, out, w.wid, args.suffix)
             t0 = time.monotonic()
             try:
-                with CpuSampler() as cpu:
+                with cpu_sampler() as cpu:
                     figures = w.run(target, state, i)
             finally:
                 stop_pyspy(procs)
@@ -219,7 +183,7 @@ def main() -> int:
                         "profiled": not args.no_profile,
                         "figures": figures,
                         "wall s": round(time.monotonic() - t0, 2),
-                        "cpu": cpu.summary(),
+                        "cpu": summary(cpu),
                         "load 1m before/after": [load_before, loadavg()],
                     }
                 ),

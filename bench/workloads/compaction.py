@@ -29,6 +29,8 @@ from pathlib import Path
 
 from bench.clients import create_topics
 from bench.targets import Target
+from pybroker.log.checkpoints import read_checkpoint
+from pybroker.log.cleaner import CLEANER_OFFSET_CHECKPOINT
 from pybroker.testing.procstat import cpu_seconds
 
 MIB = 1 << 20
@@ -150,17 +152,8 @@ def segments(partition_dir: Path) -> list[tuple[int, int]]:
 
 
 def cleaner_checkpoint(log_dir: Path) -> dict[tuple[str, int], int]:
-    """Kafka's cleaner-offset-checkpoint: version 0, a count, then 'topic partition offset'."""
-    try:
-        lines = (log_dir / "cleaner-offset-checkpoint").read_text().splitlines()
-    except OSError:
-        return {}
-    out = {}
-    for line in lines[2:]:
-        parts = line.split()
-        if len(parts) == 3:
-            out[(parts[0], int(parts[1]))] = int(parts[2])
-    return out
+    """The log dir's cleaner-offset-checkpoint (Kafka's and pybroker's: the same format)."""
+    return read_checkpoint(log_dir / CLEANER_OFFSET_CHECKPOINT)
 
 
 def alter_topic(bootstrap: str, topic: str, configs: dict[str, str]) -> None:

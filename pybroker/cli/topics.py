@@ -14,6 +14,7 @@ import uuid
 from pybroker.cli.client import Client, KafkaCliError, UsageError, check
 from pybroker.cli.offsets import EARLIEST, LATEST, list_offsets
 from pybroker.cli.output import emit, section, table
+from pybroker.wire.messages.describe_configs import config_source_name
 
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
@@ -22,18 +23,6 @@ INCREMENTAL_ALTER_CONFIGS = 44
 RESOURCE_TOPIC = 2
 OP_SET, OP_DELETE = 0, 1
 TIMEOUT_MS = 60_000
-
-CONFIG_SOURCES = {
-    0: "UNKNOWN",
-    1: "DYNAMIC_TOPIC_CONFIG",
-    2: "DYNAMIC_BROKER_CONFIG",
-    3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
-    4: "STATIC_BROKER_CONFIG",
-    5: "DEFAULT_CONFIG",
-    6: "DYNAMIC_BROKER_LOGGER_CONFIG",
-    7: "CLIENT_METRICS_CONFIG",
-    8: "GROUP_CONFIG",
-}
 
 
 def key_value(text: str) -> tuple[str, str]:
@@ -118,7 +107,7 @@ def describe_configs(client: Client, name: str) -> list[dict]:
         {
             "name": c["name"],
             "value": None if c["is_sensitive"] else c["value"],
-            "source": CONFIG_SOURCES.get(c["config_source"], str(c["config_source"])),
+            "source": config_source_name(c["config_source"]),
             "read_only": c["read_only"],
             "sensitive": c["is_sensitive"],
         }

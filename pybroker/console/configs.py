@@ -16,23 +16,12 @@ from pybroker.errors import ErrorCode
 from pybroker.handlers.describe_acls import describe_acls
 from pybroker.handlers.describe_configs import describe_configs as describe_configs_handler
 from pybroker.security.acl import Operation, PatternType, Permission, ResourceType
+from pybroker.wire.messages.describe_configs import config_source_name
 
 if TYPE_CHECKING:
     from pybroker.services import BrokerServices
 
 TOPIC, BROKER = 2, 4  # DescribeConfigs resource types
-# DescribeConfigsResponse.ConfigSource, named as kafka-configs --describe prints them
-SOURCES = {
-    0: "UNKNOWN",
-    1: "DYNAMIC_TOPIC_CONFIG",
-    2: "DYNAMIC_BROKER_CONFIG",
-    3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
-    4: "STATIC_BROKER_CONFIG",
-    5: "DEFAULT_CONFIG",
-    6: "DYNAMIC_BROKER_LOGGER_CONFIG",
-    7: "CLIENT_METRICS_CONFIG",
-    8: "GROUP_CONFIG",
-}
 
 
 @dataclass(slots=True)
@@ -74,7 +63,7 @@ async def describe_configs(
         ConfigRow(
             c["name"],
             None if c["is_sensitive"] else c["value"],
-            SOURCES.get(c["config_source"], str(c["config_source"])),
+            config_source_name(c["config_source"]),
             c["is_default"],
             c["is_sensitive"],
             c["read_only"],

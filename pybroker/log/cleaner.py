@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pybroker.clock import SYSTEM_CLOCK, Clock
+from pybroker.log.checkpoints import read_checkpoint, write_checkpoint
 from pybroker.log.cleaner_job import (
     CleanAborted,
     CleanedGroup,
@@ -30,7 +31,7 @@ from pybroker.log.cleaner_job import (
     segment_paths,
 )
 from pybroker.log.cleaner_process import CleanerProcess
-from pybroker.log.manager import LogManager, read_checkpoint, write_checkpoint
+from pybroker.log.manager import LogManager
 from pybroker.log.partition_log import PartitionLog
 from pybroker.log.segment import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment
 

@@ -22,6 +22,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
+from pybroker.log.checkpoints import fsync_dir, write_checkpoint_file
+
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
@@ -66,32 +68,9 @@ def write_leader_epoch_checkpoint(
 ) -> None:
     """Replace the checkpoint atomically (temporary file, rename); with ``sync`` the file is
     fsynced before the rename and the directory after it."""
-    lines = [f"{e.epoch} {e.start_offset}" for e in entries]
-    data = "\n".join([str(_VERSION), str(len(lines)), *lines]) + "\n"
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data.encode())
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    if sync:
-        _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        dfd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
+    write_checkpoint_file(
+        path, _VERSION, [f"{e.epoch} {e.start_offset}" for e in entries], sync=sync
+    )
 
 
 class LeaderEpochCache:
@@ -267,7 +246,7 @@ class LeaderEpochCache:
             os.fsync(fd)
         finally:
             os.close(fd)
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
         self._synced_writes = max(self._synced_writes, writes)
 
     def load(self) -> bool:

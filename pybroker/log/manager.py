@@ -3,18 +3,13 @@
     <log.dir>/
         <topic>-<partition>/                     one PartitionLog each
         <topic>-<partition>.<hex>-future/        a replica being moved here (AlterReplicaLogDirs)
-        recovery-point-offset-checkpoint         text, see below
+        recovery-point-offset-checkpoint         text (pybroker/log/checkpoints.py)
         log-start-offset-checkpoint              text, same format: each log's start offset
+        replication-offset-checkpoint            text, same format: each log's high watermark
         .kafka_cleanshutdown                     present only after a clean shutdown
         <topic>-<partition>.<hex>-delete/        deleted partitions awaiting removal
 
-Checkpoint file format (Kafka's OffsetCheckpointFile), UTF-8 text::
-
-    0                       version
-    <n>                     number of entries
-    <topic> <partition> <offset>    n lines
-
-Checkpoints are written atomically (temporary file, fsync, rename, fsync of the directory).
+The checkpoint files and the marker: pybroker/log/checkpoints.py.
 A partition is in one dir; a dir whose I/O fails is offline from then on.  Placement, start
 and the clean-shutdown marker: docs/internals.md ("pybroker/log/manager.py").
 """
@@ -33,6 +28,14 @@ from pathlib import Path
 
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.log import partition_metadata
+from pybroker.log.checkpoints import (
+    CLEAN_SHUTDOWN_FILE,
+    fsync_dir,
+    read_dir_checkpoints,
+    write_clean_shutdown_marker,
+    write_dir_checkpoints,
+)
+from pybroker.log.descriptors import DescriptorCache
 from pybroker.log.leader_epoch import LeaderEpochCache
 from pybroker.log.partition_log import (
     FUTURE_DIR_SUFFIX,
@@ -41,66 +44,10 @@ from pybroker.log.partition_log import (
     parse_future_dir,
     parse_partition_dir,
 )
-from pybroker.log.segment import DescriptorCache
 
 log = logging.getLogger(__name__)
 
-RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
-LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
-# The high watermarks (Kafka's replication-offset-checkpoint), so that a restarted replica does
-# not expose records the ISR may not hold: it starts from the last checkpointed value and the
-# leader (or, for a follower, the leader's fetch answers) moves it on.
-REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
-
-
-def write_checkpoint(path: Path, entries: Iterable[tuple[str, int, int]]) -> None:
-    lines = [f"{t} {p} {o}" for t, p, o in entries]
-    data = "\n".join(["0", str(len(lines)), *lines]) + "\n"
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
-    """Parse a checkpoint file; a missing or malformed file reads as empty (full recovery)."""
-    try:
-        lines = path.read_text().splitlines()
-    except (FileNotFoundError, UnicodeDecodeError):
-        return {}
-    try:
-        if lines[0].strip() != "0":
-            return {}
-        n = int(lines[1])
-        out = {}
-        for line in lines[2 : 2 + n]:
-            topic, part, off = line.split()
-            out[(topic, int(part))] = int(off)
-        if len(out) != n:
-            return {}
-        return out
-    except (IndexError, ValueError):
-        return {}
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _why_unusable(d: Path, e: OSError) -> str:
@@ -347,9 +294,7 @@ class LogManager:
             raise PermissionError(errno.EACCES, "not readable and writable by this user", str(d))
         marker = d / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
-        points = read_checkpoint(d / RECOVERY_POINT_CHECKPOINT)
-        starts = read_checkpoint(d / LOG_START_OFFSET_CHECKPOINT)
-        hws = read_checkpoint(d / REPLICATION_OFFSET_CHECKPOINT)
+        points, starts, hws = read_dir_checkpoints(d)
         for entry in sorted(os.listdir(d)):
             path = d / entry
             if not path.is_dir():
@@ -392,7 +337,7 @@ class LogManager:
             if src is not None:
                 src.future_copy = fut
         marker.unlink(missing_ok=True)
-        _fsync_dir(d)
+        fsync_dir(d)
         return clean
 
     # -- logs -------------------------------------------------------------------------------
@@ -680,20 +625,12 @@ class LogManager:
 
     def _checkpoint(self) -> None:
         for d in self.online_dirs:
-            items = [(k, lg) for k, lg, _ in self.logs_in(d)]
+            entries = [
+                (k, lg.recovery_point, lg.log_start_offset, lg.high_watermark)
+                for k, lg, _ in self.logs_in(d)
+            ]
             try:
-                write_checkpoint(
-                    d / RECOVERY_POINT_CHECKPOINT,
-                    [(t, p, lg.recovery_point) for (t, p), lg in items],
-                )
-                write_checkpoint(
-                    d / LOG_START_OFFSET_CHECKPOINT,
-                    [(t, p, lg.log_start_offset) for (t, p), lg in items],
-                )
-                write_checkpoint(
-                    d / REPLICATION_OFFSET_CHECKPOINT,
-                    [(t, p, lg.high_watermark) for (t, p), lg in items],
-                )
+                write_dir_checkpoints(d, entries)
             except OSError as e:
                 self.fail_dir(d, e)
 
@@ -733,11 +670,6 @@ class LogManager:
             if d in failed:
                 continue
             try:
-                fd = os.open(d / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                _fsync_dir(d)
+                write_clean_shutdown_marker(d)
             except OSError as e:
                 log.error("log dir %s: clean shutdown marker not written: %s", d, e)

@@ -22,6 +22,7 @@ from typing import NamedTuple
 from pybroker.clock import SYSTEM_CLOCK, Clock
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log import partition_metadata
+from pybroker.log.descriptors import DescriptorCache, FileSlice
 from pybroker.log.leader_epoch import LeaderEpochCache
 from pybroker.log.log_config import LogConfig
 from pybroker.log.log_loader import LogLoader
@@ -33,8 +34,6 @@ from pybroker.log.segment import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
-    DescriptorCache,
-    FileSlice,
     LogSegment,
 )
 from pybroker.log.txn_index import AbortedTxn

@@ -8,7 +8,7 @@ batch with a valid CRC is a torn write that recovery truncates.
 
 Index entries are added as Kafka's LogSegment.append adds them (layouts in
 pybroker/log/index.py).  A segment holds at most one descriptor, for its ``.log``, bounded by
-its owner's :class:`DescriptorCache`; a release, deletion or close never pulls the file from
+its owner's DescriptorCache (pybroker/log/descriptors.py); a release, deletion or close never pulls the file from
 under an in-flight sendfile.  Descriptors, readers and deletion: docs/internals.md
 ("pybroker/log/segment.py").
 """
@@ -16,14 +16,18 @@ under an in-flight sendfile.  Descriptors, readers and deletion: docs/internals.
 from __future__ import annotations
 
 import os
-import resource
 import struct
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
 
+from pybroker.log.descriptors import (
+    UNBOUNDED,
+    Descriptor,
+    DescriptorCache,
+    FileSlice,
+    SegmentReader,
+    Unbounded,
+)
 from pybroker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
 from pybroker.log.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 from pybroker.log.validator import READ_MAX_UNCOMPRESSED_BYTES, find_record
@@ -45,176 +49,6 @@ CLEANED_SUFFIX = ".cleaned"  # a segment the log cleaner is writing
 SWAP_SUFFIX = ".swap"  # a cleaned segment about to replace the segments it was cleaned from
 RECOVERY_CHUNK = 1 << 20
 _LEN = struct.Struct(">qi")
-
-
-class _Descriptor:
-    """Owns one OS file descriptor; closes it when no longer referenced (CPython refcounting:
-    as soon as the segment and every SegmentReader have let go of it)."""
-
-    __slots__ = ("fd",)
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def __del__(self, _close: Callable[[int], None] = os.close) -> None:
-        # os.close bound at definition: at interpreter exit module globals may be gone already
-        fd, self.fd = self.fd, -1
-        if fd >= 0:
-            try:
-                _close(fd)
-            except OSError:
-                pass
-
-
-def descriptor_budget(soft_limit: int) -> int:
-    """Segment descriptors allowed open at once for a process RLIMIT_NOFILE soft limit: half
-    of it (the rest is for connections, ZooKeeper, index and checkpoint writes), at least
-    MIN_OPEN_SEGMENTS."""
-    if soft_limit == resource.RLIM_INFINITY or soft_limit <= 0:
-        soft_limit = 1 << 20
-    return max(MIN_OPEN_SEGMENTS, soft_limit // 2)
-
-
-MIN_OPEN_SEGMENTS = 16
-
-
-class DescriptorCache:
-    """The segments holding an open ``.log`` descriptor, least recently used first, at most
-    ``capacity`` of them among the segments given this cache: opening one more lets go of the
-    least recently used one's descriptor (it closes once its in-flight readers are done; the
-    segment reopens it on its next use).  So the log's descriptors are bounded whatever the
-    number of partitions and segments.  Used from the loop and from flush threads: one lock.
-    The broker makes one (pybroker/builder.py) and hands it to its LogManager."""
-
-    @classmethod
-    def for_open_files_limit(cls) -> DescriptorCache:
-        """A cache sized from this process's RLIMIT_NOFILE soft limit (descriptor_budget)."""
-        return cls(descriptor_budget(resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = max(1, capacity)
-        self._lock = threading.Lock()
-        self._open: OrderedDict[LogSegment, None] = OrderedDict()
-        self._last: LogSegment | None = None  # most recently used: touching it is free
-
-    def __len__(self) -> int:
-        return len(self._open)
-
-    def opened(self, seg: LogSegment) -> None:
-        with self._lock:
-            self._open[seg] = None
-            self._open.move_to_end(seg)
-            self._last = seg
-            self._evict()
-
-    def touch(self, seg: LogSegment) -> None:
-        if seg is self._last:  # the common case: several uses in a row (append, read)
-            return
-        with self._lock:
-            if seg in self._open:
-                self._open.move_to_end(seg)
-                self._last = seg
-
-    def forget(self, seg: LogSegment) -> None:
-        with self._lock:
-            self._open.pop(seg, None)
-            if self._last is seg:
-                self._last = None
-
-    def _evict(self) -> None:
-        while len(self._open) > self.capacity:
-            victim, _ = self._open.popitem(last=False)
-            if self._last is victim:
-                self._last = None
-            victim._desc = None  # the descriptor closes when its last user lets go
-
-
-class _Unbounded:
-    """No cache: a segment keeps its descriptor until it is released or closed (a segment
-    or log made on its own, without a log manager: tests, the cleaner's worker process)."""
-
-    def opened(self, seg: LogSegment) -> None:
-        pass
-
-    def touch(self, seg: LogSegment) -> None:
-        pass
-
-    def forget(self, seg: LogSegment) -> None:
-        pass
-
-
-UNBOUNDED = _Unbounded()  # stateless
-
-
-class SegmentReader:
-    """A read-only binary file over a segment's descriptor with a private position (os.pread):
-    what ``loop.sendfile`` needs (``fileno``, ``seek``, ``readinto``; the native path uses the
-    descriptor with explicit offsets)."""
-
-    __slots__ = ("_desc", "_pos")
-    mode = "rb"
-
-    def __init__(self, desc: _Descriptor, position: int = 0) -> None:
-        self._desc = desc
-        self._pos = position
-
-    @property
-    def closed(self) -> bool:
-        return self._desc.fd < 0
-
-    def fileno(self) -> int:
-        return self._desc.fd
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return False
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, position: int, whence: int = os.SEEK_SET) -> int:
-        if whence == os.SEEK_CUR:
-            position += self._pos
-        elif whence == os.SEEK_END:
-            position += os.fstat(self._desc.fd).st_size
-        elif whence != os.SEEK_SET:
-            raise ValueError(f"invalid whence {whence}")
-        if position < 0:
-            raise ValueError("negative seek position")
-        self._pos = position
-        return position
-
-    def readinto(self, buffer: bytearray | memoryview) -> int:
-        n = os.preadv(self._desc.fd, [buffer], self._pos)
-        self._pos += n
-        return n
-
-    def read(self, size: int = -1) -> bytes:
-        if size is None or size < 0:
-            size = max(0, os.fstat(self._desc.fd).st_size - self._pos)
-        data = os.pread(self._desc.fd, size, self._pos)
-        self._pos += len(data)
-        return data
-
-    def close(self) -> None:
-        """Drop this view (the descriptor closes once nothing else refers to it)."""
-
-
-class FileSlice(NamedTuple):
-    """Whole batches of a segment file: send ``size`` bytes of ``file`` from ``position``.
-    ``slice_size``: the bytes Kafka's LogSegment.read would hand over instead (up to the byte
-    limit or the readable end, so a partial batch at the end too), which sizes a
-    down-converted Fetch v0-3 answer as Kafka's; -1: ``size``."""
-
-    file: SegmentReader | BinaryIO
-    position: int
-    size: int
-    slice_size: int = -1
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -266,13 +100,13 @@ class LogSegment:
         log cleaner is building (pybroker/log/cleaner.py); :meth:`change_file_suffixes`
         renames them.  ``descriptors``: the cache bounding open descriptors (None: none)."""
         self.directory = directory
-        self.descriptors: DescriptorCache | _Unbounded = (
+        self.descriptors: DescriptorCache | Unbounded = (
             descriptors if descriptors is not None else UNBOUNDED
         )
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.log_path = directory / (segment_name(base_offset, LOG_SUFFIX) + file_suffix)
-        self._desc: _Descriptor | None = None
+        self._desc: Descriptor | None = None
         desc = self._handle(os.O_CREAT)
         self.size = os.fstat(desc.fd).st_size
         del desc
@@ -301,18 +135,22 @@ class LogSegment:
 
     # -- the descriptor -----------------------------------------------------------------------
 
-    def _handle(self, flags: int = 0) -> _Descriptor:
+    def _handle(self, flags: int = 0) -> Descriptor:
         """The segment's descriptor, reopened if released or evicted by its cache.
         Callers keep the returned object (not just its number) while they use it: a
         concurrent release or eviction cannot close it then."""
         desc = self._desc
         if desc is None:
-            desc = _Descriptor(os.open(self.log_path, os.O_RDWR | os.O_APPEND | flags, 0o644))
+            desc = Descriptor(os.open(self.log_path, os.O_RDWR | os.O_APPEND | flags, 0o644))
             self._desc = desc
             self.descriptors.opened(self)
         else:
             self.descriptors.touch(self)
         return desc
+
+    def evict_descriptor(self) -> None:
+        """Its cache let go of the descriptor (which closes once in-flight readers are done)."""
+        self._desc = None
 
     @property
     def has_handle(self) -> bool:
@@ -508,7 +346,7 @@ class LogSegment:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def read_header(self, position: int, desc: _Descriptor | None = None) -> BatchHeader | None:
+    def read_header(self, position: int, desc: Descriptor | None = None) -> BatchHeader | None:
         desc = desc or self._handle()
         data = os.pread(desc.fd, HEADER_SIZE, position)
         if len(data) < HEADER_SIZE:

@@ -310,7 +310,7 @@ class ReplicaManager(LeaderSide):
         if r is None:
             try:
                 plog = self.open_log(name, index)
-            except KafkaError as e:  # its log dir is offline (Broker.partition_log)
+            except KafkaError as e:  # its log dir is offline (HostedLogs.partition_log)
                 if e.code != ErrorCode.KAFKA_STORAGE_ERROR:
                     raise
                 self.offline.add(key)

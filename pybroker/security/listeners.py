@@ -4,7 +4,7 @@ certificate-DN -> principal mapping, and this broker's own side of the inter-bro
 
 The Config holds the settings as given (``Config.security_settings``: ``ssl.*``, ``sasl.*``,
 ``listener.name.*``); only this module turns them into objects.  Errors name the key at fault
-(``TlsConfigError``, ``SaslConfigError``); pybroker/config.py calls these once while it
+(``TlsConfigError``, ``SaslConfigError``); pybroker/config/ calls these once while it
 validates a configuration, so a bad setting stops the start before anything listens.
 """
 

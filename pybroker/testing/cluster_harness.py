@@ -17,9 +17,11 @@ it started (the compat tests' `cluster` fixtures wrap it; the bench's W6 uses Cl
 bytes for Metadata / FindCoordinator are built by hand (struct, rawkafka.py), so what the
 tests see does not depend on pybroker's codec nor on a client's metadata cache.
 
-Also here: the acks=all idempotent producer loads (kafka-python and confluent-kafka) that
+Named here too: the acks=all idempotent producer loads (kafka-python and confluent-kafka) that
 record every acknowledgement, a reader that consumes a whole topic with assign/seek, and
-`check_records`, which verifies exactly-once and per-producer order of acknowledged records.
+`check_records`, which verifies exactly-once and per-producer order of acknowledged records
+(pybroker/testing/cluster_loads.py), and the replicas' on-disk checks (`compare_replicas`,
+`read_batches`, pybroker/testing/replica_files.py).
 """
 
 from __future__ import annotations
@@ -28,17 +30,34 @@ import contextlib
 import os
 import signal
 import struct
-import threading
 import time
-from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from pybroker.testing import rawkafka
 from pybroker.testing.cluster import CLUSTER_OVERRIDES  # settings every cluster broker gets
+from pybroker.testing.cluster_loads import (  # noqa: F401 (named here for their importers)
+    Ack,
+    CheckResult,
+    ConfluentLoad,
+    KafkaPythonLoad,
+    LoadStats,
+    _Load,
+    check_records,
+    read_topic,
+)
 from pybroker.testing.debug_process import BrokerProcess
 from pybroker.testing.process import BrokerStartError, start_all
+from pybroker.testing.replica_files import (  # noqa: F401 (named here for their importers)
+    BATCH_HEADER,
+    BatchHeader,
+    ReplicaCheck,
+    compare_replicas,
+    read_batches,
+    read_checkpoint,
+    segment_problems,
+)
 from pybroker.testing.zookeeper import ZooKeeperServer
 
 SESSION_TIMEOUT_S = 6.0
@@ -426,468 +445,6 @@ def running_cluster(workdir: Path, size: int = 3, overrides: dict[str, object] |
     finally:
         cluster.cleanup()
         zk.stop()
-
-
-# ------------------------------------------------------------------------------------------
-# producer loads: unique payloads, every acknowledgement recorded
-# ------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Ack:
-    partition: int
-    offset: int
-    seq: int
-    t: float  # time.monotonic() of the callback
-
-
-@dataclass
-class LoadStats:
-    name: str
-    sent: int = 0
-    acked: list[Ack] = field(default_factory=list)
-    failed: Counter = field(default_factory=Counter)  # error name -> count
-    send_errors: Counter = field(default_factory=Counter)  # errors raised by send() itself
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def payload(self, seq: int) -> bytes:
-        return f"{self.name}-{seq:08d}".encode()
-
-    def first_ack_after(self, t: float, partition: int | None = None) -> float | None:
-        """time.monotonic() of the first acknowledgement after t (of that partition)."""
-        with self.lock:
-            times = [a.t for a in self.acked if a.t > t and partition in (None, a.partition)]
-        return min(times) if times else None
-
-    def summary(self) -> str:
-        return (
-            f"{self.name}: sent {self.sent}, acknowledged {len(self.acked)}, "
-            f"failed {sum(self.failed.values())} {dict(self.failed)}"
-            + (f", send() errors {dict(self.send_errors)}" if self.send_errors else "")
-        )
-
-
-class _Load(threading.Thread):
-    """Sends unique payloads round-robin over `partitions` until stop() (paced by `interval`
-    seconds between sends)."""
-
-    def __init__(self, name: str, bootstrap: str, topic: str, partitions: int, interval: float):
-        super().__init__(name=f"load-{name}", daemon=True)
-        self.stats = LoadStats(name)
-        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
-        self.interval = interval
-        self.flush_timeout = 150.0  # at stop(); what is still unacknowledged then counts as failed
-        self._halt = threading.Event()
-        self.error: BaseException | None = None
-
-    def stop(self, timeout: float = 120.0) -> LoadStats:
-        self._halt.set()
-        self.join(timeout)
-        assert not self.is_alive(), f"{self.name} did not finish within {timeout}s"
-        if self.error is not None:
-            raise AssertionError(f"{self.name} crashed: {self.error!r}") from self.error
-        return self.stats
-
-    def _ack(self, seq: int, partition: int, offset: int) -> None:
-        with self.stats.lock:
-            self.stats.acked.append(Ack(partition, offset, seq, time.monotonic()))
-
-    def _fail(self, error: object) -> None:
-        with self.stats.lock:
-            self.stats.failed[type(error).__name__ if not isinstance(error, str) else error] += 1
-
-
-class KafkaPythonLoad(_Load):
-    """kafka-python KafkaProducer(enable_idempotence=True, acks='all', retries huge)."""
-
-    def run(self) -> None:
-        from kafka import KafkaProducer
-        from kafka.errors import KafkaTimeoutError
-
-        try:
-            producer = KafkaProducer(
-                bootstrap_servers=self.bootstrap,
-                client_id=self.stats.name,
-                enable_idempotence=True,
-                acks="all",
-                retries=2**31 - 1,
-                linger_ms=5,
-                request_timeout_ms=10000,
-                delivery_timeout_ms=120000,
-                max_block_ms=5000,
-                retry_backoff_ms=100,
-                reconnect_backoff_max_ms=1000,
-                metadata_max_age_ms=5000,
-            )
-        except BaseException as e:  # noqa: BLE001
-            self.error = e
-            return
-        try:
-            seq = 0
-            while not self._halt.is_set():
-                p = seq % self.partitions
-                try:
-                    fut = producer.send(self.topic, value=self.stats.payload(seq), partition=p)
-                except Exception as e:  # noqa: BLE001 - buffer full / metadata during outages
-                    self.stats.send_errors[type(e).__name__] += 1
-                    time.sleep(0.1)
-                    continue
-                fut.add_callback(lambda md, s=seq: self._ack(s, md.partition, md.offset))
-                fut.add_errback(self._fail)
-                self.stats.sent += 1
-                seq += 1
-                if self.interval:
-                    time.sleep(self.interval)
-            try:
-                producer.flush(timeout=self.flush_timeout)
-            except KafkaTimeoutError:
-                self.stats.failed[f"unacknowledged after {self.flush_timeout:.0f} s flush"] += 1
-        except BaseException as e:  # noqa: BLE001
-            self.error = e
-        finally:
-            try:
-                producer.close(timeout=5)
-            except KafkaTimeoutError:
-                pass
-
-
-class ConfluentLoad(_Load):
-    """confluent-kafka Producer(enable.idempotence=True) (acks=all implied)."""
-
-    def run(self) -> None:
-        from confluent_kafka import KafkaException, Producer
-
-        try:
-            producer = Producer(
-                {
-                    "bootstrap.servers": self.bootstrap,
-                    "client.id": self.stats.name,
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "linger.ms": 5,
-                    "message.timeout.ms": 120000,
-                    "request.timeout.ms": 10000,
-                    "topic.metadata.refresh.interval.ms": 5000,
-                    "reconnect.backoff.max.ms": 1000,
-                    "log_level": 2,  # no connection-refused noise
-                }
-            )
-        except BaseException as e:  # noqa: BLE001
-            self.error = e
-            return
-
-        def delivered(err, msg, seq):
-            if err is not None:
-                self._fail(err.name() if hasattr(err, "name") else str(err))
-            else:
-                self._ack(seq, msg.partition(), msg.offset())
-
-        try:
-            seq = 0
-            while not self._halt.is_set():
-                p = seq % self.partitions
-                try:
-                    producer.produce(
-                        self.topic,
-                        value=self.stats.payload(seq),
-                        partition=p,
-                        on_delivery=lambda err, msg, s=seq: delivered(err, msg, s),
-                    )
-                except (BufferError, KafkaException) as e:
-                    self.stats.send_errors[type(e).__name__] += 1
-                    producer.poll(0.1)
-                    continue
-                self.stats.sent += 1
-                seq += 1
-                producer.poll(0)
-                if self.interval:
-                    time.sleep(self.interval)
-            remaining = producer.flush(self.flush_timeout)
-            if remaining:
-                self.stats.failed[f"unacknowledged after {self.flush_timeout:.0f} s flush"] += (
-                    remaining
-                )
-        except BaseException as e:  # noqa: BLE001
-            self.error = e
-
-
-# ------------------------------------------------------------------------------------------
-# reading back and checking
-# ------------------------------------------------------------------------------------------
-
-
-def read_topic(
-    bootstrap: str,
-    topic: str,
-    partitions: int,
-    timeout: float = 90.0,
-    isolation_level: str = "read_uncommitted",
-) -> dict[int, list[tuple[int, bytes]]]:
-    """Every record of the topic, {partition: [(offset, value)] in log order}, read with
-    kafka-python (assign + seek_to_beginning) up to the end offsets seen at the start
-    (read_committed: the last stable offsets, aborted transactions left out).  Fails when
-    no position moved for ``timeout`` seconds (a long campaign's topic takes minutes)."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        client_id="cluster-reader",
-        max_partition_fetch_bytes=4 * 1024 * 1024,
-        isolation_level=isolation_level,
-    )
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        consumer.assign(tps)
-        consumer.seek_to_beginning()
-        end = consumer.end_offsets(tps)
-        out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
-        deadline = time.monotonic() + timeout
-        while any(consumer.position(tp) < end[tp] for tp in tps):
-            if time.monotonic() > deadline:
-                short = {tp.partition: (consumer.position(tp), end[tp]) for tp in tps}
-                raise AssertionError(
-                    f"read_topic {topic}: no progress for {timeout:.0f} s: (position, end) {short}"
-                )
-            for tp, records in consumer.poll(timeout_ms=500, max_records=5000).items():
-                if records:
-                    deadline = time.monotonic() + timeout
-                out[tp.partition].extend((r.offset, r.value) for r in records)
-        return out
-    finally:
-        consumer.close()
-
-
-@dataclass
-class CheckResult:
-    records_read: int
-    acked_checked: int
-    problems: list[str]
-
-    def summary(self) -> str:
-        return (
-            f"records read {self.records_read}, acknowledged records checked {self.acked_checked}"
-        )
-
-
-def check_records(
-    read: dict[int, list[tuple[int, bytes]]], loads: list[LoadStats], max_problems: int = 20
-) -> CheckResult:
-    """Every acknowledged record present exactly once, at the offset its ack reported; for
-    each producer and partition, its records (acknowledged or not) appear in send order;
-    no payload appears twice; no offset was acknowledged twice (to two records: two brokers
-    accepting acks=all writes for one partition at once, a split brain)."""
-    problems: list[str] = []
-    acked_at: dict[tuple[int, int], list[str]] = defaultdict(list)
-    for st in loads:
-        for a in st.acked:
-            acked_at[(a.partition, a.offset)].append(f"{st.name}-{a.seq}")
-    twice = {k: v for k, v in acked_at.items() if len(v) > 1}
-    if twice:
-        problems.append(
-            f"{len(twice)} offsets acknowledged to more than one record (split brain), e.g. "
-            + ", ".join(f"p{p}@{o}: {names}" for (p, o), names in list(twice.items())[:5])
-        )
-    where: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
-    total = 0
-    for p, recs in read.items():
-        offsets = [o for o, _ in recs]
-        if offsets != sorted(set(offsets)):
-            problems.append(f"partition {p}: offsets not strictly increasing")
-        for o, v in recs:
-            where[v].append((p, o))
-            total += 1
-    dups = {v: locs for v, locs in where.items() if len(locs) > 1}
-    if dups:
-        problems.append(
-            f"{len(dups)} payloads appear more than once, e.g. "
-            + ", ".join(f"{v.decode()}@{locs}" for v, locs in list(dups.items())[:5])
-        )
-    checked = 0
-    for st in loads:
-        missing, misplaced = [], []
-        for a in st.acked:
-            locs = where.get(st.payload(a.seq), [])
-            checked += 1
-            if not locs:
-                missing.append(a)
-            elif (a.partition, a.offset) not in locs:
-                misplaced.append((a, locs))
-        if missing:
-            problems.append(
-                f"{st.name}: {len(missing)} acknowledged records missing, e.g. "
-                + ", ".join(f"seq {a.seq} (acked p{a.partition}@{a.offset})" for a in missing[:5])
-            )
-        if misplaced:
-            problems.append(
-                f"{st.name}: {len(misplaced)} acknowledged records at another offset than "
-                "acknowledged, e.g. "
-                + ", ".join(
-                    f"seq {a.seq} acked p{a.partition}@{a.offset}, found {locs}"
-                    for a, locs in misplaced[:5]
-                )
-            )
-        # order: per partition, this producer's sequence numbers increase with the offset
-        prefix = f"{st.name}-".encode()
-        for p, recs in read.items():
-            seqs = [int(v[len(prefix) :]) for _, v in recs if v.startswith(prefix)]
-            bad = [(a, b) for a, b in zip(seqs, seqs[1:], strict=False) if b <= a]
-            if bad:
-                problems.append(
-                    f"{st.name}: partition {p}: {len(bad)} order inversions, e.g. {bad[:5]}"
-                )
-        # ack order = offset order per partition
-        by_p: dict[int, list[Ack]] = defaultdict(list)
-        for a in st.acked:
-            by_p[a.partition].append(a)
-        for p, acks in by_p.items():
-            acks_by_seq = sorted(acks, key=lambda a: a.seq)
-            offs = [a.offset for a in acks_by_seq]
-            if offs != sorted(offs):
-                problems.append(f"{st.name}: partition {p}: acked offsets not in send order")
-    return CheckResult(total, checked, problems[:max_problems])
-
-
-# ------------------------------------------------------------------------------------------
-# on-disk replicas: batch headers (Kafka's format, 61-byte record batch header)
-# ------------------------------------------------------------------------------------------
-
-BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")  # 61 bytes
-assert BATCH_HEADER.size == 61
-
-
-@dataclass(frozen=True)
-class BatchHeader:
-    base_offset: int
-    last_offset: int
-    leader_epoch: int
-    crc: int
-    producer_id: int
-    base_sequence: int
-
-
-def read_batches(partition_dir: Path) -> list[BatchHeader]:
-    """Batch headers of every .log segment of a partition dir, in offset order (a torn tail is
-    ignored)."""
-    out: list[BatchHeader] = []
-    for seg in sorted(partition_dir.glob("*.log")):
-        data = seg.read_bytes()
-        pos = 0
-        while pos + BATCH_HEADER.size <= len(data):
-            (
-                base,
-                length,
-                epoch,
-                _magic,
-                crc,
-                _attrs,
-                last_delta,
-                _t0,
-                _t1,
-                pid,
-                _pepoch,
-                bseq,
-                _count,
-            ) = BATCH_HEADER.unpack_from(data, pos)
-            if length <= 0 or pos + 12 + length > len(data):
-                break
-            out.append(BatchHeader(base, base + last_delta, epoch, crc, pid, bseq))
-            pos += 12 + length
-    return out
-
-
-def segment_problems(partition_dir: Path) -> list[str]:
-    """Every .log segment of a partition dir must be whole batches back to back, each with
-    magic 2 and a CRC-32C (over attributes .. end) that matches: after clean stops, a torn or
-    corrupt batch anywhere is a problem (a write that failed, ENOSPC, must leave none)."""
-    import crc32c
-
-    problems = []
-    for seg in sorted(partition_dir.glob("*.log")):
-        data = seg.read_bytes()
-        pos = 0
-        while pos + BATCH_HEADER.size <= len(data):
-            length = struct.unpack_from(">i", data, pos + 8)[0]
-            magic = data[pos + 16]
-            end = pos + 12 + length
-            if length < BATCH_HEADER.size - 12 or magic != 2 or end > len(data):
-                break
-            (crc,) = struct.unpack_from(">I", data, pos + 17)
-            if crc32c.crc32c(data[pos + 21 : end]) != crc:
-                problems.append(f"{seg}: batch at byte {pos}: CRC mismatch")
-            pos = end
-        if pos != len(data):
-            problems.append(f"{seg}: {len(data) - pos} bytes after the last whole batch")
-    return problems
-
-
-def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
-    try:
-        lines = path.read_text().split("\n")
-    except OSError:
-        return {}
-    out = {}
-    for line in lines[2:]:
-        parts = line.split()
-        if len(parts) == 3:
-            out[(parts[0], int(parts[1]))] = int(parts[2])
-    return out
-
-
-@dataclass
-class ReplicaCheck:
-    partition: int
-    high_watermarks: dict[int, int]
-    compared_below: int
-    batches_compared: int
-    problems: list[str]
-
-
-def compare_replicas(cluster: Cluster, topic: str, partition: int) -> ReplicaCheck:
-    """Call with every broker stopped.  Reads each replica's replication-offset-checkpoint
-    (high watermark) and segment files and compares the batch headers (base offset, last
-    offset, leader epoch, CRC, producer id, base sequence) below the smallest high watermark;
-    every segment must hold whole batches with valid CRCs only (segment_problems)."""
-    hws: dict[int, int] = {}
-    batches: dict[int, list[BatchHeader]] = {}
-    torn: list[str] = []
-    for i, b in cluster.brokers.items():
-        log_dirs = [Path(d) for d in b.settings()["log.dirs"].split(",")]
-        found = [ld for ld in log_dirs if (ld / f"{topic}-{partition}").is_dir()]
-        if not found:
-            continue
-        log_dir = found[0]
-        hws[i] = read_checkpoint(log_dir / "replication-offset-checkpoint").get(
-            (topic, partition), 0
-        )
-        batches[i] = read_batches(log_dir / f"{topic}-{partition}")
-        torn += [f"broker {i}: {t}" for t in segment_problems(log_dir / f"{topic}-{partition}")]
-    problems: list[str] = list(torn)
-    if len(batches) < 2:
-        problems.append(f"{topic}-{partition}: replicas on disk: {sorted(batches)}")
-        return ReplicaCheck(partition, hws, 0, 0, problems)
-    limit = min(hws.values())
-    below = {i: [h for h in bs if h.base_offset < limit] for i, bs in batches.items()}
-    ref_id = max(hws, key=lambda i: hws[i])
-    ref = below[ref_id]
-    for i, bs in below.items():
-        if bs != ref:
-            n = next(
-                (k for k, (x, y) in enumerate(zip(bs, ref, strict=False)) if x != y),
-                min(len(bs), len(ref)),
-            )
-            problems.append(
-                f"{topic}-{partition}: broker {i} differs from broker {ref_id} below HW {limit} "
-                f"at batch #{n}: {bs[n] if n < len(bs) else None} vs "
-                f"{ref[n] if n < len(ref) else None} ({len(bs)} vs {len(ref)} batches)"
-            )
-        if bs and bs[-1].last_offset + 1 < limit:
-            problems.append(
-                f"{topic}-{partition}: broker {i} log ends at {bs[-1].last_offset + 1} "
-                f"below HW {limit}"
-            )
-    return ReplicaCheck(partition, hws, limit, len(ref), problems)
 
 
 def broker_log_excerpt(b: BrokerProcess, patterns: Iterable[str], max_lines: int = 40) -> str:

@@ -83,10 +83,18 @@ def classpath() -> str:
             f"scripts/fetch-java-deps failed (exit {proc.returncode}):\n"
             f"{proc.stderr[-4000:]}{proc.stdout[-2000:]}"
         )
-    cp = CLASSPATH_FILE.read_text().strip()
-    missing = [j for j in cp.split(":") if not Path(j).exists()]
+    return _fetched_classpath(CLASSPATH_FILE, "classpath")
+
+
+def _fetched_classpath(path: Path, what: str, *, check_jars: bool = True) -> str:
+    """A classpath file scripts/fetch-java-deps wrote; JavaDepsError if it is missing or (with
+    ``check_jars``) names a jar that is not there."""
+    if not path.is_file():
+        raise JavaDepsError(f"{path} missing (run scripts/fetch-java-deps)")
+    cp = path.read_text().strip()
+    missing = [j for j in cp.split(":") if check_jars and not Path(j).exists()]
     if missing:
-        raise JavaDepsError(f"classpath lists missing jars (rerun with --force): {missing[:3]}")
+        raise JavaDepsError(f"{what} lists missing jars (rerun with --force): {missing[:3]}")
     return cp
 
 
@@ -97,40 +105,21 @@ def apps_classpath() -> str:
     classpath()
     if os.environ.get("PYBROKER_JAVA_CLASSPATH"):
         return classpath()
-    if not APPS_CLASSPATH_FILE.is_file():
-        raise JavaDepsError(f"{APPS_CLASSPATH_FILE} missing (run scripts/fetch-java-deps)")
-    cp = APPS_CLASSPATH_FILE.read_text().strip()
-    missing = [j for j in cp.split(":") if not Path(j).exists()]
-    if missing:
-        raise JavaDepsError(
-            f"apps classpath lists missing jars (rerun with --force): {missing[:3]}"
-        )
-    return cp
+    return _fetched_classpath(APPS_CLASSPATH_FILE, "apps classpath")
 
 
 def clients4_classpath() -> str:
     """kafka-clients 4.x (java/clients4/pom.xml), fetched by scripts/fetch-java-deps."""
     classpath()
     path = ROOT / ".cache" / "java" / "clients4-classpath.txt"
-    if not path.exists():
-        raise JavaDepsError(f"{path} missing (run scripts/fetch-java-deps)")
-    return path.read_text().strip()
+    return _fetched_classpath(path, "clients4 classpath", check_jars=False)
 
 
 def kafka4_classpath() -> str:
     """Apache Kafka 4.4 (java/kafka4/pom.xml: broker, tools, kafka-clients 4.4.0), fetched by
     scripts/fetch-java-deps."""
     classpath()
-    path = ROOT / ".cache" / "java" / "kafka4-classpath.txt"
-    if not path.exists():
-        raise JavaDepsError(f"{path} missing (run scripts/fetch-java-deps)")
-    cp = path.read_text().strip()
-    missing = [j for j in cp.split(":") if not Path(j).exists()]
-    if missing:
-        raise JavaDepsError(
-            f"kafka4 classpath lists missing jars (rerun with --force): {missing[:3]}"
-        )
-    return cp
+    return _fetched_classpath(ROOT / ".cache" / "java" / "kafka4-classpath.txt", "kafka4 classpath")
 
 
 def compile_app(

@@ -133,6 +133,18 @@ class KafkaNode:
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
             "SSL:SSL,SASL_SSL:SASL_SSL",
+            **self._common_properties(),
+        }
+        if self.kafka4:  # the share coordinator's internal topic, on one node
+            props["share.coordinator.state.topic.replication.factor"] = 1
+            props["share.coordinator.state.topic.min.isr"] = 1
+        props.update(self.overrides)
+        return props
+
+    def _common_properties(self) -> dict[str, object]:
+        """What every reference node runs with, KRaft or ZooKeeper: one node's internal topics
+        (replication factor 1), no initial rebalance delay, few threads."""
+        return {
             "log.dirs": self.workdir / "data",
             "num.partitions": 1,
             "offsets.topic.replication.factor": 1,
@@ -142,11 +154,6 @@ class KafkaNode:
             "num.network.threads": 2,
             "num.io.threads": 4,
         }
-        if self.kafka4:  # the share coordinator's internal topic, on one node
-            props["share.coordinator.state.topic.replication.factor"] = 1
-            props["share.coordinator.state.topic.min.isr"] = 1
-        props.update(self.overrides)
-        return props
 
     def _zk_properties(self) -> dict[str, object]:
         props: dict[str, object] = {
@@ -154,14 +161,7 @@ class KafkaNode:
             "zookeeper.connect": self.zookeeper_connect,
             "listeners": f"PLAINTEXT://{HOST}:{self.port}",
             "advertised.listeners": f"PLAINTEXT://{HOST}:{self.port}",
-            "log.dirs": self.workdir / "data",
-            "num.partitions": 1,
-            "offsets.topic.replication.factor": 1,
-            "transaction.state.log.replication.factor": 1,
-            "transaction.state.log.min.isr": 1,
-            "group.initial.rebalance.delay.ms": 0,
-            "num.network.threads": 2,
-            "num.io.threads": 4,
+            **self._common_properties(),
         }
         props.update(self.overrides)
         return props

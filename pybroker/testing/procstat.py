@@ -3,12 +3,19 @@
 Both are summed over the given processes and their descendants (Kafka's JVM, pybroker's
 Python process; W6's three brokers). CPU time is user + system time of every thread of each
 process (``/proc/<pid>/stat`` utime + stime), so the log cleaner's and Kafka's I/O threads
-count as well as the event loop.
+count as well as the event loop.  :class:`Sampler` reads any such probe on a thread of its own
+so that a run's timed part can be cut out of it afterwards (bench/commits.py, the profiler).
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -44,17 +51,67 @@ def rss_mib(pids: list[int], key: str = "VmRSS") -> float:
     return sum(_status_kb(p, key) for pid in pids for p in descendants(pid)) / 1024
 
 
-def _cpu_ticks(pid: int) -> int:
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of one process (all its threads) so far; None once gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
-    except OSError:
-        return 0
-    # the command name (field 2) may hold spaces and parentheses: split after its last ')'
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+        # the command name (field 2) may hold spaces and parentheses: split after its last ')'
+        fields = stat[stat.rindex(")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime (14, 15)
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU seconds used so far by the processes and their descendants."""
-    return sum(_cpu_ticks(p) for pid in pids for p in descendants(pid)) / CLOCK_TICKS
+    return sum(process_cpu_seconds(p) or 0.0 for pid in pids for p in descendants(pid))
+
+
+def cmdline(pid: int) -> str:
+    """The process's command line, arguments joined by spaces ("" once gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def machine_jiffies() -> tuple[int, int, int, int]:
+    """(busy, iowait, steal, total) clock ticks of the whole machine so far (/proc/stat)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
+    return user + nice + system + irq + softirq, iowait, steal, sum(v[:8])
+
+
+class Sampler(Generic[T]):
+    """``probe()`` every ``interval`` s on a thread of its own between ``__enter__`` and
+    ``__exit__``, kept as (wall-clock time, value): wall clock, so that bounds another process
+    took (a client's timed part) can cut it."""
+
+    def __init__(self, probe: Callable[[], T], interval: float = 0.25) -> None:
+        self.probe = probe
+        self.interval = interval
+        self.samples: list[tuple[float, T]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            self.samples.append((time.time(), self.probe()))
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self) -> Sampler[T]:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def within(self, t0: float, t1: float) -> tuple[tuple[float, T], tuple[float, T]] | None:
+        """The first and last samples taken between t0 and t1 (None: fewer than two)."""
+        inside = [s for s in self.samples if t0 <= s[0] <= t1]
+        return (inside[0], inside[-1]) if len(inside) >= 2 else None

@@ -4,7 +4,8 @@
 port, admin server off, maxSessionTimeout raised) and runs ``zkServer.sh start-foreground`` in
 its own process group; ``stop()`` always ends that group.  ``restart()`` keeps the port and the
 data dir, so sessions survive it.  ``zookeeper_available()`` says whether zkServer.sh and java
-are installed (``ZK_SERVER_SH`` overrides the script's path).
+are installed (``ZK_SERVER_SH`` overrides the script's path).  ``ZooKeeperEnsemble(n)`` runs
+n of them as one quorum (the bench's ZooKeeper-backed targets).
 
 Used by the pytest plugin's ``kafka_cluster`` fixture, the cluster harness and the project's
 own tests (tests/conftest.py's ``zk_server``/``zk_connect`` fixtures).
@@ -24,6 +25,7 @@ from pathlib import Path
 from pybroker.testing.procutil import free_port
 
 ZK_SERVER_SH = os.environ.get("ZK_SERVER_SH", "/usr/share/zookeeper/bin/zkServer.sh")
+STANDALONE = "minSessionTimeout=1000\nglobalOutstandingLimit=1000\n"  # zoo.cfg of one server
 
 
 def zookeeper_available() -> bool:
@@ -49,7 +51,7 @@ class ZooKeeperServer:
     def connect(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def _write_config(self) -> Path:
+    def _write_config(self, settings: str) -> Path:
         (self.dir / "data").mkdir(parents=True, exist_ok=True)
         cfg = self.dir / "zoo.cfg"
         cfg.write_text(
@@ -59,9 +61,7 @@ class ZooKeeperServer:
             "clientPortAddress=127.0.0.1\n"
             "admin.enableServer=false\n"
             "maxSessionTimeout=60000\n"
-            "minSessionTimeout=1000\n"
-            "globalOutstandingLimit=1000\n"
-            "4lw.commands.whitelist=srvr\n"
+            "4lw.commands.whitelist=srvr\n" + settings
         )
         # zkServer.sh reads log4j/java settings from ZOOCFGDIR; keep Debian's log4j if present
         for extra in ("log4j.properties", "logback.xml"):
@@ -70,8 +70,10 @@ class ZooKeeperServer:
                 shutil.copy(src, self.dir / extra)
         return cfg
 
-    def start(self, timeout: float = 30.0) -> None:
-        cfg = self._write_config()
+    def launch(self, settings: str = STANDALONE) -> None:
+        """Start ``zkServer.sh start-foreground`` in a process group of its own, ``settings``
+        (zoo.cfg lines) after the common ones; does not wait (see :meth:`serving`)."""
+        cfg = self._write_config(settings)
         env = dict(os.environ, ZOO_LOG_DIR=str(self.dir), ZOOCFGDIR=str(self.dir))
         self.proc = subprocess.Popen(
             [ZK_SERVER_SH, "start-foreground", str(cfg)],
@@ -80,6 +82,10 @@ class ZooKeeperServer:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+    def start(self, timeout: float = 30.0) -> None:
+        self.launch()
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -134,3 +140,41 @@ class ZooKeeperServer:
 
     def __exit__(self, *exc: object) -> None:
         self.cleanup()
+
+
+class ZooKeeperEnsemble:
+    """``size`` ZooKeeper servers on loopback (server.N lines, a myid each), Debian's defaults
+    otherwise (forceSync=yes); one server is a :class:`ZooKeeperServer` as the tests run it."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.root = Path(tempfile.mkdtemp(prefix="pybroker-zk-ensemble-"))
+        self.servers = [ZooKeeperServer(self.root / f"zk{i}") for i in range(1, size + 1)]
+
+    @property
+    def connect(self) -> str:
+        return ",".join(s.connect for s in self.servers)
+
+    def start(self, timeout: float = 120.0) -> None:
+        if self.size == 1:
+            self.servers[0].start(timeout=timeout)
+            return
+        peers = [(free_port(), free_port()) for _ in self.servers]
+        lines = "".join(
+            f"server.{i}=127.0.0.1:{a}:{b}\n" for i, (a, b) in enumerate(peers, start=1)
+        )
+        for i, s in enumerate(self.servers, start=1):
+            (s.dir / "data").mkdir(parents=True, exist_ok=True)
+            (s.dir / "data" / "myid").write_text(f"{i}\n")
+            s.launch("initLimit=20\nsyncLimit=10\n" + lines)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(s.serving() for s in self.servers):
+                return
+            time.sleep(0.2)
+        raise RuntimeError("the ZooKeeper ensemble did not form")
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.stop()
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -13,6 +13,25 @@ kafka.protocol.old classes.
 
 from pybroker.wire.schema import F, api, declare
 
+# DescribeConfigsResponse.ConfigSource, named as kafka-configs --describe prints them
+CONFIG_SOURCES = (
+    "UNKNOWN",
+    "DYNAMIC_TOPIC_CONFIG",
+    "DYNAMIC_BROKER_CONFIG",
+    "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    "STATIC_BROKER_CONFIG",
+    "DEFAULT_CONFIG",
+    "DYNAMIC_BROKER_LOGGER_CONFIG",
+    "CLIENT_METRICS_CONFIG",
+    "GROUP_CONFIG",
+)
+
+
+def config_source_name(source: int) -> str:
+    """A config_source value as Kafka names it (the number itself when unknown)."""
+    return CONFIG_SOURCES[source] if 0 <= source < len(CONFIG_SOURCES) else str(source)
+
+
 DESCRIBE_CONFIGS = declare(
     api(
         32,

@@ -1,31 +1,18 @@
-"""Broker configuration under Kafka's own names (server.properties + --override key=value).
-
-The config model: every broker key is declared once, as a field of :class:`Config` built by
-:func:`define` (Kafka's name, ConfigDef type, default, validator; Kafka's documentation and
-dynamic update mode come from Kafka itself, pybroker/kafka_broker_configs.py, and
-tests/test_config_model.py holds the declarations to Kafka's).  Everything else is derived
-from these declarations: :data:`KEYS` (the ConfigDef), :func:`build_config`, DescribeConfigs
-(:func:`describe_settings`), dynamic configs (pybroker/dynamic_config.py) and the broker
-defaults of topic configs (:meth:`Config.topic_defaults`, pybroker/topic_config.py).
-
-Values parse and validate as Kafka's (pybroker/configdef.py); a bad one fails start-up with a
-message naming the key, as do cross-key checks (:func:`validate`) and the listeners' security
-(pybroker/security/listeners.py).  Unknown keys are warnings, as Kafka logs them unused, with
-the nearest known key suggested; Kafka keys pybroker does not use are said to have no effect.
-"""
+"""The broker keys, each declared once: a field of :class:`Config` built by :func:`define`
+(Kafka's name, ConfigDef type, default, validator, converter); :data:`KEYS`, :data:`FIELDS`
+and :data:`BROKER_CONFIG` are derived from the fields."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from pybroker import topic_config
+from pybroker.config import values as conv
+from pybroker.config.values import ConfigError, Endpoint, render
 from pybroker.configdef import (
     LONG_MAX,
     Check,
@@ -38,18 +25,8 @@ from pybroker.configdef import (
     ValidString,
     at_least,
     between,
-    did_you_mean,
-    java_double,
 )
-from pybroker.kafka_broker_configs import (
-    DEFINITIONS,
-    DYNAMIC_MODES,
-    KAFKA_CONFIG_NAMES,
-    QUOTA_CONFIGS,
-)
-from pybroker.security import listeners as listener_security
-from pybroker.security.sasl import SaslConfigError
-from pybroker.security.tls import TlsConfigError
+from pybroker.kafka_broker_configs import DEFINITIONS, DYNAMIC_MODES, QUOTA_CONFIGS
 
 BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = (
     Type.BOOLEAN,
@@ -60,167 +37,6 @@ BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = (
     Type.DOUBLE,
     Type.LIST,
 )
-
-
-class ConfigError(ValueError):
-    pass
-
-
-# -- converters: a Kafka-typed value -> the attribute pybroker reads -------------------------
-
-
-def _policy(items: list[str]) -> str:
-    """log.cleanup.policy: ``compact``, ``delete`` or both, as a comma-separated string."""
-    return ",".join(items)
-
-
-# group.consumer.assignors: Kafka's class names or the assignors' names
-_ASSIGNOR_CLASSES = {
-    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
-    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
-}
-
-
-def _assignors(items: list[str]) -> tuple[str, ...]:
-    out = []
-    for item in items:
-        name = _ASSIGNOR_CLASSES.get(item, item.lower())
-        if name not in ("uniform", "range"):
-            raise ValueError(f"{item} is not a known assignor (uniform, range)")
-        out.append(name)
-    if not out:
-        raise ValueError("must name an assignor")
-    return tuple(out)
-
-
-def _protocols(items: list[str]) -> tuple[str, ...]:
-    protocols = tuple(p.lower() for p in items if p)
-    wrong = [p for p in protocols if p not in ("classic", "consumer")]
-    if wrong or "classic" not in protocols:
-        raise ValueError("must list classic, and may list consumer")
-    return protocols
-
-
-def _migration_policy(s: str) -> str:
-    """group.consumer.migration.policy (Kafka's ConsumerGroupMigrationPolicy, any case)."""
-    v = s.lower()
-    if v not in ("disabled", "upgrade", "downgrade", "bidirectional"):
-        raise ValueError("must be one of disabled, upgrade, downgrade, bidirectional")
-    return v
-
-
-def _ip_overrides(s: str) -> tuple[tuple[str, int], ...]:
-    """max.connections.per.ip.overrides: ``host:limit`` pairs, comma-separated (an IPv6
-    address's last colon separates the limit)."""
-    out = []
-    for item in s.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        host, sep, limit = item.rpartition(":")
-        if not sep or not host.strip():
-            raise ValueError(f"expected host:limit, got {item!r}")
-        n = int(limit)
-        if n < 0:
-            raise ValueError(f"{host.strip()}: must be >= 0")
-        out.append((host.strip().strip("[]"), n))
-    return tuple(out)
-
-
-def _super_users(s: str) -> tuple[str, ...]:
-    users = tuple(u.strip() for u in s.split(";") if u.strip())
-    for u in users:
-        if ":" not in u or u.startswith(":"):
-            raise ValueError(f"{u!r} is not Type:name")
-    return users
-
-
-@dataclass(frozen=True)
-class HttpEndpoint:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
-
-
-def _http_listener(s: str) -> HttpEndpoint | None:
-    """metrics.listener: ``http://host:port`` (port 0: any free port); empty: off."""
-    if not s:
-        return None
-    m = re.fullmatch(r"http://(\[[^\]]*\]|[^:/\[\]]*):(\d+)/?", s)
-    if not m:
-        raise ValueError("expected http://host:port (e.g. http://127.0.0.1:9308)")
-    port = int(m.group(2))
-    if not 0 <= port <= 65535:
-        raise ValueError(f"port {port} out of range")
-    return HttpEndpoint(m.group(1).strip("[]"), port)
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    listener: str
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.listener}://{self.host}:{self.port}"
-
-
-def _listeners(s: str) -> tuple[Endpoint, ...]:
-    out = []
-    for item in s.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        m = re.fullmatch(r"([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):(\d+)", item)
-        if not m:
-            raise ValueError(f"expected LISTENER://host:port, got {item!r}")
-        host = m.group(2).strip("[]")
-        port = int(m.group(3))
-        if not 0 <= port <= 65535:
-            raise ValueError(f"port {port} out of range")
-        out.append(Endpoint(m.group(1).upper(), host, port))
-    if not out:
-        raise ValueError("no listener given")
-    return tuple(out)
-
-
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-DEFAULT_PROTOCOL_MAP = "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"
-
-
-def _protocol_map(s: str) -> tuple[tuple[str, str], ...]:
-    """listener.security.protocol.map: NAME:PROTOCOL,... (Kafka's: a given map replaces the
-    default one whole)."""
-    out = []
-    for item in s.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        name, sep, proto = item.partition(":")
-        proto = proto.strip().upper()
-        if not sep or not name.strip():
-            raise ValueError(f"expected LISTENER:PROTOCOL, got {item!r}")
-        if proto not in SECURITY_PROTOCOLS:
-            raise ValueError(f"unknown security protocol {proto!r} (one of {SECURITY_PROTOCOLS})")
-        out.append((name.strip().upper(), proto))
-    return tuple(out)
-
-
-# Keys of Kafka's security settings that only act on an SSL or SASL listener: accepted (and
-# said to be inert) while every listener is PLAINTEXT.  Keys that ask for security whatever the
-# listeners (an authorizer, secure replication) are refused by validate().
-_INERT_WITHOUT_SECURE_LISTENER = ("ssl.", "sasl.", "listener.name.", "principal.builder.class")
-AUTHORIZERS = (
-    "kafka.security.authorizer.AclAuthorizer",  # Kafka's ZooKeeper ACL authorizer
-    "kafka.security.auth.SimpleAclAuthorizer",  # its name before Kafka 2.4
-    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",  # KRaft's, same model
-)
-
-
-# -- the declarations ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -274,16 +90,19 @@ def define(
 class Config:
     broker_id: int = define("broker.id", INT, 0, at_least(0))
     listeners: tuple[Endpoint, ...] = define(
-        "listeners", STRING, "PLAINTEXT://127.0.0.1:9092", convert=_listeners
+        "listeners", STRING, "PLAINTEXT://127.0.0.1:9092", convert=conv.listeners
     )
     advertised_listeners: tuple[Endpoint, ...] | None = define(
-        "advertised.listeners", STRING, None, convert=_listeners
+        "advertised.listeners", STRING, None, convert=conv.listeners
     )
     listener_security_protocol_map: tuple[tuple[str, str], ...] = define(
-        "listener.security.protocol.map", STRING, DEFAULT_PROTOCOL_MAP, convert=_protocol_map
+        "listener.security.protocol.map",
+        STRING,
+        conv.DEFAULT_PROTOCOL_MAP,
+        convert=conv.protocol_map,
     )
     security_inter_broker_protocol: str = define(
-        "security.inter.broker.protocol", STRING, "PLAINTEXT", ValidString(*SECURITY_PROTOCOLS)
+        "security.inter.broker.protocol", STRING, "PLAINTEXT", ValidString(*conv.SECURITY_PROTOCOLS)
     )
     inter_broker_listener_name: str | None = define("inter.broker.listener.name", STRING, None)
     log_dirs: str | None = define("log.dirs", STRING, None)
@@ -372,7 +191,10 @@ class Config:
     )
     # KIP-848 (Kafka 4.0's names and defaults)
     group_coordinator_rebalance_protocols: tuple[str, ...] = define(
-        "group.coordinator.rebalance.protocols", LIST, ["classic", "consumer"], convert=_protocols
+        "group.coordinator.rebalance.protocols",
+        LIST,
+        ["classic", "consumer"],
+        convert=conv.protocols,
     )
     group_consumer_session_timeout_ms: int = define(
         "group.consumer.session.timeout.ms", INT, 45000, at_least(1)
@@ -381,14 +203,14 @@ class Config:
         "group.consumer.heartbeat.interval.ms", INT, 5000, at_least(1)
     )
     group_consumer_assignors: tuple[str, ...] = define(
-        "group.consumer.assignors", LIST, ["uniform", "range"], convert=_assignors
+        "group.consumer.assignors", LIST, ["uniform", "range"], convert=conv.assignors
     )
     group_consumer_max_size: int = define("group.consumer.max.size", INT, 2**31 - 1, at_least(1))
     group_consumer_migration_policy: str = define(
         "group.consumer.migration.policy",
         STRING,
         "bidirectional",
-        convert=_migration_policy,
+        convert=conv.migration_policy,
     )
     # KIP-932 share groups (Kafka 4.4's names, defaults and ranges; group.share.enable is
     # Kafka 3.9/4.0's switch, on by default as share groups are in Kafka 4.2+: share.version
@@ -522,7 +344,7 @@ class Config:
     max_connections_per_ip: int = define("max.connections.per.ip", INT, 2**31 - 1, at_least(0))
     # (host or IP as given, limit), Kafka's "hostName:100,127.0.0.1:200"
     max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = define(
-        "max.connections.per.ip.overrides", STRING, "", convert=_ip_overrides
+        "max.connections.per.ip.overrides", STRING, "", convert=conv.ip_overrides
     )
     # -- replication
     unclean_leader_election_enable: bool = define("unclean.leader.election.enable", BOOLEAN, False)
@@ -571,7 +393,7 @@ class Config:
     )
     # -- log compaction (Kafka's LogConfig / CleanerConfig names and defaults)
     log_cleanup_policy: str = define(
-        "log.cleanup.policy", LIST, ["delete"], ValidList("compact", "delete"), convert=_policy
+        "log.cleanup.policy", LIST, ["delete"], ValidList("compact", "delete"), convert=conv.policy
     )
     log_cleaner_enable: bool = define("log.cleaner.enable", BOOLEAN, True)
     log_cleaner_threads: int = define("log.cleaner.threads", INT, 1, at_least(0))
@@ -606,11 +428,11 @@ class Config:
         doc="pybroker's own: log 'event loop stalled N ms' when the event loop was blocked"
         " longer than this (0: no warnings).",
     )
-    metrics_listener: HttpEndpoint | None = define(
+    metrics_listener: conv.HttpEndpoint | None = define(
         "metrics.listener",
         STRING,
         None,
-        convert=_http_listener,
+        convert=conv.http_listener,
         doc="pybroker's own: http://host:port serving Prometheus metrics at /metrics and the"
         " web console at / (unset: off).",
     )
@@ -644,17 +466,17 @@ class Config:
         Check(
             lambda v: (
                 None
-                if v in ("", *AUTHORIZERS)
-                else f"{v} is not an authorizer this broker has (one of: {', '.join(AUTHORIZERS)})"
+                if v in ("", *conv.AUTHORIZERS)
+                else f"{v} is not an authorizer this broker has (one of: {', '.join(conv.AUTHORIZERS)})"
             ),
-            "empty, or one of " + ", ".join(AUTHORIZERS),
+            "empty, or one of " + ", ".join(conv.AUTHORIZERS),
         ),
     )
     super_users: tuple[str, ...] = define(
         "super.users",
         STRING,
         "",
-        convert=_super_users,
+        convert=conv.super_users,
         doc="A list of principals (Type:name, separated by semicolons) that every operation is"
         " allowed to (AclAuthorizer's key).",
     )
@@ -817,237 +639,3 @@ FIELDS: dict[str, str] = {
 }
 BROKER_CONFIG = ConfigDef(KEYS.values())
 assert set(QUOTA_CONFIGS) == {k for k, v in KEYS.items() if v.dynamic_only}
-
-
-def render(value: Any) -> str | None:
-    """A Config attribute as Kafka prints its value (None: unset)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float):
-        return java_double(value)
-    if isinstance(value, tuple):
-        return ",".join(
-            ":".join(str(i) for i in v) if isinstance(v, tuple) else str(v) for v in value
-        )
-    return str(value)
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java .properties: key=value or key:value or key value; # and ! comments; \\ continues."""
-    out: dict[str, str] = {}
-    logical = ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not logical and (not line or line[0] in "#!"):
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            logical += line[:-1]
-            continue
-        logical += line
-        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", logical)
-        if m:
-            out[m.group(1)] = m.group(2)
-        elif logical:
-            out[logical] = ""
-        logical = ""
-    return out
-
-
-def _listener_protocols(settings: Mapping[str, str]) -> set[str]:
-    try:
-        listeners = _listeners(settings.get("listeners", "PLAINTEXT://127.0.0.1:9092").strip())
-        protocols = dict(
-            _protocol_map(settings.get("listener.security.protocol.map", DEFAULT_PROTOCOL_MAP))
-        )
-    except ValueError:
-        return set()  # reported with its key below
-    return {protocols.get(e.listener, "") for e in listeners}
-
-
-def unknown_key_warning(key: str) -> str:
-    """What the broker says about a key it does not read: a Kafka key is said to have no
-    effect here; anything else is unknown, with the nearest known key suggested."""
-    if key in KEYS:  # Kafka's DynamicConfig.Broker keys: not KafkaConfig ones
-        return (
-            f"configuration key {key!r} ignored: it is set dynamically only"
-            " (kafka-configs --entity-type brokers)"
-        )
-    if key in KAFKA_CONFIG_NAMES:
-        return f"configuration key {key!r} (Kafka's) has no effect in pybroker"
-    if key in topic_config.KEYS:
-        broker_key = topic_config.broker_synonym(key)
-        hint = f"; its broker default is {broker_key!r}" if broker_key else ""
-        return f"configuration key {key!r} is a topic config, ignored here{hint}"
-    near = did_you_mean(key, [*KEYS, *KAFKA_CONFIG_NAMES])
-    hint = f": did you mean {near!r}?" if near else ""
-    return f"unknown configuration key {key!r} ignored{hint}"
-
-
-def build_config(settings: Mapping[str, str]) -> Config:
-    values: dict[str, Any] = {}
-    warnings = []
-    protocols = _listener_protocols(settings)
-    ssl_served = bool(protocols & {"SSL", "SASL_SSL"})
-    sasl_served = bool(protocols & {"SASL_PLAINTEXT", "SASL_SSL"})
-    security: list[tuple[str, str]] = []
-    for key, raw in settings.items():
-        if key.startswith(("ssl.", "sasl.", "listener.name.", "connections.max.reauth.ms")):
-            security.append((key, raw))
-            if ssl_served and ".ssl." in f".{key}":
-                continue  # read by pybroker/security/tls.py for the SSL listeners
-            if sasl_served and (".sasl." in f".{key}" or key.endswith("connections.max.reauth.ms")):
-                continue  # read by pybroker/security/sasl.py for the SASL listeners
-        spec = KEYS.get(key)
-        if spec is None or spec.dynamic_only:
-            if key.startswith(_INERT_WITHOUT_SECURE_LISTENER):
-                # every listener is PLAINTEXT (or validate refuses the configuration), and on
-                # PLAINTEXT listeners Kafka does not use these either
-                warnings.append(f"configuration key {key!r} has no effect: no SSL or SASL listener")
-            else:
-                warnings.append(unknown_key_warning(key))
-            continue
-        try:
-            values[FIELDS[key]] = spec.parse_attribute(raw)
-        except ConfigException as e:
-            raise ConfigError(
-                f"invalid value {raw!r} for configuration key {key!r}: {e.reason}"
-            ) from None
-    explicit = frozenset(k for k in settings if k in KEYS and not KEYS[k].dynamic_only)
-    cfg = Config(
-        **values,
-        warnings=tuple(warnings),
-        explicit_keys=explicit,
-        security_settings=tuple(security),
-    )
-    validate(cfg)
-    return cfg
-
-
-def _validate_security(cfg: Config) -> None:
-    """Every listener's security protocol comes from listener.security.protocol.map (a name
-    missing there is refused, as Kafka refuses it); what a secured listener needs (TLS keys,
-    SASL mechanisms and their JAAS entries) must be there, or the broker refuses to start,
-    naming the key: never served unsecured."""
-    for key, endpoints in (("listeners", cfg.listeners), ("advertised.listeners", cfg.advertised)):
-        for e in endpoints:
-            proto = cfg.security_protocol(e.listener)
-            if proto is None:
-                raise ConfigError(
-                    f"invalid value for configuration key 'listener.security.protocol.map': "
-                    f"no security protocol for listener {e.listener} (named in {key!r})"
-                )
-    if cfg.inter_broker_listener_name is not None:
-        if "security.inter.broker.protocol" in cfg.explicit_keys:
-            raise ConfigError(
-                "Only one of inter.broker.listener.name and security.inter.broker.protocol "
-                "should be set."
-            )
-    names = [e.listener for e in cfg.advertised]
-    try:
-        listener_security.check(cfg)
-    except (TlsConfigError, SaslConfigError) as e:
-        raise ConfigError(str(e)) from None
-    except ValueError as e:
-        raise ConfigError(
-            f"invalid value for configuration key 'ssl.principal.mapping.rules': {e}"
-        ) from None
-    if cfg.inter_broker_listener not in names:
-        key = (
-            "inter.broker.listener.name"
-            if cfg.inter_broker_listener_name is not None
-            else "security.inter.broker.protocol"
-        )
-        raise ConfigError(
-            f"invalid value for configuration key {key!r}: inter.broker.listener.name must be "
-            f"a listener name defined in advertised.listeners. The valid options based on "
-            f"currently configured listeners are {','.join(names)}"
-        )
-
-
-def validate(cfg: Config) -> None:
-    """The checks across keys (each key's own went through its validator when it was
-    parsed): raises ConfigError naming the key."""
-
-    def need(cond: bool, key: str, why: str) -> None:
-        if not cond:
-            raise ConfigError(f"invalid value for configuration key {key!r}: {why}")
-
-    _validate_security(cfg)
-    need(
-        cfg.max_connections_per_ip > 0 or bool(cfg.max_connections_per_ip_overrides),
-        "max.connections.per.ip",
-        "0 needs max.connections.per.ip.overrides (it would refuse every connection)",
-    )
-    need(
-        cfg.group_consumer_heartbeat_interval_ms < cfg.group_consumer_session_timeout_ms,
-        "group.consumer.heartbeat.interval.ms",
-        "must be below group.consumer.session.timeout.ms",
-    )
-    need(cfg.roll_ms >= 1, "log.roll.ms", "must be >= 1")
-    for key, value, lo, hi in (  # group.share.*: each default within its min and max
-        ("group.share.session.timeout.ms", cfg.group_share_session_timeout_ms,
-         cfg.group_share_min_session_timeout_ms, cfg.group_share_max_session_timeout_ms),
-        ("group.share.heartbeat.interval.ms", cfg.group_share_heartbeat_interval_ms,
-         cfg.group_share_min_heartbeat_interval_ms, cfg.group_share_max_heartbeat_interval_ms),
-        ("group.share.record.lock.duration.ms", cfg.group_share_record_lock_duration_ms,
-         cfg.group_share_min_record_lock_duration_ms,
-         cfg.group_share_max_record_lock_duration_ms),
-        ("group.share.delivery.count.limit", cfg.group_share_delivery_count_limit,
-         cfg.group_share_min_delivery_count_limit, cfg.group_share_max_delivery_count_limit),
-        ("group.share.partition.max.record.locks", cfg.group_share_partition_max_record_locks,
-         cfg.group_share_min_partition_max_record_locks,
-         cfg.group_share_max_partition_max_record_locks),
-    ):  # fmt: skip
-        need(lo <= value <= hi, key, f"must be within its min and max ({lo}, {hi})")
-    need(
-        cfg.group_share_heartbeat_interval_ms < cfg.group_share_session_timeout_ms,
-        "group.share.heartbeat.interval.ms",
-        "must be below group.share.session.timeout.ms",
-    )
-    if cfg.metrics_listener is not None and cfg.metrics_listener.port:
-        clash = [str(e) for e in cfg.listeners if e.port == cfg.metrics_listener.port]
-        need(not clash, "metrics.listener", f"its port is the Kafka listener's: {clash}")
-    need(
-        0 < cfg.group_min_session_timeout_ms <= cfg.group_max_session_timeout_ms,
-        "group.min.session.timeout.ms",
-        "must be > 0 and <= group.max.session.timeout.ms",
-    )
-    if cfg.log_cleaner_enable and cfg.log_cleaner_threads > 0:
-        # Kafka's Cleaner: the offset map of each thread (24 bytes an entry: a 16-byte key
-        # hash and an 8-byte offset) must hold more than one entry at its load factor
-        slots = cfg.log_cleaner_dedupe_buffer_size // cfg.log_cleaner_threads // 24
-        need(
-            slots * cfg.log_cleaner_io_buffer_load_factor > 1,
-            "log.cleaner.dedupe.buffer.size",
-            "the offset map is too small to fit in even a single message; increase"
-            " log.cleaner.dedupe.buffer.size or decrease log.cleaner.threads",
-        )
-    names = [e.listener for e in cfg.listeners]
-    need(len(set(names)) == len(names), "listeners", "listener names must be unique")
-    if cfg.zookeeper_connect is not None:
-        for hp in cfg.zookeeper_connect.split("/")[0].split(","):
-            u = urlsplit("//" + hp.strip())
-            need(
-                bool(u.hostname) and u.port is not None,
-                "zookeeper.connect",
-                "host:port[,..][/chroot]",
-            )
-
-
-def with_defaults_for_cli(cfg: Config, default_dir: str) -> Config:
-    """`pybroker serve` with no log.dirs keeps data in a local directory it names on start."""
-    if cfg.log_dirs is None and cfg.log_dir is None:
-        return dataclasses.replace(cfg, log_dirs=os.path.abspath(default_dir))
-    return cfg
-
-
-def describe_settings(cfg: Config) -> list[tuple[str, str | None, bool]]:
-    """(Kafka key, value as Kafka prints it, set explicitly?) for every key read from
-    server.properties (the dynamic-only ones are described when set, by dynamic_config)."""
-    return [
-        (key, cfg.value_string(key), key in cfg.explicit_keys)
-        for key, spec in KEYS.items()
-        if not spec.dynamic_only
-    ]
