@@ -25,9 +25,10 @@ POLICY_VIOLATION = 44
 NOT_LEADER_OR_FOLLOWER = 6
 CREATE_PARTITIONS = 37
 
-# issue 10's frame: CreatePartitions v0, topic "cp" to 30000 partitions, validate_only false
+# issue 10's frame, its count raised past the default max.broker.partitions (100000):
+# CreatePartitions v0, topic "cp" to 200000 partitions, timeout 30000 ms, validate_only false
 FLOOD_FRAME = bytes.fromhex(
-    "000000230025000000000005000462617273000000010002637000007530ffffffff0000753000"
+    "000000230025000000000005000462617273000000010002637000030d40ffffffff0000753000"
 )
 
 

@@ -377,7 +377,7 @@ class Config:
     max_broker_partitions: int = define(
         "max.broker.partitions",
         INT,
-        20000,
+        100_000,
         at_least(1),
         doc="The largest number of partition replicas one broker may host (KIP-578's name;"
         " pybroker's own default): CreateTopics, CreatePartitions and auto-creation beyond it"
