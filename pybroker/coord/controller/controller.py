@@ -44,6 +44,8 @@ MAX_OPS_PER_MULTI = 500  # the Check on /controller_epoch plus up to 499 state w
 MULTIS_IN_FLIGHT = 4  # pipelined (~100 KB each, far below ZooKeeper's 1 MB jute.maxbuffer)
 
 Decide = Callable[[TopicPartition, StoredState, list[int], set[int]], "Decision | ElectionResult"]
+# one state write: the partition, its state as read, its replicas, what to write
+_Write = tuple[TopicPartition, StoredState, list[int], Decision]
 
 
 class Controller:
@@ -391,18 +393,23 @@ class Controller:
         results: dict[TopicPartition, ElectionResult],
     ) -> None:
         """Read, decide, write with CAS in fenced multis; re-read and decide again what lost a
-        compare-and-set, while active.  Fills ``results`` as partitions are settled (so a
-        caller still has them if this raises ControllerFencedError)."""
+        compare-and-set (at once: someone else wrote it) or could not be written (a lost
+        connection: after a backoff), while active.  Leader changes are written before
+        ISR-only changes (clients wait for the former; the latter race with the leaders' own
+        ISR shrinks).  Fills ``results`` as partitions are settled (so a caller still has
+        them if this raises ControllerFencedError)."""
         pending = list(tps)
-        attempt = 0
+        backoff = 0.0
+        redo = 0
+        started = asyncio.get_running_loop().time()
+        written = conflicts = multis = 0
         while pending:
             self.fence.check_active()
-            if attempt:
-                await asyncio.sleep(min(0.01 * 2**attempt, 1.0))
+            if backoff:
+                await asyncio.sleep(backoff)
                 live = await self.brokers.read_live()
-            attempt += 1
             reads = await self._read_states(pending)
-            writes: list[tuple[TopicPartition, StoredState, list[int], Decision]] = []
+            writes: list[_Write] = []
             for tp in pending:
                 st = reads[tp]
                 info = self.cluster.topics.get(tp[0])
@@ -416,43 +423,76 @@ class Controller:
                     writes.append((tp, st, replicas, outcome))
                 else:
                     results[tp] = outcome
-            pending = []
+            writes.sort(key=lambda w: w[3].leader == w[1].leader)  # (stable) elections first
+            pending, deferred = [], False
             step = MAX_OPS_PER_MULTI - 1
             chunks = [writes[i : i + step] for i in range(0, len(writes), step)]
             for i in range(0, len(chunks), MULTIS_IN_FLIGHT):
+                group = chunks[i : i + MULTIS_IN_FLIGHT]
                 outcomes = await asyncio.gather(
-                    *(self._write_chunk(c) for c in chunks[i : i + MULTIS_IN_FLIGHT]),
-                    return_exceptions=True,
+                    *(self._write_chunk(c) for c in group), return_exceptions=True
                 )
-                for chunk, outcome in zip(chunks[i : i + MULTIS_IN_FLIGHT], outcomes, strict=True):
+                for chunk, outcome in zip(group, outcomes, strict=True):
                     if isinstance(outcome, ConnectionLossError):
                         log.info("controller write deferred (%s); re-reading", outcome)
                         pending += [tp for tp, *_ in chunk]
-                    elif isinstance(outcome, (BadVersionError, NoNodeError)):
-                        pending += [tp for tp, *_ in chunk]  # someone wrote meanwhile: redo
+                        deferred = True
                     elif isinstance(outcome, BaseException):
                         raise outcome
                     else:
-                        self._applied(chunk)
-                        for tp, *_ in chunk:
+                        applied, conflicted, sent = outcome
+                        multis += sent
+                        written += len(applied)
+                        conflicts += len(conflicted)
+                        self._applied(applied)
+                        for tp, *_ in applied:
                             results[tp] = (ErrorCode.NONE, None)
-
-    async def _write_chunk(
-        self, chunk: list[tuple[TopicPartition, StoredState, list[int], Decision]]
-    ) -> None:
-        ops: list[Op] = [
-            SetData(
-                paths.partition_state(*tp),
-                paths.encode_partition_state(d.leader, d.leader_epoch, d.isr, self.epoch),
-                st.zk_version,
+                        pending += [tp for tp, *_ in conflicted]  # someone wrote meanwhile
+            # a lost connection, or the same partitions losing again: back off; a first
+            # conflict is redone at once
+            redo += 1 if pending else 0
+            backoff = min(0.01 * 2**redo, 1.0) if deferred or redo > 1 else 0.0
+        if written or conflicts:
+            log.info(
+                "controller (epoch %d): %d partition states written in %d multis "
+                "(%d lost a compare-and-set and were redone) in %.0f ms",
+                self.epoch,
+                written,
+                multis,
+                conflicts,
+                (asyncio.get_running_loop().time() - started) * 1000,
             )
-            for tp, st, _, d in chunk
-        ]
-        await self.fence.multi(self.store, ops)
 
-    def _applied(
-        self, chunk: list[tuple[TopicPartition, StoredState, list[int], Decision]]
-    ) -> None:
+    async def _write_chunk(self, chunk: list[_Write]) -> tuple[list[_Write], list[_Write], int]:
+        """``chunk`` in one fenced multi; an op that loses its compare-and-set (or finds its
+        node gone) fails the whole multi, so it alone is left out and the rest sent again at
+        once.  Returns (applied, conflicted, multis sent).  Raises ConnectionLossError or
+        ControllerFencedError."""
+        conflicted: list[_Write] = []
+        sent = 0
+        while chunk:
+            ops: list[Op] = [
+                SetData(
+                    paths.partition_state(*tp),
+                    paths.encode_partition_state(d.leader, d.leader_epoch, d.isr, self.epoch),
+                    st.zk_version,
+                )
+                for tp, st, _, d in chunk
+            ]
+            sent += 1
+            try:
+                await self.fence.multi(self.store, ops)
+            except (BadVersionError, NoNodeError) as e:
+                k = -1 if e.op_index is None else e.op_index - 1  # (op 0 is the epoch check)
+                if not 0 <= k < len(chunk):
+                    return [], conflicted + chunk, sent
+                conflicted.append(chunk[k])
+                chunk = chunk[:k] + chunk[k + 1 :]
+                continue
+            return chunk, conflicted, sent
+        return [], conflicted, sent
+
+    def _applied(self, chunk: list[_Write]) -> None:
         by_topic: dict[str, dict[int, PartitionState]] = {}
         for tp, st, replicas, d in chunk:
             log.info(
