@@ -601,16 +601,20 @@ class MetadataCache:
             cached = info.partitions.get(p)
             if cached is None or 0 <= state.zk_version < cached.zk_version:
                 continue  # unknown, or an older read than what a local write put there
-            if partitions is None:
-                partitions = dict(info.partitions)
-            partitions[p] = dataclasses.replace(
+            new = dataclasses.replace(
                 state,
                 replicas=list(cached.replicas),
                 adding_replicas=cached.adding_replicas,
                 removing_replicas=cached.removing_replicas,
             )
+            if new == cached and new.zk_version == cached.zk_version:
+                continue
+            if partitions is None:
+                partitions = dict(info.partitions)
+            partitions[p] = new
         if partitions is not None:
-            self._update_topic(dataclasses.replace(info, partitions=partitions))
+            # (changed: no comparison of the whole topic, which was O(partitions) per write)
+            self._set_topic(dataclasses.replace(info, partitions=partitions))
 
     def put_topic(self, info: TopicInfo) -> None:
         """This broker created the topic or added partitions: cached at once, then read back
@@ -659,10 +663,15 @@ class MetadataCache:
     def _update_topic(self, info: TopicInfo) -> None:
         old = self.topics.get(info.name)
         if old != info or _zk_versions(old) != _zk_versions(info):
-            self.topics[info.name] = info
-            if self._departed_leads:
-                self._count_departed_leads(old, info)
-            self._notify(ClusterEvent("TOPIC_CHANGED", info.name))
+            self._set_topic(info)
+
+    def _set_topic(self, info: TopicInfo) -> None:
+        """``info`` differs from the cached topic: cached and announced."""
+        old = self.topics.get(info.name)
+        self.topics[info.name] = info
+        if self._departed_leads:
+            self._count_departed_leads(old, info)
+        self._notify(ClusterEvent("TOPIC_CHANGED", info.name))
 
     def _forget_topic(self, name: str) -> None:
         old = self.topics.pop(name)
