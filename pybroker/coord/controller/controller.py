@@ -212,7 +212,7 @@ class Controller:
                     d = decide_for_live_set(st, replicas, here, self._unclean(tp[0]), shutting)
                     return (ErrorCode.NONE, None) if d is None else d
 
-                await self._run_decisions(candidates, auto, live, {})
+                await self._run_decisions(candidates, auto, live, {}, from_cache=True)
             await self.reassignments.on_pass(topics, live - shutting)
 
     async def alter_partition_reassignments(
@@ -413,18 +413,22 @@ class Controller:
         decide: Decide,
         live: set[int],
         results: dict[TopicPartition, ElectionResult],
+        *,
+        from_cache: bool = False,
     ) -> None:
-        """Decide on the cached states, write with CAS (the cached znode versions) in fenced
-        multis; read from the store and decide again what lost a compare-and-set (at once:
-        someone else wrote it, or the cache lagged) or could not be written (a lost
-        connection: after a backoff), while active.  Leader changes are written before
+        """Read the states (``from_cache``: take the cached states and znode versions for the
+        first round, as a pass whose candidates were chosen on them does: a stale one loses
+        its CAS), decide, write with CAS in fenced multis; read again and decide again what
+        lost a compare-and-set (at once: someone else wrote it, or the cache lagged) or could
+        not be written (a lost connection: after a backoff), while active.  ElectLeaders
+        answers without a write (not needed, not available), so it decides on fresh reads.  Leader changes are written before
         ISR-only changes (clients wait for the former; the latter race with the leaders' own
         ISR shrinks).  Fills ``results`` as partitions are settled (so a caller still has
         them if this raises ControllerFencedError)."""
         pending = list(tps)
         backoff = 0.0
         redo = 0
-        first = True
+        first = from_cache
         started = asyncio.get_running_loop().time()
         written = conflicts = multis = 0
         while pending:
