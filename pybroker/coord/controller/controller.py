@@ -416,12 +416,12 @@ class Controller:
         *,
         from_cache: bool = False,
     ) -> None:
-        """Read the states (``from_cache``: take the cached states and znode versions for the
-        first round, as a pass whose candidates were chosen on them does: a stale one loses
-        its CAS), decide, write with CAS in fenced multis; read again and decide again what
-        lost a compare-and-set (at once: someone else wrote it, or the cache lagged) or could
-        not be written (a lost connection: after a backoff), while active.  ElectLeaders
-        answers without a write (not needed, not available), so it decides on fresh reads.  Leader changes are written before
+        """Read the states (``from_cache``: the cached states and znode versions for the
+        first round, as for a pass whose candidates were chosen on them: a stale one loses
+        its CAS; ElectLeaders answers without a write, so it reads), decide, write with CAS
+        in fenced multis; read and decide again what lost a compare-and-set (at once:
+        someone else wrote it, or the cache lagged) or could not be written (a lost
+        connection: after a backoff), while active.  Leader changes are written before
         ISR-only changes (clients wait for the former; the latter race with the leaders' own
         ISR shrinks).  Fills ``results`` as partitions are settled (so a caller still has
         them if this raises ControllerFencedError)."""
