@@ -183,6 +183,52 @@ def test_controller_kill9_new_controller_serves_create_topics(cluster):
     assert final.controller_id in cluster.running()
 
 
+def test_lost_broker_partitions_never_shown_leaderless_at_the_others(cluster):
+    """A non-controller broker stops (SIGSTOP) until its ZooKeeper session expires: a client
+    asking the third broker sees each partition the lost broker led with the lost broker as
+    leader until it sees the new leader, never leader -1 (Kafka ZooKeeper mode: the brokers
+    learn of the loss and the new leaders together, from the controller's UpdateMetadata).
+    Before, the third broker answered leader -1 from the moment it saw the loss until the
+    controller's writes reached it."""
+    topic = unique_topic("loss")
+    n = 60
+    cluster.create_topic(topic, n, 3)
+    cluster.wait_isr_full(topic)
+    md = cluster.metadata([topic])
+    victim = next(i for i in cluster.ids if i != md.controller_id)
+    watcher = next(i for i in cluster.ids if i not in (victim, md.controller_id))
+    led = sorted(p for p, info in md.topic(topic).items() if info.leader == victim)
+    assert led
+    wait_until(
+        lambda: len(cluster.metadata([topic], via=[watcher]).topic(topic)) == n,
+        60,
+        0.1,
+        "the watcher knows every partition",
+    )
+    leaderless: dict[int, int] = {}  # partition -> samples that showed it with leader -1
+    samples = 0
+    cluster.pause(victim)
+    try:
+
+        def moved():
+            nonlocal samples
+            try:
+                parts = cluster.metadata([topic], via=[watcher]).topic(topic)
+            except OSError:
+                return None
+            samples += 1
+            for p in led:
+                if parts[p].leader == -1:
+                    leaderless[p] = leaderless.get(p, 0) + 1
+            return all(parts[p].leader not in (-1, victim) for p in led) or None
+
+        wait_until(moved, 90, 0.01, "the lost broker's partitions on other leaders")
+    finally:
+        cluster.resume(victim)
+    print(f"\n{len(led)} partitions moved from broker {victim}; {samples} Metadata samples")
+    assert not leaderless, f"partitions shown with leader -1 (samples): {leaderless}"
+
+
 def test_zookeeper_restart_under_load(cluster):
     topic = unique_topic("zk")
     cluster.create_topic(topic, PARTITIONS, 3, TOPIC_CONFIGS)

@@ -18,7 +18,7 @@ import pytest
 from async_wait import wait_until
 
 from pybroker.coord.controller.context import ControllerFencedError
-from pybroker.coord.controller.controller import Controller
+from pybroker.coord.controller.controller import MAX_ISR_OPS_PER_MULTI, Controller
 from pybroker.coord.controller.election import (
     StoredState,
     decide_for_live_set,
@@ -611,6 +611,145 @@ def test_controller_retries_after_losing_compare_and_set(make_env):
             await env.close()
 
     run(main())
+
+
+def test_a_lost_compare_and_set_redoes_only_that_partition(make_env):
+    """A broker leading many partitions goes: one partition's state is written by someone else
+    between the controller's read and its multi.  That multi fails as a whole; only the
+    partition that lost its compare-and-set is read and decided again, the rest are sent again
+    at once (before: the whole multi was re-read and retried after a backoff, so each racing
+    ISR write of a leader cost a round of every partition of the multi).  Leader changes are
+    written first, in multis of their own (ISR-only changes race with the leaders' own ISR
+    shrinks)."""
+
+    async def main():
+        env = make_env()
+        try:
+            await three_brokers(env)
+            c1 = env.clusters[1]
+            n = 40
+            # even partitions led by 2 (elections), odd ones by 3 with follower 2 (ISR only)
+            assignment = {p: [2, 3, 1] if p % 2 == 0 else [3, 2, 1] for p in range(n)}
+            await c1.create_topic("c", n, 3, assignments=assignment)
+            await env.wait_cached("c", n - 1, lambda s: s.leader == 3)
+            await env.wait_cached("c", n - 2, lambda s: s.leader == 2)
+            store, controller = c1.store, c1.controller
+            real_multi, real_read_states = store.multi, controller._read_states
+            multis: list[list[str]] = []
+            reads: list[list[tuple]] = []  # what the controller's passes read
+            raced = paths.partition_state("c", 20)
+
+            async def racing_multi(ops):
+                state_ops = [op.path for op in ops if "/partitions/" in op.path]
+                if state_ops:
+                    multis.append(state_ops)
+                if len(multis) == 1 and state_ops:
+                    data, stat = await store.get(raced)  # the old leader's last ISR write
+                    st = json.loads(data)
+                    await store.set(
+                        raced,
+                        paths.encode_partition_state(2, 0, [2, 1], st["controller_epoch"]),
+                        stat.version,
+                    )
+                return await real_multi(ops)
+
+            async def counting_read_states(tps):
+                if tps:
+                    reads.append(list(tps))
+                return await real_read_states(tps)
+
+            store.multi, controller._read_states = racing_multi, counting_read_states
+            try:
+                await env.crash(2)
+                for p in range(0, n, 2):
+                    await env.wait_cached("c", p, lambda s: s.leader in (1, 3), f"c-{p}")
+                await env.wait_cached("c", n - 1, lambda s: 2 not in s.isr)
+            finally:
+                del store.multi, controller._read_states
+            elections = [paths.partition_state("c", p) for p in range(0, n, 2)]
+            isr_only = [paths.partition_state("c", p) for p in range(1, n, 2)]
+            # leader changes first, in their own multi; ISR-only changes in small ones
+            assert multis[0] == elections
+            step = MAX_ISR_OPS_PER_MULTI
+            assert all(isr_only[i : i + step] in multis[1:] for i in range(0, len(isr_only), step))
+            # the failed multi is sent again at once without the partition that lost
+            assert [q for q in elections if q != raced] in multis[1:]
+            # the pass decides on its cached states; only the partition that lost is read
+            assert reads and all(r == [("c", 20)] for r in reads)
+            st, _ = await env.read_state("c", 20)
+            assert (st["leader"], st["isr"]) == (1, [1])  # decided on the re-read state
+        finally:
+            await env.close()
+
+    run(main())
+
+
+def test_metadata_shows_the_lost_leader_until_the_new_one(make_env):
+    """Kafka ZooKeeper mode: the other brokers learn of a broker's loss and the new leaders of
+    its partitions together (one UpdateMetadata from the controller), so a client asking them
+    sees the old leader until it sees the new one.  Here every broker watches /brokers/ids:
+    between the loss and the controller's writes reaching it, a broker answered leader -1
+    (LEADER_NOT_AVAILABLE), longer the more partitions the lost broker led.  While the
+    controller's writes are held back, Metadata at a surviving broker names the lost broker
+    as leader (and lists it); once they land, the new leaders, and the lost broker is gone."""
+    from types import SimpleNamespace
+
+    from pybroker.handlers.context import RequestContext
+    from pybroker.handlers.metadata import metadata
+
+    async def main():
+        env = make_env()
+        try:
+            await three_brokers(env)
+            c1, c3 = env.clusters[1], env.clusters[3]
+            n = 6
+            await c1.create_topic("m", n, 3, assignments={p: [2, 3, 1] for p in range(n)})
+            await env.wait_cached("m", n - 1, lambda s: s.leader == 2)
+            config = SimpleNamespace(auto_create_topics_enable=False)
+            ctx = RequestContext(SimpleNamespace(cluster=c3, config=config), 3, 7, 1, "c")
+
+            store = c1.store
+            real_multi = store.multi
+            release = asyncio.Event()
+
+            async def held_multi(ops):
+                if any("/partitions/" in op.path for op in ops):
+                    await release.wait()
+                return await real_multi(ops)
+
+            store.multi = held_multi
+            try:
+                await env.crash(2)
+                await wait_until(lambda: 2 not in c3.brokers, what="broker 2 gone at 3")
+                resp = await metadata(ctx, {"topics": [{"name": "m"}]})
+                leaders = _leaders(resp)
+                assert leaders == {p: 2 for p in range(n)}
+                assert 2 in {b["node_id"] for b in resp["brokers"]}
+                release.set()
+                for p in range(n):
+                    await env.wait_cached("m", p, lambda s: s.leader == 3, f"m-{p}")
+            finally:
+                release.set()
+                del store.multi
+            resp = await metadata(ctx, {"topics": [{"name": "m"}]})
+            assert _leaders(resp) == {p: 3 for p in range(n)}
+            assert {b["node_id"] for b in resp["brokers"]} == {1, 3}
+        finally:
+            await env.close()
+
+    run(main())
+
+
+def _leaders(resp: dict) -> dict[int, int]:
+    """{partition: leader id} of the one topic in a Metadata v7 response (its topic entries
+    come encoded: the response is encoded and decoded whole)."""
+    from pybroker.wire.codec import decode_message, encode_message
+    from pybroker.wire.schema import SCHEMAS
+
+    schema = SCHEMAS.by_key[3].response
+    decoded = decode_message(schema, 7, encode_message(schema, 7, resp).getvalue())
+    [topic] = decoded["topics"]
+    return {p["partition_index"]: p["leader_id"] for p in topic["partitions"]}
 
 
 # --------------------------------------------------------------------------- controller failover

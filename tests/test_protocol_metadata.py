@@ -295,6 +295,7 @@ def test_auto_create_of_a_topic_another_broker_just_created():
         def __init__(self):
             self.topics = {}
             self.brokers = {}
+            self.metadata_brokers = {}
             self.cluster_id = "c"
             self.controller_id = -1
 

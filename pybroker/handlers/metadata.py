@@ -62,7 +62,7 @@ class _TopicEntries:
         ] = {}
 
     def get(self, ctx: RequestContext, info: TopicInfo, include_ops: bool) -> Encoded:
-        brokers = ctx.services.cluster.brokers
+        brokers = ctx.services.cluster.metadata_brokers
         entry = self.by_name.get(info.name)
         if entry is None or entry[0] is not info or entry[1] is not brokers:
             entry = (info, brokers, {})
@@ -95,7 +95,7 @@ def _entries(cluster: Cluster) -> _TopicEntries:
 
 
 def topic_metadata(ctx: RequestContext, info: TopicInfo, include_ops: bool) -> dict:
-    live = ctx.services.cluster.brokers
+    live = ctx.services.cluster.metadata_brokers
     reachable = {b.id for b in live.values() if b.endpoint(ctx.listener) is not None}
     # a live leader without the request's listener: Kafka's LISTENER_NOT_FOUND (v6+)
     unreachable = (
@@ -202,7 +202,7 @@ async def metadata(ctx: RequestContext, req: dict) -> dict:
             topics.append(entries.get(ctx, info, include_ops))
 
     advertised = {}
-    for b in cluster.brokers.values():
+    for b in cluster.metadata_brokers.values():
         ep = b.endpoint(ctx.listener)
         if ep is not None:  # brokers without this listener are left out, as Kafka does
             advertised[b.id] = {"node_id": b.id, "host": ep[0], "port": ep[1], "rack": b.rack}

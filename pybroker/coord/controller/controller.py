@@ -42,8 +42,11 @@ log = logging.getLogger(__name__)
 
 MAX_OPS_PER_MULTI = 500  # the Check on /controller_epoch plus up to 499 state writes
 MULTIS_IN_FLIGHT = 4  # pipelined (~100 KB each, far below ZooKeeper's 1 MB jute.maxbuffer)
+MAX_ISR_OPS_PER_MULTI = 10  # ISR-only changes (dead followers leave): see Controller._chunks
 
 Decide = Callable[[TopicPartition, StoredState, list[int], set[int]], "Decision | ElectionResult"]
+# one state write: the partition, its state as read, its replicas, what to write
+_Write = tuple[TopicPartition, StoredState, list[int], Decision]
 
 
 class Controller:
@@ -197,13 +200,19 @@ class Controller:
                     if decide_for_live_set(cached, ps.replicas, here, unclean, shutting):
                         candidates.append((name, p))
             if candidates:
+                log.info(
+                    "controller (epoch %d): %d partitions to change (live brokers %s)",
+                    self.epoch,
+                    len(candidates),
+                    sorted(live),
+                )
 
                 def auto(tp: TopicPartition, st: StoredState, replicas: list[int], live: set[int]):
                     here = live - offline.get(tp, set())
                     d = decide_for_live_set(st, replicas, here, self._unclean(tp[0]), shutting)
                     return (ErrorCode.NONE, None) if d is None else d
 
-                await self._run_decisions(candidates, auto, live, {})
+                await self._run_decisions(candidates, auto, live, {}, from_cache=True)
             await self.reassignments.on_pass(topics, live - shutting)
 
     async def alter_partition_reassignments(
@@ -361,6 +370,21 @@ class Controller:
             info.configs if info else {}, self.cluster.unclean_leader_election_enable
         )
 
+    def _cached_states(self, tps: list[TopicPartition]) -> dict[TopicPartition, StoredState | None]:
+        """The states of ``tps`` as the cache holds them, with their znode versions (None
+        where the cache has none: those are read)."""
+        out: dict[TopicPartition, StoredState | None] = {}
+        for tp in tps:
+            info = self.cluster.topics.get(tp[0])
+            ps = info.partitions.get(tp[1]) if info is not None else None
+            if ps is None or ps.zk_version < 0:
+                out[tp] = None
+            else:
+                out[tp] = StoredState(
+                    ps.leader, ps.leader_epoch, list(ps.isr), ps.controller_epoch, ps.zk_version
+                )
+        return out
+
     async def _read_states(
         self, tps: list[TopicPartition]
     ) -> dict[TopicPartition, StoredState | None]:
@@ -389,20 +413,38 @@ class Controller:
         decide: Decide,
         live: set[int],
         results: dict[TopicPartition, ElectionResult],
+        *,
+        from_cache: bool = False,
     ) -> None:
-        """Read, decide, write with CAS in fenced multis; re-read and decide again what lost a
-        compare-and-set, while active.  Fills ``results`` as partitions are settled (so a
-        caller still has them if this raises ControllerFencedError)."""
+        """Read the states (``from_cache``: the cached states and znode versions for the
+        first round, as for a pass whose candidates were chosen on them: a stale one loses
+        its CAS; ElectLeaders answers without a write, so it reads), decide, write with CAS
+        in fenced multis; read and decide again what lost a compare-and-set (at once:
+        someone else wrote it, or the cache lagged) or could not be written (a lost
+        connection: after a backoff), while active.  Leader changes are written before
+        ISR-only changes (clients wait for the former; the latter race with the leaders' own
+        ISR shrinks).  Fills ``results`` as partitions are settled (so a caller still has
+        them if this raises ControllerFencedError)."""
         pending = list(tps)
-        attempt = 0
+        backoff = 0.0
+        redo = 0
+        first = from_cache
+        started = asyncio.get_running_loop().time()
+        written = conflicts = multis = 0
         while pending:
             self.fence.check_active()
-            if attempt:
-                await asyncio.sleep(min(0.01 * 2**attempt, 1.0))
+            if backoff:
+                await asyncio.sleep(backoff)
                 live = await self.brokers.read_live()
-            attempt += 1
-            reads = await self._read_states(pending)
-            writes: list[tuple[TopicPartition, StoredState, list[int], Decision]] = []
+            if first:  # the cached states (and versions); a stale one loses its CAS
+                reads = self._cached_states(pending)
+                unknown = [tp for tp, st in reads.items() if st is None]
+                if unknown:
+                    reads.update(await self._read_states(unknown))
+                first = False
+            else:
+                reads = await self._read_states(pending)
+            writes: list[_Write] = []
             for tp in pending:
                 st = reads[tp]
                 info = self.cluster.topics.get(tp[0])
@@ -416,43 +458,95 @@ class Controller:
                     writes.append((tp, st, replicas, outcome))
                 else:
                     results[tp] = outcome
-            pending = []
-            step = MAX_OPS_PER_MULTI - 1
-            chunks = [writes[i : i + step] for i in range(0, len(writes), step)]
-            for i in range(0, len(chunks), MULTIS_IN_FLIGHT):
-                outcomes = await asyncio.gather(
-                    *(self._write_chunk(c) for c in chunks[i : i + MULTIS_IN_FLIGHT]),
-                    return_exceptions=True,
-                )
-                for chunk, outcome in zip(chunks[i : i + MULTIS_IN_FLIGHT], outcomes, strict=True):
+            pending, deferred = [], False
+            sem = asyncio.Semaphore(MULTIS_IN_FLIGHT)
+
+            async def send(chunk: list[_Write], sem: asyncio.Semaphore = sem):
+                async with sem:
+                    try:
+                        return chunk, await self._write_chunk(chunk)
+                    except ConnectionLossError as e:
+                        return chunk, e
+
+            # each multi is applied to the cache as soon as it lands (an election's multi
+            # never waits for an ISR-only multi that is redoing lost compare-and-sets)
+            tasks = [asyncio.ensure_future(send(c)) for c in self._chunks(writes)]
+            try:
+                for landed in asyncio.as_completed(tasks):
+                    chunk, outcome = await landed
                     if isinstance(outcome, ConnectionLossError):
                         log.info("controller write deferred (%s); re-reading", outcome)
                         pending += [tp for tp, *_ in chunk]
-                    elif isinstance(outcome, (BadVersionError, NoNodeError)):
-                        pending += [tp for tp, *_ in chunk]  # someone wrote meanwhile: redo
-                    elif isinstance(outcome, BaseException):
-                        raise outcome
-                    else:
-                        self._applied(chunk)
-                        for tp, *_ in chunk:
-                            results[tp] = (ErrorCode.NONE, None)
-
-    async def _write_chunk(
-        self, chunk: list[tuple[TopicPartition, StoredState, list[int], Decision]]
-    ) -> None:
-        ops: list[Op] = [
-            SetData(
-                paths.partition_state(*tp),
-                paths.encode_partition_state(d.leader, d.leader_epoch, d.isr, self.epoch),
-                st.zk_version,
+                        deferred = True
+                        continue
+                    applied, conflicted, sent = outcome
+                    multis += sent
+                    written += len(applied)
+                    conflicts += len(conflicted)
+                    self._applied(applied)
+                    for tp, *_ in applied:
+                        results[tp] = (ErrorCode.NONE, None)
+                    pending += [tp for tp, *_ in conflicted]  # someone wrote meanwhile
+            finally:
+                for t in tasks:
+                    t.cancel()
+            # a lost connection, or the same partitions losing again: back off; a first
+            # conflict is redone at once
+            redo += 1 if pending else 0
+            backoff = min(0.01 * 2**redo, 1.0) if deferred or redo > 1 else 0.0
+        if written or conflicts:
+            log.info(
+                "controller (epoch %d): %d partition states written in %d multis "
+                "(%d lost a compare-and-set and were redone) in %.0f ms",
+                self.epoch,
+                written,
+                multis,
+                conflicts,
+                (asyncio.get_running_loop().time() - started) * 1000,
             )
-            for tp, st, _, d in chunk
-        ]
-        await self.fence.multi(self.store, ops)
 
-    def _applied(
-        self, chunk: list[tuple[TopicPartition, StoredState, list[int], Decision]]
-    ) -> None:
+    @staticmethod
+    def _chunks(writes: list[_Write]) -> list[list[_Write]]:
+        """Leader changes in multis of up to MAX_OPS_PER_MULTI - 1 states, then ISR-only
+        changes in multis of up to MAX_ISR_OPS_PER_MULTI (these race with the leaders' own
+        ISR shrinks: each lost compare-and-set sends its multi again, so they go small)."""
+        elections = [w for w in writes if w[3].leader != w[1].leader]
+        isr_only = [w for w in writes if w[3].leader == w[1].leader]
+        out: list[list[_Write]] = []
+        for ws, step in ((elections, MAX_OPS_PER_MULTI - 1), (isr_only, MAX_ISR_OPS_PER_MULTI)):
+            out += [ws[i : i + step] for i in range(0, len(ws), step)]
+        return out
+
+    async def _write_chunk(self, chunk: list[_Write]) -> tuple[list[_Write], list[_Write], int]:
+        """``chunk`` in one fenced multi; an op that loses its compare-and-set (or finds its
+        node gone) fails the whole multi, so it alone is left out and the rest sent again at
+        once.  Returns (applied, conflicted, multis sent).  Raises ConnectionLossError or
+        ControllerFencedError."""
+        conflicted: list[_Write] = []
+        sent = 0
+        while chunk:
+            ops: list[Op] = [
+                SetData(
+                    paths.partition_state(*tp),
+                    paths.encode_partition_state(d.leader, d.leader_epoch, d.isr, self.epoch),
+                    st.zk_version,
+                )
+                for tp, st, _, d in chunk
+            ]
+            sent += 1
+            try:
+                await self.fence.multi(self.store, ops)
+            except (BadVersionError, NoNodeError) as e:
+                k = -1 if e.op_index is None else e.op_index - 1  # (op 0 is the epoch check)
+                if not 0 <= k < len(chunk):
+                    return [], conflicted + chunk, sent
+                conflicted.append(chunk[k])
+                chunk = chunk[:k] + chunk[k + 1 :]
+                continue
+            return chunk, conflicted, sent
+        return [], conflicted, sent
+
+    def _applied(self, chunk: list[_Write]) -> None:
         by_topic: dict[str, dict[int, PartitionState]] = {}
         for tp, st, replicas, d in chunk:
             log.info(

@@ -63,12 +63,19 @@ class MetadataCache:
         self.controller_id: int = -1
         self.controller_epoch: int = 0
         self.brokers: dict[int, BrokerInfo] = {}
+        # brokers gone from /brokers/ids that cached partition states still name as leader,
+        # with how many they lead; ``metadata_brokers`` is ``brokers`` plus these (see
+        # metadata_brokers)
+        self._departed: dict[int, BrokerInfo] = {}
+        self._departed_leads: dict[int, int] = {}
+        self.metadata_brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
         # dynamic broker configs (KIP-226) this broker applies: "<default>" and str(broker_id)
         # -> the entity's stored configs, kept current through /config/changes
         self.broker_configs: dict[str, dict[str, str]] = {}
         self._changes = config_changes.ChangeCursor()
         self._listeners: list[Listener] = []
+        self._changed_pending: set[str | None] = set()  # TOPIC_CHANGED not yet delivered
         # keys to re-read, oldest first (OrderedDict: taking the first is O(1) however many
         # were taken before, unlike a dict's first key)
         self._dirty: OrderedDict[tuple, None] = OrderedDict()
@@ -244,9 +251,43 @@ class MetadataCache:
         moved = cversion != self._brokers_cversion
         self._brokers_cversion = cversion
         if brokers != self.brokers or moved:
+            gone = {b: i for b, i in self.brokers.items() if b not in brokers}
             self.brokers = brokers
+            self._note_departed(gone)
             self._membership_epoch += 1
             self._notify(ClusterEvent("BROKERS_CHANGED"))
+
+    # ------------------------------------------------------------------ departed leaders
+    # Kafka ZooKeeper mode: only the controller watches /brokers/ids; the other brokers learn
+    # of a broker's loss from the controller's UpdateMetadata, together with the new leaders
+    # of its partitions, so clients see the old leader until the new one.  Here every broker
+    # watches /brokers/ids and would answer leader -1 (LEADER_NOT_AVAILABLE) between the loss
+    # and the controller's writes reaching its cache; so a departed broker stays in
+    # ``metadata_brokers`` while a cached partition state still names it as leader.
+
+    def _note_departed(self, gone: dict[int, BrokerInfo]) -> None:
+        departed = {b: i for b, i in self._departed.items() if b not in self.brokers}
+        departed.update(gone)
+        leads: dict[int, int] = {}
+        if departed:
+            for info in self.topics.values():
+                for st in info.partitions.values():
+                    if st.leader in departed:
+                        leads[st.leader] = leads.get(st.leader, 0) + 1
+        self._departed = {b: i for b, i in departed.items() if b in leads}
+        self._departed_leads = leads
+        self.metadata_brokers = {**self._departed, **self.brokers}
+
+    def _count_departed_leads(self, old: TopicInfo | None, new: TopicInfo | None) -> None:
+        """A topic changed (or went): the departed brokers' leaderships, counted again."""
+        leads = self._departed_leads
+        for info, sign in ((old, -1), (new, 1)):
+            if info is not None:
+                for st in info.partitions.values():
+                    if st.leader in leads:
+                        leads[st.leader] += sign
+        if any(n <= 0 for n in leads.values()):
+            self._note_departed({})
 
     async def _refresh_topics(self, *, load_all: bool = False) -> None:
         gen = self._local_gen
@@ -255,7 +296,7 @@ class MetadataCache:
         present = set(names)
         for name in list(self.topics):
             if name not in present and self._locally_written.get(name, -1) <= gen:
-                del self.topics[name]
+                self._forget_topic(name)
                 self._notify(ClusterEvent("TOPIC_DELETED", name))
 
     async def _refresh_topic(self, name: str) -> None:
@@ -295,7 +336,7 @@ class MetadataCache:
         for name, got in zip(names, topic_reads, strict=True):
             if got is None:
                 if name in self.topics and self._locally_written.get(name, -1) <= gen:
-                    del self.topics[name]
+                    self._forget_topic(name)
                     self._notify(ClusterEvent("TOPIC_DELETED", name))
                 continue
             data, topic_stat = got
@@ -560,16 +601,20 @@ class MetadataCache:
             cached = info.partitions.get(p)
             if cached is None or 0 <= state.zk_version < cached.zk_version:
                 continue  # unknown, or an older read than what a local write put there
-            if partitions is None:
-                partitions = dict(info.partitions)
-            partitions[p] = dataclasses.replace(
+            new = dataclasses.replace(
                 state,
                 replicas=list(cached.replicas),
                 adding_replicas=cached.adding_replicas,
                 removing_replicas=cached.removing_replicas,
             )
+            if new == cached and new.zk_version == cached.zk_version:
+                continue
+            if partitions is None:
+                partitions = dict(info.partitions)
+            partitions[p] = new
         if partitions is not None:
-            self._update_topic(dataclasses.replace(info, partitions=partitions))
+            # (changed: no comparison of the whole topic, which was O(partitions) per write)
+            self._set_topic(dataclasses.replace(info, partitions=partitions))
 
     def put_topic(self, info: TopicInfo) -> None:
         """This broker created the topic or added partitions: cached at once, then read back
@@ -583,7 +628,8 @@ class MetadataCache:
         """This broker deleted the topic."""
         self._local_gen += 1
         self._locally_written[name] = self._local_gen
-        if self.topics.pop(name, None) is not None:
+        if name in self.topics:
+            self._forget_topic(name)
             self._notify(ClusterEvent("TOPIC_DELETED", name))
 
     def put_topic_configs(self, name: str, configs: dict[str, str]) -> None:
@@ -617,14 +663,43 @@ class MetadataCache:
     def _update_topic(self, info: TopicInfo) -> None:
         old = self.topics.get(info.name)
         if old != info or _zk_versions(old) != _zk_versions(info):
-            self.topics[info.name] = info
-            self._notify(ClusterEvent("TOPIC_CHANGED", info.name))
+            self._set_topic(info)
+
+    def _set_topic(self, info: TopicInfo) -> None:
+        """``info`` differs from the cached topic: cached and announced."""
+        old = self.topics.get(info.name)
+        self.topics[info.name] = info
+        if self._departed_leads:
+            self._count_departed_leads(old, info)
+        self._notify(ClusterEvent("TOPIC_CHANGED", info.name))
+
+    def _forget_topic(self, name: str) -> None:
+        old = self.topics.pop(name)
+        if self._departed_leads:
+            self._count_departed_leads(old, None)
 
     def _notify(self, event: ClusterEvent) -> None:
+        """Announce ``event`` on the loop.  A TOPIC_CHANGED of a topic whose TOPIC_CHANGED is
+        still undelivered is dropped: listeners read the topic as it is when they run, so one
+        delivery covers every change before it (each partition state write, e.g. 600 ISR
+        shrinks of one topic, cost each listener a look at the whole topic: O(P) per
+        partition).  Any other event of the topic is delivered after the pending one, and a
+        later change is announced again after it."""
         if self._loop is None:
             return
-        for cb in list(self._listeners):
-            self._loop.call_soon(self._call_listener, cb, event)
+        if event.kind == "TOPIC_CHANGED":
+            if event.topic in self._changed_pending:
+                return
+            self._changed_pending.add(event.topic)
+        elif event.topic is not None:
+            self._changed_pending.discard(event.topic)
+        self._loop.call_soon(self._deliver, event, list(self._listeners))
+
+    def _deliver(self, event: ClusterEvent, listeners: list[Listener]) -> None:
+        if event.kind == "TOPIC_CHANGED":
+            self._changed_pending.discard(event.topic)
+        for cb in listeners:
+            self._call_listener(cb, event)
 
     @staticmethod
     def _call_listener(cb: Listener, event: ClusterEvent) -> None:
