@@ -91,6 +91,11 @@ def parse_offset_fetch_v1(body: bytes) -> dict[int, tuple[int, int]]:
 # ------------------------------------------------------------------------------------------
 
 
+# long enough that a rebalance's JoinGroup + SyncGroup ends inside one poll (see
+# CommittingConsumer._subscribe_with_metadata); records end a poll early as they arrive
+POLL_MS = 1000
+
+
 class CommittingConsumer(threading.Thread):
     def __init__(self, bootstrap: str, topic: str, group: str):
         super().__init__(name=f"consumer-{group}", daemon=True)
@@ -120,13 +125,25 @@ class CommittingConsumer(threading.Thread):
             f"{len(self.resumes)} resumes ({len(back)} behind an acknowledged commit)"
         )
 
+    def _subscribe_with_metadata(self, consumer) -> None:
+        """Subscribe, then wait until the client's metadata lists the topic's partitions
+        before the first poll, so that the first assignment is made from metadata that
+        already has them.  kafka-python 3.0.12 rejoins when the metadata it assigned from
+        differs from the newest (an assignment made before the topic was known), and if a
+        poll() times out while that rejoin's SyncGroup is in flight, the rejoin is dropped:
+        the member never takes its assignment nor heartbeats again (its join loop stops once
+        the snapshots agree, leaving the join task unawaited).  Kafka's own brokers show the
+        same with group.initial.rebalance.delay.ms=0, as the test clusters use."""
+        consumer.subscribe([self.topic])
+        while not self._halt.is_set() and not consumer.partitions_for_topic(self.topic):
+            time.sleep(0.1)
+
     def run(self) -> None:
         from kafka import KafkaConsumer, TopicPartition
         from kafka.structs import OffsetAndMetadata
 
         try:
             consumer = KafkaConsumer(
-                self.topic,
                 bootstrap_servers=self.bootstrap,
                 group_id=self.group,
                 client_id=self.group,
@@ -145,9 +162,10 @@ class CommittingConsumer(threading.Thread):
             return
         seen_assignment: set[int] = set()
         try:
+            self._subscribe_with_metadata(consumer)
             while not self._halt.is_set():
                 try:
-                    batches = consumer.poll(timeout_ms=200)
+                    batches = consumer.poll(timeout_ms=POLL_MS)
                 except Exception as e:  # noqa: BLE001 - coordinator/leader moves
                     self.commit_errors[f"poll {type(e).__name__}"] += 1
                     time.sleep(0.2)
