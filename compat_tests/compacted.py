@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
-from pybroker.testing.client_helpers import assign_consumer
+from pybroker.testing.client_helpers import assign_consumer, read_to_end
 
 
 @dataclass
@@ -35,12 +35,7 @@ def read_from_start(bootstrap: str, topic: str, settle_s: float = 1.0) -> list:
     consumer = assign_consumer(bootstrap, topic, [0], auto_offset_reset="earliest")
     try:
         consumer.seek_to_beginning()
-        got, idle_since = [], time.monotonic()
-        while time.monotonic() - idle_since < settle_s:
-            for records in consumer.poll(timeout_ms=300).values():
-                got.extend(records)
-                idle_since = time.monotonic()
-        return got
+        return read_to_end(consumer, settle_s)
     finally:
         consumer.close()
 

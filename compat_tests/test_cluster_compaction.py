@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaProducer
 
-from pybroker.testing.client_helpers import assign_consumer, unique_topic
+from pybroker.testing.client_helpers import assign_consumer, read_to_end, unique_topic
 from pybroker.testing.cluster_harness import running_cluster, wait_until
 from pybroker.wire.records import decode_records, scan_batches
 
@@ -91,11 +91,7 @@ def test_compacted_topic_survives_leader_kill9_during_cleaning(cluster):
     consumer = assign_consumer(cluster.bootstrap, topic, [0], auto_offset_reset="earliest")
     try:
         consumer.seek_to_beginning()
-        got, idle_since = [], time.monotonic()
-        while time.monotonic() - idle_since < 2.0:
-            for records in consumer.poll(timeout_ms=300).values():
-                got.extend(records)
-                idle_since = time.monotonic()
+        got = read_to_end(consumer, settle_s=2.0)
     finally:
         consumer.close()
     offsets = [r.offset for r in got]

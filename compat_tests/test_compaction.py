@@ -10,11 +10,16 @@ import random
 import time
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
-from pybroker.testing.client_helpers import assign_consumer, unique_topic
+from pybroker.testing.client_helpers import (
+    assign_consumer,
+    poll_to_end,
+    read_to_end,
+    unique_topic,
+)
 
 KEYS = 1_000
 RECORDS = 100_000
@@ -24,13 +29,7 @@ def consume_all(bootstrap: str, topic: str, settle_s: float = 1.0) -> list:
     consumer = assign_consumer(bootstrap, topic, [0], auto_offset_reset="earliest")
     try:
         consumer.seek_to_beginning()
-        got, idle_since = [], time.monotonic()
-        while time.monotonic() - idle_since < settle_s:
-            batch = consumer.poll(timeout_ms=300)
-            for records in batch.values():
-                got.extend(records)
-                idle_since = time.monotonic()
-        return got
+        return read_to_end(consumer, settle_s)
     finally:
         consumer.close()
 
@@ -43,23 +42,15 @@ def consume_all_librdkafka(bootstrap: str, topic: str, settle_s: float = 1.5) ->
             "group.id": "compat-unused-group",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,  # the end: no need to wait settle_s after it
         }
     )
-    got = []
     try:
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        idle_since = time.monotonic()
-        while time.monotonic() - idle_since < settle_s:
-            msg = consumer.poll(0.3)
-            if msg is None:
-                continue
-            if msg.error():
-                raise KafkaException(msg.error())
-            got.append((msg.offset(), msg.key(), msg.value()))
-            idle_since = time.monotonic()
+        got = poll_to_end(consumer, settle_s, 0.3)
     finally:
         consumer.close()
-    return got
+    return [(msg.offset(), msg.key(), msg.value()) for msg in got]
 
 
 class Writer:

@@ -17,11 +17,11 @@ import time
 from collections import Counter
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 
 from pybroker.testing import java
-from pybroker.testing.client_helpers import unique_topic
+from pybroker.testing.client_helpers import poll_to_end, unique_topic
 from pybroker.testing.cluster_harness import running_cluster
 
 pytestmark = [
@@ -41,25 +41,14 @@ def read_committed(bootstrap: str, topic: str, quiet_s: float = 4.0) -> list[byt
             "group.id": unique_topic("reader"),
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
+            "enable.partition.eof": True,
         }
     )
-    got: list[bytes] = []
     try:
         c.assign([CTopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-        last = time.monotonic()
-        while time.monotonic() - last < quiet_s:
-            msg = c.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise KafkaException(msg.error())
-            got.append(msg.value())
-            last = time.monotonic()
+        return [msg.value() for msg in poll_to_end(c, quiet_s)]  # to the end, or quiet_s
     finally:
         c.close()
-    return got
 
 
 def processed(copier: java.JavaProcess) -> int:

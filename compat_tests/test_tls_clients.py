@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from itertools import islice
 
 import pytest
 
@@ -168,10 +169,11 @@ def test_a_cluster_replicates_over_an_ssl_inter_broker_listener(tmp_path):
             tp = TopicPartition(topic, 0)
             consumer.assign([tp])
             consumer.seek_to_beginning(tp)
-            got = [m.value for m in consumer]
+            got = [m.value for m in islice(consumer, 200)]  # not an idle 10 s after them
+            end = consumer.end_offsets([tp])[tp]  # nothing after them either
         finally:
             consumer.close()
-        assert got == [b"r%d" % i for i in range(200)]
+        assert got == [b"r%d" % i for i in range(200)] and end == 200
     finally:
         try:
             cluster.stop()

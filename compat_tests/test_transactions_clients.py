@@ -11,7 +11,6 @@ import pytest
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
-    KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
@@ -20,6 +19,7 @@ from confluent_kafka import (
 from pybroker.testing.client_helpers import (
     ALL_STORAGES,
     create_topic,
+    poll_to_end,
     storage_overrides,
     unique_topic,
 )
@@ -42,32 +42,22 @@ def _producer(bootstrap: str, tid: str, **extra) -> Producer:
 
 
 def _read(bootstrap: str, topic: str, partitions: int, isolation: str, quiet_s: float = 3.0):
-    """Every value a fresh consumer reads from the beginning, until nothing new for quiet_s."""
+    """Every value a fresh consumer reads from the beginning, up to the end of every
+    partition (or until nothing new for quiet_s: client_helpers.poll_to_end)."""
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": unique_topic("reader"),
             "enable.auto.commit": False,
             "isolation.level": isolation,
+            "enable.partition.eof": True,
         }
     )
-    got: list[bytes] = []
     try:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        last = time.monotonic()
-        while time.monotonic() - last < quiet_s:
-            msg = c.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise KafkaException(msg.error())
-            got.append(msg.value())
-            last = time.monotonic()
+        return [msg.value() for msg in poll_to_end(c, quiet_s)]
     finally:
         c.close()
-    return got
 
 
 @pytest.mark.multicore

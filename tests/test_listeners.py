@@ -7,6 +7,7 @@ without it is LISTENER_NOT_FOUND (Metadata v6+)."""
 from __future__ import annotations
 
 import types
+from itertools import islice
 
 from broker_fixture import Client, free_port, unique_topic
 
@@ -63,7 +64,7 @@ def test_a_real_client_bootstraps_on_the_second_listener(start_broker):
     """kafka-python reaches the broker only through what Metadata advertises: on the
     EXTERNAL listener it must be given the EXTERNAL address (the INTERNAL one does not
     resolve from here)."""
-    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     internal, external = free_port(), free_port()
     start_broker(
@@ -86,8 +87,10 @@ def test_a_real_client_bootstraps_on_the_second_listener(start_broker):
     consumer = KafkaConsumer(
         topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=10000
     )
-    try:
-        assert [m.value for m in consumer] == [b"over the external listener"]
+    try:  # the record, and no other (without an idle consumer_timeout_ms after it)
+        assert [m.value for m in islice(consumer, 1)] == [b"over the external listener"]
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        assert sum(consumer.end_offsets(tps).values()) == 1
     finally:
         consumer.close()
 

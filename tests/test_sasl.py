@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from itertools import islice
 
 import pytest
 from broker_fixture import Client, free_port, unique_topic
@@ -98,8 +99,8 @@ def roundtrip(port: int, **auth: object) -> list[bytes]:
     consumer = KafkaConsumer(
         topic, auto_offset_reset="earliest", consumer_timeout_ms=10000, **conf, **auth
     )
-    try:
-        return [m.value for m in consumer][:1]
+    try:  # the first record, not an idle consumer_timeout_ms after it
+        return [m.value for m in islice(consumer, 1)]
     finally:
         consumer.close()
 

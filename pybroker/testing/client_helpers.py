@@ -1,5 +1,5 @@
 """Client-side helpers over kafka-python (a test dependency): unique topic names, create,
-assign, drain, read all; the compat tests' storage parameters."""
+assign, drain, read all or to the end; the compat tests' storage parameters."""
 
 from __future__ import annotations
 
@@ -46,6 +46,56 @@ def drain(consumer: KafkaConsumer, expected: int, timeout: float = 30.0) -> list
     # a short extra poll catches duplicates beyond the expected count
     for records in consumer.poll(timeout_ms=300).values():
         got.extend(records)
+    return got
+
+
+def read_to_end(consumer: KafkaConsumer, settle_s: float = 1.0, poll_ms: int = 300) -> list:
+    """Every record from the consumer's positions on, in arrival order, until each assigned
+    partition's position reached its end offset (ListOffsets latest, asked again once reached)
+    or, failing that, until nothing came for settle_s."""
+    tps = list(consumer.assignment())
+    ends = consumer.end_offsets(tps)
+    got: list = []
+    idle_since = time.monotonic()
+    while time.monotonic() - idle_since < settle_s:
+        for records in consumer.poll(timeout_ms=poll_ms).values():
+            got.extend(records)
+            idle_since = time.monotonic()
+        if all(consumer.position(tp) >= ends[tp] for tp in tps):
+            ends = consumer.end_offsets(tps)  # the end now, not when we started
+            if all(consumer.position(tp) >= ends[tp] for tp in tps):
+                break
+    return got
+
+
+def poll_to_end(consumer, quiet_s: float = 3.0, poll_s: float = 0.2) -> list:
+    """A confluent-kafka Consumer made with ``enable.partition.eof`` and assigned: its
+    messages in arrival order, until every assigned partition reported the end and its
+    position (past control records too) reached the high watermark asked then, or, failing
+    that, until nothing came for quiet_s.  An error other than the end raises."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    tps = consumer.assignment()
+    at_end: set[tuple[str, int]] = set()
+    got: list = []
+    last = time.monotonic()
+    while time.monotonic() - last < quiet_s:
+        msg = consumer.poll(poll_s)
+        if msg is None:
+            continue
+        if msg.error():
+            if msg.error().code() != KafkaError._PARTITION_EOF:
+                raise KafkaException(msg.error())
+            at_end.add((msg.topic(), msg.partition()))
+            if len(at_end) == len(tps) and all(
+                p.offset >= consumer.get_watermark_offsets(p, cached=False)[1]
+                for p in consumer.position(tps)
+            ):
+                break
+            continue
+        at_end.discard((msg.topic(), msg.partition()))
+        got.append(msg)
+        last = time.monotonic()
     return got
 
 

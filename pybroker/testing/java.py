@@ -15,12 +15,14 @@ java/log4j/tools.properties (reload4j is the binding kafka-tools 3.9 depends on)
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -33,6 +35,8 @@ APPS_CLASSPATH_FILE = ROOT / ".cache" / "java" / "apps-classpath.txt"
 APPS_SRC = ROOT / "java" / "apps" / "src"
 CLIENTS4_SRC = ROOT / "java" / "clients4" / "src"
 KAFKA4_SRC = ROOT / "java" / "kafka4" / "src"
+CLASSES_CACHE = ROOT / ".cache" / "java" / "classes"  # compile_app's classes, by source + jars
+COMPILED_MARK = ".compiled"
 KAFKA4_BROKER_LOG4J2 = ROOT / "java" / "log4j" / "kafka4-broker.properties"
 KAFKA4_TOOLS_LOG4J2 = ROOT / "java" / "log4j" / "kafka4-tools.properties"
 VERSION_FILE = ROOT / ".cache" / "java" / "kafka-version.txt"
@@ -133,7 +137,9 @@ def compile_app(
     """javac java/apps/src/<source> against apps_classpath() (with ``clients4``:
     java/clients4/src/<source> against clients4_classpath(); with ``kafka4``:
     java/kafka4/src/<source> against kafka4_classpath()) into out_dir; returns the classpath
-    to run it with (out_dir first)."""
+    to run it with (the classes first).  The classes are kept under .cache/java/classes/,
+    keyed by the source's bytes and the classpath: the same source against the same jars is
+    compiled once, not by every test that runs it."""
     javac = shutil.which("javac")
     if javac is None:
         raise JavaDepsError("javac not found (a JDK 17 is expected)")
@@ -144,6 +150,25 @@ def compile_app(
     else:
         cp = clients4_classpath() if clients4 else apps_classpath()
         src = (CLIENTS4_SRC if clients4 else APPS_SRC) / source
+    key = hashlib.sha256(src.read_bytes() + b"\0" + cp.encode()).hexdigest()[:20]
+    cached = CLASSES_CACHE / f"{src.stem}-{key}"
+    if (cached / COMPILED_MARK).exists():
+        return f"{cached}:{cp}"
+    _javac(javac, src, cp, out_dir, timeout)
+    staging = None
+    try:  # keep a copy; a concurrent run that kept one first wins
+        CLASSES_CACHE.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=CLASSES_CACHE, prefix=f".{src.stem}-"))
+        shutil.copytree(out_dir, staging, dirs_exist_ok=True)
+        (staging / COMPILED_MARK).touch()
+        os.rename(staging, cached)
+    except OSError:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+    return f"{out_dir}:{cp}"
+
+
+def _javac(javac: str, src: Path, cp: str, out_dir: Path, timeout: float) -> None:
     proc = subprocess.run(
         [javac, "-nowarn", "-d", str(out_dir), "-cp", cp, str(src)],
         capture_output=True,
@@ -151,8 +176,7 @@ def compile_app(
         timeout=timeout,
     )
     if proc.returncode != 0:
-        raise JavaDepsError(f"javac {source} failed:\n{proc.stderr[-4000:]}")
-    return f"{out_dir}:{cp}"
+        raise JavaDepsError(f"javac {src.name} failed:\n{proc.stderr[-4000:]}")
 
 
 def kafka_version() -> str:
