@@ -108,7 +108,8 @@ def test_a_leader_without_the_listener_is_listener_not_found():
         {0: PartitionState(0, 1, [0, 1], [0, 1]), 1: PartitionState(1, 1, [1, 0], [1, 0])},
         {},
     )
-    services = types.SimpleNamespace(cluster=types.SimpleNamespace(brokers=brokers))
+    cluster = types.SimpleNamespace(brokers=brokers, metadata_brokers=brokers)
+    services = types.SimpleNamespace(cluster=cluster)
     for version, expected in (
         (9, ErrorCode.LISTENER_NOT_FOUND),
         (5, ErrorCode.LEADER_NOT_AVAILABLE),
