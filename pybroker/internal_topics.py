@@ -11,12 +11,6 @@ the broker side of ``offsets.storage=kafka`` and ``transaction.state.storage=kaf
   created and FindCoordinator answers COORDINATOR_NOT_AVAILABLE, as in Kafka.
 * ``append``: one v2 batch built here (wire/records.py), appended as the leader in the
   coordinator's leader epoch and waited for as acks=all (ReplicaManager.append_as_coordinator).
-  Group commit, as Kafka's coordinator runtime batches its writes: the non-transactional
-  appends asked for in one loop step to one partition (in one leader epoch) go out one step
-  later as one batch, in arrival order; each caller's records stay contiguous, so a request's
-  commits are still all or nothing and in order, and every caller gets the batch's outcome (an
-  append error is the partition's, never one caller's).  A caller cancelled while queued is
-  withdrawn.  Transactional appends (TxnOffsetCommit) go alone: a batch is one producer's.
 * ``replay``: the partition's batches from its log start to its log end, read from the
   segment files in a worker thread (offsets.load.buffer.size at a time) and decoded there.
 * Leadership: the replica manager tells this module when this broker starts or stops leading
@@ -48,7 +42,6 @@ from pybroker.wire.records import (
 log = logging.getLogger(__name__)
 
 LOAD_BUFFER_BYTES = 5 * 1024 * 1024  # offsets.load.buffer.size's default
-GROUP_COMMIT_BYTES = 256 * 1024  # a joined batch's records, at most (max.message.bytes: 1 MiB)
 
 
 class PartitionOwner(Protocol):
@@ -141,11 +134,6 @@ class InternalTopic:
         self.owner = owner
         self.load_buffer_bytes = load_buffer_bytes
         self._creating: asyncio.Future[None] | None = None
-        # group commit: (partition, leader epoch) -> the appends queued in this loop step
-        self._queued: dict[tuple[int, int], list[tuple[Sequence[Record], asyncio.Future[int]]]]
-        self._queued = {}
-        self._flushes: set[asyncio.Task[None]] = set()
-        self.group_commits = [0, 0]  # appends asked for, batches written
 
     # -- creation --------------------------------------------------------------------------
     def exists(self) -> bool:
@@ -200,71 +188,9 @@ class InternalTopic:
         producer_epoch: int = -1,
         transactional: bool = False,
     ) -> int:
-        if producer_id >= 0 or not records:
-            return await self._append_batch(
-                partition, list(records), leader_epoch, producer_id, producer_epoch, transactional
-            )
-        # group commit (module docstring): join the appends of this loop step to the partition
-        key = (partition, leader_epoch)
-        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        queued = self._queued.get(key)
-        if queued is None:
-            self._queued[key] = queued = []
-            task = asyncio.ensure_future(self._group_commit(key))
-            self._flushes.add(task)
-            task.add_done_callback(self._flushes.discard)
-        queued.append((records, fut))
-        return await fut
-
-    async def _group_commit(self, key: tuple[int, int]) -> None:
-        """One step after the first append of ``key`` was queued: every caller's records still
-        wanted (a cancelled caller's are withdrawn), in arrival order, as few batches as
-        GROUP_COMMIT_BYTES allows; each caller gets the last offset of its own records, or the
-        batch's error."""
-        partition, leader_epoch = key
-        queued = self._queued.pop(key)
-        self.group_commits[0] += len(queued)
-        chunk: list[tuple[Sequence[Record], asyncio.Future[int]]] = []
-        size = 0
-        for item in queued:
-            if item[1].done():
-                continue
-            n = sum(len(k) + (len(v) if v is not None else 0) + 24 for k, v in item[0])
-            if chunk and size + n > GROUP_COMMIT_BYTES:
-                await self._append_chunk(partition, leader_epoch, chunk)
-                chunk, size = [], 0
-            chunk.append(item)
-            size += n
-        if chunk:
-            await self._append_chunk(partition, leader_epoch, chunk)
-
-    async def _append_chunk(
-        self,
-        partition: int,
-        leader_epoch: int,
-        chunk: list[tuple[Sequence[Record], asyncio.Future[int]]],
-    ) -> None:
-        records = [r for rs, _ in chunk for r in rs]
-        self.group_commits[1] += 1
-        try:
-            last = await self._append_batch(partition, records, leader_epoch, -1, -1, False)
-        except CoordinatorWriteError as e:
-            for _, fut in chunk:
-                if not fut.done():
-                    fut.set_exception(CoordinatorWriteError(e.code, str(e)))
-            return
-        except BaseException as e:  # (a bug, or the loop closing): no caller waits forever
-            for _, fut in chunk:
-                if not fut.done():
-                    fut.set_exception(
-                        CoordinatorWriteError(ErrorCode.UNKNOWN_SERVER_ERROR, repr(e))
-                    )
-            raise
-        at = last - len(records)
-        for rs, fut in chunk:
-            at += len(rs)
-            if not fut.done():
-                fut.set_result(at)
+        return await self._append_batch(
+            partition, list(records), leader_epoch, producer_id, producer_epoch, transactional
+        )
 
     async def _append_batch(
         self,
@@ -296,13 +222,7 @@ class InternalTopic:
         return last
 
     async def stop(self) -> None:
-        """Let the group commits under way finish (logging how much they joined), then stop
-        the owner's loads."""
-        if self._flushes:
-            await asyncio.wait(set(self._flushes), timeout=self._timeout_ms() / 1000.0)
-        asked, written = self.group_commits
-        if written:
-            log.info("%s group commit: %d appends in %d batches", self.name, asked, written)
+        """Stop the owner's loads."""
         if self.owner is not None:
             await self.owner.stop()
 

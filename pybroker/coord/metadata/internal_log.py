@@ -75,9 +75,7 @@ class InternalLog(Protocol):
         transactional: bool = False,
     ) -> int:
         """Append the records, contiguous and all or nothing, as the leader in ``leader_epoch``
-        and wait until every in-sync replica has them; the last one's offset.  Non-transactional
-        appends of one loop step may share a batch (group commit, pybroker/internal_topics.py).
-        Raises CoordinatorWriteError (the raw append error in ``code``: NOT_LEADER_OR_FOLLOWER
+        and wait until every in-sync replica has them; the last one's offset.  Raises CoordinatorWriteError (the raw append error in ``code``: NOT_LEADER_OR_FOLLOWER
         when the epoch moved, REQUEST_TIMED_OUT, ...)."""
         ...
 
