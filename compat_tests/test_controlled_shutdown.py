@@ -261,25 +261,37 @@ def test_auto_leader_rebalance_moves_leaders_back(cluster):
     assert f"leader imbalance ratio for broker {victim}" in logs
 
 
+NOT_LEADER_OR_FOLLOWER = 6
+
+
 def _read_last(cluster, topic: str, partition: int, leader: int, n: int) -> str | None:
     """A reader of "the last n records" as librdkafka (kcat -o -n) is one: ListOffsets(latest)
-    to the partition's leader, once (librdkafka hands OFFSET_NOT_AVAILABLE to the application:
-    "Leader high watermark is not caught up"), then the records below that offset.  None, or
-    what went wrong."""
+    to the partition's leader (librdkafka hands OFFSET_NOT_AVAILABLE to the application:
+    "Leader high watermark is not caught up"; NOT_LEADER_OR_FOLLOWER it retries after a
+    metadata refresh: the broker Metadata named may learn of its leadership a few ms after the
+    broker that answered Metadata, on Kafka too), then the records below that offset.  None,
+    or what went wrong."""
     from kafka import KafkaConsumer, TopicPartition
 
     from pybroker.testing.client import Connection
 
-    b = cluster.brokers[leader]
     body = {
         "replica_id": -1,
         "isolation_level": 0,
         "topics": [{"name": topic, "partitions": [
             {"partition_index": partition, "current_leader_epoch": -1, "timestamp": -1}]}],
     }  # fmt: skip
-    with Connection(b.host, b.port, timeout=10.0) as conn:
-        _, answer = conn.request(2, body, version=7)
-    p = answer["topics"][0]["partitions"][0]
+    deadline = time.monotonic() + 30
+    while True:
+        b = cluster.brokers[leader]
+        with Connection(b.host, b.port, timeout=10.0) as conn:
+            _, answer = conn.request(2, body, version=7)
+        p = answer["topics"][0]["partitions"][0]
+        if p["error_code"] != NOT_LEADER_OR_FOLLOWER or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)  # librdkafka's retry.backoff.ms, then the leader Metadata names now
+        named = cluster.metadata([topic], timeout=1.0).partitions[(topic, partition)].leader
+        leader = named if named in cluster.running() else leader
     if p["error_code"] != 0:
         return f"ListOffsets to broker {leader}: error {p['error_code']}"
     end = p["offset"]
