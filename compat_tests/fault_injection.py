@@ -4,7 +4,7 @@
     python -m compat_tests.fault_injection --minutes 10 --network [--kinds a,b]   # root
 
 (compat_tests/test_cluster_fault_injection.py runs it for PYBROKER_FAULT_SECONDS, default
-120, and with --network for a few partition and disk kinds.)  Exit status 0 when every check
+0: each kind once, and with --network for a few partition and disk kinds.)  Exit status 0 when every check
 passed, 1 otherwise.
 
 Load: two kafka-python KafkaProducer(enable_idempotence=True, acks='all', retries huge)
