@@ -55,6 +55,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.profiles.profile_run import start_pyspy, stop_pyspy
 from pybroker.testing.process import BrokerProcess
 from pybroker.testing.procstat import Sampler, cpu_seconds
 from pybroker.testing.zookeeper import ZooKeeperEnsemble
@@ -414,32 +415,13 @@ def run(args: argparse.Namespace) -> list[Result]:
 
 
 def _profile(args: argparse.Namespace, running: Running, tag: str) -> list[subprocess.Popen]:
-    """py-spy on a pybroker target (``--profile DIR``): flamegraph + idle-inclusive raw stacks."""
+    """py-spy on a pybroker target (``--profile DIR``): flamegraph + idle-inclusive raw stacks
+    (bench/profiles/profile_run.py's samplers)."""
     if not args.profile or running.name == "kafka":
         return []
     out = Path(args.profile)
     out.mkdir(parents=True, exist_ok=True)
-    spies = []
-    for pid in running.broker_pids:
-        for fmt, ext, idle in (("flamegraph", "svg", []), ("raw", "txt", ["--idle"])):
-            cmd = ["py-spy", "record", "--nonblocking", "--rate", "100", "--pid", str(pid)]
-            cmd += ["--format", fmt, "-o", str(out / f"{tag}.{ext}"), *idle]
-            spies.append(
-                subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            )
-    time.sleep(1.0)  # let the samplers attach
-    return spies
-
-
-def stop_pyspy(spies: list[subprocess.Popen]) -> None:
-    for p in spies:
-        if p.poll() is None:
-            p.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
-    for p in spies:
-        try:
-            p.wait(60)
-        except subprocess.TimeoutExpired:
-            p.kill()
+    return start_pyspy(list(running.broker_pids), out, tag, "")
 
 
 def _cpu_figures(figures: dict, cpu: Sampler[tuple[float, float]]) -> None:
@@ -520,6 +502,7 @@ def write_results(results: list[Result], args: argparse.Namespace, path: Path) -
         *[f"    {_row(r)}" for r in results],
         "",
     ]
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines))
 
 
