@@ -43,6 +43,18 @@ class Type(IntEnum):
     PASSWORD = 9
 
 
+# the types by their short names, as the key declarations (topic_config, config/keys) use them
+BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = (
+    Type.BOOLEAN,
+    Type.STRING,
+    Type.INT,
+    Type.SHORT,
+    Type.LONG,
+    Type.DOUBLE,
+    Type.LIST,
+)
+
+
 class ConfigException(ValueError):
     """Kafka's ConfigException: ``ConfigException(name, value, reason)`` reads "Invalid value
     <value> for configuration <name>: <reason>"; ``ConfigException(message)`` is the message

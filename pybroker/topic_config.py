@@ -29,7 +29,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from pybroker.configdef import (
+    BOOLEAN,
+    DOUBLE,
+    INT,
+    LIST,
+    LONG,
     LONG_MAX,
+    STRING,
     Check,
     ConfigDef,
     ConfigException,
@@ -136,15 +142,6 @@ def _key(
 def _log(name: str, factor: int = 1) -> Synonym:
     return Synonym("log." + name, factor)
 
-
-LIST, LONG, INT, BOOLEAN, STRING, DOUBLE = (
-    Type.LIST,
-    Type.LONG,
-    Type.INT,
-    Type.BOOLEAN,
-    Type.STRING,
-    Type.DOUBLE,
-)
 
 TOPIC_CONFIG = ConfigDef(
     [

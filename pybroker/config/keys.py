@@ -14,7 +14,14 @@ from pybroker import topic_config
 from pybroker.config import values as conv
 from pybroker.config.values import ConfigError, Endpoint, render
 from pybroker.configdef import (
+    BOOLEAN,
+    DOUBLE,
+    INT,
+    LIST,
+    LONG,
     LONG_MAX,
+    SHORT,
+    STRING,
     Check,
     ConfigDef,
     ConfigException,
@@ -27,16 +34,6 @@ from pybroker.configdef import (
     between,
 )
 from pybroker.kafka_broker_configs import DEFINITIONS, DYNAMIC_MODES, QUOTA_CONFIGS
-
-BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = (
-    Type.BOOLEAN,
-    Type.STRING,
-    Type.INT,
-    Type.SHORT,
-    Type.LONG,
-    Type.DOUBLE,
-    Type.LIST,
-)
 
 
 @dataclass(frozen=True)

@@ -11,23 +11,13 @@ from pybroker.errors import ErrorCode
 from pybroker.handlers._groups import coordinator_error
 from pybroker.handlers.consumer_group_heartbeat import consumer_protocol_enabled
 from pybroker.handlers.context import RequestContext
-from pybroker.handlers.describe_groups import OMITTED, group_operations
+from pybroker.handlers.describe_groups import described_group_error, group_operations
 from pybroker.registry import handler
 from pybroker.security.acl import Operation
 
 
 def _error(gid: str, code: int, message: str | None = None) -> dict:
-    return {
-        "error_code": code,
-        "error_message": message,
-        "group_id": gid,
-        "group_state": "",
-        "group_epoch": -1,
-        "assignment_epoch": -1,
-        "assignor_name": "",
-        "members": [],
-        "authorized_operations": OMITTED,
-    }
+    return described_group_error(gid, code, message, epoch=-1)
 
 
 @handler(69, 0, 1)

@@ -26,6 +26,22 @@ def group_operations(ctx: RequestContext, gid: str, req: dict) -> int:
     return authorized_operations(ctx, ResourceType.GROUP, gid) if enabled(ctx) else GROUP_OPERATIONS
 
 
+def described_group_error(gid: str, code: int, message: str | None, *, epoch: int) -> dict:
+    """A ConsumerGroupDescribe / ShareGroupDescribe group entry that carries only an error
+    (its group and assignment epochs ``epoch``: -1 in the consumer one, 0 in the share one)."""
+    return {
+        "error_code": code,
+        "error_message": message,
+        "group_id": gid,
+        "group_state": "",
+        "group_epoch": epoch,
+        "assignment_epoch": epoch,
+        "assignor_name": "",
+        "members": [],
+        "authorized_operations": OMITTED,
+    }
+
+
 @handler(15, 0, 5)
 async def describe_groups(ctx: RequestContext, req: dict) -> dict:
     out = []

@@ -12,23 +12,13 @@ from pybroker.errors import ErrorCode
 from pybroker.handlers._authz import on_group
 from pybroker.handlers._share import share_enabled
 from pybroker.handlers.context import RequestContext
-from pybroker.handlers.describe_groups import OMITTED, group_operations
+from pybroker.handlers.describe_groups import OMITTED, described_group_error, group_operations
 from pybroker.registry import handler
 from pybroker.security.acl import Operation
 
 
 def _error(gid: str, code: int, message: str | None = None) -> dict:
-    return {
-        "error_code": code,
-        "error_message": message,
-        "group_id": gid,
-        "group_state": "",
-        "group_epoch": 0,
-        "assignment_epoch": 0,
-        "assignor_name": "",
-        "members": [],
-        "authorized_operations": OMITTED,
-    }
+    return described_group_error(gid, code, message, epoch=0)
 
 
 @handler(77, 1, 1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Iterator
 
 from pybroker import topic_config
 from pybroker.configdef import ConfigException
@@ -87,24 +88,39 @@ def assign_replicas_to_brokers(
     partition p is broker[(p + start) % n]; followers are shifted by nextReplicaShift, which
     grows by one every n partitions, so replicas spread evenly."""
     _check_assignment(num_partitions, replication_factor, len(broker_ids))
-    rng = rng or random.Random()
     brokers = sorted(broker_ids)
     n = len(brokers)
-    start_index = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
-    next_replica_shift = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
-    current = max(0, start_partition_id)
     result: dict[int, list[int]] = {}
-    for _ in range(num_partitions):
-        if current > 0 and current % n == 0:
-            next_replica_shift += 1
-        first = (current + start_index) % n
+    for p, first, next_replica_shift in _rounds(
+        n, num_partitions, rng, fixed_start_index, start_partition_id
+    ):
         replicas = [brokers[first]]
         for j in range(replication_factor - 1):
             shift = 1 + (next_replica_shift + j) % (n - 1)
             replicas.append(brokers[(first + shift) % n])
-        result[current] = replicas
-        current += 1
+        result[p] = replicas
     return result
+
+
+def _rounds(
+    n: int,
+    num_partitions: int,
+    rng: random.Random | None,
+    fixed_start_index: int,
+    start_partition_id: int,
+) -> Iterator[tuple[int, int, int]]:
+    """Both assignments' walk: each partition id from ``start_partition_id`` on, with the index
+    of its first replica in the (n) brokers' list and nextReplicaShift (random start index and
+    shift unless ``fixed_start_index``; the shift grows by one every n partitions)."""
+    rng = rng or random.Random()
+    start_index = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
+    next_replica_shift = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
+    current = max(0, start_partition_id)
+    for _ in range(num_partitions):
+        if current > 0 and current % n == 0:
+            next_replica_shift += 1
+        yield current, (current + start_index) % n, next_replica_shift
+        current += 1
 
 
 def assign_replicas(
@@ -174,18 +190,13 @@ def assign_replicas_rack_aware(
     holds none itself, unless every broker does.  So a partition has one replica per rack
     while racks remain, and leaders and followers spread evenly."""
     _check_assignment(num_partitions, replication_factor, len(broker_racks))
-    rng = rng or random.Random()
     arranged = rack_alternated_brokers(broker_racks)
     n = len(arranged)
     num_racks = len(set(broker_racks.values()))
-    start_index = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
-    next_replica_shift = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
-    current = max(0, start_partition_id)
     result: dict[int, list[int]] = {}
-    for _ in range(num_partitions):
-        if current > 0 and current % n == 0:
-            next_replica_shift += 1
-        first = (current + start_index) % n
+    for p, first, next_replica_shift in _rounds(
+        n, num_partitions, rng, fixed_start_index, start_partition_id
+    ):
         leader = arranged[first]
         replicas = [leader]
         racks_used = {broker_racks[leader]}
@@ -204,6 +215,5 @@ def assign_replicas_rack_aware(
                     racks_used.add(rack)
                     brokers_used.add(broker)
                     break
-        result[current] = replicas
-        current += 1
+        result[p] = replicas
     return result
