@@ -40,7 +40,14 @@ from pybroker.coord.group.offsets_drain import OffsetsDrain
 from pybroker.coord.group.offsets_log import LogClassicGroupStore, LogOffsetStore
 from pybroker.coord.group.txn_offsets import PendingTxnOffsets
 from pybroker.coord.metadata.internal_log import CoordinatorWriteError
-from pybroker.coord.metadata.placement import Placement, Rendezvous, SingleBroker, partition_for
+from pybroker.coord.metadata.placement import (
+    Placement,
+    Rendezvous,
+    SingleBroker,
+    partition_for,
+)
+from pybroker.coord.metadata.placement import moved as placement_moved
+from pybroker.coord.metadata.placement import terms as placement_terms
 from pybroker.coord.metadata.store import StoreError
 from pybroker.errors import ErrorCode
 
@@ -106,7 +113,7 @@ class GroupCoordinatorCore:
         self.drain = drain
         self._membership_epoch = placement.epoch()
         # each offsets partition's coordination term as last seen (placement.term)
-        self._terms = [placement.term(p) for p in range(placement.partitions)]
+        self._terms = placement_terms(placement)
         self.clock = clock
         self.config = config
         self.offsets_retention_ms = offsets_retention_ms
@@ -205,12 +212,10 @@ class GroupCoordinatorCore:
         if epoch == self._membership_epoch:
             return
         self._membership_epoch = epoch
-        terms = [self.placement.term(p) for p in range(self.placement.partitions)]
-        moved = {p for p, t in enumerate(terms) if t != self._terms[p]}
-        self._terms = terms
+        self._terms, moved = placement_moved(self.placement, self._terms)
         if not moved:
             return
-        everything = len(moved) == len(terms)  # (rendezvous placement: any change of brokers)
+        everything = len(moved) == len(self._terms)  # (rendezvous placement: any change of brokers)
         if everything:
             self.offsets.forget_all()
             self.consumer_store.forget_all()

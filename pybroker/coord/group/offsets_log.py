@@ -75,6 +75,15 @@ class _Group:
     def empty(self) -> bool:
         return not self.offsets and self.metadata is None
 
+    def put(self, tp: TopicPartition, co: CommittedOffset | None, at: int) -> None:
+        """The offset the record at log offset ``at`` commits (None: a tombstone)."""
+        if co is None:
+            self.offsets.pop(tp, None)
+            self.record_offsets.pop(tp, None)
+        else:
+            self.offsets[tp] = co
+            self.record_offsets[tp] = at
+
 
 @dataclass
 class PartitionCache(LoadedPartition):
@@ -320,12 +329,7 @@ class LogOffsetStore(PartitionLoads[PartitionCache]):
             at = first + i
             if g.record_offsets.get(tp, -1) > at:
                 continue  # a later commit of this partition finished first
-            if co is None:
-                g.offsets.pop(tp, None)
-                g.record_offsets.pop(tp, None)
-            else:
-                g.offsets[tp] = co
-                g.record_offsets[tp] = at
+            g.put(tp, co, at)
         if g.empty:
             st.groups.pop(group, None)
 
@@ -472,12 +476,7 @@ def _apply_record(
             return
         co = None if value is None else _committed(cr.read_offset_commit_value(value))
         g = st.groups.setdefault(k.group, _Group())
-        if co is None:
-            g.offsets.pop(tp, None)
-            g.record_offsets.pop(tp, None)
-        else:
-            g.offsets[tp] = co
-            g.record_offsets[tp] = offset
+        g.put(tp, co, offset)
         if g.empty:
             del st.groups[k.group]
     elif isinstance(k, cr.GroupMetadataKey):
@@ -499,8 +498,7 @@ def _complete(st: PartitionCache, pid: int, committed: bool) -> int:
             g = st.groups.setdefault(group, _Group())
             for tp, (co, at) in offsets.items():
                 if g.record_offsets.get(tp, -1) < at:
-                    g.offsets[tp] = co
-                    g.record_offsets[tp] = at
+                    g.put(tp, co, at)
     return len(groups)
 
 

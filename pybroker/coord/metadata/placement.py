@@ -106,6 +106,17 @@ class Placement(Protocol):
         ...
 
 
+def terms(placement: Placement) -> list[object]:
+    """Every partition's term now."""
+    return [placement.term(p) for p in range(placement.partitions)]
+
+
+def moved(placement: Placement, before: list[object]) -> tuple[list[object], set[int]]:
+    """The terms now, and the partitions whose term is not the one in ``before``."""
+    now = terms(placement)
+    return now, {p for p, t in enumerate(now) if t != before[p]}
+
+
 class Rendezvous:
     """The metadata-store storages' placement (module docstring): ``membership()`` gives
     (the cluster's membership epoch, the live broker ids)."""

@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from pybroker.clock import Clock
 from pybroker.coord.metadata.internal_log import CoordinatorWriteError
 from pybroker.coord.metadata.paths import MAX_NAME_CHARS
-from pybroker.coord.metadata.placement import Placement, Rendezvous, SingleBroker, partition_for
+from pybroker.coord.metadata.placement import (
+    Placement,
+    Rendezvous,
+    SingleBroker,
+    partition_for,
+)
+from pybroker.coord.metadata.placement import moved as placement_moved
+from pybroker.coord.metadata.placement import terms as placement_terms
 from pybroker.coord.metadata.store import (
     BadVersionError,
     InvalidPathError,
@@ -112,7 +119,7 @@ class TransactionCoordinator:
         self._locks: dict[str, asyncio.Lock] = {}
         self._completing: dict[str, asyncio.Task] = {}
         self._membership_epoch = placement.epoch()
-        self._terms = [placement.term(p) for p in range(placement.partitions)]
+        self._terms = placement_terms(placement)
         self._background: list[asyncio.Task] = []
 
     # -- ownership -------------------------------------------------------------------------
@@ -463,9 +470,7 @@ class TransactionCoordinator:
         if epoch == self._membership_epoch:
             return
         self._membership_epoch = epoch
-        terms = [self.placement.term(p) for p in range(self.placement.partitions)]
-        moved = {p for p, t in enumerate(terms) if t != self._terms[p]}
-        self._terms = terms
+        self._terms, moved = placement_moved(self.placement, self._terms)
         # what was cached of a partition whose term moved may be stale (another broker may
         # have written it meanwhile): read again from the storage.  Rendezvous placement
         # moves every term at once: then every cached state goes, ids still coordinated here
