@@ -58,14 +58,16 @@ def migration_policy(s: str) -> str:
     return v
 
 
+def _items(s: str) -> list[str]:
+    """A comma-separated list's items, stripped, the empty ones left out."""
+    return [item for item in (part.strip() for part in s.split(",")) if item]
+
+
 def ip_overrides(s: str) -> tuple[tuple[str, int], ...]:
     """max.connections.per.ip.overrides: ``host:limit`` pairs, comma-separated (an IPv6
     address's last colon separates the limit)."""
     out = []
-    for item in s.split(","):
-        item = item.strip()
-        if not item:
-            continue
+    for item in _items(s):
         host, sep, limit = item.rpartition(":")
         if not sep or not host.strip():
             raise ValueError(f"expected host:limit, got {item!r}")
@@ -119,10 +121,7 @@ class Endpoint:
 
 def listeners(s: str) -> tuple[Endpoint, ...]:
     out = []
-    for item in s.split(","):
-        item = item.strip()
-        if not item:
-            continue
+    for item in _items(s):
         m = re.fullmatch(r"([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):(\d+)", item)
         if not m:
             raise ValueError(f"expected LISTENER://host:port, got {item!r}")
@@ -144,10 +143,7 @@ def protocol_map(s: str) -> tuple[tuple[str, str], ...]:
     """listener.security.protocol.map: NAME:PROTOCOL,... (Kafka's: a given map replaces the
     default one whole)."""
     out = []
-    for item in s.split(","):
-        item = item.strip()
-        if not item:
-            continue
+    for item in _items(s):
         name, sep, proto = item.partition(":")
         proto = proto.strip().upper()
         if not sep or not name.strip():

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from pybroker.coord.controller.context import ClusterView, ControllerFence
 from pybroker.coord.metadata import paths
-from pybroker.coord.metadata.model import PartitionState
+from pybroker.coord.metadata.model import PartitionState, TopicPartition
 from pybroker.coord.metadata.store import (
     BadVersionError,
     ConnectionLossError,
@@ -30,7 +30,6 @@ from pybroker.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 Result = tuple[ErrorCode, str | None]
 MAX_ATTEMPTS = 20  # compare-and-set rounds against leaders' ISR writes
 

@@ -40,6 +40,7 @@ from pybroker.coord.group.offsets_drain import OffsetsDrain
 from pybroker.coord.group.offsets_log import LogClassicGroupStore, LogOffsetStore
 from pybroker.coord.group.txn_offsets import PendingTxnOffsets
 from pybroker.coord.metadata.internal_log import CoordinatorWriteError
+from pybroker.coord.metadata.partition_loads import load_once
 from pybroker.coord.metadata.placement import (
     Placement,
     Rendezvous,
@@ -332,12 +333,7 @@ class GroupCoordinatorCore:
         anything else touches the group.  Raises StoreError."""
         if group_id in self._checked:
             return
-        fut = self._loading.get(group_id)
-        if fut is None:
-            fut = asyncio.ensure_future(self._load(group_id))
-            self._loading[group_id] = fut
-            fut.add_done_callback(lambda _: self._loading.pop(group_id, None))
-        await asyncio.shield(fut)
+        await load_once(self._loading, group_id, lambda: self._load(group_id))
 
     async def _load(self, group_id: str) -> None:
         partition = self.partition_of(group_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 
 from pybroker.coord.group.classic import Group
 from pybroker.coord.group.consumer import ConsumerGroup
@@ -16,13 +17,12 @@ from pybroker.coord.group.coordinator_core import (
 )
 from pybroker.coord.group.offsets import CommittedOffset
 from pybroker.coord.group.offsets_log import LogOffsetStore
+from pybroker.coord.metadata.model import TopicPartition
 from pybroker.coord.metadata.store import StoreError
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.wire.consumer_protocol import PROTOCOL_TYPE, subscription_topics
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 
 def _subscribed_topics(g: Group) -> set[str] | None:
@@ -74,11 +74,7 @@ class GroupOffsets(GroupCoordinatorCore):
             return dict.fromkeys(offsets, code)
         results: dict[TopicPartition, int] = {}
         to_write: dict[TopicPartition, CommittedOffset] = {}
-        for tp, (offset, epoch, metadata) in offsets.items():
-            metadata = metadata or ""
-            if len(metadata.encode()) > self.offset_metadata_max_bytes:
-                results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                continue
+        for tp, offset, epoch, metadata in self._metadata_checked(offsets, results):
             expire = now + retention_ms if retention_ms is not None else None
             stamp = now if commit_timestamps is None else commit_timestamps.get(tp, now)
             to_write[tp] = CommittedOffset(offset, epoch, metadata, stamp, expire)
@@ -92,6 +88,20 @@ class GroupOffsets(GroupCoordinatorCore):
             for tp in to_write:
                 results[tp] = code
         return results
+
+    def _metadata_checked(
+        self,
+        offsets: dict[TopicPartition, tuple[int, int, str | None]],
+        results: dict[TopicPartition, int],
+    ) -> Iterator[tuple[TopicPartition, int, int, str]]:
+        """The commits whose metadata fits offset.metadata.max.bytes (None read as ""); the
+        others answer OFFSET_METADATA_TOO_LARGE in ``results``."""
+        for tp, (offset, epoch, metadata) in offsets.items():
+            metadata = metadata or ""
+            if len(metadata.encode()) > self.offset_metadata_max_bytes:
+                results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                yield tp, offset, epoch, metadata
 
     async def fetch(
         self, group_id: str, partitions: list[TopicPartition] | None
@@ -140,12 +150,8 @@ class GroupOffsets(GroupCoordinatorCore):
         now = self.clock.time_ms()
         results: dict[TopicPartition, int] = {}
         pending: dict[TopicPartition, CommittedOffset] = {}
-        for tp, (offset, epoch, metadata) in offsets.items():
-            metadata = metadata or ""
-            if len(metadata.encode()) > self.offset_metadata_max_bytes:
-                results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-            else:
-                pending[tp] = CommittedOffset(offset, epoch, metadata, now)
+        for tp, offset, epoch, metadata in self._metadata_checked(offsets, results):
+            pending[tp] = CommittedOffset(offset, epoch, metadata, now)
         if pending:
             try:
                 ok = await self.txn_offsets.add(group_id, producer_id, producer_epoch, pending)

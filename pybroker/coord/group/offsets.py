@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from pybroker.clock import Clock
 from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.model import TopicPartition
 from pybroker.coord.metadata.store import (
     BadVersionError,
     Create,
@@ -51,7 +52,6 @@ DEFAULT_TIMESTAMP_REFRESH_MS = 60_000
 # conflicts with another writer: re-read the group and try again
 _RETRYABLE = (NodeExistsError, BadVersionError, NoNodeError, NotEmptyError)
 
-TopicPartition = tuple[str, int]
 T = TypeVar("T")
 
 
@@ -62,6 +62,9 @@ class CommittedOffset:
     metadata: str
     commit_timestamp: int  # ms since the epoch
     expire_timestamp: int | None = None  # ms; only from OffsetCommit v2-v4 retention_time
+
+
+Offsets = dict[TopicPartition, CommittedOffset]
 
 
 # --------------------------------------------------------------------------- encoding

@@ -73,21 +73,22 @@ class OffsetsDrain:
         """Re-read the marks until none is missing (other brokers drain their partitions)."""
         while self.topic_exists():
             try:
-                children = await self.store.get_children(paths.OFFSETS_DRAINED)
-                self.drained = {int(c) for c in children if c.isdigit()}
-            except NoNodeError:
-                self.drained = set()
+                self.drained = await self._marks()
             except StoreError as e:
                 log.info("reading the drained offsets partitions: %s", e)
             await asyncio.sleep(self.poll_s)
 
+    async def _marks(self) -> set[int]:
+        """The partitions marked drained in the store."""
+        try:
+            children = await self.store.get_children(paths.OFFSETS_DRAINED)
+        except NoNodeError:
+            return set()
+        return {int(c) for c in children if c.isdigit()}
+
     async def start(self) -> None:
         if self.topic_exists():
-            try:
-                children = await self.store.get_children(paths.OFFSETS_DRAINED)
-                self.drained = {int(c) for c in children if c.isdigit()}
-            except NoNodeError:
-                self.drained = set()
+            self.drained = await self._marks()
 
     async def stop(self) -> None:
         tasks = [*self._tasks.values(), *([self._poller] if self._poller else [])]

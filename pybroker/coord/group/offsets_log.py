@@ -39,7 +39,7 @@ from typing import Any
 
 from pybroker.clock import Clock
 from pybroker.coord.group.classic_store import ClassicGroupStore
-from pybroker.coord.group.offsets import CommittedOffset, OffsetStore
+from pybroker.coord.group.offsets import CommittedOffset, Offsets, OffsetStore
 from pybroker.coord.group.txn_offsets import ROOT as TXN_OFFSETS_ROOT
 from pybroker.coord.group.txn_offsets import decode_pending
 from pybroker.coord.metadata import paths
@@ -50,6 +50,7 @@ from pybroker.coord.metadata.internal_log import (
     Record,
     coordinator_error,
 )
+from pybroker.coord.metadata.model import TopicPartition
 from pybroker.coord.metadata.partition_loads import LoadedPartition, PartitionLoads
 from pybroker.coord.metadata.placement import OFFSETS_PARTITIONS
 from pybroker.coord.metadata.store import MetadataStore, NoNodeError, StoreError
@@ -59,8 +60,6 @@ from pybroker.wire.primitives import DecodeError
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
-Offsets = dict[TopicPartition, CommittedOffset]
 LOAD_RETRY_S = 1.0
 LISTING_S = 5.0  # a listing of the metadata store's offsets serves the loads that follow
 
@@ -247,13 +246,6 @@ class LogOffsetStore(PartitionLoads[PartitionCache]):
         return groups, pending
 
     # -- reads (OffsetStore's interface) ---------------------------------------------------
-    def _served(self, group: str) -> PartitionCache:
-        p = self.partition_of(group)
-        code = self.load_error(p)
-        if code is not None:
-            raise CoordinatorWriteError(code)
-        return self._parts[p]
-
     async def load(self, group: str) -> Offsets:
         """The group's committed offsets (a copy); empty when this broker does not serve the
         group (the coordinator checks ownership before asking)."""

@@ -41,6 +41,7 @@ from pybroker.coord.group.share import (
     ShareGroupState,
 )
 from pybroker.coord.group.share_store import PartitionState, ShareStateStore
+from pybroker.coord.metadata.partition_loads import load_once
 from pybroker.coord.metadata.store import StoreError
 from pybroker.errors import ErrorCode
 
@@ -82,7 +83,7 @@ class ShareGroupCoordinator:
         self.groups: dict[str, ShareGroup] = {}
         self._versions: dict[str, int | None] = {}  # group znode versions (None: none)
         self._initialized: dict[str, set[tuple[uuid.UUID, int]]] = {}
-        self._loading: dict[str, asyncio.Future] = {}
+        self._loading: dict[str, asyncio.Future[None]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._background: set[asyncio.Task] = set()
@@ -123,12 +124,7 @@ class ShareGroupCoordinator:
         """Load the group from the store once per term.  Raises StoreError."""
         if gid in self._versions:
             return
-        fut = self._loading.get(gid)
-        if fut is None:
-            fut = asyncio.ensure_future(self._load(gid))
-            self._loading[gid] = fut
-            fut.add_done_callback(lambda _: self._loading.pop(gid, None))
-        await asyncio.shield(fut)
+        await load_once(self._loading, gid, lambda: self._load(gid))
 
     async def _load(self, gid: str) -> None:
         epoch = self._epoch

@@ -18,7 +18,8 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 
-from pybroker.coord.group.offsets import CommittedOffset
+from pybroker.coord.group.offsets import CommittedOffset, Offsets
+from pybroker.coord.metadata.model import TopicPartition
 from pybroker.coord.metadata.paths import component_to_name, name_to_component
 from pybroker.coord.metadata.placement import partition_for
 from pybroker.coord.metadata.store import (
@@ -35,8 +36,6 @@ from pybroker.coord.metadata.store import (
 log = logging.getLogger(__name__)
 
 ROOT = "/transaction-offsets"
-TopicPartition = tuple[str, int]
-Offsets = dict[TopicPartition, CommittedOffset]
 
 
 def _path(pid: int, group: str | None = None) -> str:

@@ -16,15 +16,29 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from pybroker.coord.metadata.internal_log import CoordinatorWriteError
 from pybroker.coord.metadata.placement import partition_for
 from pybroker.coord.metadata.store import StoreError
 from pybroker.errors import ErrorCode
 
 _serials = itertools.count(1)
+
+
+async def load_once(
+    loading: dict[str, asyncio.Future[None]], key: str, load: Callable[[], Awaitable[None]]
+) -> None:
+    """Await the one load of ``key`` in flight (``load()``, started when none is): callers
+    that come meanwhile share it, and a caller's cancellation does not cancel it."""
+    fut = loading.get(key)
+    if fut is None:
+        fut = asyncio.ensure_future(load())
+        loading[key] = fut
+        fut.add_done_callback(lambda _: loading.pop(key, None))
+    await asyncio.shield(fut)
 
 
 @dataclass
@@ -132,6 +146,15 @@ class PartitionLoads(Generic[P]):
         if not st.loaded:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return None
+
+    def _served(self, key: str) -> P:
+        """The loaded partition of ``key``; CoordinatorWriteError(load_error) when this broker
+        does not serve it."""
+        p = self.partition_of(key)
+        code = self.load_error(p)
+        if code is not None:
+            raise CoordinatorWriteError(code)
+        return self._parts[p]
 
     async def stop(self) -> None:
         tasks = [st.task for st in self._parts.values() if st.task is not None]

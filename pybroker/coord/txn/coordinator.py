@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from pybroker.clock import Clock
 from pybroker.coord.metadata.internal_log import CoordinatorWriteError
+from pybroker.coord.metadata.model import TopicPartition
 from pybroker.coord.metadata.paths import MAX_NAME_CHARS
 from pybroker.coord.metadata.placement import (
     Placement,
@@ -42,7 +43,6 @@ from pybroker.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 #: (producer id, epoch, committed, coordinator epoch, partitions) -> error code per partition
 MarkerWriter = Callable[
     [int, int, bool, int, list[TopicPartition]], Awaitable[dict[TopicPartition, int]]

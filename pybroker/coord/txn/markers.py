@@ -21,13 +21,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple, Protocol
 
 from pybroker.coord.metadata.cluster import Cluster
+from pybroker.coord.metadata.model import TopicPartition
 from pybroker.coord.metadata.placement import OFFSETS_TOPIC, partition_coordinator
 from pybroker.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
 WRITE_TXN_MARKERS_KEY, WRITE_TXN_MARKERS_VERSION = 27, 1
-TopicPartition = tuple[str, int]
 
 
 class TxnMarker(NamedTuple):

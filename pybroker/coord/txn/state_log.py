@@ -117,13 +117,6 @@ class TxnStateLog(PartitionLoads[_Partition]):
                 log.warning("__transaction_state: record at offset %d skipped: %s", offset, e)
 
     # -- TxnStorage ------------------------------------------------------------------------
-    def _served(self, tid: str) -> _Partition:
-        p = self.partition_of(tid)
-        code = self.load_error(p)
-        if code is not None:
-            raise CoordinatorWriteError(code)
-        return self._parts[p]
-
     async def load_all(self) -> dict[str, tuple[ts.TxnMetadata, int]]:
         return {
             tid: got for st in self._parts.values() if st.loaded for tid, got in st.txns.items()
