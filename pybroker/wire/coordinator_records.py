@@ -184,11 +184,17 @@ def _skip_tags(r: Reader) -> None:
         r.raw(r.uvarint())
 
 
-def read_offset_commit_value(value: bytes | memoryview) -> OffsetCommitValue:
+def _versioned(value: bytes | memoryview, latest: int, what: str) -> tuple[Reader, int]:
+    """A reader past the value's version (0..``latest``, else DecodeError), and the version."""
     r = Reader(value)
     version = r.int16()
-    if not 0 <= version <= 4:
-        raise DecodeError(f"unknown offset commit value version {version}")
+    if not 0 <= version <= latest:
+        raise DecodeError(f"unknown {what} version {version}")
+    return r, version
+
+
+def read_offset_commit_value(value: bytes | memoryview) -> OffsetCommitValue:
+    r, version = _versioned(value, 4, "offset commit value")
     flexible = version >= 4
     offset = r.int64()
     epoch = r.int32() if version >= 3 else -1
@@ -222,10 +228,7 @@ def group_metadata_value(v: GroupMetadataValue) -> bytes:
 
 
 def read_group_metadata_value(value: bytes | memoryview) -> GroupMetadataValue:
-    r = Reader(value)
-    version = r.int16()
-    if not 0 <= version <= 4:
-        raise DecodeError(f"unknown group metadata value version {version}")
+    r, version = _versioned(value, 4, "group metadata value")
     flex = version >= 4
     string = r.compact_string if flex else r.string
     nullable = r.compact_nullable_string if flex else r.nullable_string
@@ -290,10 +293,7 @@ def txn_log_value(v: TransactionLogValue) -> bytes:
 
 
 def read_txn_log_value(value: bytes | memoryview) -> TransactionLogValue:
-    r = Reader(value)
-    version = r.int16()
-    if version not in (0, 1):
-        raise DecodeError(f"unknown transaction log value version {version}")
+    r, version = _versioned(value, 1, "transaction log value")
     flex = version == 1
     producer_id = r.int64()
     epoch = r.int16()
