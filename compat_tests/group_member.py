@@ -46,6 +46,8 @@ from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
+from pybroker.testing.cluster_harness import wait_until as harness_wait_until
+
 SESSION_TIMEOUT_MS = 6000  # Kafka's default group.min.session.timeout.ms is 6000
 HEARTBEAT_INTERVAL_MS = 500
 # the broker settings every group test starts with
@@ -179,15 +181,8 @@ def _member_main(argv: list[str] | None = None) -> int:
 # test-side helpers
 # ------------------------------------------------------------------------------------------
 def wait_until(cond, timeout: float, interval: float = 0.05, what: str = "condition"):
-    """Poll cond() until truthy or the deadline; returns its value or raises AssertionError."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    """cluster_harness.wait_until, polling more often."""
+    return harness_wait_until(cond, timeout, interval, what)
 
 
 def produce(bootstrap: str, topic: str, partitions: int, n: int, tag: str) -> dict:

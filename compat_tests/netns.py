@@ -45,6 +45,8 @@ import threading
 import time
 from collections.abc import Iterator
 
+from pybroker.testing.procutil import pid_alive
+
 PREFIX = "pbf"
 SUBNET = "10.213.0"
 PREFIX_LEN = 24
@@ -105,16 +107,6 @@ def require(also: str | None = None) -> None:
     pytest.skip(why)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _owner(name: str) -> int | None:
     m = re.match(rf"{PREFIX}(\d+)", name)
     return int(m.group(1)) if m else None
@@ -129,7 +121,7 @@ def sweep_stale() -> list[str]:
     for line in r.stdout.splitlines():
         name = line.split()[0] if line.split() else ""
         owner = _owner(name)
-        if owner is None or owner == me or _alive(owner):
+        if owner is None or owner == me or pid_alive(owner):
             continue
         pids = _run(["ip", "netns", "pids", name], check=False).stdout.split()
         for pid in pids:
@@ -144,7 +136,7 @@ def sweep_stale() -> list[str]:
             continue
         name = m.group(1)
         owner = _owner(name)
-        if owner is None or owner == me or _alive(owner):
+        if owner is None or owner == me or pid_alive(owner):
             continue
         _run(["ip", "link", "del", name], check=False)
         removed.append(name)
@@ -160,7 +152,7 @@ def _live_runs(exclude: int) -> set[int]:
     """Pids of other live runs that own namespaces here."""
     r = _run(["ip", "netns", "list"], check=False)
     owners = {_owner(line.split()[0]) for line in r.stdout.splitlines() if line.split()}
-    return {o for o in owners if o is not None and o != exclude and _alive(o)}
+    return {o for o in owners if o is not None and o != exclude and pid_alive(o)}
 
 
 def _guard_route(present: bool) -> None:

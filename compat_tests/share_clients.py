@@ -12,7 +12,6 @@ confluent-kafka's ShareConsumer, and admin requests over pybroker's own wire cli
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -26,6 +25,17 @@ from pybroker.testing import java
 
 SHARE_GROUP_DESCRIBE, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_SHARE_GROUP_OFFSETS = 77, 44, 90
 GROUP_RESOURCE = 32
+
+# the share-group settings the share-group client tests run with: short sessions and locks
+SHARE_OVERRIDES = {
+    "group.share.heartbeat.interval.ms": "1000",
+    "group.share.min.heartbeat.interval.ms": "1000",
+    "group.share.session.timeout.ms": "10000",
+    "group.share.min.session.timeout.ms": "6000",
+    "group.share.record.lock.duration.ms": "4000",
+    "group.share.min.record.lock.duration.ms": "1000",
+    "group.share.delivery.count.limit": "3",
+}
 
 
 def share_tool_cp(tmp_path_factory) -> str:
@@ -63,15 +73,7 @@ class JavaShareConsumer:
         )
 
     def events(self) -> list[dict]:
-        out = []
-        for line in self.proc.stdout_text().splitlines():
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass  # a line still being written
-        return out
+        return self.proc.events()
 
     def records(self) -> list[dict]:
         return [e for e in self.events() if e["event"] == "record"]

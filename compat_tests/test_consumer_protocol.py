@@ -11,7 +11,6 @@ stable assignment is measured against the classic protocol's and printed (not as
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from pathlib import Path
@@ -75,14 +74,7 @@ class Member:
         )
 
     def events(self) -> list[dict]:
-        out = []
-        for line in self.proc.stdout_text().splitlines():
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass  # a line still being written
-        return out
+        return self.proc.events()
 
     def owned(self) -> set[str]:
         """The partitions it owns now, from its assigned/revoked/lost events."""

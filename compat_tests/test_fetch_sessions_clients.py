@@ -17,10 +17,9 @@ import uuid
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
-from compat_tests.wire_tap import WireTap
+from compat_tests.wire_tap import WireTap, tapped_broker
 from pybroker.testing import java
 from pybroker.testing.client_helpers import create_topic
-from pybroker.testing.debug_process import BrokerProcess
 
 FETCH = 1
 PARTITIONS = 40
@@ -29,19 +28,9 @@ LATE = 12
 
 
 @pytest.fixture
-def tapped_broker(tmp_path):
-    b = BrokerProcess(tmp_path / "broker", overrides={"group.initial.rebalance.delay.ms": "0"})
-    tap = WireTap(("127.0.0.1", b.port)).start()
-    b.overrides["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{tap.port}"
-    b.start()
-    try:
-        yield b, tap
-    finally:
-        tap.close()
-        try:
-            b.stop()
-        finally:
-            b.cleanup()
+def tapped(tmp_path):
+    with tapped_broker(tmp_path / "broker") as pair:
+        yield pair
 
 
 def fill_then_trickle(bootstrap: str, topic: str, started: threading.Event) -> threading.Thread:
@@ -96,8 +85,8 @@ def check_sessions(tap: WireTap, topic_key) -> None:
     assert answered_hot, "no incremental answer carried the new records"
 
 
-def test_kafka_python_consumer_fetches_incrementally(tapped_broker):
-    broker, tap = tapped_broker
+def test_kafka_python_consumer_fetches_incrementally(tapped):
+    broker, tap = tapped
     topic = f"sessions-{uuid.uuid4().hex[:8]}"
     create_topic(tap.bootstrap, topic, partitions=PARTITIONS)
     started = threading.Event()
@@ -130,8 +119,8 @@ def test_kafka_python_consumer_fetches_incrementally(tapped_broker):
 
 
 @pytest.mark.skipif(not java.java_available(), reason="java not found (OpenJDK 17 expected)")
-def test_java_consumer_fetches_incrementally_by_topic_id(tapped_broker):
-    broker, tap = tapped_broker
+def test_java_consumer_fetches_incrementally_by_topic_id(tapped):
+    broker, tap = tapped
     try:
         java.classpath()
     except java.JavaDepsError as e:

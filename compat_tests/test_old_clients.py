@@ -24,8 +24,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from compat_tests.wire_tap import WireTap
-from pybroker.testing.debug_process import BrokerProcess
+from compat_tests.wire_tap import WireTap, tapped_broker
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -37,19 +36,9 @@ N = 200
 
 @pytest.fixture
 def tapped(tmp_path):
-    b = BrokerProcess(tmp_path / "broker", overrides={"group.initial.rebalance.delay.ms": "0"})
-    tap = WireTap(("127.0.0.1", b.port)).start()
-    b.overrides["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{tap.port}"
-    b.start()
-    try:
+    with tapped_broker(tmp_path / "broker") as (b, tap):
         yield b, tap
         assert not b.traceback_excerpt(), b.traceback_excerpt()
-    finally:
-        tap.close()
-        try:
-            b.stop()
-        finally:
-            b.cleanup()
 
 
 def topic_name(prefix: str) -> str:

@@ -14,7 +14,7 @@ import uuid
 import pytest
 from kafka import KafkaProducer
 
-from compat_tests.share_clients import set_group_config, wait_members
+from compat_tests.share_clients import SHARE_OVERRIDES, set_group_config, wait_members
 from pybroker.testing.client_helpers import create_topic
 
 ck = pytest.importorskip("confluent_kafka")
@@ -23,17 +23,7 @@ if not hasattr(ck, "ShareConsumer"):
 
 pytestmark = [
     pytest.mark.timeout(300),
-    pytest.mark.broker_overrides(
-        {
-            "group.share.heartbeat.interval.ms": "1000",
-            "group.share.min.heartbeat.interval.ms": "1000",
-            "group.share.session.timeout.ms": "10000",
-            "group.share.min.session.timeout.ms": "6000",
-            "group.share.record.lock.duration.ms": "4000",
-            "group.share.min.record.lock.duration.ms": "1000",
-            "group.share.delivery.count.limit": "3",
-        }
-    ),
+    pytest.mark.broker_overrides(SHARE_OVERRIDES),
 ]
 
 

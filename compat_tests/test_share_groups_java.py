@@ -19,6 +19,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
 from compat_tests.share_clients import (
+    SHARE_OVERRIDES,
     JavaShareConsumer,
     set_group_config,
     share_tool_cp,
@@ -32,13 +33,7 @@ pytestmark = [
     pytest.mark.skipif(not java.java_available(), reason="java not found (OpenJDK 17 expected)"),
     pytest.mark.broker_overrides(
         {
-            "group.share.heartbeat.interval.ms": "1000",
-            "group.share.min.heartbeat.interval.ms": "1000",
-            "group.share.session.timeout.ms": "10000",
-            "group.share.min.session.timeout.ms": "6000",
-            "group.share.record.lock.duration.ms": "4000",
-            "group.share.min.record.lock.duration.ms": "1000",
-            "group.share.delivery.count.limit": "3",
+            **SHARE_OVERRIDES,
             "group.initial.rebalance.delay.ms": "0",
         }
     ),

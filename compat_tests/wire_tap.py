@@ -9,10 +9,14 @@ Frames the codec cannot decode (an API or version the schemas lack) are forwarde
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from pybroker.testing.debug_process import BrokerProcess
 from pybroker.wire.codec import decode_request, decode_response
 
 
@@ -142,3 +146,21 @@ class WireTap:
             return
         with self._lock:
             e.response = body
+
+
+@contextlib.contextmanager
+def tapped_broker(path: Path) -> Iterator[tuple[BrokerProcess, WireTap]]:
+    """A broker whose advertised listener is a tap in front of it (its clients go through the
+    tap), stopped and removed afterwards."""
+    b = BrokerProcess(path, overrides={"group.initial.rebalance.delay.ms": "0"})
+    tap = WireTap(("127.0.0.1", b.port)).start()
+    b.overrides["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{tap.port}"
+    b.start()
+    try:
+        yield b, tap
+    finally:
+        tap.close()
+        try:
+            b.stop()
+        finally:
+            b.cleanup()

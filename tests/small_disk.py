@@ -19,6 +19,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from pybroker.testing.procutil import pid_alive
+
 SOURCE_PREFIX = "pbfdisk"
 FILLER = ".filler"
 CHUNK = 1 << 20
@@ -42,16 +44,6 @@ def _mounts() -> list[tuple[str, str]]:
     return out
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale_mounts() -> list[str]:
     """Unmount the small disks of runs that are gone (their pid in the mount source)."""
     swept = []
@@ -62,7 +54,7 @@ def sweep_stale_mounts() -> list[str]:
             pid = int(source[len(SOURCE_PREFIX) :])
         except ValueError:
             continue
-        if pid != os.getpid() and not _alive(pid):
+        if pid != os.getpid() and not pid_alive(pid):
             subprocess.run(["umount", "-l", target], check=False, capture_output=True)
             swept.append(target)
     return swept

@@ -79,6 +79,14 @@ def _new(log: FakeLog, meta, clock) -> LogOffsetStore:
     return LogOffsetStore(log, meta, clock, partitions=log.partitions)
 
 
+async def _elected(log: FakeLog, meta, clock) -> LogOffsetStore:
+    """A new store, elected leader of every partition of ``log`` and loaded."""
+    store = _new(log, meta, clock)
+    log.elect(store)
+    await _loaded(store, log)
+    return store
+
+
 @pytest.fixture
 def env(tmp_path):
     async def start():
@@ -107,9 +115,7 @@ def test_commits_are_replayed_by_the_next_leader(env) -> None:
         assert await a.load("g1") == {T0: co(7, expire=9000), T1: co(6)}
         assert await a.groups() == ["g1"]
 
-        b = _new(log, meta, clock)  # another broker takes every partition over
-        log.elect(b)
-        await _loaded(b, log)
+        b = await _elected(log, meta, clock)  # another broker takes every partition over
         assert await b.load("g1") == {T0: co(7, expire=9000), T1: co(6)}
         assert await b.load("g2") == {}
         assert b.group_metadata("g1").generation == 3
@@ -120,9 +126,7 @@ def test_commits_are_replayed_by_the_next_leader(env) -> None:
         assert e.value.code == ErrorCode.NOT_COORDINATOR
         assert a.load_error(a.partition_of("g1")) == ErrorCode.NOT_COORDINATOR
         await b.delete_group("g1")
-        c = _new(log, meta, clock)
-        log.elect(c)
-        await _loaded(c, log)
+        c = await _elected(log, meta, clock)
         assert await c.groups() == []
         for s in (a, b, c):
             await s.stop()
@@ -135,9 +139,7 @@ def test_expiry_writes_tombstones(env) -> None:
     async def main() -> None:
         clock, meta = await env()
         log = FakeLog(partitions=3)
-        s = _new(log, meta, clock)
-        log.elect(s)
-        await _loaded(s, log)
+        s = await _elected(log, meta, clock)
         clock.advance(10_000)
         await s.commit("g", {T0: co(1, ts=1_000), T1: co(2, ts=9_000)})
         assert await s.expire("g", older_than_ms=5_000) == 1
@@ -152,9 +154,7 @@ def test_transactional_offsets_wait_for_their_marker(env) -> None:
     async def main() -> None:
         clock, meta = await env()
         log = FakeLog(partitions=3)
-        s = _new(log, meta, clock)
-        log.elect(s)
-        await _loaded(s, log)
+        s = await _elected(log, meta, clock)
         p = s.partition_of("g")
         await s.commit("g", {T0: co(1)})
         assert await s.add("g", 77, 0, {T0: co(10), T1: co(11)})
@@ -171,9 +171,7 @@ def test_transactional_offsets_wait_for_their_marker(env) -> None:
         assert await s.add("g", 77, 1, {T0: co(30)})
         assert not await s.add("g", 77, 0, {T0: co(31)})
         # a new leader replays: committed ones committed, the still open one pending
-        t = _new(log, meta, clock)
-        log.elect(t)
-        await _loaded(t, log)
+        t = await _elected(log, meta, clock)
         assert await t.load("g") == {T0: co(10), T1: co(11)}
         assert await t.pending_partitions("g") == {T0}
         log.marker(p, 77, True)
@@ -238,9 +236,7 @@ def test_a_record_that_cannot_be_read_is_skipped_not_fatal(env) -> None:
             ],
             leader_epoch=0,
         )
-        s = _new(log, meta, clock)
-        log.elect(s)
-        await _loaded(s, log)
+        s = await _elected(log, meta, clock)
         assert await s.groups() == ["ok"]
         assert (await s.load("ok"))[T0].offset == 5
         await s.stop()

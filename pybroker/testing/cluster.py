@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from pybroker.testing.client import UNREACHABLE, Connection
-from pybroker.testing.process import BrokerProcess, start_all
+from pybroker.testing.process import BrokerProcess, start_all, stop_all
 from pybroker.testing.zookeeper import ZooKeeperServer
 
 # settings every cluster broker gets: faster failure detection and group joins
@@ -86,14 +86,7 @@ class LocalCluster:
 
     def stop(self) -> list[str]:
         """SIGTERM every running broker; the problems (a broker that did not exit 0)."""
-        problems = []
-        for i, b in self.brokers.items():
-            try:
-                if b.is_running():
-                    b.stop()
-            except AssertionError as e:
-                problems.append(f"broker {i}: {e}")
-        return problems
+        return stop_all(self.brokers)
 
     def cleanup(self) -> None:
         for b in self.brokers.values():

@@ -48,7 +48,7 @@ from pybroker.testing.cluster_loads import (  # noqa: F401 (named here for their
     read_topic,
 )
 from pybroker.testing.debug_process import BrokerProcess
-from pybroker.testing.process import BrokerStartError, start_all
+from pybroker.testing.process import BrokerStartError, start_all, stop_all
 from pybroker.testing.replica_files import (  # noqa: F401 (named here for their importers)
     BATCH_HEADER,
     BatchHeader,
@@ -297,14 +297,7 @@ class Cluster:
         did not exit 0), empty when all stopped cleanly."""
         for i in list(self.paused):
             self.resume(i)
-        problems = []
-        for i, b in self.brokers.items():
-            try:
-                if b.is_running():
-                    b.stop()
-            except AssertionError as e:
-                problems.append(f"broker {i}: {str(e).splitlines()[0]}")
-        return problems
+        return stop_all(self.brokers)
 
     def cleanup(self) -> None:
         for i in list(self.paused):

@@ -343,6 +343,19 @@ class JavaProcess:
     def stdout_text(self) -> str:
         return self.stdout_path.read_text(errors="replace")
 
+    def events(self) -> list[dict]:
+        """The JSON objects the tool printed so far, a line each (a line still being written
+        is left out)."""
+        out = []
+        for line in self.stdout_text().splitlines():
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+        return out
+
 
 def start_main(
     main_class: str,

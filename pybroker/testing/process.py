@@ -279,6 +279,19 @@ class BrokerProcess:
         self._terminate_hard()
 
 
+def stop_all(brokers: dict[int, BrokerProcess]) -> list[str]:
+    """SIGTERM every running broker; the problems (a broker that did not exit 0: the first
+    line of why), empty when all stopped cleanly."""
+    problems = []
+    for i, b in brokers.items():
+        try:
+            if b.is_running():
+                b.stop()
+        except AssertionError as e:
+            problems.append(f"broker {i}: {str(e).splitlines()[0]}")
+    return problems
+
+
 def start_all(brokers: Iterable[BrokerProcess], timeout: float = START_TIMEOUT) -> None:
     """Start the brokers in parallel, each until ready; raise the first failure (after all
     attempts ended; the caller cleans up)."""
