@@ -34,11 +34,9 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.clients import WorkloadError
 from bench.targets import Target, start_target
 from bench.workloads import SIZES
 from bench.workloads.groups import (
-    W16_MEMBERS,
     W16_OVERRIDES,
     W16_PARTITIONS,
     W17_OVERRIDES,
@@ -46,8 +44,8 @@ from bench.workloads.groups import (
     _w17_wait_split,
     w7_attempt,
     w7_setup,
-    w16_owned,
     w16_setup,
+    w16_until_stable,
 )
 from pybroker.testing import java
 
@@ -247,35 +245,16 @@ def _java_events(
 
 def trace_w16(target: Target, st: dict, protocol: str, tag: str, out: Path, raw: bool) -> str:
     group = f"w16-{protocol}-{tag}-{uuid.uuid4().hex[:6]}"
-    procs = []
     t0_wall = time.time()
-    t0 = time.monotonic()
-    want = W16_PARTITIONS // W16_MEMBERS
-    took = None
-    try:
-        for k in range(W16_MEMBERS):
-            procs.append(
-                java.start_main(
-                    "GroupConsumer",
-                    [target.bootstrap, group, st["topic"], "0", "0", f"group.protocol={protocol}"],
-                    workdir=out / "w16",
-                    name=f"{target.kind}-{group}-{k}",
-                    cp=st["cp"],
-                    log4j=None,
-                    jvm_args=W16_LOG,
-                )
-            )
-        while took is None:
-            owned = [w16_owned(p) for p in procs]
-            if all(len(o) == want for o in owned) and len(set().union(*owned)) == W16_PARTITIONS:
-                took = time.monotonic() - t0
-            elif time.monotonic() - t0 > 180:
-                raise WorkloadError(f"{protocol}: no stable assignment in 180 s: {owned}")
-            else:
-                time.sleep(0.05)
-    finally:
-        for p in procs:
-            p.stop()
+    took, procs = w16_until_stable(
+        target,
+        st,
+        protocol,
+        group,
+        workdir=out / "w16",
+        name=f"{target.kind}-{group}",
+        jvm_args=W16_LOG,
+    )
     events = _java_events([(f"c{k}", p) for k, p in enumerate(procs)], t0_wall)
     lines = [f"{protocol}: {took:.2f} s  load {loadavg()}"]
     lines += [f"{ts:+7.3f} {who} {text}" for ts, who, text in events]

@@ -160,6 +160,19 @@ ASSIGNMENT = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}
 # --------------------------------------------------------------------------- pure decisions
 
 
+async def _log_dir_lost(cluster, broker: int, partitions: list[list]) -> None:
+    """The broker's notification that its replicas of ``partitions`` are offline (a failed
+    log dir)."""
+    lost = {"version": 1, "broker": broker, "partitions": partitions}
+    await cluster.store.create(
+        paths.offline_replicas_prefix(broker),
+        json.dumps(lost).encode(),
+        ephemeral=True,
+        sequence=True,
+        makepath=True,
+    )
+
+
 def test_decisions_pure():
     st = StoredState(leader=2, leader_epoch=4, isr=[2, 3, 1], controller_epoch=1, zk_version=7)
     # leader dead: first replica in replica order that is live and in the ISR
@@ -466,14 +479,7 @@ def test_offline_replicas_after_a_log_dir_failure(make_env):
             await c1.create_topic("solo", 1, 1, assignments={0: [2]})
             for p in (0, 1, 2):
                 await env.wait_cached("t", p, lambda s: len(s.isr) == 3)
-            lost = {"version": 1, "broker": 2, "partitions": [["t", 0], ["t", 1], ["solo", 0]]}
-            await c2.store.create(
-                paths.offline_replicas_prefix(2),
-                json.dumps(lost).encode(),
-                ephemeral=True,
-                sequence=True,
-                makepath=True,
-            )
+            await _log_dir_lost(c2, 2, [["t", 0], ["t", 1], ["solo", 0]])
             await env.wait_cached("t", 1, lambda s: (s.leader, s.leader_epoch) == (3, 1))
             await env.wait_cached("t", 1, lambda s: 2 not in s.isr)
             await env.wait_cached("t", 0, lambda s: s.leader == 1 and 2 not in s.isr)
@@ -499,14 +505,7 @@ def test_preferred_elections_skip_a_replica_on_a_failed_log_dir(make_env):
             c1, c2 = env.clusters[1], env.clusters[2]
             await c1.create_topic("solo", 1, 1, assignments={0: [2]})
             await env.wait_cached("solo", 0, lambda s: s.leader == 2)
-            lost = {"version": 1, "broker": 2, "partitions": [["solo", 0]]}
-            await c2.store.create(
-                paths.offline_replicas_prefix(2),
-                json.dumps(lost).encode(),
-                ephemeral=True,
-                sequence=True,
-                makepath=True,
-            )
+            await _log_dir_lost(c2, 2, [["solo", 0]])
             await env.wait_cached("solo", 0, lambda s: s.leader == -1)
             epoch = c1.topics["solo"].partitions[0].leader_epoch
             assert c1.topics["solo"].partitions[0].isr == [2]

@@ -196,10 +196,19 @@ def w16_owned(proc: java.JavaProcess) -> set[str]:
     return owned
 
 
-def _w16_time_to_stable(target: Target, st: dict, protocol: str, i: int) -> float:
-    """Seconds from starting five Java 4.1 consumers to each owning two partitions."""
-    group = f"w16-{protocol}-{i}-{uuid.uuid4().hex[:6]}"
-    procs = []
+def w16_until_stable(
+    target: Target,
+    st: dict,
+    protocol: str,
+    group: str,
+    *,
+    workdir: Path | str,
+    name: str,
+    jvm_args: list[str] | None = None,
+) -> tuple[float, list[java.JavaProcess]]:
+    """Start the W16 consumers (``name``-k) in ``group`` and wait until each owns its share of
+    the partitions: (seconds from their start, the processes, stopped by then)."""
+    procs: list[java.JavaProcess] = []
     t0 = time.monotonic()
     try:
         for k in range(W16_MEMBERS):
@@ -207,23 +216,31 @@ def _w16_time_to_stable(target: Target, st: dict, protocol: str, i: int) -> floa
                 java.start_main(
                     "GroupConsumer",
                     [target.bootstrap, group, st["topic"], "0", "0", f"group.protocol={protocol}"],
-                    workdir=st["workdir"],
-                    name=f"{group}-{k}",
+                    workdir=workdir,
+                    name=f"{name}-{k}",
                     cp=st["cp"],
                     log4j=None,
+                    jvm_args=jvm_args,
                 )
             )
         want = W16_PARTITIONS // W16_MEMBERS
         while True:
             owned = [w16_owned(p) for p in procs]
             if all(len(o) == want for o in owned) and len(set().union(*owned)) == W16_PARTITIONS:
-                return time.monotonic() - t0
+                return time.monotonic() - t0, procs
             if time.monotonic() - t0 > 180:
                 raise WorkloadError(f"{protocol}: no stable assignment in 180 s: {owned}")
             time.sleep(0.05)
     finally:
         for p in procs:
             p.stop()
+
+
+def _w16_time_to_stable(target: Target, st: dict, protocol: str, i: int) -> float:
+    """Seconds from starting five Java 4.1 consumers to each owning two partitions."""
+    group = f"w16-{protocol}-{i}-{uuid.uuid4().hex[:6]}"
+    took, _ = w16_until_stable(target, st, protocol, group, workdir=st["workdir"], name=group)
+    return took
 
 
 def w16_run(target: Target, st: dict, i: int) -> dict[str, float]:
