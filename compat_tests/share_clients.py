@@ -39,12 +39,10 @@ SHARE_OVERRIDES = {
 
 
 def share_tool_cp(tmp_path_factory) -> str:
-    try:
+    with java.deps_or_fail():
         return java.compile_app(
             "ShareConsumerTool.java", tmp_path_factory.mktemp("share-classes"), kafka4=True
         )
-    except java.JavaDepsError as e:
-        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
 
 
 class JavaShareConsumer:

@@ -108,10 +108,8 @@ def kafka(tmp_path_factory):
     """One Apache Kafka 3.9 node for the module."""
     from pybroker.testing.kafka_reference import start_kafka
 
-    try:
+    with java.deps_or_fail():
         java.classpath()
-    except java.JavaDepsError as e:
-        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
     # an authorizer, so ACLs can be compared (ANONYMOUS, the PLAINTEXT listener's
     # principal, is a super user: every other command is allowed as before)
     ref = start_kafka(

@@ -24,10 +24,8 @@ CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 
 @pytest.mark.broker_overrides({"log.cleaner.backoff.ms": 100})
 def test_java_console_consumer_reads_cleaned_topic(broker):
-    try:
+    with java.deps_or_fail():
         java.classpath()
-    except java.JavaDepsError as e:
-        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
     topic = build_cleaned_topic(broker.bootstrap, unique_topic("compact-java"))
     args = ["--bootstrap-server", broker.bootstrap, "--topic", topic.name, "--partition", "0"]
     args += ["--offset", "earliest", "--timeout-ms", "5000"]

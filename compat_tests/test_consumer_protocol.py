@@ -37,12 +37,10 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def consumer_cp(tmp_path_factory) -> str:
-    try:
+    with java.deps_or_fail():
         return java.compile_app(
             "GroupConsumer.java", tmp_path_factory.mktemp("classes"), clients4=True
         )
-    except java.JavaDepsError as e:
-        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
 
 
 def unique(prefix: str) -> str:

@@ -22,10 +22,8 @@ CONFIG_COMMAND = "kafka.admin.ConfigCommand"
 
 @pytest.fixture(scope="module")
 def java_cp() -> str:
-    try:
+    with java.deps_or_fail():
         return java.classpath()
-    except java.JavaDepsError as e:
-        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
 
 
 def kafka_configs(bootstrap: str, *args: str, ok: bool = True) -> java.JavaResult:

@@ -121,10 +121,8 @@ def test_kafka_python_consumer_fetches_incrementally(tapped):
 @pytest.mark.skipif(not java.java_available(), reason="java not found (OpenJDK 17 expected)")
 def test_java_consumer_fetches_incrementally_by_topic_id(tapped):
     broker, tap = tapped
-    try:
+    with java.deps_or_fail():
         java.classpath()
-    except java.JavaDepsError as e:
-        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
     topic = f"sessions-java-{uuid.uuid4().hex[:8]}"
     create_topic(tap.bootstrap, topic, partitions=PARTITIONS)
     started = threading.Event()

@@ -20,10 +20,8 @@ pytestmark = [
 
 @pytest.fixture(scope="session")
 def java_cp() -> str:
-    try:
+    with java.deps_or_fail():
         return java.classpath()
-    except java.JavaDepsError as e:
-        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])

@@ -64,12 +64,10 @@ def ours(message, version: int, path: str = "") -> list[tuple[str, str, bool | N
 
 @pytest.fixture(scope="module")
 def dumps(tmp_path_factory) -> dict[str, dict[tuple[str, int], list]]:
-    try:
+    with java.deps_or_fail():
         cp4 = java.compile_app("SchemaDump.java", tmp_path_factory.mktemp("dump"), clients4=True)
         cp39 = cp4.split(":", 1)[0] + ":" + java.classpath()
         cp44 = cp4.split(":", 1)[0] + ":" + java.kafka4_classpath()
-    except java.JavaDepsError as e:
-        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
     names = [n for pair in MESSAGES.values() for n in pair]
     out = {}
     for label, cp in zip(LABELS, (cp39, cp4, cp44), strict=True):

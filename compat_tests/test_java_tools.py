@@ -30,10 +30,8 @@ TOOL_TIMEOUT = 120
 @pytest.fixture(scope="session")
 def java_cp() -> str:
     """Fetch (once, cached) and return the Kafka jars' classpath; fails loudly if it cannot."""
-    try:
+    with java.deps_or_fail():
         return java.classpath()
-    except java.JavaDepsError as e:
-        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
 
 
 def unique(prefix: str) -> str:

@@ -96,10 +96,8 @@ def worker_properties(bootstrap: str, prefix: str, port: int, tmp_path) -> Path:
 
 
 def test_connect_distributed_worker(broker, tmp_path):
-    try:
+    with java.deps_or_fail():
         java.classpath()
-    except java.JavaDepsError as e:
-        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
     prefix = unique_topic("connect")
     topics = {f"{prefix}-{kind}": kind for kind in ("configs", "offsets", "status")}
     port = free_port()
@@ -143,10 +141,8 @@ def wait_until(what: str, check, worker: java.JavaProcess, timeout: float = 120.
 def test_connect_file_source_to_file_sink(broker, tmp_path):
     """FileStreamSource -> topic -> FileStreamSink on one distributed worker: the sink file
     is the source file, byte for byte, and the topic holds its lines in order."""
-    try:
+    with java.deps_or_fail():
         cp = java.apps_classpath()
-    except java.JavaDepsError as e:
-        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
     prefix = unique_topic("connect")
     topic = f"{prefix}-lines"
     port = free_port()

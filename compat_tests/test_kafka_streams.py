@@ -97,10 +97,8 @@ def produce_lines(
 
 @pytest.mark.broker_overrides({"log.cleaner.backoff.ms": 100})
 def test_streams_word_count_restores_from_compacted_changelog(broker, tmp_path):
-    try:
+    with java.deps_or_fail():
         cp = java.compile_app("WordCount.java", tmp_path / "classes")
-    except java.JavaDepsError as e:
-        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
     app_id = unique_topic("wordcount")
     source, sink = f"{app_id}-input", f"{app_id}-output"
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, client_id="compat-admin")
@@ -213,10 +211,8 @@ def test_streams_two_instances_standby_takes_over(broker, tmp_path):
     tasks follow the other instance's compacted changelog while the cleaner works on it): one
     instance stops, the other takes its tasks over from its standby state and the counts go
     on exactly; the stopped one comes back with no local state and takes its share again."""
-    try:
+    with java.deps_or_fail():
         cp = java.compile_app("WordCount.java", tmp_path / "classes")
-    except java.JavaDepsError as e:
-        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
     app_id = unique_topic("wordcount2")
     source, sink = f"{app_id}-input", f"{app_id}-output"
     parts = (0, 1)
@@ -285,10 +281,8 @@ def test_streams_exactly_once_v2_counts_are_exact_after_a_kill(broker, tmp_path)
     crash) and none missing."""
     import signal
 
-    try:
+    with java.deps_or_fail():
         cp = java.compile_app("WordCount.java", tmp_path / "classes")
-    except java.JavaDepsError as e:
-        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
     app_id = unique_topic("eoscount")
     source, sink = f"{app_id}-input", f"{app_id}-output"
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, client_id="compat-admin")

@@ -320,10 +320,8 @@ def test_kafka_log_dirs_tool_describes_both_dirs(start_broker, tmp_path):
 
     from pybroker.testing import java
 
-    try:
+    with java.deps_or_fail():
         java.classpath()
-    except java.JavaDepsError as e:
-        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
     d1, d2 = tmp_path / "d1", tmp_path / "d2"
     b = start_broker(**{"log.dirs": f"{d1},{d2}"})
     topic = unique_topic("jbod-tool")

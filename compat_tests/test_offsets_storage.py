@@ -58,10 +58,8 @@ def _console(bootstrap: str, topic: str, formatter: str) -> list[str]:
 @pytest.mark.skipif(not java.java_available(), reason="java not found (OpenJDK 17 expected)")
 @pytest.mark.broker_overrides(storage_overrides("kafka"))
 def test_kafkas_formatters_read_the_internal_topics(broker):
-    try:
+    with java.deps_or_fail():
         java.classpath()
-    except java.JavaDepsError as e:
-        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
     topic = unique_topic("fmt")
     create_topic(broker.bootstrap, topic, 2)
     group, tid = f"fmt-{uuid.uuid4().hex[:6]}", f"fmt-tx-{uuid.uuid4().hex[:6]}"

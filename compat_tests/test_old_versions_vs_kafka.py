@@ -73,10 +73,8 @@ class Client:
 def kafka(tmp_path_factory):
     from pybroker.testing.kafka_reference import start_kafka
 
-    try:
+    with java.deps_or_fail():
         java.classpath()
-    except java.JavaDepsError as e:
-        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
     ref = start_kafka(tmp_path_factory.mktemp("kafka"))
     try:
         yield ref.bootstrap

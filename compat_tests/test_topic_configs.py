@@ -62,10 +62,8 @@ EVERY_TOPIC_CONFIG = {
 
 @pytest.fixture(scope="module")
 def java_cp() -> str:
-    try:
+    with java.deps_or_fail():
         return java.classpath()
-    except java.JavaDepsError as e:
-        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
 
 
 def tool(main: str, broker, *args: str) -> java.JavaResult:

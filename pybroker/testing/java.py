@@ -15,6 +15,7 @@ java/log4j/tools.properties (reload4j is the binding kafka-tools 3.9 depends on)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -24,6 +25,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -59,6 +61,18 @@ STORAGE_TOOL = "kafka.tools.StorageTool"
 
 class JavaDepsError(RuntimeError):
     pass
+
+
+@contextlib.contextmanager
+def deps_or_fail() -> Iterator[None]:
+    """Around getting Kafka's jars (classpath, compile_app): a missing one fails the test with
+    what to run, never skips it."""
+    try:
+        yield
+    except JavaDepsError as e:
+        import pytest
+
+        pytest.fail(f"{e}\n(run scripts/fetch-java-deps)", pytrace=False)
 
 
 def java_executable() -> str | None:
