@@ -17,10 +17,9 @@ import random
 import time
 from dataclasses import dataclass
 
-from kafka import KafkaAdminClient, KafkaProducer
-from kafka.admin import NewTopic
+from kafka import KafkaProducer
 
-from pybroker.testing.client_helpers import assign_consumer, read_to_end
+from pybroker.testing.client_helpers import assign_consumer, create_topic, read_to_end
 
 
 @dataclass
@@ -43,26 +42,17 @@ def read_from_start(bootstrap: str, topic: str, settle_s: float = 1.0) -> list:
 def build_cleaned_topic(
     bootstrap: str, topic: str, keys: int = 60, records: int = 3000, seed: int = 11
 ) -> CleanedTopic:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="compat-admin")
-    try:
-        admin.create_topics(
-            [
-                NewTopic(
-                    topic,
-                    1,
-                    1,
-                    topic_configs={
-                        "cleanup.policy": "compact",
-                        "segment.bytes": "4096",
-                        "segment.ms": "1000",
-                        "min.cleanable.dirty.ratio": "0.01",
-                        "delete.retention.ms": "0",
-                    },
-                )
-            ]
-        )
-    finally:
-        admin.close()
+    create_topic(
+        bootstrap,
+        topic,
+        configs={
+            "cleanup.policy": "compact",
+            "segment.bytes": "4096",
+            "segment.ms": "1000",
+            "min.cleanable.dirty.ratio": "0.01",
+            "delete.retention.ms": "0",
+        },
+    )
     rng = random.Random(seed)
     names = [b"key-%03d" % i for i in range(keys)]
     latest: dict[bytes, bytes | None] = {}

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka import KafkaAdminClient
-from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+from kafka.admin import ConfigResource, ConfigResourceType
 
 from pybroker.log.checkpoints import read_checkpoint
 from pybroker.log.cleaner import CLEANER_OFFSET_CHECKPOINT
-from pybroker.testing.client_helpers import unique_topic
+from pybroker.testing.client_helpers import create_topic, unique_topic
 
 KEYS = 500
 VALUE = b"v" * 1000
@@ -103,24 +103,12 @@ def alter(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
 
 
 def create(bootstrap: str, topic: str) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="compat-admin")
-    try:
-        admin.create_topics(
-            [
-                NewTopic(
-                    topic,
-                    1,
-                    1,
-                    topic_configs={
-                        "cleanup.policy": "delete",
-                        "retention.ms": "-1",
-                        "segment.bytes": str(SEGMENT_BYTES),
-                    },
-                )
-            ]
-        )
-    finally:
-        admin.close()
+    configs = {
+        "cleanup.policy": "delete",
+        "retention.ms": "-1",
+        "segment.bytes": str(SEGMENT_BYTES),
+    }
+    create_topic(bootstrap, topic, configs=configs)
 
 
 def worker_pids(broker_pid: int) -> list[int]:

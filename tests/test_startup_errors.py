@@ -14,6 +14,7 @@ CLI as a subprocess against listeners it is not set up for.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -67,14 +68,20 @@ def cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@contextlib.contextmanager
+def port_in_use():
+    """A loopback port another socket listens on meanwhile."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]
+
+
 # -- start-up ---------------------------------------------------------------------------------
 
 
 def test_a_port_in_use_names_listeners_before_the_broker_joins_the_cluster(tmp_path):
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
+    with port_in_use() as port:
         r = serve(
             tmp_path,
             f"listeners=PLAINTEXT://127.0.0.1:{free_port()},SECOND://127.0.0.1:{port}",
@@ -114,10 +121,7 @@ def test_zookeeper_out_of_reach_ends_the_start_after_zookeeper_connection_timeou
 
 
 def test_a_metrics_port_in_use_names_metrics_listener(tmp_path):
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
+    with port_in_use() as port:
         r = serve(
             tmp_path,
             f"listeners=PLAINTEXT://127.0.0.1:{free_port()}",

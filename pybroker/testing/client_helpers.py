@@ -13,13 +13,16 @@ def unique_topic(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
+def create_topic(
+    bootstrap: str, name: str, partitions: int = 1, configs: dict[str, str] | None = None
+) -> None:
+    """Create the topic (replication factor 1, ``configs`` set) and wait until it has leaders."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="compat-admin")
     try:
-        admin.create_topics(
-            {name: {"num_partitions": partitions, "replication_factor": 1}},
-            wait_for_metadata=True,
-        )
+        options: dict = {"num_partitions": partitions, "replication_factor": 1}
+        if configs:
+            options["configs"] = configs
+        admin.create_topics({name: options}, wait_for_metadata=True)
     finally:
         admin.close()
 

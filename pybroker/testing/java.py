@@ -257,15 +257,20 @@ class JavaResult:
 
     def json_lines(self) -> list[dict]:
         """stdout lines that parse as JSON objects (VerifiableProducer/Consumer events)."""
-        out = []
-        for line in self.stdout.splitlines():
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-        return out
+        return json_objects(self.stdout)
+
+
+def json_objects(text: str) -> list[dict]:
+    """The lines of ``text`` that parse as JSON objects."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
 
 
 def _kill_group(proc: subprocess.Popen, sig: int) -> None:
@@ -360,15 +365,7 @@ class JavaProcess:
     def events(self) -> list[dict]:
         """The JSON objects the tool printed so far, a line each (a line still being written
         is left out)."""
-        out = []
-        for line in self.stdout_text().splitlines():
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-        return out
+        return json_objects(self.stdout_text())
 
 
 def start_main(
