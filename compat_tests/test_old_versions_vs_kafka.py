@@ -21,6 +21,7 @@ import uuid
 import pytest
 
 from pybroker.testing import java
+from pybroker.testing.client import whole_messages
 from pybroker.testing.debug_process import BrokerProcess
 from pybroker.wire import codec
 from pybroker.wire.legacy_records import (
@@ -30,7 +31,6 @@ from pybroker.wire.legacy_records import (
     build_message_set,
     compress_legacy,
     inner_messages,
-    parse_message_set,
 )
 from pybroker.wire.records import build_batch
 
@@ -167,19 +167,13 @@ def fetch(c: Client, topic: str, offset: int, version: int, pmax: int = 1 << 20)
 def messages(data: bytes) -> list[tuple]:
     """What an old client sees: whole messages (wrappers opened), a partial tail skipped."""
     out = []
-    pos = 0
-    while len(data) - pos >= 12:
-        _, size = struct.unpack_from(">qi", data, pos)
-        if size < 0 or pos + 12 + size > len(data):
-            break
-        for m in parse_message_set(data[pos : pos + 12 + size]):
-            if m.compression:
-                inner = inner_messages(m, 1 << 24)
-                out.append(("wrapper", m.offset, m.magic, m.attributes, m.timestamp))
-            else:
-                inner = [m]
-            out += [(i.offset, i.magic, i.attributes, i.timestamp, i.key, i.value) for i in inner]
-        pos += 12 + size
+    for m in whole_messages(data):
+        if m.compression:
+            inner = inner_messages(m, 1 << 24)
+            out.append(("wrapper", m.offset, m.magic, m.attributes, m.timestamp))
+        else:
+            inner = [m]
+        out += [(i.offset, i.magic, i.attributes, i.timestamp, i.key, i.value) for i in inner]
     return out
 
 

@@ -23,6 +23,7 @@ from broker_fixture import (
 )
 
 from pybroker.coord.metadata import paths
+from pybroker.testing.client import whole_messages
 from pybroker.wire.legacy_records import (
     LegacyRecord,
     build_message_set,
@@ -365,15 +366,9 @@ def messages(data) -> list[tuple[int, int, bytes | None, bytes | None, int]]:
     answer, wrappers opened, as an old client reads them (a trailing partial one skipped)."""
     data = bytes(data or b"")
     out = []
-    pos = 0
-    while len(data) - pos >= 12:
-        _, size = struct.unpack_from(">qi", data, pos)
-        if size < 0 or pos + 12 + size > len(data):
-            break
-        for m in parse_message_set(data[pos : pos + 12 + size]):
-            inner = [m] if m.compression == 0 else inner_messages(m, 1 << 20)
-            out += [(i.offset, i.timestamp, i.key, i.value, i.magic) for i in inner]
-        pos += 12 + size
+    for m in whole_messages(data):
+        inner = [m] if m.compression == 0 else inner_messages(m, 1 << 20)
+        out += [(i.offset, i.timestamp, i.key, i.value, i.magic) for i in inner]
     return out
 
 

@@ -17,12 +17,15 @@ A Kafka error code is raised as :class:`KafkaError` with Kafka's name and messag
 
 from __future__ import annotations
 
+import struct
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from pybroker.cli.client import ClientError, error_name
 from pybroker.cli.client import Connection as WireConnection
+from pybroker.wire.legacy_records import LegacyMessage, parse_message_set
 
 METADATA, CREATE_TOPICS, DELETE_TOPICS = 3, 19, 20
 IO_TIMEOUT_S = 15.0
@@ -252,3 +255,15 @@ def broker_ready(host: str, port: int, timeout: float = 2.0) -> bool:
         return md.controller_id in md.brokers
     except Exception:  # refused, reset, no controller yet, an answer the codec cannot decode
         return False
+
+
+def whole_messages(data: bytes) -> Iterator[LegacyMessage]:
+    """The (outer) messages of a v0/v1 message set as an old client reads them: whole entries
+    only, a partial one at the end skipped."""
+    pos = 0
+    while len(data) - pos >= 12:
+        _, size = struct.unpack_from(">qi", data, pos)
+        if size < 0 or pos + 12 + size > len(data):
+            break
+        yield from parse_message_set(data[pos : pos + 12 + size])
+        pos += 12 + size
