@@ -109,6 +109,11 @@ def ids(xs: Iterable[int]) -> str:
     return esc(",".join(str(x) for x in xs))
 
 
+def assignment(parts: Iterable[tuple[str, Iterable[int]]]) -> str:
+    """A member's assignment: ``topic: p,p; topic: p``, escaped."""
+    return esc("; ".join(f"{t}: {','.join(map(str, ps))}" for t, ps in parts))
+
+
 def pager(params: Mapping[str, str], page: int, pages: int) -> str:
     """Links to the other pages of a paginated table (``page`` counts from 1), keeping the
     page's other query parameters."""

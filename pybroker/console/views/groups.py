@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pybroker.console.html import dl, esc, link, num, table, url
+from pybroker.console.html import assignment, dl, esc, link, num, table, url
 from pybroker.console.listing import Column, arrange, filter_form, headers, order
 from pybroker.console.state import GroupDetail, GroupRow, OffsetRow
 
@@ -110,7 +110,7 @@ def render_group(g: GroupDetail, chart: str, params: Mapping[str, str] | None = 
                 esc(m.instance_id) if m.instance_id else "&ndash;",
                 esc(m.client_id),
                 esc(m.host),
-                esc("; ".join(f"{t}: {','.join(map(str, ps))}" for t, ps in m.assignment)),
+                assignment(m.assignment),
             ]
             for m in g.members
         ),

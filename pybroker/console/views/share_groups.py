@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pybroker.console.html import dl, esc, link, num, table, url
+from pybroker.console.html import assignment, dl, esc, link, num, table, url
 from pybroker.console.listing import Column, arrange, filter_form, headers, order
 from pybroker.console.share import ShareGroupDetail
 
@@ -53,7 +53,7 @@ def render_share_group(g: ShareGroupDetail, params: Mapping[str, str] | None = N
                 esc(m.client_id),
                 esc(m.host),
                 num(m.epoch),
-                esc("; ".join(f"{t}: {','.join(map(str, ps))}" for t, ps in m.assignment)),
+                assignment(m.assignment),
             ]
             for m in g.members
         ),
