@@ -13,16 +13,8 @@ from hypothesis import strategies as st
 from record_fixture import raw_record
 
 from pybroker.errors import ErrorCode
-from pybroker.log.compacted_records import (
-    POSITION_BITS,
-    key_id,
-    map_records,
-    read_records,
-    rebuild_batch,
-    rebuild_from_positions,
-    record_at,
-    scan_records,
-)
+from pybroker.log.compacted_records import read_records, rebuild_batch, rebuild_from_positions
+from pybroker.wire.record_scan import POSITION_BITS, key_id, map_records, record_at, scan_records
 from pybroker.wire.record_walker import walk
 from pybroker.wire.records import (
     COMPRESSION_GZIP,

@@ -20,21 +20,23 @@ from typing import Any
 
 from pybroker.errors import ErrorCode
 from pybroker.log.compacted_records import (
-    POSITION_BITS,
-    POSITION_MASK,
     empty_batch,
     has_delete_horizon,
-    key_id,
-    map_records,
     read_records,
     rebuild_batch,
     rebuild_from_positions,
-    record_at,
-    scan_records,
 )
 from pybroker.log.segment import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment
 from pybroker.log.txn_index import AbortedTxn, TransactionIndex
 from pybroker.wire.control_records import read_end_txn_marker
+from pybroker.wire.record_scan import (
+    POSITION_BITS,
+    POSITION_MASK,
+    key_id,
+    map_records,
+    record_at,
+    scan_records,
+)
 from pybroker.wire.records import (
     COMPRESSION_NONE,
     HEADER_SIZE,
@@ -55,7 +57,7 @@ class CleanAborted(Exception):
 
 class OffsetMap:
     """key -> latest offset, bounded to ``capacity`` keys (Kafka's SkimpyOffsetMap: a key's
-    size does not count).  ``entries``: :func:`compacted_records.key_id` -> ``offset << 32 |
+    size does not count).  ``entries``: :func:`record_scan.key_id` -> ``offset << 32 |
     position`` of the record in its batch's records section (pass 2 finds the records a
     batch keeps there, without reading the others)."""
 
