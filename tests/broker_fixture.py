@@ -35,6 +35,7 @@ from typing import Any
 from pybroker.broker import Broker
 from pybroker.config import build_config
 from pybroker.coord.metadata import paths
+from pybroker.testing.rawkafka import closed_by_peer
 from pybroker.wire import codec
 from pybroker.wire.records import LOG_OVERHEAD, build_batch, decode_records, unpack_header
 
@@ -119,16 +120,10 @@ class Client:
 
     def closed_by_peer(self, timeout: float = IO_TIMEOUT_S) -> bool:
         """True if the broker closes the connection (EOF or reset) without sending anything."""
-        self.sock.settimeout(timeout)
         try:
-            data = self.sock.recv(65536)
-        except (ConnectionResetError, BrokenPipeError):
-            return True
-        except TimeoutError:
-            return False
+            return closed_by_peer(self.sock, timeout)
         finally:
             self.sock.settimeout(IO_TIMEOUT_S)
-        return data == b""
 
     # -- codec round trips ----------------------------------------------------------------
     def send(self, api_key: int, version: int, body: dict) -> int:

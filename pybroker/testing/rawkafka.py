@@ -164,6 +164,19 @@ def parse_produce_v3(body: bytes) -> list[tuple[str, int, int, int]]:
 # --- socket helpers ----------------------------------------------------------------------
 
 
+def closed_by_peer(sock: socket.socket, timeout: float) -> bool:
+    """True if the peer closes ``sock`` (EOF or reset) within ``timeout`` without sending
+    anything; the socket's timeout is ``timeout`` afterwards."""
+    sock.settimeout(timeout)
+    try:
+        data = sock.recv(65536)
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+    return data == b""
+
+
 class Conn:
     """A blocking client socket with frame-level helpers."""
 
@@ -205,14 +218,7 @@ class Conn:
 
     def closed_by_peer(self, timeout: float = 10.0) -> bool:
         """True if the peer closes (EOF or reset) within `timeout` without sending a frame."""
-        self.sock.settimeout(timeout)
-        try:
-            data = self.sock.recv(65536)
-        except (ConnectionResetError, BrokenPipeError):
-            return True
-        except TimeoutError:
-            return False
-        return data == b""
+        return closed_by_peer(self.sock, timeout)
 
     def roundtrip(self, data: bytes) -> tuple[int, bytes]:
         self.send(data)
