@@ -21,7 +21,7 @@ import uuid
 import pytest
 
 from pybroker.testing import java
-from pybroker.testing.client import whole_messages
+from pybroker.testing.client import create_topics_body, whole_messages
 from pybroker.testing.debug_process import BrokerProcess
 from pybroker.wire import codec
 from pybroker.wire.legacy_records import (
@@ -110,19 +110,7 @@ def on_both(both, fn):
 
 
 def create(c: Client, name: str, configs: dict | None = None, version: int = 0) -> int:
-    body = {
-        "topics": [
-            {
-                "name": name,
-                "num_partitions": 1,
-                "replication_factor": 1,
-                "assignments": [],
-                "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
-            }
-        ],
-        "timeout_ms": 30000,
-        "validate_only": False,
-    }
+    body = create_topics_body(name, configs=configs)
     return c.request(CREATE_TOPICS, version, body)["topics"][0]["error_code"]
 
 

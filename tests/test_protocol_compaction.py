@@ -14,6 +14,7 @@ from broker_fixture import (
     wait_until,
 )
 
+from pybroker.testing.client import create_topics_body
 from pybroker.wire.records import build_batch
 
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
@@ -35,21 +36,7 @@ COMPACTION_TOPIC_CONFIGS = {
 
 def create(client, name, configs=None, version=5):
     body = client.request(
-        CREATE_TOPICS,
-        version,
-        {
-            "topics": [
-                {
-                    "name": name,
-                    "num_partitions": 1,
-                    "replication_factor": 1,
-                    "assignments": [],
-                    "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
-                }
-            ],
-            "timeout_ms": 10000,
-            "validate_only": False,
-        },
+        CREATE_TOPICS, version, create_topics_body(name, configs=configs, timeout_ms=10000)
     )
     (r,) = body["topics"]
     return r

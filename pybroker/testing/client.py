@@ -188,19 +188,9 @@ class AdminClient:
     ) -> None:
         """CreateTopics, then wait until every broker knows a leader for each partition."""
         deadline = time.monotonic() + timeout
-        body = {
-            "topics": [
-                {
-                    "name": name,
-                    "num_partitions": partitions,
-                    "replication_factor": replication_factor,
-                    "assignments": [],
-                    "configs": [{"name": k, "value": str(v)} for k, v in (configs or {}).items()],
-                }
-            ],
-            "timeout_ms": int(timeout * 1000),
-            "validate_only": False,
-        }
+        body = create_topics_body(
+            name, partitions, replication_factor, configs, timeout_ms=int(timeout * 1000)
+        )
         answer = self._to_controller(CREATE_TOPICS, lambda _v: body, deadline)
         (result,) = answer["topics"]
         if result["error_code"]:
@@ -267,3 +257,30 @@ def whole_messages(data: bytes) -> Iterator[LegacyMessage]:
             break
         yield from parse_message_set(data[pos : pos + 12 + size])
         pos += 12 + size
+
+
+def create_topics_body(
+    name: str,
+    partitions: int = 1,
+    replication_factor: int = 1,
+    configs: dict[str, Any] | None = None,
+    *,
+    timeout_ms: int = 30000,
+) -> dict:
+    """A CreateTopics request body for one topic (config values as strings, None kept)."""
+    return {
+        "topics": [
+            {
+                "name": name,
+                "num_partitions": partitions,
+                "replication_factor": replication_factor,
+                "assignments": [],
+                "configs": [
+                    {"name": k, "value": None if v is None else str(v)}
+                    for k, v in (configs or {}).items()
+                ],
+            }
+        ],
+        "timeout_ms": timeout_ms,
+        "validate_only": False,
+    }
