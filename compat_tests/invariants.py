@@ -35,6 +35,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from pybroker.testing import rawkafka
+from pybroker.testing.cluster_loads import FAILOVER_CLIENT
 
 API_LIST_OFFSETS = 2
 API_OFFSET_FETCH = 9
@@ -152,9 +153,7 @@ class CommittingConsumer(threading.Thread):
                 session_timeout_ms=10000,
                 heartbeat_interval_ms=1000,
                 request_timeout_ms=15000,
-                retry_backoff_ms=100,
-                reconnect_backoff_max_ms=1000,
-                metadata_max_age_ms=5000,
+                **FAILOVER_CLIENT,
                 max_poll_records=500,
             )
         except BaseException as e:  # noqa: BLE001

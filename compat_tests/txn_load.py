@@ -24,6 +24,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from pybroker.testing.cluster_loads import FAILOVER_CLIENT
+
 RECORDS_PER_TXN = 3
 ABORT_EVERY = 3
 TXN_TIMEOUT_S = 30.0
@@ -241,9 +243,7 @@ class ReadCommittedWatcher(threading.Thread):
                 isolation_level="read_committed",
                 auto_offset_reset="earliest",
                 request_timeout_ms=15000,
-                retry_backoff_ms=100,
-                reconnect_backoff_max_ms=1000,
-                metadata_max_age_ms=5000,
+                **FAILOVER_CLIENT,
             )
             consumer.assign([TopicPartition(self.topic, p) for p in range(self.partitions)])
             consumer.seek_to_beginning()

@@ -11,6 +11,12 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+# kafka-python settings of the loads' clients: a failover's new leader found within a second
+FAILOVER_CLIENT = {
+    "retry_backoff_ms": 100,
+    "reconnect_backoff_max_ms": 1000,
+    "metadata_max_age_ms": 5000,
+}
 # ------------------------------------------------------------------------------------------
 # producer loads: unique payloads, every acknowledgement recorded
 # ------------------------------------------------------------------------------------------
@@ -98,9 +104,7 @@ class KafkaPythonLoad(_Load):
                 request_timeout_ms=10000,
                 delivery_timeout_ms=120000,
                 max_block_ms=5000,
-                retry_backoff_ms=100,
-                reconnect_backoff_max_ms=1000,
-                metadata_max_age_ms=5000,
+                **FAILOVER_CLIENT,
             )
         except BaseException as e:  # noqa: BLE001
             self.error = e
