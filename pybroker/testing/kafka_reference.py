@@ -273,6 +273,18 @@ class KafkaReference:
             return java.kafka4_version()
         return java.kafka_version()
 
+    def start(self, timeout: float) -> KafkaReference:
+        """Start every node and wait until all are ready; on a failure every node is stopped
+        and the error raised."""
+        try:
+            for n in self.nodes:
+                n.start()
+            self.wait_ready(timeout)
+        except BaseException:
+            self.stop(check=False)
+            raise
+        return self
+
     def wait_ready(self, timeout: float) -> None:
         want = sorted(n.node_id for n in self.nodes)
         deadline = time.monotonic() + timeout
@@ -375,15 +387,7 @@ def _start(
     for n in nodes:
         n.write_properties()
         n.format_storage(cluster_id)
-    ref = KafkaReference(nodes, root, cluster_id, owns)
-    try:
-        for n in nodes:
-            n.start()
-        ref.wait_ready(timeout)
-    except BaseException:
-        ref.stop(check=False)
-        raise
-    return ref
+    return KafkaReference(nodes, root, cluster_id, owns).start(timeout)
 
 
 def start_kafka_zk(
@@ -428,16 +432,9 @@ def start_kafka_zk(
                 zookeeper_connect=zookeeper_connect,
             )
         )
-    ref = KafkaReference(nodes, root, "", owns)
-    try:
-        for n in nodes:
-            n.write_properties()
-            n.start()
-        ref.wait_ready(timeout)
-    except BaseException:
-        ref.stop(check=False)
-        raise
-    return ref
+    for n in nodes:
+        n.write_properties()
+    return KafkaReference(nodes, root, "", owns).start(timeout)
 
 
 def start_kafka(
