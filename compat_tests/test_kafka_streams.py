@@ -95,6 +95,9 @@ def produce_lines(
     return words
 
 
+# one backend (CI time): Streams is a client of groups, compacted topics and the cleaner,
+# which test_groups_*, test_compaction and test_kafka_connect run on ZooKeeper
+@pytest.mark.parametrize("backend", ["embedded"], indirect=True)
 @pytest.mark.broker_overrides({"log.cleaner.backoff.ms": 100})
 def test_streams_word_count_restores_from_compacted_changelog(broker, tmp_path):
     try:
@@ -207,6 +210,9 @@ def wait_for_output(app: java.JavaProcess, text: str, timeout: float = 120.0) ->
         time.sleep(0.5)
 
 
+# one backend (CI time): a rebalance between two instances, which the group tests
+# (test_groups_clients, test_groups_failover) run on ZooKeeper
+@pytest.mark.parametrize("backend", ["embedded"], indirect=True)
 @pytest.mark.broker_overrides({"log.cleaner.backoff.ms": 100})
 def test_streams_two_instances_standby_takes_over(broker, tmp_path):
     """Two instances of the word count over 2 partitions with a standby replica each (standby
@@ -278,6 +284,9 @@ def test_streams_two_instances_standby_takes_over(broker, tmp_path):
         assert " ERROR " not in r.stderr, r.describe()
 
 
+# one backend (CI time), ZooKeeper: transactions with sendOffsetsToTransaction run on the
+# embedded store in test_transactions_clients and test_java_transactions
+@pytest.mark.parametrize("backend", ["zookeeper"], indirect=True)
 def test_streams_exactly_once_v2_counts_are_exact_after_a_kill(broker, tmp_path):
     """processing.guarantee=exactly_once_v2 (issue 12): the application is killed -9 in the
     middle of its work and started again; a read_committed reader of the output sees every
