@@ -21,7 +21,7 @@ from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
 from pybroker.testing import java
-from pybroker.testing.client_helpers import assign_consumer, unique_topic
+from pybroker.testing.client_helpers import assign_consumer, read_to_end, unique_topic
 
 pytestmark = [
     pytest.mark.timeout(420),
@@ -34,17 +34,15 @@ WORDS = [f"w{i:02d}" for i in range(12)]
 def read_topic(
     bootstrap: str, topic: str, settle_s: float = 1.0, partitions=(0,), **config
 ) -> list:
-    """Every record of `partitions` from the beginning, by partition, in offset order."""
+    """Every record of `partitions` from the beginning, by partition, in offset order: read
+    until each position reached the end offset (client_helpers.read_to_end; with
+    isolation_level=read_committed the last stable offset), not until a quiet second."""
     consumer = assign_consumer(
         bootstrap, topic, list(partitions), auto_offset_reset="earliest", **config
     )
     try:
         consumer.seek_to_beginning()
-        got, idle_since = [], time.monotonic()
-        while time.monotonic() - idle_since < settle_s:
-            for records in consumer.poll(timeout_ms=300).values():
-                got.extend(records)
-                idle_since = time.monotonic()
+        got = read_to_end(consumer, settle_s=settle_s)
         return sorted(got, key=lambda r: (r.partition, r.offset))
     finally:
         consumer.close()
