@@ -99,6 +99,9 @@ def test_kafka_configs_alters_and_describes_client_quotas(start_broker):
 SUMMARY = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\)")
 
 
+# one backend (CI time): the throttle does not depend on it; a quota set on ZooKeeper and
+# learnt through its znode is test_a_quota_altered_through_one_broker_holds_on_every_broker's
+@pytest.mark.parametrize("backend", ["embedded"], indirect=True)
 def test_producer_byte_rate_holds_producer_performance_to_the_quota(start_broker):
     """The issue's test: kafka-configs --add-config producer_byte_rate=1048576 on client-id
     perf, then ProducerPerformance with client.id=perf (1000-byte records, unthrottled on its
@@ -126,6 +129,8 @@ def test_producer_byte_rate_holds_producer_performance_to_the_quota(start_broker
     assert 0.9 <= rate <= 1.1, r.stdout
 
 
+# one backend (CI time), as the producer's above
+@pytest.mark.parametrize("backend", ["embedded"], indirect=True)
 def test_consumer_byte_rate_holds_a_kafka_python_consumer(start_broker):
     """consumer_byte_rate=1 MiB/s on client-id slow-reader: reading 8 MiB takes the quota's
     time (the bytes read stay within the quota over the elapsed time plus two windows: the

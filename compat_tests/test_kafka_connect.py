@@ -137,6 +137,9 @@ def wait_until(what: str, check, worker: java.JavaProcess, timeout: float = 120.
         time.sleep(0.5)
 
 
+# one backend (CI time): test_connect_distributed_worker runs Connect's internal topics and
+# group on both; cleaning on ZooKeeper is test_compaction's
+@pytest.mark.parametrize("backend", ["embedded"], indirect=True)
 @pytest.mark.broker_overrides({"log.cleaner.backoff.ms": 100})
 def test_connect_file_source_to_file_sink(broker, tmp_path):
     """FileStreamSource -> topic -> FileStreamSink on one distributed worker: the sink file

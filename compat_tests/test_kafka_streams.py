@@ -21,7 +21,7 @@ from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
 from pybroker.testing import java
-from pybroker.testing.client_helpers import assign_consumer, unique_topic
+from pybroker.testing.client_helpers import assign_consumer, read_to_end, unique_topic
 
 pytestmark = [
     pytest.mark.timeout(420),
@@ -34,17 +34,15 @@ WORDS = [f"w{i:02d}" for i in range(12)]
 def read_topic(
     bootstrap: str, topic: str, settle_s: float = 1.0, partitions=(0,), **config
 ) -> list:
-    """Every record of `partitions` from the beginning, by partition, in offset order."""
+    """Every record of `partitions` from the beginning, by partition, in offset order: read
+    until each position reached the end offset (client_helpers.read_to_end; with
+    isolation_level=read_committed the last stable offset), not until a quiet second."""
     consumer = assign_consumer(
         bootstrap, topic, list(partitions), auto_offset_reset="earliest", **config
     )
     try:
         consumer.seek_to_beginning()
-        got, idle_since = [], time.monotonic()
-        while time.monotonic() - idle_since < settle_s:
-            for records in consumer.poll(timeout_ms=300).values():
-                got.extend(records)
-                idle_since = time.monotonic()
+        got = read_to_end(consumer, settle_s=settle_s)
         return sorted(got, key=lambda r: (r.partition, r.offset))
     finally:
         consumer.close()
@@ -95,6 +93,9 @@ def produce_lines(
     return words
 
 
+# one backend (CI time): Streams is a client of groups, compacted topics and the cleaner,
+# which test_groups_*, test_compaction and test_kafka_connect run on ZooKeeper
+@pytest.mark.parametrize("backend", ["embedded"], indirect=True)
 @pytest.mark.broker_overrides({"log.cleaner.backoff.ms": 100})
 def test_streams_word_count_restores_from_compacted_changelog(broker, tmp_path):
     with java.deps_or_fail():
@@ -205,6 +206,9 @@ def wait_for_output(app: java.JavaProcess, text: str, timeout: float = 120.0) ->
         time.sleep(0.5)
 
 
+# one backend (CI time): a rebalance between two instances, which the group tests
+# (test_groups_clients, test_groups_failover) run on ZooKeeper
+@pytest.mark.parametrize("backend", ["embedded"], indirect=True)
 @pytest.mark.broker_overrides({"log.cleaner.backoff.ms": 100})
 def test_streams_two_instances_standby_takes_over(broker, tmp_path):
     """Two instances of the word count over 2 partitions with a standby replica each (standby
@@ -274,6 +278,9 @@ def test_streams_two_instances_standby_takes_over(broker, tmp_path):
         assert " ERROR " not in r.stderr, r.describe()
 
 
+# one backend (CI time), ZooKeeper: transactions with sendOffsetsToTransaction run on the
+# embedded store in test_transactions_clients and test_java_transactions
+@pytest.mark.parametrize("backend", ["zookeeper"], indirect=True)
 def test_streams_exactly_once_v2_counts_are_exact_after_a_kill(broker, tmp_path):
     """processing.guarantee=exactly_once_v2 (issue 12): the application is killed -9 in the
     middle of its work and started again; a read_committed reader of the output sees every

@@ -16,7 +16,8 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from kafka import KafkaAdminClient
+from kafka import KafkaAdminClient, KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
 
 from pybroker.testing import java
 from pybroker.testing.client_helpers import create_topic, storage_overrides, unique_topic
@@ -47,7 +48,23 @@ def _committed(bootstrap: str, group: str, tps: list[tuple[str, int]]) -> dict:
 
 
 def _console(bootstrap: str, topic: str, formatter: str) -> list[str]:
-    args = ["--bootstrap-server", bootstrap, "--topic", topic, "--from-beginning"]
+    """The records of the internal topic, formatted by Kafka.  On this fresh broker one
+    partition holds records (the one group's commits, the one transaction); the tool reads
+    it alone (assigned: it joins no group, so it writes nothing to __consumer_offsets itself)
+    and exits once it printed as many records as the partition held when asked (every record
+    the assertions look for was written before: the commits, the transaction's Ongoing and
+    PrepareCommit); --timeout-ms ends it only when fewer come."""
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        c.topics()  # (every topic's metadata, the internal ones included)
+        tps = [KafkaTopicPartition(topic, p) for p in c.partitions_for_topic(topic) or ()]
+        held = {tp.partition: end for tp, end in c.end_offsets(tps).items() if end > 0}
+    finally:
+        c.close()
+    assert len(held) == 1, held
+    ((partition, end),) = held.items()
+    args = ["--bootstrap-server", bootstrap, "--topic", topic, "--partition", str(partition)]
+    args += ["--offset", "earliest", "--max-messages", str(end)]
     args += ["--formatter", formatter, "--timeout-ms", "8000"]
     args += ["--consumer-property", "exclude.internal.topics=false"]
     result = java.run_main(CONSOLE_CONSUMER, args, timeout=120)

@@ -177,6 +177,9 @@ def kafka_output() -> list[tuple[str, str]]:
         return scenario(kafka.bootstrap)
 
 
+# one backend (CI time): the tool's output does not depend on it; share groups on ZooKeeper
+# are test_share_groups_java's and test_share_groups_confluent's
+@pytest.mark.parametrize("backend", ["embedded"], indirect=True)
 @pytest.mark.broker_overrides(
     {
         "group.share.heartbeat.interval.ms": "1000",

@@ -78,6 +78,11 @@ class KafkaConnection(asyncio.Protocol):
         self._metrics = getattr(services, "metrics", None)  # pybroker.metrics.BrokerMetrics
         self._muted_until = 0.0  # client quotas: monotonic time reading resumes
 
+    @property
+    def task(self) -> asyncio.Task | None:
+        """The request loop's task (from connection_made on)."""
+        return self._task
+
     # -- asyncio.Protocol -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]

@@ -14,6 +14,7 @@ from collections.abc import Hashable, Iterable
 class Purgatory:
     def __init__(self) -> None:
         self._waiters: dict[Hashable, set[asyncio.Future]] = {}
+        self._parked: set[asyncio.Task] = set()  # the tasks inside wait_any
 
     def notify(self, key: Hashable) -> None:
         waiters = self._waiters.pop(key, None)
@@ -31,18 +32,31 @@ class Purgatory:
         keys = list(keys)
         for k in keys:
             self._waiters.setdefault(k, set()).add(fut)
+        task = asyncio.current_task()
+        if task is not None:
+            self._parked.add(task)
         try:
             await asyncio.wait_for(fut, timeout)
             return True
         except TimeoutError:
             return False
         finally:
+            self._parked.discard(task)  # type: ignore[arg-type]
             for k in keys:
                 s = self._waiters.get(k)
                 if s is not None:
                     s.discard(fut)
                     if not s:
                         del self._waiters[k]
+
+    def cancel_parked(self) -> int:
+        """Cancel every task waiting in ``wait_any`` (the listeners' stop: the connections
+        are closed, so a parked request's answer has nobody to go to, as in Kafka, whose
+        purgatory's delayed operations are dropped at shutdown).  Returns how many."""
+        parked = list(self._parked)
+        for task in parked:
+            task.cancel()
+        return len(parked)
 
     def waiting(self) -> int:
         return sum(len(s) for s in self._waiters.values())

@@ -34,6 +34,7 @@ BACKLOG = 1024
 SSL_HANDSHAKE_TIMEOUT_S = 10.0  # an SSL listener's connection that does not finish it is closed
 ACCEPT_BATCH = 128  # accept() calls per wake-up of a listening socket
 ACCEPT_RETRY_S = 0.5  # pause after running out of descriptors
+CLOSE_WAIT_S = 1.5  # stop: how long connections may take to finish the request in hand
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
@@ -265,12 +266,34 @@ class KafkaServer:
         self._throttled_sockets.clear()
 
     async def stop(self) -> None:
+        """Stop accepting and close every connection; each finishes the request it is
+        handling (at most CLOSE_WAIT_S, then its task is cancelled), a request parked in the
+        purgatory (a long poll) is dropped at once.  Every connection's task has ended when
+        this returns (a task left pending is destroyed with its loop, half-way)."""
         self._serving = False
         self._close_sockets()
-        for task in list(self._accepting_tasks):
+        tasks = list(self._accepting_tasks)
+        for task in tasks:
             task.cancel()
         for conn in list(self.connections):
             conn.close()
+            if conn.task is not None:
+                tasks.append(conn.task)
+        purgatory = getattr(self.services, "purgatory", None)
+        if purgatory is not None:
+            purgatory.cancel_parked()
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning(
+                "stop: %d connections still busy after %.1f s; cancelled",
+                len(pending),
+                CLOSE_WAIT_S,
+            )
+            await asyncio.wait(pending, timeout=CLOSE_WAIT_S)
 
 
 async def _listen(

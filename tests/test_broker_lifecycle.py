@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from broker_fixture import BrokerHarness, free_port
@@ -104,3 +107,37 @@ def test_a_start_that_fails_at_the_listeners_stops_what_it_started(tmp_path):
         taken.close()
     assert (tmp_path / "b" / CLEAN_SHUTDOWN_FILE).exists()
     assert not (tmp_path / "b" / "__cluster_metadata").exists()
+
+
+# A broker on the unit tests' harness (its own loop thread, stopped right after Broker.stop)
+# with two client connections: one idle, one in a Fetch long poll.  Every connection's task
+# must have ended inside Broker.stop: a task still pending when the loop is closed is reported
+# at garbage collection as "Task was destroyed but it is pending!" (on stderr).
+_STOP_WITH_OPEN_CONNECTIONS = r"""
+import gc, sys
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from broker_fixture import FETCH, BrokerHarness, fetch_body
+
+b = BrokerHarness(Path(sys.argv[2]), {}).start()
+idle, polling = b.client(), b.client()
+polling.create_topic("t")
+polling.send(FETCH, 11, fetch_body([("t", 0, 0, 1024)], max_wait_ms=30000, min_bytes=1))
+b.run(__import__("asyncio").sleep(0.5))  # the Fetch is waiting for records
+b.stop()
+gc.collect()
+print("stopped")
+"""
+
+
+def test_stop_ends_every_connections_task(tmp_path):
+    """Server.stop closes the connections and waits (bounded) for their tasks to end."""
+    tests = str(Path(__file__).parent)
+    out = subprocess.run(
+        [sys.executable, "-c", _STOP_WITH_OPEN_CONNECTIONS, tests, str(tmp_path / "b")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and "stopped" in out.stdout, out.stderr
+    assert "Task was destroyed but it is pending" not in out.stderr, out.stderr
