@@ -450,22 +450,24 @@ def _produce_consume(system: System, node: Node, names: list[str], res: Results,
         if err is not None:
             failures[0] += 1
 
-    c0, t0 = cpu_seconds(pids), time.monotonic()
-    for i in range(records):
-        t, p = parts[i % len(parts)]
-        while True:
-            try:
-                producer.produce(t, value, partition=p, on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if i % 10000 == 0:
-            producer.poll(0)
-    left = producer.flush(600)
-    took = time.monotonic() - t0
+    with profiled(system, f"w21-{n}-produce"):
+        c0, t0 = cpu_seconds(pids), time.monotonic()
+        for i in range(records):
+            t, p = parts[i % len(parts)]
+            while True:
+                try:
+                    producer.produce(t, value, partition=p, on_delivery=delivered)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            if i % 10000 == 0:
+                producer.poll(0)
+        left = producer.flush(600)
+        took = time.monotonic() - t0
+        c1 = cpu_seconds(pids)
     moved = records * RECORD_BYTES
     res.add(w, n, system, f"produce to {len(parts):,} partitions (MB/s)", moved / MIB / took)
-    res.add(w, n, system, "produce: broker CPU s per GiB", (cpu_seconds(pids) - c0) / (moved / GIB))
+    res.add(w, n, system, "produce: broker CPU s per GiB", (c1 - c0) / (moved / GIB))
     res.add(w, n, system, "produce: failed deliveries", failures[0] + left)
     topics = sorted({t for t, _ in parts})
     consumer = Consumer(
@@ -477,18 +479,20 @@ def _produce_consume(system: System, node: Node, names: list[str], res: Results,
             "fetch.max.bytes": 50 * MIB,
         }
     )
-    c0, t0 = cpu_seconds(pids), time.monotonic()
-    consumer.subscribe(topics)
-    got = 0
-    first = None
-    while got < records and time.monotonic() - t0 < 900:
-        for m in consumer.consume(10000, 1.0):
-            if m.error() is None:
-                got += 1
-                if first is None:
-                    first = time.monotonic()
-    took = time.monotonic() - t0
-    consumer.close()
+    with profiled(system, f"w21-{n}-consume"):
+        c0, t0 = cpu_seconds(pids), time.monotonic()
+        consumer.subscribe(topics)
+        got = 0
+        first = None
+        while got < records and time.monotonic() - t0 < 900:
+            for m in consumer.consume(10000, 1.0):
+                if m.error() is None:
+                    got += 1
+                    if first is None:
+                        first = time.monotonic()
+        took = time.monotonic() - t0
+        c1 = cpu_seconds(pids)
+        consumer.close()
     res.add(w, n, system, "consumer group: subscribe -> first record (s)", (first or t0) - t0)
     res.add(
         w,
@@ -502,7 +506,7 @@ def _produce_consume(system: System, node: Node, names: list[str], res: Results,
         n,
         system,
         "consume: broker CPU s per GiB",
-        (cpu_seconds(pids) - c0) / (max(got, 1) * RECORD_BYTES / GIB),
+        (c1 - c0) / (max(got, 1) * RECORD_BYTES / GIB),
     )
     res.add(w, n, system, "consume: records read / written", f"{got:,} / {records:,}")
 
@@ -629,10 +633,11 @@ def w22(system: System, n_replicas: int, res: Results, timeout_s: float) -> None
     first = next(iter(system.nodes.values())).address
     zk = system.zk
     assert zk is not None
-    c0, z0, t0 = measure_cpu(system), zk_received(zk), time.monotonic()
-    create_topics(first, names, PER_TOPIC, 3, timeout_s)
-    wait_all_answer(first, names, PER_TOPIC, timeout_s)
-    took = time.monotonic() - t0
+    with profiled(system, f"w22-{n_replicas}-create"):
+        c0, z0, t0 = measure_cpu(system), zk_received(zk), time.monotonic()
+        create_topics(first, names, PER_TOPIC, 3, timeout_s)
+        wait_all_answer(first, names, PER_TOPIC, timeout_s)
+        took = time.monotonic() - t0
     res.add(w, n_replicas, system, "create: until every partition answers (s)", took)
     res.add(w, n_replicas, system, "create: brokers' CPU (s)", measure_cpu(system) - c0)
     res.add(w, n_replicas, system, "create: ZooKeeper requests", zk_received(zk) - z0)
