@@ -99,6 +99,11 @@ def loadavg() -> str:
 
 
 def zk_received(zk: ZooKeeperServer) -> int:
+    return zk_srvr(zk, "Received")
+
+
+def zk_srvr(zk: ZooKeeperServer, field: str) -> int:
+    """A number from ZooKeeper's ``srvr`` answer ("Received", "Node count"); -1: none."""
     try:
         with socket.create_connection(("127.0.0.1", zk.port), timeout=5) as s:
             s.sendall(b"srvr")
@@ -108,7 +113,7 @@ def zk_received(zk: ZooKeeperServer) -> int:
     except OSError:
         return -1
     for line in reply.decode(errors="replace").splitlines():
-        if line.startswith("Received:"):
+        if line.startswith(f"{field}:"):
             return int(line.split(":")[1])
     return -1
 
@@ -645,6 +650,7 @@ def w22(system: System, n_replicas: int, res: Results, timeout_s: float) -> None
     _wait_isrs_full(system, names, timeout_s)
     time.sleep(5)
     res.add(w, n_replicas, system, "RSS at rest, all brokers (MiB)", rss_mib(system.pids()))
+    res.add(w, n_replicas, system, "ZooKeeper znodes at rest", zk_srvr(zk, "Node count"))
     # -- controller failover
     ctrl = _controller(system)
     victim = system.nodes[ctrl]
