@@ -99,6 +99,11 @@ def loadavg() -> str:
 
 
 def zk_received(zk: ZooKeeperServer) -> int:
+    return zk_srvr(zk, "Received")
+
+
+def zk_srvr(zk: ZooKeeperServer, field: str) -> int:
+    """A number from ZooKeeper's ``srvr`` answer ("Received", "Node count"); -1: none."""
     try:
         with socket.create_connection(("127.0.0.1", zk.port), timeout=5) as s:
             s.sendall(b"srvr")
@@ -108,7 +113,7 @@ def zk_received(zk: ZooKeeperServer) -> int:
     except OSError:
         return -1
     for line in reply.decode(errors="replace").splitlines():
-        if line.startswith("Received:"):
+        if line.startswith(f"{field}:"):
             return int(line.split(":")[1])
     return -1
 
@@ -450,22 +455,24 @@ def _produce_consume(system: System, node: Node, names: list[str], res: Results,
         if err is not None:
             failures[0] += 1
 
-    c0, t0 = cpu_seconds(pids), time.monotonic()
-    for i in range(records):
-        t, p = parts[i % len(parts)]
-        while True:
-            try:
-                producer.produce(t, value, partition=p, on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if i % 10000 == 0:
-            producer.poll(0)
-    left = producer.flush(600)
-    took = time.monotonic() - t0
+    with profiled(system, f"w21-{n}-produce"):
+        c0, t0 = cpu_seconds(pids), time.monotonic()
+        for i in range(records):
+            t, p = parts[i % len(parts)]
+            while True:
+                try:
+                    producer.produce(t, value, partition=p, on_delivery=delivered)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            if i % 10000 == 0:
+                producer.poll(0)
+        left = producer.flush(600)
+        took = time.monotonic() - t0
+        c1 = cpu_seconds(pids)
     moved = records * RECORD_BYTES
     res.add(w, n, system, f"produce to {len(parts):,} partitions (MB/s)", moved / MIB / took)
-    res.add(w, n, system, "produce: broker CPU s per GiB", (cpu_seconds(pids) - c0) / (moved / GIB))
+    res.add(w, n, system, "produce: broker CPU s per GiB", (c1 - c0) / (moved / GIB))
     res.add(w, n, system, "produce: failed deliveries", failures[0] + left)
     topics = sorted({t for t, _ in parts})
     consumer = Consumer(
@@ -477,18 +484,20 @@ def _produce_consume(system: System, node: Node, names: list[str], res: Results,
             "fetch.max.bytes": 50 * MIB,
         }
     )
-    c0, t0 = cpu_seconds(pids), time.monotonic()
-    consumer.subscribe(topics)
-    got = 0
-    first = None
-    while got < records and time.monotonic() - t0 < 900:
-        for m in consumer.consume(10000, 1.0):
-            if m.error() is None:
-                got += 1
-                if first is None:
-                    first = time.monotonic()
-    took = time.monotonic() - t0
-    consumer.close()
+    with profiled(system, f"w21-{n}-consume"):
+        c0, t0 = cpu_seconds(pids), time.monotonic()
+        consumer.subscribe(topics)
+        got = 0
+        first = None
+        while got < records and time.monotonic() - t0 < 900:
+            for m in consumer.consume(10000, 1.0):
+                if m.error() is None:
+                    got += 1
+                    if first is None:
+                        first = time.monotonic()
+        took = time.monotonic() - t0
+        c1 = cpu_seconds(pids)
+        consumer.close()
     res.add(w, n, system, "consumer group: subscribe -> first record (s)", (first or t0) - t0)
     res.add(
         w,
@@ -502,7 +511,7 @@ def _produce_consume(system: System, node: Node, names: list[str], res: Results,
         n,
         system,
         "consume: broker CPU s per GiB",
-        (cpu_seconds(pids) - c0) / (max(got, 1) * RECORD_BYTES / GIB),
+        (c1 - c0) / (max(got, 1) * RECORD_BYTES / GIB),
     )
     res.add(w, n, system, "consume: records read / written", f"{got:,} / {records:,}")
 
@@ -629,10 +638,11 @@ def w22(system: System, n_replicas: int, res: Results, timeout_s: float) -> None
     first = next(iter(system.nodes.values())).address
     zk = system.zk
     assert zk is not None
-    c0, z0, t0 = measure_cpu(system), zk_received(zk), time.monotonic()
-    create_topics(first, names, PER_TOPIC, 3, timeout_s)
-    wait_all_answer(first, names, PER_TOPIC, timeout_s)
-    took = time.monotonic() - t0
+    with profiled(system, f"w22-{n_replicas}-create"):
+        c0, z0, t0 = measure_cpu(system), zk_received(zk), time.monotonic()
+        create_topics(first, names, PER_TOPIC, 3, timeout_s)
+        wait_all_answer(first, names, PER_TOPIC, timeout_s)
+        took = time.monotonic() - t0
     res.add(w, n_replicas, system, "create: until every partition answers (s)", took)
     res.add(w, n_replicas, system, "create: brokers' CPU (s)", measure_cpu(system) - c0)
     res.add(w, n_replicas, system, "create: ZooKeeper requests", zk_received(zk) - z0)
@@ -640,6 +650,7 @@ def w22(system: System, n_replicas: int, res: Results, timeout_s: float) -> None
     _wait_isrs_full(system, names, timeout_s)
     time.sleep(5)
     res.add(w, n_replicas, system, "RSS at rest, all brokers (MiB)", rss_mib(system.pids()))
+    res.add(w, n_replicas, system, "ZooKeeper znodes at rest", zk_srvr(zk, "Node count"))
     # -- controller failover
     ctrl = _controller(system)
     victim = system.nodes[ctrl]

@@ -643,7 +643,8 @@ class PartitionLog(LogLoader, OffsetsByTime, LogRetention):
                 if seg.next_offset > self.recovery_point or seg is active:
                     seg.flush()
             self._flushed = unchanged
-        self.leader_epochs.sync()  # (its writes are not fsynced: leader_epoch.py)
+        if not empty:  # (an empty log's recovery point stays: nothing below it to protect)
+            self.leader_epochs.sync()  # (its writes are not fsynced: leader_epoch.py)
         self.recovery_point = max(self.recovery_point, target)
         for seg in segments[:-1]:
             if seg.has_handle:
