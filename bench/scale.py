@@ -1007,6 +1007,7 @@ def run_w23(size: int, targets: list[str], workdir: Path, res: Results, timeout_
 # W24: consumer groups of many members
 # ------------------------------------------------------------------------------------------
 
+FIND_COORDINATOR = 10
 W24_OVERRIDES = {
     "group.coordinator.rebalance.protocols": "classic,consumer",
     "group.consumer.max.size": 100_000,  # Kafka's default is 200
@@ -1030,6 +1031,7 @@ def w24(system: System, n: int, res: Results, timeout_s: float) -> None:
             METADATA, {"topics": [{"name": topic}], "allow_auto_topic_creation": False}
         )
     topic_id = ans["topics"][0]["topic_id"]
+    res.add(w, n, system, "group coordinator available after (s)", _wait_coordinator(node, 120))
     pid = node.pid()
     assert pid is not None
     for protocol in ("classic", "consumer"):
@@ -1067,6 +1069,20 @@ def w24(system: System, n: int, res: Results, timeout_s: float) -> None:
                     f"{run.stats.largest_request[api]:,} / {run.stats.largest_response[api]:,}",
                 )
         res.add(w, n, system, f"{label}: requests sent", run.stats.requests)
+
+
+def _wait_coordinator(node: Node, timeout_s: float) -> float:
+    """FindCoordinator until it names a coordinator: Kafka creates __consumer_offsets on the
+    first FindCoordinator, and answers JoinGroup and ConsumerGroupHeartbeat with
+    COORDINATOR_NOT_AVAILABLE until then (the simulated members never ask it)."""
+    t0 = time.monotonic()
+    with Conn(*node.address) as c:
+        while time.monotonic() - t0 < timeout_s:
+            _, ans = c.request(FIND_COORDINATOR, {"key_type": 0, "coordinator_keys": ["w24"]})
+            if all(k["error_code"] == 0 for k in ans["coordinators"]):
+                return time.monotonic() - t0
+            time.sleep(0.2)
+    raise TimeoutError(f"no group coordinator within {timeout_s}s")
 
 
 def run_w24(size: int, targets: list[str], workdir: Path, res: Results, timeout_s: float):
