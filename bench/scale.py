@@ -17,7 +17,8 @@
   partitions had no live leader meanwhile.  ZooKeeper requests (its ``srvr`` Received count)
   during each step.  Beside Kafka 3.9 in ZooKeeper mode (the comparison is about ZooKeeper).
 * W23: ``n`` concurrent client connections to one broker (idle, then each sending a small
-  request per second): broker RSS per connection, accept rate, p99 of a produce meanwhile,
+  request per second, spread over the second; the produce probe in a process of its own):
+  broker RSS per connection, accept rate, p99 of a produce meanwhile,
   and the broker's longest event-loop stall (pybroker's loop.stall.warn.ms warnings) during a
   storm of 1,000 connects in one second.  Beside Kafka KRaft.
 * W24: groups of ``n`` members (classic with the cooperative-sticky assignor, and KIP-848):
@@ -817,6 +818,7 @@ def _wait_isrs_full(system: System, names: list[str], timeout_s: float) -> float
 # ------------------------------------------------------------------------------------------
 
 STORM = 1000  # connects in one second
+TICK_SLICES = 50  # a second's requests sent in 50 slices, 20 ms apart
 
 
 def _produce_latencies(address: tuple[str, int], topic: str, stop: threading.Event) -> list[float]:
@@ -946,11 +948,12 @@ def w23(system: System, n: int, res: Results, timeout_s: float) -> None:
         probe = ProduceProbe(node.address, topic)
         answered0, c0, t0 = clients.answered, cpu_seconds([pid]), time.monotonic()
         since = time.time()
-        for _ in range(20):
+        for _ in range(20):  # each connection once a second, spread over the second
             tick = time.monotonic()
-            clients.tick()
-            while time.monotonic() - tick < 1.0:
-                clients.poll(0.05)
+            for k in range(TICK_SLICES):
+                clients.tick(k, TICK_SLICES)
+                while time.monotonic() - tick < (k + 1) / TICK_SLICES:
+                    clients.poll(0.005)
         lat = probe.latencies()
         busy = time.monotonic() - t0
         res.add(
