@@ -821,7 +821,12 @@ STORM = 1000  # connects in one second
 TICK_SLICES = 50  # a second's requests sent in 50 slices, 20 ms apart
 
 
-def _produce_latencies(address: tuple[str, int], topic: str, stop: threading.Event) -> list[float]:
+def _produce_latencies(
+    address: tuple[str, int],
+    topic: str,
+    stop: threading.Event,
+    ready: Callable[[], None] | None = None,
+) -> list[float]:
     """Produce (acks=1, one 100-byte record) back to back until ``stop``: each round trip's
     seconds."""
     record = build_batch([(None, b"x" * 100, [])])
@@ -833,6 +838,8 @@ def _produce_latencies(address: tuple[str, int], topic: str, stop: threading.Eve
     }
     out: list[float] = []
     with Conn(*address) as c:
+        if ready is not None:
+            ready()
         while not stop.is_set():
             t0 = time.perf_counter()
             c.request(PRODUCE, body)
@@ -842,7 +849,7 @@ def _produce_latencies(address: tuple[str, int], topic: str, stop: threading.Eve
 
 
 def _probe_main(address: tuple[str, int], topic: str, stop: Any, out: Any) -> None:
-    out.put(_produce_latencies(address, topic, stop))
+    out.put(_produce_latencies(address, topic, stop, lambda: out.put("ready")))
 
 
 class ProduceProbe:
@@ -857,6 +864,7 @@ class ProduceProbe:
         self.stop, self.out = ctx.Event(), ctx.Queue()
         self.proc = ctx.Process(target=_probe_main, args=(address, topic, self.stop, self.out))
         self.proc.start()
+        assert self.out.get(timeout=300) == "ready"  # (started and connected)
 
     def latencies(self) -> list[float]:
         """Stop the probe: every produce round trip's seconds."""
@@ -971,6 +979,7 @@ def w23(system: System, n: int, res: Results, timeout_s: float) -> None:
             (cpu_seconds([pid]) - c0) / max(1, clients.answered - answered0) * 1000,
         )
         res.add(w, n, system, "produce p99 meanwhile (ms)", _p99(lat))
+        res.add(w, n, system, "produces meanwhile", len(lat))
         res.add(w, n, system, "RSS with active connections (MiB)", rss_mib([pid]))
         # the requests still queued (a broker slower than n requests a second) are answered
         # before the storm, so that the storm's figures are the storm's
@@ -982,7 +991,6 @@ def w23(system: System, n: int, res: Results, timeout_s: float) -> None:
         res.add(w, n, system, "longest event-loop stall logged, ticks (ms)", _stalls(system, since))
         # a storm: STORM more connects in one second, a producer meanwhile
         probe = ProduceProbe(node.address, topic)
-        time.sleep(3)  # (the probe's process started and connected)
         since = time.time()
         storm = Clients(node.address)
         took = storm.open(STORM, spread_s=1.0)
