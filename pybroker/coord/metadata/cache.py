@@ -1,13 +1,9 @@
 """The metadata cache: brokers, topics with their partitions' states and configs, the
 controller's id and epoch, and the dynamic broker configs this broker applies, kept current by
-watches on the metadata store.
-
-Watches and refreshes: every watch callback only marks a key dirty (``("brokers",)``,
-``("topic", name)``, ``("partition", name, p)`` ...); one task (``_sync_loop``) owns the cache
-and re-reads dirty keys, re-setting their watches (one-shot).  A key has at most one pending
-watch at a time (``_watching``), so watches do not pile up.  A read that fails sets no watch
-(``_watched`` frees the key), and one that fails with a lost connection is retried with
-backoff, so the retry sets the watch again.
+watches on the metadata store.  This module holds the partition-state table (topics, their
+partition states and configs) and its updates; the broker set, the departed leaders and the
+dynamic broker configs are its base (broker_set.py), the watches and the one task that re-reads
+what they mark dirty the base of that (cache_sync.py).
 
 Listeners (``add_listener``) get a :class:`ClusterEvent` on the loop whenever the broker set,
 the controller or a topic changes; the broker uses it to create the partition logs it leads.
@@ -19,194 +15,38 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import logging
 import uuid
-from collections import OrderedDict
-from collections.abc import Callable
 from typing import Any
 
 from pybroker.clock import Clock
-from pybroker.coord.metadata import config_changes, paths
-from pybroker.coord.metadata.model import (
-    BrokerInfo,
-    ClusterEvent,
-    Listener,
-    PartitionState,
-    TopicInfo,
-)
-from pybroker.coord.metadata.store import (
-    ConnectionLossError,
-    MetadataStore,
-    NoNodeError,
-    WatchedEvent,
-)
+from pybroker.coord.metadata import paths
+from pybroker.coord.metadata.broker_set import BrokerSet
+from pybroker.coord.metadata.cache_sync import PARTITION_BATCH
+from pybroker.coord.metadata.model import ClusterEvent, PartitionState, TopicInfo
+from pybroker.coord.metadata.store import MetadataStore, NoNodeError
 
 log = logging.getLogger(__name__)
 
 # topics read together at start (their znodes, then all their partition states, then configs)
 TOPIC_BATCH = 200
-# partition states whose watches fired, re-read together
-PARTITION_BATCH = 5000
+
+__all__ = ["PARTITION_BATCH", "TOPIC_BATCH", "MetadataCache"]
 
 
 def _zk_versions(info: TopicInfo | None) -> dict[int, int] | None:
     return None if info is None else {p: s.zk_version for p, s in info.partitions.items()}
 
 
-class MetadataCache:
+class MetadataCache(BrokerSet):
     def __init__(self, store: MetadataStore, broker_id: int, clock: Clock) -> None:
-        self.store = store
-        self.broker_id = broker_id
-        self.clock = clock
+        super().__init__(store, broker_id, clock)
         self.cluster_id: str = ""
         self.controller_id: int = -1
         self.controller_epoch: int = 0
-        self.brokers: dict[int, BrokerInfo] = {}
-        # brokers gone from /brokers/ids that cached partition states still name as leader,
-        # with how many they lead; ``metadata_brokers`` is ``brokers`` plus these (see
-        # metadata_brokers)
-        self._departed: dict[int, BrokerInfo] = {}
-        self._departed_leads: dict[int, int] = {}
-        self.metadata_brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
-        # dynamic broker configs (KIP-226) this broker applies: "<default>" and str(broker_id)
-        # -> the entity's stored configs, kept current through /config/changes
-        self.broker_configs: dict[str, dict[str, str]] = {}
-        self._changes = config_changes.ChangeCursor()
-        self._listeners: list[Listener] = []
-        self._changed_pending: set[str | None] = set()  # TOPIC_CHANGED not yet delivered
-        # keys to re-read, oldest first (OrderedDict: taking the first is O(1) however many
-        # were taken before, unlike a dict's first key)
-        self._dirty: OrderedDict[tuple, None] = OrderedDict()
-        self._wake = asyncio.Event()
-        self._watching: set[tuple] = set()
-        self._task: asyncio.Task[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._local_gen = 0  # bumped by local topic writes (see _refresh_topics)
         self._locally_written: dict[str, int] = {}
-        # bumped whenever the live broker set may have changed since we last looked: a change
-        # of /brokers/ids seen by its cversion (so a broker that left and came back between
-        # two reads counts too) and the loss of our own session (see membership_epoch)
-        self._membership_epoch = 0
-        self._brokers_cversion = -1
-
-    @property
-    def membership_epoch(self) -> int:
-        """A counter that moves whenever the set of live brokers may have changed behind what
-        ``brokers`` showed before: /brokers/ids gained or lost a child (its cversion moved, even
-        if the set read back is the same) or our session was lost (others may have acted on
-        our absence).  State derived from "which broker owns what" (group coordination) is
-        valid only for the epoch it was derived in."""
-        return self._membership_epoch
-
-    def add_listener(self, cb: Listener) -> None:
-        self._listeners.append(cb)
-
-    def remove_listener(self, cb: Listener) -> None:
-        if cb in self._listeners:
-            self._listeners.remove(cb)
-
-    # ------------------------------------------------------------------ the sync loop
-
-    def _start_sync(self) -> None:
-        self._task = asyncio.create_task(self._sync_loop(), name=f"cluster-sync-{self.broker_id}")
-
-    async def _stop_sync(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
-
-    def _watch(self, key: tuple) -> Callable[[WatchedEvent], None] | None:
-        """A watch callback for key, or None if one is already pending for it."""
-        if key in self._watching:
-            return None
-        self._watching.add(key)
-        return functools.partial(self._on_watch, key)
-
-    def _unwatch(self, key: tuple, watch: Callable | None) -> None:
-        """The read that was to set this watch failed: no watch is pending."""
-        if watch is not None:
-            self._watching.discard(key)
-
-    async def _watched(self, key: tuple, call: Callable[..., Any], path: str) -> Any:
-        """``call(path, watch=...)`` with key's watch; a call that raises sets no watch, so the
-        key is free to be watched again by the retry (a lost connection must not leave the
-        key marked as watched forever)."""
-        watch = self._watch(key)
-        try:
-            return await call(path, watch=watch)
-        except BaseException:
-            self._unwatch(key, watch)
-            raise
-
-    def _on_watch(self, key: tuple, event: WatchedEvent) -> None:
-        self._watching.discard(key)
-        self._mark(key)
-
-    def _mark(self, key: tuple) -> None:
-        self._dirty[key] = None
-        self._wake.set()
-
-    async def _sync_loop(self) -> None:
-        backoff = 0.05
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._dirty:
-                key = self._dirty.popitem(last=False)[0]
-                keys = [key]
-                if key[0] == "partition":  # every partition marked so far, read together
-                    keys += self._take_dirty_partitions(PARTITION_BATCH - 1)
-                try:
-                    if len(keys) > 1 or key[0] == "partition":
-                        await self._refresh_partitions(keys)
-                    else:
-                        await self._refresh(key)
-                    backoff = 0.05
-                except ConnectionLossError as e:
-                    log.info("metadata refresh of %s deferred: %s", key, e)
-                    for k in keys:
-                        self._dirty[k] = None
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 2.0)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("metadata refresh of %s failed", key)
-
-    async def _refresh_pending(self, skip: frozenset[str]) -> None:
-        """Re-read every key marked so far (but the kinds in ``skip``) now, partition states
-        together; a failure marks them all again and raises."""
-        keys = [k for k in self._dirty if k[0] not in skip]
-        for k in keys:
-            del self._dirty[k]
-        parts = [k for k in keys if k[0] == "partition"]
-        try:
-            for k in keys:
-                if k[0] != "partition":
-                    await self._refresh(k)
-            for i in range(0, len(parts), PARTITION_BATCH):
-                await self._refresh_partitions(parts[i : i + PARTITION_BATCH])
-        except BaseException:
-            for k in keys:
-                self._dirty[k] = None
-            raise
-
-    def _take_dirty_partitions(self, limit: int) -> list[tuple]:
-        taken = []
-        for k in self._dirty:
-            if k[0] == "partition":
-                taken.append(k)
-                if len(taken) >= limit:
-                    break
-        for k in taken:
-            del self._dirty[k]
-        return taken
 
     async def _refresh(self, key: tuple) -> None:
         """Re-read what ``key`` names (and set its watch again)."""
@@ -226,69 +66,6 @@ class MetadataCache:
         elif kind == "broker_config":
             await self._refresh_broker_config(key[1])
 
-    async def _refresh_brokers(self) -> None:
-        # cversion first: a change after it is read shows up in the next refresh as well
-        stat = await self.store.exists(paths.BROKER_IDS)
-        cversion = stat.cversion if stat is not None else -1
-        ids = await self._watched(("brokers",), self.store.get_children, paths.BROKER_IDS)
-        brokers: dict[int, BrokerInfo] = {}
-        for child in ids:
-            try:
-                bid = int(child)
-            except ValueError:
-                continue
-            try:
-                data, _ = await self._watched(("broker", bid), self.store.get, paths.broker(bid))
-            except NoNodeError:
-                continue
-            try:
-                reg = paths.decode_broker(data)
-            except (ValueError, KeyError, TypeError):
-                log.warning("unreadable registration of broker %d: %r", bid, data)
-                continue
-            first = reg["endpoints"][0] if reg["endpoints"] else ("", reg["host"] or "", -1)
-            brokers[bid] = BrokerInfo(bid, first[1], first[2], reg["rack"], reg["endpoints"])
-        moved = cversion != self._brokers_cversion
-        self._brokers_cversion = cversion
-        if brokers != self.brokers or moved:
-            gone = {b: i for b, i in self.brokers.items() if b not in brokers}
-            self.brokers = brokers
-            self._note_departed(gone)
-            self._membership_epoch += 1
-            self._notify(ClusterEvent("BROKERS_CHANGED"))
-
-    # ------------------------------------------------------------------ departed leaders
-    # Kafka ZooKeeper mode: only the controller watches /brokers/ids; the other brokers learn
-    # of a broker's loss from the controller's UpdateMetadata, together with the new leaders
-    # of its partitions, so clients see the old leader until the new one.  Here every broker
-    # watches /brokers/ids and would answer leader -1 (LEADER_NOT_AVAILABLE) between the loss
-    # and the controller's writes reaching its cache; so a departed broker stays in
-    # ``metadata_brokers`` while a cached partition state still names it as leader.
-
-    def _note_departed(self, gone: dict[int, BrokerInfo]) -> None:
-        departed = {b: i for b, i in self._departed.items() if b not in self.brokers}
-        departed.update(gone)
-        leads: dict[int, int] = {}
-        if departed:
-            for info in self.topics.values():
-                for st in info.partitions.values():
-                    if st.leader in departed:
-                        leads[st.leader] = leads.get(st.leader, 0) + 1
-        self._departed = {b: i for b, i in departed.items() if b in leads}
-        self._departed_leads = leads
-        self.metadata_brokers = {**self._departed, **self.brokers}
-
-    def _count_departed_leads(self, old: TopicInfo | None, new: TopicInfo | None) -> None:
-        """A topic changed (or went): the departed brokers' leaderships, counted again."""
-        leads = self._departed_leads
-        for info, sign in ((old, -1), (new, 1)):
-            if info is not None:
-                for st in info.partitions.values():
-                    if st.leader in leads:
-                        leads[st.leader] += sign
-        if any(n <= 0 for n in leads.values()):
-            self._note_departed({})
-
     async def _refresh_topics(self, *, load_all: bool = False) -> None:
         gen = self._local_gen
         names = await self._watched(("topics",), self.store.get_children, paths.TOPICS)
@@ -301,23 +78,6 @@ class MetadataCache:
 
     async def _refresh_topic(self, name: str) -> None:
         await self._load_topics([name])
-
-    async def _get_many_watched(
-        self, keys: list[tuple], node_paths: list[str]
-    ) -> list[tuple[bytes, Any] | None]:
-        """``store.get_many`` with each key's watch (none for a key already watched); a key
-        whose node is missing has no watch pending afterwards (the caller decides)."""
-        watches = [self._watch(k) for k in keys]
-        try:
-            results = await self.store.get_many(node_paths, watches)
-        except BaseException:
-            for k, w in zip(keys, watches, strict=True):
-                self._unwatch(k, w)
-            raise
-        for k, w, r in zip(keys, watches, results, strict=True):
-            if r is None:
-                self._unwatch(k, w)
-        return results
 
     async def _load_topics(self, names: list[str]) -> None:
         """Read topics (znode, every partition state, config) together, TOPIC_BATCH topics
@@ -505,79 +265,6 @@ class MetadataCache:
         if info is not None:
             self._update_topic(dataclasses.replace(info, configs=configs))
 
-    # ------------------------------------------------------------------ entity configs
-
-    def _broker_entities(self) -> tuple[str, str]:
-        return (paths.DEFAULT_ENTITY, str(self.broker_id))
-
-    async def _load_broker_configs(self) -> None:
-        """At start and after a new session: every notification so far counts as seen, the
-        entities are read whole (Kafka's DynamicConfigManager.startup)."""
-        self._changes = config_changes.ChangeCursor()
-        children = await self._watched(("changes",), self.store.get_children, paths.CONFIG_CHANGES)
-        if children:
-            self._changes.last = max(config_changes.sequence_of(c) for c in children)
-        await self._note_ctimes(children)
-        for entity in self._broker_entities():
-            await self._refresh_broker_config(entity)
-
-    async def _note_ctimes(self, children: list[str]) -> None:
-        for child in children:
-            if child in self._changes.ctimes:
-                continue
-            stat = await self.store.exists(f"{paths.CONFIG_CHANGES}/{child}")
-            if stat is not None:
-                self._changes.ctimes[child] = stat.ctime
-
-    async def _refresh_changes(self) -> None:
-        """ZkNodeChangeNotificationListener.processNotifications: each notification after the
-        last processed one names an entity to read again; then the expired ones are purged."""
-        children = await self._watched(("changes",), self.store.get_children, paths.CONFIG_CHANGES)
-        for child in self._changes.unseen(children):
-            try:
-                data, stat = await self.store.get(f"{paths.CONFIG_CHANGES}/{child}")
-            except NoNodeError:
-                continue  # purged meanwhile
-            self._changes.last = max(self._changes.last, config_changes.sequence_of(child))
-            self._changes.ctimes[child] = stat.ctime
-            entity_path = paths.decode_config_change(data)
-            if entity_path is None:
-                log.warning("ignoring config change notification %s: %r", child, data)
-                continue
-            kind, _, name = entity_path.partition("/")
-            if kind == "brokers":
-                if name in self._broker_entities():
-                    self._mark(("broker_config", name))
-            elif kind == "topics":
-                if name in self.topics:
-                    self._mark(("config", name))
-            else:
-                self._notify(ClusterEvent("ENTITY_CONFIG_CHANGED", entity_path))
-        self._changes.forget_missing(children)
-        await self._note_ctimes(children)
-        for child in self._changes.expired(self.clock.time_ms()):
-            try:
-                await self.store.delete(f"{paths.CONFIG_CHANGES}/{child}")
-            except NoNodeError:
-                pass
-            self._changes.ctimes.pop(child, None)
-
-    async def _refresh_broker_config(self, entity: str) -> None:
-        try:
-            data, _ = await self.store.get(paths.broker_config(entity))
-            configs = paths.decode_topic_config(data)
-        except NoNodeError:
-            configs = {}
-        except ValueError:
-            log.error("unreadable dynamic broker configs at %s", paths.broker_config(entity))
-            return
-        self._set_broker_config(entity, configs)
-
-    def _set_broker_config(self, entity: str, configs: dict[str, str]) -> None:
-        if self.broker_configs.get(entity) != configs:
-            self.broker_configs[entity] = dict(configs)
-            self._notify(ClusterEvent("BROKER_CONFIG_CHANGED", entity))
-
     # ------------------------------------------------------------------ the writer interface
     # Local writes (admin.py, isr.py, the controller) put what they wrote into the cache at
     # once; the watches confirm it later, and a read that started before a write never puts
@@ -677,33 +364,3 @@ class MetadataCache:
         old = self.topics.pop(name)
         if self._departed_leads:
             self._count_departed_leads(old, None)
-
-    def _notify(self, event: ClusterEvent) -> None:
-        """Announce ``event`` on the loop.  A TOPIC_CHANGED of a topic whose TOPIC_CHANGED is
-        still undelivered is dropped: listeners read the topic as it is when they run, so one
-        delivery covers every change before it (each partition state write, e.g. 600 ISR
-        shrinks of one topic, cost each listener a look at the whole topic: O(P) per
-        partition).  Any other event of the topic is delivered after the pending one, and a
-        later change is announced again after it."""
-        if self._loop is None:
-            return
-        if event.kind == "TOPIC_CHANGED":
-            if event.topic in self._changed_pending:
-                return
-            self._changed_pending.add(event.topic)
-        elif event.topic is not None:
-            self._changed_pending.discard(event.topic)
-        self._loop.call_soon(self._deliver, event, list(self._listeners))
-
-    def _deliver(self, event: ClusterEvent, listeners: list[Listener]) -> None:
-        if event.kind == "TOPIC_CHANGED":
-            self._changed_pending.discard(event.topic)
-        for cb in listeners:
-            self._call_listener(cb, event)
-
-    @staticmethod
-    def _call_listener(cb: Listener, event: ClusterEvent) -> None:
-        try:
-            cb(event)
-        except Exception:
-            log.exception("cluster listener %r failed on %s", cb, event)

@@ -6,7 +6,7 @@ An entity's configs live at ``/config/<entity type>/<sanitized name>`` as
 two writes in Kafka) by a sequential ``/config/changes/config_change_<10 digits>`` holding
 ``{"version":2,"entity_path":"<entity type>/<name>"}``.  Every broker watches the children of
 /config/changes, reads the notifications newer than the last one it processed and re-reads the
-entity each names (metadata/cache.py: the ``("changes",)`` refresh key).  Notifications older
+entity each names (metadata/broker_set.py: the ``("changes",)`` refresh key).  Notifications older
 than ``CHANGE_EXPIRATION_MS`` (Kafka's 15 minutes) are deleted by whichever broker sees them.
 
 Entity types written today: ``brokers`` (this module's callers: dynamic broker configs, entity
