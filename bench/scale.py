@@ -17,7 +17,8 @@
   partitions had no live leader meanwhile.  ZooKeeper requests (its ``srvr`` Received count)
   during each step.  Beside Kafka 3.9 in ZooKeeper mode (the comparison is about ZooKeeper).
 * W23: ``n`` concurrent client connections to one broker (idle, then each sending a small
-  request per second): broker RSS per connection, accept rate, p99 of a produce meanwhile,
+  request per second, spread over the second; the produce probe in a process of its own):
+  broker RSS per connection, accept rate, p99 of a produce meanwhile,
   and the broker's longest event-loop stall (pybroker's loop.stall.warn.ms warnings) during a
   storm of 1,000 connects in one second.  Beside Kafka KRaft.
 * W24: groups of ``n`` members (classic with the cooperative-sticky assignor, and KIP-848):
@@ -828,9 +829,15 @@ def _wait_isrs_full(system: System, names: list[str], timeout_s: float) -> float
 # ------------------------------------------------------------------------------------------
 
 STORM = 1000  # connects in one second
+TICK_SLICES = 50  # a second's requests sent in 50 slices, 20 ms apart
 
 
-def _produce_latencies(address: tuple[str, int], topic: str, stop: threading.Event) -> list[float]:
+def _produce_latencies(
+    address: tuple[str, int],
+    topic: str,
+    stop: threading.Event,
+    ready: Callable[[], None] | None = None,
+) -> list[float]:
     """Produce (acks=1, one 100-byte record) back to back until ``stop``: each round trip's
     seconds."""
     record = build_batch([(None, b"x" * 100, [])])
@@ -842,12 +849,48 @@ def _produce_latencies(address: tuple[str, int], topic: str, stop: threading.Eve
     }
     out: list[float] = []
     with Conn(*address) as c:
+        if ready is not None:
+            ready()
         while not stop.is_set():
             t0 = time.perf_counter()
             c.request(PRODUCE, body)
             out.append(time.perf_counter() - t0)
             time.sleep(0.01)
     return out
+
+
+def _probe_main(address: tuple[str, int], topic: str, stop: Any, out: Any) -> None:
+    out.put(_produce_latencies(address, topic, stop, lambda: out.put("ready")))
+
+
+class ProduceProbe:
+    """``_produce_latencies`` in a process of its own: the client connections' selector loop
+    in this process holds the GIL for most of a tick, and a probe thread beside it would time
+    the bench, not the broker."""
+
+    def __init__(self, address: tuple[str, int], topic: str) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self.stop, self.out = ctx.Event(), ctx.Queue()
+        self.proc = ctx.Process(target=_probe_main, args=(address, topic, self.stop, self.out))
+        self.proc.start()
+        assert self.out.get(timeout=300) == "ready"  # (started and connected)
+
+    def latencies(self) -> list[float]:
+        """Stop the probe: every produce round trip's seconds."""
+        self.stop.set()
+        try:
+            return self.out.get(timeout=300)
+        finally:
+            self.proc.join(60)
+
+
+def _queued(clients: Clients) -> int:
+    """Answers still expected on the connections that are still open (a connection the
+    broker closed or never accepted is left out of the selector and expects none)."""
+    live = clients.sel.get_map()
+    return sum(v for s, v in clients.pending.items() if v > 0 and s in live)
 
 
 def _p99(values: list[float]) -> float | None:
@@ -908,12 +951,15 @@ def w23(system: System, n: int, res: Results, timeout_s: float) -> None:
     rss0, fds0 = rss_mib([pid]), open_fds(pid)
     clients = Clients(node.address)
     try:
-        c0 = cpu_seconds([pid])
+        c0, since = cpu_seconds([pid]), time.time()
         took = clients.open(n)
         res.add(w, n, system, "connect + ApiVersions, all (s)", took)
         res.add(w, n, system, "accept rate (connections/s)", n / took)
         res.add(w, n, system, "connections failed", clients.failed)
         res.add(w, n, system, "broker CPU for the connects (s)", cpu_seconds([pid]) - c0)
+        res.add(
+            w, n, system, "longest event-loop stall logged, connects (ms)", _stalls(system, since)
+        )
         time.sleep(5)
         rss1 = rss_mib([pid])
         res.add(
@@ -925,20 +971,16 @@ def w23(system: System, n: int, res: Results, timeout_s: float) -> None:
         )
         res.add(w, n, system, "RSS per idle connection (KiB)", (rss1 - rss0) * 1024 / n)
         # each connection sends a small request a second; a producer meanwhile
-        stop = threading.Event()
-        lat: list[list[float]] = []
-        prod = threading.Thread(
-            target=lambda: lat.append(_produce_latencies(node.address, topic, stop)), daemon=True
-        )
+        probe = ProduceProbe(node.address, topic)
         answered0, c0, t0 = clients.answered, cpu_seconds([pid]), time.monotonic()
-        prod.start()
-        for _ in range(20):
+        since = time.time()
+        for _ in range(20):  # each connection once a second, spread over the second
             tick = time.monotonic()
-            clients.tick()
-            while time.monotonic() - tick < 1.0:
-                clients.poll(0.05)
-        stop.set()
-        prod.join()
+            for k in range(TICK_SLICES):
+                clients.tick(k, TICK_SLICES)
+                while time.monotonic() - tick < (k + 1) / TICK_SLICES:
+                    clients.poll(0.005)
+        lat = probe.latencies()
         busy = time.monotonic() - t0
         res.add(
             w,
@@ -954,24 +996,27 @@ def w23(system: System, n: int, res: Results, timeout_s: float) -> None:
             "broker CPU per 1,000 requests (s)",
             (cpu_seconds([pid]) - c0) / max(1, clients.answered - answered0) * 1000,
         )
-        res.add(w, n, system, "produce p99 meanwhile (ms)", _p99(lat[0] if lat else []))
+        res.add(w, n, system, "produce p99 meanwhile (ms)", _p99(lat))
+        res.add(w, n, system, "produces meanwhile", len(lat))
         res.add(w, n, system, "RSS with active connections (MiB)", rss_mib([pid]))
+        # the requests still queued (a broker slower than n requests a second) are answered
+        # before the storm, so that the storm's figures are the storm's
+        backlog, t1 = _queued(clients), time.monotonic()
+        while _queued(clients) and time.monotonic() - t1 < 300:
+            clients.poll(0.05)
+        res.add(w, n, system, "requests still queued when the ticks stopped", backlog)
+        res.add(w, n, system, "until they were answered (s)", time.monotonic() - t1)
+        res.add(w, n, system, "longest event-loop stall logged, ticks (ms)", _stalls(system, since))
         # a storm: STORM more connects in one second, a producer meanwhile
-        stop = threading.Event()
-        lat = []
-        prod = threading.Thread(
-            target=lambda: lat.append(_produce_latencies(node.address, topic, stop)), daemon=True
-        )
-        prod.start()
+        probe = ProduceProbe(node.address, topic)
         since = time.time()
         storm = Clients(node.address)
         took = storm.open(STORM, spread_s=1.0)
         time.sleep(1)
-        stop.set()
-        prod.join()
+        lat = probe.latencies()
         res.add(w, n, system, f"storm: {STORM:,} connects in 1 s, all answered after (s)", took)
         res.add(w, n, system, "storm: failed", storm.failed)
-        res.add(w, n, system, "storm: produce p99 meanwhile (ms)", _p99(lat[0] if lat else []))
+        res.add(w, n, system, "storm: produce p99 meanwhile (ms)", _p99(lat))
         res.add(w, n, system, "storm: longest event-loop stall logged (ms)", _stalls(system, since))
         storm.close()
     finally:
@@ -991,6 +1036,7 @@ def run_w23(size: int, targets: list[str], workdir: Path, res: Results, timeout_
 # W24: consumer groups of many members
 # ------------------------------------------------------------------------------------------
 
+FIND_COORDINATOR = 10
 W24_OVERRIDES = {
     "group.coordinator.rebalance.protocols": "classic,consumer",
     "group.consumer.max.size": 100_000,  # Kafka's default is 200
@@ -1014,6 +1060,7 @@ def w24(system: System, n: int, res: Results, timeout_s: float) -> None:
             METADATA, {"topics": [{"name": topic}], "allow_auto_topic_creation": False}
         )
     topic_id = ans["topics"][0]["topic_id"]
+    res.add(w, n, system, "group coordinator available after (s)", _wait_coordinator(node, 120))
     pid = node.pid()
     assert pid is not None
     for protocol in ("classic", "consumer"):
@@ -1051,6 +1098,20 @@ def w24(system: System, n: int, res: Results, timeout_s: float) -> None:
                     f"{run.stats.largest_request[api]:,} / {run.stats.largest_response[api]:,}",
                 )
         res.add(w, n, system, f"{label}: requests sent", run.stats.requests)
+
+
+def _wait_coordinator(node: Node, timeout_s: float) -> float:
+    """FindCoordinator until it names a coordinator: Kafka creates __consumer_offsets on the
+    first FindCoordinator, and answers JoinGroup and ConsumerGroupHeartbeat with
+    COORDINATOR_NOT_AVAILABLE until then (the simulated members never ask it)."""
+    t0 = time.monotonic()
+    with Conn(*node.address) as c:
+        while time.monotonic() - t0 < timeout_s:
+            _, ans = c.request(FIND_COORDINATOR, {"key_type": 0, "coordinator_keys": ["w24"]})
+            if all(k["error_code"] == 0 for k in ans["coordinators"]):
+                return time.monotonic() - t0
+            time.sleep(0.2)
+    raise TimeoutError(f"no group coordinator within {timeout_s}s")
 
 
 def run_w24(size: int, targets: list[str], workdir: Path, res: Results, timeout_s: float):

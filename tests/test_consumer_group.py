@@ -161,3 +161,53 @@ def test_assignors_balance_and_range_is_contiguous():
     after = assign("uniform", {"x": {"a"}, "y": {"a"}, "z": {"a"}}, {"a": 6}, before)
     moved = sum(len(before[m]["a"] - after[m]["a"]) for m in ("x", "y"))
     assert moved == 2 and len(after["z"]["a"]) == 2
+
+
+def _uniform_by_scan(subs, counts, current):
+    """The uniform assignor's rule spelled out naively (a scan of the eligible members for
+    every partition): what the heap-based one must give, member for member."""
+    topics = sorted({t for s in subs.values() for t in s if t in counts})
+    parts = [(t, p) for t in topics for p in range(counts[t])]
+    eligible = {t: sorted(m for m, s in subs.items() if t in s) for t in topics}
+    members = sorted(subs)
+    per, extra = divmod(len(parts), len(members))
+    share = {m: per + (i < extra) for i, m in enumerate(members)}
+    out = {m: {} for m in subs}
+    load = dict.fromkeys(subs, 0)
+    taken = set()
+    for m in members:
+        for t, ps in sorted((current.get(m) or {}).items()):
+            if t in counts and t in subs[m]:
+                for p in sorted(ps):
+                    if p < counts[t] and load[m] < max(share[m], 1) and (t, p) not in taken:
+                        out[m].setdefault(t, set()).add(p)
+                        load[m] += 1
+                        taken.add((t, p))
+    for t, p in sorted(parts, key=lambda tp: (len(eligible[tp[0]]), tp)):
+        if (t, p) not in taken:
+            m = min(eligible[t], key=lambda x: (load[x], x))
+            out[m].setdefault(t, set()).add(p)
+            load[m] += 1
+    return out
+
+
+def test_uniform_assignor_matches_the_rule_on_mixed_subscriptions():
+    # (the assignor keeps a heap per topic so that 1,000 members x 2,000 partitions cost
+    # O(P log M) per target assignment, not O(P * M): it must still pick the least loaded
+    # eligible member, ties by member id, with members taking partitions of several topics)
+    import random
+
+    rng = random.Random(27)
+    topics = {f"t{i}": rng.randint(1, 30) for i in range(6)}
+    for _ in range(40):
+        subs = {
+            f"m{k:02d}": set(rng.sample(sorted(topics), rng.randint(1, 4)))
+            for k in range(rng.randint(1, 25))
+        }
+        current = _uniform_by_scan(
+            {m: s for m, s in subs.items() if rng.random() < 0.7} or subs, topics, {}
+        )
+        assert assign("uniform", subs, topics, current) == _uniform_by_scan(subs, topics, current)
+    big = {f"m{k:04d}": {"a"} for k in range(1000)}
+    out = assign("uniform", big, {"a": 2000}, {})
+    assert sorted(len(a["a"]) for a in out.values()) == [2] * 1000

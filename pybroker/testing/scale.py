@@ -329,9 +329,10 @@ class Clients:
                 self.answered += 1
                 self.pending[s] -= 1
 
-    def tick(self) -> None:
-        """One more ApiVersions on every open connection."""
-        for s in self.socks:
+    def tick(self, part: int = 0, parts: int = 1) -> None:
+        """One more ApiVersions on every open connection (with ``parts``: on every
+        ``parts``-th one from ``part``, so that a second's requests can be spread)."""
+        for s in self.socks[part::parts]:
             if self.pending.get(s, 0) >= 0:
                 try:
                     s.send(self.frame)

@@ -19,6 +19,7 @@ deterministic).
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 
 Assignment = dict[str, dict[str, set[int]]]  # member id -> topic -> partitions
@@ -61,12 +62,9 @@ def _uniform(
 ) -> Assignment:
     out: Assignment = {m: {} for m in subscriptions}
     load = dict.fromkeys(subscriptions, 0)
-    all_parts = [
-        (t, p)
-        for t in sorted({t for s in subscriptions.values() for t in s if t in partitions})
-        for p in range(partitions[t])
-    ]
-    eligible = {t: sorted(m for m, s in subscriptions.items() if t in s) for t, _ in all_parts}
+    topics = sorted({t for s in subscriptions.values() for t in s if t in partitions})
+    all_parts = [(t, p) for t in topics for p in range(partitions[t])]
+    eligible = {t: sorted(m for m, s in subscriptions.items() if t in s) for t in topics}
     # each member's fair share of what it can take (an upper bound when subscriptions are
     # identical: total / members, rounded up for the first total % members members)
     total = len(all_parts)
@@ -87,12 +85,23 @@ def _uniform(
                     out[m].setdefault(t, set()).add(p)
                     load[m] += 1
                     taken.add((t, p))
-    # 2. the rest to the least loaded eligible member, topics with fewer subscribers first
-    # (they have fewer places to go)
+    # 2. the rest to the least loaded eligible member (ties: member id), topics with fewer
+    # subscribers first (they have fewer places to go).  One heap of (load, member) per
+    # topic: an entry is stale when the member took partitions of another topic since (loads
+    # only grow), and is refreshed when it reaches the top; O(P log M), where a scan of the
+    # eligible members per partition was O(P * M) (W24: 1,000 members, 2,000 partitions).
+    heaps: dict[str, list[tuple[int, str]]] = {}
     for t, p in sorted(all_parts, key=lambda tp: (len(eligible[tp[0]]), tp)):
         if (t, p) in taken:
             continue
-        m = min(eligible[t], key=lambda x: (load[x], x))
+        heap = heaps.get(t)
+        if heap is None:
+            heap = heaps[t] = [(load[m], m) for m in eligible[t]]
+            heapq.heapify(heap)
+        while heap[0][0] != load[heap[0][1]]:
+            heapq.heapreplace(heap, (load[heap[0][1]], heap[0][1]))
+        m = heap[0][1]
         out[m].setdefault(t, set()).add(p)
         load[m] += 1
+        heapq.heapreplace(heap, (load[m], m))
     return out

@@ -50,6 +50,8 @@ class ConsumerGroup(ClassicMembers):
     group_epoch: int = 0
     assignment_epoch: int = 0
     target: Assignment = field(default_factory=dict)  # member id -> topic -> partitions
+    # members whose target changed since take_target_changed (their records need writing)
+    target_changed: set[str] = field(default_factory=set)
     dead: bool = False
     _subscribed_partitions: dict[str, int] = field(default_factory=dict)
     _assignor: str | None = None
@@ -277,8 +279,19 @@ class ConsumerGroup(ClassicMembers):
             self._assignor = None
         counts = {t: topics[t][1] for t in topics}
         subs = {mid: m.subscribed(topics) for mid, m in self.members.items()}
-        self.target = assign(self.assignor_name, subs, counts, self.target)
+        old = self.target
+        self.target = assign(self.assignor_name, subs, counts, old)
+        self.target_changed.update(
+            mid for mid in self.target.keys() | old.keys() if self.target.get(mid) != old.get(mid)
+        )
         self.assignment_epoch = self.group_epoch
+
+    def take_target_changed(self) -> set[str]:
+        """The members whose target assignment changed since the last call: with the
+        heartbeat's own member, the only member records a heartbeat can change (a removed
+        member's record is deleted whatever the caller compares)."""
+        out, self.target_changed = self.target_changed, set()
+        return out
 
     # -- reconciliation (Kafka's CurrentAssignmentBuilder) -----------------------------------
     def _owned_by_others(self, member_id: str) -> Partitions:

@@ -97,10 +97,11 @@ class ConsumerGroupRequests(GroupCoordinatorCore):
         except ConsumerGroupError as e:
             resp = heartbeat_error(e.code, e.message)
         self._schedule(group_id)
-        # only the heartbeat's member can have changed unless the epochs or members did
-        unchanged = before == (g.group_epoch, g.assignment_epoch, len(g.members))
+        # only the heartbeat's member's record can have changed, and those of the members
+        # whose target the heartbeat recomputed (comparing every member's record on each
+        # join made a group's joins quadratic: W24, docs/scale.md)
         member = resp.get("member_id") or req.member_id
-        code = await self._persist(g, [member] if unchanged else None)
+        code = await self._persist(g, [member, *sorted(g.take_target_changed())])
         if code is not None:
             return heartbeat_error(code, "The group's state could not be stored.")
         if had_consumer_members and len(g.members) < before[2]:
