@@ -8,8 +8,7 @@
   (node.cores=2, docs/multicore.md) on the embedded store.
 - `start_broker(**overrides)` (function): starts `python -m pybroker serve` with
   listeners/log.dirs/broker.id (and zookeeper.connect with a fresh chroot on the zookeeper
-  backend), group.initial.rebalance.delay.ms=0 (DEFAULT_OVERRIDES), plus Kafka-named
-  overrides: start_broker(**{"num.partitions": 3}).
+  backend) plus Kafka-named overrides: start_broker(**{"num.partitions": 3}).
 - `broker`: start_broker() with the overrides of a `@pytest.mark.broker_overrides({...})`.
 - `storage` ("zookeeper" | "kafka"): a test that names it runs with each storage of committed
   offsets and transaction state (offsets.storage and transaction.state.storage; "kafka" with
@@ -35,11 +34,6 @@ from pybroker.testing.zookeeper import ZK_SERVER_SH, ZooKeeperServer, zookeeper_
 ALL_BACKENDS = ["embedded", "zookeeper"]
 MULTICORE = "multicore"  # node.cores=2 on the embedded store, for tests marked multicore
 MULTICORE_OVERRIDES = {"node.cores": "2"}
-# Every start_broker broker's defaults (a test's overrides win).  No initial rebalance delay:
-# Kafka's 3 s wait for more members before a new classic group's first generation was a fixed
-# 3 s in every test that starts a group (the delay itself: tests/test_groups.py), as Kafka's
-# own test clusters and pybroker/testing/cluster.py run without it.
-DEFAULT_OVERRIDES = {"group.initial.rebalance.delay.ms": "0"}
 
 
 def _storages() -> list[str]:
@@ -146,9 +140,7 @@ def start_broker(request, backend, tmp_path):
     base = storage_overrides(chosen) if chosen else {}
 
     def factory(**overrides) -> BrokerProcess:
-        settings = dict(DEFAULT_OVERRIDES)
-        if backend == MULTICORE:
-            settings.update(MULTICORE_OVERRIDES)
+        settings = dict(MULTICORE_OVERRIDES) if backend == MULTICORE else {}
         settings.update(base)
         settings.update({k.replace("__", "."): v for k, v in overrides.items()})
         b = BrokerProcess(
