@@ -5,6 +5,7 @@ others, and a start that fails part-way stops what it started."""
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import subprocess
 import sys
@@ -115,11 +116,10 @@ def test_a_start_that_fails_at_the_listeners_stops_what_it_started(tmp_path):
 # at garbage collection as "Task was destroyed but it is pending!" (on stderr).
 _STOP_WITH_OPEN_CONNECTIONS = r"""
 import gc, sys
-sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 from broker_fixture import FETCH, BrokerHarness, fetch_body
 
-b = BrokerHarness(Path(sys.argv[2]), {}).start()
+b = BrokerHarness(Path(sys.argv[1]), {}).start()
 idle, polling = b.client(), b.client()
 polling.create_topic("t")
 polling.send(FETCH, 11, fetch_body([("t", 0, 0, 1024)], max_wait_ms=30000, min_bytes=1))
@@ -133,8 +133,10 @@ print("stopped")
 def test_stop_ends_every_connections_task(tmp_path):
     """Server.stop closes the connections and waits (bounded) for their tasks to end."""
     tests = str(Path(__file__).parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run(
-        [sys.executable, "-c", _STOP_WITH_OPEN_CONNECTIONS, tests, str(tmp_path / "b")],
+        [sys.executable, "-c", _STOP_WITH_OPEN_CONNECTIONS, str(tmp_path / "b")],
+        env=env,
         capture_output=True,
         text=True,
         timeout=60,
