@@ -2,8 +2,11 @@
 before a broker of a cluster stops, it stops fetching, announces the shutdown with the
 ephemeral ``/pybroker/controlled_shutdown/<id>`` (the controller then moves its leaderships and
 removes it from every ISR) and waits until the metadata shows that done.  Attempts follow
-Kafka's ``controlled.shutdown.max.retries`` and ``.retry.backoff.ms``; the whole hand-over is
-bounded by :data:`MAX_S`, so SIGTERM always ends the process.  Steps: docs/internals.md
+Kafka's ``controlled.shutdown.max.retries`` and ``.retry.backoff.ms``.  A hand-over that stops
+progressing is given up after :data:`MAX_S`; one that keeps progressing (the controller moving
+thousands of leaderships) is waited for, as Kafka waits for its controller's answer, up to
+Kafka's own worst case (each retry a request timeout, :data:`REQUEST_TIMEOUT_S`, plus its
+backoff), so SIGTERM always ends the process.  Steps: docs/internals.md
 ("pybroker/replication/controlled_shutdown.py").
 """
 
@@ -25,8 +28,29 @@ if TYPE_CHECKING:
 log = logging.getLogger("pybroker.controlled_shutdown")
 
 ATTEMPT_S = 3.0  # one attempt: how long the controller has to act (Kafka: a request timeout)
-MAX_S = 10.0  # the whole controlled shutdown, backoffs included
+MAX_S = 10.0  # the whole controlled shutdown, backoffs included, while nothing progresses
+REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms for its ControlledShutdown request
 POLL_S = 0.02
+
+
+class _Progress:
+    """The hand-over's deadline: ``MAX_S`` from the start, pushed ``attempt_s`` past each
+    moment the pending work shrank, never past ``cap``."""
+
+    __slots__ = ("best", "cap", "deadline", "extend_s")
+
+    def __init__(self, deadline: float, cap: float, extend_s: float) -> None:
+        self.best: int | None = None
+        self.deadline, self.cap, self.extend_s = deadline, cap, extend_s
+
+    def saw(self, pending: int, now: float) -> bool:
+        """Record ``pending`` seen at ``now``; True (the deadline pushed) when it shrank."""
+        if self.best is not None and pending >= self.best:
+            return False
+        first, self.best = self.best is None, pending
+        if not first:
+            self.deadline = max(self.deadline, min(self.cap, now + self.extend_s))
+        return not first
 
 
 def pending_work(cluster: Cluster, broker_id: int) -> tuple[list[str], list[str]]:
@@ -59,7 +83,8 @@ async def controlled_shutdown(
     without it."""
     me = cluster.broker_id
     t0 = time.monotonic()
-    deadline = t0 + max_s
+    cap = t0 + max(max_s, max_retries * (REQUEST_TIMEOUT_S + retry_backoff_ms / 1000.0))
+    progress = _Progress(t0 + max_s, cap, attempt_s)
     if not set(cluster.brokers) - {me}:
         log.info("controlled shutdown: no other live broker; stopping")
         return True
@@ -67,6 +92,7 @@ async def controlled_shutdown(
         log.warning("controlled shutdown: the metadata store is not reachable; stopping")
         return False
     leads, follows = pending_work(cluster, me)
+    progress.saw(len(leads) + len(follows), t0)
     log.info(
         "controlled shutdown: starting (broker %d leads %d partitions another replica can "
         "take over, and is in %d ISRs as a follower)",
@@ -75,18 +101,21 @@ async def controlled_shutdown(
         len(follows),
     )
     try:
-        await _within(replicas.stop_fetching(), min(deadline, t0 + attempt_s))
+        await _within(replicas.stop_fetching(), min(progress.deadline, t0 + attempt_s))
     except TimeoutError:
         log.warning("controlled shutdown: the fetchers did not stop within %.0f s", attempt_s)
     for attempt in range(1, max_retries + 1):
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= progress.deadline:
             break
         try:
-            await _within(_announce(cluster, me), min(deadline, time.monotonic() + attempt_s))
+            await _within(
+                _announce(cluster, me), min(progress.deadline, time.monotonic() + attempt_s)
+            )
         except (StoreError, TimeoutError) as e:
             log.warning("controlled shutdown: attempt %d could not reach the store: %s", attempt, e)
         else:
-            if await _done_within(cluster, me, min(deadline, time.monotonic() + attempt_s), t0):
+            end = min(progress.deadline, time.monotonic() + attempt_s)
+            if await _done_within(cluster, me, end, t0, progress):
                 return True
         leads, follows = pending_work(cluster, me)
         left = max_retries - attempt
@@ -101,7 +130,11 @@ async def controlled_shutdown(
         # the backoff; what the controller finishes meanwhile (or brokers leaving, so
         # that nobody is left to hand over to) ends the wait
         if left and await _done_within(
-            cluster, me, min(deadline, time.monotonic() + retry_backoff_ms / 1000.0), t0
+            cluster,
+            me,
+            min(progress.deadline, time.monotonic() + retry_backoff_ms / 1000.0),
+            t0,
+            progress,
         ):
             return True
     log.warning(
@@ -111,10 +144,16 @@ async def controlled_shutdown(
     return False
 
 
-async def _done_within(cluster: Cluster, me: int, end: float, t0: float) -> bool:
-    """Poll the metadata cache until nothing is left to hand over (True) or ``end``."""
+async def _done_within(
+    cluster: Cluster, me: int, end: float, t0: float, progress: _Progress
+) -> bool:
+    """Poll the metadata cache until nothing is left to hand over (True) or ``end``, which
+    moves with the deadline while the pending work shrinks.  A poll scans every partition:
+    polls are spaced at least four scans apart, so they take at most a fifth of the loop."""
     while True:
+        started = time.monotonic()
         leads, follows = pending_work(cluster, me)
+        now = time.monotonic()
         if not leads and not follows:
             log.info(
                 "controlled shutdown succeeded after %.0f ms: leading no partition another "
@@ -122,9 +161,11 @@ async def _done_within(cluster: Cluster, me: int, end: float, t0: float) -> bool
                 (time.monotonic() - t0) * 1000,
             )
             return True
-        if time.monotonic() >= end:
+        if progress.saw(len(leads) + len(follows), now):  # the attempt lasts while it moves
+            end = max(end, min(progress.deadline, now + progress.extend_s))
+        if now >= end:
             return False
-        await asyncio.sleep(POLL_S)
+        await asyncio.sleep(max(POLL_S, 4 * (now - started)))
 
 
 async def _within(coro: Any, deadline: float) -> Any:
