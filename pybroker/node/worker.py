@@ -30,6 +30,7 @@ from pybroker import logthrottle
 from pybroker.broker import Broker
 from pybroker.config import ConfigError, build_config
 from pybroker.coord.metadata.remote import RemoteStore
+from pybroker.gc_policy import GcPolicy
 
 PR_SET_PDEATHSIG = 1
 PARENT_CHECK_S = 1.0
@@ -48,11 +49,15 @@ async def _serve(broker: Broker, ready_fd: int | None, parent: int | None) -> in
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    gc_policy = GcPolicy(loop)  # the process's own: docs/scale.md, "The garbage collector"
+    gc_policy.install()
     try:
         await broker.start()
     except BaseException:
+        gc_policy.uninstall()
         await broker.stop()
         raise
+    gc_policy.freeze_now()
     if ready_fd is not None:
         port = broker.http.bound[1] if broker.http is not None and broker.http.bound else None
         line = json.dumps({"broker_id": broker.config.broker_id, "metrics_port": port})
@@ -70,6 +75,7 @@ async def _serve(broker: Broker, ready_fd: int | None, parent: int | None) -> in
     if watcher is not None:
         watcher.cancel()
     await broker.stop()
+    gc_policy.uninstall()
     return 0
 
 

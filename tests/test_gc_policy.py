@@ -1,0 +1,98 @@
+"""The broker process's GC policy (pybroker/gc_policy.py): survivors of a slow full collection
+are frozen, cyclic garbage among frozen objects is reclaimed after the unfreeze interval."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import weakref
+
+import pytest
+
+from pybroker.gc_policy import GcPolicy
+
+
+class _Cyclic:
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.fixture
+def clean_gc():
+    yield
+    gc.unfreeze()  # give this process's objects back to the collector
+    gc.collect()
+
+
+async def _full_collection_then_loop_step() -> None:
+    gc.collect()
+    await asyncio.sleep(0)  # the freeze is queued on the loop
+    await asyncio.sleep(0)
+
+
+def test_a_slow_full_collection_freezes_its_survivors(clean_gc):
+    async def main() -> tuple[int, int]:
+        policy = GcPolicy(asyncio.get_running_loop(), freeze_after_ms=0.0)
+        policy.install()
+        try:
+            gc.unfreeze()
+            assert gc.get_freeze_count() == 0
+            await _full_collection_then_loop_step()
+            return gc.get_freeze_count(), policy.stats.freezes
+        finally:
+            policy.uninstall()
+
+    frozen, freezes = asyncio.run(main())
+    assert frozen > 0 and freezes == 1
+
+
+def test_a_fast_full_collection_freezes_nothing(clean_gc):
+    async def main() -> int:
+        policy = GcPolicy(asyncio.get_running_loop(), freeze_after_ms=1e9)
+        policy.install()
+        try:
+            gc.unfreeze()
+            await _full_collection_then_loop_step()
+            assert policy.stats.full_collections >= 1
+            return gc.get_freeze_count()
+        finally:
+            policy.uninstall()
+
+    assert asyncio.run(main()) == 0
+
+
+def test_cyclic_garbage_among_frozen_objects_is_reclaimed_after_the_unfreeze(clean_gc):
+    """Memory stays bounded: a cycle alive at a freeze and dropped later is freed once the
+    unfreeze interval has passed and a full collection ran."""
+
+    async def main() -> tuple[bool, bool]:
+        policy = GcPolicy(asyncio.get_running_loop(), freeze_after_ms=1e9, unfreeze_interval_s=0.05)
+        policy.install()
+        try:
+            obj = _Cyclic()
+            ref = weakref.ref(obj)
+            policy.freeze_now()
+            del obj
+            gc.collect()
+            kept_while_frozen = ref() is not None
+            await asyncio.sleep(0.2)  # the unfreeze timer
+            gc.collect()
+            return kept_while_frozen, ref() is None
+        finally:
+            policy.uninstall()
+
+    kept_while_frozen, reclaimed = asyncio.run(main())
+    assert kept_while_frozen  # frozen: no collection walks it
+    assert reclaimed and gc.get_freeze_count() == 0
+
+
+def test_uninstall_removes_the_callback_and_the_timer(clean_gc):
+    async def main() -> None:
+        policy = GcPolicy(asyncio.get_running_loop())
+        policy.install()
+        assert policy._on_gc in gc.callbacks
+        policy.uninstall()
+        assert policy._on_gc not in gc.callbacks
+        policy.uninstall()  # twice: harmless
+
+    asyncio.run(main())
