@@ -96,3 +96,18 @@ def test_uninstall_removes_the_callback_and_the_timer(clean_gc):
         policy.uninstall()  # twice: harmless
 
     asyncio.run(main())
+
+
+def test_bench_gc_pauses_runs_both_modes():
+    """bench/gc_pauses.py, small: both modes report their full collections."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.gc_pauses", "--objects", "200000"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    assert [line.split()[0] for line in out.splitlines()] == ["defaults", "policy"]
