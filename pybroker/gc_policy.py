@@ -62,7 +62,6 @@ class GcPolicy:
         self.unfreeze_interval_s = unfreeze_interval_s
         self.stats = GcStats()
         self._started = 0.0
-        self._freeze_pending = False
         self._timer: asyncio.TimerHandle | None = None
         self._installed = False
 
@@ -98,7 +97,7 @@ class GcPolicy:
         log.debug("gc: %d objects frozen after start-up", gc.get_freeze_count())
 
     def _on_gc(self, phase: str, info: dict) -> None:
-        # Runs in whichever thread allocated; only reads the clock and schedules.
+        # Runs in whichever thread allocated, holding the GIL.
         if info.get("generation") != 2:
             return
         if phase == "start":
@@ -109,17 +108,12 @@ class GcPolicy:
         st.full_collections += 1
         st.full_collection_ms += ms
         st.longest_full_ms = max(st.longest_full_ms, ms)
-        if ms >= self.freeze_after_ms and not self._freeze_pending and self._installed:
-            self._freeze_pending = True
-            try:
-                self._loop.call_soon_threadsafe(self._freeze)
-            except RuntimeError:  # the loop closed (shutting down)
-                self._freeze_pending = False
-
-    def _freeze(self) -> None:
-        self._freeze_pending = False
-        gc.freeze()
-        self.stats.freezes += 1
+        if ms >= self.freeze_after_ms and self._installed:
+            # Here, not queued on the loop: a start-up step that holds the loop for seconds
+            # would otherwise see the walks grow meanwhile.  The collection is over ("stop"),
+            # its lists consistent; freezing only moves them to the permanent generation.
+            gc.freeze()
+            st.freezes += 1
 
     def _unfreeze(self) -> None:
         self._timer = self._loop.call_later(self.unfreeze_interval_s, self._unfreeze)
