@@ -15,7 +15,7 @@ from pybroker.testing.client_helpers import (
     read_all,
     unique_topic,
 )
-from pybroker.testing.cluster_harness import wait_until
+from pybroker.testing.cluster_harness import wait_for_partitions_everywhere
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -146,10 +146,9 @@ def test_create_topics_admin(broker):
             {topic: {"num_partitions": 4, "replication_factor": 1}}, wait_for_metadata=True
         )
         # wait_for_metadata saw the topic at one broker; the others learn it a few ms later
-        # (Kafka's too: its own tests wait for every broker, TestUtils.waitForAllPartitionsMetadata)
-        wait_until(
-            lambda: topic in admin.list_topics(), 10, what="the topic in every broker's list"
-        )
+        # (as in Kafka, whose own tests wait for every broker: waitForAllPartitionsMetadata)
+        wait_for_partitions_everywhere(broker.host, broker.ports, topic, 4)
+        assert topic in admin.list_topics()
         described = admin.describe_topics([topic])
         assert len(described[0]["partitions"]) == 4
         with pytest.raises(TopicAlreadyExistsError):

@@ -111,6 +111,24 @@ def metadata_v7_request(correlation_id: int, topics: list[str] | None) -> bytes:
     return rawkafka.frame(rawkafka.request_header(rawkafka.API_METADATA, 7, correlation_id) + body)
 
 
+def wait_for_partitions_everywhere(
+    host: str, ports: list[int], topic: str, partitions: int, timeout: float = 30.0
+) -> None:
+    """Until every broker listening on ``ports`` has every partition of ``topic`` with a
+    leader in its own metadata (Kafka's TestUtils.waitForAllPartitionsMetadata): metadata
+    reaches the brokers of a cluster or a node milliseconds apart, and a client's next request
+    may go to any of them."""
+
+    def known_at(port: int) -> bool:
+        with rawkafka.Conn(host, port, timeout=5.0) as c:
+            _corr, body = c.roundtrip(metadata_v7_request(1, [topic]))
+        parts = parse_metadata_v7(body, -1).topic(topic)
+        return len(parts) == partitions and all(p.leader >= 0 for p in parts.values())
+
+    for port in ports:
+        wait_until(lambda p=port: known_at(p), timeout, what=f"{topic} in the metadata of :{port}")
+
+
 def parse_metadata_v7(body: bytes, via: int) -> ClusterMetadata:
     r = rawkafka.Reader(body)
     r.take(">i")  # throttle_time_ms
