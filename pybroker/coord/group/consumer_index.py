@@ -4,8 +4,8 @@ members owning each partition (assigned or pending revocation), the members subs
 topic name and regex, the members STABLE at each epoch, the classic members, and each member's
 next deadline in a heap with lazy deletion.  ConsumerGroup is its one owner: it calls
 ``update`` after it changed a member and ``remove`` when a member left, so that a heartbeat
-costs the size of its member, not of the group.  Invariant: equal to ``rebuilt`` from the
-members (tests/test_consumer_group_index.py checks it after random operations).
+costs the size of its member, not of the group.  Invariant: equal to what a scan of the
+members computes (tests/test_consumer_group_index.py checks it after random operations).
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ class _Entry:
 
 
 class ConsumerGroupIndex:
+    """One group's index; ``owners``, ``names``, ``regexes``, ``stable_at`` and
+    ``classic_members`` are read-only outside it."""
+
     def __init__(self) -> None:
         self._entries: dict[str, _Entry] = {}
         self.owners: dict[TopicPartition, set[str]] = {}
@@ -148,11 +151,3 @@ def _count(counter: Counter, keys, sign: int) -> None:
         counter[k] += sign
         if not counter[k]:
             del counter[k]
-
-
-def rebuilt(members: dict[str, ConsumerMember], session_timeout_ms) -> ConsumerGroupIndex:
-    """The index of ``members`` from scratch (``session_timeout_ms``: member -> its timeout)."""
-    index = ConsumerGroupIndex()
-    for m in members.values():
-        index.update(m, session_timeout_ms(m))
-    return index
