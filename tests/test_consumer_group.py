@@ -199,6 +199,7 @@ def test_uniform_assignor_matches_the_rule_on_mixed_subscriptions():
 
     rng = random.Random(27)
     topics = {f"t{i}": rng.randint(1, 30) for i in range(6)}
+    names = [*topics, "deleted"]
     for _ in range(40):
         subs = {
             f"m{k:02d}": set(rng.sample(sorted(topics), rng.randint(1, 4)))
@@ -208,6 +209,14 @@ def test_uniform_assignor_matches_the_rule_on_mixed_subscriptions():
             {m: s for m, s in subs.items() if rng.random() < 0.7} or subs, topics, {}
         )
         assert assign("uniform", subs, topics, current) == _uniform_by_scan(subs, topics, current)
+        # a current assignment the group no longer matches: partitions beyond a shrunk topic's
+        # count, topics gone or unsubscribed, a partition two members claim, members gone
+        stale = {
+            m: {t: set(rng.sample(range(35), rng.randint(0, 8))) for t in rng.sample(names, 3)}
+            for m in [*subs, "gone"]
+            if rng.random() < 0.8
+        }
+        assert assign("uniform", subs, topics, stale) == _uniform_by_scan(subs, topics, stale)
     big = {f"m{k:04d}": {"a"} for k in range(1000)}
     out = assign("uniform", big, {"a": 2000}, {})
     assert sorted(len(a["a"]) for a in out.values()) == [2] * 1000

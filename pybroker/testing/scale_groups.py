@@ -56,11 +56,13 @@ class Stats:
 
 
 class MemberConn:
-    """One connection, one request at a time."""
+    """One connection, one request at a time (a member's leave waits for its heartbeat in
+    flight: two readers of one stream raise RuntimeError in readexactly)."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stats: Stats):
         self.reader, self.writer, self.stats = reader, writer, stats
         self._ids = itertools.count(1)
+        self._one_at_a_time = asyncio.Lock()
 
     @classmethod
     async def open(cls, host: str, port: int, stats: Stats) -> MemberConn:
@@ -69,10 +71,11 @@ class MemberConn:
 
     async def request(self, api: int, body: dict) -> dict:
         version = VERSIONS[api]
-        frame = codec.encode_request(api, version, next(self._ids), "w24", body)
-        self.writer.write(frame)
-        size = int.from_bytes(await self.reader.readexactly(4), "big")
-        data = await self.reader.readexactly(size)
+        async with self._one_at_a_time:
+            frame = codec.encode_request(api, version, next(self._ids), "w24", body)
+            self.writer.write(frame)
+            size = int.from_bytes(await self.reader.readexactly(4), "big")
+            data = await self.reader.readexactly(size)
         self.stats.note(api, len(frame), size + 4)
         return codec.decode_response(api, version, data)[1]
 

@@ -62,46 +62,64 @@ def _uniform(
 ) -> Assignment:
     out: Assignment = {m: {} for m in subscriptions}
     load = dict.fromkeys(subscriptions, 0)
-    topics = sorted({t for s in subscriptions.values() for t in s if t in partitions})
-    all_parts = [(t, p) for t in topics for p in range(partitions[t])]
-    eligible = {t: sorted(m for m, s in subscriptions.items() if t in s) for t in topics}
+    members = sorted(subscriptions)
+    eligible: dict[str, list[str]] = {}  # topic -> its subscribers in member id order
+    for m in members:
+        for t in subscriptions[m]:
+            if t in partitions:
+                eligible.setdefault(t, []).append(m)
     # each member's fair share of what it can take (an upper bound when subscriptions are
     # identical: total / members, rounded up for the first total % members members)
-    total = len(all_parts)
-    members = sorted(subscriptions)
+    total = sum(partitions[t] for t in eligible)
     share = {}
     if members:
         per, extra = divmod(total, len(members))
         for i, m in enumerate(members):
             share[m] = per + (1 if i < extra else 0)
-    taken: set[tuple[str, int]] = set()
+    taken: dict[str, set[int]] = {t: set() for t in eligible}
     # 1. stickiness: a member keeps its current partitions (still subscribed) up to its share
     for m in members:
-        for t, ps in sorted((current.get(m) or {}).items()):
-            if t not in partitions or t not in subscriptions[m]:
+        had = current.get(m)
+        if not had:
+            continue
+        cap, n, mine, subscribed = max(share[m], 1), 0, out[m], subscriptions[m]
+        for t in sorted(had):
+            if n >= cap:
+                break
+            if t not in partitions or t not in subscribed:
+                continue
+            count, tk, ps = partitions[t], taken[t], had[t]
+            if ps and n + len(ps) <= cap and max(ps) < count and tk.isdisjoint(ps):
+                mine[t] = set(ps)  # all of them (what the loop below would keep)
+                n += len(ps)
+                tk.update(ps)
                 continue
             for p in sorted(ps):
-                if p < partitions[t] and load[m] < max(share[m], 1) and (t, p) not in taken:
-                    out[m].setdefault(t, set()).add(p)
-                    load[m] += 1
-                    taken.add((t, p))
+                if n >= cap:
+                    break
+                if p < count and p not in tk:
+                    mine.setdefault(t, set()).add(p)
+                    n += 1
+                    tk.add(p)
+        load[m] = n
     # 2. the rest to the least loaded eligible member (ties: member id), topics with fewer
-    # subscribers first (they have fewer places to go).  One heap of (load, member) per
-    # topic: an entry is stale when the member took partitions of another topic since (loads
-    # only grow), and is refreshed when it reaches the top; O(P log M), where a scan of the
-    # eligible members per partition was O(P * M) (W24: 1,000 members, 2,000 partitions).
-    heaps: dict[str, list[tuple[int, str]]] = {}
-    for t, p in sorted(all_parts, key=lambda tp: (len(eligible[tp[0]]), tp)):
-        if (t, p) in taken:
+    # subscribers first (they have fewer places to go), a topic's partitions in order.  One
+    # heap of (load, member) per topic: an entry is stale when the member took partitions of
+    # another topic since (loads only grow), and is refreshed when it reaches the top;
+    # O(P log M), where a scan of the eligible members per partition was O(P * M) (W24:
+    # 1,000 members, 2,000 partitions); the free partitions of a topic are one set
+    # difference (a join to a balanced group leaves a few).
+    for t in sorted(eligible, key=lambda t: (len(eligible[t]), t)):
+        free = sorted(set(range(partitions[t])).difference(taken[t]))
+        if not free:
             continue
-        heap = heaps.get(t)
-        if heap is None:
-            heap = heaps[t] = [(load[m], m) for m in eligible[t]]
-            heapq.heapify(heap)
-        while heap[0][0] != load[heap[0][1]]:
-            heapq.heapreplace(heap, (load[heap[0][1]], heap[0][1]))
-        m = heap[0][1]
-        out[m].setdefault(t, set()).add(p)
-        load[m] += 1
-        heapq.heapreplace(heap, (load[m], m))
+        heap = [(load[m], m) for m in eligible[t]]
+        heapq.heapify(heap)
+        for p in free:
+            while heap[0][0] != load[heap[0][1]]:
+                heapq.heapreplace(heap, (load[heap[0][1]], heap[0][1]))
+            m = heap[0][1]
+            out[m].setdefault(t, set()).add(p)
+            load[m] += 1
+            heapq.heapreplace(heap, (load[m], m))
     return out

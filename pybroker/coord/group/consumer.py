@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from pybroker.coord.group.assignors import Assignment, assign
 from pybroker.coord.group.consumer_classic import ClassicMembers
+from pybroker.coord.group.consumer_index import ConsumerGroupIndex
 from pybroker.coord.group.consumer_member import (
     CONSUMER,
     LEAVE_EPOCH,
@@ -56,6 +57,10 @@ class ConsumerGroup(ClassicMembers):
     _subscribed_partitions: dict[str, int] = field(default_factory=dict)
     _assignor: str | None = None
     _state: ConsumerGroupState = ConsumerGroupState.EMPTY
+    # derived from the members, updated with each member change (consumer_index.py)
+    _index: ConsumerGroupIndex = field(
+        default_factory=ConsumerGroupIndex, compare=False, repr=False
+    )
 
     protocol_type: ClassVar[str] = CONSUMER
     group_type: ClassVar[str] = CONSUMER
@@ -77,15 +82,23 @@ class ConsumerGroup(ClassicMembers):
     def assignor_name(self) -> str:
         return self._assignor or self.config.assignors[0]
 
+    def _sync(self, m: ConsumerMember) -> None:
+        """The index after a change of member ``m`` (which is in the group)."""
+        self._index.update(m, self._session_timeout(m))
+
+    def _reindex(self) -> None:
+        """The index from scratch, after members were put in place wholesale."""
+        self._index.clear()
+        for m in self.members.values():
+            self._sync(m)
+
     def _update_state(self, now: int) -> None:
         if not self.members:
             new = ConsumerGroupState.EMPTY
         elif self.assignment_epoch < self.group_epoch:
             new = ConsumerGroupState.ASSIGNING
-        elif any(
-            m.epoch != self.assignment_epoch or m.state is not MemberState.STABLE
-            for m in self.members.values()
-        ):
+        elif self._index.stable_at[self.assignment_epoch] != len(self.members):
+            # some member is not STABLE at the assignment epoch
             new = ConsumerGroupState.RECONCILING
         else:
             new = ConsumerGroupState.STABLE
@@ -134,6 +147,7 @@ class ConsumerGroup(ClassicMembers):
         if req.member_epoch == 0 and member.member_id not in self.members:
             self.members[member.member_id] = member
             changed = True
+        self._sync(member)
         # the subscribed topics' partition counts are part of what the assignment depends on
         subscribed = self._subscribed_partition_counts(topics)
         if changed or subscribed != self._subscribed_partitions:
@@ -143,6 +157,7 @@ class ConsumerGroup(ClassicMembers):
             self._compute_target(topics)
         before = copy_partitions(member.assigned)
         self._reconcile(now, member, req.owned)
+        self._sync(member)
         self._update_state(now)
         resp: dict[str, Any] = {
             "error_code": ErrorCode.NONE,
@@ -171,6 +186,7 @@ class ConsumerGroup(ClassicMembers):
                         )
                     # the new process takes the static member's place and assignment
                     del self.members[old.member_id]
+                    self._index.remove(old.member_id)
                     target = self.target.pop(old.member_id, {})
                     old.member_id = req.member_id or str(uuid.uuid4())
                     self.target[old.member_id] = target
@@ -243,6 +259,7 @@ class ConsumerGroup(ClassicMembers):
             # kept, with its assignment, until its session times out or it is replaced
             member.left_static = True
             member.last_heartbeat_ms = now
+            self._sync(member)
         else:
             self._remove(now, member.member_id, topics)
         return {
@@ -257,6 +274,7 @@ class ConsumerGroup(ClassicMembers):
     def _remove(self, now: int, member_id: str, topics: TopicMeta | None) -> None:
         if self.members.pop(member_id, None) is None:
             return
+        self._index.remove(member_id)
         self.target.pop(member_id, None)
         self.group_epoch += 1
         if topics is not None:
@@ -265,10 +283,7 @@ class ConsumerGroup(ClassicMembers):
         self._update_state(now)
 
     def _subscribed_partition_counts(self, topics: TopicMeta) -> dict[str, int]:
-        names: set[str] = set()
-        for m in self.members.values():
-            names |= m.subscribed(topics)
-        return {t: topics[t][1] for t in sorted(names)}
+        return {t: topics[t][1] for t in sorted(self._index.subscribed(topics))}
 
     def _compute_target(self, topics: TopicMeta) -> None:
         chosen = [m.server_assignor for m in self.members.values() if m.server_assignor]
@@ -294,15 +309,9 @@ class ConsumerGroup(ClassicMembers):
         return out
 
     # -- reconciliation (Kafka's CurrentAssignmentBuilder) -----------------------------------
-    def _owned_by_others(self, member_id: str) -> Partitions:
-        out: Partitions = {}
-        for mid, m in self.members.items():
-            if mid == member_id:
-                continue
-            for src in (m.assigned, m.pending_revocation):
-                for t, ps in src.items():
-                    out.setdefault(t, set()).update(ps)
-        return out
+    def _owned_by_others(self, member_id: str, among: Partitions) -> Partitions:
+        """The partitions of ``among`` another member still owns (assigned or revoking)."""
+        return self._index.owned_by_others(member_id, among)
 
     def _reconcile(self, now: int, m: ConsumerMember, owned: Partitions | None) -> None:
         target = self.target.get(m.member_id, {})
@@ -331,7 +340,8 @@ class ConsumerGroup(ClassicMembers):
             m.revocation_deadline_ms = now + m.rebalance_timeout_ms
             return
         # nothing to give up: at the target epoch, with what no one else still owns
-        free = subtract(subtract(target, keep), self._owned_by_others(m.member_id))
+        wanted = subtract(target, keep)
+        free = subtract(wanted, self._owned_by_others(m.member_id, wanted))
         new_assigned = copy_partitions(keep)
         for t, ps in free.items():
             new_assigned.setdefault(t, set()).update(ps)
@@ -346,13 +356,8 @@ class ConsumerGroup(ClassicMembers):
         return m.classic.session_timeout_ms if m.classic else self.config.session_timeout_ms
 
     def next_deadline(self) -> int | None:
-        deadlines = []
-        for m in self.members.values():
-            deadlines.append(m.last_heartbeat_ms + self._session_timeout(m))
-            for d in (m.revocation_deadline_ms, m.classic_deadline_ms):
-                if d is not None:
-                    deadlines.append(d)
-        return min(deadlines) if deadlines else None
+        """The earliest member session, revocation or classic deadline (from the index)."""
+        return self._index.next_deadline()
 
     def tick(self, now: int, topics: TopicMeta | None = None) -> list:
         for mid, m in list(self.members.items()):
@@ -369,6 +374,7 @@ class ConsumerGroup(ClassicMembers):
     def adopt_subscriptions(self, topics: TopicMeta, now: int) -> None:
         """After members were put in place from another group's state (an online upgrade):
         what the current target assignment was computed from is their subscriptions now."""
+        self._reindex()
         self._subscribed_partitions = self._subscribed_partition_counts(topics)
         self._update_state(now)
 
@@ -444,10 +450,7 @@ class ConsumerGroup(ClassicMembers):
         return []
 
     def subscribed_topics(self, topics: TopicMeta) -> set[str]:
-        names: set[str] = set()
-        for m in self.members.values():
-            names |= m.subscribed(topics)
-        return names
+        return self._index.subscribed(topics)
 
     # -- records ---------------------------------------------------------------------------
     def meta_record(self) -> dict:
@@ -532,6 +535,7 @@ class ConsumerGroup(ClassicMembers):
                 m.revocation_deadline_ms = now + m.rebalance_timeout_ms
             g.members[m.member_id] = m
             g.target[m.member_id] = _sets(r["target"])
+        g._reindex()
         g._update_state(now)
         return g
 

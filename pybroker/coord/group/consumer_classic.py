@@ -25,7 +25,6 @@ from pybroker.coord.group.consumer_member import (
     ConsumerMember,
     MemberState,
     TopicMeta,
-    intersect,
     subtract,
 )
 from pybroker.errors import ErrorCode
@@ -36,12 +35,13 @@ class ClassicMembers:
     """The classic-protocol entry points of a ConsumerGroup: they use its members, target,
     epochs and config, and its ``_by_instance``, ``_owned_by_others``, ``_remove``,
     ``_subscribed_partition_counts``, ``_compute_target``, ``_reconcile`` and
-    ``_update_state``."""
+    ``_update_state``, and keep its ``_index`` in step with ``_sync`` after changing a
+    member."""
 
     @property
     def all_classic(self) -> bool:
         """Every member speaks the classic protocol (and there is one): a downgrade candidate."""
-        return bool(self.members) and all(m.classic for m in self.members.values())
+        return bool(self.members) and self._index.classic_members == len(self.members)
 
     def _common_classic_protocols(self, but: str | None = None) -> set[str] | None:
         common: set[str] | None = None
@@ -86,7 +86,7 @@ class ClassicMembers:
         if m.state is not MemberState.UNRELEASED_PARTITIONS:
             return False
         pending = subtract(self.target.get(m.member_id, {}), m.assigned)
-        return bool(intersect(pending, self._owned_by_others(m.member_id)))
+        return bool(self._owned_by_others(m.member_id, pending))
 
     def classic_join(self, now: int, req: JoinRequest, topics: TopicMeta) -> dict:
         """A classic JoinGroup in this group (Kafka's classicGroupJoinToConsumerGroup): the
@@ -132,6 +132,7 @@ class ClassicMembers:
                 )
             # a restarted static member takes its place and assignment under a new id
             del self.members[static.member_id]
+            self._index.remove(static.member_id)
             self.target[member_id] = self.target.pop(static.member_id, {})
             static.member_id, static.left_static = member_id, False
             self.members[member_id] = static
@@ -162,6 +163,7 @@ class ClassicMembers:
         if sorted(sub.topics) != sorted(member.subscribed_names):
             member.subscribed_names = list(sub.topics)
             changed = True
+        self._sync(member)
         subscribed = self._subscribed_partition_counts(topics)
         if changed or subscribed != self._subscribed_partitions:
             self._subscribed_partitions = subscribed
@@ -172,6 +174,7 @@ class ClassicMembers:
         self._reconcile(now, member, owned)
         member.last_heartbeat_ms = now
         member.classic_deadline_ms = now + member.rebalance_timeout_ms  # until its SyncGroup
+        self._sync(member)
         self._update_state(now)
         return {
             **join_error(ErrorCode.NONE),
@@ -204,6 +207,7 @@ class ClassicMembers:
             raise ConsumerGroupError(ErrorCode.REBALANCE_IN_PROGRESS)
         m.classic_deadline_ms = None
         m.last_heartbeat_ms = now
+        self._sync(m)
         try:
             version = max(0, min(3, int.from_bytes(m.classic.protocols[0][1][:2], "big")))
         except (IndexError, ValueError):
@@ -235,7 +239,9 @@ class ClassicMembers:
         ):
             if m.classic_deadline_ms is None:
                 m.classic_deadline_ms = now + m.rebalance_timeout_ms  # until it rejoins
+            self._sync(m)
             return ErrorCode.REBALANCE_IN_PROGRESS
+        self._sync(m)
         return ErrorCode.NONE
 
     def classic_leave(
