@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.clients import produce_retrying
 from bench.scale.harness import (
     GIB,
     MIB,
@@ -117,12 +118,7 @@ def _produce_consume(system: System, node: Node, names: list[str], res: Results,
         c0, t0 = cpu_seconds(pids), time.monotonic()
         for i in range(records):
             t, p = parts[i % len(parts)]
-            while True:
-                try:
-                    producer.produce(t, value, partition=p, on_delivery=delivered)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            produce_retrying(producer, t, value, partition=p, on_delivery=delivered)
             if i % 10000 == 0:
                 producer.poll(0)
         left = producer.flush(600)
