@@ -1,6 +1,7 @@
 """The client side of the workloads: Kafka's Java perf tools with a benchmark JVM
 (``run_java``, ``producer_perf``), topics created with Kafka's TopicCommand and waited for with
-a hand-built Metadata v7, and the command lines the report prints.
+a hand-built Metadata v7, the command lines the report prints, and confluent-kafka's produce
+waiting out a full queue (``produce_retrying``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.targets import Target
 from pybroker.testing import java, rawkafka
@@ -63,6 +65,25 @@ def run_java(
 def show_cmd(main_class: str, args: list[object]) -> str:
     short = main_class.rsplit(".", 1)[-1]
     return f"java -Xmx{CLIENT_HEAP} -cp $CP {short} " + " ".join(map(str, args))
+
+
+def produce_retrying(
+    producer: Any,
+    topic: str,
+    value: bytes,
+    key: bytes | None = None,
+    *,
+    backoff_s: float = 0.05,
+    **options: Any,
+) -> None:
+    """confluent-kafka's ``Producer.produce``; while its queue is full (BufferError), poll
+    (serving delivery callbacks) ``backoff_s`` and try again."""
+    while True:
+        try:
+            producer.produce(topic, value, key, **options)
+            return
+        except BufferError:
+            producer.poll(backoff_s)
 
 
 def create_topics(

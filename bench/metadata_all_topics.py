@@ -6,7 +6,7 @@
 
 Each request is timed twice: ``wire``, from sending the frame until its last byte arrived
 (the broker's work and the transfer; what a client waits for), and ``decoded``, the same plus
-decoding the answer with pybroker's Python codec (what bench/scale.py's W21 figure counts:
+decoding the answer with pybroker's Python codec (what bench/scale/'s W21 figure counts:
 at 10,000 partitions the decode is most of it).  ``--profile``: py-spy (raw) of pybroker
 during one more burst of requests.
 """
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.scale import loadavg, start_kafka, start_pybroker
+from bench.scale.harness import loadavg, start_kafka, start_pybroker
 from pybroker.testing.scale import (
     METADATA,
     PER_TOPIC,

@@ -334,8 +334,24 @@ def _inject(
         extra = ", " + ", ".join(steps)
     else:
         raise ValueError(action)
+    return _recovered(cluster, report, log, action, desc, extra, t0, [TOPIC])
+
+
+def _recovered(
+    cluster: Cluster,
+    report: FaultReport,
+    log,
+    action: str,
+    desc: str,
+    extra: str,
+    t0: float,
+    topics: list[str],
+) -> bool:
+    """Every ISR of ``topics`` full again within RECOVERY_TIMEOUT: the recovery time (from
+    ``t0``) recorded; else a problem recorded and False."""
     try:
-        cluster.wait_isr_full(TOPIC, timeout=RECOVERY_TIMEOUT)
+        for topic in topics:
+            cluster.wait_isr_full(topic, timeout=RECOVERY_TIMEOUT)
     except AssertionError as e:
         report.problems.append(f"{desc}: not recovered: {e}")
         log(f"{desc}{extra}: NOT RECOVERED: {e}")
@@ -362,20 +378,7 @@ def _inject_net(ctx: FaultContext, action: str) -> bool:
         extra += after_network(ctx, action, desc)
     else:
         desc, extra = inject_disk(ctx, action, n, lambda i, d: _stop(cluster, i, report, d))
-    try:
-        cluster.wait_isr_full(TOPIC, timeout=RECOVERY_TIMEOUT)
-        cluster.wait_isr_full(TXN_TOPIC, timeout=RECOVERY_TIMEOUT)
-    except AssertionError as e:
-        report.problems.append(f"{desc}: not recovered: {e}")
-        ctx.log(f"{desc}{extra}: NOT RECOVERED: {e}")
-        return False
-    took = time.monotonic() - t0
-    report.recovery_times.append(took)
-    report.recovery_by_kind.setdefault(action, []).append(took)
-    line = f"{desc}{extra}; ISRs full after {took:.2f} s"
-    report.fault_log.append(line)
-    ctx.log(line)
-    return True
+    return _recovered(cluster, report, ctx.log, action, desc, extra, t0, [TOPIC, TXN_TOPIC])
 
 
 def _stop(cluster: Cluster, victim: int, report: FaultReport, desc: str) -> None:

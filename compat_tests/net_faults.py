@@ -208,6 +208,16 @@ def _converged(ctx: FaultContext, timeout: float = 30.0) -> str | None:
         return last
 
 
+def _cut_one_way(net, node: str, others: list[str], outward: bool) -> None:
+    """Packets from ``node`` to each of ``others`` dropped (``outward``), else from each of
+    them to ``node``: the other direction still passes."""
+    for other in others:
+        if outward:
+            net.cut(node, other)
+        else:
+            net.cut(other, node)
+
+
 def _hold(ctx: FaultContext, seconds: float) -> None:
     time.sleep(seconds)
 
@@ -362,11 +372,7 @@ def inject_network(ctx: FaultContext, action: str, n: int) -> tuple[str, str]:
             leader = parts[p].leader if parts else rng.choice(cluster.ids)
             followers = [r for r in (parts[p].replicas if parts else cluster.ids) if r != leader]
             outward = rng.random() < 0.5
-            for f in followers:
-                if outward:
-                    net.cut(broker_node(leader), broker_node(f))
-                else:
-                    net.cut(broker_node(f), broker_node(leader))
+            _cut_one_way(net, broker_node(leader), [broker_node(f) for f in followers], outward)
             hold = _long(rng)
             _hold(ctx, hold)
             way = "leader -> followers" if outward else "followers -> leader"
@@ -379,11 +385,7 @@ def inject_network(ctx: FaultContext, action: str, n: int) -> tuple[str, str]:
             leaders = [i for i in cluster.ids if _led_by(ctx, i)]
             victim = rng.choice(leaders or cluster.ids)
             outward = rng.random() < 0.5
-            for z in zks:
-                if outward:
-                    net.cut(broker_node(victim), z)
-                else:
-                    net.cut(z, broker_node(victim))
+            _cut_one_way(net, broker_node(victim), zks, outward)
             hold = _long(rng)
             _hold(ctx, hold)
             way = "broker -> ZooKeeper" if outward else "ZooKeeper -> broker"

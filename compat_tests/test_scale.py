@@ -1,4 +1,4 @@
-"""The scale scenarios of bench/scale.py (issue 27, docs/scale.md) at about 1/20 of their
+"""The scale scenarios of bench/scale/ (issue 27, docs/scale.md) at about 1/20 of their
 benchmark size, asserting what a user sees instead of timing it: no timings here.
 
 - W21, one broker (embedded store) with many partitions: every partition answers ListOffsets;

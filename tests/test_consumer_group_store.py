@@ -31,6 +31,15 @@ async def open_store(tmp_path):
     return store
 
 
+async def fresh_group(tmp_path, group_id: str = "g"):
+    """The embedded store, a group store that loaded ``group_id`` (nothing stored yet) and the
+    empty group."""
+    store = await open_store(tmp_path)
+    cgs = ConsumerGroupStore(store)
+    assert await cgs.load(group_id) is None
+    return store, cgs, ConsumerGroup(group_id, CONFIG)
+
+
 async def reload(store, group_id: str, now: int) -> ConsumerGroup | None:
     stored = await ConsumerGroupStore(store).load(group_id)
     if stored is None:
@@ -40,10 +49,7 @@ async def reload(store, group_id: str, now: int) -> ConsumerGroup | None:
 
 def test_a_reloaded_group_is_the_group_mid_reconciliation(tmp_path):
     async def main():
-        store = await open_store(tmp_path)
-        cgs = ConsumerGroupStore(store)
-        assert await cgs.load("g/1") is None
-        g = ConsumerGroup("g/1", CONFIG)
+        store, cgs, g = await fresh_group(tmp_path, "g/1")
         a = g.heartbeat(0, hb(instance="i-a"), T)["member_id"]
         await cgs.apply(cgs.plan(g))
         b = g.heartbeat(10, hb(topics=("a", "b")), T)["member_id"]  # a must give up partitions
@@ -74,10 +80,7 @@ def test_a_reloaded_group_is_the_group_mid_reconciliation(tmp_path):
 
 def test_unchanged_heartbeats_write_nothing_and_an_empty_group_leaves_no_znode(tmp_path):
     async def main():
-        store = await open_store(tmp_path)
-        cgs = ConsumerGroupStore(store)
-        await cgs.load("g")
-        g = ConsumerGroup("g", CONFIG)
+        store, cgs, g = await fresh_group(tmp_path)
         a = g.heartbeat(0, hb(), T)["member_id"]
         await cgs.apply(cgs.plan(g))
         _, stat = await store.get(f"{group_path('g')}/{a}")
@@ -96,10 +99,8 @@ def test_unchanged_heartbeats_write_nothing_and_an_empty_group_leaves_no_znode(t
 
 def test_a_write_that_lost_a_race_fails_and_voids_the_plans_behind_it(tmp_path):
     async def main():
-        store = await open_store(tmp_path)
-        mine, other = ConsumerGroupStore(store), ConsumerGroupStore(store)
-        await mine.load("g")
-        g = ConsumerGroup("g", CONFIG)
+        store, mine, g = await fresh_group(tmp_path)
+        other = ConsumerGroupStore(store)
         a = g.heartbeat(0, hb(), T)["member_id"]
         await mine.apply(mine.plan(g))
         # another broker briefly coordinated the group and wrote it
@@ -160,10 +161,7 @@ def test_a_join_writes_the_joiner_and_the_members_whose_target_moved(tmp_path):
     # (a coordinator compares only those records on a heartbeat; comparing every member's
     # record on each join made a 1,000-member group's joins quadratic: W24)
     async def main():
-        store = await open_store(tmp_path)
-        cgs = ConsumerGroupStore(store)
-        await cgs.load("g")
-        g = ConsumerGroup("g", CONFIG)
+        store, cgs, g = await fresh_group(tmp_path)
         ids = [g.heartbeat(0, hb(topics=("a", "b")), T)["member_id"] for _ in range(3)]
         g.take_target_changed()
         await cgs.apply(cgs.plan(g))

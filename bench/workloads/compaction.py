@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.clients import create_topics
+from bench.clients import create_topics, produce_retrying
 from bench.targets import Target
 from pybroker.log.checkpoints import read_checkpoint
 from pybroker.log.cleaner import CLEANER_OFFSET_CHECKPOINT
@@ -77,12 +77,7 @@ def fill(bootstrap: str, topic: str, total_bytes: int, keys: int, seed: int) -> 
     value = os.urandom(VALUE_SIZE)
     for i in range(n):
         key = b"key-%07d" % rng.randrange(keys)
-        while True:
-            try:
-                p.produce(topic, value, key)
-                break
-            except BufferError:
-                p.poll(0.05)
+        produce_retrying(p, topic, value, key)
         if i % 2000 == 0:
             p.poll(0)
     left = p.flush(600)

@@ -6,7 +6,7 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.clients import create_topics, show_cmd
+from bench.clients import create_topics, produce_retrying, show_cmd
 from bench.targets import Target
 from bench.workloads.consume import consumer_perf, consumer_perf_args
 from pybroker.testing import java
@@ -33,12 +33,7 @@ def _txn_produce(bootstrap: str, topic: str, transactions: int) -> tuple[float, 
     for t in range(transactions):
         p.begin_transaction()
         for i in range(W10_PER_TXN):
-            while True:
-                try:
-                    p.produce(topic, payload, partition=(t + i) % 6)
-                    break
-                except BufferError:
-                    p.poll(0.01)
+            produce_retrying(p, topic, payload, partition=(t + i) % 6, backoff_s=0.01)
         p.commit_transaction(60)
     elapsed = time.perf_counter() - start
     return elapsed, transactions * W10_PER_TXN

@@ -1,4 +1,4 @@
-"""The pieces of the scale scenarios (issue 27) that bench/scale.py (W21-W24, timed, beside
+"""The pieces of the scale scenarios (issue 27) that bench/scale/ (W21-W24, timed, beside
 Kafka) and tests/test_scale.py (the same scenarios at 1/20 of the size, asserting correctness)
 share: a blocking protocol client that speaks to Kafka and pybroker alike, topic creation in
 batches, "every partition answers ListOffsets at its leader", a produce to every partition,

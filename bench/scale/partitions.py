@@ -1,0 +1,217 @@
+"""W21: one broker, ``n`` partitions (topics of 100, RF 1; CreateTopics 50 topics at a time):
+time (and broker CPU) until every partition answers ListOffsets; RSS and open descriptors at
+rest; Metadata for all topics (time, bytes); a producer writing round-robin to min(n,
+10,000) partitions and a consumer group reading them (MB/s, broker CPU s per GiB); a clean
+restart and a restart after kill -9 until the broker listens and until every partition
+answers.  pybroker with its embedded store (``--w21-metadata zookeeper``: on ZooKeeper)
+beside Kafka in KRaft mode (one node).
+
+The command is bench/scale/cli.py; docs/scale.md discusses the curves.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.clients import produce_retrying
+from bench.scale.harness import (
+    GIB,
+    MIB,
+    Node,
+    Results,
+    System,
+    _run_on_each,
+    profiled,
+    start_kafka,
+    start_pybroker,
+    uuid_hex,
+)
+from pybroker.testing.procstat import cpu_seconds, rss_mib
+from pybroker.testing.scale import (
+    PER_TOPIC,
+    UNREACHABLE,
+    Conn,
+    create_topics,
+    metadata,
+    open_fds,
+    topic_names,
+    wait_all_answer,
+)
+
+RECORD_BYTES = 1024
+PRODUCE_PARTITIONS = 10_000
+PRODUCE_BYTES = 256 * MIB
+
+
+def _wait_listening(node: Node, timeout_s: float) -> float:
+    """Seconds until the node answers Metadata (a broker that listens and serves)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if not node.running():
+            raise RuntimeError(f"broker {node.node_id} exited during start")
+        try:
+            with Conn(*node.address, timeout_s=10) as c:
+                md = metadata(c, [])
+            if md.controller in md.brokers:
+                return time.monotonic() - t0
+        except UNREACHABLE:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"broker {node.node_id} not listening within {timeout_s}s")
+
+
+def _restart(
+    system: System, node: Node, names: list[str], how: str, res: Results, n: int, timeout_s: float
+) -> None:
+    w = "W21"
+    t0 = time.monotonic()
+    if how == "clean":
+        code = node.terminate(timeout_s)
+        res.add(w, n, system, "clean shutdown: SIGTERM -> exit (s)", time.monotonic() - t0)
+        res.add(w, n, system, "clean shutdown: exit code", code)
+    else:
+        node.kill9()
+    t0 = time.monotonic()
+    node.restart()
+    listening = _wait_listening(node, timeout_s)
+    serving = wait_all_answer(node.address, names, PER_TOPIC, timeout_s, poll_s=1.0)
+    serving += listening
+    pid = node.pid()
+    res.add(w, n, system, f"restart after {how}: start -> listening (s)", listening)
+    res.add(w, n, system, f"restart after {how}: start -> every partition answers (s)", serving)
+    res.add(
+        w, n, system, f"restart after {how}: CPU until then (s)", cpu_seconds([pid] if pid else [])
+    )
+
+
+def _produce_consume(system: System, node: Node, names: list[str], res: Results, n: int) -> None:
+    """A producer writing round-robin to the first PRODUCE_PARTITIONS partitions (1 KiB
+    records), then one consumer of a group reading them all back (confluent-kafka)."""
+    from confluent_kafka import Consumer, Producer
+
+    w = "W21"
+    parts = [(t, p) for t in names for p in range(PER_TOPIC)][:PRODUCE_PARTITIONS]
+    records = PRODUCE_BYTES // RECORD_BYTES
+    value = os.urandom(RECORD_BYTES)
+    bootstrap = f"{node.host}:{node.port}"
+    pids = system.pids()
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": 1,
+            "linger.ms": 50,
+            "queue.buffering.max.messages": 2_000_000,
+            "queue.buffering.max.kbytes": 2_000_000,
+            "enable.idempotence": False,
+        }
+    )
+    failures = [0]
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failures[0] += 1
+
+    with profiled(system, f"w21-{n}-produce"):
+        c0, t0 = cpu_seconds(pids), time.monotonic()
+        for i in range(records):
+            t, p = parts[i % len(parts)]
+            produce_retrying(producer, t, value, partition=p, on_delivery=delivered)
+            if i % 10000 == 0:
+                producer.poll(0)
+        left = producer.flush(600)
+        took = time.monotonic() - t0
+        c1 = cpu_seconds(pids)
+    moved = records * RECORD_BYTES
+    res.add(w, n, system, f"produce to {len(parts):,} partitions (MB/s)", moved / MIB / took)
+    res.add(w, n, system, "produce: broker CPU s per GiB", (c1 - c0) / (moved / GIB))
+    res.add(w, n, system, "produce: failed deliveries", failures[0] + left)
+    topics = sorted({t for t, _ in parts})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"w21-{uuid_hex()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 50 * MIB,
+        }
+    )
+    with profiled(system, f"w21-{n}-consume"):
+        c0, t0 = cpu_seconds(pids), time.monotonic()
+        consumer.subscribe(topics)
+        got = 0
+        first = None
+        while got < records and time.monotonic() - t0 < 900:
+            for m in consumer.consume(10000, 1.0):
+                if m.error() is None:
+                    got += 1
+                    if first is None:
+                        first = time.monotonic()
+        took = time.monotonic() - t0
+        c1 = cpu_seconds(pids)
+        consumer.close()
+    res.add(w, n, system, "consumer group: subscribe -> first record (s)", (first or t0) - t0)
+    res.add(
+        w,
+        n,
+        system,
+        "consumer group: read all (MB/s, from subscribe)",
+        got * RECORD_BYTES / MIB / took,
+    )
+    res.add(
+        w,
+        n,
+        system,
+        "consume: broker CPU s per GiB",
+        (c1 - c0) / (max(got, 1) * RECORD_BYTES / GIB),
+    )
+    res.add(w, n, system, "consume: records read / written", f"{got:,} / {records:,}")
+
+
+def w21(system: System, n: int, res: Results, timeout_s: float) -> None:
+    w = "W21"
+    names = topic_names(n)
+    node = next(iter(system.nodes.values()))
+    pids = system.pids()
+    c0, t0 = cpu_seconds(pids), time.monotonic()
+    create_topics(node.address, names, PER_TOPIC, 1, timeout_s)
+    res.add(w, n, system, "create: CreateTopics answered (s)", time.monotonic() - t0)
+    wait_all_answer(node.address, names, PER_TOPIC, timeout_s)
+    res.add(w, n, system, "create: until every partition answers (s)", time.monotonic() - t0)
+    res.add(w, n, system, "create: broker CPU (s)", cpu_seconds(pids) - c0)
+    time.sleep(10)
+    pid = node.pid()
+    assert pid is not None
+    res.add(w, n, system, "RSS at rest (MiB)", rss_mib([pid]))
+    res.add(w, n, system, "open descriptors at rest", open_fds(pid))
+    times, size = [], 0
+    with Conn(*node.address, timeout_s=300) as c:
+        for _ in range(3):
+            md = metadata(c, None)
+            times.append(md.seconds)
+            size = md.response_bytes
+    res.add(w, n, system, "Metadata, all topics (ms, median of 3)", sorted(times)[1] * 1000)
+    res.add(w, n, system, "Metadata, all topics (bytes)", size)
+    _produce_consume(system, node, names, res, n)
+    time.sleep(5)
+    _restart(system, node, names, "clean", res, n, timeout_s)
+    time.sleep(5)
+    _restart(system, node, names, "kill -9", res, n, timeout_s)
+
+
+def run_w21(size: int, targets: list[str], workdir: Path, res: Results, timeout_s: float):
+    def start(kind: str, wd: Path) -> System:
+        if kind == "pybroker":
+            return start_pybroker(wd, brokers=1)
+        if kind == "pybroker-zk":
+            return start_pybroker(wd, brokers=1, metadata_mode="zookeeper")
+        if kind == "kafka-zk":
+            return start_kafka(wd, brokers=1, metadata_mode="zookeeper", heap=W21_KAFKA_HEAP)
+        return start_kafka(wd, brokers=1, heap=W21_KAFKA_HEAP)
+
+    _run_on_each("W21", w21, start, size, targets, workdir, res, timeout_s, record_start=True)
+
+
+W21_KAFKA_HEAP = "2g"
