@@ -122,7 +122,9 @@ def _read_all(
     (``FetchPartition.idle_stamp`` equals ReplicaManager.fetch_stamp now, and the fetcher did
     not change its parameters) is skipped: its answer would carry no records, no error and the
     high watermark and log start the fetcher already has, which an incremental answer leaves
-    out.  So an incremental fetch of many idle partitions costs a comparison per partition."""
+    out.  So an incremental fetch of many idle partitions costs a comparison per partition.
+    An in-sync follower's session partitions the same way (follower_fetch_stamp), its fetch
+    of the skipped ones recorded at once (record_idle_follower_fetches): it stays in sync."""
     replicas = ctx.services.replicas
     read_committed = req.get("isolation_level", 0) == READ_COMMITTED
     errors = False
