@@ -33,7 +33,10 @@ so Kafka and pybroker alternate):
     zk3-<s>           pybroker on a 3-node ZooKeeper ensemble on this machine
 
 with <s> the storage of offsets and transaction state: ``zookeeper`` (the default: the metadata
-store) or ``kafka`` (offsets.storage=kafka, transaction.state.storage=kafka).  The 1-minute
+store) or ``kafka`` (offsets.storage=kafka, transaction.state.storage=kafka), and an optional
+``-c<N>`` suffix for a node of N broker processes (``node.cores=N``, docs/multicore.md), e.g.
+``zk1-kafka-c2``: the coordinators' partitions spread over the processes, as over Kafka's
+request handler threads.  The 1-minute
 load average is recorded before and after each target's part (the machine may be shared).
 """
 
@@ -283,8 +286,10 @@ def start_target(name: str, workdir: Path) -> Running:
             [ref.version],
             [n.proc.pid for n in ref.nodes if n.proc is not None],
         )
-    backend, storage = name.split("-", 1)
+    backend, storage, *rest = name.split("-")
     overrides: dict[str, object] = {"group.initial.rebalance.delay.ms": 0}
+    if rest:  # "-c<N>": a node of N broker processes
+        overrides["node.cores"] = int(rest[0].removeprefix("c"))
     if storage == "kafka":
         overrides.update(KAFKA_STORAGE)
     ensemble = None

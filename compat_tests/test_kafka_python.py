@@ -15,6 +15,7 @@ from pybroker.testing.client_helpers import (
     read_all,
     unique_topic,
 )
+from pybroker.testing.cluster_harness import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -144,7 +145,11 @@ def test_create_topics_admin(broker):
         admin.create_topics(
             {topic: {"num_partitions": 4, "replication_factor": 1}}, wait_for_metadata=True
         )
-        assert topic in admin.list_topics()
+        # wait_for_metadata saw the topic at one broker; the others learn it a few ms later
+        # (Kafka's too: its own tests wait for every broker, TestUtils.waitForAllPartitionsMetadata)
+        wait_until(
+            lambda: topic in admin.list_topics(), 10, what="the topic in every broker's list"
+        )
         described = admin.describe_topics([topic])
         assert len(described[0]["partitions"]) == 4
         with pytest.raises(TopicAlreadyExistsError):

@@ -299,7 +299,9 @@ def test_a_failed_dir_moves_leadership_on_a_zookeeper_cluster(tmp_path):
         try:
             other = next(i for i in cluster.ids if i != victim)  # both its dirs are online
             adm.create_topics([NewTopic(single, -1, -1, replica_assignments={0: [victim]})])
-            wait_until(lambda: cluster.metadata([single]).topic(single), 30)
+            # Kafka answers REPLICA_NOT_AVAILABLE only once the broker's own metadata has the
+            # partition (UNKNOWN_TOPIC_OR_PARTITION before): wait on that broker, not any broker.
+            wait_until(lambda: cluster.metadata([single], via=[other]).topic(single), 30)
             elsewhere = TopicPartitionReplica(single, 0, other)
             target = str(cluster.brokers[other].workdir / "d1")
             assert adm.alter_replica_log_dirs({elsewhere: target}) == {
