@@ -122,7 +122,9 @@ def _read_all(
     (``FetchPartition.idle_stamp`` equals ReplicaManager.fetch_stamp now, and the fetcher did
     not change its parameters) is skipped: its answer would carry no records, no error and the
     high watermark and log start the fetcher already has, which an incremental answer leaves
-    out.  So an incremental fetch of many idle partitions costs a comparison per partition."""
+    out.  So an incremental fetch of many idle partitions costs a comparison per partition.
+    An in-sync follower's session partitions the same way (follower_fetch_stamp), its fetch
+    of the skipped ones recorded at once (record_idle_follower_fetches): it stays in sync."""
     replicas = ctx.services.replicas
     read_committed = req.get("isolation_level", 0) == READ_COMMITTED
     errors = False
@@ -132,7 +134,10 @@ def _read_all(
     allowed: dict[str, bool] = {}
     names: dict[Any, str | None] = {}  # topic id -> name, once per request
     stamps: dict = {}
-    stamping = track_idle and replica_id < 0  # only a consumer's session remembers idle ones
+    stamping = track_idle and replica_id < 0  # a consumer's session remembers idle ones
+    # and an in-sync follower's, at its log end (the lease read once, as read_from_log)
+    following = track_idle and replica_id >= 0 and getattr(ctx.services.cluster, "lease_ok", True)
+    idle_followed: list = []  # the Replica of each partition a follower's fetch skipped
     to_read: list[FetchPartition] = []
     read_stamps: list[Any] = []
     for p in partitions:
@@ -164,8 +169,17 @@ def _read_all(
                 stamps[p.key] = stamp
                 continue
             read_stamps.append(stamp)
+        elif following:
+            stamp = replicas.follower_fetch_stamp(topic, p.partition, replica_id)
+            if stamp is not None and stamp == p.idle_stamp:
+                stamps[p.key] = stamp
+                idle_followed.append(stamp[0])
+                continue
+            read_stamps.append(stamp)
         p.topic = topic  # the name as resolved for this request (read_from_log reads it)
         to_read.append(p)
+    if idle_followed:
+        replicas.record_idle_follower_fetches(replica_id, idle_followed)
     if not to_read:
         return entries, 0, errors, stamps
     params = FetchParams(
@@ -186,7 +200,7 @@ def _read_all(
             # answer at once: a diverging follower truncates; a fetch that brought a new
             # leader's high watermark to its epoch start tells the follower so
             errors = True
-        elif r.idle and stamping and read_stamps[k] is not None:
+        elif r.idle and (stamping or following) and read_stamps[k] is not None:
             # idle: nothing to read, not records that max_bytes left out this time
             stamps[p.key] = read_stamps[k]
         entries[p.key] = entry

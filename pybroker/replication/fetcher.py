@@ -38,6 +38,11 @@ class _Fetching:
     leader_epoch: int
     truncated: bool = False
     last_error: int = ErrorCode.NONE  # logged once per change, not per retry
+    # the fetch parameters last built and what they were built from (leader epoch, log end,
+    # last fetched epoch, log start): rebuilt only when that changes, so the session handler
+    # sees the same dict for an unchanged partition (FetchSessionHandler.build)
+    params: dict | None = None
+    built_from: tuple = ()
 
 
 class ReplicaFetcher:
@@ -247,14 +252,23 @@ class ReplicaFetcher:
                 held = True  # Kafka's shouldFollowerThrottle: left out of this fetch
                 continue
             plog = f.replica.log
-            wanted[key] = {
-                "partition": key[1],
-                "current_leader_epoch": f.leader_epoch,
-                "fetch_offset": plog.log_end_offset,
-                "last_fetched_epoch": plog.leader_epochs.latest_epoch(),
-                "log_start_offset": plog.log_start_offset,
-                "partition_max_bytes": PARTITION_MAX_BYTES,
-            }
+            now = (
+                f.leader_epoch,
+                plog.log_end_offset,
+                plog.leader_epochs.latest_epoch(),
+                plog.log_start_offset,
+            )
+            if f.params is None or now != f.built_from:
+                f.built_from = now
+                f.params = {
+                    "partition": key[1],
+                    "current_leader_epoch": now[0],
+                    "fetch_offset": now[1],
+                    "last_fetched_epoch": now[2],
+                    "log_start_offset": now[3],
+                    "partition_max_bytes": PARTITION_MAX_BYTES,
+                }
+            wanted[key] = f.params
         if not wanted and held:
             await asyncio.sleep(THROTTLE_BACKOFF_S)
             return

@@ -45,6 +45,48 @@ class LeaderSide:
             log.last_stable_offset if read_committed else -1,
         )
 
+    def follower_fetch_stamp(self, topic: str, partition: int, replica_id: int) -> tuple | None:
+        """What an in-sync follower's fetch of an idle partition depends on (as fetch_stamp
+        for a consumer): the same replica, log and topic metadata object, the same leader
+        epoch, log end, high watermark and log start, the follower in the ISR and the high
+        watermark past this epoch's start.  The first element is the Replica.  None when
+        its fetch must take the full path (not led, offline, not in the ISR, a lagging high
+        watermark).  The caller checks the store session's lease once for the request."""
+        key = (topic, partition)
+        r = self.replicas.get(key)
+        if (
+            r is None
+            or r.role != LEADER
+            or replica_id not in r.isr
+            or r.checked_info is not self.cluster.topics.get(topic)
+            or (self.offline and key in self.offline)
+        ):
+            return None
+        log = r.log
+        hw = log.high_watermark
+        if hw < r.leader_epoch_start_offset:  # (high_watermark_lagging)
+            return None
+        return (
+            r,
+            r.leader_epoch,
+            r.checked_info,
+            log,
+            log.log_end_offset,
+            hw,
+            log.log_start_offset,
+        )
+
+    def record_idle_follower_fetches(self, replica_id: int, replicas: list[Replica]) -> None:
+        """A follower fetched again, at their log end, partitions whose follower_fetch_stamp
+        is unchanged since it was last read there: what record_follower_fetch would record
+        (its fetch offset is the same, so it is still caught up now; nothing else moves)."""
+        now = self.clock.time_ms()
+        for r in replicas:
+            st = r.followers.get(replica_id)
+            if st is not None:
+                st.last_fetch_ms = now
+                st.last_caught_up_ms = now
+
     def check_enough_replicas(self, r: Replica) -> None:
         """acks=all precondition: the ISR is at least min.insync.replicas and the store session
         that lets us guarantee it is alive."""

@@ -8,7 +8,9 @@ those no longer wanted.  A partition whose leader epoch changed or whose fetch o
 (truncation) makes the next request full again, so the leader forgets what it last sent for it
 and answers it in full.  ``handle_response`` moves the session on (or drops it on an error);
 ``handle_error`` drops it after a failed request.  Partitions an incremental answer leaves out
-had nothing new.
+had nothing new.  The handler keeps the parameter dicts it is given: a caller passes a new dict
+when a partition's parameters change, and the same dict again is unchanged at the cost of an
+identity check (the fetcher's loop over its partitions stays cheap).
 """
 
 from __future__ import annotations
@@ -51,27 +53,35 @@ class FetchSessionHandler:
     sent: dict[tuple[str, int], dict] = field(default_factory=dict)
 
     def build(self, wanted: dict[tuple[str, int], dict]) -> FetchRequestData:
+        sent = self.sent
         if self.epoch != INITIAL_EPOCH:
             for key, params in wanted.items():
-                old = self.sent.get(key)
-                if old is not None and (
-                    params["current_leader_epoch"] != old["current_leader_epoch"]
-                    or params["fetch_offset"] < old["fetch_offset"]
+                old = sent.get(key)
+                if (
+                    old is not None
+                    and old is not params
+                    and (
+                        params["current_leader_epoch"] != old["current_leader_epoch"]
+                        or params["fetch_offset"] < old["fetch_offset"]
+                    )
                 ):
                     self.epoch = INITIAL_EPOCH  # close it and start again in full
                     break
         if self.epoch == INITIAL_EPOCH:
-            self.sent = {k: dict(v) for k, v in wanted.items()}
+            self.sent = dict(wanted)
             return FetchRequestData(self.session_id, INITIAL_EPOCH, dict(wanted), [])
         send = {}
         for key, params in wanted.items():
-            old = self.sent.get(key)
+            old = sent.get(key)
+            if old is params:
+                continue
             if old is None or any(old[p] != params[p] for p in _PARAMS):
                 send[key] = params
-                self.sent[key] = dict(params)
-        forgotten = [key for key in self.sent if key not in wanted]
+            sent[key] = params
+        # every wanted partition is in ``sent`` now: the same size means nothing to forget
+        forgotten = [] if len(sent) == len(wanted) else [k for k in sent if k not in wanted]
         for key in forgotten:
-            del self.sent[key]
+            del sent[key]
         return FetchRequestData(self.session_id, self.epoch, send, forgotten)
 
     def handle_response(self, request: FetchRequestData, error: int, session_id: int) -> None:

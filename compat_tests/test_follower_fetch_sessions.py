@@ -1,0 +1,160 @@
+"""Followers' incremental fetch sessions on a real cluster (private ZooKeeper): a leader skips
+an in-sync follower's session partitions whose state has not changed since it last read them
+there (the follower at their log end), and records the fetch without reading them.
+
+- After random produces, DeleteRecords and idle rounds, what a follower learned from its
+  incremental answers is what a sessionless (from-scratch) fetch at the same offsets answers:
+  every high watermark and log start offset, and no records left behind.
+- Idle in-sync followers stay in every ISR for longer than replica.lag.time.max.ms, and an
+  acks=all produce after the idle time completes on every partition.
+
+No timing assertions.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from pybroker.testing.client import Connection
+from pybroker.testing.client_helpers import unique_topic
+from pybroker.testing.cluster_harness import broker_log_excerpt, running_cluster, wait_until
+from pybroker.wire.records import parse_batches
+
+pytestmark = pytest.mark.timeout(300)
+
+FETCH, DELETE_RECORDS = 1, 21
+V = 12
+PARTITIONS = 4
+
+
+def _create(c, topic: str, assignment: dict[int, list[int]]) -> None:
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=c.bootstrap, client_id="test-admin")
+    try:
+        admin.create_topics([NewTopic(topic, -1, -1, replica_assignments=assignment)])
+    finally:
+        admin.close()
+    c.wait_isr_full(topic, partitions=len(assignment))
+
+
+def _fetch(conn, follower: int, topic: str, offsets: dict[int, int], sid: int, epoch: int):
+    parts = [
+        {
+            "partition": p,
+            "current_leader_epoch": -1,
+            "fetch_offset": o,
+            "last_fetched_epoch": -1,
+            "log_start_offset": -1,
+            "partition_max_bytes": 1 << 20,
+        }
+        for p, o in sorted(offsets.items())
+    ]
+    _, body = conn.request(
+        FETCH,
+        {
+            "replica_id": follower,
+            "max_wait_ms": 0,
+            "min_bytes": 0,
+            "max_bytes": 1 << 24,
+            "isolation_level": 0,
+            "session_id": sid,
+            "session_epoch": epoch,
+            "topics": [{"topic": topic, "partitions": parts}] if parts else [],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        },
+        version=V,
+    )
+    assert body["error_code"] == 0, body
+    got = {p["partition_index"]: p for t in body["responses"] for p in t["partitions"]}
+    return body["session_id"], got
+
+
+def test_incremental_answers_agree_with_sessionless_fetches_after_random_changes(tmp_path):
+    # broker 1 is paused: the test fetches as broker 1 (the only follower fetching), so the
+    # high watermarks move only with these fetches; long timeouts keep it in the ISRs
+    overrides = {"zookeeper.session.timeout.ms": 60000, "replica.lag.time.max.ms": 60000}
+    with running_cluster(tmp_path, size=2, overrides=overrides) as c:
+        topic = unique_topic()
+        _create(c, topic, {p: [0, 1] for p in range(PARTITIONS)})
+        c.pause(1)
+        host, port = c.brokers[0].host, c.brokers[0].port
+        rng = random.Random(20261126)
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=f"{host}:{port}", acks=1, linger_ms=0)
+        with Connection(host, port) as conn:
+            offsets = {p: 0 for p in range(PARTITIONS)}
+            known: dict[int, tuple[int, int]] = {}  # partition: (high watermark, log start)
+            sid, got = _fetch(conn, 1, topic, offsets, 0, 0)
+            assert sid != 0
+            epoch = 1
+            changed = dict(offsets)
+            for step in range(40):
+                op = rng.choice(["produce", "produce", "delete", "idle"])
+                p = rng.randrange(PARTITIONS)
+                if op == "produce":
+                    for i in range(rng.randint(1, 3)):
+                        producer.send(topic, f"{step}-{i}".encode(), partition=p).get(30)
+                elif op == "delete":
+                    hw = known.get(p, (0, 0))[0]
+                    to = rng.randint(known.get(p, (0, 0))[1], max(hw, 0))
+                    _, r = conn.request(
+                        DELETE_RECORDS,
+                        {
+                            "topics": [
+                                {
+                                    "name": topic,
+                                    "partitions": [{"partition_index": p, "offset": to}],
+                                }
+                            ],
+                            "timeout_ms": 10000,
+                        },
+                        version=1,
+                    )
+                    assert r["topics"][0]["partitions"][0]["error_code"] == 0, r
+                # follow as a follower does until an answer brings nothing
+                for _ in range(10):
+                    for q, e in got.items():
+                        assert e["error_code"] == 0, e
+                        known[q] = (e["high_watermark"], e["log_start_offset"])
+                        if e["records"]:
+                            last = parse_batches(bytearray(e["records"]))[-1].last_offset
+                            offsets[q] = changed[q] = last + 1
+                    sent = dict(changed)
+                    changed.clear()
+                    _, got = _fetch(conn, 1, topic, sent, sid, epoch)
+                    epoch += 1
+                    if not got:
+                        break
+                assert not got, f"step {step}: still answering {sorted(got)}"
+                # from scratch: a sessionless fetch of every partition at the same offsets
+                _, full = _fetch(conn, 1, topic, offsets, 0, -1)
+                truth = {q: (e["high_watermark"], e["log_start_offset"]) for q, e in full.items()}
+                assert known == truth, f"step {step} ({op} {p})"
+                assert not any(e["records"] for e in full.values()), f"step {step}"
+        producer.close()
+        c.resume(1)
+
+
+def test_idle_in_sync_followers_stay_in_sync(tmp_path):
+    lag_ms = 1500
+    with running_cluster(tmp_path, size=3, overrides={"replica.lag.time.max.ms": lag_ms}) as c:
+        topic = unique_topic()
+        c.create_topic(topic, partitions=6, rf=3)
+        time.sleep(4 * lag_ms / 1000)  # idle: every follower fetch finds nothing new
+        shrinks = "\n".join(broker_log_excerpt(b, ["lagging"]) for b in c.brokers.values())
+        assert not shrinks.strip(), shrinks
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=c.bootstrap, acks="all", linger_ms=0)
+        try:
+            for p in range(6):
+                producer.send(topic, b"after idle", partition=p).get(30)
+        finally:
+            producer.close()
+        wait_until(lambda: c.isr_full(topic, 6), 30, what="ISRs full after the produce")
