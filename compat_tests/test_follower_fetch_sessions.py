@@ -21,11 +21,11 @@ import pytest
 from pybroker.testing.client import Connection
 from pybroker.testing.client_helpers import unique_topic
 from pybroker.testing.cluster_harness import broker_log_excerpt, running_cluster, wait_until
-from pybroker.wire.records import parse_batches
+from pybroker.wire.records import build_batch, parse_batches
 
 pytestmark = pytest.mark.timeout(300)
 
-FETCH, DELETE_RECORDS = 1, 21
+PRODUCE, FETCH, DELETE_RECORDS = 0, 1, 21
 V = 12
 PARTITIONS = 4
 
@@ -84,9 +84,6 @@ def test_incremental_answers_agree_with_sessionless_fetches_after_random_changes
         c.pause(1)
         host, port = c.brokers[0].host, c.brokers[0].port
         rng = random.Random(20261126)
-        from kafka import KafkaProducer
-
-        producer = KafkaProducer(bootstrap_servers=f"{host}:{port}", acks=1, linger_ms=0)
         with Connection(host, port) as conn:
             offsets = {p: 0 for p in range(PARTITIONS)}
             known: dict[int, tuple[int, int]] = {}  # partition: (high watermark, log start)
@@ -97,9 +94,25 @@ def test_incremental_answers_agree_with_sessionless_fetches_after_random_changes
             for step in range(40):
                 op = rng.choice(["produce", "produce", "delete", "idle"])
                 p = rng.randrange(PARTITIONS)
-                if op == "produce":
-                    for i in range(rng.randint(1, 3)):
-                        producer.send(topic, f"{step}-{i}".encode(), partition=p).get(30)
+                if op == "produce":  # (to broker 0 only: a client would ask paused broker 1)
+                    records = build_batch(
+                        [(None, f"{step}-{i}".encode(), []) for i in range(rng.randint(1, 3))]
+                    )
+                    _, r = conn.request(
+                        PRODUCE,
+                        {
+                            "transactional_id": None,
+                            "acks": 1,
+                            "timeout_ms": 30000,
+                            "topic_data": [
+                                {
+                                    "name": topic,
+                                    "partition_data": [{"index": p, "records": records}],
+                                }
+                            ],
+                        },
+                    )
+                    assert r["responses"][0]["partition_responses"][0]["error_code"] == 0, r
                 elif op == "delete":
                     hw = known.get(p, (0, 0))[0]
                     to = rng.randint(known.get(p, (0, 0))[1], max(hw, 0))
@@ -137,7 +150,6 @@ def test_incremental_answers_agree_with_sessionless_fetches_after_random_changes
                 truth = {q: (e["high_watermark"], e["log_start_offset"]) for q, e in full.items()}
                 assert known == truth, f"step {step} ({op} {p})"
                 assert not any(e["records"] for e in full.values()), f"step {step}"
-        producer.close()
         c.resume(1)
 
 
