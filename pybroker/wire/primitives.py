@@ -287,6 +287,11 @@ class Writer:
             self.buf = bytearray()
         self._parts.append(obj)
 
+    @property
+    def has_chunks(self) -> bool:
+        """Whether out-of-band parts were appended (else ``buf`` is the whole output)."""
+        return bool(self._parts)
+
     def parts(self) -> list[Any]:
         out = list(self._parts)
         if self.buf:
