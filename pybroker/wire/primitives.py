@@ -75,6 +75,9 @@ def write_uvarint(out: bytearray, v: int) -> None:
 
 def write_varint(out: bytearray, v: int) -> None:
     """Zig-zag (64-bit) then unsigned varint."""
+    if -0x40 <= v < 0x40:  # one byte (a record's deltas and short lengths)
+        out.append(v << 1 if v >= 0 else (-v << 1) - 1)
+        return
     write_uvarint(out, ((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
