@@ -35,6 +35,12 @@ log = logging.getLogger("pybroker.gc")
 
 FREEZE_AFTER_MS = 20.0  # a full collection this long walked ~50,000+ objects: freeze them
 UNFREEZE_INTERVAL_S = 900.0  # cyclic garbage among frozen objects waits at most this long
+# Allocations between young collections (CPython's default 700).  A request allocates some
+# hundred containers, nearly all freed by reference counting, so at 700 a young collection
+# (and this module's callback, twice) ran every few requests; at 20,000 one every ~100-200
+# (issue 28, W18: gc_collect_main was 1-2% of the broker's CPU).  Cyclic garbage waits for at
+# most that many allocations more.
+YOUNG_THRESHOLD = 20_000
 
 
 @dataclass
@@ -64,9 +70,12 @@ class GcPolicy:
         self._started = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._installed = False
+        self._thresholds = gc.get_threshold()
 
     def install(self) -> None:
         if not self._installed:
+            self._thresholds = gc.get_threshold()
+            gc.set_threshold(YOUNG_THRESHOLD, *self._thresholds[1:])
             gc.callbacks.append(self._on_gc)
             self._installed = True
             self._timer = self._loop.call_later(self.unfreeze_interval_s, self._unfreeze)
@@ -84,6 +93,7 @@ class GcPolicy:
         )
         if self._installed:
             gc.callbacks.remove(self._on_gc)
+            gc.set_threshold(*self._thresholds)
             self._installed = False
         if self._timer is not None:
             self._timer.cancel()

@@ -9,7 +9,7 @@ import weakref
 
 import pytest
 
-from pybroker.gc_policy import GcPolicy
+from pybroker.gc_policy import YOUNG_THRESHOLD, GcPolicy
 
 
 class _Cyclic:
@@ -111,3 +111,19 @@ def test_bench_gc_pauses_runs_both_modes():
         timeout=120,
     ).stdout
     assert [line.split()[0] for line in out.splitlines()] == ["defaults", "policy"]
+
+
+def test_install_raises_the_young_threshold_and_uninstall_restores_it(clean_gc):
+    before = gc.get_threshold()
+
+    async def main() -> None:
+        policy = GcPolicy(asyncio.get_running_loop())
+        policy.install()
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, *before[1:])
+        garbage = weakref.ref(_Cyclic())
+        gc.collect(0)  # an explicit young collection still reclaims cycles
+        assert garbage() is None
+        policy.uninstall()
+        assert gc.get_threshold() == before
+
+    asyncio.run(main())
