@@ -32,7 +32,11 @@ log = logging.getLogger("pybroker.server")
 
 BACKLOG = 1024
 SSL_HANDSHAKE_TIMEOUT_S = 10.0  # an SSL listener's connection that does not finish it is closed
-ACCEPT_BATCH = 128  # accept() calls per wake-up of a listening socket
+# accept() calls per wake-up of a listening socket: Kafka's Processor.ConnectionQueueSize, the
+# new connections a network thread sets up per poll "to ensure that traffic and connection
+# close notifications of existing channels are handled promptly" (a storm's setup work per
+# loop iteration is bounded; the rest waits in the listen backlog, BACKLOG >= Kafka's 50)
+ACCEPT_BATCH = 20
 ACCEPT_RETRY_S = 0.5  # pause after running out of descriptors
 CLOSE_WAIT_S = 1.5  # stop: how long connections may take to finish the request in hand
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
