@@ -6,11 +6,13 @@ connections already open are served between batches; no connect is lost meanwhil
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import socket
 import threading
+import weakref
 
-from broker_fixture import batch, unique_topic
+from broker_fixture import batch, unique_topic, wait_until
 
 from pybroker.server import ACCEPT_BATCH, BACKLOG
 from pybroker.testing.scale import Clients
@@ -88,3 +90,31 @@ def test_a_storm_of_connects_while_a_producer_produces(start_broker):
     assert storm.answered == 300
     assert acks and all(a["error_code"] == NONE for a in acks)
     assert [a["base_offset"] for a in acks] == list(range(len(acks)))
+
+
+def test_a_closed_connection_is_freed_without_the_cyclic_collector(start_broker):
+    """A storm's closed connections are freed by reference counting as they close, not left
+    as cycles for the collector's next full walk (a storm's longest loop stalls were full
+    collections of the connections a storm before it left: 35 objects each)."""
+    b = start_broker()
+    server = b.broker.server
+
+    async def refs() -> list[weakref.ref]:
+        return [weakref.ref(c) for c in server.connections]
+
+    async def live() -> int:
+        await asyncio.sleep(0.05)
+        return len(server.connections)
+
+    gc.disable()
+    try:
+        clients = Clients((b.host, b.port))
+        clients.open(50)
+        assert clients.answered == 50
+        conns = b.run(refs())
+        assert len(conns) == 50
+        clients.close()
+        wait_until(lambda: b.run(live()) == 0)
+        wait_until(lambda: b.run(live()) == 0 and all(r() is None for r in conns))
+    finally:
+        gc.enable()
