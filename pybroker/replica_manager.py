@@ -441,7 +441,7 @@ class ReplicaManager(PartitionReplicas):
         total = 0
         out: list[LogReadResult] = []
         append = out.append
-        lease_ok = getattr(self.cluster, "lease_ok", True)  # once a request, not per partition
+        lease_ok = self.lease_ok  # once a request, not per partition
         read = self._read
         # A consumer's partition with nothing to read (at the high watermark or LSO) that this
         # broker leads in the asked epoch: its answer without the full path (most partitions
