@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         if config.node_cores != 1:  # one broker process per core (docs/multicore.md)
-            from pybroker.node.supervisor import serve_node
+            from pybroker.node.supervisor import serve_node  # (a node's processes only)
 
             settings = load_settings(args.properties, args.override)
             if "log.dirs" not in settings and "log.dir" not in settings:

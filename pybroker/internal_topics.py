@@ -31,13 +31,8 @@ from pybroker.coord.metadata.placement import OFFSETS_TOPIC, TXN_STATE_TOPIC
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.replication.manager import LEADER
 from pybroker.wire.control_records import read_end_txn_marker
-from pybroker.wire.records import (
-    HEADER_SIZE,
-    InvalidRecordError,
-    build_batch,
-    decode_records,
-    scan_batches,
-)
+from pybroker.wire.record_walker import decode_records
+from pybroker.wire.records import HEADER_SIZE, InvalidRecordError, build_batch, scan_batches
 
 if TYPE_CHECKING:
     from pybroker.clock import Clock

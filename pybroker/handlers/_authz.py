@@ -5,7 +5,7 @@ allowed, as in Kafka."""
 from __future__ import annotations
 
 from pybroker.handlers.context import RequestContext
-from pybroker.security.acl import CLUSTER_NAME, Operation, ResourceType
+from pybroker.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, ResourceType
 from pybroker.security.sasl import ANONYMOUS
 
 
@@ -48,8 +48,6 @@ def enabled(ctx: RequestContext) -> bool:
 def authorized_operations(ctx: RequestContext, rtype: ResourceType, name: str) -> int:
     """Kafka's authorized-operations bit field (Metadata v8+, DescribeGroups v3+,
     DescribeCluster): bit ``op`` set for each operation of the resource type allowed."""
-    from pybroker.security.acl import SUPPORTED_OPERATIONS
-
     return sum(1 << op for op in SUPPORTED_OPERATIONS[rtype] if allowed(ctx, op, rtype, name))
 
 
