@@ -86,7 +86,7 @@ class FaultContext:
     nc: NetworkCluster
     rng: random.Random
     report: object  # compat_tests.fault_injection.FaultReport
-    loads: list  # pybroker.testing.cluster_harness._Load (their .stats.acked)
+    loads: list  # pybroker.testing.cluster_harness.Load (their .stats.acked)
     clients: list[str]  # the producers' namespaces
     topics: list[str]  # topics whose partitions must all survive
     topic: str  # the topic the loads write

@@ -42,8 +42,8 @@ from pybroker.testing.cluster_loads import (  # noqa: F401 (named here for their
     CheckResult,
     ConfluentLoad,
     KafkaPythonLoad,
+    Load,
     LoadStats,
-    _Load,
     check_records,
     read_topic,
 )
