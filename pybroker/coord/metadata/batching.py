@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import Any
 
 from pybroker.coord.metadata.store import (
     MetadataStore,
@@ -199,8 +198,3 @@ def _fail(batch: list[_Pending], error: BaseException) -> None:
         if not p.done.done():
             p.done.set_exception(error)
             p.done.exception()  # retrieved: a caller gone meanwhile leaves no warning
-
-
-def unwrap(store: MetadataStore) -> Any:
-    """The store under a BatchingStore (itself otherwise)."""
-    return store.inner if isinstance(store, BatchingStore) else store
