@@ -90,7 +90,6 @@ class LeaderSide:
         for r in replicas:
             st = r.followers.get(replica_id)
             if st is not None:
-                st.last_fetch_ms = now
                 st.last_caught_up_ms = now
 
     def check_enough_replicas(self, r: Replica) -> None:
@@ -151,7 +150,6 @@ class LeaderSide:
         st = r.followers[replica_id]
         now = self.clock.time_ms()
         st.log_end_offset = fetch_offset
-        st.last_fetch_ms = now
         if fetch_offset >= r.log.log_end_offset:
             st.last_caught_up_ms = now
         # In sync (Kafka's isFollowerInSync): at the high watermark and holding everything
