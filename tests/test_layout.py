@@ -237,3 +237,25 @@ def test_no_private_name_imported_from_another_module():
                 if a.name not in PRIVATE_IMPORTS_PENDING:
                     offenders.append(f"{p.relative_to(ROOT)}:{n.lineno}: {n.module}.{a.name}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_the_readme_layout_names_every_package():
+    """README's Layout section names each package (``pybroker/x`` or, under a named parent,
+    ``x/y``), so a reader finds every folder there."""
+    readme = (ROOT / "README.md").read_text()
+    layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    packages = sorted(
+        str(p.parent.relative_to(ROOT))
+        for top in ("pybroker", "bench")
+        for p in (ROOT / top).rglob("__init__.py")
+    )
+    missing = [
+        pkg
+        for pkg in packages
+        if f"`{pkg}`" not in layout
+        and f"`{pkg.split('/', 1)[-1]}`" not in layout
+        and f"`{pkg}/" not in layout
+        and f"`{pkg.split('/', 1)[-1]}/" not in layout
+        and f"({pkg.split('/', 1)[-1]}/" not in layout
+    ]
+    assert packages and not missing, f"README's Layout does not name: {missing}"
