@@ -311,6 +311,21 @@ def headers(buf: Any, pos: int) -> list[tuple[bytes, bytes | None]]:
     return out
 
 
+def walk_stored(payload: bytes, h: BatchHeader, visit: Visit) -> None:
+    """Every record of a stored batch's whole decompressed ``payload`` through ``visit`` (offset
+    deltas may have gaps, as in a compacted log).  Malformed: InvalidRecordError(CORRUPT_MESSAGE)."""
+    try:
+        walk(
+            (payload,),
+            h.records_count,
+            max_record_bytes=len(payload),
+            gaps_up_to=h.last_offset_delta,
+            visit=visit,
+        )
+    except InvalidRecordError as e:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, str(e)) from e
+
+
 def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
     """Decode the records of one whole batch (decompressing it) with the record walker
     (offset deltas may have gaps, as in a compacted log).
@@ -335,15 +350,7 @@ def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
         out.append(Record(h.base_offset + off, stamp, f.key(buf), f.value(buf), hs))
 
     try:
-        walk(
-            (payload,),
-            h.records_count,
-            max_record_bytes=len(payload),
-            gaps_up_to=h.last_offset_delta,
-            visit=collect,
-        )
+        walk_stored(payload, h, collect)
     except UnicodeDecodeError as e:
         raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "header key is not UTF-8") from e
-    except InvalidRecordError as e:
-        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, str(e)) from e
     return out
