@@ -19,7 +19,7 @@ def host(ctx: RequestContext) -> str:
 
 
 def allowed(ctx: RequestContext, op: Operation, rtype: ResourceType, name: str) -> bool:
-    a = getattr(ctx.services, "authorizer", None)
+    a = ctx.services.authorizer
     if a is None:
         return True
     return a.authorize(principal(ctx), host(ctx), op, rtype, name)
@@ -42,7 +42,7 @@ def on_txn(ctx: RequestContext, op: Operation, transactional_id: str) -> bool:
 
 
 def enabled(ctx: RequestContext) -> bool:
-    return getattr(ctx.services, "authorizer", None) is not None
+    return ctx.services.authorizer is not None
 
 
 def authorized_operations(ctx: RequestContext, rtype: ResourceType, name: str) -> int:
@@ -54,7 +54,7 @@ def authorized_operations(ctx: RequestContext, rtype: ResourceType, name: str) -
 def idempotent_write(ctx: RequestContext) -> bool:
     """An idempotent producer: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic
     (KIP-679, Kafka 3.0+)."""
-    a = getattr(ctx.services, "authorizer", None)
+    a = ctx.services.authorizer
     if a is None:
         return True
     return on_cluster(ctx, Operation.IDEMPOTENT_WRITE) or a.authorize_any(

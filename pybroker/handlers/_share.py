@@ -24,9 +24,7 @@ SHARE_VERSION = 1  # the share.version feature level served (Kafka 4.2's)
 
 def share_enabled(ctx: RequestContext) -> bool:
     """group.share.enable (share.version finalized at 1); the share services exist then."""
-    return bool(ctx.services.config.group_share_enable) and (
-        getattr(ctx.services, "share_groups", None) is not None
-    )
+    return bool(ctx.services.config.group_share_enable) and (ctx.services.share_groups is not None)
 
 
 def member_id_valid(member_id: str | None) -> bool:

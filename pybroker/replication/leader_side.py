@@ -95,7 +95,7 @@ class LeaderSide:
     def check_enough_replicas(self, r: Replica) -> None:
         """acks=all precondition: the ISR is at least min.insync.replicas and the store session
         that lets us guarantee it is alive."""
-        if not getattr(self.cluster, "session_ok", True):
+        if not self.cluster.session_ok:
             raise KafkaError(
                 ErrorCode.NOT_ENOUGH_REPLICAS,
                 "this broker has lost its metadata-store session",
