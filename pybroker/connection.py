@@ -12,7 +12,6 @@ docs/internals.md ("pybroker/connection.py").
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import struct
 import time
@@ -43,6 +42,38 @@ _BEFORE_LOGIN = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthe
 _BYTES = (bytes, bytearray, memoryview)
 
 
+class _Flag:
+    """``asyncio.Event`` for one waiting task, without the Event's waiter deque (an empty
+    deque is ~760 bytes and a connection had three: idle connections cost RSS, issue 27's
+    W23).  ``set`` wakes the waiter; ``clear`` does not undo a wake already given."""
+
+    __slots__ = ("_is_set", "_waiter")
+
+    def __init__(self, is_set: bool = False) -> None:
+        self._is_set = is_set
+        self._waiter: asyncio.Future[None] | None = None
+
+    def is_set(self) -> bool:
+        return self._is_set
+
+    def set(self) -> None:
+        self._is_set = True
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._is_set = False
+
+    async def wait(self) -> None:
+        if self._is_set:
+            return
+        waiter = self._waiter
+        if waiter is None or waiter.done():  # done: a cancelled wait left it behind
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+        await waiter
+
+
 class KafkaConnection(asyncio.Protocol):
     def __init__(
         self,
@@ -61,16 +92,15 @@ class KafkaConnection(asyncio.Protocol):
             max_request_bytes if sasl is None else min(max_request_bytes, SASL_MAX_RECEIVE_SIZE)
         )
         self.max_request_bytes = max_request_bytes
-        self.frames: collections.deque[bytearray] = collections.deque()
+        self.frames: list[bytearray] = []  # at most ~MAX_QUEUED_FRAMES (a deque: 760 bytes idle)
         self.queued_bytes = 0
         self.transport: asyncio.Transport | None = None
         self._layer: TransportLayer | None = None
         self.peer: tuple | None = None
         self.reading_paused = False
         self.closed = False
-        self._wakeup = asyncio.Event()
-        self._can_write = asyncio.Event()
-        self._can_write.set()
+        self._wakeup = _Flag()
+        self._can_write = _Flag(True)
         self._task: asyncio.Task | None = None
         self._on_close = on_close
         self._in_sendfile = False
@@ -166,13 +196,16 @@ class KafkaConnection(asyncio.Protocol):
             self.transport.close()
 
     async def _run(self) -> None:
+        frame: bytearray | None = None
+        parts: list[Any] | bool | None = None
         try:
             while not self.closed:
                 if not self.frames:
+                    frame = parts = None  # an idle connection keeps no request or answer
                     self._wakeup.clear()
                     await self._wakeup.wait()
                     continue
-                frame = self.frames.popleft()
+                frame = self.frames.pop(0)
                 self.queued_bytes -= len(frame)
                 if self.reading_paused and len(self.frames) < MAX_QUEUED_FRAMES // 2:
                     self.reading_paused = False
