@@ -254,7 +254,7 @@ async def snapshot(broker: BrokerState) -> Snapshot:
     snap.fetch_sessions = len(cache)
     snap.fetch_session_partitions = cache.total_partitions
     snap.fetch_session_evictions = getattr(cache, "evictions", 0)
-    quotas = getattr(broker, "quotas", None)
+    quotas = broker.quotas
     if quotas is not None:
         snap.quota_throttle_ms = dict(quotas.throttle_ms)
     return snap
@@ -275,12 +275,12 @@ def connections(broker: BrokerState) -> dict[str, int]:
 
 
 def _share_groups(broker: BrokerState, snap: Snapshot) -> None:
-    coordinator = getattr(broker, "share_groups", None)
+    coordinator = broker.share_groups
     if coordinator is not None:
         for g in list(coordinator.groups.values()):
             state = g.state.value
             snap.share_group_states[state] = snap.share_group_states.get(state, 0) + 1
-    shares = getattr(broker, "shares", None)
+    shares = broker.shares
     if shares is not None:
         snap.share_acks = dict(shares.stats)
         snap.share_partitions = shares.views()
