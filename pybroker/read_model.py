@@ -200,15 +200,15 @@ async def snapshot(broker: BrokerState) -> Snapshot:
     snap.topics_in = {t: list(c) for t, c in m.topics.items()}
     snap.totals = m.totals()
     snap.replication_bytes = (
-        getattr(replicas, "replication_bytes_in", 0),
+        replicas.replication_bytes_in,
         m.replication_bytes_out,
     )
     snap.requests = dict(m.requests)
     snap.latency = {k: list(v) for k, v in m.latency.items()}
     snap.latency_base = m.quantile_base(time.monotonic())
     snap.errors = dict(m.errors)
-    snap.isr_shrinks = getattr(replicas, "isr_shrinks", 0)
-    snap.isr_expands = getattr(replicas, "isr_expands", 0)
+    snap.isr_shrinks = replicas.isr_shrinks
+    snap.isr_expands = replicas.isr_expands
     snap.idle_share = m.idle.read()
     snap.idle_seconds = m.idle.idle_s
     rows = snap.partitions
@@ -233,7 +233,7 @@ async def snapshot(broker: BrokerState) -> Snapshot:
                 replicas.min_insync_replicas(r.topic),
             )
         )
-    snap.offline_replicas = len(getattr(replicas, "offline", ()))
+    snap.offline_replicas = len(replicas.offline)
     logs = broker.logs
     if logs is not None:
         snap.log_dirs = [(str(d), int(d in logs.offline_dirs)) for d in logs.log_dirs]
@@ -253,7 +253,7 @@ async def snapshot(broker: BrokerState) -> Snapshot:
     cache = broker.fetch_sessions
     snap.fetch_sessions = len(cache)
     snap.fetch_session_partitions = cache.total_partitions
-    snap.fetch_session_evictions = getattr(cache, "evictions", 0)
+    snap.fetch_session_evictions = cache.evictions
     quotas = broker.quotas
     if quotas is not None:
         snap.quota_throttle_ms = dict(quotas.throttle_ms)
