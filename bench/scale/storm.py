@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.scale.connections import STORM, ProduceProbe, _p99
+from bench.scale.connections import STORM, ProduceProbe, p99_ms
 from bench.scale.harness import _stalls, loadavg, log, start_kafka, start_pybroker
 from pybroker.testing.procstat import cpu_seconds
 from pybroker.testing.scale import Clients, create_topics, wait_all_answer
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                 stall = _stalls(system, since)
                 row = (
                     f"| {i + 1} | {answered:.2f} | {storm.failed} | {cpu / STORM * 1000:.3f} "
-                    f"| {_p99(storm_lat) or 0:.1f} | {_median(storm_lat):.1f} | {stall if stall is not None else '-'} "
+                    f"| {p99_ms(storm_lat) or 0:.1f} | {_median(storm_lat):.1f} | {stall if stall is not None else '-'} "
                     f"| {loadavg()} |"
                 )
                 log(row)
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         idle.close()
     finally:
         system.stop()
-    p99 = _p99(lat)
+    p99 = p99_ms(lat)
     text = (
         f"\n## {dt.datetime.now():%Y-%m-%d %H:%M} `python -m bench.scale.storm "
         f"{' '.join(argv if argv is not None else sys.argv[1:])}`\n\n"
