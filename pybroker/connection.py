@@ -116,24 +116,32 @@ class KafkaConnection(asyncio.Protocol):
 
     @property
     def task(self) -> asyncio.Task | None:
-        """The request loop's task (from connection_made on)."""
+        """The request loop's task (from the first frame on)."""
         return self._task
 
     # -- asyncio.Protocol -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """The request loop's task starts with the first frame (data_received): a connection
+        that never sends one costs no task, and the first request is handled at once."""
         self.transport = transport  # type: ignore[assignment]
-        self._layer = TransportLayer(
-            transport,  # type: ignore[arg-type]
-            lambda: self.closed,
-            self._can_write.wait,
-        )
         self.peer = transport.get_extra_info("peername")
         cert = transport.get_extra_info("peercert")  # a verified client certificate, if any
         if cert and self.session.sasl is None:
             dn = distinguished_name(cert)
             name = self._principal_rules(dn) if self._principal_rules is not None else dn
             self.session.principal = f"User:{name}"
-        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    @property
+    def layer(self) -> TransportLayer:
+        """How answers with log regions are written (made at the first such answer; dropped
+        when the connection is lost, which breaks its reference cycle with this object)."""
+        if self._layer is None:
+            self._layer = TransportLayer(
+                self.transport,
+                lambda: self.closed,
+                self._can_write.wait,
+            )
+        return self._layer
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -148,6 +156,8 @@ class KafkaConnection(asyncio.Protocol):
             self.abort()
             return
         if self.frames:
+            if self._task is None:
+                self._task = asyncio.get_running_loop().create_task(self._run())
             self._wakeup.set()
         if (
             len(self.frames) >= MAX_QUEUED_FRAMES or self.queued_bytes > self.max_request_bytes
@@ -161,6 +171,7 @@ class KafkaConnection(asyncio.Protocol):
         self._can_write.set()
         if self._layer is not None:
             self._layer.wake()
+            self._layer = None
         if self._on_close:
             self._on_close(self)
         shares = getattr(self.services, "shares", None)
@@ -408,7 +419,7 @@ class KafkaConnection(asyncio.Protocol):
         elif not self.closed:
             # Log regions (transport_layer.py): straight onto the socket when the transport
             # has nothing buffered, through the TLS layer in chunks, else asyncio's sendfile.
-            layer = self._layer
+            layer = self.layer
             self._in_sendfile = True
             try:
                 if layer.direct and transport.get_write_buffer_size() == 0:

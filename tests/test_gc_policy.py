@@ -8,7 +8,10 @@ import gc
 import weakref
 
 import pytest
+from broker_fixture import free_port
 
+from pybroker.broker import Broker
+from pybroker.config import build_config
 from pybroker.gc_policy import YOUNG_THRESHOLD, GcPolicy
 
 
@@ -127,3 +130,26 @@ def test_install_raises_the_young_threshold_and_uninstall_restores_it(clean_gc):
         assert gc.get_threshold() == before
 
     asyncio.run(main())
+
+
+def _policy_installed() -> bool:
+    return any(isinstance(getattr(cb, "__self__", None), GcPolicy) for cb in gc.callbacks)
+
+
+def test_a_serving_broker_runs_under_the_policy_and_removes_it_on_stop(tmp_path, clean_gc):
+    """Broker.serving (``pybroker serve`` and a node's worker): the policy is installed for
+    the serving broker's life, the start's survivors frozen, and gone once it stopped."""
+    settings = {
+        "broker.id": "0",
+        "listeners": f"PLAINTEXT://127.0.0.1:{free_port()}",
+        "log.dirs": str(tmp_path),
+    }
+
+    async def main() -> tuple[bool, int, bool]:
+        gc.unfreeze()
+        async with Broker(build_config(settings)).serving():
+            installed, frozen = _policy_installed(), gc.get_freeze_count()
+        return installed, frozen, _policy_installed()
+
+    installed, frozen, after = asyncio.run(main())
+    assert installed and frozen > 0 and not after
