@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,8 @@ from pybroker.replication.session_handler import FetchSessionHandler
 from pybroker.wire.records import InvalidRecordError, parse_batches
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from pybroker.replication.manager import Replica, ReplicaManager
 
 log = logging.getLogger("pybroker.replication.fetcher")
@@ -29,6 +32,12 @@ MAX_WAIT_MS = 500
 PARTITION_MAX_BYTES = 1024 * 1024
 MAX_BYTES = 16 * 1024 * 1024
 THROTTLE_BACKOFF_S = 1.0  # Kafka's replica.fetch.backoff.ms, when every partition is held
+# A partition's first retry after an error comes after this long (pybroker's own), doubling
+# while the error persists up to replica.fetch.backoff.ms (Kafka's delay, every time): a
+# leader learns of a new partition or leader epoch milliseconds after its followers (each
+# broker reads ZooKeeper itself), and a new leader's high watermark waits for their fetch.
+FIRST_BACKOFF_S = 0.05
+monotonic = time.monotonic  # the clock of the partitions' error delays
 SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH)
 
 
@@ -43,6 +52,10 @@ class _Fetching:
     # sees the same dict for an unchanged partition (FetchSessionHandler.build)
     params: dict | None = None
     built_from: tuple = ()
+    # after a partition error: left out of the requests until then (monotonic seconds), as
+    # Kafka's PartitionFetchState delay of replica.fetch.backoff.ms
+    delayed_until: float = 0.0
+    errors: int = 0  # errors in a row (the delay doubles with each)
 
 
 class ReplicaFetcher:
@@ -56,7 +69,7 @@ class ReplicaFetcher:
         self._addr: tuple[str, int] | None = None
         self._stopped = False
         self._session = FetchSessionHandler()
-        self._errors = 0  # rounds of partition errors in a row (_error_backoff)
+        self.backoff_s = manager.replica_fetch_backoff_ms / 1000.0
         self._version = 0  # moves on every add / remove
         self._round_version = 0  # _version when the current round of the loop began
 
@@ -110,12 +123,27 @@ class ReplicaFetcher:
                 if conn is None:
                     await asyncio.sleep(0.2)
                     continue
-                pending = {k: f for k, f in self.partitions.items() if not f.truncated}
+                now = monotonic()
+                pending = {
+                    k: f
+                    for k, f in self.partitions.items()
+                    if not f.truncated and f.delayed_until <= now
+                }
                 if pending:
                     await self._truncate(conn, pending)
-                ready = {k: f for k, f in self.partitions.items() if f.truncated}
+                now = monotonic()
+                ready = {
+                    k: f
+                    for k, f in self.partitions.items()
+                    if f.truncated and f.delayed_until <= now
+                }
                 if ready:
                     await self._fetch(conn, ready)
+                elif not pending:
+                    # every partition is delayed after an error: wait for the first delay
+                    # to end (Kafka's fetcher awaits the backoff when no partition is ready)
+                    first = min(f.delayed_until for f in self.partitions.values())
+                    await self._pause(max(first - now, 0.001))
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise
@@ -190,7 +218,6 @@ class ReplicaFetcher:
                 "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
             },
         )
-        failed = False
         for t in resp["topics"]:
             for p in t["partitions"]:
                 key = (t["topic"], p["partition"])
@@ -198,16 +225,25 @@ class ReplicaFetcher:
                 if f is None or not self._current(key, f):
                     continue
                 if p["error_code"] != ErrorCode.NONE:
+                    # mostly the leader not knowing yet of the epoch we learned: this
+                    # partition is asked again after the backoff, the others go on
                     log.debug("%s-%d: OffsetForLeaderEpoch error %d", *key, p["error_code"])
-                    failed = True
                     continue
                 self._truncate_to_leader(f, asked[key], p["leader_epoch"], p["end_offset"])
-        if failed:
-            # mostly the leader not knowing yet of the epoch we learned (its metadata lags ours
-            # by milliseconds): ask again soon, more slowly while it persists
-            await self._pause(self._error_backoff())
-        else:
-            self._errors = 0
+                f.errors = 0
+        # an error, or a partition the answer left out: not asked again before the backoff
+        self._delay(f for key, f in pending.items() if key in asked and not f.truncated)
+
+    def _delay(self, failed: Iterable[_Fetching]) -> None:
+        """Kafka's delayPartitions: a partition that failed is left out of the requests for a
+        while (FIRST_BACKOFF_S, doubling up to replica.fetch.backoff.ms); the fetcher goes on
+        with the others.  A partition handed over again (a new leader or epoch) is a new
+        entry, not delayed."""
+        now = monotonic()
+        for f in failed:
+            if f.delayed_until <= now:  # not delayed already
+                f.delayed_until = now + min(FIRST_BACKOFF_S * 2**f.errors, self.backoff_s)
+                f.errors = min(f.errors + 1, 30)
 
     def _truncate_to_leader(
         self, f: _Fetching, asked: int, leader_epoch: int, end_offset: int
@@ -307,7 +343,7 @@ class ReplicaFetcher:
             return  # the next request is a full one
         if resp["error_code"] != ErrorCode.NONE:
             raise ConnectionError(f"fetch error {resp['error_code']}")
-        failed = answered = 0
+        failed: list[_Fetching] = []
         for t in resp["responses"]:
             for p in t["partitions"]:
                 key = (t["topic"], p["partition_index"])
@@ -316,19 +352,13 @@ class ReplicaFetcher:
                     # what the leader sent for it is lost: start the session again in full
                     self._session.handle_error()
                     continue
-                answered += 1
-                failed += self._apply(f, p)
-        if answered and failed == answered:
-            # errors come back at once (no long poll): retry after a pause, not in a spin,
-            # while the metadata that resolves them (a newer epoch, a new leader) arrives
-            await self._pause(self._error_backoff())
-        elif answered:
-            self._errors = 0
-
-    def _error_backoff(self) -> float:
-        """10 ms, doubling with each round of errors in a row, up to 100 ms."""
-        self._errors += 1
-        return min(0.01 * 2 ** (self._errors - 1), 0.1)
+                if self._apply(f, p):
+                    failed.append(f)
+                else:
+                    f.errors = 0
+        # errors come back at once (the leader does not long-poll a request with one): the
+        # failed partitions wait out the backoff, the next request long-polls the others
+        self._delay(failed)
 
     def _apply(self, f: _Fetching, p: dict) -> bool:
         """Apply one partition's answer; True when it was an error."""
