@@ -69,6 +69,7 @@ class ReplicaFetcher:
         self._addr: tuple[str, int] | None = None
         self._stopped = False
         self._session = FetchSessionHandler()
+        self._newly_failing: dict[int, list[_Fetching]] = {}  # this answer's, by error code
         self.backoff_s = manager.replica_fetch_backoff_ms / 1000.0
         self._version = 0  # moves on every add / remove
         self._round_version = 0  # _version when the current round of the loop began
@@ -344,6 +345,7 @@ class ReplicaFetcher:
         if resp["error_code"] != ErrorCode.NONE:
             raise ConnectionError(f"fetch error {resp['error_code']}")
         failed: list[_Fetching] = []
+        self._newly_failing = {}
         for t in resp["responses"]:
             for p in t["partitions"]:
                 key = (t["topic"], p["partition_index"])
@@ -359,6 +361,24 @@ class ReplicaFetcher:
         # errors come back at once (the leader does not long-poll a request with one): the
         # failed partitions wait out the backoff, the next request long-polls the others
         self._delay(failed)
+        self._log_new_errors()
+
+    def _log_new_errors(self) -> None:
+        """One line per error code for the partitions that began failing with it in this
+        answer, not one per partition: after a leader's lease is suspended (its loop held up)
+        every partition fails at once, and 16,000 lines held the follower's own loop for
+        seconds (W22 at 100,000 replicas, docs/scale.md)."""
+        for code, fs in self._newly_failing.items():
+            names = ", ".join(f"{f.replica.topic}-{f.replica.partition}" for f in fs[:3])
+            log.info(
+                "fetch from leader %d answered error %d for %d partition(s) (%s%s); retrying",
+                self.leader_id,
+                code,
+                len(fs),
+                names,
+                ", ..." if len(fs) > 3 else "",
+            )
+        self._newly_failing = {}
 
     def _apply(self, f: _Fetching, p: dict) -> bool:
         """Apply one partition's answer; True when it was an error."""
@@ -366,14 +386,8 @@ class ReplicaFetcher:
         plog = r.log
         code = p["error_code"]
         if code != f.last_error:
-            if code != ErrorCode.NONE:
-                log.info(
-                    "%s-%d: fetch from leader %d answered error %d; retrying",
-                    r.topic,
-                    r.partition,
-                    self.leader_id,
-                    code,
-                )
+            if code != ErrorCode.NONE:  # logged by _log_new_errors, one line per code
+                self._newly_failing.setdefault(code, []).append(f)
             f.last_error = code
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             start = p.get("log_start_offset", -1)
