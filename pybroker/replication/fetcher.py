@@ -38,6 +38,11 @@ THROTTLE_BACKOFF_S = 1.0  # Kafka's replica.fetch.backoff.ms, when every partiti
 # broker reads ZooKeeper itself), and a new leader's high watermark waits for their fetch.
 FIRST_BACKOFF_S = 0.05
 monotonic = time.monotonic  # the clock of the partitions' error delays
+# An answer's partitions are applied (appends, leader-epoch checkpoints) this many at a time
+# between passes of the event loop: after a produce to every partition, one answer of 16,000
+# partitions at a new leader epoch held the loop for seconds, past a third of the ZooKeeper
+# session, and the broker suspended its leadership (W22 at 100,000 replicas, docs/scale.md).
+APPLY_BATCH = 256
 SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH)
 
 
@@ -346,8 +351,12 @@ class ReplicaFetcher:
             raise ConnectionError(f"fetch error {resp['error_code']}")
         failed: list[_Fetching] = []
         self._newly_failing = {}
+        applied = 0
         for t in resp["responses"]:
             for p in t["partitions"]:
+                applied += 1
+                if applied % APPLY_BATCH == 0:
+                    await asyncio.sleep(0)  # (a partition removed meanwhile is skipped below)
                 key = (t["topic"], p["partition_index"])
                 f = ready.get(key)
                 if f is None or not self._current(key, f):
