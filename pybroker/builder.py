@@ -131,7 +131,7 @@ def broker_metrics(config: Config) -> BrokerMetrics | None:
 
 def make_store(config: Config, *, data_dir: Path, clock: Clock) -> MetadataStore:
     if config.zookeeper_connect:
-        from pybroker.coord.metadata.zk import ZooKeeperStore
+        from pybroker.coord.metadata.zk import ZooKeeperStore  # kazoo loaded only for ZooKeeper
 
         return ZooKeeperStore(
             config.zookeeper_connect,

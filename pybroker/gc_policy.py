@@ -1,26 +1,11 @@
-"""The cyclic garbage collector's policy for a broker process.
+"""The cyclic garbage collector's policy for a broker process (Kafka's JVM rarely walks old
+objects; this does the equivalent with ``gc.freeze()``): the survivors of start-up and of every
+slow full collection are frozen, and every ``unfreeze_interval_s`` they are given back, so
+cyclic garbage among them is reclaimed by the next full collection.
 
-CPython's full collection walks every tracked object, and a broker's long-lived state (its
-partitions' logs, replicas, caches) grows with the partition count: at 20,000 partitions a
-broker holds about a million tracked objects and each full collection held the event loop
-for 0.4-1.1 s, several times a minute under load, and a restart spent a fifth to half of its
-CPU in them (docs/scale.md, "The garbage collector").  Kafka's JVM has the same problem and
-solves it with generational collection that rarely revisits old objects; this module does
-the equivalent with ``gc.freeze()``:
-
-- after start-up (logs recovered, coordinators loaded), one full collection, then every
-  survivor is frozen (moved to the permanent generation, which no collection walks);
-- after a full collection that took ``freeze_after_ms`` or more, the survivors are frozen
-  too, so the next full collections walk only what was allocated since;
-- every ``unfreeze_interval_s`` the permanent generation is given back to the collector, so
-  cyclic garbage among objects that were alive at a freeze (a closed connection's cycles, a
-  deleted topic's) is reclaimed by the next full collection, which then freezes again:
-  memory stays bounded, and the full walk happens once per interval instead of whenever the
-  heap grew by a quarter.
-
-Objects without cycles are freed by reference counting whether frozen or not.  The policy is
-process-wide, so only the broker's own process installs it (``pybroker serve`` and a node's
-worker), never a test process that embeds a Broker.
+Invariants: nothing reachable is freed; memory stays bounded (one interval plus one full
+collection); process-wide, so installed only by a serving broker (Broker.serving).  Why and
+figures: docs/internals.md ("The garbage collector"), docs/scale.md.
 """
 
 from __future__ import annotations

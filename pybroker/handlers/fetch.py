@@ -136,7 +136,7 @@ def _read_all(
     stamps: dict = {}
     stamping = track_idle and replica_id < 0  # a consumer's session remembers idle ones
     # and an in-sync follower's, at its log end (the lease read once, as read_from_log)
-    following = track_idle and replica_id >= 0 and getattr(ctx.services.cluster, "lease_ok", True)
+    following = track_idle and replica_id >= 0 and replicas.lease_ok
     idle_followed: list = []  # the Replica of each partition a follower's fetch skipped
     to_read: list[FetchPartition] = []
     read_stamps: list[Any] = []

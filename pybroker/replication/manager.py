@@ -516,7 +516,7 @@ class ReplicaManager(LeaderSide):
         if r.role != LEADER:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if lease_ok is None:
-            lease_ok = getattr(self.cluster, "lease_ok", True)
+            lease_ok = self.lease_ok
         if not lease_ok:
             # held up past a third of the session: we may have been replaced
             # (coord/metadata/cluster.py)
