@@ -193,6 +193,7 @@ def replica_manager(
         purgatory,
         clock,
         replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
+        replica_fetch_backoff_ms=cfg.replica_fetch_backoff_ms,
         min_insync_replicas=min_insync_replicas,
         open_log=open_log,
         create_logs=create_logs,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -55,6 +56,15 @@ INLINE_BYTES = 64 * 1024  # records walked on the event loop per batch, at most
 MAGIC_OFFSET = 16  # of every entry: v0/v1 messages and v2 batches alike
 LEGACY_INLINE_BYTES = 16 * 1024  # uncompressed v0/v1 message sets converted on the loop
 TIMESTAMP_INLINE_BYTES = 16 * 1024  # ListOffsets: uncompressed batches walked on the loop
+# A read's log regions (FileSlice) each hold their segment's descriptor until the answer is
+# written (sendfile), also when the descriptor cache has let go of it: a read of thousands of
+# partitions with a few records each (a follower catching up after a produce to every
+# partition) held thousands at once, past the cache's bound (EMFILE at 33,334 partitions per
+# broker, docs/scale.md).  Past the first PINNED_REGIONS regions of a read, those of at most
+# SMALL_REGION bytes are read into memory at once (bytes, as records): one read holds at most
+# PINNED_REGIONS + max_bytes / SMALL_REGION descriptors.
+PINNED_REGIONS = 64
+SMALL_REGION = 64 * 1024
 READ_COMMITTED = 1
 
 
@@ -100,7 +110,7 @@ class LogReadResult(NamedTuple):
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: Any = None  # a pybroker.log.FileSlice, None when nothing was read
+    records: Any = None  # a pybroker.log.FileSlice or bytes (read_from_log), None: nothing read
     aborted_transactions: list[tuple[int, int]] | None = None  # (producer id, first offset)
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset) to truncate to
     idle: bool = False  # nothing to read: the fetcher is at the upper bound
@@ -479,6 +489,7 @@ class ReplicaManager(PartitionReplicas):
         transactions overlapping what they read."""
         remaining = params.max_bytes
         total = 0
+        regions = 0  # log regions (FileSlice) read so far
         out: list[LogReadResult] = []
         append = out.append
         lease_ok = self.lease_ok  # once a request, not per partition
@@ -523,9 +534,15 @@ class ReplicaManager(PartitionReplicas):
                         )
                         continue
             result = read(params, p, remaining, total == 0 and not hard_limit, lease_ok)
-            if result.records is not None:
-                total += result.records.size
-                remaining -= result.records.size
+            records = result.records
+            if records is not None:
+                total += records.size
+                remaining -= records.size
+                regions += 1
+                if regions > PINNED_REGIONS and records.size <= SMALL_REGION:
+                    # read now: the region's descriptor is let go of at once
+                    data = os.pread(records.file.fileno(), records.size, records.position)
+                    result = result._replace(records=data)
             append(result)
         return out, total
 

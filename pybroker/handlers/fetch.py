@@ -247,17 +247,24 @@ def _group_by_topic(answered: list, uses_ids: bool) -> list[dict]:
     return responses
 
 
+def _records_size(records: Any) -> int:
+    """A log region's size, or the length of records read into memory (read_from_log)."""
+    if isinstance(records, bytes | bytearray | memoryview):
+        return len(records)
+    return getattr(records, "size", 0)
+
+
 def _count_bytes_out(
     metrics: BrokerMetrics, answered: list, replica_id: int, uses_ids: bool, resolver: Resolver
 ) -> None:
     """Kafka's BytesOutPerSec (consumers, per topic) and ReplicationBytesOutPerSec."""
     if replica_id >= 0:
         metrics.replication_bytes_out += sum(
-            getattr(e["records"], "size", 0) for _, e in answered if e.get("records")
+            _records_size(e["records"]) for _, e in answered if e.get("records")
         )
         return
     for p, e in answered:
-        size = getattr(e.get("records"), "size", 0)
+        size = _records_size(e.get("records"))
         if size:
             topic = resolver.name(p.topic_id) if uses_ids else p.topic
             if topic is not None:
