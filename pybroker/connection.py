@@ -111,7 +111,7 @@ class KafkaConnection(asyncio.Protocol):
         self._on_close = on_close
         self._in_sendfile = False
         self._deferred_close: str | None = None  # "close" / "abort" asked during a sendfile
-        self._metrics = getattr(services, "metrics", None)  # pybroker.metrics.BrokerMetrics
+        self._metrics = services.metrics if services is not None else None
         self._muted_until = 0.0  # client quotas: monotonic time reading resumes
 
     @property
@@ -174,7 +174,7 @@ class KafkaConnection(asyncio.Protocol):
             self._layer = None
         if self._on_close:
             self._on_close(self)
-        shares = getattr(self.services, "shares", None)
+        shares = self.services.shares if self.services is not None else None
         if shares is not None:  # its share sessions end (KIP-932: records released)
             shares.disconnected(id(self.session))
 

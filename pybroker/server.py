@@ -204,7 +204,7 @@ class KafkaServer:
     def _throttled_ip(self, conn: socket.socket, addr: object) -> bool:
         """connection_creation_rate (quotas/manager.py): a connection over its IP's quota is
         closed after the throttle time, never served (Kafka's DelayedCloseSocket)."""
-        quotas = getattr(self.services, "quotas", None)
+        quotas = self.services.quotas
         if quotas is None or not isinstance(addr, tuple) or not addr:
             return False
         ms = quotas.record_connection(str(addr[0]))
@@ -310,9 +310,7 @@ class KafkaServer:
             conn.close()
             if conn.task is not None:
                 tasks.append(conn.task)
-        purgatory = getattr(self.services, "purgatory", None)
-        if purgatory is not None:
-            purgatory.cancel_parked()
+        self.services.purgatory.cancel_parked()
         if not tasks:
             return
         _, pending = await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)

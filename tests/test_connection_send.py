@@ -78,7 +78,7 @@ def test_a_pipelining_client_lets_other_work_run_between_its_requests():
         ours, theirs = socket.socketpair()
         # ApiVersions reads the broker's config (which group protocols it offers) and whether
         # share groups run
-        services = SimpleNamespace(config=Config(), share_groups=None)
+        services = SimpleNamespace(config=Config(), share_groups=None, metrics=None, quotas=None)
         conn = KafkaConnection(services=services, max_request_bytes=1 << 20)
         loop = asyncio.get_running_loop()
         await loop.create_connection(lambda: conn, sock=ours)

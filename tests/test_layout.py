@@ -215,11 +215,6 @@ def test_no_import_inside_a_function_hides_a_circle():
     assert found <= LAZY_IMPORTS, sorted(found - LAZY_IMPORTS)
 
 
-# private names of another module imported by bench/scale's split (pending: the W21-W24
-# branches edit those files this session)
-PRIVATE_IMPORTS_PENDING = {"_run_on_each", "_stalls", "_logged"}
-
-
 def test_no_private_name_imported_from_another_module():
     """``from m import _x`` reaches into another module's internals; a private *module* of a
     package (handlers/_authz.py ...) is fine."""
@@ -234,8 +229,7 @@ def test_no_private_name_imported_from_another_module():
                 as_module = ROOT.joinpath(*n.module.split("."), a.name)
                 if as_module.with_suffix(".py").is_file() or as_module.is_dir():
                     continue
-                if a.name not in PRIVATE_IMPORTS_PENDING:
-                    offenders.append(f"{p.relative_to(ROOT)}:{n.lineno}: {n.module}.{a.name}")
+                offenders.append(f"{p.relative_to(ROOT)}:{n.lineno}: {n.module}.{a.name}")
     assert not offenders, "\n".join(offenders)
 
 

@@ -18,8 +18,8 @@ from typing import Any
 from bench.scale.harness import (
     Results,
     System,
-    _run_on_each,
-    _stalls,
+    longest_stall_ms,
+    run_on_each,
     start_kafka,
     start_pybroker,
 )
@@ -125,7 +125,11 @@ def w23(system: System, n: int, res: Results, timeout_s: float) -> None:
         res.add(w, n, system, "connections failed", clients.failed)
         res.add(w, n, system, "broker CPU for the connects (s)", cpu_seconds([pid]) - c0)
         res.add(
-            w, n, system, "longest event-loop stall logged, connects (ms)", _stalls(system, since)
+            w,
+            n,
+            system,
+            "longest event-loop stall logged, connects (ms)",
+            longest_stall_ms(system, since),
         )
         time.sleep(5)
         rss1 = rss_mib([pid])
@@ -173,7 +177,13 @@ def w23(system: System, n: int, res: Results, timeout_s: float) -> None:
             clients.poll(0.05)
         res.add(w, n, system, "requests still queued when the ticks stopped", backlog)
         res.add(w, n, system, "until they were answered (s)", time.monotonic() - t1)
-        res.add(w, n, system, "longest event-loop stall logged, ticks (ms)", _stalls(system, since))
+        res.add(
+            w,
+            n,
+            system,
+            "longest event-loop stall logged, ticks (ms)",
+            longest_stall_ms(system, since),
+        )
         # a storm: STORM more connects in one second, a producer meanwhile
         probe = ProduceProbe(node.address, topic)
         since = time.time()
@@ -184,7 +194,13 @@ def w23(system: System, n: int, res: Results, timeout_s: float) -> None:
         res.add(w, n, system, f"storm: {STORM:,} connects in 1 s, all answered after (s)", took)
         res.add(w, n, system, "storm: failed", storm.failed)
         res.add(w, n, system, "storm: produce p99 meanwhile (ms)", p99_ms(lat))
-        res.add(w, n, system, "storm: longest event-loop stall logged (ms)", _stalls(system, since))
+        res.add(
+            w,
+            n,
+            system,
+            "storm: longest event-loop stall logged (ms)",
+            longest_stall_ms(system, since),
+        )
         storm.close()
     finally:
         clients.close()
@@ -196,4 +212,4 @@ def run_w23(size: int, targets: list[str], workdir: Path, res: Results, timeout_
             return start_pybroker(wd, brokers=1, overrides={"max.connections.per.ip": 1_000_000})
         return start_kafka(wd, brokers=1)
 
-    _run_on_each("W23", w23, start, size, targets, workdir, res, timeout_s)
+    run_on_each("W23", w23, start, size, targets, workdir, res, timeout_s)

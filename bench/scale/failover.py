@@ -20,10 +20,10 @@ from bench.scale.harness import (
     Node,
     Results,
     System,
-    _logged,
-    _run_on_each,
+    count_logged,
     measure_cpu,
     profiled,
+    run_on_each,
     start_kafka,
     start_pybroker,
     zk_received,
@@ -227,7 +227,7 @@ def _w22_controlled_shutdown(run: _Run, target: Node) -> None:
     run.add("controlled shutdown: of them with leader -1", worst[1])
     run.add(
         "controlled shutdown: ZooKeeper sessions lost meanwhile",
-        _logged(system, since, "ZooKeeper session LOST"),
+        count_logged(system, since, "ZooKeeper session LOST"),
     )
     run.add("controlled shutdown: ZooKeeper requests", zk_received(zk) - z0)
     md = _metadata_from(system, names)
@@ -252,4 +252,4 @@ def run_w22(size: int, targets: list[str], workdir: Path, res: Results, timeout_
             return start_pybroker(wd, brokers=3)
         return start_kafka(wd, brokers=3, metadata_mode="zookeeper")
 
-    _run_on_each("W22", w22, start, size, targets, workdir, res, timeout_s)
+    run_on_each("W22", w22, start, size, targets, workdir, res, timeout_s)

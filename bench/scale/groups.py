@@ -15,7 +15,7 @@ from bench.scale.harness import (
     Node,
     Results,
     System,
-    _run_on_each,
+    run_on_each,
     start_kafka,
     start_pybroker,
     uuid_hex,
@@ -112,4 +112,4 @@ def run_w24(size: int, targets: list[str], workdir: Path, res: Results, timeout_
             return start_pybroker(wd, brokers=1, overrides=W24_OVERRIDES)
         return start_kafka(wd, brokers=1, overrides=W24_OVERRIDES)
 
-    _run_on_each("W24", w24, start, size, targets, workdir, res, timeout_s)
+    run_on_each("W24", w24, start, size, targets, workdir, res, timeout_s)

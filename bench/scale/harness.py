@@ -334,7 +334,7 @@ def uuid_hex() -> str:
     return os.urandom(4).hex()
 
 
-def _run_on_each(
+def run_on_each(
     wid: str,
     workload: Callable[[System, int, Results, float], object],
     start: Callable[[str, Path], System],
@@ -370,7 +370,7 @@ def _run_on_each(
                 shutil.rmtree(wd, ignore_errors=True)
 
 
-def _stalls(system: System, since: float) -> float | None:
+def longest_stall_ms(system: System, since: float) -> float | None:
     """pybroker: the longest 'event loop stalled N ms' warning logged since ``since`` (epoch
     seconds); None for Kafka (a JVM has no such loop)."""
     if system.kind != "pybroker" or STDERR.get(system) is None:
@@ -388,7 +388,7 @@ def _stalls(system: System, since: float) -> float | None:
     return worst
 
 
-def _logged(system: System, since: float, text: str) -> int | None:
+def count_logged(system: System, since: float, text: str) -> int | None:
     """pybroker: how many log lines holding ``text`` its brokers wrote since ``since``
     (epoch seconds); None for Kafka.  (A ZooKeeper session lost at a high load makes the
     brokers answer Metadata without leaders for seconds: a sample to read beside it.)"""

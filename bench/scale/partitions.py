@@ -23,8 +23,8 @@ from bench.scale.harness import (
     Node,
     Results,
     System,
-    _run_on_each,
     profiled,
+    run_on_each,
     start_kafka,
     start_pybroker,
     uuid_hex,
@@ -211,7 +211,7 @@ def run_w21(size: int, targets: list[str], workdir: Path, res: Results, timeout_
             return start_kafka(wd, brokers=1, metadata_mode="zookeeper", heap=W21_KAFKA_HEAP)
         return start_kafka(wd, brokers=1, heap=W21_KAFKA_HEAP)
 
-    _run_on_each("W21", w21, start, size, targets, workdir, res, timeout_s, record_start=True)
+    run_on_each("W21", w21, start, size, targets, workdir, res, timeout_s, record_start=True)
 
 
 W21_KAFKA_HEAP = "2g"

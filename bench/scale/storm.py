@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from bench.scale.connections import STORM, ProduceProbe, p99_ms
-from bench.scale.harness import _stalls, loadavg, log, start_kafka, start_pybroker
+from bench.scale.harness import loadavg, log, longest_stall_ms, start_kafka, start_pybroker
 from pybroker.testing.procstat import cpu_seconds
 from pybroker.testing.scale import Clients, create_topics, wait_all_answer
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(0.5)
                 storm_lat = probe.latencies()
                 lat += storm_lat
-                stall = _stalls(system, since)
+                stall = longest_stall_ms(system, since)
                 row = (
                     f"| {i + 1} | {answered:.2f} | {storm.failed} | {cpu / STORM * 1000:.3f} "
                     f"| {p99_ms(storm_lat) or 0:.1f} | {_median(storm_lat):.1f} | {stall if stall is not None else '-'} "

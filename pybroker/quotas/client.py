@@ -67,7 +67,7 @@ class Timed:
 
 def request_timer(services: QuotaServices, api_key: int) -> bool:
     """Whether this request's handler time is to be measured (a request quota exists)."""
-    q = getattr(services, "quotas", None)
+    q = services.quotas
     return (
         q is not None and api_key not in EXEMPT_FROM_REQUEST_QUOTA and q.enabled(REQUEST_PERCENTAGE)
     )
@@ -91,7 +91,7 @@ def throttle_after(
     handler_seconds: float | None,
 ) -> int:
     """After a handler: the quotas' throttle time, written into the answer; the mute."""
-    q = getattr(services, "quotas", None)
+    q = services.quotas
     if q is None:
         return 0
     bandwidth = 0
@@ -120,7 +120,7 @@ def user_of(session: Principal | None) -> str:
 def produce_throttle(
     services: QuotaServices, session: Principal | None, client_id: str | None, size: int
 ) -> int:
-    q = getattr(services, "quotas", None)
+    q = services.quotas
     if q is None:
         return 0
     ms = q.record(PRODUCER_BYTE_RATE, user_of(session), client_id or "", size)
@@ -132,7 +132,7 @@ def produce_throttle(
 def fetch_bound(
     services: QuotaServices, session: Principal | None, client_id: str | None
 ) -> int | None:
-    q = getattr(services, "quotas", None)
+    q = services.quotas
     if q is None:
         return None
     return q.max_value_in_window(CONSUMER_BYTE_RATE, user_of(session), client_id or "")
@@ -141,7 +141,7 @@ def fetch_bound(
 def fetch_throttle(
     services: QuotaServices, session: Principal | None, client_id: str | None, size: int
 ) -> int:
-    q = getattr(services, "quotas", None)
+    q = services.quotas
     if q is None:
         return 0
     user, cid = user_of(session), client_id or ""
