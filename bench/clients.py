@@ -54,7 +54,7 @@ def run_java(
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
-        java._kill_group(proc, 9)
+        java.kill_group(proc, 9)
         out, err = proc.communicate()
     r = java.JavaResult(cmd, proc.returncode, out, err, time.monotonic() - start, timed_out)
     if not r.ok:

@@ -41,15 +41,11 @@ def timed(conn: Conn, version: int) -> tuple[float, float, int]:
     if version >= 8:
         body["include_topic_authorized_operations"] = False
     frame = codec.encode_request(METADATA, version, 7, "metadata-bench", body)
-    sock = conn._sock
-    assert sock is not None
     t0 = time.perf_counter()
-    sock.sendall(frame)
-    size = int.from_bytes(conn._read(4), "big")
-    data = conn._read(size)
+    data = conn.exchange_frame(frame)
     wire = time.perf_counter() - t0
     codec.decode_response(METADATA, version, data)
-    return wire, time.perf_counter() - t0, size + 4
+    return wire, time.perf_counter() - t0, len(data) + 4
 
 
 def main(argv: list[str] | None = None) -> int:

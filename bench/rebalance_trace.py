@@ -41,11 +41,11 @@ from bench.workloads.groups import (
     W16_PARTITIONS,
     W17_OVERRIDES,
     ClientStuck,
-    _w17_wait_split,
     w7_attempt,
     w7_setup,
     w16_setup,
     w16_until_stable,
+    w17_wait_split,
 )
 from pybroker.testing import java
 
@@ -286,15 +286,15 @@ def trace_w17(target: Target, st: dict, tag: str, out: Path, raw: bool) -> str:
     modern: list[java.JavaProcess] = []
     stops: list[float] = []
     try:
-        _w17_wait_split(classic, W16_PARTITIONS // 2, "classic members", time.monotonic())
+        w17_wait_split(classic, W16_PARTITIONS // 2, "classic members", time.monotonic())
         t0 = time.monotonic()
         modern = [start(f"k{k}", "consumer") for k in range(3)]
-        upgrade = _w17_wait_split(classic + modern, 2, "after the upgrade", t0)
+        upgrade = w17_wait_split(classic + modern, 2, "after the upgrade", t0)
         t1_wall, t1 = time.time(), time.monotonic()
         for p in modern:
             p.stop()
             stops.append(time.time() - t1_wall)
-        downgrade = _w17_wait_split(classic, W16_PARTITIONS // 2, "after the downgrade", t1)
+        downgrade = w17_wait_split(classic, W16_PARTITIONS // 2, "after the downgrade", t1)
     finally:
         for p in classic + modern:
             p.stop()

@@ -86,7 +86,7 @@ class FaultContext:
     nc: NetworkCluster
     rng: random.Random
     report: object  # compat_tests.fault_injection.FaultReport
-    loads: list  # pybroker.testing.cluster_harness._Load (their .stats.acked)
+    loads: list  # pybroker.testing.cluster_harness.Load (their .stats.acked)
     clients: list[str]  # the producers' namespaces
     topics: list[str]  # topics whose partitions must all survive
     topic: str  # the topic the loads write
@@ -503,7 +503,7 @@ def inject_disk(ctx: FaultContext, action: str, n: int, stop_broker) -> tuple[st
                 ctx.detected(action, took)
                 code = b.proc.returncode
                 b.exit_codes.append(code)
-                b._mark(f"pid {b.proc.pid} exited with {code} (all log dirs full)")
+                b.mark(f"pid {b.proc.pid} exited with {code} (all log dirs full)")
                 extra += f", broker halted with status {code} after {took:.2f} s"
                 if code != 1:
                     ctx.problem(f"{desc}: the broker exited with {code}, not 1 (Kafka's halt)")

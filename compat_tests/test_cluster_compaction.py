@@ -15,7 +15,8 @@ from kafka import KafkaProducer
 
 from pybroker.testing.client_helpers import assign_consumer, read_to_end, unique_topic
 from pybroker.testing.cluster_harness import running_cluster, wait_until
-from pybroker.wire.records import decode_records, scan_batches
+from pybroker.wire.record_walker import decode_records
+from pybroker.wire.records import scan_batches
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -27,7 +27,7 @@ class LimitedBroker(BrokerProcess):
         super().__init__(*args, **kw)
         self.nofile = nofile
 
-    def _spawn(self) -> None:
+    def spawn(self) -> None:
         nofile = self.nofile
 
         def limit() -> None:

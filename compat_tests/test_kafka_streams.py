@@ -319,7 +319,7 @@ def test_streams_exactly_once_v2_counts_are_exact_after_a_kill(broker, tmp_path)
             assert app.is_running() and time.monotonic() < deadline, app.result().describe()
             time.sleep(0.2)
     finally:
-        java._kill_group(app.proc, signal.SIGKILL)  # mid-work: a transaction is open
+        java.kill_group(app.proc, signal.SIGKILL)  # mid-work: a transaction is open
         app.proc.wait(10)
     second = produce_lines(broker.bootstrap, source, rng, 300)
     total = first + second

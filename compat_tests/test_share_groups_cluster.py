@@ -108,12 +108,16 @@ def consumer_loop(bootstrap: str, group: str, topic: str, name: str, log: Log, s
             pass
 
 
-def produce(bootstrap: str, topic: str, n: int) -> None:
+def produce(bootstrap: str, topic: str, stages: list[threading.Event]) -> None:
+    """Produce RECORDS records in len(stages) equal parts, each once its event is set."""
     p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0, retries=50)
-    for i in range(n):
-        p.send(topic, f"r{i}".encode(), partition=0)
-        if i % 10 == 9:
-            p.flush()
+    per_stage = RECORDS // len(stages)
+    for k, go in enumerate(stages):
+        go.wait()
+        for i in range(k * per_stage, (k + 1) * per_stage):
+            p.send(topic, f"r{i}".encode(), partition=0)
+            if i % 10 == 9:
+                p.flush()
     p.flush()
     p.close()
 
@@ -134,12 +138,16 @@ def test_share_state_survives_leader_kill_and_broker_restart(tmp_path):
             )
             for i in range(4)
         ]
+        # Each phase's records are released after its fault, so a phase always has records
+        # left to confirm (a fast run once had all 6,000 confirmed before the restart).
+        stages = [threading.Event() for _ in range(3)]
         for t in threads:
             t.start()
         try:
             wait_members(cluster.bootstrap, group, 4)
-            producer = threading.Thread(target=produce, args=(cluster.bootstrap, topic, RECORDS))
+            producer = threading.Thread(target=produce, args=(cluster.bootstrap, topic, stages))
             producer.start()
+            stages[0].set()
             wait_until(lambda: len(log.confirmed) >= 1000, 120, 0.1, "1000 confirmations")
             # 1. the partition's leader: kill -9, then start it again
             leader = cluster.leader_of(topic, 0).leader
@@ -147,6 +155,7 @@ def test_share_state_survives_leader_kill_and_broker_restart(tmp_path):
             cluster.kill9(leader)
             cluster.wait_new_leader(topic, 0, old_leader=leader)
             before = len(log.confirmed)
+            stages[1].set()
             wait_until(lambda: len(log.confirmed) > before + 200, 180, 0.1, "acks after kill")
             print(f"\nleader {leader} killed: acknowledgements confirmed again after "
                   f"{time.monotonic() - t0:.1f}s")  # fmt: skip
@@ -156,6 +165,7 @@ def test_share_state_survives_leader_kill_and_broker_restart(tmp_path):
             t1 = time.monotonic()
             cluster.restart(new_leader)  # SIGTERM (exit 0 asserted), then start
             before = len(log.confirmed)
+            stages[2].set()
             wait_until(lambda: len(log.confirmed) > before + 200, 180, 0.1, "acks after restart")
             print(f"broker {new_leader} restarted: acknowledgements confirmed again after "
                   f"{time.monotonic() - t1:.1f}s")  # fmt: skip
@@ -170,6 +180,8 @@ def test_share_state_survives_leader_kill_and_broker_restart(tmp_path):
 
             wait_until(all_done, 240, 0.5, "the share-partition start offset past every record")
         finally:
+            for go in stages:
+                go.set()
             stop.set()
             for t in threads:
                 t.join(60)

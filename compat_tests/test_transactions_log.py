@@ -12,7 +12,8 @@ import pytest
 
 from pybroker.testing.client_helpers import unique_topic
 from pybroker.testing.cluster_harness import running_cluster, wait_until
-from pybroker.wire.records import build_batch, decode_records, unpack_header
+from pybroker.wire.record_walker import decode_records
+from pybroker.wire.records import build_batch, unpack_header
 from tests.broker_fixture import Client, fetch_body, split_batches
 
 pytestmark = pytest.mark.timeout(300)

@@ -35,7 +35,6 @@ from pybroker.config import (
     parse_properties,
     with_defaults_for_cli,
 )
-from pybroker.gc_policy import GcPolicy
 from pybroker.security import scram
 from pybroker.security.credentials import CredentialStore
 
@@ -140,25 +139,15 @@ async def _serve(broker: Broker) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     _on_stop_signals(loop, stop)
-    gc_policy = GcPolicy(loop)  # the process's own: docs/scale.md, "The garbage collector"
-    gc_policy.install()
-    try:
-        await broker.start()
-    except BaseException:
-        gc_policy.uninstall()
-        await broker.stop()
-        raise
-    gc_policy.freeze_now()
-    info = describe(broker)
-    print(
-        "pybroker started (" + ", ".join(f"{k}={v}" for k, v in info.items()) + ")",
-        file=sys.stderr,
-        flush=True,
-    )
-    await stop.wait()
-    logging.getLogger("pybroker").info("shutting down")
-    await broker.stop()
-    gc_policy.uninstall()
+    async with broker.serving():
+        info = describe(broker)
+        print(
+            "pybroker started (" + ", ".join(f"{k}={v}" for k, v in info.items()) + ")",
+            file=sys.stderr,
+            flush=True,
+        )
+        await stop.wait()
+        logging.getLogger("pybroker").info("shutting down")
     print("pybroker stopped", file=sys.stderr, flush=True)
     return 0
 
@@ -195,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         if config.node_cores != 1:  # one broker process per core (docs/multicore.md)
-            from pybroker.node.supervisor import serve_node
+            from pybroker.node.supervisor import serve_node  # (a node's processes only)
 
             settings = load_settings(args.properties, args.override)
             if "log.dirs" not in settings and "log.dir" not in settings:

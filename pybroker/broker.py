@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ from pybroker.dynamic_config import DynamicBrokerConfig
 from pybroker.exposition import exposition
 from pybroker.fetch_session import FetchSessionCache
 from pybroker.flusher import Flusher
+from pybroker.gc_policy import GcPolicy
 from pybroker.handlers.write_txn_markers import write_txn_markers
 from pybroker.hosted_logs import HostedLogs
 from pybroker.http_server import HttpRequest, HttpResponse, HttpServer
@@ -429,6 +431,26 @@ class Broker:
             self.txn_topic.owner.on_change = self.transactions.check_membership
             self.replicas.leadership_listeners.append(self.txn_topic.leadership_changed)
             self.txn_topic.take_up_led_partitions()
+
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[None]:
+        """A serving process's broker (``pybroker serve``, a node's worker): started under the
+        process's GC policy (docs/scale.md, "The garbage collector"), the start's survivors
+        frozen; on exit stopped, the policy removed.  A failed start stops what it started."""
+        gc_policy = GcPolicy(asyncio.get_running_loop())
+        gc_policy.install()
+        try:
+            await self.start()
+        except BaseException:
+            gc_policy.uninstall()
+            await self.stop()
+            raise
+        gc_policy.freeze_now()
+        try:
+            yield
+        finally:
+            await self.stop()
+            gc_policy.uninstall()
 
     async def stop(self) -> None:
         """Every step is bounded (STOP_STEP_S) unless it only touches local disk or threads:

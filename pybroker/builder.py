@@ -131,7 +131,7 @@ def broker_metrics(config: Config) -> BrokerMetrics | None:
 
 def make_store(config: Config, *, data_dir: Path, clock: Clock) -> MetadataStore:
     if config.zookeeper_connect:
-        from pybroker.coord.metadata.zk import ZooKeeperStore
+        from pybroker.coord.metadata.zk import ZooKeeperStore  # kazoo loaded only for ZooKeeper
 
         return ZooKeeperStore(
             config.zookeeper_connect,
@@ -193,6 +193,7 @@ def replica_manager(
         purgatory,
         clock,
         replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
+        replica_fetch_backoff_ms=cfg.replica_fetch_backoff_ms,
         min_insync_replicas=min_insync_replicas,
         open_log=open_log,
         create_logs=create_logs,

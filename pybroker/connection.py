@@ -12,7 +12,6 @@ docs/internals.md ("pybroker/connection.py").
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import struct
 import time
@@ -43,6 +42,44 @@ _BEFORE_LOGIN = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthe
 _BYTES = (bytes, bytearray, memoryview)
 
 
+class _Flag:
+    """``asyncio.Event`` for one waiting task, without the Event's waiter deque (an empty
+    deque is ~760 bytes and a connection had three: idle connections cost RSS, issue 27's
+    W23).  ``set`` wakes the waiter; ``clear`` does not undo a wake already given."""
+
+    __slots__ = ("_is_set", "_waiter", "_loop")
+
+    def __init__(self, is_set: bool = False) -> None:
+        self._is_set = is_set
+        self._waiter: asyncio.Future[None] | None = None
+        # the connection's loop, remembered: get_running_loop is a getpid system call on
+        # 3.11, once per request here (issue 28)
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def is_set(self) -> bool:
+        return self._is_set
+
+    def set(self) -> None:
+        self._is_set = True
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._is_set = False
+
+    async def wait(self) -> None:
+        if self._is_set:
+            return
+        waiter = self._waiter
+        if waiter is None or waiter.done():  # done: a cancelled wait left it behind
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+        await waiter
+
+
 class KafkaConnection(asyncio.Protocol):
     def __init__(
         self,
@@ -61,16 +98,15 @@ class KafkaConnection(asyncio.Protocol):
             max_request_bytes if sasl is None else min(max_request_bytes, SASL_MAX_RECEIVE_SIZE)
         )
         self.max_request_bytes = max_request_bytes
-        self.frames: collections.deque[bytearray] = collections.deque()
+        self.frames: list[bytearray] = []  # at most ~MAX_QUEUED_FRAMES (a deque: 760 bytes idle)
         self.queued_bytes = 0
         self.transport: asyncio.Transport | None = None
         self._layer: TransportLayer | None = None
         self.peer: tuple | None = None
         self.reading_paused = False
         self.closed = False
-        self._wakeup = asyncio.Event()
-        self._can_write = asyncio.Event()
-        self._can_write.set()
+        self._wakeup = _Flag()
+        self._can_write = _Flag(True)
         self._task: asyncio.Task | None = None
         self._on_close = on_close
         self._in_sendfile = False
@@ -80,24 +116,32 @@ class KafkaConnection(asyncio.Protocol):
 
     @property
     def task(self) -> asyncio.Task | None:
-        """The request loop's task (from connection_made on)."""
+        """The request loop's task (from the first frame on)."""
         return self._task
 
     # -- asyncio.Protocol -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """The request loop's task starts with the first frame (data_received): a connection
+        that never sends one costs no task, and the first request is handled at once."""
         self.transport = transport  # type: ignore[assignment]
-        self._layer = TransportLayer(
-            transport,  # type: ignore[arg-type]
-            lambda: self.closed,
-            self._can_write.wait,
-        )
         self.peer = transport.get_extra_info("peername")
         cert = transport.get_extra_info("peercert")  # a verified client certificate, if any
         if cert and self.session.sasl is None:
             dn = distinguished_name(cert)
             name = self._principal_rules(dn) if self._principal_rules is not None else dn
             self.session.principal = f"User:{name}"
-        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    @property
+    def layer(self) -> TransportLayer:
+        """How answers with log regions are written (made at the first such answer; dropped
+        when the connection is lost, which breaks its reference cycle with this object)."""
+        if self._layer is None:
+            self._layer = TransportLayer(
+                self.transport,
+                lambda: self.closed,
+                self._can_write.wait,
+            )
+        return self._layer
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -112,6 +156,8 @@ class KafkaConnection(asyncio.Protocol):
             self.abort()
             return
         if self.frames:
+            if self._task is None:
+                self._task = asyncio.get_running_loop().create_task(self._run())
             self._wakeup.set()
         if (
             len(self.frames) >= MAX_QUEUED_FRAMES or self.queued_bytes > self.max_request_bytes
@@ -125,6 +171,7 @@ class KafkaConnection(asyncio.Protocol):
         self._can_write.set()
         if self._layer is not None:
             self._layer.wake()
+            self._layer = None
         if self._on_close:
             self._on_close(self)
         shares = getattr(self.services, "shares", None)
@@ -166,27 +213,37 @@ class KafkaConnection(asyncio.Protocol):
             self.transport.close()
 
     async def _run(self) -> None:
+        frame: bytearray | None = None
+        parts: list[Any] | bool | None = None
         try:
             while not self.closed:
                 if not self.frames:
+                    frame = parts = None  # an idle connection keeps no request or answer
                     self._wakeup.clear()
                     await self._wakeup.wait()
                     continue
-                frame = self.frames.popleft()
+                frame = self.frames.pop(0)
                 self.queued_bytes -= len(frame)
                 if self.reading_paused and len(self.frames) < MAX_QUEUED_FRAMES // 2:
                     self.reading_paused = False
                     self.transport.resume_reading()
                 parts = await self._handle(frame)
                 if parts is None:
-                    await self._mute()
+                    if self._muted_until:
+                        await self._mute()
                     await asyncio.sleep(0)  # (see below)
                     continue
                 if parts is False:
                     self.abort()
                     return
-                await self._send(parts)
-                await self._mute()
+                if len(parts) == 1 and type(parts[0]) is bytes and self._can_write.is_set():
+                    self._write(parts[0])  # the common case of _send, without its coroutine
+                    if not self._can_write.is_set():
+                        await self._can_write.wait()
+                else:
+                    await self._send(parts)
+                if self._muted_until:  # (a client quota throttled this connection once)
+                    await self._mute()
                 # One request at a time, then the loop's other work: a client pipelining many
                 # requests (each answered without suspending) must not hold the loop for all
                 # of them (the long fuzz: 37 pipelined requests, 162 ms).  With nothing
@@ -362,7 +419,7 @@ class KafkaConnection(asyncio.Protocol):
         elif not self.closed:
             # Log regions (transport_layer.py): straight onto the socket when the transport
             # has nothing buffered, through the TLS layer in chunks, else asyncio's sendfile.
-            layer = self._layer
+            layer = self.layer
             self._in_sendfile = True
             try:
                 if layer.direct and transport.get_write_buffer_size() == 0:

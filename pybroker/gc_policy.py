@@ -1,26 +1,11 @@
-"""The cyclic garbage collector's policy for a broker process.
+"""The cyclic garbage collector's policy for a broker process (Kafka's JVM rarely walks old
+objects; this does the equivalent with ``gc.freeze()``): the survivors of start-up and of every
+slow full collection are frozen, and every ``unfreeze_interval_s`` they are given back, so
+cyclic garbage among them is reclaimed by the next full collection.
 
-CPython's full collection walks every tracked object, and a broker's long-lived state (its
-partitions' logs, replicas, caches) grows with the partition count: at 20,000 partitions a
-broker holds about a million tracked objects and each full collection held the event loop
-for 0.4-1.1 s, several times a minute under load, and a restart spent a fifth to half of its
-CPU in them (docs/scale.md, "The garbage collector").  Kafka's JVM has the same problem and
-solves it with generational collection that rarely revisits old objects; this module does
-the equivalent with ``gc.freeze()``:
-
-- after start-up (logs recovered, coordinators loaded), one full collection, then every
-  survivor is frozen (moved to the permanent generation, which no collection walks);
-- after a full collection that took ``freeze_after_ms`` or more, the survivors are frozen
-  too, so the next full collections walk only what was allocated since;
-- every ``unfreeze_interval_s`` the permanent generation is given back to the collector, so
-  cyclic garbage among objects that were alive at a freeze (a closed connection's cycles, a
-  deleted topic's) is reclaimed by the next full collection, which then freezes again:
-  memory stays bounded, and the full walk happens once per interval instead of whenever the
-  heap grew by a quarter.
-
-Objects without cycles are freed by reference counting whether frozen or not.  The policy is
-process-wide, so only the broker's own process installs it (``pybroker serve`` and a node's
-worker), never a test process that embeds a Broker.
+Invariants: nothing reachable is freed; memory stays bounded (one interval plus one full
+collection); process-wide, so installed only by a serving broker (Broker.serving).  Why and
+figures: docs/internals.md ("The garbage collector"), docs/scale.md.
 """
 
 from __future__ import annotations
@@ -35,6 +20,13 @@ log = logging.getLogger("pybroker.gc")
 
 FREEZE_AFTER_MS = 20.0  # a full collection this long walked ~50,000+ objects: freeze them
 UNFREEZE_INTERVAL_S = 900.0  # cyclic garbage among frozen objects waits at most this long
+# Net allocations (allocations minus frees of tracked objects) between young collections;
+# CPython's default is 700.  With 20,000 a W18 run's broker (256 groups committing) made
+# 89 young, 7 middle and 1 full collection and spent 0.17 s in them, against 385, 34, 3 and
+# 0.92 s at 700 (issue 28; bench/results/2026-11-27-commits7.md): fewer young collections
+# promote less to the older generations, so fewer full walks.  Cyclic garbage waits for that
+# many net allocations more.
+YOUNG_THRESHOLD = 20_000
 
 
 @dataclass
@@ -64,9 +56,12 @@ class GcPolicy:
         self._started = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._installed = False
+        self._thresholds = gc.get_threshold()
 
     def install(self) -> None:
         if not self._installed:
+            self._thresholds = gc.get_threshold()
+            gc.set_threshold(YOUNG_THRESHOLD, *self._thresholds[1:])
             gc.callbacks.append(self._on_gc)
             self._installed = True
             self._timer = self._loop.call_later(self.unfreeze_interval_s, self._unfreeze)
@@ -84,6 +79,7 @@ class GcPolicy:
         )
         if self._installed:
             gc.callbacks.remove(self._on_gc)
+            gc.set_threshold(*self._thresholds)
             self._installed = False
         if self._timer is not None:
             self._timer.cancel()

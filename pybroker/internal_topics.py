@@ -24,24 +24,43 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pybroker.coord.metadata.internal_log import CoordinatorWriteError, LogBatch, Record
 from pybroker.coord.metadata.placement import OFFSETS_TOPIC, TXN_STATE_TOPIC
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.replication.manager import LEADER
 from pybroker.wire.control_records import read_end_txn_marker
-from pybroker.wire.records import (
-    HEADER_SIZE,
-    InvalidRecordError,
-    build_batch,
-    decode_records,
-    scan_batches,
-)
+from pybroker.wire.record_walker import decode_records
+from pybroker.wire.records import HEADER_SIZE, InvalidRecordError, build_batch, scan_batches
+
+if TYPE_CHECKING:
+    from pybroker.clock import Clock
+    from pybroker.coord.metadata.cluster import Cluster
+    from pybroker.replication.replica import Replica
 
 log = logging.getLogger(__name__)
 
 LOAD_BUFFER_BYTES = 5 * 1024 * 1024  # offsets.load.buffer.size's default
+
+
+class CoordinatorAppends(Protocol):
+    """The replica manager as an internal topic uses it (pybroker/replica_manager.py)."""
+
+    replicas: dict[tuple[str, int], Replica]
+
+    async def append_as_coordinator(
+        self, topic: str, partition: int, batch: bytes, *, leader_epoch: int, timeout_ms: int
+    ) -> tuple[int, int]: ...
+
+
+class Host(Protocol):
+    """What an internal topic uses of its broker (pybroker/services.py's BrokerServices has
+    them; this module stands below it)."""
+
+    cluster: Cluster
+    clock: Clock
+    replicas: CoordinatorAppends
 
 
 class PartitionOwner(Protocol):
@@ -115,7 +134,7 @@ class InternalTopic:
 
     def __init__(
         self,
-        broker: Any,
+        broker: Host,
         name: str,
         *,
         partitions: int,

@@ -200,15 +200,15 @@ async def snapshot(broker: BrokerState) -> Snapshot:
     snap.topics_in = {t: list(c) for t, c in m.topics.items()}
     snap.totals = m.totals()
     snap.replication_bytes = (
-        getattr(replicas, "replication_bytes_in", 0),
+        replicas.replication_bytes_in,
         m.replication_bytes_out,
     )
     snap.requests = dict(m.requests)
     snap.latency = {k: list(v) for k, v in m.latency.items()}
     snap.latency_base = m.quantile_base(time.monotonic())
     snap.errors = dict(m.errors)
-    snap.isr_shrinks = getattr(replicas, "isr_shrinks", 0)
-    snap.isr_expands = getattr(replicas, "isr_expands", 0)
+    snap.isr_shrinks = replicas.isr_shrinks
+    snap.isr_expands = replicas.isr_expands
     snap.idle_share = m.idle.read()
     snap.idle_seconds = m.idle.idle_s
     rows = snap.partitions
@@ -233,7 +233,7 @@ async def snapshot(broker: BrokerState) -> Snapshot:
                 replicas.min_insync_replicas(r.topic),
             )
         )
-    snap.offline_replicas = len(getattr(replicas, "offline", ()))
+    snap.offline_replicas = len(replicas.offline)
     logs = broker.logs
     if logs is not None:
         snap.log_dirs = [(str(d), int(d in logs.offline_dirs)) for d in logs.log_dirs]
@@ -253,8 +253,8 @@ async def snapshot(broker: BrokerState) -> Snapshot:
     cache = broker.fetch_sessions
     snap.fetch_sessions = len(cache)
     snap.fetch_session_partitions = cache.total_partitions
-    snap.fetch_session_evictions = getattr(cache, "evictions", 0)
-    quotas = getattr(broker, "quotas", None)
+    snap.fetch_session_evictions = cache.evictions
+    quotas = broker.quotas
     if quotas is not None:
         snap.quota_throttle_ms = dict(quotas.throttle_ms)
     return snap
@@ -275,12 +275,12 @@ def connections(broker: BrokerState) -> dict[str, int]:
 
 
 def _share_groups(broker: BrokerState, snap: Snapshot) -> None:
-    coordinator = getattr(broker, "share_groups", None)
+    coordinator = broker.share_groups
     if coordinator is not None:
         for g in list(coordinator.groups.values()):
             state = g.state.value
             snap.share_group_states[state] = snap.share_group_states.get(state, 0) + 1
-    shares = getattr(broker, "shares", None)
+    shares = broker.shares
     if shares is not None:
         snap.share_acks = dict(shares.stats)
         snap.share_partitions = shares.views()

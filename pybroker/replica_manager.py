@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pybroker import topic_config
@@ -27,6 +28,7 @@ from pybroker.log.validator import (
     ValidationConfig,
     analyze_records,
     check_batch_size,
+    find_record,
     recompress,
     validate_records,
 )
@@ -47,11 +49,22 @@ from pybroker.wire.records import (
 if TYPE_CHECKING:
     from pybroker.config import Config
     from pybroker.flusher import Flusher
+    from pybroker.log.partition_log import PartitionLog
     from pybroker.metrics import BrokerMetrics
 
 INLINE_BYTES = 64 * 1024  # records walked on the event loop per batch, at most
 MAGIC_OFFSET = 16  # of every entry: v0/v1 messages and v2 batches alike
 LEGACY_INLINE_BYTES = 16 * 1024  # uncompressed v0/v1 message sets converted on the loop
+TIMESTAMP_INLINE_BYTES = 16 * 1024  # ListOffsets: uncompressed batches walked on the loop
+# A read's log regions (FileSlice) each hold their segment's descriptor until the answer is
+# written (sendfile), also when the descriptor cache has let go of it: a read of thousands of
+# partitions with a few records each (a follower catching up after a produce to every
+# partition) held thousands at once, past the cache's bound (EMFILE at 33,334 partitions per
+# broker, docs/scale.md).  Past the first PINNED_REGIONS regions of a read, those of at most
+# SMALL_REGION bytes are read into memory at once (bytes, as records): one read holds at most
+# PINNED_REGIONS + max_bytes / SMALL_REGION descriptors.
+PINNED_REGIONS = 64
+SMALL_REGION = 64 * 1024
 READ_COMMITTED = 1
 
 
@@ -97,7 +110,7 @@ class LogReadResult(NamedTuple):
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: Any = None  # a pybroker.log.FileSlice, None when nothing was read
+    records: Any = None  # a pybroker.log.FileSlice or bytes (read_from_log), None: nothing read
     aborted_transactions: list[tuple[int, int]] | None = None  # (producer id, first offset)
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset) to truncate to
     idle: bool = False  # nothing to read: the fetcher is at the upper bound
@@ -426,6 +439,43 @@ class ReplicaManager(PartitionReplicas):
             code = await self.wait_for_commit(replica, end, timeout_ms)
         return code, appended.last_offset
 
+    # -- ListOffsets by timestamp (Kafka's fetchOffsetForTimestamp) -------------------------
+    async def offset_for_timestamp(self, log: PartitionLog, ts: int) -> tuple[int, int]:
+        """(offset, timestamp) of the first record at or after ``ts`` and the log start: the
+        time index finds the batch, a walk of it the record; (-1, -1) for none."""
+        after = None
+        while (got := log.batch_for_timestamp(ts, after)) is not None:
+            h, data = got
+            start = log.log_start_offset
+            found = await self._find_record(
+                h, data, lambda o, t, start=start: t >= ts and o >= start
+            )
+            if found is not None:
+                return found
+            after = h.next_offset
+        return -1, -1
+
+    async def offset_of_max_timestamp(self, log: PartitionLog) -> tuple[int, int]:
+        """KIP-734: (offset, timestamp) of the record with the largest timestamp, or (-1, -1)."""
+        got = log.batch_of_max_timestamp()
+        if got is None:
+            return -1, -1
+        h, data, max_ts = got
+        found = await self._find_record(h, data, lambda _o, t: t == max_ts)
+        return found or (h.last_offset, max_ts)
+
+    async def _find_record(
+        self, h: BatchHeader, data: bytes, wanted: Callable[[int, int], bool]
+    ) -> tuple[int, int] | None:
+        """find_record on the loop for a small uncompressed batch, else in a worker thread."""
+        h = h._replace(position=0)
+        limit = self.config.socket_request_max_bytes
+        if h.compression == COMPRESSION_NONE and h.size <= TIMESTAMP_INLINE_BYTES:
+            return find_record(data, h, wanted, max_uncompressed_bytes=limit)
+        return await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(find_record, data, h, wanted, max_uncompressed_bytes=limit)
+        )
+
     # -- read -----------------------------------------------------------------------------
     def read_from_log(
         self, params: FetchParams, partitions: Sequence[ReadPartition]
@@ -439,9 +489,10 @@ class ReplicaManager(PartitionReplicas):
         transactions overlapping what they read."""
         remaining = params.max_bytes
         total = 0
+        regions = 0  # log regions (FileSlice) read so far
         out: list[LogReadResult] = []
         append = out.append
-        lease_ok = getattr(self.cluster, "lease_ok", True)  # once a request, not per partition
+        lease_ok = self.lease_ok  # once a request, not per partition
         read = self._read
         # A consumer's partition with nothing to read (at the high watermark or LSO) that this
         # broker leads in the asked epoch: its answer without the full path (most partitions
@@ -483,9 +534,15 @@ class ReplicaManager(PartitionReplicas):
                         )
                         continue
             result = read(params, p, remaining, total == 0 and not hard_limit, lease_ok)
-            if result.records is not None:
-                total += result.records.size
-                remaining -= result.records.size
+            records = result.records
+            if records is not None:
+                total += records.size
+                remaining -= records.size
+                regions += 1
+                if regions > PINNED_REGIONS and records.size <= SMALL_REGION:
+                    # read now: the region's descriptor is let go of at once
+                    data = os.pread(records.file.fileno(), records.size, records.position)
+                    result = result._replace(records=data)
             append(result)
         return out, total
 

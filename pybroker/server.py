@@ -8,6 +8,14 @@ descriptors are short (issue 10: 238 MB of log in 90 s).  Here a resource error 
 (EMFILE, ENFILE, ENOBUFS, ENOMEM) stops accepting on that socket for ``ACCEPT_RETRY_S``, logs
 one line when it starts (no traceback) and one when accepting works again; connections
 already open are served throughout, and new ones wait in the kernel's listen backlog.
+
+A wake-up of a listening socket accepts at most ``ACCEPT_BATCH`` (20) connections, as Kafka's
+network thread sets up at most 20 new connections per poll: in a storm (W23, docs/scale.md)
+the loop serves the open connections' requests between batches, and the rest wait in the
+listen backlog (``BACKLOG``, above Kafka's socket.listen.backlog.size of 50), none lost.  A
+plaintext connection's transport is made in the accept callback itself (asyncio's selector
+loop's ``_make_socket_transport``, what ``connect_accepted_socket`` calls, without its task
+and waiter); TLS, or a loop without it, takes ``connect_accepted_socket``.
 """
 
 from __future__ import annotations
@@ -32,7 +40,11 @@ log = logging.getLogger("pybroker.server")
 
 BACKLOG = 1024
 SSL_HANDSHAKE_TIMEOUT_S = 10.0  # an SSL listener's connection that does not finish it is closed
-ACCEPT_BATCH = 128  # accept() calls per wake-up of a listening socket
+# accept() calls per wake-up of a listening socket: Kafka's Processor.ConnectionQueueSize, the
+# new connections a network thread sets up per poll "to ensure that traffic and connection
+# close notifications of existing channels are handled promptly" (a storm's setup work per
+# loop iteration is bounded; the rest waits in the listen backlog, BACKLOG >= Kafka's 50)
+ACCEPT_BATCH = 20
 ACCEPT_RETRY_S = 0.5  # pause after running out of descriptors
 CLOSE_WAIT_S = 1.5  # stop: how long connections may take to finish the request in hand
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -65,6 +77,7 @@ class KafkaServer:
         self._throttled_sockets: set[socket.socket] = set()  # closed after their throttle
         self._out_of_resources = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._make_transport: Callable[..., asyncio.Transport] | None = None
         self.bound: list[tuple[str, int]] = []
         self._listener_of: dict[int, str] = {}  # listening socket's fd -> listener name
         self.ssl_contexts = ssl_contexts or {}  # SSL listeners' server contexts, by name
@@ -121,6 +134,9 @@ class KafkaServer:
         if self._sockets:
             return
         self._loop = loop = asyncio.get_running_loop()
+        # asyncio's selector loop makes a plaintext transport without a task (below, "The
+        # listening sockets"); another loop (uvloop) takes connect_accepted_socket
+        self._make_transport = getattr(loop, "_make_socket_transport", None)
         try:
             for ep in self.endpoints:
                 try:
@@ -177,9 +193,11 @@ class KafkaServer:
                     )
                     continue
                 self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
-            task = self._loop.create_task(
-                self._connect(conn, self._listener_of.get(sock.fileno()), ip)
-            )
+            listener = self._listener_of.get(sock.fileno())
+            if self._make_transport is not None and listener not in self.ssl_contexts:
+                self._connect_plain(conn, listener, ip)
+                continue
+            task = self._loop.create_task(self._connect(conn, listener, ip))
             self._accepting_tasks.add(task)
             task.add_done_callback(self._accepting_tasks.discard)
 
@@ -203,6 +221,19 @@ class KafkaServer:
 
         self._loop.call_later(ms / 1000.0, close)
         return True
+
+    def _connect_plain(self, conn: socket.socket, listener: str | None, ip: str | None) -> None:
+        """A plaintext connection's transport, made at once: what ``connect_accepted_socket``
+        does without its task and waiter (the transport calls ``connection_made`` on the
+        loop's next iteration, then starts reading)."""
+        protocol = self._new_connection(listener, ip)
+        try:
+            self._make_transport(conn, protocol)
+        except OSError as e:  # the peer went away before its transport was made
+            conn.close()
+            if isinstance(protocol, KafkaConnection):
+                self._closed(protocol, ip)
+            _log_setup_failure(e, listener, ip, False)
 
     async def _connect(
         self, conn: socket.socket, listener: str | None, ip: str | None = None

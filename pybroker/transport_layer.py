@@ -1,29 +1,11 @@
-"""A response onto the connection: its bytes and its log-file regions, as Kafka's
-TransportLayer (PlaintextTransportLayer.transferFrom: sendfile; SslTransportLayer: read the
-file, wrap, write).
+"""A response onto the connection, its bytes and its log-file regions: Kafka's TransportLayer
+(plaintext: ``os.write`` and ``os.sendfile`` straight onto the socket, zero copies; TLS: the
+region read in chunks and written through the TLS transport; any other transport: asyncio's
+``loop.sendfile``).
 
-Plaintext: the parts go straight onto the connection's socket (``os.write`` for bytes,
-``os.sendfile`` for a region, zero copies), each in as few calls as the socket takes.  The
-writer waits for writability only when the socket's send buffer is full (EAGAIN or a short
-write), on a duplicate of the socket's descriptor (the loop refuses a writer on a transport's
-own descriptor, and a duplicate cannot be closed or reused under the wait); a region that
-fits is written without a round trip through the event loop.  asyncio's ``loop.sendfile``
-instead waits for the transport's buffer to drain before each region, pauses reading around
-it, and after the last byte waits for the socket to be writable again before it returns: a
-region that fills the send buffer held the answer's next part until the client had read most
-of it (docs/performance.md, W3).  Nothing else writes on the socket meanwhile: the transport's
-buffer is empty when the direct path starts (else the answer takes asyncio's path, below) and
-the connection's task is its only writer.  A close asked during the answer waits for it
-(KafkaConnection._close_transport); a peer that goes away fails the next call, or wakes the
-wait (EPOLLHUP / EPOLLERR), or the connection's ``connection_lost`` does (:meth:`wake`).
-
-TLS: a region is read in chunks of ``TLS_CHUNK`` bytes with ``preadv(RWF_NOWAIT)`` (on the loop
-when the pages are cached, as Kafka's network thread reads; in a worker thread when they are
-not) and written through the TLS transport, which encrypts each chunk in one ``SSL_write`` and
-hands the records to the socket; the connection's write flow control (``drain``) bounds what
-is buffered.  asyncio's fallback read 16 KiB at a time, each in a worker thread.
-
-Other transports (a loop without a socket to write on) take asyncio's ``loop.sendfile``.
+Invariant: while an answer is written the connection's task is the socket's only writer (the
+transport's buffer is empty when the direct path starts).  Why not ``loop.sendfile``, the
+waits and the TLS reads: docs/internals.md ("pybroker/transport_layer.py").
 """
 
 from __future__ import annotations

@@ -37,7 +37,8 @@ from pybroker.config import build_config
 from pybroker.coord.metadata import paths
 from pybroker.testing.rawkafka import closed_by_peer
 from pybroker.wire import codec
-from pybroker.wire.records import LOG_OVERHEAD, build_batch, decode_records, unpack_header
+from pybroker.wire.record_walker import decode_records
+from pybroker.wire.records import LOG_OVERHEAD, build_batch, unpack_header
 
 START_TIMEOUT_S = 20.0
 IO_TIMEOUT_S = 15.0

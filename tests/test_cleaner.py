@@ -19,13 +19,8 @@ from pybroker.log.cleaner import (
 from pybroker.log.compacted_records import DELETE_HORIZON_MASK
 from pybroker.log.manager import LogManager
 from pybroker.log.partition_log import LogConfig, PartitionLog
-from pybroker.wire.records import (
-    COMPRESSION_GZIP,
-    build_batch,
-    decode_records,
-    parse_batches,
-    scan_batches,
-)
+from pybroker.wire.record_walker import decode_records
+from pybroker.wire.records import COMPRESSION_GZIP, build_batch, parse_batches, scan_batches
 
 DAY = 86_400_000
 COMPACT = LogConfig(

@@ -33,7 +33,7 @@ def test_sendfile_to_a_closing_transport_ends_the_connection_quietly(tmp_path, c
                 await conn._send([b"\x00\x00\x10\x10header", region])
             except ConnectionError:
                 pass  # _run takes ConnectionError as "peer gone" (logged at DEBUG)
-        conn._task.cancel()
+        assert conn.task is None  # (no frame sent: no request loop; the test drives _send)
 
     with caplog.at_level(logging.DEBUG):
         asyncio.run(main())
@@ -60,7 +60,7 @@ def test_answers_to_a_peer_that_reset_are_not_written(caplog):
                 await conn._send([b"\x00\x00\x00\x04abcd"])
             except ConnectionError:
                 break
-        conn._task.cancel()
+        assert conn.task is None  # (no frame sent: no request loop; the test drives _send)
 
     with caplog.at_level(logging.DEBUG):
         asyncio.run(main())
@@ -76,8 +76,10 @@ def test_a_pipelining_client_lets_other_work_run_between_its_requests():
 
     async def main() -> tuple[int, int]:
         ours, theirs = socket.socketpair()
-        # ApiVersions reads the broker's config (which group protocols it offers)
-        conn = KafkaConnection(services=SimpleNamespace(config=Config()), max_request_bytes=1 << 20)
+        # ApiVersions reads the broker's config (which group protocols it offers) and whether
+        # share groups run
+        services = SimpleNamespace(config=Config(), share_groups=None)
+        conn = KafkaConnection(services=services, max_request_bytes=1 << 20)
         loop = asyncio.get_running_loop()
         await loop.create_connection(lambda: conn, sock=ours)
         events: list[str] = []
@@ -93,7 +95,7 @@ def test_a_pipelining_client_lets_other_work_run_between_its_requests():
         loop.call_soon(events.append, "other work")
         while events.count("answer") < 20:
             await asyncio.sleep(0.01)
-        conn._task.cancel()
+        conn.task.cancel()
         theirs.close()
         return events.index("other work"), len(events)
 

@@ -705,7 +705,8 @@ def test_metadata_shows_the_lost_leader_until_the_new_one(make_env):
             await c1.create_topic("m", n, 3, assignments={p: [2, 3, 1] for p in range(n)})
             await env.wait_cached("m", n - 1, lambda s: s.leader == 2)
             config = SimpleNamespace(auto_create_topics_enable=False)
-            ctx = RequestContext(SimpleNamespace(cluster=c3, config=config), 3, 7, 1, "c")
+            services = SimpleNamespace(cluster=c3, config=config, authorizer=None)
+            ctx = RequestContext(services, 3, 7, 1, "c")
 
             store = c1.store
             real_multi = store.multi

@@ -14,7 +14,8 @@ from pybroker.log.checkpoints import LOG_START_OFFSET_CHECKPOINT, read_checkpoin
 from pybroker.log.leader_epoch import EpochEntry as E
 from pybroker.log.manager import LogManager
 from pybroker.log.partition_log import LogConfig, PartitionLog
-from pybroker.wire.records import build_batch, decode_records, parse_batches
+from pybroker.wire.record_walker import decode_records
+from pybroker.wire.records import build_batch, parse_batches
 
 
 @pytest.fixture

@@ -8,8 +8,11 @@ import gc
 import weakref
 
 import pytest
+from broker_fixture import free_port
 
-from pybroker.gc_policy import GcPolicy
+from pybroker.broker import Broker
+from pybroker.config import build_config
+from pybroker.gc_policy import YOUNG_THRESHOLD, GcPolicy
 
 
 class _Cyclic:
@@ -111,3 +114,42 @@ def test_bench_gc_pauses_runs_both_modes():
         timeout=120,
     ).stdout
     assert [line.split()[0] for line in out.splitlines()] == ["defaults", "policy"]
+
+
+def test_install_raises_the_young_threshold_and_uninstall_restores_it(clean_gc):
+    before = gc.get_threshold()
+
+    async def main() -> None:
+        policy = GcPolicy(asyncio.get_running_loop())
+        policy.install()
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, *before[1:])
+        garbage = weakref.ref(_Cyclic())
+        gc.collect(0)  # an explicit young collection still reclaims cycles
+        assert garbage() is None
+        policy.uninstall()
+        assert gc.get_threshold() == before
+
+    asyncio.run(main())
+
+
+def _policy_installed() -> bool:
+    return any(isinstance(getattr(cb, "__self__", None), GcPolicy) for cb in gc.callbacks)
+
+
+def test_a_serving_broker_runs_under_the_policy_and_removes_it_on_stop(tmp_path, clean_gc):
+    """Broker.serving (``pybroker serve`` and a node's worker): the policy is installed for
+    the serving broker's life, the start's survivors frozen, and gone once it stopped."""
+    settings = {
+        "broker.id": "0",
+        "listeners": f"PLAINTEXT://127.0.0.1:{free_port()}",
+        "log.dirs": str(tmp_path),
+    }
+
+    async def main() -> tuple[bool, int, bool]:
+        gc.unfreeze()
+        async with Broker(build_config(settings)).serving():
+            installed, frozen = _policy_installed(), gc.get_freeze_count()
+        return installed, frozen, _policy_installed()
+
+    installed, frozen, after = asyncio.run(main())
+    assert installed and frozen > 0 and not after

@@ -24,6 +24,7 @@ from pybroker.wire.legacy_records import (
     parse_message_set,
     xxh32,
 )
+from pybroker.wire.record_walker import decode_records
 from pybroker.wire.records import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -32,7 +33,6 @@ from pybroker.wire.records import (
     COMPRESSION_ZSTD,
     InvalidRecordError,
     build_batch,
-    decode_records,
     parse_batches,
     unpack_header,
 )

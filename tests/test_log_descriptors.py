@@ -19,7 +19,8 @@ from pybroker.log.index import OffsetIndex, TimeIndex
 from pybroker.log.manager import LogManager
 from pybroker.log.partition_log import LogConfig, PartitionLog
 from pybroker.log.segment import LogSegment
-from pybroker.wire.records import build_batch, decode_records, parse_batches, set_base_offset
+from pybroker.wire.record_walker import decode_records
+from pybroker.wire.records import build_batch, parse_batches, set_base_offset
 
 NOW = 1_700_000_000_000
 

@@ -21,7 +21,8 @@ from pybroker.log.manager import (
 )
 from pybroker.log.mover import LogDirMover
 from pybroker.log.partition_log import LogConfig, parse_future_dir
-from pybroker.wire.records import build_batch, decode_records, parse_batches, scan_batches
+from pybroker.wire.record_walker import decode_records
+from pybroker.wire.records import build_batch, parse_batches, scan_batches
 
 
 def append(log, n=2, value=b"v"):

@@ -15,6 +15,7 @@ from pybroker.log.validator import (
     validate_records,
 )
 from pybroker.wire.compression import DecompressedSizeError
+from pybroker.wire.record_walker import decode_records
 from pybroker.wire.records import (
     COMPRESSION_LZ4,
     COMPRESSION_NONE,
@@ -22,7 +23,6 @@ from pybroker.wire.records import (
     LOG_APPEND_TIME,
     InvalidRecordError,
     build_batch,
-    decode_records,
     parse_batches,
 )
 

@@ -12,13 +12,8 @@ from pybroker.clock import ManualClock
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log.partition_log import LogConfig, PartitionLog
 from pybroker.log.segment import LogSegment
-from pybroker.wire.records import (
-    COMPRESSION_GZIP,
-    COMPRESSION_ZSTD,
-    build_batch,
-    decode_records,
-    parse_batches,
-)
+from pybroker.wire.record_walker import decode_records
+from pybroker.wire.records import COMPRESSION_GZIP, COMPRESSION_ZSTD, build_batch, parse_batches
 
 
 def batch(n=3, ts=None, value=b"v" * 100, clock=None, **kw) -> bytearray:

@@ -289,7 +289,8 @@ def test_produce_keyless_record_to_compacted_topic(client, version, compression)
 
 
 def test_broker_cleans_a_compacted_topic(start_broker):
-    from pybroker.wire.records import decode_records, scan_batches
+    from pybroker.wire.record_walker import decode_records
+    from pybroker.wire.records import scan_batches
 
     b = start_broker(**{"log.cleaner.backoff.ms": "50"})
     topic = unique_topic("clean")

@@ -8,7 +8,8 @@ import pytest
 from broker_fixture import NONE, header, split_batches, unique_topic
 from test_protocol_compaction import create
 
-from pybroker.wire.records import build_batch, decode_records, parse_batches
+from pybroker.wire.record_walker import decode_records
+from pybroker.wire.records import build_batch, parse_batches
 
 CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 

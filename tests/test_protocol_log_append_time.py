@@ -11,7 +11,8 @@ import pytest
 from broker_fixture import NONE, batch, header, split_batches, unique_topic
 from test_protocol_compaction import create
 
-from pybroker.wire.records import LOG_APPEND_TIME, decode_records, parse_batches
+from pybroker.wire.record_walker import decode_records
+from pybroker.wire.records import LOG_APPEND_TIME, parse_batches
 
 OLD = 1_000_000  # a CreateTime far in the past
 

@@ -305,7 +305,7 @@ def test_auto_create_of_a_topic_another_broker_just_created():
     config = SimpleNamespace(
         auto_create_topics_enable=True, num_partitions=1, default_replication_factor=1
     )
-    services = SimpleNamespace(cluster=RacingCluster(), config=config)
+    services = SimpleNamespace(cluster=RacingCluster(), config=config, authorizer=None)
     ctx = RequestContext(services, 3, 9, 1, "c")
     resp = asyncio.run(metadata(ctx, {"topics": [{"name": "racing"}]}))
     [t] = resp["topics"]

@@ -30,6 +30,7 @@ from pybroker.wire.legacy_records import (
     inner_messages,
     parse_message_set,
 )
+from pybroker.wire.record_walker import decode_records
 from pybroker.wire.records import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -37,7 +38,6 @@ from pybroker.wire.records import (
     COMPRESSION_SNAPPY,
     COMPRESSION_ZSTD,
     build_batch,
-    decode_records,
     unpack_header,
 )
 

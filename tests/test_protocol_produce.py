@@ -21,6 +21,7 @@ from broker_fixture import (
     unique_topic,
 )
 
+from pybroker.wire.record_walker import decode_records
 from pybroker.wire.records import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -28,7 +29,6 @@ from pybroker.wire.records import (
     COMPRESSION_SNAPPY,
     COMPRESSION_ZSTD,
     build_batch,
-    decode_records,
 )
 
 

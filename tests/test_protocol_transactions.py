@@ -18,7 +18,8 @@ from broker_fixture import (
     unique_topic,
 )
 
-from pybroker.wire.records import build_batch, decode_records, unpack_header
+from pybroker.wire.record_walker import decode_records
+from pybroker.wire.records import build_batch, unpack_header
 
 WRITE_TXN_MARKERS = 27
 INVALID_TXN_STATE = 48

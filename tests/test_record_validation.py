@@ -402,7 +402,6 @@ def test_large_batches_are_walked_off_the_event_loop(broker, client, topic, monk
     import threading
 
     from pybroker import replica_manager
-    from pybroker.handlers import list_offsets
 
     walks: list[tuple[str, int, bool]] = []  # (what, batch size, on the loop thread?)
 
@@ -416,7 +415,8 @@ def test_large_batches_are_walked_off_the_event_loop(broker, client, topic, monk
 
     validate = replica_manager.validate_records
     monkeypatch.setattr(replica_manager, "validate_records", spy("produce", validate))
-    monkeypatch.setattr(list_offsets, "find_record", spy("list_offsets", list_offsets.find_record))
+    find = replica_manager.find_record
+    monkeypatch.setattr(replica_manager, "find_record", spy("list_offsets", find))
     big = valid_records_bomb(30_000, 200, COMPRESSION_GZIP)  # 6 MB of records
     assert client.produce(topic, 0, big, version=9)["error_code"] == NONE
     assert client.list_offset(topic, 0, -3, version=7)["offset"] == 29_999

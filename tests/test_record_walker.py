@@ -8,14 +8,20 @@ from record_fixture import raw_record
 
 from pybroker.errors import ErrorCode
 from pybroker.wire.primitives import DecodeError, uvarint_at, varint_at, write_varint
-from pybroker.wire.record_walker import RecordError, fields, headers, walk, walk_batch
+from pybroker.wire.record_walker import (
+    RecordError,
+    decode_records,
+    fields,
+    headers,
+    walk,
+    walk_batch,
+)
 from pybroker.wire.records import (
     COMPRESSION_GZIP,
     COMPRESSION_NONE,
     HEADER_SIZE,
     InvalidRecordError,
     build_batch,
-    decode_records,
     parse_batches,
 )
 

@@ -15,10 +15,10 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 
 from pybroker.errors import ErrorCode
 from pybroker.wire import records as R
+from pybroker.wire.record_walker import decode_records
 from pybroker.wire.records import (
     InvalidRecordError,
     build_batch,
-    decode_records,
     parse_batches,
     scan_batches,
     set_base_offset,

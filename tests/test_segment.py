@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 from pybroker.log.segment import LogSegment
-from pybroker.wire.records import build_batch, decode_records, parse_batches, set_base_offset
+from pybroker.wire.record_walker import decode_records
+from pybroker.wire.records import build_batch, parse_batches, set_base_offset
 
 NOW = 1_700_000_000_000
 

@@ -67,7 +67,7 @@ def test_marker_batch_layout(tmp_path, clock) -> None:
     m = read_end_txn_marker(data)
     assert m is not None and m.committed and m.coordinator_epoch == 7
     # Kafka's control record key and value: version 0 + type 1 (COMMIT); version 0 + epoch
-    from pybroker.wire.records import decode_records
+    from pybroker.wire.record_walker import decode_records
 
     rec = decode_records(data)[0]
     assert rec.key == struct.pack(">hh", 0, 1)
@@ -325,7 +325,8 @@ def _read_committed(plog: PartitionLog) -> list[tuple[int, bytes | None, bytes |
     transactions from the log's index, control batches skipped."""
     import os
 
-    from pybroker.wire.records import decode_records, scan_batches
+    from pybroker.wire.record_walker import decode_records
+    from pybroker.wire.records import scan_batches
 
     aborted = sorted(
         (t.first_offset, t.producer_id)

@@ -114,7 +114,7 @@ async def _connection(server: socket.socket, ssl_context: ssl.SSLContext | None 
     conn = KafkaConnection(services=None, max_request_bytes=1 << 20)
     loop = asyncio.get_running_loop()
     await loop.connect_accepted_socket(lambda: conn, server, ssl=ssl_context)
-    conn._task.cancel()  # no request loop: the test drives _send itself
+    assert conn.task is None  # no frame sent, no request loop: the test drives _send itself
     return conn
 
 
@@ -125,7 +125,7 @@ def test_a_slow_reader_gets_every_part_in_order(segment):
     async def main() -> bytes:
         server, client = _tcp_pair()
         conn = await _connection(server)
-        assert conn._layer.direct
+        assert conn.layer.direct
         with segment.open("rb") as f:
             parts, want = _answer(segment, f)
             second = [b"second answer"]
@@ -218,7 +218,7 @@ def test_a_slow_tls_reader_gets_every_part_in_order(segment, certs):
         shaking.start()
         conn = await _connection(server, server_ctx)
         await asyncio.to_thread(shaking.join, 30)
-        assert conn._layer.tls and not conn._layer.direct
+        assert conn.layer.tls and not conn.layer.direct
         with segment.open("rb") as f:
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)  # cold pages
             parts, want = _answer(segment, f)

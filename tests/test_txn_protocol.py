@@ -130,7 +130,8 @@ def committed_values(c, topic, partition) -> list[bytes]:
     )
     from broker_fixture import split_batches
 
-    from pybroker.wire.records import decode_records, unpack_header
+    from pybroker.wire.record_walker import decode_records
+    from pybroker.wire.records import unpack_header
 
     p = body["responses"][0]["partitions"][0]
     # Kafka's consumer: an aborted transaction of a producer starts at its first_offset and

@@ -99,7 +99,7 @@ def _queued(clients: Clients) -> int:
     return sum(v for s, v in clients.pending.items() if v > 0 and s in live)
 
 
-def _p99(values: list[float]) -> float | None:
+def p99_ms(values: list[float]) -> float | None:
     if not values:
         return None
     v = sorted(values)
@@ -163,7 +163,7 @@ def w23(system: System, n: int, res: Results, timeout_s: float) -> None:
             "broker CPU per 1,000 requests (s)",
             (cpu_seconds([pid]) - c0) / max(1, clients.answered - answered0) * 1000,
         )
-        res.add(w, n, system, "produce p99 meanwhile (ms)", _p99(lat))
+        res.add(w, n, system, "produce p99 meanwhile (ms)", p99_ms(lat))
         res.add(w, n, system, "produces meanwhile", len(lat))
         res.add(w, n, system, "RSS with active connections (MiB)", rss_mib([pid]))
         # the requests still queued (a broker slower than n requests a second) are answered
@@ -183,7 +183,7 @@ def w23(system: System, n: int, res: Results, timeout_s: float) -> None:
         lat = probe.latencies()
         res.add(w, n, system, f"storm: {STORM:,} connects in 1 s, all answered after (s)", took)
         res.add(w, n, system, "storm: failed", storm.failed)
-        res.add(w, n, system, "storm: produce p99 meanwhile (ms)", _p99(lat))
+        res.add(w, n, system, "storm: produce p99 meanwhile (ms)", p99_ms(lat))
         res.add(w, n, system, "storm: longest event-loop stall logged (ms)", _stalls(system, since))
         storm.close()
     finally:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.scale.harness import (
     Node,
@@ -39,6 +41,7 @@ from pybroker.testing.scale import (
     topic_names,
     wait_all_answer,
 )
+from pybroker.testing.zookeeper import ZooKeeperServer
 
 
 def _live_addresses(system: System) -> dict[int, tuple[str, int]]:
@@ -64,35 +67,53 @@ def _controller(system: System) -> int:
     raise TimeoutError("no controller")
 
 
+@dataclass
+class _Run:
+    """One W22 run (a system at a size): what its steps share, where their figures go."""
+
+    system: System
+    n_replicas: int
+    res: Results
+    timeout_s: float
+    names: list[str]
+
+    @property
+    def zk(self) -> ZooKeeperServer:
+        assert self.system.zk is not None  # W22 runs on ZooKeeper
+        return self.system.zk
+
+    def add(self, metric: str, value: Any) -> None:
+        self.res.add("W22", self.n_replicas, self.system, metric, value)
+
+
 def w22(system: System, n_replicas: int, res: Results, timeout_s: float) -> None:
-    w = "W22"
     partitions = max(PER_TOPIC, n_replicas // 3)
     names = topic_names(partitions)
     first = next(iter(system.nodes.values())).address
-    zk = system.zk
-    assert zk is not None
+    run = _Run(system, n_replicas, res, timeout_s, names)
+    zk = run.zk
     with profiled(system, f"w22-{n_replicas}-create"):
         c0, z0, t0 = measure_cpu(system), zk_received(zk), time.monotonic()
         create_topics(first, names, PER_TOPIC, 3, timeout_s)
         wait_all_answer(first, names, PER_TOPIC, timeout_s)
         took = time.monotonic() - t0
-    res.add(w, n_replicas, system, "create: until every partition answers (s)", took)
-    res.add(w, n_replicas, system, "create: brokers' CPU (s)", measure_cpu(system) - c0)
-    res.add(w, n_replicas, system, "create: ZooKeeper requests", zk_received(zk) - z0)
+    run.add("create: until every partition answers (s)", took)
+    run.add("create: brokers' CPU (s)", measure_cpu(system) - c0)
+    run.add("create: ZooKeeper requests", zk_received(zk) - z0)
     # every ISR full before the failover (followers caught up)
     _wait_isrs_full(system, names, timeout_s)
     time.sleep(5)
-    res.add(w, n_replicas, system, "RSS at rest, all brokers (MiB)", rss_mib(system.pids()))
-    res.add(w, n_replicas, system, "ZooKeeper znodes at rest", zk_srvr(zk, "Node count"))
+    run.add("RSS at rest, all brokers (MiB)", rss_mib(system.pids()))
+    run.add("ZooKeeper znodes at rest", zk_srvr(zk, "Node count"))
     # -- controller failover
     ctrl = _controller(system)
     victim = system.nodes[ctrl]
     survivors = [n for n in system.nodes.values() if n.node_id != ctrl]
     with profiled(system, f"w22-{n_replicas}-failover", survivors):
-        _w22_failover(system, n_replicas, res, timeout_s, names, victim, survivors)
+        _w22_failover(run, victim, survivors)
     # -- the killed broker restarts
     with profiled(system, f"w22-{n_replicas}-restart", survivors):
-        _w22_restart(system, n_replicas, res, timeout_s, names, victim)
+        _w22_restart(run, victim)
     # -- controlled shutdown of the broker (not the controller) leading the most partitions
     ctrl = _controller(system)
     md = _metadata_from(system, names) or ClusterMetadata({}, -1, {})
@@ -101,23 +122,13 @@ def w22(system: System, n_replicas: int, res: Results, timeout_s: float) -> None
         if info.leader in counts:
             counts[info.leader] += 1
     target = system.nodes[max(counts, key=lambda b: counts[b])]
-    res.add(w, n_replicas, system, "controlled shutdown: partitions it led", counts[target.node_id])
+    run.add("controlled shutdown: partitions it led", counts[target.node_id])
     with profiled(system, f"w22-{n_replicas}-shutdown"):
-        _w22_controlled_shutdown(system, n_replicas, res, timeout_s, names, target)
+        _w22_controlled_shutdown(run, target)
 
 
-def _w22_failover(
-    system: System,
-    n_replicas: int,
-    res: Results,
-    timeout_s: float,
-    names: list[str],
-    victim: Node,
-    survivors: list[Node],
-) -> None:
-    w = "W22"
-    zk = system.zk
-    assert zk is not None
+def _w22_failover(run: _Run, victim: Node, survivors: list[Node]) -> None:
+    system, names, timeout_s, zk = run.system, run.names, run.timeout_s, run.zk
     partitions = len(names) * PER_TOPIC
     c0, z0 = cpu_seconds([p for n in survivors if (p := n.pid())]), zk_received(zk)
     t0 = time.monotonic()
@@ -141,27 +152,18 @@ def _w22_failover(
                     produce_s = time.monotonic() - t0
                     break
         time.sleep(0.25)
-    res.add(w, n_replicas, system, "failover: kill -9 -> every partition led (s)", led_s)
-    res.add(
-        w, n_replicas, system, "failover: kill -9 -> produce to every partition ok (s)", produce_s
-    )
-    res.add(
-        w,
-        n_replicas,
-        system,
+    run.add("failover: kill -9 -> every partition led (s)", led_s)
+    run.add("failover: kill -9 -> produce to every partition ok (s)", produce_s)
+    run.add(
         "failover: survivors' CPU (s)",
         cpu_seconds([p for n in survivors if (p := n.pid())]) - c0,
     )
-    res.add(w, n_replicas, system, "failover: ZooKeeper requests", zk_received(zk) - z0)
-    res.add(w, n_replicas, system, "failover: new controller", new_ctrl)
+    run.add("failover: ZooKeeper requests", zk_received(zk) - z0)
+    run.add("failover: new controller", new_ctrl)
 
 
-def _w22_restart(
-    system: System, n_replicas: int, res: Results, timeout_s: float, names: list[str], victim: Node
-) -> None:
-    w = "W22"
-    zk = system.zk
-    assert zk is not None
+def _w22_restart(run: _Run, victim: Node) -> None:
+    system, names, timeout_s, zk = run.system, run.names, run.timeout_s, run.zk
     others = [p for n in system.nodes.values() if n is not victim and (p := n.pid())]
     c0, z0, t0 = cpu_seconds(others), zk_received(zk), time.monotonic()
     victim.restart()
@@ -187,27 +189,18 @@ def _w22_restart(
                 break
         time.sleep(0.5)
     pid = victim.pid()
-    res.add(w, n_replicas, system, "restart: start -> listening (s)", listening)
-    res.add(w, n_replicas, system, "restart: start -> back in every ISR (s)", back)
-    res.add(
-        w,
-        n_replicas,
-        system,
+    run.add("restart: start -> listening (s)", listening)
+    run.add("restart: start -> back in every ISR (s)", back)
+    run.add(
         "restart: CPU of the restarted broker (s)",
         cpu_seconds([pid] if pid else []),
     )
-    res.add(
-        w, n_replicas, system, "restart: CPU of the other brokers (s)", cpu_seconds(others) - c0
-    )
-    res.add(w, n_replicas, system, "restart: ZooKeeper requests", zk_received(zk) - z0)
+    run.add("restart: CPU of the other brokers (s)", cpu_seconds(others) - c0)
+    run.add("restart: ZooKeeper requests", zk_received(zk) - z0)
 
 
-def _w22_controlled_shutdown(
-    system: System, n_replicas: int, res: Results, timeout_s: float, names: list[str], target: Node
-) -> None:
-    w = "W22"
-    zk = system.zk
-    assert zk is not None
+def _w22_controlled_shutdown(run: _Run, target: Node) -> None:
+    system, names, timeout_s, zk = run.system, run.names, run.timeout_s, run.zk
     z0, t0, since = zk_received(zk), time.monotonic(), time.time()
     worst = [0, 0]  # most partitions without a live leader; of them, with leader -1
     stop_sampling = threading.Event()
@@ -228,22 +221,19 @@ def _w22_controlled_shutdown(
     exit_s = time.monotonic() - t0
     stop_sampling.set()
     sampler.join()
-    res.add(w, n_replicas, system, "controlled shutdown: SIGTERM -> exit (s)", exit_s)
-    res.add(w, n_replicas, system, "controlled shutdown: exit code", code)
-    res.add(w, n_replicas, system, "controlled shutdown: most partitions without leader", worst[0])
-    res.add(w, n_replicas, system, "controlled shutdown: of them with leader -1", worst[1])
-    res.add(
-        w,
-        n_replicas,
-        system,
+    run.add("controlled shutdown: SIGTERM -> exit (s)", exit_s)
+    run.add("controlled shutdown: exit code", code)
+    run.add("controlled shutdown: most partitions without leader", worst[0])
+    run.add("controlled shutdown: of them with leader -1", worst[1])
+    run.add(
         "controlled shutdown: ZooKeeper sessions lost meanwhile",
         _logged(system, since, "ZooKeeper session LOST"),
     )
-    res.add(w, n_replicas, system, "controlled shutdown: ZooKeeper requests", zk_received(zk) - z0)
+    run.add("controlled shutdown: ZooKeeper requests", zk_received(zk) - z0)
     md = _metadata_from(system, names)
     live = set(_live_addresses(system))
     led = sum(1 for _, _, i in md.partitions() if i.leader in live) if md else 0
-    res.add(w, n_replicas, system, "controlled shutdown: partitions led after exit", led)
+    run.add("controlled shutdown: partitions led after exit", led)
 
 
 def _wait_isrs_full(system: System, names: list[str], timeout_s: float) -> float:

@@ -121,7 +121,7 @@ def _py_node(b: BrokerProcess) -> Node:
             return None
 
     def restart() -> None:
-        b._spawn()
+        b.spawn()
 
     return Node(
         b.broker_id,

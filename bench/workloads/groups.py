@@ -280,7 +280,7 @@ def _w17_start(target: Target, st: dict, group: str, name: str, protocol: str):
     )
 
 
-def _w17_wait_split(procs: list, want: int, what: str, t0: float) -> float:
+def w17_wait_split(procs: list, want: int, what: str, t0: float) -> float:
     while True:
         owned = [w16_owned(p) for p in procs]
         if all(len(o) == want for o in owned) and len(set().union(*owned)) == W16_PARTITIONS:
@@ -297,14 +297,14 @@ def w17_run(target: Target, st: dict, i: int) -> dict[str, float]:
     classic = [_w17_start(target, st, group, f"{group}-c{k}", "classic") for k in range(2)]
     modern: list = []
     try:
-        _w17_wait_split(classic, W16_PARTITIONS // 2, "classic members", time.monotonic())
+        w17_wait_split(classic, W16_PARTITIONS // 2, "classic members", time.monotonic())
         t0 = time.monotonic()
         modern = [_w17_start(target, st, group, f"{group}-k{k}", "consumer") for k in range(3)]
-        upgrade = _w17_wait_split(classic + modern, 2, "after the upgrade", t0)
+        upgrade = w17_wait_split(classic + modern, 2, "after the upgrade", t0)
         t1 = time.monotonic()
         for p in modern:
             p.stop()
-        downgrade = _w17_wait_split(classic, W16_PARTITIONS // 2, "after the downgrade", t1)
+        downgrade = w17_wait_split(classic, W16_PARTITIONS // 2, "after the downgrade", t1)
         return {"upgrade s": upgrade, "downgrade s": downgrade}
     finally:
         for p in classic + modern:

@@ -33,7 +33,8 @@ from pybroker.cli.offsets import EARLIEST, LATEST, list_offsets
 from pybroker.cli.output import json_line
 from pybroker.errors import ErrorCode
 from pybroker.wire.control_records import ABORT, read_end_txn_marker
-from pybroker.wire.records import InvalidRecordError, decode_records, scan_batches
+from pybroker.wire.record_walker import decode_records
+from pybroker.wire.records import InvalidRecordError, scan_batches
 
 FETCH = 1
 OFFSET_COMMIT = 8

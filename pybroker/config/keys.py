@@ -346,6 +346,9 @@ class Config:
     # -- replication
     unclean_leader_election_enable: bool = define("unclean.leader.election.enable", BOOLEAN, False)
     replica_lag_time_max_ms: int = define("replica.lag.time.max.ms", LONG, 30000)
+    # how long a follower leaves a partition out of its fetches after the leader answered it
+    # an error (replication/fetcher.py)
+    replica_fetch_backoff_ms: int = define("replica.fetch.backoff.ms", INT, 1000, at_least(0))
     # recovery point (and the other) checkpoints of every log dir: also when a failed dir is
     # noticed at the latest if nothing else writes there
     log_flush_offset_checkpoint_interval_ms: int = define(

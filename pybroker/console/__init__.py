@@ -87,7 +87,7 @@ class Console:
         path = request.path
         refresh = 0
         try:
-            refresh = min(max(pages._int(q, "refresh", 0, "overview"), 0), html.REFRESH_MAX_S)
+            refresh = min(max(pages.int_param(q, "refresh", 0, "overview"), 0), html.REFRESH_MAX_S)
             if path == "/":
                 result = await pages.overview(self.broker, viewer, q)
             elif path == "/topics":

@@ -160,7 +160,7 @@ async def authenticate(broker: BrokerServices, header: str | None) -> str:
 
 async def viewer_for(broker: BrokerServices, headers: dict[str, str], peer: tuple | None) -> Viewer:
     host = str(peer[0]) if peer else "*"
-    authorizer = getattr(broker, "authorizer", None)
+    authorizer = broker.authorizer
     if authorizer is None:
         return Viewer(None, host)
     principal = await authenticate(broker, headers.get("authorization"))

@@ -52,7 +52,7 @@ class PageError(Exception):
         self.status, self.title, self.section, self.message = status, title, section, message
 
 
-def _int(q: dict[str, str], key: str, default: int, section: str) -> int:
+def int_param(q: dict[str, str], key: str, default: int, section: str) -> int:
     raw = q.get(key, "").strip()
     if not raw:
         return default
@@ -69,7 +69,7 @@ async def overview(broker: BrokerServices, viewer: Viewer, q: dict[str, str]) ->
 
 async def topic_list(broker: BrokerServices, viewer: Viewer, q: dict[str, str]) -> Result:
     rows = await state.topic_rows(broker, viewer)
-    _int(q, "page", 1, "topics")
+    int_param(q, "page", 1, "topics")
     return Result(200, "Topics", "topics", partial(topic_views.render_list, rows, q))
 
 
@@ -99,13 +99,13 @@ async def _browse(
         partitions = sorted(info.partitions)
         f.fields["partition"] = "all"
     else:
-        p = _int(q, "partition", 0, "topics")
+        p = int_param(q, "partition", 0, "topics")
         if p not in info.partitions:
             f.error = f"no partition {p}"
             return f
         partitions = [p]
-    limit = _int(q, "limit", DEFAULT_LIMIT, "topics")
-    offset = _int(q, "offset", -1, "topics")
+    limit = int_param(q, "limit", DEFAULT_LIMIT, "topics")
+    offset = int_param(q, "offset", -1, "topics")
     after, before = _cursor(q, "after"), _cursor(q, "before")
     ts = None
     if before is None and after is None and q.get("ts", "").strip():
@@ -142,7 +142,7 @@ async def topic(
     info = broker.cluster.topics.get(name)
     if info is None:
         raise PageError(404, title, "topics", f"No topic named {name!r}.")
-    _int(q, "page", 1, "topics")
+    int_param(q, "page", 1, "topics")
     rows = await state.partition_rows(broker, name)
     live = broker.cluster.brokers
     states = list(info.partitions.values())

@@ -13,10 +13,15 @@ with a replica here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pybroker.coord.group.share_store import ACKNOWLEDGED, ARCHIVED
 from pybroker.coord.metadata.store import StoreError
+
+if TYPE_CHECKING:
+    from pybroker.console.auth import Viewer
+    from pybroker.coord.group.share import ShareGroup
+    from pybroker.services import BrokerServices
 
 
 @dataclass(slots=True)
@@ -56,14 +61,16 @@ class ShareGroupDetail:
         return sum(lags) if lags else None
 
 
-def share_groups(broker: Any) -> list[Any]:
-    coordinator = getattr(broker, "share_groups", None)
+def share_groups(broker: BrokerServices) -> list[ShareGroup]:
+    coordinator = broker.share_groups  # (None before the broker's start made it)
     if coordinator is None or not broker.config.group_share_enable:
         return []
     return sorted(coordinator.groups.values(), key=lambda g: g.group_id)
 
 
-async def partitions(broker: Any, group_id: str, viewer: Any) -> list[SharePartitionRow]:
+async def partitions(
+    broker: BrokerServices, group_id: str, viewer: Viewer
+) -> list[SharePartitionRow]:
     coordinator = broker.share_groups
     live = {
         (v["topic"], v["partition"]): v for v in broker.shares.views() if v["group"] == group_id
@@ -107,7 +114,7 @@ async def partitions(broker: Any, group_id: str, viewer: Any) -> list[ShareParti
     return sorted(out, key=lambda r: (r.topic, r.partition))
 
 
-async def detail(broker: Any, group_id: str, viewer: Any) -> ShareGroupDetail | None:
+async def detail(broker: BrokerServices, group_id: str, viewer: Viewer) -> ShareGroupDetail | None:
     g = next((x for x in share_groups(broker) if x.group_id == group_id), None)
     if g is None:
         return None

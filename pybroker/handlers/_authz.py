@@ -5,7 +5,7 @@ allowed, as in Kafka."""
 from __future__ import annotations
 
 from pybroker.handlers.context import RequestContext
-from pybroker.security.acl import CLUSTER_NAME, Operation, ResourceType
+from pybroker.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, ResourceType
 from pybroker.security.sasl import ANONYMOUS
 
 
@@ -19,7 +19,7 @@ def host(ctx: RequestContext) -> str:
 
 
 def allowed(ctx: RequestContext, op: Operation, rtype: ResourceType, name: str) -> bool:
-    a = getattr(ctx.services, "authorizer", None)
+    a = ctx.services.authorizer
     if a is None:
         return True
     return a.authorize(principal(ctx), host(ctx), op, rtype, name)
@@ -42,21 +42,19 @@ def on_txn(ctx: RequestContext, op: Operation, transactional_id: str) -> bool:
 
 
 def enabled(ctx: RequestContext) -> bool:
-    return getattr(ctx.services, "authorizer", None) is not None
+    return ctx.services.authorizer is not None
 
 
 def authorized_operations(ctx: RequestContext, rtype: ResourceType, name: str) -> int:
     """Kafka's authorized-operations bit field (Metadata v8+, DescribeGroups v3+,
     DescribeCluster): bit ``op`` set for each operation of the resource type allowed."""
-    from pybroker.security.acl import SUPPORTED_OPERATIONS
-
     return sum(1 << op for op in SUPPORTED_OPERATIONS[rtype] if allowed(ctx, op, rtype, name))
 
 
 def idempotent_write(ctx: RequestContext) -> bool:
     """An idempotent producer: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic
     (KIP-679, Kafka 3.0+)."""
-    a = getattr(ctx.services, "authorizer", None)
+    a = ctx.services.authorizer
     if a is None:
         return True
     return on_cluster(ctx, Operation.IDEMPOTENT_WRITE) or a.authorize_any(

@@ -3,13 +3,18 @@ where a partition's leader is."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from pybroker.coord.metadata.paths import MAX_NAME_CHARS
-from pybroker.errors import ErrorCode
-from pybroker.handlers._authz import on_group
+from pybroker.errors import ErrorCode, KafkaError
+from pybroker.handlers._authz import on_group, on_topic
+from pybroker.handlers._topic_ids import Resolver
 from pybroker.handlers.context import RequestContext
+from pybroker.replication.client import BrokerConnection
+from pybroker.security import listeners as listener_security
 from pybroker.security.acl import Operation
+from pybroker.share.manager import settle
 
 # ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge,
 # DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets
@@ -19,9 +24,7 @@ SHARE_VERSION = 1  # the share.version feature level served (Kafka 4.2's)
 
 def share_enabled(ctx: RequestContext) -> bool:
     """group.share.enable (share.version finalized at 1); the share services exist then."""
-    return bool(ctx.services.config.group_share_enable) and (
-        getattr(ctx.services, "share_groups", None) is not None
-    )
+    return bool(ctx.services.config.group_share_enable) and (ctx.services.share_groups is not None)
 
 
 def member_id_valid(member_id: str | None) -> bool:
@@ -109,11 +112,6 @@ async def acknowledge_all(
     (Kafka's handleAcknowledgements): {(topic id, partition): (error code, message, the write
     to wait for or None)} for every partition that carried a list of batches.  ``settled``
     turns that into the answers once the writes are done."""
-    from pybroker.errors import ErrorCode
-    from pybroker.handlers._authz import on_topic
-    from pybroker.handlers._topic_ids import Resolver
-    from pybroker.security.acl import Operation
-
     resolver = Resolver(ctx.services.cluster)
     shares = ctx.services.shares
     max_type = 4 if supports_renew else 3
@@ -154,8 +152,6 @@ async def settled(
     pending: dict[tuple[Any, int], tuple[int, str | None, Any]],
 ) -> dict[tuple[Any, int], tuple[int, str | None]]:
     """The acknowledgements' answers, once their writes are done."""
-    from pybroker.share.manager import settle
-
     return {key: await settle(*outcome) for key, outcome in pending.items()}
 
 
@@ -174,12 +170,6 @@ async def end_offsets(ctx: RequestContext, partitions: list[tuple[str, int]]) ->
     """{(topic, partition): high watermark} for the lag: from the local log where this broker
     leads, else ListOffsets (latest) to the leader; partitions that cannot be asked are left
     out (their lag is -1)."""
-    import asyncio
-
-    from pybroker.errors import KafkaError
-    from pybroker.replication.client import BrokerConnection
-    from pybroker.security import listeners as listener_security
-
     out: dict[tuple[str, int], int] = {}
     remote: dict[int, list[tuple[str, int]]] = {}
     for topic, p in partitions:

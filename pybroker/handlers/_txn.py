@@ -20,4 +20,4 @@ def coordinator(ctx: RequestContext) -> TransactionCoordinator | None:
     ZooKeeper session is suspended or lost (another broker may be coordinating)."""
     if not ctx.services.cluster.session_ok:
         return None
-    return getattr(ctx.services, "transactions", None)
+    return ctx.services.transactions

@@ -136,7 +136,7 @@ def _read_all(
     stamps: dict = {}
     stamping = track_idle and replica_id < 0  # a consumer's session remembers idle ones
     # and an in-sync follower's, at its log end (the lease read once, as read_from_log)
-    following = track_idle and replica_id >= 0 and getattr(ctx.services.cluster, "lease_ok", True)
+    following = track_idle and replica_id >= 0 and replicas.lease_ok
     idle_followed: list = []  # the Replica of each partition a follower's fetch skipped
     to_read: list[FetchPartition] = []
     read_stamps: list[Any] = []
@@ -247,17 +247,24 @@ def _group_by_topic(answered: list, uses_ids: bool) -> list[dict]:
     return responses
 
 
+def _records_size(records: Any) -> int:
+    """A log region's size, or the length of records read into memory (read_from_log)."""
+    if isinstance(records, bytes | bytearray | memoryview):
+        return len(records)
+    return getattr(records, "size", 0)
+
+
 def _count_bytes_out(
     metrics: BrokerMetrics, answered: list, replica_id: int, uses_ids: bool, resolver: Resolver
 ) -> None:
     """Kafka's BytesOutPerSec (consumers, per topic) and ReplicationBytesOutPerSec."""
     if replica_id >= 0:
         metrics.replication_bytes_out += sum(
-            getattr(e["records"], "size", 0) for _, e in answered if e.get("records")
+            _records_size(e["records"]) for _, e in answered if e.get("records")
         )
         return
     for p, e in answered:
-        size = getattr(e.get("records"), "size", 0)
+        size = _records_size(e.get("records"))
         if size:
             topic = resolver.name(p.topic_id) if uses_ids else p.topic
             if topic is not None:

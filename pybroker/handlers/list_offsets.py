@@ -12,23 +12,19 @@ docs/internals.md ("pybroker/handlers/list_offsets.py").
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-from collections.abc import Callable
 
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.handlers._authz import on_topic
 from pybroker.handlers.context import RequestContext
-from pybroker.log.validator import find_record
 from pybroker.registry import handler
 from pybroker.replication.manager import hw_key
 from pybroker.security.acl import Operation
-from pybroker.wire.records import BatchHeader, InvalidRecordError
+from pybroker.wire.records import InvalidRecordError
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 EARLIEST_LOCAL, LATEST_TIERED = -4, -5
 READ_COMMITTED = 1
-INLINE_BYTES = 16 * 1024  # uncompressed batches up to this size are walked on the loop
 # how long one request waits for a new leader's high watermark to reach its epoch start
 # before answering OFFSET_NOT_AVAILABLE (Kafka's replica.fetch.wait.max.ms: a follower's next
 # fetch comes within it)
@@ -43,39 +39,6 @@ def _not_available(replica) -> KafkaError:
         f"the high watermark ({replica.log.high_watermark}) is below the start offset of "
         f"leader epoch {replica.leader_epoch} ({replica.leader_epoch_start_offset})",
     )
-
-
-async def _find(
-    ctx: RequestContext, h: BatchHeader, data: bytes, wanted: Callable[[int, int], bool]
-) -> tuple[int, int] | None:
-    h = h._replace(position=0)
-    limit = ctx.services.config.socket_request_max_bytes
-    if h.compression == 0 and h.size <= INLINE_BYTES:
-        return find_record(data, h, wanted, max_uncompressed_bytes=limit)
-    return await asyncio.get_running_loop().run_in_executor(
-        None, functools.partial(find_record, data, h, wanted, max_uncompressed_bytes=limit)
-    )
-
-
-async def _max_timestamp(ctx: RequestContext, log_) -> tuple[int, int]:  # noqa: ANN001
-    got = log_.batch_of_max_timestamp()
-    if got is None:
-        return -1, -1
-    h, data, max_ts = got
-    found = await _find(ctx, h, data, lambda _o, t: t == max_ts)
-    return found or (h.last_offset, max_ts)
-
-
-async def _for_timestamp(ctx: RequestContext, log_, ts: int) -> tuple[int, int]:  # noqa: ANN001
-    after = None
-    while (got := log_.batch_for_timestamp(ts, after)) is not None:
-        h, data = got
-        start = log_.log_start_offset
-        found = await _find(ctx, h, data, lambda o, t, start=start: t >= ts and o >= start)
-        if found is not None:
-            return found
-        after = h.next_offset
-    return -1, -1
 
 
 async def _caught_up(ctx: RequestContext, topic: str, p: dict, replica, deadline: float):  # noqa: ANN001
@@ -119,9 +82,9 @@ async def _lookup(
             found = (log.last_stable_offset if read_committed else log.high_watermark, -1)
         else:
             if ts == MAX_TIMESTAMP:
-                found = await _max_timestamp(ctx, log)
+                found = await ctx.services.replicas.offset_of_max_timestamp(log)
             else:
-                found = await _for_timestamp(ctx, log, ts)
+                found = await ctx.services.replicas.offset_for_timestamp(log, ts)
             fetchable = log.last_stable_offset if read_committed else log.high_watermark
             if found[0] >= fetchable:
                 # beyond what consumers may read: none, or not yet known while a new

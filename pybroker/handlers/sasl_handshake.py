@@ -46,6 +46,5 @@ async def sasl_handshake(ctx: RequestContext, req: dict) -> dict:
         )
     s.mechanism = mechanism
     s.server = new_server(s, mechanism, await ctx.services.scram_fake_salt_key())
-    s.handshake_version = ctx.version
     s.raw_tokens = ctx.version == 0
     return {"error_code": ErrorCode.NONE, "mechanisms": list(enabled)}

@@ -38,7 +38,8 @@ from pybroker.handlers._topic_ids import Resolver
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 from pybroker.security.acl import Operation
-from pybroker.share.manager import PartitionFetch
+from pybroker.share.manager import PartitionFetch, ShareSettings
+from pybroker.share.session import ShareContext
 
 RECORD_LIMIT = 1  # ShareAcquireMode: 0 batch-optimized, 1 record-limit
 
@@ -129,7 +130,16 @@ async def share_fetch(ctx: RequestContext, req: dict) -> dict:
     return _response(ctx, context, resolver, fetched, errors, acks, settings, requested)
 
 
-def _response(ctx, context, resolver, fetched, errors, acks, settings, requested) -> dict:  # type: ignore[no-untyped-def]
+def _response(
+    ctx: RequestContext,
+    context: ShareContext,
+    resolver: Resolver,
+    fetched: dict[tuple, PartitionFetch],
+    errors: dict[tuple, tuple[int, str | None]],
+    acks: dict[tuple, tuple[int, str | None]],
+    settings: ShareSettings,
+    requested: list[tuple],
+) -> dict:
     # the partitions answered, in the order fetched, then those named only by errors or acks
     order: list[tuple] = []
     seen: set[tuple] = set()

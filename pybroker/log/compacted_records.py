@@ -15,10 +15,9 @@ from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
-from pybroker.errors import ErrorCode
 from pybroker.wire.primitives import write_varint
 from pybroker.wire.record_scan import scan_varint
-from pybroker.wire.record_walker import fields, walk
+from pybroker.wire.record_walker import fields, walk_stored
 from pybroker.wire.records import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
@@ -28,7 +27,6 @@ from pybroker.wire.records import (
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
     BatchHeader,
-    InvalidRecordError,
     compress,
     decompress,
     unpack_header,
@@ -72,16 +70,7 @@ def read_records(
         timestamp = base_ts if log_append else base_ts + ts
         append(RawRecord(base_offset + off, timestamp, f.key(buf), f.value_len >= 0, buf[at:end]))
 
-    try:
-        walk(
-            (payload,),
-            h.records_count,
-            max_record_bytes=len(payload),
-            gaps_up_to=h.last_offset_delta,
-            visit=collect,
-        )
-    except InvalidRecordError as e:
-        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, str(e)) from e
+    walk_stored(payload, h, collect)
     return h, out
 
 

@@ -5,6 +5,7 @@ build them from a topic's configs (handlers/_topics.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -35,11 +36,11 @@ class LogConfig:
 
     @property
     def compact(self) -> bool:
-        return "compact" in self.cleanup_policy.split(",")
+        return "compact" in _policies(self.cleanup_policy)
 
     @property
     def delete(self) -> bool:
-        return "delete" in self.cleanup_policy.split(",")
+        return "delete" in _policies(self.cleanup_policy)
 
     @property
     def max_segment_ms(self) -> int:
@@ -48,3 +49,9 @@ class LogConfig:
         if self.compact and self.max_compaction_lag_ms > 0:
             return min(self.max_compaction_lag_ms, self.roll_ms)
         return self.roll_ms
+
+
+@lru_cache(maxsize=64)
+def _policies(cleanup_policy: str) -> frozenset[str]:
+    """cleanup.policy's parts, remembered: every append asks ``max_segment_ms``."""
+    return frozenset(cleanup_policy.split(","))

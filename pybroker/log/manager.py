@@ -564,7 +564,10 @@ class LogManager:
             self.fail_dir(self.dir_of(plog), e)
 
     def partitions(self) -> Iterator[tuple[str, int, PartitionLog]]:
-        for (topic, partition), plog in list(self.logs.items()):
+        # dict.copy, not list(items()): the cleaner's thread calls this while the loop adds
+        # logs, and a copy is one step under the GIL (list() of a view can see the dict grow:
+        # "dictionary changed size during iteration", seen creating 100,000 replicas)
+        for (topic, partition), plog in self.logs.copy().items():
             yield topic, partition, plog
 
     def delete_records(self, topic: str, partition: int, offset: int) -> int:

@@ -30,7 +30,6 @@ from pybroker import logthrottle
 from pybroker.broker import Broker
 from pybroker.config import ConfigError, build_config
 from pybroker.coord.metadata.remote import RemoteStore
-from pybroker.gc_policy import GcPolicy
 
 PR_SET_PDEATHSIG = 1
 PARENT_CHECK_S = 1.0
@@ -49,33 +48,23 @@ async def _serve(broker: Broker, ready_fd: int | None, parent: int | None) -> in
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    gc_policy = GcPolicy(loop)  # the process's own: docs/scale.md, "The garbage collector"
-    gc_policy.install()
-    try:
-        await broker.start()
-    except BaseException:
-        gc_policy.uninstall()
-        await broker.stop()
-        raise
-    gc_policy.freeze_now()
-    if ready_fd is not None:
-        port = broker.http.bound[1] if broker.http is not None and broker.http.bound else None
-        line = json.dumps({"broker_id": broker.config.broker_id, "metrics_port": port})
-        os.write(ready_fd, line.encode() + b"\n")
-        os.close(ready_fd)
+    async with broker.serving():
+        if ready_fd is not None:
+            port = broker.http.bound[1] if broker.http is not None and broker.http.bound else None
+            line = json.dumps({"broker_id": broker.config.broker_id, "metrics_port": port})
+            os.write(ready_fd, line.encode() + b"\n")
+            os.close(ready_fd)
 
-    async def watch_parent() -> None:
-        while os.getppid() == parent:
-            await asyncio.sleep(PARENT_CHECK_S)
-        logging.getLogger("pybroker.node").error("the node's supervisor is gone: stopping")
-        stop.set()
+        async def watch_parent() -> None:
+            while os.getppid() == parent:
+                await asyncio.sleep(PARENT_CHECK_S)
+            logging.getLogger("pybroker.node").error("the node's supervisor is gone: stopping")
+            stop.set()
 
-    watcher = asyncio.create_task(watch_parent()) if parent is not None else None
-    await stop.wait()
-    if watcher is not None:
-        watcher.cancel()
-    await broker.stop()
-    gc_policy.uninstall()
+        watcher = asyncio.create_task(watch_parent()) if parent is not None else None
+        await stop.wait()
+        if watcher is not None:
+            watcher.cancel()
     return 0
 
 

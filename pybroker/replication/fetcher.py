@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,8 @@ from pybroker.replication.session_handler import FetchSessionHandler
 from pybroker.wire.records import InvalidRecordError, parse_batches
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from pybroker.replication.manager import Replica, ReplicaManager
 
 log = logging.getLogger("pybroker.replication.fetcher")
@@ -29,6 +32,17 @@ MAX_WAIT_MS = 500
 PARTITION_MAX_BYTES = 1024 * 1024
 MAX_BYTES = 16 * 1024 * 1024
 THROTTLE_BACKOFF_S = 1.0  # Kafka's replica.fetch.backoff.ms, when every partition is held
+# A partition's first retry after an error comes after this long (pybroker's own), doubling
+# while the error persists up to replica.fetch.backoff.ms (Kafka's delay, every time): a
+# leader learns of a new partition or leader epoch milliseconds after its followers (each
+# broker reads ZooKeeper itself), and a new leader's high watermark waits for their fetch.
+FIRST_BACKOFF_S = 0.05
+monotonic = time.monotonic  # the clock of the partitions' error delays
+# An answer's partitions are applied (appends, leader-epoch checkpoints) this many at a time
+# between passes of the event loop: after a produce to every partition, one answer of 16,000
+# partitions at a new leader epoch held the loop for seconds, past a third of the ZooKeeper
+# session, and the broker suspended its leadership (W22 at 100,000 replicas, docs/scale.md).
+APPLY_BATCH = 256
 SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH)
 
 
@@ -43,6 +57,10 @@ class _Fetching:
     # sees the same dict for an unchanged partition (FetchSessionHandler.build)
     params: dict | None = None
     built_from: tuple = ()
+    # after a partition error: left out of the requests until then (monotonic seconds), as
+    # Kafka's PartitionFetchState delay of replica.fetch.backoff.ms
+    delayed_until: float = 0.0
+    errors: int = 0  # errors in a row (the delay doubles with each)
 
 
 class ReplicaFetcher:
@@ -56,7 +74,8 @@ class ReplicaFetcher:
         self._addr: tuple[str, int] | None = None
         self._stopped = False
         self._session = FetchSessionHandler()
-        self._errors = 0  # rounds of partition errors in a row (_error_backoff)
+        self._newly_failing: dict[int, list[_Fetching]] = {}  # this answer's, by error code
+        self.backoff_s = manager.replica_fetch_backoff_ms / 1000.0
         self._version = 0  # moves on every add / remove
         self._round_version = 0  # _version when the current round of the loop began
 
@@ -110,12 +129,27 @@ class ReplicaFetcher:
                 if conn is None:
                     await asyncio.sleep(0.2)
                     continue
-                pending = {k: f for k, f in self.partitions.items() if not f.truncated}
+                now = monotonic()
+                pending = {
+                    k: f
+                    for k, f in self.partitions.items()
+                    if not f.truncated and f.delayed_until <= now
+                }
                 if pending:
                     await self._truncate(conn, pending)
-                ready = {k: f for k, f in self.partitions.items() if f.truncated}
+                now = monotonic()
+                ready = {
+                    k: f
+                    for k, f in self.partitions.items()
+                    if f.truncated and f.delayed_until <= now
+                }
                 if ready:
                     await self._fetch(conn, ready)
+                elif not pending:
+                    # every partition is delayed after an error: wait for the first delay
+                    # to end (Kafka's fetcher awaits the backoff when no partition is ready)
+                    first = min(f.delayed_until for f in self.partitions.values())
+                    await self._pause(max(first - now, 0.001))
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise
@@ -190,7 +224,6 @@ class ReplicaFetcher:
                 "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
             },
         )
-        failed = False
         for t in resp["topics"]:
             for p in t["partitions"]:
                 key = (t["topic"], p["partition"])
@@ -198,16 +231,25 @@ class ReplicaFetcher:
                 if f is None or not self._current(key, f):
                     continue
                 if p["error_code"] != ErrorCode.NONE:
+                    # mostly the leader not knowing yet of the epoch we learned: this
+                    # partition is asked again after the backoff, the others go on
                     log.debug("%s-%d: OffsetForLeaderEpoch error %d", *key, p["error_code"])
-                    failed = True
                     continue
                 self._truncate_to_leader(f, asked[key], p["leader_epoch"], p["end_offset"])
-        if failed:
-            # mostly the leader not knowing yet of the epoch we learned (its metadata lags ours
-            # by milliseconds): ask again soon, more slowly while it persists
-            await self._pause(self._error_backoff())
-        else:
-            self._errors = 0
+                f.errors = 0
+        # an error, or a partition the answer left out: not asked again before the backoff
+        self._delay(f for key, f in pending.items() if key in asked and not f.truncated)
+
+    def _delay(self, failed: Iterable[_Fetching]) -> None:
+        """Kafka's delayPartitions: a partition that failed is left out of the requests for a
+        while (FIRST_BACKOFF_S, doubling up to replica.fetch.backoff.ms); the fetcher goes on
+        with the others.  A partition handed over again (a new leader or epoch) is a new
+        entry, not delayed."""
+        now = monotonic()
+        for f in failed:
+            if f.delayed_until <= now:  # not delayed already
+                f.delayed_until = now + min(FIRST_BACKOFF_S * 2**f.errors, self.backoff_s)
+                f.errors = min(f.errors + 1, 30)
 
     def _truncate_to_leader(
         self, f: _Fetching, asked: int, leader_epoch: int, end_offset: int
@@ -307,28 +349,45 @@ class ReplicaFetcher:
             return  # the next request is a full one
         if resp["error_code"] != ErrorCode.NONE:
             raise ConnectionError(f"fetch error {resp['error_code']}")
-        failed = answered = 0
+        failed: list[_Fetching] = []
+        self._newly_failing = {}
+        applied = 0
         for t in resp["responses"]:
             for p in t["partitions"]:
+                applied += 1
+                if applied % APPLY_BATCH == 0:
+                    await asyncio.sleep(0)  # (a partition removed meanwhile is skipped below)
                 key = (t["topic"], p["partition_index"])
                 f = ready.get(key)
                 if f is None or not self._current(key, f):
                     # what the leader sent for it is lost: start the session again in full
                     self._session.handle_error()
                     continue
-                answered += 1
-                failed += self._apply(f, p)
-        if answered and failed == answered:
-            # errors come back at once (no long poll): retry after a pause, not in a spin,
-            # while the metadata that resolves them (a newer epoch, a new leader) arrives
-            await self._pause(self._error_backoff())
-        elif answered:
-            self._errors = 0
+                if self._apply(f, p):
+                    failed.append(f)
+                else:
+                    f.errors = 0
+        # errors come back at once (the leader does not long-poll a request with one): the
+        # failed partitions wait out the backoff, the next request long-polls the others
+        self._delay(failed)
+        self._log_new_errors()
 
-    def _error_backoff(self) -> float:
-        """10 ms, doubling with each round of errors in a row, up to 100 ms."""
-        self._errors += 1
-        return min(0.01 * 2 ** (self._errors - 1), 0.1)
+    def _log_new_errors(self) -> None:
+        """One line per error code for the partitions that began failing with it in this
+        answer, not one per partition: after a leader's lease is suspended (its loop held up)
+        every partition fails at once, and 16,000 lines held the follower's own loop for
+        seconds (W22 at 100,000 replicas, docs/scale.md)."""
+        for code, fs in self._newly_failing.items():
+            names = ", ".join(f"{f.replica.topic}-{f.replica.partition}" for f in fs[:3])
+            log.info(
+                "fetch from leader %d answered error %d for %d partition(s) (%s%s); retrying",
+                self.leader_id,
+                code,
+                len(fs),
+                names,
+                ", ..." if len(fs) > 3 else "",
+            )
+        self._newly_failing = {}
 
     def _apply(self, f: _Fetching, p: dict) -> bool:
         """Apply one partition's answer; True when it was an error."""
@@ -336,14 +395,8 @@ class ReplicaFetcher:
         plog = r.log
         code = p["error_code"]
         if code != f.last_error:
-            if code != ErrorCode.NONE:
-                log.info(
-                    "%s-%d: fetch from leader %d answered error %d; retrying",
-                    r.topic,
-                    r.partition,
-                    self.leader_id,
-                    code,
-                )
+            if code != ErrorCode.NONE:  # logged by _log_new_errors, one line per code
+                self._newly_failing.setdefault(code, []).append(f)
             f.last_error = code
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             start = p.get("log_start_offset", -1)

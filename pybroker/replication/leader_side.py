@@ -25,6 +25,12 @@ log = logging.getLogger("pybroker.replication")
 class LeaderSide:
     """ReplicaManager's leader side (module docstring)."""
 
+    @property
+    def lease_ok(self) -> bool:
+        """The store session lease (Cluster.lease_ok): a leader answers only while it holds;
+        read once a request by the fetch paths."""
+        return self.cluster.lease_ok
+
     def fetch_stamp(self, topic: str, partition: int, read_committed: bool) -> tuple | None:
         """What a consumer's fetch of an idle partition depends on, for the Fetch handler to
         see that nothing changed since its last answer: this broker still leads the same
@@ -32,7 +38,7 @@ class LeaderSide:
         end, high watermark, start (and LSO for read_committed) are where they were.  None
         when this broker does not lead it now (the full path then answers the error)."""
         r = self.replicas.get((topic, partition))
-        if r is None or r.role != LEADER or not getattr(self.cluster, "lease_ok", True):
+        if r is None or r.role != LEADER or not self.lease_ok:
             return None
         log = r.log
         return (
@@ -84,13 +90,12 @@ class LeaderSide:
         for r in replicas:
             st = r.followers.get(replica_id)
             if st is not None:
-                st.last_fetch_ms = now
                 st.last_caught_up_ms = now
 
     def check_enough_replicas(self, r: Replica) -> None:
         """acks=all precondition: the ISR is at least min.insync.replicas and the store session
         that lets us guarantee it is alive."""
-        if not getattr(self.cluster, "session_ok", True):
+        if not self.cluster.session_ok:
             raise KafkaError(
                 ErrorCode.NOT_ENOUGH_REPLICAS,
                 "this broker has lost its metadata-store session",
@@ -145,7 +150,6 @@ class LeaderSide:
         st = r.followers[replica_id]
         now = self.clock.time_ms()
         st.log_end_offset = fetch_offset
-        st.last_fetch_ms = now
         if fetch_offset >= r.log.log_end_offset:
             st.last_caught_up_ms = now
         # In sync (Kafka's isFollowerInSync): at the high watermark and holding everything

@@ -79,6 +79,7 @@ class ReplicaManager(LeaderSide):
         clock: Clock,
         *,
         replica_lag_time_max_ms: int,
+        replica_fetch_backoff_ms: int = 1000,
         min_insync_replicas: Callable[[str], int],
         open_log: Callable[[str, int], PartitionLog],
         fetcher_factory: Callable[[ReplicaManager, int], ReplicaFetcher],
@@ -106,6 +107,7 @@ class ReplicaManager(LeaderSide):
         self.purgatory = purgatory
         self.clock = clock
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.replica_fetch_backoff_ms = replica_fetch_backoff_ms  # the fetchers' error delay
         self.min_insync_replicas = min_insync_replicas
         self.open_log = open_log
         self.fetcher_factory = fetcher_factory
@@ -514,7 +516,7 @@ class ReplicaManager(LeaderSide):
         if r.role != LEADER:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if lease_ok is None:
-            lease_ok = getattr(self.cluster, "lease_ok", True)
+            lease_ok = self.lease_ok
         if not lease_ok:
             # held up past a third of the session: we may have been replaced
             # (coord/metadata/cluster.py)

@@ -35,7 +35,6 @@ def consumer_key(topic: str, partition: int) -> tuple:
 class FollowerState:
     log_end_offset: int = -1
     last_caught_up_ms: int = 0
-    last_fetch_ms: int = 0
 
 
 @dataclass

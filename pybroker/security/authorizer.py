@@ -55,11 +55,6 @@ CHANGE_PREFIX = "acl_changes_"
 PURGE_AFTER_MS = 15 * 60 * 1000
 _TYPES = {v: k for k, v in RESOURCE_NAMES.items()}
 
-AUTHORIZER_CLASS_NAMES = (
-    "kafka.security.authorizer.AclAuthorizer",
-    "kafka.security.auth.SimpleAclAuthorizer",
-)
-
 
 def resource_path(r: Resource) -> str:
     root = LITERAL_ROOT if r.pattern == PatternType.LITERAL else PREFIXED_ROOT

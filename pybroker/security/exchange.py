@@ -37,10 +37,9 @@ async def step(session: Session, token: bytes, credentials: Any, now_ms: int) ->
     if server is None:
         raise AuthenticationFailed("no SASL exchange under way")
     if session.mechanism in SCRAM and isinstance(server, ScramServer):
-        if server.principal is None and getattr(server, "_state", "") == "first":
+        if server.principal is None and server.awaiting_client_first:
             user = scram_user(token)
-            cred = await credentials.get(user, session.mechanism) if user else None
-            server._lookup = lambda _u, cred=cred: cred
+            server.use_credential(await credentials.get(user, session.mechanism) if user else None)
     out = server.step(token)
     if server.complete:
         name = server.principal

@@ -186,7 +186,6 @@ class Session:
     authenticated: bool = True
     mechanism: str | None = None
     server: object | None = None  # the exchange under way (PlainServer / ScramServer)
-    handshake_version: int = -1  # the SaslHandshake version that started the exchange
     raw_tokens: bool = False  # SaslHandshake v0: the next frames are bare SASL tokens
     expires_at_ms: int | None = None  # connections.max.reauth.ms: the session's end
     reauthenticating: bool = False

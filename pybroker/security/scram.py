@@ -139,6 +139,14 @@ class ScramServer:
         self.principal: str | None = None
         self.complete = False
 
+    @property
+    def awaiting_client_first(self) -> bool:
+        return self._state == "first"
+
+    def use_credential(self, cred: ScramCredential | None) -> None:
+        """The client's credential, looked up ahead (an async store) of its client-first."""
+        self._lookup = lambda _user: cred
+
     def step(self, message: bytes) -> bytes:
         try:
             text = message.decode("utf-8")

@@ -42,8 +42,8 @@ from pybroker.testing.cluster_loads import (  # noqa: F401 (named here for their
     CheckResult,
     ConfluentLoad,
     KafkaPythonLoad,
+    Load,
     LoadStats,
-    _Load,
     check_records,
     read_topic,
 )
@@ -296,7 +296,7 @@ class Cluster:
         b = self.brokers[broker_id]
         assert b.is_running()
         self.note(f"SIGSTOP broker {broker_id}")
-        b._mark(f"SIGSTOP to pid {b.pid}")
+        b.mark(f"SIGSTOP to pid {b.pid}")
         os.kill(b.pid, signal.SIGSTOP)
         self.paused.add(broker_id)
 
@@ -308,7 +308,7 @@ class Cluster:
         if b.is_running():
             self.note(f"SIGCONT broker {broker_id}")
             os.kill(b.pid, signal.SIGCONT)
-            b._mark(f"SIGCONT to pid {b.pid}")
+            b.mark(f"SIGCONT to pid {b.pid}")
 
     def stop(self) -> list[str]:
         """SIGTERM every running broker (SIGCONT first); returns the problems (a broker that

@@ -56,7 +56,7 @@ class LoadStats:
         )
 
 
-class _Load(threading.Thread):
+class Load(threading.Thread):
     """Sends unique payloads round-robin over `partitions` until stop() (paced by `interval`
     seconds between sends)."""
 
@@ -86,7 +86,7 @@ class _Load(threading.Thread):
             self.stats.failed[type(error).__name__ if not isinstance(error, str) else error] += 1
 
 
-class KafkaPythonLoad(_Load):
+class KafkaPythonLoad(Load):
     """kafka-python KafkaProducer(enable_idempotence=True, acks='all', retries huge)."""
 
     def run(self) -> None:
@@ -138,7 +138,7 @@ class KafkaPythonLoad(_Load):
                 pass
 
 
-class ConfluentLoad(_Load):
+class ConfluentLoad(Load):
     """confluent-kafka Producer(enable.idempotence=True) (acks=all implied)."""
 
     def run(self) -> None:

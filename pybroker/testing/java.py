@@ -273,7 +273,7 @@ def json_objects(text: str) -> list[dict]:
     return out
 
 
-def _kill_group(proc: subprocess.Popen, sig: int) -> None:
+def kill_group(proc: subprocess.Popen, sig: int) -> None:
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, sig)
@@ -310,7 +310,7 @@ def run_main(
         out, err = proc.communicate(input=input, timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
-        _kill_group(proc, signal.SIGKILL)
+        kill_group(proc, signal.SIGKILL)
         out, err = proc.communicate()
     return JavaResult(cmd, proc.returncode, out, err, time.monotonic() - start, timed_out)
 
@@ -335,17 +335,17 @@ class JavaProcess:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(self.proc, signal.SIGKILL)
+            kill_group(self.proc, signal.SIGKILL)
             self.proc.wait(timeout=10)
         return self.result(timed_out)
 
     def stop(self, timeout: float = 15.0) -> JavaResult:
         """SIGTERM (the tools' shutdown hooks close their clients), then SIGKILL."""
-        _kill_group(self.proc, signal.SIGTERM)
+        kill_group(self.proc, signal.SIGTERM)
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(self.proc, signal.SIGKILL)
+            kill_group(self.proc, signal.SIGKILL)
             self.proc.wait(timeout=10)
         return self.result(False)
 

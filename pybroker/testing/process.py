@@ -134,7 +134,7 @@ class BrokerProcess:
         return ""
 
     # -- lifecycle --------------------------------------------------------------------------
-    def _spawn(self) -> None:
+    def spawn(self) -> None:
         with open(self.stderr_path, "ab") as out:
             out.write(f"\n===== start: {' '.join(self.command())}\n".encode())
             out.flush()
@@ -184,7 +184,7 @@ class BrokerProcess:
         """Start once and wait until ready (no retry: a broker restarted right after kill -9
         waits by itself for its old ZooKeeper registration to expire)."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
-        self._spawn()
+        self.spawn()
         try:
             self._wait_ready(time.monotonic() + timeout)
         except BrokerStartError:
@@ -193,7 +193,7 @@ class BrokerProcess:
             raise
         return self
 
-    def _mark(self, what: str) -> None:
+    def mark(self, what: str) -> None:
         """Note in the broker's output what the harness did, and when (to tell our signals
         from anyone else's when reading a log)."""
         stamp = time.strftime("%Y-%m-%d %H:%M:%S") + f",{int(time.time() * 1000) % 1000:03d}"
@@ -202,7 +202,7 @@ class BrokerProcess:
 
     def _terminate_hard(self) -> None:
         if self.proc and self.proc.poll() is None:
-            self._mark(f"SIGKILL to process group {self.proc.pid}")
+            self.mark(f"SIGKILL to process group {self.proc.pid}")
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -214,7 +214,7 @@ class BrokerProcess:
         proc = self.proc
         assert proc is not None, "broker was never started"
         if proc.poll() is None:
-            self._mark(f"SIGTERM to pid {proc.pid}")
+            self.mark(f"SIGTERM to pid {proc.pid}")
             proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(timeout=timeout)
@@ -224,7 +224,7 @@ class BrokerProcess:
                     f"broker did not exit within {timeout}s of SIGTERM (killed)\n{self.output()}"
                 ) from None
         code = proc.returncode
-        self._mark(f"pid {proc.pid} exited with {code}")
+        self.mark(f"pid {proc.pid} exited with {code}")
         self.exit_codes.append(code)
         assert code == 0, f"broker exited with {code} after SIGTERM\n{self.output()}"
         return code
@@ -233,10 +233,10 @@ class BrokerProcess:
         """SIGKILL the broker (a multi-core node: every process of it, as a machine crash)."""
         assert self.proc is not None and self.proc.poll() is None, "broker is not running"
         if self.cores > 1:
-            self._mark(f"SIGKILL to process group {self.proc.pid}")
+            self.mark(f"SIGKILL to process group {self.proc.pid}")
             os.killpg(self.proc.pid, signal.SIGKILL)
         else:
-            self._mark(f"SIGKILL to pid {self.proc.pid}")
+            self.mark(f"SIGKILL to pid {self.proc.pid}")
             os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=10)
         self.exit_codes.append(self.proc.returncode)
@@ -261,7 +261,7 @@ class BrokerProcess:
         """SIGKILL one broker process of a multi-core node (the node starts it again)."""
         pid = self.worker_pid(broker_id)
         assert pid is not None, f"no process of broker {broker_id} runs"
-        self._mark(f"SIGKILL to broker {broker_id}'s process {pid}")
+        self.mark(f"SIGKILL to broker {broker_id}'s process {pid}")
         os.kill(pid, signal.SIGKILL)
         return pid
 

@@ -7,7 +7,6 @@ import os
 import signal
 import socket
 import subprocess
-import time
 
 _HANDED_OUT: set[int] = set()
 
@@ -63,20 +62,6 @@ def port_accepts(host: str, port: int, timeout: float = 0.5) -> bool:
             return True
     except OSError:
         return False
-
-
-def wait_for_port(
-    host: str, port: int, timeout: float, proc: subprocess.Popen | None = None
-) -> None:
-    """Wait until host:port accepts TCP connections; fail early if `proc` exits."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before {host}:{port} opened")
-        if port_accepts(host, port):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"{host}:{port} did not accept connections within {timeout}s")
 
 
 def tail(path: os.PathLike | str, max_lines: int = 200) -> str:

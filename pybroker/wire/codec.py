@@ -22,7 +22,15 @@ from collections.abc import Callable
 from typing import Any
 
 from pybroker.wire import messages as _messages  # noqa: F401  (registers the declarations)
-from pybroker.wire.primitives import ZERO_UUID, DecodeError, Reader, Writer, parts_size
+from pybroker.wire.primitives import (
+    ZERO_UUID,
+    DecodeError,
+    Reader,
+    Writer,
+    parts_size,
+    uvarint_at,
+    write_uvarint,
+)
 from pybroker.wire.schema import REQUEST_HEADER, RESPONSE_HEADER, SCHEMAS, Field, Message
 
 ReadFn = Callable[[Reader], Any]
@@ -31,6 +39,10 @@ WriteFn = Callable[[Writer, Any], None]
 # Minimum encoded size of one element, used to refuse absurd array lengths early.
 _MIN_SIZE = {"int8": 1, "int16": 2, "uint16": 2, "int32": 4, "int64": 8, "float64": 8, "bool": 1}
 _MIN_SIZE["uuid"] = 16
+
+_API_HEAD = struct.Struct(">hhi")  # a request's api key, version and correlation id
+_I16 = struct.Struct(">h")
+_SIZE = struct.Struct(">i")
 
 
 class Encoded(bytes):
@@ -160,7 +172,14 @@ def _field_codec(f: Field, version: int, flexible: bool) -> tuple[ReadFn, WriteF
         if flexible:
 
             def read_array(r: Reader) -> Any:
-                n = r.compact_array_length(min_size)
+                p, end = r.pos, r.end
+                if p < end and (b := r.buf[p]) < 0x80:  # a length below 127: one byte
+                    r.pos = p = p + 1
+                    n = b - 1
+                    if n > 0 and n * min_size > end - p:
+                        raise DecodeError(f"array length {n} exceeds the frame")
+                else:
+                    n = r.compact_array_length(min_size)
                 if n < 0:
                     if nullable:
                         return None
@@ -258,8 +277,14 @@ def _compile_struct(
         "Encoded": Encoded,
         "Reader": Reader,
         "Writer": Writer,
+        "I16": _I16.unpack_from,
+        "P16": _I16.pack,
+        "uvarint_at": uvarint_at,
+        "write_uvarint": write_uvarint,
     }
     dec = ["def decode(r):", "    out = {}"]
+    if flexible or any(step[0] == "one" and _inline_string(step[1]) for step in steps):
+        dec.append("    buf, end = r.buf, r.end")
     enc = [
         "def encode(w, obj):",
         "    if type(obj) is Encoded:",
@@ -294,6 +319,14 @@ def _compile_struct(
             continue
         _, f, d = step
         name = f.name
+        if _inline_string(f):
+            field_flexible = (
+                flexible if f.flexible_versions is None else version in f.flexible_versions
+            )
+            env[f"D{k}"] = d
+            dec += _string_decoder(name, field_flexible, version in f.nullable)
+            enc += _string_encoder(name, f"D{k}", field_flexible)
+            continue
         env[f"R{k}"], env[f"W{k}"] = _field_codec(f, version, flexible)
         env[f"D{k}"] = d
         dec.append(f"    out[{name!r}] = R{k}(r)")
@@ -308,7 +341,16 @@ def _compile_struct(
             enc.append(f"    W{k}(w, D{k} if v is None else v)")
     if flexible:
         env["read_tagged"], env["write_tagged"] = _tagged_codec(tagged)
-        dec.append("    read_tagged(r, out)")
+        # the common case inline: no tagged field (a count of 0)
+        env["TD"] = {name: d for name, _, _, d in tagged.values()}
+        dec += [
+            "    p = r.pos",
+            "    if p < end and buf[p] == 0:",
+            "        r.pos = p + 1",
+            "        out.update(TD)" if tagged else "        pass",
+            "    else:",
+            "        read_tagged(r, out)",
+        ]
         # the common case inline: every tagged field absent or at its default
         if tagged:
             test = " or ".join(
@@ -323,6 +365,80 @@ def _compile_struct(
     dec.append("    return out")
     exec(compile("\n".join(dec) + "\n\n" + "\n".join(enc) + "\n", "<codec>", "exec"), env)  # noqa: S102
     return env["decode"], env["encode"]
+
+
+def _inline_string(f: Field) -> bool:
+    """A string field whose reading and writing the generated code spells out (group ids,
+    member ids, topic names: several per request), instead of four or five method calls."""
+    return f.type == "string"
+
+
+def _string_decoder(name: str, flexible: bool, nullable: bool) -> list[str]:
+    """Generated lines reading string field ``name`` into ``out``, as Reader.string,
+    nullable_string, compact_string and compact_nullable_string do (the same errors)."""
+    if flexible:
+        lines = [
+            "    p = r.pos",
+            "    if p < end and buf[p] < 0x80:",
+            "        n = buf[p] - 1",
+            "        p += 1",
+            "    else:",
+            "        n, p = uvarint_at(buf, p, end)",
+            "        n -= 1",
+        ]
+    else:
+        lines = [
+            "    p = r.pos",
+            "    if p + 2 > end:",
+            "        raise DecodeError(f'need 2 bytes at {p}, frame has {end - p}')",
+            "    n, = I16(buf, p)",
+            "    p += 2",
+        ]
+    lines += ["    if n < 0:"]
+    if nullable:
+        lines += [f"        out[{name!r}] = None", "        r.pos = p", "    else:"]
+        ind = "        "
+    else:
+        lines += ["        raise DecodeError('null where a string is required')"]
+        ind = "    "
+    lines += [
+        f"{ind}e = p + n",
+        f"{ind}if e > end:",
+        f"{ind}    raise DecodeError(f'need {{n}} bytes at {{p}}, frame has {{end - p}}')",
+        f"{ind}try:",
+        f"{ind}    out[{name!r}] = str(buf[p:e], 'utf-8')",
+        f"{ind}except UnicodeDecodeError as x:",
+        f"{ind}    raise DecodeError(f'invalid utf-8 string: {{x}}') from None",
+        f"{ind}r.pos = e",
+    ]
+    return lines
+
+
+def _string_encoder(name: str, default: str, flexible: bool) -> list[str]:
+    """Generated lines writing string field ``name`` (absent: ``default``; None: null), as
+    Writer.string and Writer.compact_string do."""
+    null = "w.buf.append(0)" if flexible else "w.buf += b'\\xff\\xff'"
+    lines = [
+        f"    v = get({name!r})",
+        "    if v is None:",
+        f"        v = {default}",
+        "    if v is None:",
+        f"        {null}",
+        "    else:",
+        "        b = v.encode()",
+    ]
+    if flexible:
+        lines += [
+            "        n = len(b) + 1",
+            "        if n < 0x80:",
+            "            w.buf.append(n)",
+            "        else:",
+            "            write_uvarint(w.buf, n)",
+        ]
+    else:
+        lines += ["        w.buf += P16(len(b))"]
+    lines += ["        w.buf += b"]
+    return lines
 
 
 def _run_letter(f: Field) -> str | None:
@@ -434,8 +550,9 @@ def response_header_version(api_key: int, api_version: int) -> int:
 
 def peek_api(frame: bytes | memoryview) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) from a request frame's first 8 bytes."""
-    r = Reader(frame)
-    return r.int16(), r.int16(), r.int32()
+    if len(frame) < 8:
+        raise DecodeError(f"need 8 bytes at 0, frame has {len(frame)}")
+    return _API_HEAD.unpack_from(frame)
 
 
 def decode_request(frame: bytes | memoryview) -> tuple[dict, dict]:
@@ -445,8 +562,7 @@ def decode_request(frame: bytes | memoryview) -> tuple[dict, dict]:
     error answer, anything else closes the connection) and DecodeError for bad bytes.
     """
     r = Reader(frame)
-    api_key, api_version = r.int16(), r.int16()
-    r.pos = 0
+    api_key, api_version, _ = peek_api(frame)
     a = SCHEMAS.by_key.get(api_key)
     if a is None:
         raise UnknownApiError(f"unknown api key {api_key}")
@@ -491,6 +607,10 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: d
         w,
     )
     encode_message(a.response, api_version, body, w)
+    buf = w.buf
+    if not w.has_chunks:  # no log region: the size patched into the one buffer, one copy
+        _SIZE.pack_into(buf, 0, len(buf) - 4)
+        return [bytes(buf)]
     parts = w.parts()
     size = parts_size(parts) - 4
     first = bytearray(parts[0])

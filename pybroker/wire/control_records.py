@@ -17,7 +17,8 @@ import struct
 from typing import NamedTuple
 
 from pybroker.errors import ErrorCode
-from pybroker.wire.records import InvalidRecordError, build_batch, decode_records
+from pybroker.wire.record_walker import decode_records
+from pybroker.wire.records import InvalidRecordError, build_batch
 
 ABORT, COMMIT = 0, 1
 CONTROL_KEY_VERSION = 0

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 
 from pybroker.errors import ErrorCode
 from pybroker.wire.compression import decompressed_chunks
+from pybroker.wire.record_walker import fields, walk_batch
 from pybroker.wire.records import (
     COMPRESSION_LZ4,
     COMPRESSION_MASK,
@@ -484,7 +485,6 @@ def convert_batch(
     as a stream and written as they come (an uncompressed batch's conversion stops once it has
     ``enough`` bytes: the rest would be cut).  A stored batch that cannot be walked:
     CORRUPT_MESSAGE."""
-    from pybroker.wire.record_walker import fields, walk_batch  # (it builds on wire.records)
 
     h = unpack_header(batch)
     if h.is_control:

@@ -75,6 +75,9 @@ def write_uvarint(out: bytearray, v: int) -> None:
 
 def write_varint(out: bytearray, v: int) -> None:
     """Zig-zag (64-bit) then unsigned varint."""
+    if -0x40 <= v < 0x40:  # one byte (a record's deltas and short lengths)
+        out.append(v << 1 if v >= 0 else (-v << 1) - 1)
+        return
     write_uvarint(out, ((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
@@ -286,6 +289,11 @@ class Writer:
             self._parts.append(bytes(self.buf))
             self.buf = bytearray()
         self._parts.append(obj)
+
+    @property
+    def has_chunks(self) -> bool:
+        """Whether out-of-band parts were appended (else ``buf`` is the whole output)."""
+        return bool(self._parts)
 
     def parts(self) -> list[Any]:
         out = list(self._parts)

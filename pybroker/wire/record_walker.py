@@ -29,7 +29,19 @@ from typing import Any, NamedTuple
 from pybroker.errors import ErrorCode
 from pybroker.wire.compression import decompressed_chunks
 from pybroker.wire.primitives import DecodeError, varint_at
-from pybroker.wire.records import COMPRESSION_NONE, HEADER_SIZE, BatchHeader, InvalidRecordError
+from pybroker.wire.records import (
+    COMPRESSION_NONE,
+    HEADER_SIZE,
+    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    MAGIC,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+    InvalidRecordError,
+    Record,
+    decompress,
+    unpack_header,
+)
 
 # attributes(1) timestampDelta(1) offsetDelta(1) keyLength(1) valueLength(1) headerCount(1)
 MIN_RECORD_BODY = 6
@@ -296,4 +308,49 @@ def headers(buf: Any, pos: int) -> list[tuple[bytes, bytes | None]]:
         n, pos = _varint(buf, pos, 5)
         out.append((name, bytes(buf[pos : pos + n]) if n >= 0 else None))
         pos += max(n, 0)
+    return out
+
+
+def walk_stored(payload: bytes, h: BatchHeader, visit: Visit) -> None:
+    """Every record of a stored batch's whole decompressed ``payload`` through ``visit`` (offset
+    deltas may have gaps, as in a compacted log).  Malformed: InvalidRecordError(CORRUPT_MESSAGE)."""
+    try:
+        walk(
+            (payload,),
+            h.records_count,
+            max_record_bytes=len(payload),
+            gaps_up_to=h.last_offset_delta,
+            visit=visit,
+        )
+    except InvalidRecordError as e:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, str(e)) from e
+
+
+def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
+    """Decode the records of one whole batch (decompressing it) with the record walker
+    (offset deltas may have gaps, as in a compacted log).
+    Raises InvalidRecordError (CORRUPT_MESSAGE) on malformed data."""
+    data = bytes(batch)
+    if len(data) < HEADER_SIZE:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "short batch")
+    h = unpack_header(data)
+    if h.magic != MAGIC:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, f"magic {h.magic}")
+    end = LOG_OVERHEAD + h.batch_length
+    if end > len(data) or h.batch_length < MIN_BATCH_LENGTH:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "batch length")
+    payload = decompress(h.compression, data[HEADER_SIZE:end])
+    log_append = h.timestamp_type == LOG_APPEND_TIME
+    out: list[Record] = []
+
+    def collect(buf: bytes, _i: int, off: int, ts: int, _klen: int, at: int, _end: int) -> None:
+        f = fields(buf, at)
+        hs = [(k.decode(), v) for k, v in headers(buf, f.headers_pos)]
+        stamp = h.max_timestamp if log_append else h.base_timestamp + ts
+        out.append(Record(h.base_offset + off, stamp, f.key(buf), f.value(buf), hs))
+
+    try:
+        walk_stored(payload, h, collect)
+    except UnicodeDecodeError as e:
+        raise InvalidRecordError(ErrorCode.CORRUPT_MESSAGE, "header key is not UTF-8") from e
     return out

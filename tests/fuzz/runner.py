@@ -44,8 +44,8 @@ from typing import Any
 
 from pybroker.testing.debug_process import BrokerProcess
 from pybroker.wire import codec
+from pybroker.wire.record_walker import decode_records as _decode_records
 from pybroker.wire.records import COMPRESSION_GZIP, COMPRESSION_NONE, COMPRESSION_ZSTD, build_batch
-from pybroker.wire.records import decode_records as _decode_records
 from pybroker.wire.schema import SCHEMAS
 
 from .frames import BASE_TIMESTAMP, MUTATIONS, Frame, Pool, encode, make_frame

@@ -122,6 +122,7 @@ class GroupCoordinatorCore:
         self.offset_metadata_max_bytes = offset_metadata_max_bytes
         self.groups: dict[str, Group | ConsumerGroup] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._timer_loop: asyncio.AbstractEventLoop | None = None  # (_schedule's, cached)
         self._expiry_task: asyncio.Task | None = None
         self._adopt_task: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()
@@ -290,7 +291,9 @@ class GroupCoordinatorCore:
                 del self._timers[group_id]
                 old.cancel()
             return
-        loop = asyncio.get_running_loop()
+        loop = self._timer_loop
+        if loop is None or loop.is_closed():  # (get_running_loop is a getpid system call)
+            loop = self._timer_loop = asyncio.get_running_loop()
         when = loop.time() + max(deadline - self.clock.time_ms(), 0) / 1000.0
         if old is not None:
             if old.when() <= when:

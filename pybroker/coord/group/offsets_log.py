@@ -1,32 +1,11 @@
 """Committed offsets and group metadata in __consumer_offsets (``offsets.storage=kafka``):
-Kafka's GroupMetadataManager.
+Kafka's GroupMetadataManager, with Kafka's record formats (wire/coordinator_records.py).
 
-Records (wire/coordinator_records.py, Kafka's own formats): an OffsetCommitKey -> value per
-(group, topic, partition) commit (a tombstone deletes it), a GroupMetadataKey -> value per
-classic group (a tombstone deletes the group), in partition ``partitionFor(group)`` of
-__consumer_offsets.  A transactional offset commit (TxnOffsetCommit) is the same records in a
-transactional batch of the producer; the transaction's marker in that partition commits or
-aborts them.
-
-Ownership is Kafka's: the leader of partition p coordinates the groups of p.  When this broker
-becomes the leader (``on_election``), it loads p: replays the partition from its log start to
-its end (``InternalLog.replay``), meanwhile answering COORDINATOR_LOAD_IN_PROGRESS
-(``load_error``); then the groups of p are served from memory: OffsetFetch reads nothing,
-OffsetCommit is one append of one batch, acks=all (offsets.commit.timeout.ms), the cache
-updated once the in-sync replicas have it.  When it stops leading p (``on_resignation``) it
-drops p's groups.  Every append names the leader epoch p was loaded in, so a deposed leader's
-write fails (NOT_COORDINATOR) instead of reaching the log.
-
-Before p is served, offsets that the metadata store still holds for groups of p (a cluster
-switching from ``offsets.storage=zookeeper``: /consumers/<group>/offsets, and the pending
-transactional offsets under /transaction-offsets) are moved into the log: the newer commit
-(by commit timestamp) of each partition is appended, then the znodes are deleted.  A failed
-load is retried (the partition answers COORDINATOR_LOAD_IN_PROGRESS meanwhile).
-
-The cache remembers, for every committed offset, the log offset of its record: two commits of
-one partition finishing out of order leave the later record's offset, as Kafka's
-``offsetWithCommitRecordMetadata``.  The interface is OffsetStore's (offsets.py) plus the
-pending-transactional-offsets one (txn_offsets.py), so the group coordinator uses either.
+Invariants: the leader of partition p coordinates p's groups; it serves them from memory once
+it has loaded p (COORDINATOR_LOAD_IN_PROGRESS until then), and every append names the leader
+epoch p was loaded in, so a deposed leader's write fails (NOT_COORDINATOR) instead of reaching
+the log.  Loading, the move from ``offsets.storage=zookeeper``, out-of-order commits:
+docs/internals.md ("pybroker/coord/group/offsets_log.py").
 """
 
 from __future__ import annotations

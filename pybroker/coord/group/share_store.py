@@ -198,12 +198,6 @@ class ShareStateStore:
             except NoNodeError:
                 pass
 
-    async def state_groups(self) -> list[str]:
-        try:
-            return [component_to_name(c) for c in await self.store.get_children(SHARE_STATE)]
-        except NoNodeError:
-            return []
-
     # -- the group --------------------------------------------------------------------------
     async def groups(self) -> list[str]:
         """The ids of the share groups with stored membership (an Empty group keeps its znode,

@@ -1,29 +1,11 @@
-"""Group commit of independent writers' multis on one metadata store (BatchingStore).
+"""Group commit of independent writers' multis on one metadata store (BatchingStore): while
+``max_in_flight`` multis are in flight, the next callers' operations queue and go out as ONE
+multi when one finishes, in arrival order.
 
-The coordinators' writes (committed offsets of many groups, transaction states of many
-transactional ids) are independent small multis, each awaited by one request.  On ZooKeeper
-each one is a round trip that waits for the server's log write (fsync with Debian's default
-forceSync=yes), and kazoo spends Python time on every request.  ``BatchingStore.multi`` merges
-them:
-
-* While fewer than ``max_in_flight`` multis are in flight, a multi goes out at once, alone:
-  an idle store adds no latency.
-* Otherwise it queues; when an in-flight multi finishes, everything queued (up to
-  ``max_ops`` operations) goes out as ONE multi, in the order the callers arrived.  Several
-  multis in flight at once are pipelined on the session (ZooKeeper applies one session's
-  requests in order and fsyncs what arrived together once).
-* All or nothing per caller, never across callers: a merged multi that fails on one
-  caller's operation (``StoreError.op_index``: a lost compare-and-set, a node that exists or
-  is missing) wrote nothing, so that caller gets its error alone and the others' operations go
-  out again at the head of the queue.  An error without an operation (a lost connection:
-  outcome unknown) is every merged caller's.
-* A caller cancelled while queued withdraws its operations; one cancelled while they are in
-  flight leaves their outcome unknown (as a lost connection does).
-
-Callers keep their own order: a caller that needs its writes applied in sequence awaits each
-before sending the next (the offset store's per-group writer, the transaction coordinator's
-per-id lock), so merged operations of one caller never race each other.  Every other call is
-passed to the underlying store as is.
+Invariant: all or nothing per caller, never across callers (a merged multi failing on one
+caller's operation wrote nothing; that caller gets its error, the others go out again first).
+A caller's own order is its business (it awaits each write before the next).  Details:
+docs/internals.md ("The metadata store: group commit").
 """
 
 from __future__ import annotations
@@ -31,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import Any
 
 from pybroker.coord.metadata.store import (
     MetadataStore,
@@ -217,8 +198,3 @@ def _fail(batch: list[_Pending], error: BaseException) -> None:
         if not p.done.done():
             p.done.set_exception(error)
             p.done.exception()  # retrieved: a caller gone meanwhile leaves no warning
-
-
-def unwrap(store: MetadataStore) -> Any:
-    """The store under a BatchingStore (itself otherwise)."""
-    return store.inner if isinstance(store, BatchingStore) else store

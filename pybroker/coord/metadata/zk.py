@@ -1,30 +1,11 @@
-"""ZooKeeperStore: the metadata store on a ZooKeeper ensemble through kazoo.
+"""ZooKeeperStore: the metadata store on a ZooKeeper ensemble through kazoo (the only module
+that imports kazoo).
 
-The only module of pybroker that imports kazoo.  Rules kept here:
-
-* Never block the event loop: every call uses kazoo's ``*_async`` method (``transaction()
-  .commit_async()`` for ``multi``) and the ``IAsyncResult`` is bridged into an asyncio future
-  through the store's hand-off to the loop (:class:`_LoopInbox`).  Blocking kazoo calls
-  (``stop``/``close``) run in a thread.
-* kazoo's watch callbacks and connection-state listeners run on kazoo's threads; they only hop
-  onto the loop through that hand-off and never call kazoo themselves.  The hand-off queues
-  what kazoo's threads deliver and wakes the loop once per batch, not once per result: each
-  wake-up is a byte in the loop's self-pipe, and thousands of results or watch events arriving
-  while the loop is busy (a failover at 30,000 partitions) filled it, after which a signal's
-  byte (SIGTERM) was dropped and the broker never shut down.
-* kazoo exceptions become the store's errors (see ``_map_error``).
-* kazoo drops every watch when the connection is lost (it does not re-send them to the server)
-  and fires them with an event of type NONE; those are delivered as ``CHANGED`` (data or
-  existence watch) or ``CHILD`` (child watch) on the watched path, so the watcher re-reads.
-* Session states: kazoo's CONNECTED / SUSPENDED / LOST map one to one.  After LOST kazoo opens a
-  new session by itself; the ephemerals of the old one are gone (the Cluster re-registers).
-* ``connect`` is Kafka's ``zookeeper.connect``: ``host:port[,host:port...][/chroot]``.  The
-  chroot is created if missing (as Kafka does), by connecting without it first.
-* ``start()`` gives up after ``connect_timeout_s`` (zookeeper.connection.timeout.ms) with
-  ConnectionLossError naming the servers.  Until ``started_up()``, a read that fails because
-  the connection was lost is sent again once it is back, within the same bound (Kafka sends
-  its requests again until connected); after it, such a read fails at once.  A write is
-  never sent again here (ZooKeeper may have applied it: its caller reads what is there).
+Invariants: the event loop never blocks on kazoo (every call is a ``*_async`` one, bridged onto
+the loop through one batched hand-off, :class:`_LoopInbox`; blocking ``stop``/``close`` run in a
+thread); kazoo's threads never call kazoo; a watch dropped with the connection is delivered as
+CHANGED / CHILD so its watcher re-reads; a write is never sent again.  The rules in full:
+docs/internals.md ("pybroker/coord/metadata/zk.py").
 """
 
 from __future__ import annotations
