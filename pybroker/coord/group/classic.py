@@ -18,6 +18,7 @@ Member ids, generations, protocols, timeouts and static membership: docs/interna
 from __future__ import annotations
 
 import enum
+import heapq
 import uuid
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -139,6 +140,9 @@ class Group:
     initial_delay_remaining_ms: int = 0
     in_initial_delay: bool = False
     joined_during_delay: bool = False
+    # (deadline, member id) of members and pending members, with lazy deletion: an entry is
+    # live while it equals the member's current deadline; ``_track`` pushes after each change.
+    _deadlines: list[tuple[int, str]] = field(default_factory=list, repr=False, compare=False)
 
     # -- state ------------------------------------------------------------------------------
     def _transition(self, to: GroupState, now: int) -> None:
@@ -202,6 +206,7 @@ class Group:
         for m in members:
             m.last_heartbeat_ms = now
             g.members[m.member_id] = m
+            g._track(m)
             if m.group_instance_id is not None:
                 g.static_members[m.group_instance_id] = m.member_id
         g.leader_id = members[0].member_id
@@ -233,6 +238,7 @@ class Group:
             return self._replace_static(reply, now, req, new_id)
         if iid is None and req.require_known_member_id:
             self.pending_members[new_id] = now + req.session_timeout_ms
+            self._push(now + req.session_timeout_ms, new_id)
             return [(reply, join_error(ErrorCode.MEMBER_ID_REQUIRED, new_id))]
         return self._add_member(reply, now, req, new_id)
 
@@ -247,6 +253,7 @@ class Group:
         if m is None:
             return [(reply, join_error(ErrorCode.UNKNOWN_MEMBER_ID, mid))]
         m.last_heartbeat_ms = now
+        self._track(m)
         same = m.protocols == req.protocols
         if self.state == GroupState.PREPARING_REBALANCE:
             return self._update_and_rebalance(reply, now, m, req)
@@ -327,6 +334,7 @@ class Group:
                 m.session_timeout_ms = req.session_timeout_ms
                 m.rebalance_timeout_ms = req.rebalance_timeout_ms
                 m.client_id, m.client_host = req.client_id, req.client_host
+                self._track(m)
                 # The old leader id is returned (no member list), so a restarted leader does
                 # not run an assignment a Stable group would never hand out.
                 resp = self._join_response(m)
@@ -397,6 +405,7 @@ class Group:
             out.append((m.awaiting_join, self._join_response(m)))
             m.awaiting_join = None
             m.last_heartbeat_ms = now
+            self._track(m)
         return out
 
     def _join_response(self, m: Member) -> dict:
@@ -462,6 +471,7 @@ class Group:
             return [(reply, _sync_reply(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))]
         m = self.members[member_id]
         m.last_heartbeat_ms = now
+        self._track(m)
         if self.state == GroupState.PREPARING_REBALANCE:
             return [(reply, _sync_reply(ErrorCode.REBALANCE_IN_PROGRESS))]
         if self.state == GroupState.STABLE:
@@ -496,7 +506,9 @@ class Group:
             return ErrorCode.ILLEGAL_GENERATION
         if self.state == GroupState.EMPTY:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        self.members[member_id].last_heartbeat_ms = now
+        m = self.members[member_id]
+        m.last_heartbeat_ms = now
+        self._track(m)
         if self.state == GroupState.PREPARING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
@@ -547,25 +559,56 @@ class Group:
             return None  # parked in a join: the rebalance timeout governs
         return m.last_heartbeat_ms + m.session_timeout_ms
 
+    def _track(self, m: Member) -> None:
+        """``m``'s deadline may have changed: the one writer of ``_deadlines``."""
+        d = self._member_deadline(m)
+        if d is not None:
+            self._push(d, m.member_id)
+
+    def _push(self, deadline: int, member_id: str) -> None:
+        heap = self._deadlines
+        heapq.heappush(heap, (deadline, member_id))
+        if len(heap) > 2 * (len(self.members) + len(self.pending_members)) + 64:
+            # stale entries outnumber the live ones: rebuild (amortized O(1), bounded memory)
+            heap[:] = [(d, mid) for mid, d in self.pending_members.items()]
+            heap += [
+                (d, mid)
+                for mid, m in self.members.items()
+                if (d := self._member_deadline(m)) is not None
+            ]
+            heapq.heapify(heap)
+
+    def _live(self, deadline: int, member_id: str) -> bool:
+        if self.pending_members.get(member_id) == deadline:
+            return True
+        m = self.members.get(member_id)
+        return m is not None and self._member_deadline(m) == deadline
+
     def next_deadline(self) -> int | None:
-        deadlines = [
-            d for m in self.members.values() if (d := self._member_deadline(m)) is not None
-        ]
-        deadlines += list(self.pending_members.values())
-        if self.rebalance_deadline_ms is not None:
-            deadlines.append(self.rebalance_deadline_ms)
-        return min(deadlines) if deadlines else None
+        """The earliest of the members' sessions, pending members' and the rebalance timer:
+        the heap's first live entry (stale ones are dropped on the way)."""
+        heap = self._deadlines
+        while heap and not self._live(*heap[0]):
+            heapq.heappop(heap)
+        first = heap[0][0] if heap else None
+        r = self.rebalance_deadline_ms
+        if r is not None and (first is None or r < first):
+            return r
+        return first
 
     def tick(self, now: int) -> list[Output]:
         out: list[Output] = []
-        for mid, deadline in list(self.pending_members.items()):
-            if deadline <= now:
-                del self.pending_members[mid]
-        expired = [
-            mid
-            for mid, m in self.members.items()
-            if (d := self._member_deadline(m)) is not None and d <= now
-        ]
+        first = self.next_deadline()
+        expired: list[str] = []
+        if first is not None and first <= now:  # else no member is due: no scan
+            for mid, deadline in list(self.pending_members.items()):
+                if deadline <= now:
+                    del self.pending_members[mid]
+            expired = [
+                mid
+                for mid, m in self.members.items()
+                if (d := self._member_deadline(m)) is not None and d <= now
+            ]
         for mid in expired:
             out += self._remove_member(mid)
         if expired:
@@ -617,7 +660,9 @@ class Group:
         if generation_id != self.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
         if now is not None:
-            self.members[member_id].last_heartbeat_ms = now
+            m = self.members[member_id]
+            m.last_heartbeat_ms = now
+            self._track(m)
         return ErrorCode.NONE
 
     def validate_txn_commit(
@@ -648,6 +693,7 @@ class Group:
             if m.awaiting_join is not None:
                 outputs.append((m.awaiting_join, join_error(code, m.member_id)))
                 m.awaiting_join = None
+                self._track(m)
             if m.awaiting_sync is not None:
                 outputs.append((m.awaiting_sync, _sync_reply(code)))
                 m.awaiting_sync = None
