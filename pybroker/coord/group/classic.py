@@ -18,12 +18,13 @@ Member ids, generations, protocols, timeouts and static membership: docs/interna
 from __future__ import annotations
 
 import enum
-import heapq
 import uuid
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from pybroker.coord.group.deadlines import DeadlineHeap
+from pybroker.coord.group.responses import join_error
 from pybroker.errors import ErrorCode
 
 Reply = Hashable
@@ -98,19 +99,6 @@ class JoinRequest:
     require_known_member_id: bool
 
 
-def join_error(code: int, member_id: str = "") -> dict:
-    return {
-        "error_code": code,
-        "generation_id": -1,
-        "protocol_type": None,
-        "protocol_name": None,
-        "leader": "",
-        "skip_assignment": False,
-        "member_id": member_id,
-        "members": [],
-    }
-
-
 def _sync_reply(code: int, assignment: bytes = b"", group: Group | None = None) -> dict:
     return {
         "error_code": code,
@@ -140,9 +128,8 @@ class Group:
     initial_delay_remaining_ms: int = 0
     in_initial_delay: bool = False
     joined_during_delay: bool = False
-    # (deadline, member id) of members and pending members, with lazy deletion: an entry is
-    # live while it equals the member's current deadline; ``_track`` pushes after each change.
-    _deadlines: list[tuple[int, str]] = field(default_factory=list, repr=False, compare=False)
+    # members' and pending members' deadlines; ``_track`` pushes after each change
+    _deadlines: DeadlineHeap = field(default_factory=DeadlineHeap, repr=False, compare=False)
 
     # -- state ------------------------------------------------------------------------------
     def _transition(self, to: GroupState, now: int) -> None:
@@ -561,40 +548,30 @@ class Group:
 
     def _track(self, m: Member) -> None:
         """``m``'s deadline may have changed: the one writer of ``_deadlines``."""
-        d = self._member_deadline(m)
-        if d is not None:
+        if (d := self._member_deadline(m)) is not None:
             self._push(d, m.member_id)
 
     def _push(self, deadline: int, member_id: str) -> None:
-        heap = self._deadlines
-        heapq.heappush(heap, (deadline, member_id))
-        if len(heap) > 2 * (len(self.members) + len(self.pending_members)) + 64:
-            # stale entries outnumber the live ones: rebuild (amortized O(1), bounded memory)
-            heap[:] = [(d, mid) for mid, d in self.pending_members.items()]
-            heap += [
-                (d, mid)
-                for mid, m in self.members.items()
-                if (d := self._member_deadline(m)) is not None
-            ]
-            heapq.heapify(heap)
+        live = len(self.members) + len(self.pending_members)
+        self._deadlines.push(deadline, member_id, live, self._live_deadlines)
+
+    def _live_deadlines(self) -> list[tuple[int, str]]:
+        members = ((self._member_deadline(m), mid) for mid, m in self.members.items())
+        return [(d, mid) for mid, d in self.pending_members.items()] + [
+            (d, mid) for d, mid in members if d is not None
+        ]
 
     def _live(self, deadline: int, member_id: str) -> bool:
-        if self.pending_members.get(member_id) == deadline:
-            return True
         m = self.members.get(member_id)
-        return m is not None and self._member_deadline(m) == deadline
+        in_members = m is not None and self._member_deadline(m) == deadline
+        return in_members or self.pending_members.get(member_id) == deadline
 
     def next_deadline(self) -> int | None:
         """The earliest of the members' sessions, pending members' and the rebalance timer:
         the heap's first live entry (stale ones are dropped on the way)."""
-        heap = self._deadlines
-        while heap and not self._live(*heap[0]):
-            heapq.heappop(heap)
-        first = heap[0][0] if heap else None
+        first = self._deadlines.first(self._live)
         r = self.rebalance_deadline_ms
-        if r is not None and (first is None or r < first):
-            return r
-        return first
+        return r if r is not None and (first is None or r < first) else first
 
     def tick(self, now: int) -> list[Output]:
         out: list[Output] = []

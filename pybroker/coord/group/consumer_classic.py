@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import uuid
 
-from pybroker.coord.group.classic import JoinRequest, join_error
+from pybroker.coord.group.classic import JoinRequest
 from pybroker.coord.group.consumer_member import (
     CONSUMER,
     ClassicMetadata,
@@ -27,6 +27,7 @@ from pybroker.coord.group.consumer_member import (
     TopicMeta,
     subtract,
 )
+from pybroker.coord.group.responses import join_error
 from pybroker.errors import ErrorCode
 from pybroker.wire.consumer_protocol import encode_assignment, parse_subscription
 

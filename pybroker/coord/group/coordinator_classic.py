@@ -9,14 +9,11 @@ import asyncio
 import logging
 from typing import Any
 
-from pybroker.coord.group.classic import (
-    Group,
-    JoinRequest,
-    join_error,
-)
+from pybroker.coord.group.classic import Group, JoinRequest
 from pybroker.coord.group.consumer import ConsumerGroup
 from pybroker.coord.group.consumer_member import ConsumerGroupError
 from pybroker.coord.group.coordinator_core import GroupCoordinatorCore
+from pybroker.coord.group.responses import join_error
 from pybroker.errors import ErrorCode
 
 log = logging.getLogger(__name__)

@@ -16,4 +16,18 @@ def heartbeat_error(code: int, message: str | None = None) -> dict:
     }
 
 
-__all__ = ["heartbeat_error"]
+def join_error(code: int, member_id: str = "") -> dict:
+    """JoinGroup's answer with an error (no generation, no members)."""
+    return {
+        "error_code": code,
+        "generation_id": -1,
+        "protocol_type": None,
+        "protocol_name": None,
+        "leader": "",
+        "skip_assignment": False,
+        "member_id": member_id,
+        "members": [],
+    }
+
+
+__all__ = ["heartbeat_error", "join_error"]
