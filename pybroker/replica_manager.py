@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -541,8 +540,7 @@ class ReplicaManager(PartitionReplicas):
                 regions += 1
                 if regions > PINNED_REGIONS and records.size <= SMALL_REGION:
                     # read now: the region's descriptor is let go of at once
-                    data = os.pread(records.file.fileno(), records.size, records.position)
-                    result = result._replace(records=data)
+                    result = result._replace(records=records.read_bytes())
             append(result)
         return out, total
 

@@ -188,3 +188,7 @@ class FileSlice(NamedTuple):
     position: int
     size: int
     slice_size: int = -1
+
+    def read_bytes(self) -> bytes:
+        """The region's bytes, read now (the region then needs its descriptor no longer)."""
+        return os.pread(self.file.fileno(), self.size, self.position)
