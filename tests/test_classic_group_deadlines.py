@@ -45,6 +45,8 @@ OPS = st.lists(
                 "join_static",
                 "rejoin",
                 "rejoin_protocols",
+                "join_names",
+                "rejoin_names",
                 "sync",
                 "heartbeat",
                 "heartbeat",
@@ -66,12 +68,19 @@ OPS = st.lists(
 )
 
 
-def join_req(mid, timeout, *, instance=None, required=False, proto=b"x") -> JoinRequest:
-    return JoinRequest(mid, instance, "c", "/h", timeout, 5000, "consumer", [("range", proto)],
-                       required)  # fmt: skip
+# protocol name lists a member may join with (some share no name with others)
+NAMES = [["range"], ["range", "cooperative-sticky"], ["cooperative-sticky", "range"],
+         ["cooperative-sticky"], ["roundrobin"]]  # fmt: skip
 
 
-def run(g: Group, ops) -> None:
+def join_req(
+    mid, timeout, *, instance=None, required=False, proto=b"x", names=("range",)
+) -> JoinRequest:
+    return JoinRequest(mid, instance, "c", "/h", timeout, 5000, "consumer",
+                       [(n, proto) for n in names], required)  # fmt: skip
+
+
+def run(g: Group, ops, check=check) -> None:
     now = 0
     replies = itertools.count()
     check(g)
@@ -82,13 +91,16 @@ def run(g: Group, ops) -> None:
         m = g.members.get(mid) if mid else None
         if op in ("join", "join_static"):
             instance = f"i{pick % 3}" if op == "join_static" else None
-            g.join(next(replies), now, join_req("", timeout, instance=instance))
+            names = NAMES[pick // 3 % len(NAMES)] if op == "join_static" else ("range",)
+            g.join(next(replies), now, join_req("", timeout, instance=instance, names=names))
         elif op == "join_required":
             pending = list(g.pending_members)
             if pending and pick % 2:
                 g.join(next(replies), now, join_req(pending[pick % len(pending)], timeout))
             else:
                 g.join(next(replies), now, join_req("", timeout, required=True))
+        elif op == "join_names":
+            g.join(next(replies), now, join_req("", timeout, names=NAMES[pick % len(NAMES)]))
         elif op == "tick":
             g.tick(now)
         elif op == "tick_due":  # the coordinator's timer: at the next deadline
@@ -100,6 +112,10 @@ def run(g: Group, ops) -> None:
             proto = bytes([pick % 3]) if op == "rejoin_protocols" else m.protocols[0][1]
             g.join(next(replies), now,
                    join_req(mid, timeout, instance=m.group_instance_id, proto=proto))  # fmt: skip
+        elif op == "rejoin_names":
+            names = NAMES[pick % len(NAMES)]
+            g.join(next(replies), now,
+                   join_req(mid, timeout, instance=m.group_instance_id, names=names))  # fmt: skip
         elif op == "sync":
             assignments = {o: b"a" for o in g.members} if mid == g.leader_id else {}
             g.sync(next(replies), now, mid, m.group_instance_id, g.generation_id, None, None,

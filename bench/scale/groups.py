@@ -15,6 +15,7 @@ from bench.scale.harness import (
     Node,
     Results,
     System,
+    profiled,
     run_on_each,
     start_kafka,
     start_pybroker,
@@ -58,19 +59,20 @@ def w24(system: System, n: int, res: Results, timeout_s: float) -> None:
     for protocol in ("classic", "consumer"):
         label = "classic (cooperative-sticky)" if protocol == "classic" else "KIP-848 (consumer)"
         try:
-            run = asyncio.run(
-                run_group(
-                    node.host,
-                    node.port,
-                    protocol,
-                    n,
-                    topic,
-                    topic_id,
-                    partitions,
-                    lambda: cpu_seconds([pid]),
-                    timeout=timeout_s,
+            with profiled(system, f"w24-{n}-{protocol}", rate=200):
+                run = asyncio.run(
+                    run_group(
+                        node.host,
+                        node.port,
+                        protocol,
+                        n,
+                        topic,
+                        topic_id,
+                        partitions,
+                        lambda: cpu_seconds([pid]),
+                        timeout=timeout_s,
+                    )
                 )
-            )
         except Exception as e:  # noqa: BLE001 - recorded
             res.add(w, n, system, f"{label}: error", f"{type(e).__name__}: {str(e)[:300]}")
             continue

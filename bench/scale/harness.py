@@ -299,8 +299,11 @@ PROFILE_DIR: Path | None = None
 
 
 @contextlib.contextmanager
-def profiled(system: System, step: str, nodes: list[Node] | None = None) -> Iterator[None]:
-    """py-spy record (raw) of the pybroker nodes during a step, with --profile."""
+def profiled(
+    system: System, step: str, nodes: list[Node] | None = None, rate: int = 40
+) -> Iterator[None]:
+    """py-spy record (raw) of the pybroker nodes during a step, with --profile, ``rate``
+    samples a second."""
     spies = []
     if PROFILE_DIR is not None and system.kind == "pybroker":
         for n in nodes if nodes is not None else list(system.nodes.values()):
@@ -310,7 +313,18 @@ def profiled(system: System, step: str, nodes: list[Node] | None = None) -> Iter
             out = PROFILE_DIR / f"{step}-broker{n.node_id}.txt"
             spies.append(
                 subprocess.Popen(
-                    ["py-spy", "record", "-r", "40", "-f", "raw", "-o", str(out), "-p", str(pid)],
+                    [
+                        "py-spy",
+                        "record",
+                        "-r",
+                        str(rate),
+                        "-f",
+                        "raw",
+                        "-o",
+                        str(out),
+                        "-p",
+                        str(pid),
+                    ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 )

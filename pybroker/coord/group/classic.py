@@ -23,8 +23,9 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from pybroker.coord.group.classic_tally import MemberTally
 from pybroker.coord.group.deadlines import DeadlineHeap
-from pybroker.coord.group.responses import join_error
+from pybroker.coord.group.responses import join_error, sync_reply
 from pybroker.errors import ErrorCode
 
 Reply = Hashable
@@ -99,15 +100,6 @@ class JoinRequest:
     require_known_member_id: bool
 
 
-def _sync_reply(code: int, assignment: bytes = b"", group: Group | None = None) -> dict:
-    return {
-        "error_code": code,
-        "protocol_type": group.protocol_type if group and code == ErrorCode.NONE else None,
-        "protocol_name": group.protocol_name if group and code == ErrorCode.NONE else None,
-        "assignment": assignment,
-    }
-
-
 @dataclass
 class Group:
     group_type: ClassVar[str] = "classic"  # (ListGroups v5; KIP-848 groups are "consumer")
@@ -130,6 +122,8 @@ class Group:
     joined_during_delay: bool = False
     # members' and pending members' deadlines; ``_track`` pushes after each change
     _deadlines: DeadlineHeap = field(default_factory=DeadlineHeap, repr=False, compare=False)
+    # protocol support and parked joins over the members; ``_put``/``_pop`` keep it
+    _tally: MemberTally = field(default_factory=MemberTally, repr=False, compare=False)
 
     # -- state ------------------------------------------------------------------------------
     def _transition(self, to: GroupState, now: int) -> None:
@@ -161,15 +155,19 @@ class Group:
             return True
         if protocol_type != self.protocol_type:
             return False
-        names = {n for n, _ in protocols}
-        return bool(self._candidates() & names)
+        return self._tally.supported_by_all({n for n, _ in protocols}, len(self.members))
 
-    def _candidates(self) -> set[str]:
-        sets = [{n for n, _ in m.protocols} for m in self.members.values()]
-        return set.intersection(*sets) if sets else set()
+    def _put(self, m: Member) -> None:
+        self.members[m.member_id] = m
+        self._tally.add(m)
+
+    def _pop(self, member_id: str) -> Member:
+        m = self.members.pop(member_id)
+        self._tally.remove(m)
+        return m
 
     def _select_protocol(self) -> str:
-        candidates = self._candidates()
+        candidates = self._tally.candidates(len(self.members))
         votes: dict[str, int] = {}
         for m in self.members.values():
             for name, _ in m.protocols:  # each member votes for its most preferred candidate
@@ -192,7 +190,7 @@ class Group:
         g.state_timestamp_ms = now
         for m in members:
             m.last_heartbeat_ms = now
-            g.members[m.member_id] = m
+            g._put(m)
             g._track(m)
             if m.group_instance_id is not None:
                 g.static_members[m.group_instance_id] = m.member_id
@@ -271,7 +269,7 @@ class Group:
             self.protocol_type = req.protocol_type
         if self.leader_id is None:
             self.leader_id = member_id
-        self.members[member_id] = m
+        self._put(m)
         if req.group_instance_id is not None:
             self.static_members[req.group_instance_id] = member_id
         if self.in_initial_delay:
@@ -286,10 +284,10 @@ class Group:
             # A second join from the same member supersedes the first (Kafka answers the
             # older one with the same result later; we release it now as a retriable error).
             out.append((m.awaiting_join, join_error(ErrorCode.REBALANCE_IN_PROGRESS, m.member_id)))
-        m.protocols = list(req.protocols)
+        self._tally.set_protocols(m, req.protocols)
         m.session_timeout_ms = req.session_timeout_ms
         m.rebalance_timeout_ms = req.rebalance_timeout_ms
-        m.awaiting_join = reply
+        self._tally.set_awaiting_join(m, reply)
         return out + self._rebalance_or_complete(now)
 
     def _replace_static(
@@ -297,17 +295,17 @@ class Group:
     ) -> list[Output]:
         iid = req.group_instance_id
         old_id = self.static_members[iid]
-        m = self.members.pop(old_id)
+        m = self._pop(old_id)
         out: list[Output] = []
         if m.awaiting_join is not None:
             out.append((m.awaiting_join, join_error(ErrorCode.FENCED_INSTANCE_ID, old_id)))
-            m.awaiting_join = None
+            m.awaiting_join = None  # (not in members: untallied)
         if m.awaiting_sync is not None:
-            out.append((m.awaiting_sync, _sync_reply(ErrorCode.FENCED_INSTANCE_ID)))
+            out.append((m.awaiting_sync, sync_reply(ErrorCode.FENCED_INSTANCE_ID)))
             m.awaiting_sync = None
         m.member_id = new_id
         m.last_heartbeat_ms = now
-        self.members[new_id] = m
+        self._put(m)
         self.static_members[iid] = new_id
         current_leader = self.leader_id
         if current_leader == old_id:
@@ -316,7 +314,7 @@ class Group:
             # Kafka's updateStaticMemberAndRebalance: the member's metadata is updated, and a
             # Stable group rebalances only if that changes the protocol it would select.
             old_protocols = m.protocols
-            m.protocols = list(req.protocols)
+            self._tally.set_protocols(m, req.protocols)
             if self._select_protocol() == self.protocol_name:
                 m.session_timeout_ms = req.session_timeout_ms
                 m.rebalance_timeout_ms = req.rebalance_timeout_ms
@@ -327,7 +325,7 @@ class Group:
                 resp = self._join_response(m)
                 resp["leader"], resp["members"] = current_leader, []
                 return out + [(reply, resp)]
-            m.protocols = old_protocols
+            self._tally.set_protocols(m, old_protocols)
         return out + self._update_and_rebalance(reply, now, m, req)
 
     def _rebalance_or_complete(self, now: int) -> list[Output]:
@@ -341,7 +339,7 @@ class Group:
             for m in self.members.values():
                 m.assignment = b""
                 if m.awaiting_sync is not None:
-                    out.append((m.awaiting_sync, _sync_reply(ErrorCode.REBALANCE_IN_PROGRESS)))
+                    out.append((m.awaiting_sync, sync_reply(ErrorCode.REBALANCE_IN_PROGRESS)))
                     m.awaiting_sync = None
         rebalance_timeout = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
         if self.state == GroupState.EMPTY:
@@ -359,9 +357,7 @@ class Group:
         return out + self._maybe_complete_join(now)
 
     def _all_joined(self) -> bool:
-        return not self.pending_members and all(
-            m.awaiting_join is not None for m in self.members.values()
-        )
+        return not self.pending_members and self._tally.awaiting_join == len(self.members)
 
     def _maybe_complete_join(self, now: int) -> list[Output]:
         if self.state != GroupState.PREPARING_REBALANCE or self.in_initial_delay:
@@ -390,7 +386,7 @@ class Group:
         self._transition(GroupState.COMPLETING_REBALANCE, now)
         for m in self.members.values():
             out.append((m.awaiting_join, self._join_response(m)))
-            m.awaiting_join = None
+            self._tally.set_awaiting_join(m, None)
             m.last_heartbeat_ms = now
             self._track(m)
         return out
@@ -418,12 +414,12 @@ class Group:
         }
 
     def _remove_member(self, member_id: str) -> list[Output]:
-        m = self.members.pop(member_id)
+        m = self._pop(member_id)
         out: list[Output] = []
         if m.awaiting_join is not None:
             out.append((m.awaiting_join, join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id)))
         if m.awaiting_sync is not None:
-            out.append((m.awaiting_sync, _sync_reply(ErrorCode.UNKNOWN_MEMBER_ID)))
+            out.append((m.awaiting_sync, sync_reply(ErrorCode.UNKNOWN_MEMBER_ID)))
         if (
             m.group_instance_id is not None
             and self.static_members.get(m.group_instance_id) == member_id
@@ -446,27 +442,27 @@ class Group:
         assignments: dict[str, bytes],
     ) -> list[Output]:
         if self.state == GroupState.DEAD:
-            return [(reply, _sync_reply(ErrorCode.COORDINATOR_NOT_AVAILABLE))]
+            return [(reply, sync_reply(ErrorCode.COORDINATOR_NOT_AVAILABLE))]
         err = self._member_error(member_id, instance_id)
         if err is not None:
-            return [(reply, _sync_reply(err))]
+            return [(reply, sync_reply(err))]
         if generation_id != self.generation_id:
-            return [(reply, _sync_reply(ErrorCode.ILLEGAL_GENERATION))]
+            return [(reply, sync_reply(ErrorCode.ILLEGAL_GENERATION))]
         if (protocol_type is not None and protocol_type != self.protocol_type) or (
             protocol_name is not None and protocol_name != self.protocol_name
         ):
-            return [(reply, _sync_reply(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))]
+            return [(reply, sync_reply(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))]
         m = self.members[member_id]
         m.last_heartbeat_ms = now
         self._track(m)
         if self.state == GroupState.PREPARING_REBALANCE:
-            return [(reply, _sync_reply(ErrorCode.REBALANCE_IN_PROGRESS))]
+            return [(reply, sync_reply(ErrorCode.REBALANCE_IN_PROGRESS))]
         if self.state == GroupState.STABLE:
-            return [(reply, _sync_reply(ErrorCode.NONE, m.assignment, self))]
+            return [(reply, sync_reply(ErrorCode.NONE, m.assignment, self))]
         # CompletingRebalance
         out: list[Output] = []
         if m.awaiting_sync is not None and m.awaiting_sync != reply:
-            out.append((m.awaiting_sync, _sync_reply(ErrorCode.REBALANCE_IN_PROGRESS)))
+            out.append((m.awaiting_sync, sync_reply(ErrorCode.REBALANCE_IN_PROGRESS)))
         m.awaiting_sync = reply
         if member_id == self.leader_id:
             for mid, other in self.members.items():
@@ -475,7 +471,7 @@ class Group:
             for other in self.members.values():
                 if other.awaiting_sync is not None:
                     out.append(
-                        (other.awaiting_sync, _sync_reply(ErrorCode.NONE, other.assignment, self))
+                        (other.awaiting_sync, sync_reply(ErrorCode.NONE, other.assignment, self))
                     )
                     other.awaiting_sync = None
         return out
@@ -669,10 +665,10 @@ class Group:
         for m in self.members.values():
             if m.awaiting_join is not None:
                 outputs.append((m.awaiting_join, join_error(code, m.member_id)))
-                m.awaiting_join = None
+                self._tally.set_awaiting_join(m, None)
                 self._track(m)
             if m.awaiting_sync is not None:
-                outputs.append((m.awaiting_sync, _sync_reply(code)))
+                outputs.append((m.awaiting_sync, sync_reply(code)))
                 m.awaiting_sync = None
         if self.state != GroupState.DEAD:
             self._transition(GroupState.DEAD, now)

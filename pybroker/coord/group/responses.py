@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def heartbeat_error(code: int, message: str | None = None) -> dict:
     """ConsumerGroupHeartbeat's and ShareGroupHeartbeat's answer with an error (one layout:
@@ -30,4 +32,15 @@ def join_error(code: int, member_id: str = "") -> dict:
     }
 
 
-__all__ = ["heartbeat_error", "join_error"]
+def sync_reply(code: int, assignment: bytes = b"", group: Any = None) -> dict:
+    """SyncGroup's answer: with no error, the (classic) ``group``'s protocol type and name."""
+    ok = group is not None and code == 0
+    return {
+        "error_code": code,
+        "protocol_type": group.protocol_type if ok else None,
+        "protocol_name": group.protocol_name if ok else None,
+        "assignment": assignment,
+    }
+
+
+__all__ = ["heartbeat_error", "join_error", "sync_reply"]
