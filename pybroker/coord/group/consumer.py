@@ -51,7 +51,8 @@ class ConsumerGroup(ClassicMembers):
     group_epoch: int = 0
     assignment_epoch: int = 0
     target: Assignment = field(default_factory=dict)  # member id -> topic -> partitions
-    # members whose target changed since take_target_changed (their records need writing)
+    # members whose target changed since take_target_changed, and a replaced static member's
+    # old id (their records need writing or deleting)
     target_changed: set[str] = field(default_factory=set)
     dead: bool = False
     _subscribed_partitions: dict[str, int] = field(default_factory=dict)
@@ -187,6 +188,7 @@ class ConsumerGroup(ClassicMembers):
                     # the new process takes the static member's place and assignment
                     del self.members[old.member_id]
                     self._index.remove(old.member_id)
+                    self.target_changed.add(old.member_id)  # its record is deleted
                     target = self.target.pop(old.member_id, {})
                     old.member_id = req.member_id or str(uuid.uuid4())
                     self.target[old.member_id] = target
@@ -302,9 +304,10 @@ class ConsumerGroup(ClassicMembers):
         self.assignment_epoch = self.group_epoch
 
     def take_target_changed(self) -> set[str]:
-        """The members whose target assignment changed since the last call: with the
-        heartbeat's own member, the only member records a heartbeat can change (a removed
-        member's record is deleted whatever the caller compares)."""
+        """The members whose target assignment changed since the last call, and the old id of
+        a static member a new process replaced: with the heartbeat's own member (a leave's
+        too), the only member records a heartbeat can change or delete.  (Removals by the
+        timer or by classic requests are written with a full comparison.)"""
         out, self.target_changed = self.target_changed, set()
         return out
 

@@ -119,8 +119,10 @@ class ConsumerGroupStore:
     # -- writing ---------------------------------------------------------------------------
     def plan(self, g: ConsumerGroup, member_ids: Iterable[str] | None = None) -> Plan | None:
         """The operations that store ``g``'s state; ``member_ids`` limits the members compared
-        to those (the others are known unchanged).  None when nothing changed.  Must follow a
-        ``load`` of the group in this coordination term (KeyError otherwise)."""
+        to those (the others are known unchanged; a removed member's record is deleted only
+        if its id is among them, so that a heartbeat costs no scan of every stored member).
+        None when nothing changed.  Must follow a ``load`` of the group in this coordination
+        term (KeyError otherwise)."""
         known = self._known[g.group_id]
         path = group_path(g.group_id)
         ops: list[Op] = []
@@ -137,6 +139,10 @@ class ConsumerGroupStore:
         for mid in compare:
             m = g.members.get(mid)
             if m is None:
+                if mid in known.members:
+                    ops.append(
+                        Delete(f"{path}/{name_to_component(mid)}", known.members.pop(mid)[1])
+                    )
                 continue
             data = _dumps(g.member_record(m))
             mpath = f"{path}/{name_to_component(mid)}"
@@ -147,8 +153,9 @@ class ConsumerGroupStore:
             elif old[0] != data:
                 ops.append(SetData(mpath, data, old[1]))
                 known.members[mid] = (data, old[1] + 1)
-        for mid in [mid for mid in known.members if mid not in g.members]:
-            ops.append(Delete(f"{path}/{name_to_component(mid)}", known.members.pop(mid)[1]))
+        if member_ids is None:
+            for mid in [mid for mid in known.members if mid not in g.members]:
+                ops.append(Delete(f"{path}/{name_to_component(mid)}", known.members.pop(mid)[1]))
         return Plan(g.group_id, ops, known.generation) if ops else None
 
     def plan_delete(self, group_id: str) -> Plan | None:

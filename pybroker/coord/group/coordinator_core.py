@@ -374,6 +374,8 @@ class GroupCoordinatorCore:
         A group unloaded meanwhile is no longer this broker's to write: NOT_COORDINATOR."""
         if g.dead:
             return ErrorCode.NOT_COORDINATOR
+        if member_ids is None:
+            g.take_target_changed()  # a full comparison covers them
         try:
             plan = self.consumer_store.plan(g, member_ids)
             if plan is None:
