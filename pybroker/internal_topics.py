@@ -32,7 +32,12 @@ from pybroker.errors import ErrorCode, KafkaError
 from pybroker.replication.manager import LEADER
 from pybroker.wire.control_records import read_end_txn_marker
 from pybroker.wire.record_walker import decode_records
-from pybroker.wire.records import HEADER_SIZE, InvalidRecordError, build_batch, scan_batches
+from pybroker.wire.records import (
+    HEADER_SIZE,
+    InvalidRecordError,
+    build_batch_buffer,
+    scan_batches,
+)
 
 if TYPE_CHECKING:
     from pybroker.clock import Clock
@@ -220,7 +225,7 @@ class InternalTopic:
         producer_epoch: int,
         transactional: bool,
     ) -> int:
-        batch = build_batch(
+        batch = build_batch_buffer(
             [(k, v, []) for k, v in records],
             timestamp=self.broker.clock.time_ms(),
             producer_id=producer_id,

@@ -41,8 +41,8 @@ from pybroker.wire.records import (
     COMPRESSION_ZSTD,
     BatchHeader,
     InvalidRecordError,
-    parse_batches,
     set_partition_leader_epoch,
+    unpack_header,
 )
 
 if TYPE_CHECKING:
@@ -397,15 +397,17 @@ class ReplicaManager(PartitionReplicas):
         self,
         topic: str,
         partition: int,
-        batch: bytes,
+        buf: bytearray,
         *,
         leader_epoch: int,
         timeout_ms: int,
     ) -> tuple[int, int]:
-        """A coordinator's own v2 batch (built by it, so not validated again) appended as the
-        leader in ``leader_epoch`` (NOT_LEADER_OR_FOLLOWER once the epoch moved: the
-        coordinator's fencing), then waited for as an acks=all produce (Kafka's appendRecords
-        with origin COORDINATOR, requiredAcks -1).  (error code, the batch's last offset)."""
+        """A coordinator's own v2 batch (one, built by it in ``buf`` with
+        records.build_batch_buffer, so neither parsed nor validated again: its header is
+        read back as built) appended as the leader in ``leader_epoch``
+        (NOT_LEADER_OR_FOLLOWER once the epoch moved: the coordinator's fencing), then waited
+        for as an acks=all produce (Kafka's appendRecords with origin COORDINATOR,
+        requiredAcks -1).  (error code, the batch's last offset)."""
         replica = None
         try:
             replica = self.leader_replica(topic, partition)
@@ -416,10 +418,10 @@ class ReplicaManager(PartitionReplicas):
                     f" {leader_epoch}",
                 )
             self.check_enough_replicas(replica)
-            buf = bytearray(batch)
-            batches = parse_batches(buf, verify_crc=False)  # (built by the coordinator)
-            for b in batches:
-                set_partition_leader_epoch(buf, b.position, replica.leader_epoch)
+            header = unpack_header(buf)
+            if header.partition_leader_epoch != leader_epoch:
+                set_partition_leader_epoch(buf, 0, leader_epoch)
+            batches = [header]
             log = replica.log
             appended = log.append(buf, batches, coordinator=True)
         except KafkaError as e:
@@ -430,8 +432,7 @@ class ReplicaManager(PartitionReplicas):
             self.logs.fail_dir(self.logs.dir_of(replica.log), e)
             return ErrorCode.KAFKA_STORAGE_ERROR, -1
         self.after_leader_append(replica)
-        records_count = sum(b.records_count for b in batches)
-        self.flusher.appended(topic, log, records_count)
+        self.flusher.appended(topic, log, header.records_count)
         end = appended.last_offset + 1
         code = self.commit_result(replica, end, replica.leader_epoch)
         if code is None:

@@ -15,6 +15,7 @@ writes nothing.
 from __future__ import annotations
 
 import ipaddress
+import logging
 from decimal import Decimal
 
 from pybroker.coord.metadata.store import StoreError
@@ -24,6 +25,8 @@ from pybroker.handlers.context import RequestContext
 from pybroker.quotas.entities import CLIENT_ID, CLIENT_KEYS, IP, IP_KEYS, USER, Entity
 from pybroker.registry import handler
 from pybroker.security.acl import Operation
+
+log = logging.getLogger("pybroker.quotas")
 
 
 class InvalidRequest(Exception):
@@ -107,6 +110,7 @@ async def alter_client_quotas(ctx: RequestContext, req: dict) -> dict:
         }
     store = ctx.services.quota_store
     results = []
+    written = False
     for entry in req["entries"]:
         code, message = ErrorCode.NONE, None
         try:
@@ -114,6 +118,7 @@ async def alter_client_quotas(ctx: RequestContext, req: dict) -> dict:
             changes = changes_of(e, entry["ops"])
             if not req["validate_only"]:
                 await store.alter(e, changes)
+                written = True
         except InvalidRequest as err:
             code, message = ErrorCode.INVALID_REQUEST, str(err)
         except StoreError as err:
@@ -121,4 +126,11 @@ async def alter_client_quotas(ctx: RequestContext, req: dict) -> dict:
         results.append(
             {"error_code": code, "error_message": message, "entity": _entity_out(entry["entity"])}
         )
+    if written:
+        # the next request on any connection here sees the new quotas (the store's watch
+        # alone would apply them a few loop steps after this answer)
+        try:
+            await store.refresh()
+        except StoreError as err:
+            log.warning("reading client quotas after a write failed: %s", err)
     return {"throttle_time_ms": 0, "entries": results}

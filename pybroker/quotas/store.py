@@ -143,6 +143,11 @@ class QuotaStore:
         """Load with watches; from then on ``quotas`` follows the store."""
         self._set(await self.load(watch=True))
 
+    async def refresh(self) -> None:
+        """Read the quotas now (after a write here: this broker applies it before answering;
+        the watches bring it to the others, and here too, a moment later)."""
+        self._set(await self.load())
+
     def _set(self, quotas: Quotas) -> None:
         self.quotas = quotas
         for cb in self._listeners:

@@ -35,7 +35,7 @@ import gzip
 import struct
 import time
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
@@ -413,6 +413,19 @@ def seal_batch(
     count: int,
     base_timestamp: int,
     max_timestamp: int,
+    **options: Any,
+) -> bytes:
+    """One v2 batch around an uncompressed records section of ``count`` records with offset
+    deltas 0..count-1 (compressed with ``compression``), its CRC-32C computed (``options``:
+    ``sealed_batch``'s keywords)."""
+    return bytes(sealed_batch(records_section, count, base_timestamp, max_timestamp, **options))
+
+
+def sealed_batch(
+    records_section: bytes | bytearray,
+    count: int,
+    base_timestamp: int,
+    max_timestamp: int,
     *,
     base_offset: int = 0,
     compression: int = COMPRESSION_NONE,
@@ -423,10 +436,13 @@ def seal_batch(
     is_control: bool = False,
     timestamp_type: int = CREATE_TIME,
     partition_leader_epoch: int = -1,
-) -> bytes:
-    """One v2 batch around an uncompressed records section of ``count`` records with offset
-    deltas 0..count-1 (compressed here with ``compression``), its CRC-32C computed."""
-    payload = compress(compression, bytes(records_section))
+) -> bytearray:
+    """``seal_batch``'s batch in a bytearray of its own (the caller may patch its offsets)."""
+    payload = (
+        records_section
+        if compression == COMPRESSION_NONE
+        else compress(compression, bytes(records_section))
+    )
     attributes = compression
     if timestamp_type == LOG_APPEND_TIME:
         attributes |= TIMESTAMP_TYPE_MASK
@@ -453,10 +469,17 @@ def seal_batch(
         count,
     )
     _UINT32.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
-    return bytes(buf)
+    return buf
 
 
-def build_batch(
+def build_batch(records: Sequence[RecordSpec], **options: Any) -> bytes:
+    """Build one v2 batch.  Each record is ``(key, value, headers)`` with headers a list of
+    ``(str, bytes | None)``; a 4th element sets that record's timestamp (default: ``timestamp``,
+    or now).  Offset deltas are 0..n-1.  ``options``: ``build_batch_buffer``'s keywords."""
+    return bytes(build_batch_buffer(records, **options))
+
+
+def build_batch_buffer(
     records: Sequence[RecordSpec],
     *,
     base_offset: int = 0,
@@ -469,10 +492,9 @@ def build_batch(
     is_control: bool = False,
     timestamp_type: int = CREATE_TIME,
     partition_leader_epoch: int = -1,
-) -> bytes:
-    """Build one v2 batch.  Each record is ``(key, value, headers)`` with headers a list of
-    ``(str, bytes | None)``; a 4th element sets that record's timestamp (default: ``timestamp``,
-    or now).  Offset deltas are 0..n-1."""
+) -> bytearray:
+    """``build_batch``'s batch in a bytearray of its own, for a caller that appends it (the
+    log patches its base offset in place)."""
     if not records:
         raise ValueError("a batch needs at least one record")
     if timestamp is None:
@@ -482,7 +504,7 @@ def build_batch(
     body = bytearray()
     for delta, (rec, ts) in enumerate(zip(records, stamps, strict=True)):
         encode_record(body, ts - first_ts, delta, rec[0], rec[1], rec[2] or [])
-    return seal_batch(
+    return sealed_batch(
         body,
         len(records),
         first_ts,
