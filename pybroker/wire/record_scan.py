@@ -84,7 +84,7 @@ def map_records(
                     p += 3
                 else:
                     off, p = scan_varint(buf, p + 1, 5)
-            if off != i and (not gaps or off <= prev or off > last_delta):
+            if (off <= prev or off > last_delta) if gaps else off != i:
                 raise _corrupt(f"record {i} has offset delta {off}")
             prev = off
             b = buf[p]  # keyLength

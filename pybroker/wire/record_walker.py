@@ -168,7 +168,7 @@ def walk(
                         q += 2
                     else:
                         off, q = _varint(buf, q, 5)
-                if off != index and not (gaps and prev < off <= last_delta):
+                if (not prev < off <= last_delta) if gaps else off != index:
                     raise RecordError(f"record {index} has offset delta {off}")
                 prev = off
                 # keyLength, key
