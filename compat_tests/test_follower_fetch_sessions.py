@@ -2,9 +2,11 @@
 an in-sync follower's session partitions whose state has not changed since it last read them
 there (the follower at their log end), and records the fetch without reading them.
 
-- After random produces, DeleteRecords and idle rounds, what a follower learned from its
-  incremental answers is what a sessionless (from-scratch) fetch at the same offsets answers:
-  every high watermark and log start offset, and no records left behind.
+- After random produces, DeleteRecords, topic config changes and idle rounds, what a follower
+  learned from its incremental answers is what a sessionless (from-scratch) fetch at the
+  same offsets answers: every high watermark and log start offset, and no records left
+  behind; and the leader's audit of its rounds (handlers/_follower_rounds.py) found no state
+  change that was not noted for the session (a change notification left out fails here).
 - Idle in-sync followers stay in every ISR for longer than replica.lag.time.max.ms, and an
   acks=all produce after the idle time completes on every partition.
 
@@ -25,7 +27,8 @@ from pybroker.wire.records import build_batch, parse_batches
 
 pytestmark = pytest.mark.timeout(300)
 
-PRODUCE, FETCH, DELETE_RECORDS = 0, 1, 21
+PRODUCE, FETCH, DELETE_RECORDS, ALTER_CONFIGS = 0, 1, 21, 33
+DAY_MS = 86_400_000
 V = 12
 PARTITIONS = 4
 
@@ -92,7 +95,7 @@ def test_incremental_answers_agree_with_sessionless_fetches_after_random_changes
             epoch = 1
             changed = dict(offsets)
             for step in range(40):
-                op = rng.choice(["produce", "produce", "delete", "idle"])
+                op = rng.choice(["produce", "produce", "delete", "config", "idle"])
                 p = rng.randrange(PARTITIONS)
                 if op == "produce":  # (to broker 0 only: a client would ask paused broker 1)
                     records = build_batch(
@@ -130,6 +133,25 @@ def test_incremental_answers_agree_with_sessionless_fetches_after_random_changes
                         version=1,
                     )
                     assert r["topics"][0]["partitions"][0]["error_code"] == 0, r
+                elif op == "config":  # a new TopicInfo: every partition's stamp moves
+                    _, r = conn.request(
+                        ALTER_CONFIGS,
+                        {
+                            "resources": [
+                                {
+                                    "resource_type": 2,
+                                    "resource_name": topic,
+                                    "configs": [
+                                        {"name": "retention.ms", "value": str(DAY_MS + step)}
+                                    ],
+                                }
+                            ],
+                            "validate_only": False,
+                        },
+                        version=0,
+                    )
+                    assert r["responses"][0]["error_code"] == 0, r
+                    time.sleep(0.2)  # (the change reaches broker 0 through ZooKeeper)
                 # follow as a follower does until an answer brings nothing
                 for _ in range(10):
                     for q, e in got.items():
@@ -150,6 +172,12 @@ def test_incremental_answers_agree_with_sessionless_fetches_after_random_changes
                 truth = {q: (e["high_watermark"], e["log_start_offset"]) for q, e in full.items()}
                 assert known == truth, f"step {step} ({op} {p})"
                 assert not any(e["records"] for e in full.values()), f"step {step}"
+            for _ in range(2 * PARTITIONS):  # idle rounds: each audits a partition or more
+                _, got = _fetch(conn, 1, topic, {}, sid, epoch)
+                epoch += 1
+                assert not got, got
+        missed = broker_log_excerpt(c.brokers[0], ["missed a change"])
+        assert not missed.strip(), missed
         c.resume(1)
 
 

@@ -54,6 +54,7 @@ class FetchPartition:
     # sessions only: the partition's state when an idle read of it was last answered (see
     # the Fetch handler); None after the fetcher changes its parameters
     idle_stamp: tuple | None = None
+    order: int = 0  # sessions only: its place in the session's answer order (ascending)
 
     def update_request(self, req: FetchPartition) -> None:
         self.idle_stamp = None
@@ -96,16 +97,35 @@ class FetchSession:
     last_used_ms: int
     epoch: int
     cached_size: int = -1
+    # the keys of partitions without an idle stamp (read on every round), kept with the
+    # stamps, so that a round may look at only those and at what changed (Fetch handler)
+    unstamped: set = field(default_factory=set)
+    next_order: int = 0
+    # the Fetch handler's own state for a follower's session (handlers/_follower_rounds.py)
+    follower: object = None
+
+    def __post_init__(self) -> None:
+        for p in self.partitions.values():
+            self.place_last(p)
+            if p.idle_stamp is None:
+                self.unstamped.add(p.key)
+
+    def place_last(self, p: FetchPartition) -> None:
+        self.next_order += 1
+        p.order = self.next_order
 
     def update(self, fetch_data: Iterable[FetchPartition], forgotten: Iterable[Hashable]) -> None:
         for req in fetch_data:
             cached = self.partitions.get(req.key)
             if cached is None:
                 self.partitions[req.key] = req
+                self.place_last(req)
             else:
                 cached.update_request(req)
+            self.unstamped.add(req.key)
         for key in forgotten:
             self.partitions.pop(key, None)
+            self.unstamped.discard(key)
 
 
 @dataclass
@@ -165,17 +185,32 @@ class FetchContext:
             # another request of this session came in while this one waited
             return INVALID_FETCH_SESSION_EPOCH, s.id, []
         answered = []
-        for p in self.partitions:
-            entry = entries.get(p.key)
-            cached = s.partitions.get(p.key)
-            if entry is None or cached is None:
-                continue  # (skipped: idle as when last answered)
-            cached.idle_stamp = stamps.get(p.key)
+        # the read partitions in the session's order (the others were skipped: idle as when
+        # last answered), without a pass over the whole session
+        read = [
+            (cached, entry)
+            for key, entry in entries.items()
+            if (cached := s.partitions.get(key)) is not None
+        ]
+        read.sort(key=_by_order)
+        unstamped = s.unstamped
+        for cached, entry in read:
+            key = cached.key
+            stamp = cached.idle_stamp = stamps.get(key)
+            if stamp is None:
+                unstamped.add(key)
+            else:
+                unstamped.discard(key)
             if cached.must_respond(entry, True):
                 answered.append((cached, entry))
-                del s.partitions[p.key]  # to the end of the session's order
-                s.partitions[p.key] = cached
+                del s.partitions[key]  # to the end of the session's order
+                s.partitions[key] = cached
+                s.place_last(cached)
         return NONE, s.id, answered
+
+
+def _by_order(item: tuple[FetchPartition, dict]) -> int:
+    return item[0].order
 
 
 class FetchSessionCache:

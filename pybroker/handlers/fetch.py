@@ -17,12 +17,15 @@ from pybroker.errors import ErrorCode
 from pybroker.fetch_session import FetchContext, FetchPartition
 from pybroker.handlers._authz import enabled, on_cluster, on_topic
 from pybroker.handlers._down_conversion import convert_fetched_data
+from pybroker.handlers._follower_rounds import FollowerRound
 from pybroker.handlers._topic_ids import Resolver
 from pybroker.handlers.context import RequestContext
 from pybroker.quotas.client import fetch_bound, fetch_throttle
 from pybroker.registry import handler
 from pybroker.replica_manager import READ_COMMITTED, FetchParams, LogReadResult
+from pybroker.replication.changes import IdleFetches
 from pybroker.replication.manager import consumer_key, follower_key, leo_key
+from pybroker.replication.replica import followers_append_key
 from pybroker.security.acl import Operation
 
 if TYPE_CHECKING:
@@ -113,6 +116,7 @@ def _read_all(
     uses_ids: bool,
     resolver: Resolver,
     track_idle: bool = False,
+    follower_round: FollowerRound | None = None,
 ) -> tuple[dict, int, bool, dict]:
     """One pass over the partitions: ({key: partition entry}, bytes found, any error,
     {key: idle stamp}).  The reads are the replica manager's (read_from_log); here the topic
@@ -124,7 +128,9 @@ def _read_all(
     high watermark and log start the fetcher already has, which an incremental answer leaves
     out.  So an incremental fetch of many idle partitions costs a comparison per partition.
     An in-sync follower's session partitions the same way (follower_fetch_stamp), its fetch
-    of the skipped ones recorded at once (record_idle_follower_fetches): it stays in sync."""
+    of the skipped ones recorded at once (``IdleFetches``): it stays in sync; and its round
+    looks only at the partitions that changed since its last answer (``follower_round``,
+    handlers/_follower_rounds.py), the others skipped with them."""
     replicas = ctx.services.replicas
     read_committed = req.get("isolation_level", 0) == READ_COMMITTED
     errors = False
@@ -140,6 +146,13 @@ def _read_all(
     idle_followed: list = []  # the Replica of each partition a follower's fetch skipped
     to_read: list[FetchPartition] = []
     read_stamps: list[Any] = []
+    idle = None  # the follower session's IdleFetches (its skipped partitions' last fetch)
+    if following and follower_round is not None:
+        idle = follower_round.idle
+        if follower_ok:
+            picked = follower_round.pick(replicas, replica_id, replicas.clock.time_ms())
+            if picked is not None:
+                partitions = picked
     for p in partitions:
         if uses_ids:
             topic_id = p.topic_id
@@ -178,9 +191,11 @@ def _read_all(
             read_stamps.append(stamp)
         p.topic = topic  # the name as resolved for this request (read_from_log reads it)
         to_read.append(p)
-    if idle_followed:
-        replicas.record_idle_follower_fetches(replica_id, idle_followed)
+    if idle is not None and to_read:  # (their idle rounds so far recorded: read from now on)
+        replicas.settle_follower_reads(replica_id, [(p.topic, p.partition) for p in to_read])
     if not to_read:
+        if idle is not None:
+            _idle_round(replicas, replica_id, idle_followed, idle)
         return entries, 0, errors, stamps
     params = FetchParams(
         replica_id,
@@ -203,8 +218,31 @@ def _read_all(
         elif r.idle and (stamping or following) and read_stamps[k] is not None:
             # idle: nothing to read, not records that max_bytes left out this time
             stamps[p.key] = read_stamps[k]
+            if idle is not None:
+                idle_followed.append(read_stamps[k][0])
         entries[p.key] = entry
+    if idle is not None:
+        _idle_round(replicas, replica_id, idle_followed, idle)
     return entries, total, errors, stamps
+
+
+def _idle_round(replicas: Any, replica_id: int, skipped: list, idle: IdleFetches) -> None:
+    """A follower session's round: the partitions it skipped or found idle are skipped from
+    the next round on unless they change, and each round counts as their fetch at the log end
+    (one assignment for all of them)."""
+    replicas.follower_skips(replica_id, skipped, idle)
+    idle.last_ms = replicas.clock.time_ms()
+
+
+def _settle_forgotten(
+    ctx: RequestContext, replica_id: int, forgotten: list, uses_ids: bool, resolver: Resolver
+) -> None:
+    keys = []
+    for topic_key, index in forgotten:
+        name = resolver.name(topic_key) if uses_ids else topic_key
+        if name is not None:
+            keys.append((name, index))
+    ctx.services.replicas.settle_follower_reads(replica_id, keys)
 
 
 _UNRESOLVED = object()
@@ -283,11 +321,14 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
     resolver = Resolver(ctx.services.cluster)
     requested = _request_partitions(req, uses_ids, resolver)
     if version >= 7:
+        forgotten = _forgotten(req, uses_ids)
+        if forgotten and replica_id >= 0:  # (no longer fetched: its idle rounds end)
+            _settle_forgotten(ctx, replica_id, forgotten, uses_ids, resolver)
         context = ctx.services.fetch_sessions.new_context(
             req.get("session_id", 0),
             req.get("session_epoch", -1),
             requested,
-            _forgotten(req, uses_ids),
+            forgotten,
             privileged=replica_id >= 0,
             uses_topic_ids=uses_ids,
             now_ms=int(clock.monotonic() * 1000),
@@ -310,9 +351,13 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
     deadline = clock.monotonic() + max(req["max_wait_ms"], 0) / 1000.0
     wake = leo_key if replica_id >= 0 else consumer_key
     track_idle = context.session is not None or context.create
+    follower_round = None
+    if replica_id >= 0 and context.session is not None:
+        # (sessions keyed by topic ids compare every stamp: the change feed's keys are names)
+        follower_round = FollowerRound(context.session, fast=not uses_ids)
     while True:
         entries, total, errors, stamps = _read_all(
-            ctx, req, partitions, replica_id, uses_ids, resolver, track_idle
+            ctx, req, partitions, replica_id, uses_ids, resolver, track_idle, follower_round
         )
         if total >= req["min_bytes"] or errors:
             break
@@ -322,11 +367,14 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
         left = deadline - clock.monotonic()
         if left <= 0:
             break
-        keys = [
-            wake(name, p.partition)
-            for p in partitions
-            if (name := (resolver.name(p.topic_id) if uses_ids else p.topic)) is not None
-        ]
+        if follower_round is not None and follower_round.fast:
+            keys = [followers_append_key()]  # (any append: one key, not one per partition)
+        else:
+            keys = [
+                wake(name, p.partition)
+                for p in partitions
+                if (name := (resolver.name(p.topic_id) if uses_ids else p.topic)) is not None
+            ]
         if replica_id >= 0:
             keys.append(follower_key(replica_id))
         if not keys:
@@ -345,6 +393,8 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
                 throttled["node_endpoints"] = []
             return throttled
     error, session_id, answered = context.respond(entries, int(clock.monotonic() * 1000), stamps)
+    if follower_round is not None and error == ErrorCode.NONE:
+        follower_round.answered()
     metrics = ctx.services.metrics
     if metrics is not None and total:
         _count_bytes_out(metrics, answered, replica_id, uses_ids, resolver)

@@ -1,7 +1,7 @@
 """The descriptors of segment files: one OS descriptor per open ``.log``, owned by an object
 that closes it once nobody refers to it, a :class:`SegmentReader` view over it for sendfile,
-and the :class:`DescriptorCache` bounding how many are open at once (least recently used
-let go first).  Why deletion and eviction never pull a file from under a reader:
+and the :class:`DescriptorCache` bounding how many are open at once (a 2Q policy: a segment
+used once lets go first, one used again after being let go stays longest).  Why deletion and eviction never pull a file from under a reader:
 docs/internals.md ("pybroker/log/segment.py")."""
 
 from __future__ import annotations
@@ -52,12 +52,23 @@ MIN_OPEN_SEGMENTS = 16
 
 
 class DescriptorCache:
-    """The segments holding an open ``.log`` descriptor, least recently used first, at most
-    ``capacity`` of them among the segments given this cache: opening one more lets go of the
-    least recently used one's descriptor (it closes once its in-flight readers are done; the
-    segment reopens it on its next use).  So the log's descriptors are bounded whatever the
-    number of partitions and segments.  Used from the loop and from flush threads: one lock.
-    The broker makes one (pybroker/builder.py) and hands it to its LogManager."""
+    """The segments holding an open ``.log`` descriptor, at most ``capacity`` of them among
+    the segments given this cache: opening one more lets go of another's descriptor (it
+    closes once its in-flight readers are done; the segment reopens it on its next use).  So
+    the log's descriptors are bounded whatever the number of partitions and segments.  Used
+    from the loop and from flush threads: one lock.  The broker makes one
+    (pybroker/builder.py) and hands it to its LogManager.
+
+    Which one lets go: the 2Q policy (Johnson and Shasha, VLDB 1994).  A newly opened
+    segment joins a first-in first-out queue of a quarter of the capacity (``_new``); the
+    segments let go of from there are remembered by identity only (``_ghosts``, half the
+    capacity, holding nothing); one opened again while remembered joins the main queue
+    (``_hot``, least recently used let go first, only when ``_new`` is within its share).
+    A plain LRU misses on every use once segments are used round-robin over more than its
+    capacity (producing to or consuming from more partitions than half the open-files
+    limit: docs/scale.md); 2Q keeps the main queue's segments and lets the others take turns
+    in the first one, and a one-off read (a consumer catching up on an old segment) passes
+    through the first queue without pushing the segments in use out."""
 
     @classmethod
     def for_open_files_limit(cls) -> DescriptorCache:
@@ -66,17 +77,27 @@ class DescriptorCache:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = max(1, capacity)
+        self.new_share = max(1, self.capacity // 4)  # 2Q's Kin
+        self.ghost_share = max(1, self.capacity // 2)  # 2Q's Kout
         self._lock = threading.Lock()
-        self._open: OrderedDict[DescriptorHolder, None] = OrderedDict()
+        self._new: OrderedDict[DescriptorHolder, None] = OrderedDict()  # oldest first
+        self._hot: OrderedDict[DescriptorHolder, None] = OrderedDict()  # least recent first
+        self._ghosts: OrderedDict[int, bool] = OrderedDict()  # id() of segments let go of
         self._last: DescriptorHolder | None = None  # most recently used: touching it is free
+        self.opens = 0  # descriptors opened through this cache (a miss each but the first)
 
     def __len__(self) -> int:
-        return len(self._open)
+        return len(self._new) + len(self._hot)
 
     def opened(self, seg: DescriptorHolder) -> None:
         with self._lock:
-            self._open[seg] = None
-            self._open.move_to_end(seg)
+            self.opens += 1
+            if seg in self._hot or seg in self._new:
+                return  # (already counted)
+            if self._ghosts.pop(id(seg), False):
+                self._hot[seg] = None  # used again after being let go: keep it
+            else:
+                self._new[seg] = None
             self._last = seg
             self._evict()
 
@@ -84,19 +105,29 @@ class DescriptorCache:
         if seg is self._last:  # the common case: several uses in a row (append, read)
             return
         with self._lock:
-            if seg in self._open:
-                self._open.move_to_end(seg)
-                self._last = seg
+            if seg in self._hot:
+                self._hot.move_to_end(seg)
+            self._last = seg  # (in _new: its place stays, first in first out)
 
     def forget(self, seg: DescriptorHolder) -> None:
         with self._lock:
-            self._open.pop(seg, None)
+            if seg in self._hot:
+                del self._hot[seg]
+            else:
+                self._new.pop(seg, None)
+            self._ghosts.pop(id(seg), None)
             if self._last is seg:
                 self._last = None
 
     def _evict(self) -> None:
-        while len(self._open) > self.capacity:
-            victim, _ = self._open.popitem(last=False)
+        while len(self._new) + len(self._hot) > self.capacity:
+            if len(self._new) > self.new_share or not self._hot:
+                victim, _ = self._new.popitem(last=False)
+                self._ghosts[id(victim)] = True
+                if len(self._ghosts) > self.ghost_share:
+                    self._ghosts.popitem(last=False)
+            else:
+                victim, _ = self._hot.popitem(last=False)
             if self._last is victim:
                 self._last = None
             victim.evict_descriptor()  # it closes when its last user lets go

@@ -148,6 +148,9 @@ class LogManager:
         # (Kafka's HostedPartition.Offline), never created again in another dir meanwhile
         self.offline_partitions: set[Key] = set()
         self.dir_failure_listeners: list[DirFailureListener] = []
+        # called (topic, partition) on the loop when a log's start moved without an append
+        # (DeleteRecords, retention, a moved log): the leader's followers' sessions look again
+        self.log_start_listeners: list[Callable[[str, int], object]] = []
         # the owner of the logs (the broker's event loop thread) and how to run a call there:
         # a failure seen in a worker thread (flush, checkpoint) is handled by the owner, so the
         # tables never change under the loop's feet.  None: any thread (tests, start-up).
@@ -532,6 +535,7 @@ class LogManager:
         fut.moved_to(target)
         src.exchange_state(fut)  # src: the moved log now; fut: the old one
         self.logs[key] = src  # (counted in its new dir)
+        self._log_start_moved(key)
         try:
             self._retire(fut)
         except OSError as e:  # the old dir failed: the partition lives on in the new one
@@ -578,17 +582,26 @@ class LogManager:
         before = plog.log_start_offset
         start = plog.delete_records_before(offset)
         if start != before:
+            self._log_start_moved((topic, partition))
             self.checkpoint()
         return start
+
+    def _log_start_moved(self, key: Key) -> None:
+        for cb in self.log_start_listeners:
+            cb(*key)
 
     def run_retention(self) -> int:
         """Apply retention to every log (cheap: renames only).  Returns segments removed."""
         removed = 0
-        for plog in list(self.logs.values()):
+        for key, plog in list(self.logs.items()):
             try:
-                removed += plog.delete_old_segments()
+                n = plog.delete_old_segments()
             except OSError as e:
                 self.fail_dir(self.dir_of(plog), e)
+                continue
+            if n:
+                removed += n
+                self._log_start_moved(key)
         return removed
 
     def delete_pending_files(self, *, force: bool = False) -> None:

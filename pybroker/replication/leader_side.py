@@ -10,11 +10,13 @@ import asyncio
 import logging
 
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.replication.changes import ChangeFeed, IdleFetches
 from pybroker.replication.replica import (
     LEADER,
     FollowerState,
     Replica,
     consumer_key,
+    followers_append_key,
     hw_key,
     leo_key,
 )
@@ -24,6 +26,14 @@ log = logging.getLogger("pybroker.replication")
 
 class LeaderSide:
     """ReplicaManager's leader side (module docstring)."""
+
+    # what changed for followers' fetch sessions (replication/changes.py): noted by
+    # note_changed, by appends (after_leader_append) and by _wake (high watermark, ISR,
+    # a replica detached); the roles' side notes its own changes
+    changes: ChangeFeed
+
+    def note_changed(self, topic: str, partition: int) -> None:
+        self.changes.note((topic, partition))
 
     @property
     def lease_ok(self) -> bool:
@@ -82,15 +92,25 @@ class LeaderSide:
             log.log_start_offset,
         )
 
-    def record_idle_follower_fetches(self, replica_id: int, replicas: list[Replica]) -> None:
-        """A follower fetched again, at their log end, partitions whose follower_fetch_stamp
-        is unchanged since it was last read there: what record_follower_fetch would record
-        (its fetch offset is the same, so it is still caught up now; nothing else moves)."""
-        now = self.clock.time_ms()
+    def follower_skips(self, replica_id: int, replicas: list[Replica], idle: IdleFetches) -> None:
+        """A follower's fetch session skips these partitions as unchanged: from now on each
+        of its rounds (``idle.last_ms``) counts as a fetch of them at the log end, until it
+        reads them again (settle_follower_reads)."""
         for r in replicas:
             st = r.followers.get(replica_id)
             if st is not None:
-                st.last_caught_up_ms = now
+                st.idle = idle
+
+    def settle_follower_reads(self, replica_id: int, keys: list[tuple[str, int]]) -> None:
+        """A follower's fetch reads these partitions again, or no longer fetches them: their
+        idle rounds so far are recorded, the next ones are not."""
+        get = self.replicas.get
+        for key in keys:
+            r = get(key)
+            if r is not None:
+                st = r.followers.get(replica_id)
+                if st is not None and st.idle is not None:
+                    st.settle_idle()
 
     def check_enough_replicas(self, r: Replica) -> None:
         """acks=all precondition: the ISR is at least min.insync.replicas and the store session
@@ -108,7 +128,9 @@ class LeaderSide:
             )
 
     def after_leader_append(self, r: Replica) -> None:
+        self.changes.note((r.topic, r.partition))
         self.purgatory.notify(leo_key(r.topic, r.partition))
+        self.purgatory.notify(followers_append_key())
         self._maybe_advance_hw(r)
 
     def _maybe_advance_hw(self, r: Replica) -> None:
@@ -136,6 +158,7 @@ class LeaderSide:
             self._wake(r)
 
     def _wake(self, r: Replica) -> None:
+        self.changes.note((r.topic, r.partition))
         self.purgatory.notify(hw_key(r.topic, r.partition))
         self.purgatory.notify(consumer_key(r.topic, r.partition))
 
@@ -206,7 +229,7 @@ class LeaderSide:
                 b
                 for b in r.isr
                 if b != self.broker_id
-                and now - r.followers.get(b, FollowerState()).last_caught_up_ms
+                and now - r.followers.get(b, FollowerState()).caught_up_ms()
                 > self.replica_lag_time_max_ms
             ]
             if lagging:

@@ -33,6 +33,7 @@ from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log import LogManager, PartitionLog
 from pybroker.log.partition_metadata import other_incarnation
 from pybroker.purgatory import Purgatory
+from pybroker.replication.changes import ChangeFeed
 from pybroker.replication.leader_side import LeaderSide
 from pybroker.replication.replica import (
     FOLLOWER,
@@ -116,6 +117,9 @@ class ReplicaManager(LeaderSide):
         self.inter_broker_ssl = inter_broker_ssl  # client ssl.SSLContext if that listener is SSL
         self.inter_broker_sasl = inter_broker_sasl  # (mechanism, user, password) if it is SASL
         self.replicas: dict[tuple[str, int], Replica] = {}
+        self.changes = ChangeFeed()
+        # a log's start moves without an append (DeleteRecords, retention, a moved log)
+        logs.log_start_listeners.append(self.note_changed)
         self._by_topic: dict[str, set[int]] = {}  # the partitions of each topic in replicas
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._tasks: set[asyncio.Task] = set()
@@ -294,6 +298,9 @@ class ReplicaManager(LeaderSide):
     ) -> None:
         me = self.broker_id
         key = (name, index)
+        # noted: its topic metadata, ISR, role and epoch may change here (the others' notes:
+        # after_leader_append, _wake, which _detach calls, and the logs' log_start_listeners)
+        self.changes.note(key)
         if key in self.offline or key in self._opening:
             return
         r = self.replicas.get(key)
@@ -321,6 +328,8 @@ class ReplicaManager(LeaderSide):
             self.replicas[key] = r
             self._by_topic.setdefault(name, set()).add(index)
         r.replicas = list(state.replicas)
+        if r.checked_info is not info and not other_incarnation(r.log.topic_id, info.topic_id):
+            r.checked_info = info  # (as leader_replica would: the stamps compare it)
         if state.leader == me:
             if r.role != LEADER or r.leader_epoch != state.leader_epoch:
                 self._become_leader(r, state)

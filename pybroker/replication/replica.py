@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pybroker.log import PartitionLog
+from pybroker.replication.changes import IdleFetches
 
 LEADER, FOLLOWER, OFFLINE = "leader", "follower", "offline"
 
@@ -18,6 +19,12 @@ def hw_key(topic: str, partition: int) -> tuple:
 def leo_key(topic: str, partition: int) -> tuple:
     """Purgatory key notified on every leader append (follower fetches long-poll on it)."""
     return ("leo", topic, partition)
+
+
+def followers_append_key() -> tuple:
+    """Purgatory key notified on every leader append: followers' fetch sessions that read
+    only what changed (replication/changes.py) park on it instead of one key per partition."""
+    return ("leo",)
 
 
 def follower_key(broker_id: int) -> tuple:
@@ -35,6 +42,25 @@ def consumer_key(topic: str, partition: int) -> tuple:
 class FollowerState:
     log_end_offset: int = -1
     last_caught_up_ms: int = 0
+    # set while the follower's fetch session skips this partition as unchanged: each of its
+    # rounds is a fetch at the log end (replication/changes.py)
+    idle: IdleFetches | None = None
+
+    def caught_up_ms(self) -> int:
+        """Kafka's lastCaughtUpTimeMs: the last fetch that found the follower at the log
+        end, counting its session's rounds that skipped this partition as unchanged."""
+        idle = self.idle
+        if idle is not None and idle.last_ms > self.last_caught_up_ms:
+            return idle.last_ms
+        return self.last_caught_up_ms
+
+    def settle_idle(self) -> None:
+        """The session reads this partition again: its idle rounds so far are recorded, and
+        the next ones no longer count until it is skipped again."""
+        idle = self.idle
+        if idle is not None:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, idle.last_ms)
+            self.idle = None
 
 
 @dataclass

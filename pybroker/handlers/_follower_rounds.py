@@ -1,0 +1,134 @@
+"""The Fetch handler's state for a follower's incremental fetch session: which of its
+partitions a round looks at.  Instead of comparing every session partition's
+follower_fetch_stamp on every round (O(partitions x rounds): 40-46% of the brokers' loops
+creating 100,000 replicas, docs/scale.md), a round looks at the partitions without an idle
+stamp (``FetchSession.unstamped``), at those the leader side noted as changed since the
+session's last answer (ReplicaManager.changes, replication/changes.py) and at a slice of
+the others (the audit, below); the rest are skipped as unchanged, and their fetch is recorded
+for the ISR by one assignment (``IdleFetches.last_ms``).  The answer is what comparing every
+stamp would answer.
+
+The audit: each round also compares the stamps of the next few session partitions in turn,
+so many that each is compared at least once every AUDIT_MS; a stamp that moved without being
+noted is a missed change notification (a defect): it is read at once and logged.
+
+Sessions keyed by topic ids (Kafka's followers, Fetch v13+) compare every stamp, as before."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from pybroker.replication.changes import IdleFetches
+
+if TYPE_CHECKING:
+    from pybroker.fetch_session import FetchPartition, FetchSession
+
+log = logging.getLogger("pybroker.handlers.fetch")
+
+AUDIT_MS = 10_000
+
+
+class FollowerRounds:
+    """Kept on the session (``FetchSession.follower``)."""
+
+    __slots__ = ("position", "idle", "audit", "audit_at", "audit_ms")
+
+    def __init__(self) -> None:
+        # the change feed's position the last answer reflects (None: look at every partition)
+        self.position: int | None = None
+        self.idle = IdleFetches()
+        self.audit: list = []  # the session's keys, in turn
+        self.audit_at = 0
+        self.audit_ms: int | None = None
+
+
+class FollowerRound:
+    """One request of a follower's session: which partitions each pass looks at."""
+
+    missed = 0  # missed change notifications found by audits (all sessions)
+
+    def __init__(self, session: FetchSession, fast: bool) -> None:
+        rounds = session.follower
+        if not isinstance(rounds, FollowerRounds):
+            rounds = session.follower = FollowerRounds()
+        self.session = session
+        self.rounds = rounds
+        self.idle = rounds.idle
+        self.fast = fast  # False: every partition each pass (stamps compared as before)
+        self.seq = 0
+
+    def pick(self, replicas: Any, replica_id: int, now_ms: int) -> list[FetchPartition] | None:
+        """The partitions this pass looks at, in the session's order (None: all of them)."""
+        feed = replicas.changes
+        self.seq = feed.seq
+        start = self.rounds.position
+        if not self.fast or start is None:
+            return None
+        changed = feed.since(start)
+        if changed is None:
+            return None
+        parts = self.session.partitions
+        picked: dict = {}
+        for key in changed:
+            p = parts.get(key)
+            if p is not None:
+                picked[key] = p
+        for key in self.session.unstamped:
+            p = parts.get(key)
+            if p is not None:
+                picked[key] = p
+        self._audit(replicas, replica_id, picked, now_ms)
+        out = list(picked.values())
+        out.sort(key=_order)
+        return out
+
+    def _audit(self, replicas: Any, replica_id: int, picked: dict, now_ms: int) -> None:
+        rounds = self.rounds
+        parts = self.session.partitions
+        last, rounds.audit_ms = rounds.audit_ms, now_ms
+        if last is None or not parts:
+            return
+        budget = min(len(parts), max(1, len(parts) * max(now_ms - last, 0) // AUDIT_MS))
+        audit, i = rounds.audit, rounds.audit_at
+        for _ in range(budget):
+            if i >= len(audit):
+                audit, i = list(parts), 0
+                rounds.audit = audit
+            key = audit[i]
+            i += 1
+            p = parts.get(key)
+            if p is None or p.idle_stamp is None or key in picked:
+                continue
+            stamp = replicas.follower_fetch_stamp(key[0], key[1], replica_id)
+            if stamp == p.idle_stamp:
+                continue
+            picked[key] = p
+            r = replicas.replicas.get(key)
+            if r is not None and r.checked_info is not replicas.cluster.topics.get(key[0]):
+                continue  # its topic's change event is still queued (noted when handled)
+            FollowerRound.missed += 1
+            n = FollowerRound.missed
+            if n & (n - 1) == 0:
+                log.warning(
+                    "a follower fetch session missed a change of %s-%d (%d so far): "
+                    "(leader epoch, log end, high watermark, log start) %r, last read at %r",
+                    key[0],
+                    key[1],
+                    n,
+                    _shown(stamp),
+                    _shown(p.idle_stamp),
+                )
+        rounds.audit_at = i
+
+    def answered(self) -> None:
+        """The answer went out: the session reflects the changes up to the last pass."""
+        self.rounds.position = self.seq
+
+
+def _order(p: FetchPartition) -> int:
+    return p.order
+
+
+def _shown(stamp: tuple | None) -> tuple | None:
+    return None if stamp is None else (stamp[1], *stamp[4:])
