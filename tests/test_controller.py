@@ -26,6 +26,7 @@ from pybroker.coord.controller.election import (
     decide_unclean,
     imbalanced_partitions,
 )
+from pybroker.coord.metadata import isr as isr_mod
 from pybroker.coord.metadata import paths
 from pybroker.coord.metadata.cluster import Cluster
 from pybroker.coord.metadata.local import LocalStore
@@ -961,6 +962,62 @@ def test_update_isr_compare_and_set(make_env):
             assert await env.read_state("t", 1) == before
             ok = await c3.update_isr("t", 1, [3], leader=3, leader_epoch=1)
             assert ok is not None and ok.isr == [3] and ok.zk_version == before[1] + 1
+        finally:
+            await env.close()
+
+    run(main())
+
+
+def test_update_isrs_batch_conflict_retries_only_its_partition(make_env):
+    """Many ISR changes go out together, each compare-and-set at the version the leader's
+    cache holds, without reads; a partition whose cached version is stale (another write
+    landed, its watch's re-read not yet in) fails alone, is re-read and retried alone, and
+    the others are written once.  A deposed leader's change gets None, a bad one its error,
+    in their own slots only."""
+
+    async def main():
+        env = make_env()
+        try:
+            await three_brokers(env)
+            c2 = env.clusters[2]
+            await c2.create_topic("b", 4, 3, assignments={p: [2, 1, 3] for p in range(4)})
+            for p in range(4):
+                await env.wait_cached("b", p, lambda s: s.leader == 2)
+            stale = c2.topics["b"]
+            # another writer changes partition 1 (same leader and epoch, as the controller's
+            # or an earlier write of ours whose answer was lost)
+            path = paths.partition_state("b", 1)
+            data, stat = await env.admin.get(path)
+            await env.admin.set(path, paths.encode_partition_state(2, 0, [2, 3], 1), stat.version)
+            await env.wait_cached("b", 1, lambda s: s.zk_version == 1)
+            c2.topics["b"] = stale  # its watch's re-read still on its way
+
+            calls: list[int] = []
+            real = c2.store.set_many
+
+            async def counted(writes):
+                calls.append(len(writes))
+                return await real(writes)
+
+            c2.store.set_many = counted
+            out = await c2.update_isrs(
+                [
+                    isr_mod.IsrChange("b", 0, [2, 1], 2, 0),
+                    isr_mod.IsrChange("b", 1, [2, 1], 2, 0),
+                    isr_mod.IsrChange("b", 2, [2, 3], 2, 0),
+                    isr_mod.IsrChange("b", 3, [2, 3], 2, 7),  # not our epoch: deposed
+                    isr_mod.IsrChange("b", 0, [1], 2, 0),  # without the leader: refused
+                ]
+            )
+            assert calls == [3]  # one pipelined batch, no reads before it
+            assert [s.isr for s in out[:3]] == [[2, 1], [2, 1], [2, 3]]
+            assert [s.zk_version for s in out[:3]] == [1, 2, 1]  # 1 retried after a conflict
+            assert out[3] is None and isinstance(out[4], ValueError)
+            for p, isr, version in [(0, [2, 1], 1), (1, [2, 1], 2), (2, [2, 3], 1), (3, None, 0)]:
+                st, v = await env.read_state("b", p)
+                assert v == version and (isr is None or st["isr"] == isr)
+                assert (st["leader"], st["leader_epoch"]) == (2, 0)
+            assert c2.topics["b"].partitions[1].zk_version == 2
         finally:
             await env.close()
 

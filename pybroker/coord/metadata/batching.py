@@ -174,6 +174,9 @@ class BatchingStore(MetadataStore):
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
         return await self.inner.set(path, data, version)
 
+    async def set_many(self, writes: list[tuple[str, bytes, int]]) -> list[Stat | StoreError]:
+        return await self.inner.set_many(writes)
+
     async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
         await self.inner.delete(path, version, recursive=recursive)
 

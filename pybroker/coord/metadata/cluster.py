@@ -556,6 +556,12 @@ class Cluster(MetadataCache):
             self, topic, partition, new_isr, leader=leader, leader_epoch=leader_epoch
         )
 
+    async def update_isrs(
+        self, changes: list[isr.IsrChange]
+    ) -> list[PartitionState | None | Exception]:
+        """Many leaders' ISR writes together: metadata/isr.py's update_isrs."""
+        return await isr.update_isrs(self, changes)
+
     async def allocate_producer_id(self) -> int:
         """The next producer id (ProducerIdManager)."""
         return await self.producer_ids.allocate()

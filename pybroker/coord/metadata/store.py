@@ -235,6 +235,20 @@ class MetadataStore(ABC):
     @abstractmethod
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat: ...
 
+    async def set_many(self, writes: list[tuple[str, bytes, int]]) -> list[Stat | StoreError]:
+        """``set(path, data, version)`` of every ``writes`` entry, together and independently
+        (ZooKeeper pipelines them on the session's connection, as Kafka's KafkaZkClient sends
+        its batched setData requests): each entry's own outcome, its new Stat or its
+        StoreError (a version conflict or a missing node fails that entry alone; the others
+        are written).  This default awaits ``set`` one by one."""
+        out: list[Stat | StoreError] = []
+        for path, data, version in writes:
+            try:
+                out.append(await self.set(path, data, version))
+            except StoreError as e:
+                out.append(e)
+        return out
+
     @abstractmethod
     async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
         """Delete a node.  ``recursive`` deletes the subtree first (not atomic on ZooKeeper;

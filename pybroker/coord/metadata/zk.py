@@ -474,6 +474,56 @@ class ZooKeeperStore(MetadataStore):
             await self._await(lambda: self._kz().set_async(path, bytes(data), version), path)
         )
 
+    async def set_many(self, writes: list[tuple[str, bytes, int]]) -> list[Stat | StoreError]:
+        """Up to GET_MANY_WINDOW sets in flight on the connection at once, each with its own
+        outcome (MetadataStore.set_many); results handed to the loop once per window.  Sent
+        once (writes: a lost connection leaves their outcome unknown, ConnectionLossError)."""
+        out: list[Stat | StoreError] = []
+        for start in range(0, len(writes), GET_MANY_WINDOW):
+            out += await self._set_window(writes[start : start + GET_MANY_WINDOW])
+        return out
+
+    async def _set_window(self, writes: list[tuple[str, bytes, int]]) -> list[Stat | StoreError]:
+        if not writes:
+            return []
+        loop, inbox = self._loop, self._inbox
+        assert loop is not None and inbox is not None
+        client = self._kz()
+        fut: asyncio.Future[list[Any]] = loop.create_future()
+        results: list[Any] = [None] * len(writes)
+        left = [len(writes)]
+        lock = threading.Lock()
+
+        def settle(values: list[Any]) -> None:
+            if not fut.done():
+                fut.set_result(values)
+
+        def done_at(i: int) -> Callable[[Any], None]:
+            def done(result: Any) -> None:  # kazoo's thread
+                ok = result.successful()
+                results[i] = (ok, result.value if ok else result.exception)
+                with lock:
+                    left[0] -= 1
+                    last = left[0] == 0
+                if last:
+                    inbox.put(settle, results)
+
+            return done
+
+        for i, (path, data, version) in enumerate(writes):
+            validate_path(path)
+            client.set_async(path, bytes(data), version).rawlink(done_at(i))
+        out: list[Stat | StoreError] = []
+        for i, (ok, value) in enumerate(await fut):
+            if ok:
+                out.append(_stat(value))
+                continue
+            err = _map_error(value, writes[i][0])
+            if not isinstance(err, StoreError):
+                raise err
+            out.append(err)
+        return out
+
     async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
         validate_path(path)
         if recursive:
