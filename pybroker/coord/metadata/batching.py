@@ -155,6 +155,9 @@ class BatchingStore(MetadataStore):
     def session_id(self) -> int:
         return self.inner.session_id
 
+    def session_heard(self) -> tuple[float, int] | None:
+        return self.inner.session_heard()
+
     async def create(
         self,
         path: str,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -133,6 +134,7 @@ class Cluster(MetadataCache):
         self._controller: ControllerRole | None = None
         self._controller_epoch_zk_version = -1  # /controller_epoch's version when we won
         self._registered = False  # our /brokers/ids/<id> is held by the current session
+        self._registration_session = 0  # the session that created it
         self._connected = True
 
     @property
@@ -155,12 +157,37 @@ class Cluster(MetadataCache):
         if not self._lease_confirmed:
             return False
         blocked = self._loop_blocked_ms
-        return not (self.stall_limit_ms and blocked is not None and blocked() > self.stall_limit_ms)
+        return not (
+            self.stall_limit_ms
+            and blocked is not None
+            and blocked() > self.stall_limit_ms
+            and not self._session_heard_lately()
+        )
+
+    def _session_heard_lately(self) -> bool:
+        """The store's session probe (MetadataStore.session_heard) had an answer, in the
+        session holding our registration, to a request sent within ``stall_limit_ms``: the
+        process kept running and the session cannot expire for two thirds of its timeout,
+        so a loop held up by its own work (not a stopped process) keeps the lease."""
+        heard = self.store.session_heard()
+        return (
+            heard is not None
+            and heard[1] == self._registration_session
+            and (time.monotonic() - heard[0]) * 1000.0 <= self.stall_limit_ms
+        )
 
     def loop_stalled(self, late_ms: float) -> None:
         """The loop monitor's listener: a hold-up past ``stall_limit_ms`` suspends the lease
-        until ``_confirm_session`` has run."""
+        until ``_confirm_session`` has run, unless the session was heard from meanwhile
+        (``_session_heard_lately``)."""
         if not self.stall_limit_ms or late_ms <= self.stall_limit_ms:
+            return
+        if self._lease_confirmed and self._session_heard_lately():
+            log.info(
+                "event loop held up %d ms; the ZooKeeper session answered meanwhile: "
+                "leadership kept",
+                late_ms,
+            )
             return
         if self._lease_confirmed:
             log.warning(
@@ -256,6 +283,7 @@ class Cluster(MetadataCache):
             try:
                 await self.store.create(path, data, ephemeral=True)
                 self._registered = True
+                self._registration_session = self.store.session_id
                 if announced:
                     log.info("registered at %s: the previous registration expired", path)
                 return
@@ -268,6 +296,7 @@ class Cluster(MetadataCache):
             if stat.ephemeral_owner == self.store.session_id:
                 await self.store.set(path, data)  # ours already (same session)
                 self._registered = True
+                self._registration_session = self.store.session_id
                 return
             if loop.time() >= deadline:
                 raise BrokerIdInUseError(

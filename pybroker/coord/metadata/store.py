@@ -194,6 +194,13 @@ class MetadataStore(ABC):
     def session_id(self) -> int:
         """The current session's id (the ``ephemeral_owner`` of the nodes it creates)."""
 
+    def session_heard(self) -> tuple[float, int] | None:
+        """``(t, session id)``: the latest ``time.monotonic()`` at which a request was sent
+        that the server answered in that session (so the server heard from the session after
+        ``t``, and the session cannot expire before ``t`` + its timeout), whatever the event
+        loop was doing; None if unknown (a store without sessions, or no probe)."""
+        return None
+
     @abstractmethod
     async def create(
         self,

@@ -168,6 +168,10 @@ class ZooKeeperStore(MetadataStore):
         self._connected: asyncio.Future[None] | None = None
         self._inbox: _LoopInbox | None = None
         self._starting = True  # until started_up(): see _while_starting
+        # the session probe (session_heard): its thread, its stop, what it heard last
+        self._probe: threading.Thread | None = None
+        self._probe_stop = threading.Event()
+        self._heard: tuple[float, int] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -208,6 +212,38 @@ class ZooKeeperStore(MetadataStore):
                 f"{self._connect_timeout_s:g}s (zookeeper.connection.timeout.ms; "
                 f"zookeeper.connect={self.connect})"
             ) from None
+        self._probe_stop.clear()
+        self._probe = threading.Thread(
+            target=self._run_probe, args=(client,), name="zookeeper-session-probe", daemon=True
+        )
+        self._probe.start()
+
+    def _run_probe(self, client: KazooClient) -> None:
+        """The session probe's thread: every sixth of the session timeout, an ``exists`` of
+        the root, sent and answered without the event loop; an answer in a session records
+        the send time (session_heard).  Runs while the event loop is held up by long work, so
+        the lease (Cluster.lease_ok) can tell a busy loop from a process that was stopped."""
+        interval = self._session_timeout_ms / 6000.0
+        while not self._probe_stop.wait(interval):
+            cid = client.client_id
+            if cid is None or not client.connected:
+                continue
+            sent, session = time.monotonic(), cid[0]
+
+            def done(result: Any, sent: float = sent, session: int = session) -> None:
+                now_id = client.client_id
+                if result.successful() and now_id is not None and now_id[0] == session:
+                    heard = self._heard
+                    if heard is None or heard[0] < sent:
+                        self._heard = (sent, session)
+
+            try:
+                client.exists_async("/").rawlink(done)
+            except Exception:  # noqa: BLE001 - a closing client: the next round decides
+                continue
+
+    def session_heard(self) -> tuple[float, int] | None:
+        return self._heard
 
     async def _ensure_chroot(self) -> None:
         """Kafka creates a missing chroot: connect without it, ensure it, disconnect."""
@@ -227,6 +263,7 @@ class ZooKeeperStore(MetadataStore):
         client, self._client = self._client, None
         if client is None:
             return
+        self._probe_stop.set()
         client.remove_listener(self._on_state)
         await _stop_and_close_in_thread(client)
 
