@@ -388,12 +388,18 @@ def test_zk_lease_confirmed_with_what_changed_not_a_reload(zk_connect):
         await c2.start()
         await wait_until(lambda: set(c1.brokers) == {1, 2})
         await c1.create_topic("lease", 50, 2, assignments={p: [1, 2] for p in range(50)})
+        await c1.create_topic("theirs", 1, 2, assignments={0: [2, 1]})
         await wait_until(lambda: "lease" in c2.topics and len(c2.topics["lease"].partitions) == 50)
+        await wait_until(lambda: c1.topics.get("theirs") is not None)
+        await wait_until(lambda: not c1._dirty, what="c1's own creations read back")
         read: list[str] = []
+        read_leading: list[str] = []  # read while leadership was still suspended
         real_get_many, real_get = s1.get_many, s1.get
 
         async def counting_get_many(ps, watches=None):
             read.extend(ps)
+            if not c1.lease_ok:
+                read_leading.extend(ps)
             return await real_get_many(ps, watches)
 
         async def counting_get(path, watch=None):
@@ -409,6 +415,8 @@ def test_zk_lease_confirmed_with_what_changed_not_a_reload(zk_connect):
         kz = KazooClient(hosts=zk_connect)
         kz.start(timeout=10)
         kz.set(paths.partition_state("lease", 7), paths.encode_partition_state(2, 1, [2], 1))
+        # and a partition broker 2 leads: no reason to hold leadership back for it
+        kz.set(paths.partition_state("theirs", 0), paths.encode_partition_state(2, 0, [2], 1))
         kz.stop()
         kz.close()
         await wait_until(lambda: c1.lease_ok)
@@ -416,6 +424,9 @@ def test_zk_lease_confirmed_with_what_changed_not_a_reload(zk_connect):
         state_reads = [p for p in read if p.endswith("/state")]
         assert paths.partition_state("lease", 7) in state_reads
         assert len(state_reads) < 10, state_reads  # the changes, not all 50 partitions
+        assert paths.partition_state("lease", 7) in read_leading
+        assert paths.partition_state("theirs", 0) not in read_leading  # read after, by the sync
+        await wait_until(lambda: c1.topics["theirs"].partitions[0].isr == [2])
         await c1.stop()
         await c2.stop()
         await s1.close()

@@ -491,7 +491,9 @@ class Cluster(MetadataCache):
     async def _confirm_session(self) -> None:
         """Re-establish the lease: our registration is held by the live session (a read that
         succeeds proves the session alive now), then whatever changed meanwhile is read again
-        so that leadership lost meanwhile is seen before we answer as a leader.  What changed
+        so that leadership lost meanwhile is seen before we answer as a leader (of the
+        partition states, those this broker leads: ``_led_here``; the sync loop reads the
+        others after).  What changed
         is what the watches marked: in a session that never ended every cached key has a
         watch pending (or a re-read queued), ZooKeeper sends a watch event before the answer
         to any later read of the session, and a lost connection fires every watch; so after
@@ -506,11 +508,20 @@ class Cluster(MetadataCache):
         await self.store.barrier()
         await self._elect()
         await self._refresh_brokers()
-        await self._refresh_pending(frozenset({"confirm", "session"}))
+        await self._refresh_pending(frozenset({"confirm", "session"}), self._led_here)
         if ("confirm",) in self._dirty or not (self._registered and self._connected):
             return  # held up again meanwhile, or the session went: the next round decides
         self._lease_confirmed = True
         log.info("ZooKeeper session confirmed: leadership resumed")
+
+    def _led_here(self, key: tuple) -> bool:
+        """A marked partition key the confirmation must re-read: one this broker leads as
+        far as its cache knows.  The others cannot make it answer as a leader, so their
+        re-read is left to the sync loop (after a failover at 100,000 replicas the
+        confirmation otherwise re-read tens of thousands of states before resuming)."""
+        info = self.topics.get(key[1])
+        st = None if info is None else info.partitions.get(key[2])
+        return st is None or st.leader == self.broker_id
 
     # ------------------------------------------------------------------ writes (admin.py, isr.py)
 
