@@ -18,7 +18,7 @@ import pytest
 from async_wait import wait_until
 
 from pybroker.coord.controller.context import ControllerFencedError
-from pybroker.coord.controller.controller import MAX_ISR_OPS_PER_MULTI, Controller
+from pybroker.coord.controller.controller import Controller
 from pybroker.coord.controller.election import (
     StoredState,
     decide_for_live_set,
@@ -635,12 +635,30 @@ def test_a_lost_compare_and_set_redoes_only_that_partition(make_env):
             await env.wait_cached("c", n - 2, lambda s: s.leader == 2)
             store, controller = c1.store, c1.controller
             real_multi, real_read_states = store.multi, controller._read_states
+            real_multi_many = store.multi_many
             multis: list[list[str]] = []
+            each: list[list[str]] = []  # the ISR-only writes: one multi per partition
             reads: list[list[tuple]] = []  # what the controller's passes read
             raced = paths.partition_state("c", 20)
+            raced_isr = paths.partition_state("c", 21)
+
+            async def racing_multi_many(batches):
+                each.extend([op.path for op in ops if "/partitions/" in op.path] for ops in batches)
+                if raced_isr in [p for b in each for p in b] and not getattr(store, "_raced", 0):
+                    store._raced = 1  # the leader (3) drops follower 1 from c-21 meanwhile
+                    data, stat = await store.get(raced_isr)
+                    st = json.loads(data)
+                    await store.set(
+                        raced_isr,
+                        paths.encode_partition_state(3, 0, [3, 2], st["controller_epoch"]),
+                        stat.version,
+                    )
+                return await real_multi_many(batches)
 
             async def racing_multi(ops):
                 state_ops = [op.path for op in ops if "/partitions/" in op.path]
+                if len(state_ops) == 1 and int(state_ops[0].split("/")[-2]) % 2:
+                    return await real_multi(ops)  # (an ISR-only one, via multi_many's default)
                 if state_ops:
                     multis.append(state_ops)
                 if len(multis) == 1 and state_ops:
@@ -659,25 +677,30 @@ def test_a_lost_compare_and_set_redoes_only_that_partition(make_env):
                 return await real_read_states(tps)
 
             store.multi, controller._read_states = racing_multi, counting_read_states
+            store.multi_many = racing_multi_many
             try:
                 await env.crash(2)
                 for p in range(0, n, 2):
                     await env.wait_cached("c", p, lambda s: s.leader in (1, 3), f"c-{p}")
-                await env.wait_cached("c", n - 1, lambda s: 2 not in s.isr)
+                for p in range(1, n, 2):
+                    await env.wait_cached("c", p, lambda s: 2 not in s.isr, f"c-{p} isr")
             finally:
-                del store.multi, controller._read_states
+                del store.multi, controller._read_states, store.multi_many
             elections = [paths.partition_state("c", p) for p in range(0, n, 2)]
             isr_only = [paths.partition_state("c", p) for p in range(1, n, 2)]
-            # leader changes first, in their own multi; ISR-only changes in small ones
+            # leader changes first, in their own multi; ISR-only changes each in its own,
+            # pipelined (a lost compare-and-set fails that partition alone)
             assert multis[0] == elections
-            step = MAX_ISR_OPS_PER_MULTI
-            assert all(isr_only[i : i + step] in multis[1:] for i in range(0, len(isr_only), step))
+            assert [[q] for q in isr_only] == each[: len(isr_only)]
             # the failed multi is sent again at once without the partition that lost
             assert [q for q in elections if q != raced] in multis[1:]
-            # the pass decides on its cached states; only the partition that lost is read
-            assert reads and all(r == [("c", 20)] for r in reads)
+            # the pass decides on its cached states; only the partitions that lost are read
+            assert reads and sorted(tp for r in reads for tp in r) == [("c", 20), ("c", 21)]
+            assert each[len(isr_only) :] == [[raced_isr]]  # redone alone
             st, _ = await env.read_state("c", 20)
             assert (st["leader"], st["isr"]) == (1, [1])  # decided on the re-read state
+            st, _ = await env.read_state("c", 21)
+            assert (st["leader"], st["isr"]) == (3, [3])  # decided on the re-read state
         finally:
             await env.close()
 

@@ -180,6 +180,9 @@ class BatchingStore(MetadataStore):
     async def set_many(self, writes: list[tuple[str, bytes, int]]) -> list[Stat | StoreError]:
         return await self.inner.set_many(writes)
 
+    async def multi_many(self, batches: list[list[Op]]) -> list[StoreError | None]:
+        return await self.inner.multi_many(batches)  # (independent: never merged)
+
     async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
         await self.inner.delete(path, version, recursive=recursive)
 

@@ -166,14 +166,15 @@ class Cluster(MetadataCache):
 
     def _session_heard_lately(self) -> bool:
         """The store's session probe (MetadataStore.session_heard) had an answer, in the
-        session holding our registration, to a request sent within ``stall_limit_ms``: the
-        process kept running and the session cannot expire for two thirds of its timeout,
-        so a loop held up by its own work (not a stopped process) keeps the lease."""
+        session holding our registration, to a request sent within twice ``stall_limit_ms``
+        (two thirds of the session timeout): the process kept running, and the session
+        cannot expire before a whole timeout after that send, so a loop held up by its own
+        work (not a stopped process) keeps the lease, with a third of the session to spare."""
         heard = self.store.session_heard()
         return (
             heard is not None
             and heard[1] == self._registration_session
-            and (time.monotonic() - heard[0]) * 1000.0 <= self.stall_limit_ms
+            and (time.monotonic() - heard[0]) * 1000.0 <= 2 * self.stall_limit_ms
         )
 
     def loop_stalled(self, late_ms: float) -> None:

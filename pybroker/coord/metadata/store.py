@@ -256,6 +256,22 @@ class MetadataStore(ABC):
                 out.append(e)
         return out
 
+    async def multi_many(self, batches: list[list[Op]]) -> list[StoreError | None]:
+        """``multi`` of every batch, together and independently (ZooKeeper pipelines them;
+        Kafka's controller sends each partition's state write as its own multi behind the
+        controller epoch check, KafkaZkClient.wrapRequestWithControllerEpochCheck): each
+        batch's own outcome, None (applied) or its StoreError (``op_index`` set as by
+        ``multi``); one failing batch leaves the others written.  This default awaits
+        ``multi`` one by one."""
+        out: list[StoreError | None] = []
+        for ops in batches:
+            try:
+                await self.multi(ops)
+                out.append(None)
+            except StoreError as e:
+                out.append(e)
+        return out
+
     @abstractmethod
     async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
         """Delete a node.  ``recursive`` deletes the subtree first (not atomic on ZooKeeper;
