@@ -180,18 +180,19 @@ class LeaderSide:
         queue = self.isr_queue
         if not queue:
             self._spawn(self._write_isrs(), "isr-writes")
-        queue[(r.topic, r.partition)] = (r, new_isr, why)
+        queue[(r.topic, r.partition)] = (r, new_isr, why, r.leader_epoch)  # (as of now)
 
     async def _write_isrs(self) -> None:
-        """Write the queued ISR changes in batches until none is left: each partition's
-        compare-and-set at its cached version, pipelined, a conflict re-read and retried for
-        that partition alone (metadata/isr.py)."""
+        """Write the ISR changes queued so far together: each partition's compare-and-set at
+        its cached version, pipelined, a conflict re-read and retried for that partition alone
+        (metadata/isr.py).  Changes queued meanwhile go out with the next task (spawned by
+        the first of them), each in the leader epoch it was decided in."""
         await asyncio.sleep(0)  # (the rest of this pass's changes join the batch)
         batch = list(self.isr_queue.values())
         self.isr_queue.clear()  # (changes queued from now on go out in the next batch)
         changes = [
-            IsrChange(r.topic, r.partition, new_isr, self.broker_id, r.leader_epoch)
-            for r, new_isr, _ in batch
+            IsrChange(r.topic, r.partition, new_isr, self.broker_id, epoch)
+            for r, new_isr, _, epoch in batch
         ]
         try:
             results = await self.cluster.update_isrs(changes)
@@ -199,7 +200,7 @@ class LeaderSide:
             results = [e] * len(batch)
         verbose = len(batch) <= 20
         failed = 0
-        for (r, _, why), change, state in zip(batch, changes, results, strict=True):
+        for (r, _, why, _), change, state in zip(batch, changes, results, strict=True):
             r.isr_change_in_flight = False
             if isinstance(state, Exception):
                 failed += 1
