@@ -388,12 +388,18 @@ def test_zk_lease_confirmed_with_what_changed_not_a_reload(zk_connect):
         await c2.start()
         await wait_until(lambda: set(c1.brokers) == {1, 2})
         await c1.create_topic("lease", 50, 2, assignments={p: [1, 2] for p in range(50)})
+        await c1.create_topic("theirs", 1, 2, assignments={0: [2, 1]})
         await wait_until(lambda: "lease" in c2.topics and len(c2.topics["lease"].partitions) == 50)
+        await wait_until(lambda: c1.topics.get("theirs") is not None)
+        await wait_until(lambda: not c1._dirty, what="c1's own creations read back")
         read: list[str] = []
+        read_leading: list[str] = []  # read while leadership was still suspended
         real_get_many, real_get = s1.get_many, s1.get
 
         async def counting_get_many(ps, watches=None):
             read.extend(ps)
+            if not c1.lease_ok:
+                read_leading.extend(ps)
             return await real_get_many(ps, watches)
 
         async def counting_get(path, watch=None):
@@ -401,6 +407,7 @@ def test_zk_lease_confirmed_with_what_changed_not_a_reload(zk_connect):
             return await real_get(path, watch)
 
         s1.get_many, s1.get = counting_get_many, counting_get
+        s1.session_heard = lambda: None  # a stopped process: its probe heard nothing either
         c1.loop_stalled(5000)
         assert not c1.lease_ok
         # another writer moves partition 7's leadership while c1's loop is held (a blocking
@@ -408,6 +415,8 @@ def test_zk_lease_confirmed_with_what_changed_not_a_reload(zk_connect):
         kz = KazooClient(hosts=zk_connect)
         kz.start(timeout=10)
         kz.set(paths.partition_state("lease", 7), paths.encode_partition_state(2, 1, [2], 1))
+        # and a partition broker 2 leads: no reason to hold leadership back for it
+        kz.set(paths.partition_state("theirs", 0), paths.encode_partition_state(2, 0, [2], 1))
         kz.stop()
         kz.close()
         await wait_until(lambda: c1.lease_ok)
@@ -415,10 +424,59 @@ def test_zk_lease_confirmed_with_what_changed_not_a_reload(zk_connect):
         state_reads = [p for p in read if p.endswith("/state")]
         assert paths.partition_state("lease", 7) in state_reads
         assert len(state_reads) < 10, state_reads  # the changes, not all 50 partitions
+        assert paths.partition_state("lease", 7) in read_leading
+        assert paths.partition_state("theirs", 0) not in read_leading  # read after, by the sync
+        await wait_until(lambda: c1.topics["theirs"].partitions[0].isr == [2])
         await c1.stop()
         await c2.stop()
         await s1.close()
         await s2.close()
+
+    run(main())
+
+
+def test_zk_lease_kept_when_the_session_answered_during_the_hold_up(zk_connect):
+    """A loop held up by its own work (the store's probe thread still heard the session, in
+    the session holding our registration, within the limit) keeps the lease; a process that
+    was stopped (nothing heard lately), or an answer in another session, suspends it."""
+
+    async def main():
+        s1 = await zk_store(zk_connect)
+        c1 = Cluster(s1, 1, endpoints(9092), stall_limit_ms=1000)
+        await c1.start()
+        await wait_until(lambda: set(c1.brokers) == {1})
+        mine = s1.session_id
+        heard: list = [(time.monotonic(), mine)]
+        s1.session_heard = lambda: heard[0]
+        c1.loop_stalled(5000)
+        assert c1.lease_ok and c1.session_ok  # busy, not stopped: leadership kept
+
+        heard[0] = (time.monotonic(), mine + 1)  # answered in a new session: not ours
+        c1.loop_stalled(5000)
+        assert not c1.lease_ok
+        heard[0] = (time.monotonic(), mine)
+        await wait_until(lambda: c1.lease_ok)  # confirmed by the reads, as before
+
+        heard[0] = (time.monotonic() - 5.0, mine)  # last heard before the hold-up began
+        c1.loop_stalled(5000)
+        assert not c1.lease_ok
+        await wait_until(lambda: c1.lease_ok)
+        await c1.stop()
+        await s1.close()
+
+    run(main())
+
+
+def test_zk_session_probe_hears_the_session(zk_connect):
+    """ZooKeeperStore's probe thread records a send time answered in the current session."""
+
+    async def main():
+        s1 = await zk_store(zk_connect)
+        before = time.monotonic()
+        await wait_until(lambda: s1.session_heard() is not None, timeout=30)
+        t, session = s1.session_heard()
+        assert session == s1.session_id and t >= before
+        await s1.close()
 
     run(main())
 

@@ -18,7 +18,7 @@ import pytest
 from async_wait import wait_until
 
 from pybroker.coord.controller.context import ControllerFencedError
-from pybroker.coord.controller.controller import MAX_ISR_OPS_PER_MULTI, Controller
+from pybroker.coord.controller.controller import Controller
 from pybroker.coord.controller.election import (
     StoredState,
     decide_for_live_set,
@@ -26,6 +26,7 @@ from pybroker.coord.controller.election import (
     decide_unclean,
     imbalanced_partitions,
 )
+from pybroker.coord.metadata import isr as isr_mod
 from pybroker.coord.metadata import paths
 from pybroker.coord.metadata.cluster import Cluster
 from pybroker.coord.metadata.local import LocalStore
@@ -634,12 +635,30 @@ def test_a_lost_compare_and_set_redoes_only_that_partition(make_env):
             await env.wait_cached("c", n - 2, lambda s: s.leader == 2)
             store, controller = c1.store, c1.controller
             real_multi, real_read_states = store.multi, controller._read_states
+            real_multi_many = store.multi_many
             multis: list[list[str]] = []
+            each: list[list[str]] = []  # the ISR-only writes: one multi per partition
             reads: list[list[tuple]] = []  # what the controller's passes read
             raced = paths.partition_state("c", 20)
+            raced_isr = paths.partition_state("c", 21)
+
+            async def racing_multi_many(batches):
+                each.extend([op.path for op in ops if "/partitions/" in op.path] for ops in batches)
+                if raced_isr in [p for b in each for p in b] and not getattr(store, "_raced", 0):
+                    store._raced = 1  # the leader (3) drops follower 1 from c-21 meanwhile
+                    data, stat = await store.get(raced_isr)
+                    st = json.loads(data)
+                    await store.set(
+                        raced_isr,
+                        paths.encode_partition_state(3, 0, [3, 2], st["controller_epoch"]),
+                        stat.version,
+                    )
+                return await real_multi_many(batches)
 
             async def racing_multi(ops):
                 state_ops = [op.path for op in ops if "/partitions/" in op.path]
+                if len(state_ops) == 1 and int(state_ops[0].split("/")[-2]) % 2:
+                    return await real_multi(ops)  # (an ISR-only one, via multi_many's default)
                 if state_ops:
                     multis.append(state_ops)
                 if len(multis) == 1 and state_ops:
@@ -658,25 +677,30 @@ def test_a_lost_compare_and_set_redoes_only_that_partition(make_env):
                 return await real_read_states(tps)
 
             store.multi, controller._read_states = racing_multi, counting_read_states
+            store.multi_many = racing_multi_many
             try:
                 await env.crash(2)
                 for p in range(0, n, 2):
                     await env.wait_cached("c", p, lambda s: s.leader in (1, 3), f"c-{p}")
-                await env.wait_cached("c", n - 1, lambda s: 2 not in s.isr)
+                for p in range(1, n, 2):
+                    await env.wait_cached("c", p, lambda s: 2 not in s.isr, f"c-{p} isr")
             finally:
-                del store.multi, controller._read_states
+                del store.multi, controller._read_states, store.multi_many
             elections = [paths.partition_state("c", p) for p in range(0, n, 2)]
             isr_only = [paths.partition_state("c", p) for p in range(1, n, 2)]
-            # leader changes first, in their own multi; ISR-only changes in small ones
+            # leader changes first, in their own multi; ISR-only changes each in its own,
+            # pipelined (a lost compare-and-set fails that partition alone)
             assert multis[0] == elections
-            step = MAX_ISR_OPS_PER_MULTI
-            assert all(isr_only[i : i + step] in multis[1:] for i in range(0, len(isr_only), step))
+            assert [[q] for q in isr_only] == each[: len(isr_only)]
             # the failed multi is sent again at once without the partition that lost
             assert [q for q in elections if q != raced] in multis[1:]
-            # the pass decides on its cached states; only the partition that lost is read
-            assert reads and all(r == [("c", 20)] for r in reads)
+            # the pass decides on its cached states; only the partitions that lost are read
+            assert reads and sorted(tp for r in reads for tp in r) == [("c", 20), ("c", 21)]
+            assert each[len(isr_only) :] == [[raced_isr]]  # redone alone
             st, _ = await env.read_state("c", 20)
             assert (st["leader"], st["isr"]) == (1, [1])  # decided on the re-read state
+            st, _ = await env.read_state("c", 21)
+            assert (st["leader"], st["isr"]) == (3, [3])  # decided on the re-read state
         finally:
             await env.close()
 
@@ -961,6 +985,62 @@ def test_update_isr_compare_and_set(make_env):
             assert await env.read_state("t", 1) == before
             ok = await c3.update_isr("t", 1, [3], leader=3, leader_epoch=1)
             assert ok is not None and ok.isr == [3] and ok.zk_version == before[1] + 1
+        finally:
+            await env.close()
+
+    run(main())
+
+
+def test_update_isrs_batch_conflict_retries_only_its_partition(make_env):
+    """Many ISR changes go out together, each compare-and-set at the version the leader's
+    cache holds, without reads; a partition whose cached version is stale (another write
+    landed, its watch's re-read not yet in) fails alone, is re-read and retried alone, and
+    the others are written once.  A deposed leader's change gets None, a bad one its error,
+    in their own slots only."""
+
+    async def main():
+        env = make_env()
+        try:
+            await three_brokers(env)
+            c2 = env.clusters[2]
+            await c2.create_topic("b", 4, 3, assignments={p: [2, 1, 3] for p in range(4)})
+            for p in range(4):
+                await env.wait_cached("b", p, lambda s: s.leader == 2)
+            stale = c2.topics["b"]
+            # another writer changes partition 1 (same leader and epoch, as the controller's
+            # or an earlier write of ours whose answer was lost)
+            path = paths.partition_state("b", 1)
+            data, stat = await env.admin.get(path)
+            await env.admin.set(path, paths.encode_partition_state(2, 0, [2, 3], 1), stat.version)
+            await env.wait_cached("b", 1, lambda s: s.zk_version == 1)
+            c2.topics["b"] = stale  # its watch's re-read still on its way
+
+            calls: list[int] = []
+            real = c2.store.set_many
+
+            async def counted(writes):
+                calls.append(len(writes))
+                return await real(writes)
+
+            c2.store.set_many = counted
+            out = await c2.update_isrs(
+                [
+                    isr_mod.IsrChange("b", 0, [2, 1], 2, 0),
+                    isr_mod.IsrChange("b", 1, [2, 1], 2, 0),
+                    isr_mod.IsrChange("b", 2, [2, 3], 2, 0),
+                    isr_mod.IsrChange("b", 3, [2, 3], 2, 7),  # not our epoch: deposed
+                    isr_mod.IsrChange("b", 0, [1], 2, 0),  # without the leader: refused
+                ]
+            )
+            assert calls == [3]  # one pipelined batch, no reads before it
+            assert [s.isr for s in out[:3]] == [[2, 1], [2, 1], [2, 3]]
+            assert [s.zk_version for s in out[:3]] == [1, 2, 1]  # 1 retried after a conflict
+            assert out[3] is None and isinstance(out[4], ValueError)
+            for p, isr, version in [(0, [2, 1], 1), (1, [2, 1], 2), (2, [2, 3], 1), (3, None, 0)]:
+                st, v = await env.read_state("b", p)
+                assert v == version and (isr is None or st["isr"] == isr)
+                assert (st["leader"], st["leader_epoch"]) == (2, 0)
+            assert c2.topics["b"].partitions[1].zk_version == 2
         finally:
             await env.close()
 

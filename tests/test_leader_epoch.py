@@ -13,6 +13,7 @@ from pybroker.log.leader_epoch import (
     LEADER_EPOCH_CHECKPOINT,
     UNDEFINED_EPOCH,
     UNDEFINED_EPOCH_OFFSET,
+    EpochCheckpointWriter,
     EpochEntry,
     LeaderEpochCache,
     read_leader_epoch_checkpoint,
@@ -485,4 +486,95 @@ def test_recovery_adds_epochs_missing_from_stale_checkpoint(tmp_path, clock):
     path.write_text("0\n1\n0 0\n")  # as if the process died before writing the new entry
     log = open_log(tmp_path, clock, recovery_point=2)
     assert log.leader_epochs.entries() == [E(0, 0), E(4, 2)]
+    log.close()
+
+
+# -- the writer thread (LogManager's EpochCheckpointWriter) ---------------------------------------
+
+
+class HeldWriter(EpochCheckpointWriter):
+    """A writer whose thread has not run yet: what it was handed, not written."""
+
+    def __init__(self):
+        super().__init__()
+        self.handed = []
+
+    def submit(self, cache):
+        self.handed.append(cache)
+
+    def run_now(self):
+        for c in self.handed:
+            c.write_pending(keep_error=True)
+        self.handed.clear()
+
+
+def crash(log):
+    for s in log.segments:
+        s.close()
+
+
+def test_grown_checkpoint_is_handed_to_the_writer_and_a_crash_before_it_loses_nothing(
+    tmp_path, clock
+):
+    log = open_log(tmp_path, clock)
+    writer = log.leader_epochs.writer = HeldWriter()
+    path = tmp_path / "t-0" / LEADER_EPOCH_CHECKPOINT
+    leader_append(log, 2, epoch=0)  # an absent file: the first write is the writer's too
+    assert writer.handed == [log.leader_epochs] and not path.exists()
+    writer.run_now()
+    assert read_leader_epoch_checkpoint(path) == [E(0, 0)]
+    log.flush()  # recovery point 2
+    leader_append(log, 2, epoch=3)  # a new epoch (after a failover): not written by the caller
+    leader_append(log, 1, epoch=4)
+    assert writer.handed == [log.leader_epochs]  # handed once: the writer takes the newest
+    assert read_leader_epoch_checkpoint(path) == [E(0, 0)]
+    crash(log)  # kill -9 before the writer ran: recovery reads them from the headers
+    log = open_log(tmp_path, clock, recovery_point=2)
+    assert log.leader_epochs.entries() == [E(0, 0), E(3, 2), E(4, 4)]
+    log.close()
+
+
+def test_the_log_flush_writes_what_the_writer_has_not_before_the_recovery_point_moves(
+    tmp_path, clock
+):
+    log = open_log(tmp_path, clock)
+    writer = log.leader_epochs.writer = HeldWriter()
+    path = tmp_path / "t-0" / LEADER_EPOCH_CHECKPOINT
+    leader_append(log, 2, epoch=0)
+    leader_append(log, 2, epoch=1)
+    assert not path.exists()
+    log.flush()  # the recovery point passes epoch 1's start: the entries are on disk first
+    assert read_leader_epoch_checkpoint(path) == [E(0, 0), E(1, 2)]
+    writer.run_now()  # (nothing left for it)
+    crash(log)
+    log = open_log(tmp_path, clock, recovery_point=4)  # no header scanned
+    assert log.leader_epochs.entries() == [E(0, 0), E(1, 2)]
+    log.close()
+
+
+def test_a_truncation_is_written_at_once_and_drops_the_pending_write(tmp_path, clock):
+    log = open_log(tmp_path, clock)
+    writer = log.leader_epochs.writer = HeldWriter()
+    path = tmp_path / "t-0" / LEADER_EPOCH_CHECKPOINT
+    leader_append(log, 2, epoch=0)
+    writer.run_now()
+    leader_append(log, 2, epoch=2)  # pending: [0@0, 2@2]
+    log.truncate_to(2)  # a follower truncating: written now, the pending write withdrawn
+    assert read_leader_epoch_checkpoint(path) == [E(0, 0)]
+    writer.run_now()
+    assert read_leader_epoch_checkpoint(path) == [E(0, 0)]
+    leader_append(log, 1, epoch=5)
+    writer.run_now()
+    assert read_leader_epoch_checkpoint(path) == [E(0, 0), E(5, 2)]
+    log.close()
+
+
+def test_the_writer_thread_writes_and_stop_drains_it(tmp_path, clock):
+    log = open_log(tmp_path, clock)
+    writer = log.leader_epochs.writer = EpochCheckpointWriter()
+    leader_append(log, 2, epoch=0)
+    leader_append(log, 2, epoch=1)
+    writer.stop()
+    path = tmp_path / "t-0" / LEADER_EPOCH_CHECKPOINT
+    assert read_leader_epoch_checkpoint(path) == [E(0, 0), E(1, 2)]
     log.close()

@@ -17,12 +17,17 @@ Recovery: docs/internals.md ("pybroker/log/leader_epoch.py").
 from __future__ import annotations
 
 import bisect
+import logging
 import os
+import queue
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
 from pybroker.log.checkpoints import fsync_dir, write_checkpoint_file
+
+log = logging.getLogger(__name__)
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
@@ -73,12 +78,63 @@ def write_leader_epoch_checkpoint(
     )
 
 
+class EpochCheckpointWriter:
+    """One thread writing the leader-epoch checkpoints whose change only added entries at
+    the end (a new epoch's first append, a new leader's epoch): LeaderEpochCache.flush hands
+    them here instead of writing on the event loop (after a failover every partition gets a
+    new epoch at once: 16,000 file writes on one loop pass at 100,000 replicas).  A cache
+    queued twice is written once, with its newest entries.  Why that is safe: the class
+    docstring of LeaderEpochCache."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[LeaderEpochCache | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, cache: LeaderEpochCache) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="leader-epoch-checkpoints", daemon=True
+                )
+                self._thread.start()
+        self._queue.put(cache)
+
+    def _run(self) -> None:
+        while True:
+            cache = self._queue.get()
+            if cache is None:
+                return
+            cache.write_pending(keep_error=True)
+
+    def stop(self) -> None:
+        """Write what is queued, then end the thread."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(None)
+            thread.join()
+
+
 class LeaderEpochCache:
     """``path`` is the checkpoint file (None: in memory only).  The constructor does not read
-    it: PartitionLog loads and validates it against the log (see :meth:`load`)."""
+    it: PartitionLog loads and validates it against the log (see :meth:`load`).
+
+    With a ``writer`` (LogManager's), a change that only appends entries to what the file
+    holds (or to an absent file) is written by the writer's thread, not by the caller; any
+    other change (truncation, a conflicting epoch, a cleared cache) is written at once, after
+    whatever was pending.  Safe against a crash: a deferred write only adds entries starting
+    at or after the log end of its append, and before the recovery point passes them
+    :meth:`sync` (PartitionLog.flush) writes what is pending itself, so a checkpoint lacking
+    them can only lack entries above the recovery point, which recovery re-reads from the
+    batch headers (a missing file: every header).  Every write holds the cache's lock."""
 
     def __init__(self, path: Path | None, entries: Iterable[EpochEntry] = ()) -> None:
-        self.path = path
+        self._path = path
+        self.writer: EpochCheckpointWriter | None = None
+        self._lock = threading.Lock()
+        self._pending: list[EpochEntry] | None = None  # handed to the writer, not yet written
+        self._failed: OSError | None = None  # the writer's error, raised to the owner
         self._epochs: list[int] = []
         self._offsets: list[int] = []
         # what the file holds (None: unknown), and the writes made / covered by an fsync
@@ -205,25 +261,74 @@ class LeaderEpochCache:
         cache no longer has (PartitionLog writes it before the log grows past them)."""
         return self._dirty
 
+    @property
+    def path(self) -> Path | None:
+        return self._path
+
+    @path.setter
+    def path(self, path: Path | None) -> None:
+        with self._lock:  # (a pending write goes to the new place)
+            self._path = path
+
     def flush(self) -> None:
         """Write the checkpoint atomically unless it holds these entries already (no-op for
         an in-memory cache, or once the partition directory is gone: a deleted partition, as
-        Kafka's writeIfDirExists).  Not fsynced: :meth:`sync` does that (module docstring)."""
+        Kafka's writeIfDirExists).  Not fsynced: :meth:`sync` does that (module docstring).
+        Only appended to, with a writer: handed to the writer (class docstring)."""
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
         if self.path is None:
             return
         entries = self.entries()
-        if entries == self._persisted:
+        persisted = self._persisted
+        if entries == persisted:
             self._dirty = False
             return
-        try:
-            write_leader_epoch_checkpoint(self.path, entries, sync=False)
-        except FileNotFoundError:
-            if self.path.parent.exists():
-                raise
-            return
+        if (
+            self.writer is not None
+            and persisted is not None
+            and entries[: len(persisted)] == persisted
+        ):
+            with self._lock:
+                queued = self._pending is not None
+                self._pending = entries
+            if not queued:
+                self.writer.submit(self)
+        else:
+            with self._lock:
+                self._pending = None
+                self._write(entries)
         self._persisted = entries
         self._dirty = False
         self._writes += 1
+
+    def _write(self, entries: list[EpochEntry]) -> None:
+        """Write ``entries`` now (holding the lock)."""
+        path = self._path
+        if path is None:
+            return
+        try:
+            write_leader_epoch_checkpoint(path, entries, sync=False)
+        except FileNotFoundError:
+            if path.parent.exists():
+                raise
+
+    def write_pending(self, *, keep_error: bool = False) -> None:
+        """Write what was handed to the writer, if not written yet (the writer's thread, or
+        :meth:`sync` before an fsync).  With ``keep_error`` (the writer's thread) an error is
+        kept for the owner's next flush or sync instead of raised."""
+        with self._lock:
+            entries, self._pending = self._pending, None
+            if entries is None:
+                return
+            try:
+                self._write(entries)
+            except OSError as e:
+                if not keep_error:
+                    raise
+                log.error("leader epoch checkpoint %s: %s", self._path, e)
+                self._failed = e
 
     @property
     def unsynced(self) -> bool:
@@ -236,6 +341,10 @@ class LeaderEpochCache:
         writes = self._writes
         if self.path is None or self._synced_writes >= writes:
             return
+        self.write_pending()
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
@@ -260,6 +369,9 @@ class LeaderEpochCache:
             return False
         try:
             entries = read_leader_epoch_checkpoint(self.path)
+        except FileNotFoundError:
+            self._persisted = []  # (nothing on disk: a first write may be deferred)
+            return False
         except (OSError, ValueError):
             return False
         for e in entries:
@@ -269,6 +381,8 @@ class LeaderEpochCache:
         return True
 
     def delete_file(self) -> None:
+        with self._lock:
+            self._pending = None
         if self.path is not None:
             self.path.unlink(missing_ok=True)
             self.path.with_name(self.path.name + ".tmp").unlink(missing_ok=True)
@@ -282,6 +396,7 @@ __all__ = [
     "LEADER_EPOCH_CHECKPOINT",
     "UNDEFINED_EPOCH",
     "UNDEFINED_EPOCH_OFFSET",
+    "EpochCheckpointWriter",
     "EpochEntry",
     "LeaderEpochCache",
     "read_leader_epoch_checkpoint",

@@ -36,7 +36,7 @@ from pybroker.log.checkpoints import (
     write_dir_checkpoints,
 )
 from pybroker.log.descriptors import DescriptorCache
-from pybroker.log.leader_epoch import LeaderEpochCache
+from pybroker.log.leader_epoch import EpochCheckpointWriter, LeaderEpochCache
 from pybroker.log.partition_log import (
     FUTURE_DIR_SUFFIX,
     LogConfig,
@@ -133,6 +133,8 @@ class LogManager:
                 self.log_dirs.append(p)
         if not self.log_dirs:
             raise ValueError("no log dir")
+        # leader-epoch checkpoints that only grew are written by its thread (leader_epoch.py)
+        self.epoch_writer = EpochCheckpointWriter()
         self.log_dir = self.log_dirs[0]  # the first: the cleaner's checkpoint lives there
         self.default_config = default_config
         self.clock = clock
@@ -334,6 +336,7 @@ class LogManager:
             plog.high_watermark = max(
                 min(hws.get(parsed, 0), plog.log_end_offset), plog.log_start_offset
             )
+            plog.leader_epochs.writer = self.epoch_writer
             table[parsed] = plog
         for key, fut in self.future_logs.items():
             src = self.logs.get(key)
@@ -386,6 +389,7 @@ class LogManager:
                     tried.append(d)
                     self.fail_dir(d, e)
             self.preferred_dirs.pop(key, None)
+            plog.leader_epochs.writer = self.epoch_writer
             self.logs[key] = plog
         elif config is not None:
             plog.config = config
@@ -439,6 +443,7 @@ class LogManager:
             plog.topic_id = topic_id
         if leader_epoch is not None and leader_epoch >= 0:
             plog.leader_epochs.assign(leader_epoch, plog.log_end_offset)
+        plog.leader_epochs.writer = self.epoch_writer  # (after the creation's own write)
         return plog
 
     def adopt(self, key: Key, plog: PartitionLog) -> bool:
@@ -680,6 +685,7 @@ class LogManager:
                 pool.shutdown(wait=True)
         if unexpected is not None:
             raise unexpected
+        self.epoch_writer.stop()  # (what an empty log's close left to it)
         self.delete_pending_files(force=True)
         self.checkpoint()
         for d in self.online_dirs:

@@ -28,8 +28,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("pybroker.controlled_shutdown")
 
 ATTEMPT_S = 3.0  # one attempt: how long the controller has to act (Kafka: a request timeout)
-MAX_S = 10.0  # the whole controlled shutdown, backoffs included, while nothing progresses
 REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms for its ControlledShutdown request
+# the whole controlled shutdown, backoffs included, while nothing progresses: Kafka's first
+# attempt alone waits a request timeout for its controller (10 s before: at 100,000 replicas
+# the controller was still moving 16,689 leaderships and 16,611 ISR memberships at 11.4 s)
+MAX_S = REQUEST_TIMEOUT_S
 POLL_S = 0.02
 
 

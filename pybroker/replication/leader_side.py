@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from pybroker.coord.metadata.isr import IsrChange
+from pybroker.coord.metadata.model import PartitionState
 from pybroker.errors import ErrorCode, KafkaError
 from pybroker.replication.changes import ChangeFeed, IdleFetches
 from pybroker.replication.replica import (
@@ -193,25 +195,57 @@ class LeaderSide:
         return lagging and not r.high_watermark_lagging()
 
     def _change_isr(self, r: Replica, new_isr: list[int], why: str) -> None:
+        """Queue the change; the changes of one pass of the loop go to the store together
+        (_write_isrs, Cluster.update_isrs), one at a time per partition."""
         if r.isr_change_in_flight or new_isr == r.isr:
             return
         r.isr_change_in_flight = True
-        self._spawn(self._write_isr(r, new_isr, why), f"isr-{r.topic}-{r.partition}")
+        queue = self.isr_queue
+        if not queue:
+            self._spawn(self._write_isrs(), "isr-writes")
+        queue[(r.topic, r.partition)] = (r, new_isr, why, r.leader_epoch)  # (as of now)
 
-    async def _write_isr(self, r: Replica, new_isr: list[int], why: str) -> None:
-        epoch = r.leader_epoch
+    async def _write_isrs(self) -> None:
+        """Write the ISR changes queued so far together: each partition's compare-and-set at
+        its cached version, pipelined, a conflict re-read and retried for that partition alone
+        (metadata/isr.py).  Changes queued meanwhile go out with the next task (spawned by
+        the first of them), each in the leader epoch it was decided in."""
+        await asyncio.sleep(0)  # (the rest of this pass's changes join the batch)
+        batch = list(self.isr_queue.values())
+        self.isr_queue.clear()  # (changes queued from now on go out in the next batch)
+        changes = [
+            IsrChange(r.topic, r.partition, new_isr, self.broker_id, epoch)
+            for r, new_isr, _, epoch in batch
+        ]
         try:
-            state = await self.cluster.update_isr(
-                r.topic, r.partition, new_isr, leader=self.broker_id, leader_epoch=epoch
-            )
+            results = await self.cluster.update_isrs(changes)
         except Exception as e:
-            log.warning("%s-%d: ISR change to %s failed: %s", r.topic, r.partition, new_isr, e)
-            state = None
-        finally:
+            results = [e] * len(batch)
+        verbose = len(batch) <= 20
+        failed = 0
+        for (r, _, why, _), change, state in zip(batch, changes, results, strict=True):
             r.isr_change_in_flight = False
+            if isinstance(state, Exception):
+                failed += 1
+                if verbose or failed == 1:
+                    log.warning("%s-%d: ISR change to %s failed: %s", *change[:3], state)
+                continue
+            self._isr_written(r, state, change.leader_epoch, why, verbose)
+        if not verbose:
+            log.info(
+                "%d ISR changes written together, %d failed (%s, ...)",
+                len(batch),
+                failed,
+                batch[0][2],
+            )
+
+    def _isr_written(
+        self, r: Replica, state: PartitionState | None, epoch: int, why: str, verbose: bool
+    ) -> None:
         if state is None or r.role != LEADER or r.leader_epoch != epoch:
             return
-        log.info("%s-%d: ISR %s -> %s (%s)", r.topic, r.partition, r.isr, state.isr, why)
+        if verbose:
+            log.info("%s-%d: ISR %s -> %s (%s)", r.topic, r.partition, r.isr, state.isr, why)
         if len(state.isr) < len(r.isr):
             self.isr_shrinks += 1
         elif len(state.isr) > len(r.isr):

@@ -136,6 +136,8 @@ class ReplicaManager(LeaderSide):
         # Kafka's IsrShrinksPerSec / IsrExpandsPerSec: ISR changes this leader made
         self.isr_shrinks = 0
         self.isr_expands = 0
+        # ISR changes waiting for the next batched write (LeaderSide._change_isr)
+        self.isr_queue: dict[tuple[str, int], tuple[Replica, list[int], str, int]] = {}
         self.replication_bytes_in = 0  # ReplicationBytesInPerSec: batches copied as a follower
         # partitions whose log dir failed (LogManager.fail_dir): offline on this broker until
         # it restarts, answered KAFKA_STORAGE_ERROR (Kafka's HostedPartition.Offline)

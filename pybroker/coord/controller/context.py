@@ -94,6 +94,22 @@ class ControllerFence:
             self.fence(f"{what} carries controller epoch {controller_epoch}")
             raise ControllerFencedError(f"newer controller epoch {controller_epoch}")
 
+    async def multi_many(
+        self, store: MetadataStore, batches: list[list[Op]]
+    ) -> list[StoreError | None]:
+        """Each batch in its own multi behind the epoch check, pipelined (store.multi_many;
+        Kafka wraps each controller write so): each batch's outcome (None, or its error with
+        ``op_index`` counting the check).  Raises ControllerFencedError when a check failed
+        (this controller is then fenced)."""
+        self.check_active()
+        check = Check(paths.CONTROLLER_EPOCH, self.epoch_zk_version)
+        out = await store.multi_many([[check, *ops] for ops in batches])
+        for e in out:
+            if e is not None and e.op_index == 0 and not isinstance(e, ConnectionLossError):
+                self.fence(f"{type(e).__name__} on {paths.CONTROLLER_EPOCH}")
+                raise ControllerFencedError(str(e)) from e
+        return out
+
     async def multi(self, store: MetadataStore, ops: list[Op]) -> None:
         """``ops`` in one multi behind the epoch check.  Raises ControllerFencedError when the
         check fails (this controller is then fenced), else the store's error (a lost

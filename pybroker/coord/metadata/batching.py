@@ -155,6 +155,9 @@ class BatchingStore(MetadataStore):
     def session_id(self) -> int:
         return self.inner.session_id
 
+    def session_heard(self) -> tuple[float, int] | None:
+        return self.inner.session_heard()
+
     async def create(
         self,
         path: str,
@@ -173,6 +176,12 @@ class BatchingStore(MetadataStore):
 
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
         return await self.inner.set(path, data, version)
+
+    async def set_many(self, writes: list[tuple[str, bytes, int]]) -> list[Stat | StoreError]:
+        return await self.inner.set_many(writes)
+
+    async def multi_many(self, batches: list[list[Op]]) -> list[StoreError | None]:
+        return await self.inner.multi_many(batches)  # (independent: never merged)
 
     async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
         await self.inner.delete(path, version, recursive=recursive)

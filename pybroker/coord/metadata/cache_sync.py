@@ -124,10 +124,17 @@ class WatchedCache:
                 except Exception:
                     log.exception("metadata refresh of %s failed", key)
 
-    async def _refresh_pending(self, skip: frozenset[str]) -> None:
-        """Re-read every key marked so far (but the kinds in ``skip``) now, partition states
-        together; a failure marks them all again and raises."""
-        keys = [k for k in self._dirty if k[0] not in skip]
+    async def _refresh_pending(
+        self, skip: frozenset[str], partitions: Callable[[tuple], bool] | None = None
+    ) -> None:
+        """Re-read every key marked so far (but the kinds in ``skip``, and the partition
+        keys ``partitions`` refuses, left to the sync loop) now, partition states together; a
+        failure marks them all again and raises."""
+        keys = [
+            k
+            for k in self._dirty
+            if k[0] not in skip and (partitions is None or k[0] != "partition" or partitions(k))
+        ]
         for k in keys:
             del self._dirty[k]
         parts = [k for k in keys if k[0] == "partition"]

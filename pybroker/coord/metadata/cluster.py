@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -133,6 +134,7 @@ class Cluster(MetadataCache):
         self._controller: ControllerRole | None = None
         self._controller_epoch_zk_version = -1  # /controller_epoch's version when we won
         self._registered = False  # our /brokers/ids/<id> is held by the current session
+        self._registration_session = 0  # the session that created it
         self._connected = True
 
     @property
@@ -155,12 +157,38 @@ class Cluster(MetadataCache):
         if not self._lease_confirmed:
             return False
         blocked = self._loop_blocked_ms
-        return not (self.stall_limit_ms and blocked is not None and blocked() > self.stall_limit_ms)
+        return not (
+            self.stall_limit_ms
+            and blocked is not None
+            and blocked() > self.stall_limit_ms
+            and not self._session_heard_lately()
+        )
+
+    def _session_heard_lately(self) -> bool:
+        """The store's session probe (MetadataStore.session_heard) had an answer, in the
+        session holding our registration, to a request sent within twice ``stall_limit_ms``
+        (two thirds of the session timeout): the process kept running, and the session
+        cannot expire before a whole timeout after that send, so a loop held up by its own
+        work (not a stopped process) keeps the lease, with a third of the session to spare."""
+        heard = self.store.session_heard()
+        return (
+            heard is not None
+            and heard[1] == self._registration_session
+            and (time.monotonic() - heard[0]) * 1000.0 <= 2 * self.stall_limit_ms
+        )
 
     def loop_stalled(self, late_ms: float) -> None:
         """The loop monitor's listener: a hold-up past ``stall_limit_ms`` suspends the lease
-        until ``_confirm_session`` has run."""
+        until ``_confirm_session`` has run, unless the session was heard from meanwhile
+        (``_session_heard_lately``)."""
         if not self.stall_limit_ms or late_ms <= self.stall_limit_ms:
+            return
+        if self._lease_confirmed and self._session_heard_lately():
+            log.info(
+                "event loop held up %d ms; the ZooKeeper session answered meanwhile: "
+                "leadership kept",
+                late_ms,
+            )
             return
         if self._lease_confirmed:
             log.warning(
@@ -256,6 +284,7 @@ class Cluster(MetadataCache):
             try:
                 await self.store.create(path, data, ephemeral=True)
                 self._registered = True
+                self._registration_session = self.store.session_id
                 if announced:
                     log.info("registered at %s: the previous registration expired", path)
                 return
@@ -268,6 +297,7 @@ class Cluster(MetadataCache):
             if stat.ephemeral_owner == self.store.session_id:
                 await self.store.set(path, data)  # ours already (same session)
                 self._registered = True
+                self._registration_session = self.store.session_id
                 return
             if loop.time() >= deadline:
                 raise BrokerIdInUseError(
@@ -462,7 +492,9 @@ class Cluster(MetadataCache):
     async def _confirm_session(self) -> None:
         """Re-establish the lease: our registration is held by the live session (a read that
         succeeds proves the session alive now), then whatever changed meanwhile is read again
-        so that leadership lost meanwhile is seen before we answer as a leader.  What changed
+        so that leadership lost meanwhile is seen before we answer as a leader (of the
+        partition states, those this broker leads: ``_led_here``; the sync loop reads the
+        others after).  What changed
         is what the watches marked: in a session that never ended every cached key has a
         watch pending (or a re-read queued), ZooKeeper sends a watch event before the answer
         to any later read of the session, and a lost connection fires every watch; so after
@@ -477,11 +509,20 @@ class Cluster(MetadataCache):
         await self.store.barrier()
         await self._elect()
         await self._refresh_brokers()
-        await self._refresh_pending(frozenset({"confirm", "session"}))
+        await self._refresh_pending(frozenset({"confirm", "session"}), self._led_here)
         if ("confirm",) in self._dirty or not (self._registered and self._connected):
             return  # held up again meanwhile, or the session went: the next round decides
         self._lease_confirmed = True
         log.info("ZooKeeper session confirmed: leadership resumed")
+
+    def _led_here(self, key: tuple) -> bool:
+        """A marked partition key the confirmation must re-read: one this broker leads as
+        far as its cache knows.  The others cannot make it answer as a leader, so their
+        re-read is left to the sync loop (after a failover at 100,000 replicas the
+        confirmation otherwise re-read tens of thousands of states before resuming)."""
+        info = self.topics.get(key[1])
+        st = None if info is None else info.partitions.get(key[2])
+        return st is None or st.leader == self.broker_id
 
     # ------------------------------------------------------------------ writes (admin.py, isr.py)
 
@@ -555,6 +596,12 @@ class Cluster(MetadataCache):
         return await isr.update_isr(
             self, topic, partition, new_isr, leader=leader, leader_epoch=leader_epoch
         )
+
+    async def update_isrs(
+        self, changes: list[isr.IsrChange]
+    ) -> list[PartitionState | None | Exception]:
+        """Many leaders' ISR writes together: metadata/isr.py's update_isrs."""
+        return await isr.update_isrs(self, changes)
 
     async def allocate_producer_id(self) -> int:
         """The next producer id (ProducerIdManager)."""

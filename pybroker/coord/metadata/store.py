@@ -194,6 +194,13 @@ class MetadataStore(ABC):
     def session_id(self) -> int:
         """The current session's id (the ``ephemeral_owner`` of the nodes it creates)."""
 
+    def session_heard(self) -> tuple[float, int] | None:
+        """``(t, session id)``: the latest ``time.monotonic()`` at which a request was sent
+        that the server answered in that session (so the server heard from the session after
+        ``t``, and the session cannot expire before ``t`` + its timeout), whatever the event
+        loop was doing; None if unknown (a store without sessions, or no probe)."""
+        return None
+
     @abstractmethod
     async def create(
         self,
@@ -234,6 +241,36 @@ class MetadataStore(ABC):
 
     @abstractmethod
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat: ...
+
+    async def set_many(self, writes: list[tuple[str, bytes, int]]) -> list[Stat | StoreError]:
+        """``set(path, data, version)`` of every ``writes`` entry, together and independently
+        (ZooKeeper pipelines them on the session's connection, as Kafka's KafkaZkClient sends
+        its batched setData requests): each entry's own outcome, its new Stat or its
+        StoreError (a version conflict or a missing node fails that entry alone; the others
+        are written).  This default awaits ``set`` one by one."""
+        out: list[Stat | StoreError] = []
+        for path, data, version in writes:
+            try:
+                out.append(await self.set(path, data, version))
+            except StoreError as e:
+                out.append(e)
+        return out
+
+    async def multi_many(self, batches: list[list[Op]]) -> list[StoreError | None]:
+        """``multi`` of every batch, together and independently (ZooKeeper pipelines them;
+        Kafka's controller sends each partition's state write as its own multi behind the
+        controller epoch check, KafkaZkClient.wrapRequestWithControllerEpochCheck): each
+        batch's own outcome, None (applied) or its StoreError (``op_index`` set as by
+        ``multi``); one failing batch leaves the others written.  This default awaits
+        ``multi`` one by one."""
+        out: list[StoreError | None] = []
+        for ops in batches:
+            try:
+                await self.multi(ops)
+                out.append(None)
+            except StoreError as e:
+                out.append(e)
+        return out
 
     @abstractmethod
     async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:

@@ -2,7 +2,7 @@
 that imports kazoo).
 
 Invariants: the event loop never blocks on kazoo (every call is a ``*_async`` one, bridged onto
-the loop through one batched hand-off, :class:`_LoopInbox`; blocking ``stop``/``close`` run in a
+the loop through one batched hand-off, :class:`LoopInbox`; blocking ``stop``/``close`` run in a
 thread); kazoo's threads never call kazoo; a watch dropped with the connection is delivered as
 CHANGED / CHILD so its watcher re-reads; a write is never sent again.  The rules in full:
 docs/internals.md ("pybroker/coord/metadata/zk.py").
@@ -51,6 +51,7 @@ from pybroker.coord.metadata.store import (
     parent_of,
     validate_path,
 )
+from pybroker.coord.metadata.zk_bridge import LoopInbox, gather_results
 
 log = logging.getLogger(__name__)
 
@@ -79,36 +80,6 @@ _EVENT_TYPES = {
 GET_MANY_WINDOW = 500
 
 _STATES = {KazooState.CONNECTED: CONNECTED, KazooState.SUSPENDED: SUSPENDED, KazooState.LOST: LOST}
-
-
-class _LoopInbox:
-    """Calls handed from kazoo's threads to the event loop, run in order, with one
-    ``call_soon_threadsafe`` per batch (while the loop has not drained the inbox, later
-    calls only join it)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._lock = threading.Lock()
-        self._calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
-
-    def put(self, fn: Callable[..., Any], *args: Any) -> None:
-        with self._lock:
-            self._calls.append((fn, args))
-            if len(self._calls) > 1:
-                return  # a drain is scheduled already
-        try:
-            self._loop.call_soon_threadsafe(self._drain)
-        except RuntimeError:  # the loop closed meanwhile
-            pass
-
-    def _drain(self) -> None:
-        with self._lock:
-            calls, self._calls = self._calls, []
-        for fn, args in calls:
-            try:
-                fn(*args)
-            except Exception:
-                log.exception("ZooKeeper callback %r failed", fn)
 
 
 def _map_error(exc: BaseException, path: str | None = None) -> BaseException:
@@ -166,8 +137,12 @@ class ZooKeeperStore(MetadataStore):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listeners: list[SessionListener] = []
         self._connected: asyncio.Future[None] | None = None
-        self._inbox: _LoopInbox | None = None
+        self._inbox: LoopInbox | None = None
         self._starting = True  # until started_up(): see _while_starting
+        # the session probe (session_heard): its thread, its stop, what it heard last
+        self._probe: threading.Thread | None = None
+        self._probe_stop = threading.Event()
+        self._heard: tuple[float, int] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -185,7 +160,7 @@ class ZooKeeperStore(MetadataStore):
         if self._client is not None:
             return
         self._loop = asyncio.get_running_loop()
-        self._inbox = _LoopInbox(self._loop)
+        self._inbox = LoopInbox(self._loop)
         if self._chroot:
             await self._ensure_chroot()
         client = self._new_client(self._hosts + self._chroot)
@@ -208,6 +183,41 @@ class ZooKeeperStore(MetadataStore):
                 f"{self._connect_timeout_s:g}s (zookeeper.connection.timeout.ms; "
                 f"zookeeper.connect={self.connect})"
             ) from None
+        self._probe_stop.clear()
+        self._probe = threading.Thread(
+            target=self._run_probe, args=(client,), name="zookeeper-session-probe", daemon=True
+        )
+        self._probe.start()
+
+    def _run_probe(self, client: KazooClient) -> None:
+        """The session probe's thread: every 0.4 session timeouts, an ``exists`` of the
+        root, sent and answered without the event loop; an answer in a session records the
+        send time (session_heard).  Runs while the event loop is held up by long work, so
+        the lease (Cluster.lease_ok) can tell a busy loop from a process that was stopped.
+        Not more often: kazoo counts a request sent as a ping and pings only after a third
+        of the session without one, so probes at shorter intervals would keep it from ever
+        seeing a server that stopped answering (tests/test_store.py's SIGSTOPped server)."""
+        interval = 0.4 * self._session_timeout_ms / 1000.0
+        while not self._probe_stop.wait(interval):
+            cid = client.client_id
+            if cid is None or not client.connected:
+                continue
+            sent, session = time.monotonic(), cid[0]
+
+            def done(result: Any, sent: float = sent, session: int = session) -> None:
+                now_id = client.client_id
+                if result.successful() and now_id is not None and now_id[0] == session:
+                    heard = self._heard
+                    if heard is None or heard[0] < sent:
+                        self._heard = (sent, session)
+
+            try:
+                client.exists_async("/").rawlink(done)
+            except Exception:  # noqa: BLE001 - a closing client: the next round decides
+                continue
+
+    def session_heard(self) -> tuple[float, int] | None:
+        return self._heard
 
     async def _ensure_chroot(self) -> None:
         """Kafka creates a missing chroot: connect without it, ensure it, disconnect."""
@@ -227,6 +237,7 @@ class ZooKeeperStore(MetadataStore):
         client, self._client = self._client, None
         if client is None:
             return
+        self._probe_stop.set()
         client.remove_listener(self._on_state)
         await _stop_and_close_in_thread(client)
 
@@ -402,46 +413,15 @@ class ZooKeeperStore(MetadataStore):
     async def _get_window(
         self, paths: list[str], watches: list[WatchCallback | None] | None
     ) -> list[tuple[bytes, Stat] | None]:
-        loop = self._loop
-        inbox = self._inbox
-        assert loop is not None and inbox is not None
         client = self._kz()
-        fut: asyncio.Future[list[Any]] = loop.create_future()
-        results: list[Any] = [None] * len(paths)
-        left = [len(paths)]
-        lock = threading.Lock()
-
-        def settle(values: list[Any]) -> None:
-            if not fut.done():
-                fut.set_result(values)
-
-        def done_at(i: int) -> Callable[[Any], None]:
-            def done(result: Any) -> None:  # kazoo's thread
-                results[i] = (
-                    (True, result.value)
-                    if result.successful()
-                    else (
-                        False,
-                        result.exception,
-                    )
-                )
-                with lock:
-                    left[0] -= 1
-                    last = left[0] == 0
-                if last:
-                    inbox.put(settle, results)
-
-            return done
-
-        if not paths:
-            return []
+        sent = []
         for i, path in enumerate(paths):
             validate_path(path)
             cb = watches[i] if watches else None
             w = self._watcher(cb, path, EventType.CHANGED) if cb else None
-            client.get_async(path, watch=w).rawlink(done_at(i))
+            sent.append(client.get_async(path, watch=w))
         out: list[tuple[bytes, Stat] | None] = []
-        for i, (ok, value) in enumerate(await fut):
+        for i, (ok, value) in enumerate(await self._gather(sent)):
             if ok:
                 data, zstat = value
                 out.append(((data or b""), _stat(zstat)))
@@ -450,6 +430,11 @@ class ZooKeeperStore(MetadataStore):
             else:
                 raise _map_error(value, paths[i])
         return out
+
+    async def _gather(self, sent: list[Any]) -> list[tuple[bool, Any]]:
+        loop, inbox = self._loop, self._inbox
+        assert loop is not None and inbox is not None
+        return await gather_results(loop, inbox, sent)
 
     async def barrier(self) -> None:
         """kazoo delivers watch events on its callback thread and call results on its
@@ -473,6 +458,32 @@ class ZooKeeperStore(MetadataStore):
         return _stat(
             await self._await(lambda: self._kz().set_async(path, bytes(data), version), path)
         )
+
+    async def set_many(self, writes: list[tuple[str, bytes, int]]) -> list[Stat | StoreError]:
+        """Up to GET_MANY_WINDOW sets in flight on the connection at once, each with its own
+        outcome (MetadataStore.set_many); results handed to the loop once per window.  Sent
+        once (writes: a lost connection leaves their outcome unknown, ConnectionLossError)."""
+        out: list[Stat | StoreError] = []
+        for start in range(0, len(writes), GET_MANY_WINDOW):
+            out += await self._set_window(writes[start : start + GET_MANY_WINDOW])
+        return out
+
+    async def _set_window(self, writes: list[tuple[str, bytes, int]]) -> list[Stat | StoreError]:
+        client = self._kz()
+        sent = []
+        for path, data, version in writes:
+            validate_path(path)
+            sent.append(client.set_async(path, bytes(data), version))
+        out: list[Stat | StoreError] = []
+        for i, (ok, value) in enumerate(await self._gather(sent)):
+            if ok:
+                out.append(_stat(value))
+                continue
+            err = _map_error(value, writes[i][0])
+            if not isinstance(err, StoreError):
+                raise err
+            out.append(err)
+        return out
 
     async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
         validate_path(path)
@@ -501,36 +512,48 @@ class ZooKeeperStore(MetadataStore):
             await self._await(lambda: self._kz().get_children_async(path, watch=w), path, read=True)
         )
 
-    async def multi(self, ops: list[Op]) -> None:
+    def _commit(self, ops: list[Op]) -> Any:
+        """Send ``ops`` as one transaction (a kazoo transaction commits once: a new one for
+        each send); kazoo's IAsyncResult."""
+        tx = self._kz().transaction()
         for op in ops:
-            validate_path(op.path)
-            if not isinstance(op, (Create, SetData, Delete, Check)):
-                raise TypeError(f"not a store operation: {op!r}")
+            if isinstance(op, Create):
+                tx.create(op.path, bytes(op.data), ephemeral=op.ephemeral, sequence=op.sequence)
+            elif isinstance(op, SetData):
+                tx.set_data(op.path, bytes(op.data), op.version)
+            elif isinstance(op, Delete):
+                tx.delete(op.path, op.version)
+            else:
+                tx.check(op.path, op.version)
+        return tx.commit_async()
+
+    async def multi(self, ops: list[Op]) -> None:
+        _check_ops(ops)
         if not ops:
             return
+        err = _multi_error(ops, await self._await(lambda: self._commit(ops)))
+        if err is not None:
+            raise err
 
-        def commit() -> Any:  # (a kazoo transaction commits once: a new one for each send)
-            tx = self._kz().transaction()
-            for op in ops:
-                if isinstance(op, Create):
-                    tx.create(op.path, bytes(op.data), ephemeral=op.ephemeral, sequence=op.sequence)
-                elif isinstance(op, SetData):
-                    tx.set_data(op.path, bytes(op.data), op.version)
-                elif isinstance(op, Delete):
-                    tx.delete(op.path, op.version)
-                else:
-                    tx.check(op.path, op.version)
-            return tx.commit_async()
+    async def multi_many(self, batches: list[list[Op]]) -> list[StoreError | None]:
+        """Up to GET_MANY_WINDOW transactions in flight at once, each with its own outcome
+        (MetadataStore.multi_many); results handed to the loop once per window."""
+        for ops in batches:
+            _check_ops(ops)
+        out: list[StoreError | None] = []
+        for start in range(0, len(batches), GET_MANY_WINDOW):
+            out += await self._multi_window(batches[start : start + GET_MANY_WINDOW])
+        return out
 
-        results = await self._await(commit)
-        for i, res in enumerate(results):
-            if isinstance(res, BaseException) and not isinstance(res, kz.RolledBackError):
-                err = _map_error(res, ops[i].path)
-                if isinstance(err, StoreError):
-                    err.op_index = i
+    async def _multi_window(self, batches: list[list[Op]]) -> list[StoreError | None]:
+        sent = [self._commit(ops) for ops in batches]
+        out: list[StoreError | None] = []
+        for ops, (ok, value) in zip(batches, await self._gather(sent), strict=True):
+            err = _multi_error(ops, value) if ok else _map_error(value, ops[0].path)
+            if err is not None and not isinstance(err, StoreError):
                 raise err
-        if any(isinstance(r, BaseException) for r in results):
-            raise StoreError("multi rolled back")
+            out.append(err)
+        return out
 
     async def ensure_path(self, path: str) -> None:
         validate_path(path)
@@ -543,6 +566,27 @@ class ZooKeeperStore(MetadataStore):
             await self.create(path)
         except NodeExistsError:
             pass
+
+
+def _check_ops(ops: list[Op]) -> None:
+    for op in ops:
+        validate_path(op.path)
+        if not isinstance(op, (Create, SetData, Delete, Check)):
+            raise TypeError(f"not a store operation: {op!r}")
+
+
+def _multi_error(ops: list[Op], results: list[Any]) -> BaseException | None:
+    """A committed transaction's per-op results: the first failed op's error (its
+    ``op_index`` set), or None when every op was applied."""
+    for i, res in enumerate(results):
+        if isinstance(res, BaseException) and not isinstance(res, kz.RolledBackError):
+            err = _map_error(res, ops[i].path)
+            if isinstance(err, StoreError):
+                err.op_index = i
+            return err
+    if any(isinstance(r, BaseException) for r in results):
+        return StoreError("multi rolled back")
+    return None
 
 
 def _run_watch(cb: WatchCallback, event: WatchedEvent) -> None:

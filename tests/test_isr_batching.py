@@ -1,0 +1,92 @@
+"""The leaders' ISR changes of one loop pass go to the store in one batch (LeaderSide's
+_change_isr / _write_isrs over Cluster.update_isrs), each with its own outcome: a write that
+landed changes that replica's ISR, a deposed or failed one changes nothing and may be retried.
+A stub cluster stands for the store (metadata/isr.py's batching has its own tests in
+tests/test_controller.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from pybroker.clock import ManualClock
+from pybroker.coord.metadata.model import PartitionState
+from pybroker.replication.leader_side import LeaderSide
+from pybroker.replication.replica import LEADER, FollowerState, Replica
+
+
+class StubCluster:
+    def __init__(self, outcome):
+        self.calls: list[list] = []
+        self.outcome = outcome
+        self.brokers = {1: None, 2: None, 3: None}
+
+    async def update_isrs(self, changes):
+        self.calls.append(list(changes))
+        return [self.outcome(c) for c in changes]
+
+
+class Leaders(LeaderSide):
+    def __init__(self, cluster):
+        self.broker_id = 1
+        self.cluster = cluster
+        self.clock = ManualClock()
+        self.purgatory = SimpleNamespace(notify=lambda key: None)
+        self.replica_lag_time_max_ms = 1000
+        self.replicas: dict = {}
+        self.isr_queue: dict = {}
+        self.isr_shrinks = self.isr_expands = 0
+        self.tasks: set = set()
+
+    def _spawn(self, coro, name):
+        t = asyncio.ensure_future(coro)
+        self.tasks.add(t)
+        t.add_done_callback(self.tasks.discard)
+
+
+def leader(p: int) -> Replica:
+    log = SimpleNamespace(log_end_offset=5, high_watermark=5)
+    r = Replica("t", p, log, role=LEADER, leader=1, leader_epoch=3, isr=[1, 2, 3])
+    r.replicas = [1, 2, 3]
+    r.leader_epoch_start_offset = 0
+    r.followers = {2: FollowerState(5, 0), 3: FollowerState(5, 0)}
+    return r
+
+
+def test_one_pass_of_isr_changes_is_one_batch_each_with_its_own_outcome():
+    def outcome(c):
+        if c.partition == 1:
+            return None  # deposed meanwhile
+        if c.partition == 2:
+            return ConnectionError("lost")  # this one's write failed
+        return PartitionState(1, c.leader_epoch, [1, 2, 3], list(c.isr), 1, 7)
+
+    async def main():
+        cluster = StubCluster(outcome)
+        h = Leaders(cluster)
+        for p in range(4):
+            h.replicas[("t", p)] = leader(p)
+        h.clock.advance(5_000)  # follower 2 lags past replica.lag.time.max.ms, 3 does not
+        for r in h.replicas.values():
+            r.followers[3].last_caught_up_ms = h.clock.time_ms()
+        h.shrink_isrs()
+        assert all(r.isr_change_in_flight for r in h.replicas.values())
+        h.shrink_isrs()  # (in flight: not queued twice)
+        while h.tasks:
+            await asyncio.gather(*h.tasks)
+        assert len(cluster.calls) == 1 and len(cluster.calls[0]) == 4
+        assert {
+            (c.partition, tuple(c.isr), c.leader, c.leader_epoch) for c in cluster.calls[0]
+        } == {(p, (1, 3), 1, 3) for p in range(4)}
+        isrs = {p: h.replicas[("t", p)].isr for p in range(4)}
+        assert isrs == {0: [1, 3], 1: [1, 2, 3], 2: [1, 2, 3], 3: [1, 3]}
+        assert h.isr_shrinks == 2
+        assert not any(r.isr_change_in_flight for r in h.replicas.values())
+        for r in h.replicas.values():
+            r.followers[3].last_caught_up_ms = h.clock.time_ms()
+        h.shrink_isrs()  # the two left go again, together
+        while h.tasks:
+            await asyncio.gather(*h.tasks)
+        assert sorted(c.partition for c in cluster.calls[1]) == [1, 2]
+
+    asyncio.run(main())
