@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 from pybroker.clock import ManualClock
 from pybroker.coord.metadata.model import PartitionState
+from pybroker.replication.changes import ChangeFeed
 from pybroker.replication.leader_side import LeaderSide
 from pybroker.replication.replica import LEADER, FollowerState, Replica
 
@@ -37,6 +38,7 @@ class Leaders(LeaderSide):
         self.isr_queue: dict = {}
         self.isr_shrinks = self.isr_expands = 0
         self.tasks: set = set()
+        self.changes = ChangeFeed()  # (what a written ISR notes for followers' sessions)
 
     def _spawn(self, coro, name):
         t = asyncio.ensure_future(coro)
