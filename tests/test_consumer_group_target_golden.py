@@ -16,6 +16,7 @@ import uuid
 
 import pytest
 
+from pybroker.coord.group.assignors import assign
 from pybroker.coord.group.consumer import ConsumerGroup
 from pybroker.coord.group.consumer_member import (
     ConsumerGroupConfig,
@@ -103,8 +104,15 @@ def _plain(target):
     return {m: {t: sorted(ps) for t, ps in a.items() if ps} for m, a in sorted(target.items())}
 
 
-def _run(seed, steps, check):
+def _run(seed, steps, check, one_topic=False):
     rnd = random.Random(seed)
+
+    def subscription():
+        # one_topic: every member on topic a (d does not exist), as W24
+        if one_topic:
+            return rnd.choice([["a"], ["a"], ["a", "d"], ["d", "a"]])
+        return rnd.sample("abcd", rnd.randint(1, 3))
+
     g = ConsumerGroup("g", ConsumerGroupConfig(session_timeout_ms=10**9))
     counts = {n: rnd.randint(1, 12) for n in "abc"}
     epochs, told, log, ids = {}, {}, [], 0
@@ -124,7 +132,7 @@ def _run(seed, steps, check):
                 static,
                 None,
                 1000,
-                rnd.sample("abcd", rnd.randint(1, 3)),
+                subscription(),
                 None,
                 rnd.choice([None, None, "uniform", "range"]),
                 {},
@@ -142,7 +150,7 @@ def _run(seed, steps, check):
                 None,
                 None,
                 -1,
-                rnd.sample("abcd", rnd.randint(1, 3)),
+                subscription(),
                 None,
                 None,
                 told.get(mid, {}),
@@ -218,9 +226,10 @@ def _run(seed, steps, check):
     return hashlib.sha256(json.dumps(log, sort_keys=True).encode()).hexdigest()
 
 
+@pytest.mark.parametrize("one_topic", [False, True])
 @pytest.mark.parametrize("seed", range(40))
-def test_every_target_is_the_reference_assignors(seed):
-    _run(seed, 150, check=True)
+def test_every_target_is_the_reference_assignors(seed, one_topic):
+    _run(seed, 150, check=True, one_topic=one_topic)
 
 
 # recorded with the from-scratch target computation (before the incremental one)
@@ -236,6 +245,46 @@ GOLDEN = {
 }
 
 
+# the same with every member on one topic (the uniform assignor's one-topic step)
+GOLDEN_ONE_TOPIC = {
+    0: "e5a25afa057ded6dc7561d8611b69e63fd32a925acd261540ca389f0ae24aaa2",
+    1: "2a7c0fae2165c7e2e06d6fd1abbd0bd1df796952ad8c1683631bedbeb50c2a14",
+    2: "da5e6866da756c714393d0c23037e639d55690a79058148220fcd850b3fab2e6",
+    3: "93ebfbcdf759bce1e5de88ec09dcb399b46cff76d21630ccb0b14bc6c9df4ec6",
+    4: "498ebe4d9d81dff2b14a6369f70c14732f80abbf9e5bfc9359b192fc4c981004",
+    5: "5a2ce0f500b004a64b7dd68e62858955a5cdb3905c2abb70292ad6ef6cb545d0",
+    6: "963a633b66239a69cab64a0c0b0f873fab191d6622a4298cf9f121bd08a4441f",
+    7: "f849ec71c347bf35a86d66b0cac2fccc25961716c206bfe03ce849c018d7b6c0",
+}
+
+
 @pytest.mark.parametrize("seed", sorted(GOLDEN))
 def test_heartbeat_answers_match_the_recorded_trace(seed):
     assert _run(seed, 300, check=False) == GOLDEN[seed]
+
+
+@pytest.mark.parametrize("seed", sorted(GOLDEN_ONE_TOPIC))
+def test_one_topic_heartbeat_answers_match_the_recorded_trace(seed):
+    assert _run(seed, 300, check=False, one_topic=True) == GOLDEN_ONE_TOPIC[seed]
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_uniform_from_any_current_target_is_the_reference(seed):
+    # current targets the assignor would not compute (overlapping, beyond the partition
+    # count, over the share, other topics): the one-topic step must give way or agree
+    rnd = random.Random(seed)
+    counts = {"a": rnd.randint(1, 20), "b": rnd.randint(1, 5)}
+    members = [f"m{i}" for i in range(rnd.randint(1, 8))]
+    one = {"a"} if rnd.random() < 0.7 else {"a", "b"}
+    subs = {m: one for m in members}
+    top = counts["a"] + (1 if rnd.random() < 0.2 else 0)
+    current = {
+        m: {
+            t: set(rnd.sample(range(top), rnd.randint(0, min(top, 6))))
+            for t in rnd.sample("abz", 2)
+        }
+        for m in members
+        if rnd.random() < 0.8
+    }
+    want = _ref_uniform(subs, counts, current)
+    assert _plain(assign("uniform", subs, counts, current)) == _plain(want)
