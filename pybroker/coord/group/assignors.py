@@ -60,8 +60,6 @@ def _range(subscriptions: Mapping[str, set[str]], partitions: Mapping[str, int])
 def _uniform(
     subscriptions: Mapping[str, set[str]], partitions: Mapping[str, int], current: Assignment
 ) -> Assignment:
-    out: Assignment = {m: {} for m in subscriptions}
-    load = dict.fromkeys(subscriptions, 0)
     members = sorted(subscriptions)
     eligible: dict[str, list[str]] = {}  # topic -> its subscribers in member id order
     for m in members:
@@ -71,26 +69,90 @@ def _uniform(
     # each member's fair share of what it can take (an upper bound when subscriptions are
     # identical: total / members, rounded up for the first total % members members)
     total = sum(partitions[t] for t in eligible)
-    share = {}
-    if members:
-        per, extra = divmod(total, len(members))
-        for i, m in enumerate(members):
-            share[m] = per + (1 if i < extra else 0)
-    taken: dict[str, set[int]] = {t: set() for t in eligible}
-    # 1. stickiness: a member keeps its current partitions (still subscribed) up to its share
+    per, extra = divmod(total, len(members)) if members else (0, 0)
+    share = dict(zip(members, [per + 1] * extra + [per] * (len(members) - extra), strict=True))
+    step1 = _kept_one_topic(members, subscriptions, partitions, current, per, extra)
+    if step1 is None:
+        step1 = _kept(members, subscriptions, partitions, current, share)
+    out, load, taken = step1
+    _give_free(eligible, partitions, out, load, taken)
+    return out
+
+
+def _kept_one_topic(
+    members: list[str],
+    subscriptions: Mapping[str, set[str]],
+    partitions: Mapping[str, int],
+    current: Assignment,
+    per: int,
+    extra: int,
+) -> tuple[Assignment, dict[str, int], dict[str, set[int]]] | None:
+    """Step 1 at once when every member is subscribed to the same one existing topic and
+    the current target's partitions of it are disjoint and exist (a target the assignor
+    computed): a member keeps its partitions, the smallest ``cap`` of them when it has more
+    than its share (``cap``: ``per`` + 1 for the first ``extra`` members, at least 1), as
+    _kept's member-by-member pass gives then; None when that does not hold."""
+    if not members:
+        return None
+    first = subscriptions[members[0]]
+    if not all(s is first for s in subscriptions.values()) and not all(
+        s == first for s in subscriptions.values()
+    ):
+        return None
+    names = [t for t in first if t in partitions]
+    if len(names) != 1:
+        return None
+    t = names[0]
+    empty: dict = {}
+    had = [(current.get(m) or empty).get(t) or empty for m in members]
+    sizes = list(map(len, had))
+    union: set[int] = set().union(*had)
+    if len(union) != sum(sizes) or (union and max(union) >= partitions[t]):
+        return None
+    lo = max(per, 1)
+    for i in [i for i, n in enumerate(sizes) if n > lo]:
+        cap = max(per + 1 if i < extra else per, 1)
+        if sizes[i] > cap:
+            ps = sorted(had[i])
+            had[i] = set(ps[:cap])
+            union.difference_update(ps[cap:])
+            sizes[i] = cap
+    by_member = dict(zip(members, had, strict=True))
+    out: Assignment = {m: {t: ps} if (ps := by_member[m]) else {} for m in subscriptions}
+    return out, dict(zip(members, sizes, strict=True)), {t: union}
+
+
+def _kept(
+    members: list[str],
+    subscriptions: Mapping[str, set[str]],
+    partitions: Mapping[str, int],
+    current: Assignment,
+    share: dict[str, int],
+) -> tuple[Assignment, dict[str, int], dict[str, set[int]]]:
+    """Step 1 member by member."""
+    out: Assignment = {m: {} for m in subscriptions}
+    load = dict.fromkeys(subscriptions, 0)
+    taken: dict[str, set[int]] = {
+        t: set() for m in members for t in subscriptions[m] if t in partitions
+    }
+    # 1. stickiness: a member keeps its current partitions (still subscribed) up to its share.
+    # A topic's partitions kept whole are the current target's set itself, not a copy (the
+    # current target is not used after; step 2 copies before it adds): at 1,000 members a
+    # join wave's copies and sorts of every member's partitions were most of the target's
+    # cost, while few members' targets change per epoch.
     for m in members:
         had = current.get(m)
         if not had:
             continue
         cap, n, mine, subscribed = max(share[m], 1), 0, out[m], subscriptions[m]
-        for t in sorted(had):
+        for t in sorted(had) if len(had) > 1 else had:
             if n >= cap:
                 break
             if t not in partitions or t not in subscribed:
                 continue
             count, tk, ps = partitions[t], taken[t], had[t]
             if ps and n + len(ps) <= cap and max(ps) < count and tk.isdisjoint(ps):
-                mine[t] = set(ps)  # all of them (what the loop below would keep)
+                mine[t] = ps  # all of them (what the loop below would keep), shared
                 n += len(ps)
                 tk.update(ps)
                 continue
@@ -102,6 +164,16 @@ def _uniform(
                     n += 1
                     tk.add(p)
         load[m] = n
+    return out, load, taken
+
+
+def _give_free(
+    eligible: dict[str, list[str]],
+    partitions: Mapping[str, int],
+    out: Assignment,
+    load: dict[str, int],
+    taken: dict[str, set[int]],
+) -> None:
     # 2. the rest to the least loaded eligible member (ties: member id), topics with fewer
     # subscribers first (they have fewer places to go), a topic's partitions in order.  One
     # heap of (load, member) per topic: an entry is stale when the member took partitions of
@@ -115,11 +187,14 @@ def _uniform(
             continue
         heap = [(load[m], m) for m in eligible[t]]
         heapq.heapify(heap)
+        given: dict[str, list[int]] = {}
         for p in free:
             while heap[0][0] != load[heap[0][1]]:
                 heapq.heapreplace(heap, (load[heap[0][1]], heap[0][1]))
             m = heap[0][1]
-            out[m].setdefault(t, set()).add(p)
+            given.setdefault(m, []).append(p)
             load[m] += 1
             heapq.heapreplace(heap, (load[m], m))
-    return out
+        for m, ps in given.items():
+            kept = out[m].get(t)  # maybe the current target's own set: a new one
+            out[m][t] = kept.union(ps) if kept else set(ps)

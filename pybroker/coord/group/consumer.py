@@ -294,8 +294,18 @@ class ConsumerGroup(ClassicMembers):
             self._assignor = max(sorted(set(chosen)), key=chosen.count)
         else:
             self._assignor = None
-        counts = {t: topics[t][1] for t in topics}
-        subs = {mid: m.subscribed(topics) for mid, m in self.members.items()}
+        # members with the same subscription share one resolved set (the assignors only read
+        # them); the partition counts of the subscribed topics only (the assignors ignore the
+        # rest): per member, a tuple and a lookup, not a set built from the names or the regex
+        subs: dict[str, set[str]] = {}
+        resolved: dict[tuple, set[str]] = {}
+        for mid, m in self.members.items():
+            key = (tuple(m.subscribed_names), m.subscribed_regex)
+            names = resolved.get(key)
+            if names is None:
+                names = resolved[key] = m.subscribed(topics)
+            subs[mid] = names
+        counts = {t: topics[t][1] for names in resolved.values() for t in names}
         old = self.target
         self.target = assign(self.assignor_name, subs, counts, old)
         self.target_changed.update(
