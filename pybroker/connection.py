@@ -36,12 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pybroker.connection")
 
-# What Python 3.12's eager tasks do around a task's first step (asyncio.tasks'
-# _swap_current_task): the connection's task is the current task while a request is stepped
-# in data_received, so the handler sees it (asyncio.timeout, the purgatory's parked tasks).
-_enter_task = asyncio.tasks._enter_task
-_leave_task = asyncio.tasks._leave_task
-
 MAX_QUEUED_FRAMES = 16
 SASL_MAX_RECEIVE_SIZE = 524288  # Kafka's sasl.server.max.receive.size
 _BEFORE_LOGIN = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
@@ -86,46 +80,6 @@ class _Flag:
         await waiter
 
 
-class _Resumed:
-    """A request's handler coroutine stepped in data_received that suspended on a future:
-    awaiting this (in the connection's task) goes on with it where it stopped, as the task
-    would have (the task now waits for that future; a cancel is thrown into the handler)."""
-
-    __slots__ = ("_coro", "_yielded")
-
-    def __init__(self, coro: Any, yielded: Any) -> None:
-        self._coro, self._yielded = coro, yielded
-
-    def close(self) -> None:
-        """Never to be resumed (its task was cancelled first): the handler's finally blocks
-        run now."""
-        self._coro.close()
-
-    def __await__(self) -> Any:
-        coro, yielded = self._coro, self._yielded
-        self._yielded = None
-        while True:
-            try:
-                sent = yield yielded
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as e:  # (a cancel, thrown into the task)
-                try:
-                    yielded = coro.throw(e)
-                except StopIteration as done:
-                    return done.value
-            else:
-                try:
-                    yielded = coro.send(sent)
-                except StopIteration as done:
-                    return done.value
-
-
-async def _ready(parts: list[Any]) -> list[Any]:
-    return parts
-
-
 class KafkaConnection(asyncio.Protocol):
     def __init__(
         self,
@@ -154,10 +108,6 @@ class KafkaConnection(asyncio.Protocol):
         self._wakeup = _Flag()
         self._can_write = _Flag(True)
         self._task: asyncio.Task | None = None
-        # the task waits for a frame with none queued and no request in progress: the next
-        # frame can be handled at once in data_received (_step_now)
-        self._parked = False
-        self._resumed: _Resumed | Any = None  # a request begun there, for the task to finish
         self._on_close = on_close
         self._in_sendfile = False
         self._deferred_close: str | None = None  # "close" / "abort" asked during a sendfile
@@ -206,13 +156,9 @@ class KafkaConnection(asyncio.Protocol):
             self.abort()
             return
         if self.frames:
-            if self._parked and self._can_write.is_set() and not self._muted_until:
-                self._step_now()
-            if self.frames or self._resumed is not None:
-                if self._task is None:
-                    self._task = asyncio.get_running_loop().create_task(self._run())
-                self._parked = False
-                self._wakeup.set()
+            if self._task is None:
+                self._task = asyncio.get_running_loop().create_task(self._run())
+            self._wakeup.set()
         if (
             len(self.frames) >= MAX_QUEUED_FRAMES or self.queued_bytes > self.max_request_bytes
         ) and not self.reading_paused:
@@ -270,27 +216,18 @@ class KafkaConnection(asyncio.Protocol):
         frame: bytearray | None = None
         parts: list[Any] | bool | None = None
         try:
-            while True:
-                resumed, self._resumed = self._resumed, None
-                if resumed is not None:  # a request begun in data_received, or its answer: it
-                    parts = await resumed  # finishes even if the connection closed meanwhile
-                elif self.closed:
-                    return
-                elif not self._can_write.is_set():  # (an answer written in data_received)
-                    await self._can_write.wait()
-                    continue
-                elif not self.frames:
+            while not self.closed:
+                if not self.frames:
                     frame = parts = None  # an idle connection keeps no request or answer
                     self._wakeup.clear()
-                    self._parked = True
-                    try:
-                        await self._wakeup.wait()
-                    finally:
-                        self._parked = False
+                    await self._wakeup.wait()
                     continue
-                else:
-                    frame = self._next_frame()
-                    parts = await self._handle(frame)
+                frame = self.frames.pop(0)
+                self.queued_bytes -= len(frame)
+                if self.reading_paused and len(self.frames) < MAX_QUEUED_FRAMES // 2:
+                    self.reading_paused = False
+                    self.transport.resume_reading()
+                parts = await self._handle(frame)
                 if parts is None:
                     if self._muted_until:
                         await self._mute()
@@ -313,12 +250,12 @@ class KafkaConnection(asyncio.Protocol):
                 # queued the wait for the next frame yields anyway (one step less per request).
                 if self.frames:
                     await asyncio.sleep(0)
-                if self._closes_after_answer():
+                why, self.session.close_after_response = self.session.close_after_response, None
+                if why is not None:
+                    log.info("closing %s after the answer: %s", self.peer, why)
+                    self.close()
                     return
         except asyncio.CancelledError:
-            resumed, self._resumed = self._resumed, None
-            if resumed is not None:  # (its task cancelled before it went on with it)
-                resumed.close()
             raise
         except (ConnectionError, OSError) as e:
             log.debug("connection %s lost while sending: %s", self.peer, e)
@@ -326,72 +263,6 @@ class KafkaConnection(asyncio.Protocol):
         except Exception:
             log.exception("unexpected error on connection %s; closing it", self.peer)
             self.abort()
-
-    def _next_frame(self) -> bytearray:
-        frame = self.frames.pop(0)
-        self.queued_bytes -= len(frame)
-        if self.reading_paused and len(self.frames) < MAX_QUEUED_FRAMES // 2:
-            self.reading_paused = False
-            self.transport.resume_reading()
-        return frame
-
-    def _closes_after_answer(self) -> bool:
-        why, self.session.close_after_response = self.session.close_after_response, None
-        if why is None:
-            return False
-        log.info("closing %s after the answer: %s", self.peer, why)
-        self.close()
-        return True
-
-    def _step_now(self) -> None:
-        """The next request, handled here in data_received while the connection's task waits
-        for a frame (the idea of Python 3.12's eager tasks; one loop step and the task's
-        wake-up less per request): its handler runs with the task as the current task until
-        it finishes or suspends.  Finished, a one-part answer is written at once; suspended,
-        the task goes on with it (``_Resumed``), so the order of the answers, the write
-        back-pressure and the client quotas stay the task's, as in ``_run``."""
-        task = self._task
-        loop = task.get_loop()
-        if asyncio.current_task(loop) is not None:  # (called from a task: leave it to ours)
-            return
-        coro = self._handle(self._next_frame())
-        _enter_task(loop, task)
-        try:
-            yielded = coro.send(None)
-        except StopIteration as done:
-            parts = done.value
-        except (ConnectionError, OSError) as e:
-            log.debug("connection %s lost while sending: %s", self.peer, e)
-            self.abort()
-            return
-        except BaseException:
-            log.exception("unexpected error on connection %s; closing it", self.peer)
-            self.abort()
-            return
-        else:
-            self._resumed = _Resumed(coro, yielded)
-            return
-        finally:
-            _leave_task(loop, task)
-        if parts is None:
-            if self._muted_until:
-                self._resumed = _ready(None)  # the task mutes the connection
-            return
-        if parts is False:
-            self.abort()
-            return
-        if len(parts) == 1 and type(parts[0]) is bytes:
-            try:
-                self._write(parts[0])
-            except (ConnectionError, OSError) as e:
-                log.debug("connection %s lost while sending: %s", self.peer, e)
-                self.abort()
-                return
-            if self._muted_until or not self._can_write.is_set():
-                self._resumed = _ready(None)  # the task mutes it, or waits for the drain
-            self._closes_after_answer()
-        else:
-            self._resumed = _ready(parts)  # log regions: the task sends them
 
     async def _raw_token(self, frame: bytearray) -> list[Any] | bool:
         """SaslHandshake v0: a bare SASL token in, a bare size-prefixed token out."""
