@@ -4,13 +4,16 @@ plus backend-specific tests: LocalStore persistence/crash safety, ZooKeeper reco
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -640,6 +643,98 @@ def test_zk_survives_server_restart(tmp_path):
     try:
         asyncio.run(asyncio.wait_for(main(), 60), debug=True)
     finally:
+        server.cleanup()
+
+
+class _Gate:
+    """A TCP forwarder on loopback in front of one ZooKeeper server: forwards each connection,
+    or, while ``swallowing``, accepts the next one and holds it without a byte (what a
+    starting ZooKeeper does to a connection made before it runs); ``cut()`` closes every
+    forwarded connection (the client sees the server go away)."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.swallowing = False
+        self.swallowed: list[socket.socket] = []
+        self.forwarded: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.swallowing:
+                self.swallowing = False
+                self.swallowed.append(conn)
+                continue
+            up = socket.create_connection(("127.0.0.1", self.upstream_port))
+            self.forwarded += [conn, up]
+            for a, b in ((conn, up), (up, conn)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        for s in self.forwarded:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+        self.forwarded.clear()
+
+    def close(self) -> None:
+        self.listener.close()
+        self.cut()
+        for s in self.swallowed:
+            s.close()
+
+
+def test_zk_a_reconnect_swallowed_keeps_the_session(tmp_path):
+    """A starting ZooKeeper listens on its client port before it runs (ZOOKEEPER-3916): a
+    connection made then is accepted and never answered.  kazoo waits session timeout / hosts
+    for a connect answer, so with one host that one attempt used the whole session and the
+    session expired although the server was back at once (1 run in ~40 of
+    test_zk_survives_server_restart).  Made deterministic with a gate in front of a running
+    server: the connection is cut, the store's first reconnect is held silently, the next
+    ones are forwarded; the store must give up on the held one in time to get back into its
+    session."""
+    require_zookeeper()
+    server = ZooKeeperServer(tmp_path / "zk")
+    server.start()
+    gate = _Gate(server.port)
+
+    async def main():
+        store = ZooKeeperStore(f"127.0.0.1:{gate.port}", 12_000, connect_timeout_s=30)
+        states: list[str] = []
+        store.add_session_listener(states.append)
+        await store.start()
+        await store.create("/eph", b"e", ephemeral=True)
+        session = store.session_id
+        gate.swallowing = True
+        gate.cut()
+        await wait_until(lambda: SUSPENDED in states)
+        await wait_until(lambda: gate.swallowed, 30)
+        await wait_until(lambda: states[-1] != SUSPENDED, 30)
+        assert states[-1] == CONNECTED
+        assert store.session_id == session
+        assert (await store.get("/eph"))[1].ephemeral_owner == session
+        await store.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 60), debug=True)
+    finally:
+        gate.close()
         server.cleanup()
 
 

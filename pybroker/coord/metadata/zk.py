@@ -119,6 +119,26 @@ def split_connect(connect: str) -> tuple[str, str]:
     return hosts, chroot
 
 
+MIN_ATTEMPTS_PER_SESSION = 3
+
+
+def attempt_hosts(connect: str) -> str:
+    """The connect string given to kazoo: its hosts repeated until there are at least
+    MIN_ATTEMPTS_PER_SESSION entries, the chroot after them.
+
+    kazoo (as ZooKeeper's Java client) waits up to session timeout / len(hosts) for the
+    answer to a connect request.  A ZooKeeper server that is starting listens on its client
+    port before it runs (ZOOKEEPER-3916): a connection made in that window is accepted and
+    never answered.  With one host, that one attempt took the whole session timeout, so a
+    client that reconnected into a restarting server lost its session although the server was
+    back within a second.  Repeating the host bounds each attempt to a third of the session,
+    leaving time for the next inside it (what a 3-server ensemble's connect string gives)."""
+    hosts, chroot = split_connect(connect)
+    entries = [h for h in hosts.split(",") if h]
+    copies = -(-MIN_ATTEMPTS_PER_SESSION // max(1, len(entries)))
+    return ",".join(entries * copies) + chroot
+
+
 class ZooKeeperStore(MetadataStore):
     def __init__(
         self,
@@ -148,7 +168,7 @@ class ZooKeeperStore(MetadataStore):
 
     def _new_client(self, hosts: str) -> KazooClient:
         return KazooClient(
-            hosts=hosts,
+            hosts=attempt_hosts(hosts),
             timeout=self._session_timeout_ms / 1000.0,
             connection_retry=KazooRetry(
                 max_tries=-1, delay=0.05, backoff=2, max_delay=self._max_reconnect_delay_s
