@@ -179,8 +179,8 @@ class ReplicaFetcher:
         now = self._refresh()
         pending = {}
         for key in self._untruncated:
-            f = self.partitions[key]
-            if f.delayed_until <= now:
+            f = self.partitions.get(key)
+            if f is not None and f.delayed_until <= now:
                 pending[key] = f
         if pending:
             await self._truncate(conn, pending)
