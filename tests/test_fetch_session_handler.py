@@ -165,6 +165,9 @@ def test_build_with_reused_dicts_matches_a_from_scratch_computation(ops):
     state = {k: [0, 0, 0, 0] for k in _KEYS[:2]}  # leader epoch, log end, last epoch, start
     cached: dict = {}  # key: (state it was built from, dict), as fetcher._Fetching
     reused, fresh = FetchSessionHandler(), _FromScratch()
+    # ... and given the keys whose dict was added, replaced or removed since its last build
+    # (the replica fetcher's kept ``_wanted`` and ``_sent_changed``)
+    noted, last_wanted = FetchSessionHandler(), {}
     next_id = 1
 
     def build_params(s):
@@ -201,6 +204,13 @@ def test_build_with_reused_dicts_matches_a_from_scratch_computation(ops):
                     cached[k] = (now, build_params(v))
                 wanted_reused[k] = cached[k][1]
             wanted_fresh = {k: build_params(v) for k, v in state.items()}
+            changed = {
+                k
+                for k in {*wanted_reused, *last_wanted}
+                if wanted_reused.get(k) is not last_wanted.get(k)
+            }
+            last_wanted = dict(wanted_reused)
+            c = noted.build(wanted_reused, changed)
             a, b = reused.build(wanted_reused), fresh.build(wanted_fresh)
             assert (a.session_id, a.epoch, a.partitions, a.forgotten) == (
                 b.session_id,
@@ -208,10 +218,17 @@ def test_build_with_reused_dicts_matches_a_from_scratch_computation(ops):
                 b.partitions,
                 b.forgotten,
             )
-            assert reused.sent == fresh.sent
+            assert (c.session_id, c.epoch, c.partitions, sorted(c.forgotten)) == (
+                b.session_id,
+                b.epoch,
+                b.partitions,
+                sorted(b.forgotten),
+            )
+            assert reused.sent == fresh.sent == noted.sent
             if arg == "failed":
                 reused.handle_error()
                 fresh.handle_error()
+                noted.handle_error()
                 continue
             error = {"ok": 0, "lost": FETCH_SESSION_ID_NOT_FOUND, "epoch_error": 71}[arg]
             sid = reused.session_id
@@ -219,4 +236,6 @@ def test_build_with_reused_dicts_matches_a_from_scratch_computation(ops):
                 sid, next_id = next_id, next_id + 1
             reused.handle_response(a, error, sid)
             fresh.handle_response(b, error, sid)
+            noted.handle_response(c, error, sid)
             assert (reused.session_id, reused.epoch) == (fresh.session_id, fresh.epoch)
+            assert (noted.session_id, noted.epoch) == (fresh.session_id, fresh.epoch)

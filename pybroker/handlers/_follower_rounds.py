@@ -12,7 +12,10 @@ The audit: each round also compares the stamps of the next few session partition
 so many that each is compared at least once every AUDIT_MS; a stamp that moved without being
 noted is a missed change notification (a defect): it is read at once and logged.
 
-Sessions keyed by topic ids (Kafka's followers, Fetch v13+) compare every stamp, as before."""
+Sessions keyed by topic ids (Kafka's followers, Fetch v13+) the same way: the feed's keys are
+topic names, so such a session keeps an index from (topic name, partition) to its own key
+(``FollowerRounds.named``), filled from the partitions each answer looked at (their names as
+resolved then: a stamp exists only for a partition whose topic id resolved to that name)."""
 
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ AUDIT_MS = 10_000
 class FollowerRounds:
     """Kept on the session (``FetchSession.follower``)."""
 
-    __slots__ = ("position", "idle", "audit", "audit_at", "audit_ms")
+    __slots__ = ("position", "idle", "audit", "audit_at", "audit_ms", "named")
 
     def __init__(self) -> None:
         # the change feed's position the last answer reflects (None: look at every partition)
@@ -41,6 +44,8 @@ class FollowerRounds:
         self.audit: list = []  # the session's keys, in turn
         self.audit_at = 0
         self.audit_ms: int | None = None
+        # topic-id sessions: (topic name, partition) -> the session's (topic id, partition)
+        self.named: dict = {}
 
 
 class FollowerRound:
@@ -48,7 +53,7 @@ class FollowerRound:
 
     missed = 0  # missed change notifications found by audits (all sessions)
 
-    def __init__(self, session: FetchSession, fast: bool) -> None:
+    def __init__(self, session: FetchSession, fast: bool, uses_ids: bool = False) -> None:
         rounds = session.follower
         if not isinstance(rounds, FollowerRounds):
             rounds = session.follower = FollowerRounds()
@@ -56,12 +61,15 @@ class FollowerRound:
         self.rounds = rounds
         self.idle = rounds.idle
         self.fast = fast  # False: every partition each pass (stamps compared as before)
+        self.uses_ids = uses_ids
         self.seq = 0
+        self.looked: list[FetchPartition] | None = None  # the last pass's (None: all)
 
     def pick(self, replicas: Any, replica_id: int, now_ms: int) -> list[FetchPartition] | None:
         """The partitions this pass looks at, in the session's order (None: all of them)."""
         feed = replicas.changes
         self.seq = feed.seq
+        self.looked = None
         start = self.rounds.position
         if not self.fast or start is None:
             return None
@@ -70,10 +78,17 @@ class FollowerRound:
             return None
         parts = self.session.partitions
         picked: dict = {}
-        for key in changed:
-            p = parts.get(key)
-            if p is not None:
-                picked[key] = p
+        if self.uses_ids:
+            named = self.rounds.named
+            for name_key in changed:
+                key = named.get(name_key)
+                if key is not None and (p := parts.get(key)) is not None:
+                    picked[key] = p
+        else:
+            for key in changed:
+                p = parts.get(key)
+                if p is not None:
+                    picked[key] = p
         for key in self.session.unstamped:
             p = parts.get(key)
             if p is not None:
@@ -81,6 +96,7 @@ class FollowerRound:
         self._audit(replicas, replica_id, picked, now_ms)
         out = list(picked.values())
         out.sort(key=_order)
+        self.looked = out
         return out
 
     def _audit(self, replicas: Any, replica_id: int, picked: dict, now_ms: int) -> None:
@@ -98,14 +114,15 @@ class FollowerRound:
             key = audit[i]
             i += 1
             p = parts.get(key)
-            if p is None or p.idle_stamp is None or key in picked:
+            if p is None or p.idle_stamp is None or key in picked or p.topic is None:
                 continue
-            stamp = replicas.follower_fetch_stamp(key[0], key[1], replica_id)
+            name = p.topic  # (key[0], or the name its topic id resolved to when stamped)
+            stamp = replicas.follower_fetch_stamp(name, key[1], replica_id)
             if stamp == p.idle_stamp:
                 continue
             picked[key] = p
-            r = replicas.replicas.get(key)
-            if r is not None and r.checked_info is not replicas.cluster.topics.get(key[0]):
+            r = replicas.replicas.get((name, key[1]))
+            if r is not None and r.checked_info is not replicas.cluster.topics.get(name):
                 continue  # its topic's change event is still queued (noted when handled)
             FollowerRound.missed += 1
             n = FollowerRound.missed
@@ -113,7 +130,7 @@ class FollowerRound:
                 log.warning(
                     "a follower fetch session missed a change of %s-%d (%d so far): "
                     "(leader epoch, log end, high watermark, log start) %r, last read at %r",
-                    key[0],
+                    name,
                     key[1],
                     n,
                     _shown(stamp),
@@ -122,8 +139,15 @@ class FollowerRound:
         rounds.audit_at = i
 
     def answered(self) -> None:
-        """The answer went out: the session reflects the changes up to the last pass."""
+        """The answer went out: the session reflects the changes up to the last pass (and a
+        topic-id session's index holds the names of the partitions it looked at)."""
         self.rounds.position = self.seq
+        if self.uses_ids:
+            named = self.rounds.named
+            looked = self.session.partitions.values() if self.looked is None else self.looked
+            for p in looked:
+                if p.topic is not None:
+                    named[(p.topic, p.partition)] = p.key
 
 
 def _order(p: FetchPartition) -> int:

@@ -353,8 +353,7 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
     track_idle = context.session is not None or context.create
     follower_round = None
     if replica_id >= 0 and context.session is not None:
-        # (sessions keyed by topic ids compare every stamp: the change feed's keys are names)
-        follower_round = FollowerRound(context.session, fast=not uses_ids)
+        follower_round = FollowerRound(context.session, fast=True, uses_ids=uses_ids)
     while True:
         entries, total, errors, stamps = _read_all(
             ctx, req, partitions, replica_id, uses_ids, resolver, track_idle, follower_round

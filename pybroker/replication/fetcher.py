@@ -9,6 +9,7 @@ watermark, local log end).  Steps, throttles, backoffs and failures: docs/intern
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import time
 from dataclasses import dataclass
@@ -44,6 +45,9 @@ monotonic = time.monotonic  # the clock of the partitions' error delays
 # session, and the broker suspended its leadership (W22 at 100,000 replicas, docs/scale.md).
 APPLY_BATCH = 256
 SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+# The audit (ReplicaFetcher._audit): each round compares the kept fetch state of the next few
+# partitions with their logs, so many that each is compared at least once this often.
+AUDIT_S = 10.0
 
 
 @dataclass
@@ -61,6 +65,7 @@ class _Fetching:
     # Kafka's PartitionFetchState delay of replica.fetch.backoff.ms
     delayed_until: float = 0.0
     errors: int = 0  # errors in a row (the delay doubles with each)
+    serial: int = 0  # the fetcher's _version when added (an answer for an older entry is lost)
 
 
 class ReplicaFetcher:
@@ -78,6 +83,21 @@ class ReplicaFetcher:
         self.backoff_s = manager.replica_fetch_backoff_ms / 1000.0
         self._version = 0  # moves on every add / remove
         self._round_version = 0  # _version when the current round of the loop began
+        # What each round sends, kept across rounds (docs/internals.md, "pybroker/replication/
+        # fetcher.py"): a round looks only at the partitions noted changed (``touch``) since
+        # the last, not at every partition of the fetcher.
+        self._wanted: dict[tuple[str, int], dict] = {}  # the ready ones' fetch parameters
+        self._dirty: set[tuple[str, int]] = set()  # noted since the last refresh
+        self._sent_changed: set[tuple[str, int]] = set()  # _wanted entries since the last build
+        self._untruncated: set[tuple[str, int]] = set()  # waiting for truncation
+        self._delays: list[tuple[float, int, tuple[str, int]]] = []  # (until, n, key) heap
+        self._delay_n = 0
+        self._compare_all = False  # the next build compares every partition (after a hold)
+        self._audit_keys: list[tuple[str, int]] = []
+        self._audit_at = 0
+        self._audit_last: float | None = None
+
+    missed = 0  # missed change notes the audits found (all fetchers)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.leader_id}")
@@ -99,16 +119,27 @@ class ReplicaFetcher:
         # first fetch at a new leader is one round trip sooner: it is what advances the new
         # leader's high watermark.
         has_epochs = replica.log.leader_epochs.latest_epoch() >= 0
-        self.partitions[(replica.topic, replica.partition)] = _Fetching(
-            replica, replica.leader_epoch, truncated=has_epochs
-        )
+        key = (replica.topic, replica.partition)
         self._version += 1
+        self.partitions[key] = _Fetching(
+            replica, replica.leader_epoch, truncated=has_epochs, serial=self._version
+        )
+        self.touch(key)
         self._changed.set()
 
     def remove(self, topic: str, partition: int) -> None:
         if self.partitions.pop((topic, partition), None) is not None:
             self._version += 1
+            self.touch((topic, partition))
             self._changed.set()
+
+    def touch(self, key: tuple[str, int]) -> None:
+        """Note that what the next fetch asks for this partition may have changed: added or
+        removed, truncated or to be truncated, delayed or no longer, its log end, last epoch
+        or log start moved (appends, truncations, DeleteRecords, retention: the fetcher's own
+        calls and the replica manager's log-start listener).  Each round refreshes only
+        these; an unnoted change is found by the audit and logged."""
+        self._dirty.add(key)
 
     def _current(self, key: tuple[str, int], f: _Fetching) -> bool:
         return self.partitions.get(key) is f
@@ -129,27 +160,7 @@ class ReplicaFetcher:
                 if conn is None:
                     await asyncio.sleep(0.2)
                     continue
-                now = monotonic()
-                pending = {
-                    k: f
-                    for k, f in self.partitions.items()
-                    if not f.truncated and f.delayed_until <= now
-                }
-                if pending:
-                    await self._truncate(conn, pending)
-                now = monotonic()
-                ready = {
-                    k: f
-                    for k, f in self.partitions.items()
-                    if f.truncated and f.delayed_until <= now
-                }
-                if ready:
-                    await self._fetch(conn, ready)
-                elif not pending:
-                    # every partition is delayed after an error: wait for the first delay
-                    # to end (Kafka's fetcher awaits the backoff when no partition is ready)
-                    first = min(f.delayed_until for f in self.partitions.values())
-                    await self._pause(max(first - now, 0.001))
+                await self._round(conn)
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise
@@ -162,6 +173,127 @@ class ReplicaFetcher:
                 log.exception("fetcher for leader %d failed; retrying", self.leader_id)
                 self._drop_connection()
                 await self._pause(1.0)
+
+    async def _round(self, conn: BrokerConnection) -> None:
+        """One round: truncate the partitions that wait for it, then fetch the ready ones."""
+        now = self._refresh()
+        pending = {}
+        for key in self._untruncated:
+            f = self.partitions.get(key)
+            if f is not None and f.delayed_until <= now:
+                pending[key] = f
+        if pending:
+            await self._truncate(conn, pending)
+            self._refresh()  # (those truncated now join this round's fetch)
+        if self._wanted:
+            await self._fetch(conn)
+        elif not pending:
+            # every partition is delayed after an error: wait for the first delay to end
+            # (Kafka's fetcher awaits the backoff when no partition is ready)
+            first = self._delays[0][0] if self._delays else now + FIRST_BACKOFF_S
+            await self._pause(max(first - monotonic(), 0.001))
+
+    def _refresh(self) -> float:
+        """Bring the kept state in line for the partitions noted since the last refresh (and
+        those whose delay ended): the ready ones' fetch parameters in ``_wanted`` (a new dict
+        only when they changed), the others out of it.  Returns the time it used."""
+        now = monotonic()
+        delays, dirty = self._delays, self._dirty
+        while delays and delays[0][0] <= now:
+            dirty.add(heapq.heappop(delays)[2])
+        self._audit(now)
+        if not dirty:
+            return now
+        partitions, wanted, untruncated = self.partitions, self._wanted, self._untruncated
+        changed = self._sent_changed
+        for key in dirty:
+            f = partitions.get(key)
+            if f is None or not f.truncated or f.delayed_until > now:
+                if f is not None and not f.truncated:
+                    untruncated.add(key)
+                else:
+                    untruncated.discard(key)
+                if wanted.pop(key, None) is not None:
+                    changed.add(key)
+                continue
+            untruncated.discard(key)
+            params = self._params(key, f)
+            if wanted.get(key) is not params:
+                wanted[key] = params
+                changed.add(key)
+        dirty.clear()  # (after the pass: one that failed half-way is done again)
+        return now
+
+    @staticmethod
+    def _params(key: tuple[str, int], f: _Fetching) -> dict:
+        """The partition's fetch parameters: the same dict while they are unchanged (the
+        session handler passes over it by identity)."""
+        plog = f.replica.log
+        now = (
+            f.leader_epoch,
+            plog.log_end_offset,
+            plog.leader_epochs.latest_epoch(),
+            plog.log_start_offset,
+        )
+        if f.params is None or now != f.built_from:
+            f.built_from = now
+            f.params = {
+                "partition": key[1],
+                "current_leader_epoch": now[0],
+                "fetch_offset": now[1],
+                "last_fetched_epoch": now[2],
+                "log_start_offset": now[3],
+                "partition_max_bytes": PARTITION_MAX_BYTES,
+            }
+        return f.params
+
+    def stale(self, key: tuple[str, int], now: float) -> bool:
+        """Whether the kept state of this partition is not what its logs and flags say now
+        (a change nobody noted)."""
+        f = self.partitions.get(key)
+        kept = self._wanted.get(key)
+        if f is None or not f.truncated or f.delayed_until > now:
+            return kept is not None or (
+                f is not None and not f.truncated and key not in self._untruncated
+            )
+        if kept is None or kept is not f.params or key in self._untruncated:
+            return True
+        plog = f.replica.log
+        return f.built_from != (
+            f.leader_epoch,
+            plog.log_end_offset,
+            plog.leader_epochs.latest_epoch(),
+            plog.log_start_offset,
+        )
+
+    def _audit(self, now: float) -> None:
+        """Compare the next few partitions' kept state with their logs, so many that each is
+        compared at least once every AUDIT_S; one that differs without having been noted is a
+        missed ``touch`` (a defect): logged, and refreshed."""
+        last, self._audit_last = self._audit_last, now
+        n = len(self.partitions)
+        if last is None or not n:
+            return
+        budget = min(n, max(1, int(n * max(now - last, 0.0) / AUDIT_S)))
+        keys, i, dirty = self._audit_keys, self._audit_at, self._dirty
+        for _ in range(budget):
+            if i >= len(keys):
+                keys, i = list(self.partitions), 0
+                self._audit_keys = keys
+                if not keys:
+                    break
+            key = keys[i]
+            i += 1
+            if key in dirty or not self.stale(key, now):
+                continue
+            dirty.add(key)
+            ReplicaFetcher.missed += 1
+            m = ReplicaFetcher.missed
+            if m & (m - 1) == 0:
+                log.warning(
+                    "a replica fetcher missed a change of %s-%d (%d so far)", key[0], key[1], m
+                )
+        self._audit_at = i
 
     async def _pause(self, seconds: float) -> None:
         """Back off, but no longer than until the partitions change: a partition handed over
@@ -209,6 +341,7 @@ class ReplicaFetcher:
             epoch = f.replica.log.leader_epochs.latest_epoch()
             if epoch < 0:
                 f.truncated = True  # nothing of ours to compare: fetch from our log end
+                self.touch((topic, p))
                 continue
             asked[(topic, p)] = epoch
             by_topic.setdefault(topic, []).append(
@@ -250,6 +383,10 @@ class ReplicaFetcher:
             if f.delayed_until <= now:  # not delayed already
                 f.delayed_until = now + min(FIRST_BACKOFF_S * 2**f.errors, self.backoff_s)
                 f.errors = min(f.errors + 1, 30)
+                key = (f.replica.topic, f.replica.partition)
+                self._delay_n += 1
+                heapq.heappush(self._delays, (f.delayed_until, self._delay_n, key))
+                self.touch(key)
 
     def _truncate_to_leader(
         self, f: _Fetching, asked: int, leader_epoch: int, end_offset: int
@@ -278,43 +415,35 @@ class ReplicaFetcher:
         # (an epoch we led without appending to it), which the leader never knew.
         plog.truncate_to(target)
         f.truncated = True
+        self.touch((r.topic, r.partition))
 
     # -- fetching ----------------------------------------------------------------------------------
-    async def _fetch(self, conn: BrokerConnection, ready: dict[tuple[str, int], _Fetching]) -> None:
-        wanted: dict[tuple[str, int], dict] = {}
+    async def _fetch(self, conn: BrokerConnection) -> None:
+        wanted = self._wanted
+        changed: set | None = self._sent_changed
         throttles = self.manager.throttles
         held = False
-        for key, f in ready.items():
-            if (
-                throttles is not None
-                and self.manager.broker_id not in f.replica.isr
-                and throttles.follower_throttled(*key)
-                and throttles.follower_exceeded()
-            ):
-                held = True  # Kafka's shouldFollowerThrottle: left out of this fetch
-                continue
-            plog = f.replica.log
-            now = (
-                f.leader_epoch,
-                plog.log_end_offset,
-                plog.leader_epochs.latest_epoch(),
-                plog.log_start_offset,
-            )
-            if f.params is None or now != f.built_from:
-                f.built_from = now
-                f.params = {
-                    "partition": key[1],
-                    "current_leader_epoch": now[0],
-                    "fetch_offset": now[1],
-                    "last_fetched_epoch": now[2],
-                    "log_start_offset": now[3],
-                    "partition_max_bytes": PARTITION_MAX_BYTES,
-                }
-            wanted[key] = f.params
+        if throttles is not None and throttles.follower_exceeded():
+            # Kafka's shouldFollowerThrottle: throttled partitions not in the ISR are left
+            # out of this fetch (a pass over the partitions only while the quota is exceeded)
+            me = self.manager.broker_id
+            partitions = self.partitions
+            wanted = {
+                key: params
+                for key, params in wanted.items()
+                if me in partitions[key].replica.isr or not throttles.follower_throttled(*key)
+            }
+            held = len(wanted) < len(self._wanted)
+        if held or self._compare_all:
+            changed = None  # (the held ones come back: every partition compared once)
         if not wanted and held:
+            self._compare_all = True
             await asyncio.sleep(THROTTLE_BACKOFF_S)
             return
-        data = self._session.build(wanted)
+        data = self._session.build(wanted, changed)
+        self._sent_changed = set()
+        self._compare_all = held
+        built_at = self._version
         by_topic: dict[str, list[dict]] = {}
         for (topic, _), params in data.partitions.items():
             by_topic.setdefault(topic, []).append(params)
@@ -358,8 +487,8 @@ class ReplicaFetcher:
                 if applied % APPLY_BATCH == 0:
                     await asyncio.sleep(0)  # (a partition removed meanwhile is skipped below)
                 key = (t["topic"], p["partition_index"])
-                f = ready.get(key)
-                if f is None or not self._current(key, f):
+                f = self.partitions.get(key)
+                if f is None or f.serial > built_at or key not in self._wanted:
                     # what the leader sent for it is lost: start the session again in full
                     self._session.handle_error()
                     continue
@@ -408,8 +537,10 @@ class ReplicaFetcher:
                     start,
                 )
                 plog.truncate_fully_and_start_at(start)
+                self.touch((r.topic, r.partition))
                 return False
             f.truncated = False  # our log end is beyond the leader's: truncate again
+            self.touch((r.topic, r.partition))
             return False
         if code != ErrorCode.NONE:
             return True
@@ -426,7 +557,7 @@ class ReplicaFetcher:
                 batches = parse_batches(buf, allow_control=True)
             except InvalidRecordError as e:
                 log.warning("%s-%d: leader sent invalid records: %s", r.topic, r.partition, e)
-                f.truncated = False
+                f.truncated = False  # (noted with its delay, _delay)
                 return True
             if batches:
                 try:
@@ -434,6 +565,7 @@ class ReplicaFetcher:
                 except OSError as e:  # the log dir failed (LogManager.fail_dir: offline)
                     self.manager.logs.fail_dir(plog.directory.parent, e)
                     return True
+                self.touch((r.topic, r.partition))
                 self.manager.replication_bytes_in += len(buf)
                 throttles = self.manager.throttles
                 if throttles is not None and throttles.follower_throttled(r.topic, r.partition):
@@ -442,5 +574,6 @@ class ReplicaFetcher:
         plog.high_watermark = min(max(p["high_watermark"], 0), plog.log_end_offset)
         if plog.log_start_offset < leader_start <= plog.high_watermark:
             plog.delete_records_before(leader_start)
+            self.touch((r.topic, r.partition))
         self.manager.purgatory.notify((r.topic, r.partition))
         return False

@@ -120,6 +120,8 @@ class ReplicaManager(LeaderSide):
         self.changes = ChangeFeed()
         # a log's start moves without an append (DeleteRecords, retention, a moved log)
         logs.log_start_listeners.append(self.note_changed)
+        # ... and a follower's fetch carries its log start (the fetcher's kept parameters)
+        logs.log_start_listeners.append(self._follower_log_start_moved)
         self._by_topic: dict[str, set[int]] = {}  # the partitions of each topic in replicas
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._tasks: set[asyncio.Task] = set()
@@ -353,6 +355,13 @@ class ReplicaManager(LeaderSide):
             self._lost_leadership(r)
             r.role, r.leader, r.leader_epoch = OFFLINE, state.leader, state.leader_epoch
             r.isr = list(state.isr)
+
+    def _follower_log_start_moved(self, topic: str, partition: int) -> None:
+        r = self.replicas.get((topic, partition))
+        if r is not None and r.role == FOLLOWER:
+            fetcher = self.fetchers.get(r.leader)
+            if fetcher is not None:
+                fetcher.touch((topic, partition))
 
     def _pop_replica(self, key: tuple[str, int]) -> Replica:
         r = self.replicas.pop(key)
