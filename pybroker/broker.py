@@ -446,6 +446,8 @@ class Broker:
             await self.stop()
             raise
         gc_policy.freeze_now()
+        if self.server is not None:
+            self.server.on_open = gc_policy.connections_open
         try:
             yield
         finally:

@@ -84,6 +84,8 @@ class KafkaServer:
         self.sasl = sasl or {}  # SASL listeners' settings, by name
         self.principal_rules = principal_rules  # a client certificate's DN -> principal name
         self._serving = False
+        # told the count of open connections at each new one (the broker's GC policy)
+        self.on_open: Callable[[int], None] | None = None
 
     def _ip_limit(self, ip: str) -> int:
         return self.max_connections_per_ip_overrides.get(ip, self.max_connections_per_ip)
@@ -119,6 +121,8 @@ class KafkaServer:
             principal_rules=self.principal_rules,
         )
         self.connections.add(conn)
+        if self.on_open is not None:
+            self.on_open(len(self.connections))
         return conn
 
     @property

@@ -10,9 +10,10 @@ import weakref
 import pytest
 from broker_fixture import free_port
 
+from pybroker import gc_policy
 from pybroker.broker import Broker
 from pybroker.config import build_config
-from pybroker.gc_policy import YOUNG_THRESHOLD, GcPolicy
+from pybroker.gc_policy import CONNECTIONS_PER_FREEZE, YOUNG_THRESHOLD, GcPolicy
 
 
 class _Cyclic:
@@ -153,3 +154,67 @@ def test_a_serving_broker_runs_under_the_policy_and_removes_it_on_stop(tmp_path,
 
     installed, frozen, after = asyncio.run(main())
     assert installed and frozen > 0 and not after
+
+
+def test_a_thousand_more_open_connections_freeze_once_and_churn_does_not(clean_gc, monkeypatch):
+    """Connections opened by the thousand are frozen (W23: an idle connection's ~30 tracked
+    objects are not walked by a later full collection); connections that close and reopen
+    below the mark freeze nothing more, and after the unfreeze only more connections do."""
+    monkeypatch.setattr(gc_policy, "CONNECTIONS_FREEZE_DELAY_S", 0.0)
+
+    async def settle() -> None:
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    async def main() -> list[int]:
+        policy = GcPolicy(asyncio.get_running_loop(), freeze_after_ms=1e9)
+        policy.install()
+        seen = []
+        try:
+            gc.unfreeze()
+            for n in range(1, CONNECTIONS_PER_FREEZE):
+                policy.connections_open(n)
+            await settle()
+            seen.append(gc.get_freeze_count())  # below the step: nothing frozen
+            policy.connections_open(CONNECTIONS_PER_FREEZE)
+            await settle()
+            seen.append(policy.stats.connection_freezes)
+            seen.append(gc.get_freeze_count())
+            for _ in range(3):  # churn: all closed (the count falls), as many open again
+                for n in range(1, CONNECTIONS_PER_FREEZE + 1):
+                    policy.connections_open(n)
+                await settle()
+            seen.append(policy.stats.connection_freezes)
+            policy._unfreeze()
+            policy.connections_open(CONNECTIONS_PER_FREEZE + 1)  # the same connections
+            await settle()
+            seen.append(policy.stats.connection_freezes)
+            policy.connections_open(2 * CONNECTIONS_PER_FREEZE)  # a thousand more
+            await settle()
+            seen.append(policy.stats.connection_freezes)
+            return seen
+        finally:
+            policy.uninstall()
+
+    before, freezes, frozen, after_churn, after_unfreeze, after_more = asyncio.run(main())
+    assert before == 0
+    assert freezes == 1 and frozen > 0
+    assert after_churn == 1
+    assert after_unfreeze == 1
+    assert after_more == 2
+
+
+def test_a_serving_broker_tells_the_policy_of_its_connections(tmp_path, clean_gc):
+    settings = {
+        "broker.id": "0",
+        "listeners": f"PLAINTEXT://127.0.0.1:{free_port()}",
+        "log.dirs": str(tmp_path),
+    }
+
+    async def main() -> bool:
+        broker = Broker(build_config(settings))
+        async with broker.serving():
+            hook = broker.server.on_open
+        return isinstance(getattr(hook, "__self__", None), GcPolicy)
+
+    assert asyncio.run(main())
