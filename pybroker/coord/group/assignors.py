@@ -15,6 +15,11 @@ range (Kafka's RangeAssignor): per topic, the members subscribed to it in member
 each get a contiguous range of partitions, the first ``partitions % members`` one more; kept
 members keep their ranges when the membership does not change (the computation is
 deterministic).
+
+consumer_target.py keeps the uniform assignor's one-topic case (every member subscribed to
+the same one topic) across a group's epochs and applies the same rule to the members that
+changed; a change here must be made there too (tests/test_consumer_group_target_*.py compare
+both with a from-scratch reference).
 """
 
 from __future__ import annotations

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import base64
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pybroker.coord.group.assignors import Assignment, assign
+from pybroker.coord.group.assignors import RANGE, Assignment, assign
 from pybroker.coord.group.consumer_classic import ClassicMembers
 from pybroker.coord.group.consumer_index import ConsumerGroupIndex
 from pybroker.coord.group.consumer_member import (
@@ -37,6 +38,7 @@ from pybroker.coord.group.consumer_member import (
     subtract,
     to_wire,
 )
+from pybroker.coord.group.consumer_target import HomogeneousTarget, most_requested
 from pybroker.errors import ErrorCode
 
 RECORD_VERSION = 1
@@ -62,6 +64,11 @@ class ConsumerGroup(ClassicMembers):
     _index: ConsumerGroupIndex = field(
         default_factory=ConsumerGroupIndex, compare=False, repr=False
     )
+    # the target kept across epochs in the uniform assignor's one-topic case
+    # (consumer_target.py), told of each member change as the index is
+    _targets: HomogeneousTarget = field(
+        default_factory=HomogeneousTarget, compare=False, repr=False
+    )
 
     protocol_type: ClassVar[str] = CONSUMER
     group_type: ClassVar[str] = CONSUMER
@@ -86,10 +93,17 @@ class ConsumerGroup(ClassicMembers):
     def _sync(self, m: ConsumerMember) -> None:
         """The index after a change of member ``m`` (which is in the group)."""
         self._index.update(m, self._session_timeout(m))
+        self._targets.touch(m.member_id)
+
+    def _unindex(self, member_id: str) -> None:
+        """The index after member ``member_id`` left (or was renamed)."""
+        self._index.remove(member_id)
+        self._targets.touch(member_id)
 
     def _reindex(self) -> None:
         """The index from scratch, after members were put in place wholesale."""
         self._index.clear()
+        self._targets.clear()
         for m in self.members.values():
             self._sync(m)
 
@@ -187,7 +201,7 @@ class ConsumerGroup(ClassicMembers):
                         )
                     # the new process takes the static member's place and assignment
                     del self.members[old.member_id]
-                    self._index.remove(old.member_id)
+                    self._unindex(old.member_id)
                     self.target_changed.add(old.member_id)  # its record is deleted
                     target = self.target.pop(old.member_id, {})
                     old.member_id = req.member_id or str(uuid.uuid4())
@@ -276,7 +290,7 @@ class ConsumerGroup(ClassicMembers):
     def _remove(self, now: int, member_id: str, topics: TopicMeta | None) -> None:
         if self.members.pop(member_id, None) is None:
             return
-        self._index.remove(member_id)
+        self._unindex(member_id)
         self.target.pop(member_id, None)
         self.group_epoch += 1
         if topics is not None:
@@ -288,12 +302,17 @@ class ConsumerGroup(ClassicMembers):
         return {t: topics[t][1] for t in sorted(self._index.subscribed(topics))}
 
     def _compute_target(self, topics: TopicMeta) -> None:
-        chosen = [m.server_assignor for m in self.members.values() if m.server_assignor]
+        self.assignment_epoch = self.group_epoch
+        # the uniform assignor's one-topic case from the members changed since the last
+        # computation (consumer_target.py): a join wave was quadratic (W24, docs/scale.md)
+        done = self._targets.compute(self.members, self.target, topics, self.config.assignors[0])
+        if done is not None:
+            self._assignor, changed = done
+            self.target_changed.update(changed)
+            return
+        chosen = Counter(m.server_assignor for m in self.members.values() if m.server_assignor)
         # Kafka: the most requested server assignor among the members, else the default
-        if chosen:
-            self._assignor = max(sorted(set(chosen)), key=chosen.count)
-        else:
-            self._assignor = None
+        self._assignor = most_requested(chosen)
         # members with the same subscription share one resolved set (the assignors only read
         # them); the partition counts of the subscribed topics only (the assignors ignore the
         # rest): per member, a tuple and a lookup, not a set built from the names or the regex
@@ -311,7 +330,15 @@ class ConsumerGroup(ClassicMembers):
         self.target_changed.update(
             mid for mid in self.target.keys() | old.keys() if self.target.get(mid) != old.get(mid)
         )
-        self.assignment_epoch = self.group_epoch
+        names = next(iter(resolved.values()), None)
+        if (
+            self.assignor_name != RANGE
+            and names is not None
+            and len(names) == 1
+            and all(r == names for r in resolved.values())
+        ):
+            (t,) = names
+            self._targets.build(self.members, self.target, t, counts[t])
 
     def take_target_changed(self) -> set[str]:
         """The members whose target assignment changed since the last call, and the old id of

@@ -36,8 +36,8 @@ class ClassicMembers:
     """The classic-protocol entry points of a ConsumerGroup: they use its members, target,
     epochs and config, and its ``_by_instance``, ``_owned_by_others``, ``_remove``,
     ``_subscribed_partition_counts``, ``_compute_target``, ``_reconcile`` and
-    ``_update_state``, and keep its ``_index`` in step with ``_sync`` after changing a
-    member."""
+    ``_update_state``, and keep its ``_index`` (and incremental target) in step with ``_sync``
+    after changing a member and ``_unindex`` when one leaves or is renamed."""
 
     @property
     def all_classic(self) -> bool:
@@ -133,7 +133,7 @@ class ClassicMembers:
                 )
             # a restarted static member takes its place and assignment under a new id
             del self.members[static.member_id]
-            self._index.remove(static.member_id)
+            self._unindex(static.member_id)
             self.target[member_id] = self.target.pop(static.member_id, {})
             static.member_id, static.left_static = member_id, False
             self.members[member_id] = static

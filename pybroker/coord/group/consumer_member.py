@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,11 +89,16 @@ class ConsumerMember:
     classic_deadline_ms: int | None = None  # a classic member's join or sync timeout
 
     def subscribed(self, topics: TopicMeta) -> set[str]:
-        names = {t for t in self.subscribed_names if t in topics}
-        if self.subscribed_regex is not None:
-            pattern = re.compile(self.subscribed_regex)
-            names |= {t for t in topics if pattern.fullmatch(t)}
-        return names
+        return resolve_subscription(self.subscribed_names, self.subscribed_regex, topics)
+
+
+def resolve_subscription(names: Iterable[str], regex: str | None, topics: TopicMeta) -> set[str]:
+    """The existing topics a subscription (topic names, a regular expression) covers."""
+    out = {t for t in names if t in topics}
+    if regex is not None:
+        pattern = re.compile(regex)
+        out |= {t for t in topics if pattern.fullmatch(t)}
+    return out
 
 
 @dataclass
