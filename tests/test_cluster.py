@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 from async_wait import wait_until
+from zk_expire import expire_session
 
 from pybroker.clock import ManualClock
 from pybroker.coord.metadata import paths
@@ -505,7 +506,6 @@ def test_zk_producer_id_blocks_unique(zk_connect):
 
 def test_zk_session_loss_reregisters(zk_connect, zk_server):
     require_zookeeper()
-    from kazoo.client import KazooClient  # tests may use kazoo directly
 
     async def main():
         s1 = await zk_store(zk_connect)
@@ -514,14 +514,9 @@ def test_zk_session_loss_reregisters(zk_connect, zk_server):
         old_session = s1.session_id
         # expire the session the classic way: a second client with the same id closes it
         sid, passwd = s1._client.client_id
-
-        def expire() -> None:
-            k = KazooClient(hosts=zk_server.connect, client_id=(sid, passwd))
-            k.start(timeout=10)
-            k.stop()
-            k.close()
-
-        await asyncio.get_running_loop().run_in_executor(None, expire)
+        await asyncio.get_running_loop().run_in_executor(
+            None, expire_session, zk_server.connect, (sid, passwd)
+        )
         await wait_until(lambda: s1.session_id not in (0, old_session), timeout=20)
 
         async def registered() -> bool:

@@ -16,6 +16,7 @@ import uuid
 
 import pytest
 from async_wait import wait_until
+from zk_expire import expire_session
 
 from pybroker.coord.controller.context import ControllerFencedError
 from pybroker.coord.controller.controller import Controller
@@ -871,7 +872,6 @@ def test_zk_controller_session_expiry(zk_server, tmp_path):
     broker, or the same one re-elected in its new session) takes over and keeps electing;
     session_ok is False from LOST until the broker has re-registered."""
     require_zookeeper()
-    from kazoo.client import KazooClient
 
     async def main():
         env = Env("zk", tmp_path, f"{zk_server.connect}/t-{uuid.uuid4().hex[:12]}")
@@ -887,14 +887,9 @@ def test_zk_controller_session_expiry(zk_server, tmp_path):
             old_controller = c1.controller
             sid, passwd = s1._client.client_id
             old_session = s1.session_id
-
-            def expire() -> None:
-                k = KazooClient(hosts=zk_server.connect, client_id=(sid, passwd))
-                k.start(timeout=10)
-                k.stop()
-                k.close()
-
-            await asyncio.get_running_loop().run_in_executor(None, expire)
+            await asyncio.get_running_loop().run_in_executor(
+                None, expire_session, zk_server.connect, (sid, passwd)
+            )
             await wait_until(lambda: s1.session_id not in (0, old_session), timeout=20)
             assert (LOST, False, False) in seen
             assert not old_controller.active
