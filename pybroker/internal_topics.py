@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from pybroker.replication.replica import Replica
 
 log = logging.getLogger(__name__)
+_NONE = ErrorCode.NONE  # (read once: an Enum class attribute is a slow lookup on 3.11)
 
 LOAD_BUFFER_BYTES = 5 * 1024 * 1024  # offsets.load.buffer.size's default
 
@@ -230,7 +231,7 @@ class InternalTopic:
             leader_epoch=leader_epoch,
             timeout_ms=self._timeout_ms(),
         )
-        if code != ErrorCode.NONE:
+        if code != _NONE:
             raise CoordinatorWriteError(code, f"{self.name}-{partition}: {ErrorCode(code).name}")
         return last
 
