@@ -4,12 +4,16 @@
     python -m bench.commits --workloads W18 --groups 16,256 --seconds 15
     python -m bench.commits --targets kafka,zk1-zookeeper,zk1-kafka --runs 3
     python -m bench.commits --no-write             # print only (else bench/results/<date>-commits.md)
+    python -m bench.commits --workloads W18 --client-stats   # + librdkafka's requests per commit
 
 W18: ``--groups`` consumer groups (16 and 256), each one confluent-kafka consumer subscribed to a
 1-partition topic that commits a new offset synchronously after every poll
 (``poll(0)`` then ``commit(offsets=..., asynchronous=False)``: what a consumer with
 enable.auto.commit=false does), for ``--seconds``.  Figures: commits/s over all groups, and
-the p50 / p99 of one commit call.
+the p50 / p99 of one commit call; the broker's and the client process's share of a core and CPU
+per commit over the timed part; with ``--client-stats`` each consumer's librdkafka statistics
+every second, from which the requests per commit by API (and the frames sent and received and
+the broker threads' wake-ups) over the timed part.
 
 W19: ``--producers`` confluent-kafka transactional producers (16), each running begin /
 produce one 100 B record to its own partition of a 16-partition topic / commit, for
