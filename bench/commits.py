@@ -4,12 +4,16 @@
     python -m bench.commits --workloads W18 --groups 16,256 --seconds 15
     python -m bench.commits --targets kafka,zk1-zookeeper,zk1-kafka --runs 3
     python -m bench.commits --no-write             # print only (else bench/results/<date>-commits.md)
+    python -m bench.commits --workloads W18 --client-stats   # + librdkafka's requests per commit
 
 W18: ``--groups`` consumer groups (16 and 256), each one confluent-kafka consumer subscribed to a
 1-partition topic that commits a new offset synchronously after every poll
 (``poll(0)`` then ``commit(offsets=..., asynchronous=False)``: what a consumer with
 enable.auto.commit=false does), for ``--seconds``.  Figures: commits/s over all groups, and
-the p50 / p99 of one commit call.
+the p50 / p99 of one commit call; the broker's and the client process's share of a core and CPU
+per commit over the timed part; with ``--client-stats`` each consumer's librdkafka statistics
+every second, from which the requests per commit by API (and the frames sent and received and
+the broker threads' wake-ups) over the timed part.
 
 W19: ``--producers`` confluent-kafka transactional producers (16), each running begin /
 produce one 100 B record to its own partition of a 16-partition topic / commit, for
@@ -92,21 +96,26 @@ def _pct(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1] * 1000
 
 
-def client_w18(bootstrap: str, groups: int, seconds: float, tag: str) -> dict:
+def client_w18(bootstrap: str, groups: int, seconds: float, tag: str, stats: bool) -> dict:
     from confluent_kafka import Consumer, TopicPartition
 
     topic = f"w18-{tag}"
     consumers = []
+    # librdkafka's statistics (``--client-stats``): each consumer's last report, whose
+    # per-broker "req" counts by API say what the client sent for each commit
+    reports: list[list[dict]] = [[] for _ in range(groups)]
     for i in range(groups):
-        c = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"w18-{tag}-{i}",
-                "enable.auto.commit": False,
-                "session.timeout.ms": 45000,
-                "auto.offset.reset": "earliest",
-            }
-        )
+        config: dict = {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"w18-{tag}-{i}",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 45000,
+            "auto.offset.reset": "earliest",
+        }
+        if stats:
+            config["statistics.interval.ms"] = 1000
+            config["stats_cb"] = lambda js, out=reports[i]: out.append(json.loads(js))
+        c = Consumer(config)
         c.subscribe([topic])
         consumers.append(c)
     # warm-up: every consumer owns the partition and has committed once
@@ -152,23 +161,58 @@ def client_w18(bootstrap: str, groups: int, seconds: float, tag: str) -> dict:
     for t in threads:
         t.start()
     stop_at[0] = time.monotonic() + seconds
+    first = [len(r) for r in reports]
     t0 = time.perf_counter()
     wall0 = time.time()
+    cpu0 = os.times()
     start.wait()
     for t in threads:
         t.join()
+    cpu1 = os.times()
     elapsed = time.perf_counter() - t0
     wall1 = time.time()
+    requests = _requests_by_api(reports, first) if stats else {}
     for c in consumers:
         c.close()
     lat = [x for per in latencies for x in per]
+    client_cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
     return {
         "timed": [wall0, wall1, sum(counts)],
         "commits/s": sum(counts) / elapsed,
         "p50 ms": _pct(lat, 50),
         "p99 ms": _pct(lat, 99),
+        "client cores": client_cpu / elapsed,
+        "client us/commit": client_cpu / max(1, sum(counts)) * 1e6,
+        "requests/commit": requests,
         "errors": errors[:5],
     }
+
+
+def _requests_by_api(reports: list[list[dict]], first: list[int]) -> dict:
+    """Requests sent per OffsetCommit by API (and the broker threads' wake-ups, and the
+    transmitted / received frames), from each consumer's first and last statistics report
+    in the timed part, summed over the consumers and the brokers they talk to."""
+    totals: dict[str, float] = {}
+    for rs, k in zip(reports, first, strict=True):
+        if len(rs) < k + 2:
+            continue
+        a, b = rs[k], rs[-1]
+        for name, after in b.get("brokers", {}).items():
+            before = a.get("brokers", {}).get(name, {})
+            if after.get("nodeid", -1) < 0 and not after.get("req"):
+                continue
+            for api, n in after.get("req", {}).items():
+                d = n - before.get("req", {}).get(api, 0)
+                if d:
+                    totals[api] = totals.get(api, 0) + d
+            for key in ("wakeups", "tx", "rx"):
+                totals[f"({key})"] = (
+                    totals.get(f"({key})", 0) + after.get(key, 0) - before.get(key, 0)
+                )
+    commits = totals.get("OffsetCommit", 0)
+    if not commits:
+        return {}
+    return {api: round(n / commits, 3) for api, n in sorted(totals.items())}
 
 
 def client_w19(bootstrap: str, producers: int, seconds: float, tag: str) -> dict:
@@ -232,7 +276,9 @@ def client_w19(bootstrap: str, producers: int, seconds: float, tag: str) -> dict
     }
 
 
-def run_client(kind: str, bootstrap: str, n: int, seconds: float, tag: str) -> dict:
+def run_client(
+    kind: str, bootstrap: str, n: int, seconds: float, tag: str, stats: bool = False
+) -> dict:
     """The client in its own process (the harness's threads stay out of its GIL)."""
     out = subprocess.run(
         [
@@ -244,6 +290,7 @@ def run_client(kind: str, bootstrap: str, n: int, seconds: float, tag: str) -> d
             str(n),
             str(seconds),
             tag,
+            *(["stats"] if stats else []),
         ],
         capture_output=True,
         text=True,
@@ -354,6 +401,18 @@ def load1() -> float:
     return os.getloadavg()[0]
 
 
+def cpu_model() -> str:
+    """/proc/cpuinfo's "model name" (the same machine type can differ between sessions)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 # ------------------------------------------------------------------------------ the run
 
 
@@ -397,7 +456,12 @@ def run(args: argparse.Namespace) -> list[Result]:
                             try:
                                 with cpu_sampler(running) as cpu:
                                     figures = run_client(
-                                        "w18", running.bootstrap, n, args.seconds, tag
+                                        "w18",
+                                        running.bootstrap,
+                                        n,
+                                        args.seconds,
+                                        tag,
+                                        args.client_stats,
                                     )
                             finally:
                                 stop_pyspy(spies)
@@ -456,6 +520,10 @@ def _row(r: Result) -> str:
         err += f"  broker {f['broker cores']:.2f} cores, {f['broker us/commit']:.0f} us/commit"
     if "zookeeper cores" in f:
         err += f", ZooKeeper {f['zookeeper cores']:.2f} cores"
+    if "client cores" in f:
+        err += f"; client {f['client cores']:.2f} cores, {f['client us/commit']:.0f} us/commit"
+    if f.get("requests/commit"):
+        err += f"; per commit {f['requests/commit']}"
     return (
         f"{r.workload} n={r.n:>3} {r.target:<20} {rate:>9,.0f}/s  p50 {f['p50 ms']:6.2f} ms"
         f"  p99 {f['p99 ms']:7.2f} ms  load {r.load_before:.2f}->{r.load_after:.2f}{err}"
@@ -497,7 +565,8 @@ def write_results(results: list[Result], args: argparse.Namespace, path: Path) -
         f"# {time.strftime('%Y-%m-%d')}: W18 offset commits, W19 transactions (bench/commits.py)",
         "",
         f"Command: `python -m bench.commits {' '.join(sys.argv[1:])}` at {rev}; "
-        f"{os.cpu_count()} cores, Python {platform.python_version()}, {args.seconds} s per run, "
+        f"{os.cpu_count()} cores ({cpu_model()}), Python {platform.python_version()}, "
+        f"{args.seconds} s per run, "
         f"{args.runs} run(s) per figure (medians).",
         "",
         _median_table(results),
@@ -515,8 +584,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("client-w18", "client-w19"):
         bootstrap, n, seconds, tag = argv[1], int(argv[2]), float(argv[3]), argv[4]
-        fn = client_w18 if argv[0] == "client-w18" else client_w19
-        print(json.dumps(fn(bootstrap, n, seconds, tag)))
+        if argv[0] == "client-w18":
+            print(json.dumps(client_w18(bootstrap, n, seconds, tag, argv[5:] == ["stats"])))
+        else:
+            print(json.dumps(client_w19(bootstrap, n, seconds, tag)))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default="W18,W19")
@@ -527,6 +598,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument(
+        "--client-stats",
+        action="store_true",
+        help="W18: librdkafka statistics every second (requests per commit by API)",
+    )
+    parser.add_argument(
         "--profile", default="", help="py-spy the pybroker targets into this folder"
     )
     parser.add_argument("--results-dir", default=str(Path(__file__).parent / "results"))
@@ -536,6 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     args.producers = [int(p) for p in args.producers.split(",")]
     args.targets = args.targets.split(",")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores", flush=True)
     results = run(args)
     print()
     print(_median_table(results))

@@ -35,7 +35,7 @@ from pybroker.wire.record_walker import decode_records
 from pybroker.wire.records import (
     HEADER_SIZE,
     InvalidRecordError,
-    build_batch_buffer,
+    build_keyed_batch,
     scan_batches,
 )
 
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from pybroker.replication.replica import Replica
 
 log = logging.getLogger(__name__)
+_NONE = ErrorCode.NONE  # (read once: an Enum class attribute is a slow lookup on 3.11)
 
 LOAD_BUFFER_BYTES = 5 * 1024 * 1024  # offsets.load.buffer.size's default
 
@@ -212,22 +213,11 @@ class InternalTopic:
         producer_epoch: int = -1,
         transactional: bool = False,
     ) -> int:
-        return await self._append_batch(
-            partition, list(records), leader_epoch, producer_id, producer_epoch, transactional
-        )
-
-    async def _append_batch(
-        self,
-        partition: int,
-        records: list[Record],
-        leader_epoch: int,
-        producer_id: int,
-        producer_epoch: int,
-        transactional: bool,
-    ) -> int:
-        batch = build_batch_buffer(
-            [(k, v, []) for k, v in records],
-            timestamp=self.broker.clock.time_ms(),
+        """Append ``records`` as one batch to the partition as its leader in
+        ``leader_epoch`` and wait for the in-sync replicas; the batch's last offset."""
+        batch = build_keyed_batch(
+            records,
+            self.broker.clock.time_ms(),
             producer_id=producer_id,
             producer_epoch=producer_epoch,
             base_sequence=0 if producer_id >= 0 else -1,
@@ -241,7 +231,7 @@ class InternalTopic:
             leader_epoch=leader_epoch,
             timeout_ms=self._timeout_ms(),
         )
-        if code != ErrorCode.NONE:
+        if code != _NONE:
             raise CoordinatorWriteError(code, f"{self.name}-{partition}: {ErrorCode(code).name}")
         return last
 

@@ -248,3 +248,32 @@ def test_parse_mutated_batches_only_raises_invalid_record(mutations, cut):
             continue
         assert sum(h.size for h in hs) == len(buf)
     list(scan_batches(buf))
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        [(b"k", b"v")],
+        [(b"k" * 70, b"v" * 300), (b"tombstone", None), (b"", b"")],
+        [(bytes([i]) * i, bytes(200 * i)) for i in range(1, 80)],
+    ],
+)
+@pytest.mark.parametrize("transactional", [False, True])
+def test_keyed_batch_is_build_batch_buffers_batch(records, transactional):
+    """The coordinator's batch (records.build_keyed_batch) has exactly the bytes
+    build_batch_buffer gives the same records, and reads back as them."""
+    options = dict(
+        producer_id=7 if transactional else -1,
+        producer_epoch=3 if transactional else -1,
+        base_sequence=0 if transactional else -1,
+        is_transactional=transactional,
+        partition_leader_epoch=12,
+    )
+    built = R.build_keyed_batch(records, 1_700_000_000_123, **options)
+    reference = R.build_batch_buffer(
+        [(k, v, []) for k, v in records], timestamp=1_700_000_000_123, **options
+    )
+    assert bytes(built) == bytes(reference)
+    (batch,) = parse_batches(bytes(built))
+    assert batch.is_transactional == transactional
+    assert [(r.key, r.value) for r in decode_records(built)] == [(k, v) for k, v in records]

@@ -3,16 +3,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from pybroker.security.sasl import Session
     from pybroker.services import BrokerServices
 
 
-@dataclass(frozen=True)
-class RequestContext:
+class RequestContext(NamedTuple):
+    """Immutable, built once per request (a NamedTuple: a frozen dataclass's __init__ sets
+    each field through object.__setattr__, 2-3% of the broker's CPU on W18's commit path)."""
+
     services: BrokerServices
     api_key: int
     api_version: int

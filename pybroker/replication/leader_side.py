@@ -24,6 +24,7 @@ from pybroker.replication.replica import (
 )
 
 log = logging.getLogger("pybroker.replication")
+_NONE = ErrorCode.NONE  # (read once: an Enum class attribute is a slow lookup on 3.11)
 
 
 class LeaderSide:
@@ -286,7 +287,7 @@ class LeaderSide:
         if r.log.high_watermark >= end_offset:
             if len(r.isr) < self.min_insync_replicas(r.topic):
                 return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-            return ErrorCode.NONE
+            return _NONE
         return None
 
     async def wait_for_commit(self, r: Replica, end_offset: int, timeout_ms: int) -> int:

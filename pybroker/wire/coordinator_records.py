@@ -168,14 +168,22 @@ def read_txn_key(key: bytes | memoryview) -> str | int:
 
 
 def offset_commit_value(v: OffsetCommitValue) -> bytes:
-    m = v.metadata.encode()
-    if v.expire_timestamp >= 0:
+    return offset_commit_value_of(
+        v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp
+    )
+
+
+def offset_commit_value_of(
+    offset: int, leader_epoch: int, metadata: str, commit_timestamp: int, expire_timestamp: int
+) -> bytes:
+    """``offset_commit_value`` from the fields (the commit path builds no OffsetCommitValue):
+    version 1 when the commit has an expire timestamp (only v1 carries one), else version 3."""
+    m = metadata.encode()
+    if expire_timestamp >= 0:
         return (
-            _V1_HEAD.pack(1, v.offset, len(m))
-            + m
-            + _TWO_I64.pack(v.commit_timestamp, v.expire_timestamp)
+            _V1_HEAD.pack(1, offset, len(m)) + m + _TWO_I64.pack(commit_timestamp, expire_timestamp)
         )
-    return _V3_HEAD.pack(3, v.offset, v.leader_epoch, len(m)) + m + _I64.pack(v.commit_timestamp)
+    return _V3_HEAD.pack(3, offset, leader_epoch, len(m)) + m + _I64.pack(commit_timestamp)
 
 
 def _skip_tags(r: Reader) -> None:

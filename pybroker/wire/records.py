@@ -479,6 +479,58 @@ def build_batch(records: Sequence[RecordSpec], **options: Any) -> bytes:
     return bytes(build_batch_buffer(records, **options))
 
 
+def build_keyed_batch(
+    records: Sequence[tuple[bytes, bytes | None]],
+    timestamp: int,
+    *,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    partition_leader_epoch: int = -1,
+) -> bytearray:
+    """``build_batch_buffer`` for a coordinator's records: (key, value or None for a
+    tombstone), no headers, one timestamp, no compression, base offset 0; the same bytes,
+    built in one buffer (the records written after the header's room, the header packed in
+    place), as every OffsetCommit's append builds one."""
+    if not records:
+        raise ValueError("a batch needs at least one record")
+    buf = bytearray(HEADER_SIZE)
+    for delta, (key, value) in enumerate(records):
+        r = bytearray(b"\x00\x00")  # attributes, timestamp delta 0
+        write_varint(r, delta)
+        write_varint(r, len(key))
+        r += key
+        if value is None:
+            r.append(1)  # varint -1
+        else:
+            write_varint(r, len(value))
+            r += value
+        r.append(0)  # no headers
+        write_varint(buf, len(r))
+        buf += r
+    count = len(records)
+    HEADER.pack_into(
+        buf,
+        0,
+        0,
+        len(buf) - LOG_OVERHEAD,
+        partition_leader_epoch,
+        MAGIC,
+        0,
+        TRANSACTIONAL_MASK if is_transactional else 0,
+        count - 1,
+        timestamp,
+        timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+    _UINT32.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return buf
+
+
 def build_batch_buffer(
     records: Sequence[RecordSpec],
     *,

@@ -40,6 +40,10 @@ class GroupState(enum.Enum):
     DEAD = "Dead"
 
 
+# read once for every commit's checks (3.11: an Enum class attribute is a slow lookup)
+_EMPTY, _COMPLETING, _DEAD = GroupState.EMPTY, GroupState.COMPLETING_REBALANCE, GroupState.DEAD
+
+
 LEGAL_PREDECESSORS: dict[GroupState, frozenset[GroupState]] = {
     GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
     GroupState.PREPARING_REBALANCE: frozenset(
@@ -620,13 +624,13 @@ class Group:
         """Kafka's checks before an OffsetCommit (generation -1 from a non-member is a
         simple consumer storing offsets, allowed while the group has no members).  A valid
         commit from a member renews its session, as in Kafka."""
-        if self.state == GroupState.DEAD:
+        if (state := self.state) is _DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if self._fenced(member_id, instance_id):
             return ErrorCode.FENCED_INSTANCE_ID
-        if generation_id < 0 and self.state == GroupState.EMPTY:
+        if generation_id < 0 and state is _EMPTY:
             return ErrorCode.NONE
-        if self.state == GroupState.COMPLETING_REBALANCE:
+        if state is _COMPLETING:
             return ErrorCode.REBALANCE_IN_PROGRESS
         if member_id not in self.members:
             return ErrorCode.UNKNOWN_MEMBER_ID

@@ -53,6 +53,9 @@ from pybroker.coord.metadata.store import StoreError
 from pybroker.errors import ErrorCode
 
 log = logging.getLogger(__name__)
+# the states a classic group's metadata record is written in (read once: an Enum class
+# attribute is a slow lookup on 3.11, and _store_metadata runs on every commit)
+RECORDED_STATES = (GroupState.STABLE, GroupState.EMPTY)
 
 
 def group_empty(g: Group | ConsumerGroup) -> bool:
@@ -307,7 +310,7 @@ class GroupCoordinatorCore:
         deleted when the group turned into a KIP-848 group (which has its own records)."""
         if isinstance(g, ConsumerGroup):
             self.classic_store.save(g.group_id, None)
-        elif g.state in (GroupState.STABLE, GroupState.EMPTY) and g.protocol_type is not None:
+        elif g.state in RECORDED_STATES and g.protocol_type is not None:
             record = {
                 "protocol_type": g.protocol_type,
                 "generation": g.generation_id,

@@ -23,6 +23,7 @@ from pybroker.errors import ErrorCode, KafkaError
 from pybroker.wire.consumer_protocol import PROTOCOL_TYPE, subscription_topics
 
 log = logging.getLogger(__name__)
+_NONE = ErrorCode.NONE  # (read once: an Enum member's class attribute is slow on 3.11)
 
 
 def _subscribed_topics(g: Group) -> set[str] | None:
@@ -70,7 +71,7 @@ class GroupOffsets(GroupCoordinatorCore):
             assert g is not None
             code = g.validate_commit(member_id, instance_id, generation_id, now)
         self._schedule(group_id)
-        if code != ErrorCode.NONE:
+        if code != _NONE:
             return dict.fromkeys(offsets, code)
         results: dict[TopicPartition, int] = {}
         to_write: dict[TopicPartition, CommittedOffset] = {}
@@ -81,7 +82,7 @@ class GroupOffsets(GroupCoordinatorCore):
         if to_write:
             try:
                 await self.offsets.commit(group_id, to_write)
-                code = ErrorCode.NONE
+                code = _NONE
             except StoreError as e:
                 log.warning("offset commit for group %s failed: %s", group_id, e)
                 code = store_error_code(e)

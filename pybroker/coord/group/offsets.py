@@ -25,7 +25,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from pybroker.clock import Clock
 from pybroker.coord.metadata import paths
@@ -55,8 +55,9 @@ _RETRYABLE = (NodeExistsError, BadVersionError, NoNodeError, NotEmptyError)
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class CommittedOffset:
+class CommittedOffset(NamedTuple):
+    """One partition's committed offset (immutable; a NamedTuple, built on every commit)."""
+
     offset: int
     leader_epoch: int  # -1: unknown
     metadata: str

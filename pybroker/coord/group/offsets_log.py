@@ -88,14 +88,15 @@ def offset_record(group: str, tp: TopicPartition, co: CommittedOffset | None) ->
     key = cr.offset_commit_key(group, tp[0], tp[1])
     if co is None:
         return key, None
-    value = cr.OffsetCommitValue(
+    expire = co.expire_timestamp
+    value = cr.offset_commit_value_of(
         co.offset,
         co.leader_epoch,
         co.metadata,
         co.commit_timestamp,
-        -1 if co.expire_timestamp is None else co.expire_timestamp,
+        -1 if expire is None else expire,
     )
-    return key, cr.offset_commit_value(value)
+    return key, value
 
 
 class LogOffsetStore(PartitionLoads[PartitionCache]):
