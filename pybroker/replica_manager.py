@@ -65,6 +65,11 @@ TIMESTAMP_INLINE_BYTES = 16 * 1024  # ListOffsets: uncompressed batches walked o
 PINNED_REGIONS = 64
 SMALL_REGION = 64 * 1024
 READ_COMMITTED = 1
+# A Produce naming thousands of partitions (a client producing to every partition a broker
+# leads: 16,700 at W22's 100,000 replicas) is applied in slices of APPEND_SLICE partitions,
+# the loop's other work between two (as the fetcher applies a leader's answer): one callback
+# for all of them held a follower's loop 2-7 s under load (docs/scale.md).
+APPEND_SLICE = 256
 
 
 class PartitionResponse(NamedTuple):
@@ -213,24 +218,32 @@ class ReplicaManager(PartitionReplicas):
         acks=-1: waits until the high watermark passes every appended batch or
         ``timeout_ms`` (REQUEST_TIMED_OUT)."""
         out: list[PartitionResponse] = []
-        waits: list[tuple[int, Replica, int]] = []
-        for topic, partition, records in entries:
-            resp, replica, end = await self._append(
-                topic, partition, records, acks, produce_version, transactional_id
-            )
-            if replica is not None:  # acks=all: settled already when the ISR lags nothing
-                code = self.commit_result(replica, end, replica.leader_epoch)
-                if code is not None:
-                    resp = _settled(resp, code)
-                else:
-                    waits.append((len(out), replica, end))
-            out.append(resp)
-        if waits:
-            codes = await asyncio.gather(
-                *(self.wait_for_commit(r, end, timeout_ms) for _, r, end in waits)
-            )
-            for (i, _, _), code in zip(waits, codes, strict=True):
-                out[i] = _settled(out[i], code)
+        waits: list[tuple[int, asyncio.Future[int]]] = []
+        deadline = self.clock.monotonic() + max(timeout_ms, 0) / 1000.0
+        try:
+            for n, (topic, partition, records) in enumerate(entries):
+                if n and n % APPEND_SLICE == 0:
+                    await asyncio.sleep(0)  # (each partition's leadership checked at its append)
+                resp, replica, end = await self._append(
+                    topic, partition, records, acks, produce_version, transactional_id
+                )
+                if replica is not None:  # acks=all: settled already when the ISR lags nothing
+                    code = self.commit_result(replica, end, replica.leader_epoch)
+                    if code is not None:
+                        resp = _settled(resp, code)
+                    else:  # its answer is fixed once the high watermark passes its end
+                        left_ms = int((deadline - self.clock.monotonic()) * 1000)
+                        wait = self.wait_for_commit(replica, end, left_ms)
+                        waits.append((len(out), asyncio.ensure_future(wait)))
+                out.append(resp)
+            if waits:
+                codes = await asyncio.gather(*(w for _, w in waits))
+                for (i, _), code in zip(waits, codes, strict=True):
+                    out[i] = _settled(out[i], code)
+        except BaseException:  # (cancelled: the connection went) no wait outlives its request
+            for _, w in waits:
+                w.cancel()
+            raise
         return out
 
     async def _from_legacy(self, topic: str, partition: int, records: Any, version: int) -> Any:
