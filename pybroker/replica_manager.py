@@ -70,6 +70,7 @@ READ_COMMITTED = 1
 # the loop's other work between two (as the fetcher applies a leader's answer): one callback
 # for all of them held a follower's loop 2-7 s under load (docs/scale.md).
 APPEND_SLICE = 256
+READ_SLICE = 256  # the same for a Fetch's reads (read_from_log_in_slices)
 
 
 class PartitionResponse(NamedTuple):
@@ -105,6 +106,18 @@ class ReadPartition(NamedTuple):
     current_leader_epoch: int = -1
     last_fetched_epoch: int = -1
     topic_id: Any = None  # Fetch v13+: the log must belong to this incarnation
+
+
+class _ReadBudget:
+    """What a read (read_from_log) has used so far: bytes left of max_bytes, bytes read, log
+    regions (FileSlice) held."""
+
+    __slots__ = ("remaining", "total", "regions")
+
+    def __init__(self, max_bytes: int) -> None:
+        self.remaining = max_bytes
+        self.total = 0
+        self.regions = 0
 
 
 class LogReadResult(NamedTuple):
@@ -490,8 +503,27 @@ class ReplicaManager(PartitionReplicas):
         )
 
     # -- read -----------------------------------------------------------------------------
-    def read_from_log(
+    async def read_from_log_in_slices(
         self, params: FetchParams, partitions: Sequence[ReadPartition]
+    ) -> tuple[list[LogReadResult], int]:
+        """read_from_log in slices of READ_SLICE partitions, the loop's other work between two
+        (a follower's fetch of the 16,700 partitions a produce to each just wrote held the
+        leader's loop for seconds); the answer is what one read_from_log would give."""
+        if len(partitions) <= READ_SLICE:
+            return self.read_from_log(params, partitions)
+        budget = _ReadBudget(params.max_bytes)
+        out: list[LogReadResult] = []
+        for i in range(0, len(partitions), READ_SLICE):
+            if i:
+                await asyncio.sleep(0)  # (each partition's leadership checked at its read)
+            out += self.read_from_log(params, partitions[i : i + READ_SLICE], budget)[0]
+        return out, budget.total
+
+    def read_from_log(
+        self,
+        params: FetchParams,
+        partitions: Sequence[ReadPartition],
+        budget: _ReadBudget | None = None,
     ) -> tuple[list[LogReadResult], int]:
         """Read each partition in order from this broker's leader replica: (one result each,
         the bytes read).  ``params.max_bytes`` bounds the total and ``partition_max_bytes``
@@ -499,10 +531,11 @@ class ReplicaManager(PartitionReplicas):
         returned whole (KIP-74; not with ``hard_max_bytes_limit``, Fetch v0-2).  Followers (replica_id >= 0) read up to the log end and
         record their position (ISR, high watermark); consumers up to the high watermark, or
         below the last stable offset for read_committed, which also get the aborted
-        transactions overlapping what they read."""
-        remaining = params.max_bytes
-        total = 0
-        regions = 0  # log regions (FileSlice) read so far
+        transactions overlapping what they read.  ``budget``: what earlier slices of the same
+        read used (read_from_log_in_slices)."""
+        if budget is None:
+            budget = _ReadBudget(params.max_bytes)
+        remaining, total, regions = budget.remaining, budget.total, budget.regions
         out: list[LogReadResult] = []
         append = out.append
         lease_ok = self.lease_ok  # once a request, not per partition
@@ -556,6 +589,7 @@ class ReplicaManager(PartitionReplicas):
                     # read now: the region's descriptor is let go of at once
                     result = result._replace(records=records.read_bytes())
             append(result)
+        budget.remaining, budget.total, budget.regions = remaining, total, regions
         return out, total
 
     def _read(

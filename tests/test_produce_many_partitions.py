@@ -22,7 +22,7 @@ from broker_fixture import (
 )
 
 from pybroker.errors import KafkaError
-from pybroker.replica_manager import APPEND_SLICE
+from pybroker.replica_manager import APPEND_SLICE, READ_SLICE, FetchParams, ReadPartition
 
 FETCH = 1
 PARTITIONS = APPEND_SLICE + 20  # per topic: two topics make three slices
@@ -30,11 +30,16 @@ PARTITIONS = APPEND_SLICE + 20  # per topic: two topics make three slices
 
 @pytest.fixture(scope="module")
 def topics(shared_broker):
-    names = [unique_topic("many"), unique_topic("many")]
-    with shared_broker.client() as c:
+    return _created(shared_broker, 2)
+
+
+def _created(broker, n: int) -> list[str]:
+    """``n`` topics of PARTITIONS partitions, each led here."""
+    names = [unique_topic("many") for _ in range(n)]
+    with broker.client() as c:
         for name in names:
             c.create_topic(name, partitions=PARTITIONS)
-    replicas = shared_broker.broker.replicas
+    replicas = broker.broker.replicas
 
     async def led() -> bool:
         try:
@@ -45,7 +50,7 @@ def topics(shared_broker):
             return False
         return True
 
-    wait_until(lambda: shared_broker.run(led()))  # (CreateTopics answers before the elections)
+    wait_until(lambda: broker.run(led()))  # (CreateTopics answers before the elections)
     return names
 
 
@@ -155,3 +160,57 @@ def test_the_loop_serves_other_work_between_two_slices(broker, topics):
     assert [r.error for r in answers] == [NONE] * len(entries)
     assert 0 < seen < len(entries)
     assert broker.run(log_ends()) == {key: end + 1 for key, end in ends.items()}
+
+
+def _content(r) -> tuple:
+    records = r.records
+    if records is not None and not isinstance(records, bytes | bytearray):
+        records = records.read_bytes()  # a log region: its bytes
+    return (*r._replace(records=None), bytes(records) if records is not None else None)
+
+
+@pytest.mark.parametrize("cut", [None, 0, 50, 70])
+def test_a_fetch_read_in_slices_answers_as_one_read(broker, topics, cut):
+    """The read of a Fetch naming more partitions than READ_SLICE goes in slices: the answer
+    is one read's (KIP-74: max_bytes shared across the slices, the first batch of the first
+    partition with records whole), and another task's step runs between two slices.  ``cut``:
+    max_bytes runs out at that written partition (0: only the first batch; None: no bound)."""
+    (c,) = _created(broker, 1)
+    replicas = broker.broker.replicas
+    written = list(range(READ_SLICE - 50, PARTITIONS))  # on both sides of the first slice's end
+    entries = [(c, p, bytearray(batch([b"y" * 1000] * (1 + p % 3)))) for p in written]
+    asks = [ReadPartition(c, p, 0, 1 << 20) for p in range(PARTITIONS)]
+    asks += [ReadPartition(t, p, 0, 1 << 20) for t in topics for p in range(PARTITIONS)]
+
+    async def read() -> tuple:
+        await replicas.append_records(entries, acks=1, timeout_ms=10000, produce_version=9)
+        sizes = [len(e[2]) for e in entries]
+        max_bytes = 50 << 20 if cut is None else sum(sizes[:cut]) + 100
+        params = FetchParams(-1, max_bytes)
+        whole, whole_total = replicas.read_from_log(params, asks)
+        ran = []
+
+        async def other() -> None:
+            ran.append(True)
+
+        task = asyncio.get_running_loop().create_task(other())
+        sliced, sliced_total = await replicas.read_from_log_in_slices(params, asks)
+        ran_during = bool(ran)
+        await task
+        return (
+            [_content(r) for r in whole],
+            whole_total,
+            [_content(r) for r in sliced],
+            sliced_total,
+            ran_during,
+        )
+
+    whole, whole_total, sliced, sliced_total, ran_during = broker.run(read())
+    assert sliced_total == whole_total
+    assert sliced == whole
+    assert ran_during
+    read_from = [p for p in written if whole[p][-1]]
+    if cut == 0:  # the first batch alone, whole though beyond max_bytes
+        assert read_from == [written[0]]
+    elif cut is not None:  # the budget, shared, ran out at the cut
+        assert read_from[:cut] == written[:cut] and len(read_from) <= cut + 1
