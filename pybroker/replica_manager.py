@@ -65,6 +65,12 @@ TIMESTAMP_INLINE_BYTES = 16 * 1024  # ListOffsets: uncompressed batches walked o
 PINNED_REGIONS = 64
 SMALL_REGION = 64 * 1024
 READ_COMMITTED = 1
+# A Produce naming thousands of partitions (a client producing to every partition a broker
+# leads: 16,700 at W22's 100,000 replicas) is applied in slices of APPEND_SLICE partitions,
+# the loop's other work between two (as the fetcher applies a leader's answer): one callback
+# for all of them held a follower's loop 2-7 s under load (docs/scale.md).
+APPEND_SLICE = 256
+READ_SLICE = 256  # the same for a Fetch's reads (read_from_log_in_slices)
 
 
 class PartitionResponse(NamedTuple):
@@ -100,6 +106,18 @@ class ReadPartition(NamedTuple):
     current_leader_epoch: int = -1
     last_fetched_epoch: int = -1
     topic_id: Any = None  # Fetch v13+: the log must belong to this incarnation
+
+
+class _ReadBudget:
+    """What a read (read_from_log) has used so far: bytes left of max_bytes, bytes read, log
+    regions (FileSlice) held."""
+
+    __slots__ = ("remaining", "total", "regions")
+
+    def __init__(self, max_bytes: int) -> None:
+        self.remaining = max_bytes
+        self.total = 0
+        self.regions = 0
 
 
 class LogReadResult(NamedTuple):
@@ -213,24 +231,32 @@ class ReplicaManager(PartitionReplicas):
         acks=-1: waits until the high watermark passes every appended batch or
         ``timeout_ms`` (REQUEST_TIMED_OUT)."""
         out: list[PartitionResponse] = []
-        waits: list[tuple[int, Replica, int]] = []
-        for topic, partition, records in entries:
-            resp, replica, end = await self._append(
-                topic, partition, records, acks, produce_version, transactional_id
-            )
-            if replica is not None:  # acks=all: settled already when the ISR lags nothing
-                code = self.commit_result(replica, end, replica.leader_epoch)
-                if code is not None:
-                    resp = _settled(resp, code)
-                else:
-                    waits.append((len(out), replica, end))
-            out.append(resp)
-        if waits:
-            codes = await asyncio.gather(
-                *(self.wait_for_commit(r, end, timeout_ms) for _, r, end in waits)
-            )
-            for (i, _, _), code in zip(waits, codes, strict=True):
-                out[i] = _settled(out[i], code)
+        waits: list[tuple[int, asyncio.Future[int]]] = []
+        deadline = self.clock.monotonic() + max(timeout_ms, 0) / 1000.0
+        try:
+            for n, (topic, partition, records) in enumerate(entries):
+                if n and n % APPEND_SLICE == 0:
+                    await asyncio.sleep(0)  # (each partition's leadership checked at its append)
+                resp, replica, end = await self._append(
+                    topic, partition, records, acks, produce_version, transactional_id
+                )
+                if replica is not None:  # acks=all: settled already when the ISR lags nothing
+                    code = self.commit_result(replica, end, replica.leader_epoch)
+                    if code is not None:
+                        resp = _settled(resp, code)
+                    else:  # its answer is fixed once the high watermark passes its end
+                        left_ms = int((deadline - self.clock.monotonic()) * 1000)
+                        wait = self.wait_for_commit(replica, end, left_ms)
+                        waits.append((len(out), asyncio.ensure_future(wait)))
+                out.append(resp)
+            if waits:
+                codes = await asyncio.gather(*(w for _, w in waits))
+                for (i, _), code in zip(waits, codes, strict=True):
+                    out[i] = _settled(out[i], code)
+        except BaseException:  # (cancelled: the connection went) no wait outlives its request
+            for _, w in waits:
+                w.cancel()
+            raise
         return out
 
     async def _from_legacy(self, topic: str, partition: int, records: Any, version: int) -> Any:
@@ -477,8 +503,27 @@ class ReplicaManager(PartitionReplicas):
         )
 
     # -- read -----------------------------------------------------------------------------
-    def read_from_log(
+    async def read_from_log_in_slices(
         self, params: FetchParams, partitions: Sequence[ReadPartition]
+    ) -> tuple[list[LogReadResult], int]:
+        """read_from_log in slices of READ_SLICE partitions, the loop's other work between two
+        (a follower's fetch of the 16,700 partitions a produce to each just wrote held the
+        leader's loop for seconds); the answer is what one read_from_log would give."""
+        if len(partitions) <= READ_SLICE:
+            return self.read_from_log(params, partitions)
+        budget = _ReadBudget(params.max_bytes)
+        out: list[LogReadResult] = []
+        for i in range(0, len(partitions), READ_SLICE):
+            if i:
+                await asyncio.sleep(0)  # (each partition's leadership checked at its read)
+            out += self.read_from_log(params, partitions[i : i + READ_SLICE], budget)[0]
+        return out, budget.total
+
+    def read_from_log(
+        self,
+        params: FetchParams,
+        partitions: Sequence[ReadPartition],
+        budget: _ReadBudget | None = None,
     ) -> tuple[list[LogReadResult], int]:
         """Read each partition in order from this broker's leader replica: (one result each,
         the bytes read).  ``params.max_bytes`` bounds the total and ``partition_max_bytes``
@@ -486,10 +531,11 @@ class ReplicaManager(PartitionReplicas):
         returned whole (KIP-74; not with ``hard_max_bytes_limit``, Fetch v0-2).  Followers (replica_id >= 0) read up to the log end and
         record their position (ISR, high watermark); consumers up to the high watermark, or
         below the last stable offset for read_committed, which also get the aborted
-        transactions overlapping what they read."""
-        remaining = params.max_bytes
-        total = 0
-        regions = 0  # log regions (FileSlice) read so far
+        transactions overlapping what they read.  ``budget``: what earlier slices of the same
+        read used (read_from_log_in_slices)."""
+        if budget is None:
+            budget = _ReadBudget(params.max_bytes)
+        remaining, total, regions = budget.remaining, budget.total, budget.regions
         out: list[LogReadResult] = []
         append = out.append
         lease_ok = self.lease_ok  # once a request, not per partition
@@ -543,6 +589,7 @@ class ReplicaManager(PartitionReplicas):
                     # read now: the region's descriptor is let go of at once
                     result = result._replace(records=records.read_bytes())
             append(result)
+        budget.remaining, budget.total, budget.regions = remaining, total, regions
         return out, total
 
     def _read(

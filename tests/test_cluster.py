@@ -484,6 +484,31 @@ def test_zk_session_probe_hears_the_session(zk_connect):
     run(main())
 
 
+def test_zk_a_pipelined_window_answered_is_heard_as_the_session(zk_connect):
+    """The first answer of a window of pipelined requests (get_many, set_many, multi_many) is
+    heard as the session's too: the probe's own request waits behind the windows sent before
+    it on the same connection (a controller's thousands of multis), while theirs come back."""
+
+    async def main():
+        s1 = await zk_store(zk_connect)
+        s1._probe_stop.set()  # no probe: only the windows' answers are heard
+        s1._probe.join(5)
+        s1._heard = None
+        before = time.monotonic()
+        await s1.create("/heard", b"")
+        assert s1.session_heard() is None  # a single call is not a window
+        await s1.set_many([("/heard", b"x", 7)])  # refused (BadVersion): answered all the same
+        await wait_until(lambda: s1.session_heard() is not None, timeout=10)
+        t, session = s1.session_heard()
+        assert session == s1.session_id and t >= before
+        after = time.monotonic()
+        await s1.get_many(["/heard", "/heard/none"])
+        await wait_until(lambda: s1.session_heard()[0] >= after, timeout=10)
+        await s1.close()
+
+    run(main())
+
+
 def test_zk_producer_id_blocks_unique(zk_connect):
     async def main():
         s1, s2 = await zk_store(zk_connect), await zk_store(zk_connect)

@@ -108,7 +108,7 @@ def _entry(index: int, r: LogReadResult) -> dict:
     return entry
 
 
-def _read_all(
+async def _read_all(
     ctx: RequestContext,
     req: dict,
     partitions: list[FetchPartition],
@@ -204,7 +204,7 @@ def _read_all(
         check_diverging=ctx.version >= 12,
         hard_max_bytes_limit=ctx.version <= 2,
     )
-    results, total = replicas.read_from_log(params, to_read)
+    results, total = await replicas.read_from_log_in_slices(params, to_read)
     for k, (p, r) in enumerate(zip(to_read, results, strict=True)):
         entry = _entry(p.partition, r)
         if r.error:
@@ -355,7 +355,7 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
     if replica_id >= 0 and context.session is not None:
         follower_round = FollowerRound(context.session, fast=True, uses_ids=uses_ids)
     while True:
-        entries, total, errors, stamps = _read_all(
+        entries, total, errors, stamps = await _read_all(
             ctx, req, partitions, replica_id, uses_ids, resolver, track_idle, follower_round
         )
         if total >= req["min_bytes"] or errors:

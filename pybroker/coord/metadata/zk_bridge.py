@@ -1,7 +1,7 @@
 """The hop from kazoo's threads to the event loop (ZooKeeperStore, zk.py): an inbox of calls
 run on the loop in order, one wake-up per batch, and the gathering of many pipelined
 requests' results into one hand-over (a hop per result would cost a wake-up of the loop
-each)."""
+each), and a client's stop off the loop."""
 
 from __future__ import annotations
 
@@ -76,3 +76,44 @@ async def gather_results(
     for i, r in enumerate(sent):
         r.rawlink(done_at(i))
     return await fut
+
+
+def _stop_and_close(client: Any) -> None:
+    try:
+        client.stop()
+    finally:
+        client.close()
+
+
+async def stop_and_close_in_thread(client: Any) -> None:
+    """A kazoo client's stop() and close(): stop() can block for seconds (its connection thread retries an unreachable
+    ensemble): run it in a daemon thread of its own, not the loop's default executor, which
+    asyncio.run waits for at exit, so a caller that stops waiting (a bounded shutdown) does
+    not keep the process alive."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def run() -> None:
+        try:
+            _stop_and_close(client)
+        except Exception as e:  # reported to the awaiting task
+            _settle(done, e)
+        else:
+            _settle(done, None)
+
+    def _settle(fut: asyncio.Future[None], error: BaseException | None) -> None:
+        def apply() -> None:
+            if fut.done():
+                return
+            if error is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(error)
+
+        try:
+            loop.call_soon_threadsafe(apply)
+        except RuntimeError:
+            pass  # the loop is gone: nobody waits any more
+
+    threading.Thread(target=run, name="zookeeper-close", daemon=True).start()
+    await done
