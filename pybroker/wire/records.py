@@ -451,6 +451,35 @@ def sealed_batch(
     if is_control:
         attributes |= CONTROL_MASK
     buf = bytearray(HEADER_SIZE) + payload
+    _seal_header(
+        buf,
+        base_offset,
+        partition_leader_epoch,
+        attributes,
+        count,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+    )
+    return buf
+
+
+def _seal_header(
+    buf: bytearray,
+    base_offset: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    count: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+) -> None:
+    """Pack a v2 batch's header into the room left at the front of ``buf`` (the records
+    after it) and its CRC."""
     HEADER.pack_into(
         buf,
         0,
@@ -469,7 +498,6 @@ def sealed_batch(
         count,
     )
     _UINT32.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
-    return buf
 
 
 def build_batch(records: Sequence[RecordSpec], **options: Any) -> bytes:
@@ -509,25 +537,18 @@ def build_keyed_batch(
         r.append(0)  # no headers
         write_varint(buf, len(r))
         buf += r
-    count = len(records)
-    HEADER.pack_into(
+    _seal_header(
         buf,
         0,
-        0,
-        len(buf) - LOG_OVERHEAD,
         partition_leader_epoch,
-        MAGIC,
-        0,
         TRANSACTIONAL_MASK if is_transactional else 0,
-        count - 1,
+        len(records),
         timestamp,
         timestamp,
         producer_id,
         producer_epoch,
         base_sequence,
-        count,
     )
-    _UINT32.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
     return buf
 
 
