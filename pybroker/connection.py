@@ -12,7 +12,6 @@ docs/internals.md ("pybroker/connection.py").
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import struct
 import time
@@ -41,11 +40,10 @@ MAX_QUEUED_FRAMES = 16
 SASL_MAX_RECEIVE_SIZE = 524288  # Kafka's sasl.server.max.receive.size
 _BEFORE_LOGIN = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
 _BYTES = (bytes, bytearray, memoryview)
-_SIZE_AND_CORRELATION = struct.Struct(">ii")
-# ApiVersions' answer body per version, kept with the response it encodes: every connection
-# asks it first, and W23's 10,000 clients ask it every second; encoding its ~60 API ranges was
-# a third of the CPU of each such request (36 of ~100 us).  Reused only for an equal response.
-_API_VERSIONS_BODIES: dict[int, tuple[dict, bytes]] = {}
+# APIs whose answer most requests get alike, encoded once (codec.encode_response_memo):
+# ApiVersions, which every connection asks first and W23's 10,000 clients every second
+# (encoding its ~60 API ranges was 36 of ~100 us of such a request)
+ANSWERED_ALIKE = frozenset({18})
 
 
 class _Flag:
@@ -367,8 +365,8 @@ class KafkaConnection(asyncio.Protocol):
         self._throttle(api_key, len(frame), ctx, body, response, timer)
         if response is None:
             return None
-        if api_key == 18:
-            return _api_versions_answer(api_version, correlation_id, response)
+        if api_key in ANSWERED_ALIKE:
+            return codec.encode_response_memo(api_key, api_version, correlation_id, response)
         try:
             return codec.encode_response(api_key, api_version, correlation_id, response)
         except struct.error:  # a message quoting a (very long) client name past a string's
@@ -475,19 +473,6 @@ class KafkaConnection(asyncio.Protocol):
                 raise ConnectionResetError(f"the peer closed the connection: {e}") from None
             if sent != part.size:  # the file shrank under us: the frame is broken, drop the peer
                 raise ConnectionError(f"sent {sent} of {part.size} bytes of a log region")
-
-
-def _api_versions_answer(version: int, correlation_id: int, response: dict) -> list[Any]:
-    """``codec.encode_response(18, version, correlation_id, response)``, the body encoded once
-    per distinct response (compared whole, so a changed configuration or error is never
-    answered from the memo).  ApiVersions' response header is v0 in every version (KIP-511):
-    the size and the correlation id, then the body."""
-    memo = _API_VERSIONS_BODIES.get(version)
-    if memo is None or memo[0] != response:
-        frame = codec.encode_response(18, version, 0, response)[0]
-        memo = _API_VERSIONS_BODIES[version] = (copy.deepcopy(response), frame[8:])
-    body = memo[1]
-    return [_SIZE_AND_CORRELATION.pack(len(body) + 4, correlation_id) + body]
 
 
 def _short_messages(value: Any, limit: int = 1024) -> Any:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 
-from pybroker import connection
 from pybroker.registry import supported_versions
 from pybroker.wire import codec
 
@@ -23,25 +22,35 @@ def test_each_answer_is_the_fresh_encoding_with_its_own_correlation_id():
     for version in range(5):
         for correlation_id in (0, 1, 7, 2**31 - 1, -5):
             response = _response()
-            assert connection._api_versions_answer(
-                version, correlation_id, response
+            assert codec.encode_response_memo(
+                API_VERSIONS, version, correlation_id, response
             ) == codec.encode_response(API_VERSIONS, version, correlation_id, response)
 
 
 def test_a_different_response_is_not_answered_from_the_memo():
     response = _response()
-    first = connection._api_versions_answer(3, 9, response)
+    first = codec.encode_response_memo(API_VERSIONS, 3, 9, response)
     response["error_code"] = 42  # the same dict changed in place after it was remembered
-    changed = connection._api_versions_answer(3, 9, response)
+    changed = codec.encode_response_memo(API_VERSIONS, 3, 9, response)
     assert changed == codec.encode_response(API_VERSIONS, 3, 9, response) != first
     fewer = copy.deepcopy(response)
     fewer["api_keys"] = fewer["api_keys"][1:]  # e.g. the KIP-848 APIs turned off
-    assert connection._api_versions_answer(3, 9, fewer) == codec.encode_response(
+    assert codec.encode_response_memo(API_VERSIONS, 3, 9, fewer) == codec.encode_response(
         API_VERSIONS, 3, 9, fewer
     )
-    assert connection._api_versions_answer(3, 9, _response()) == codec.encode_response(
+    assert codec.encode_response_memo(API_VERSIONS, 3, 9, _response()) == codec.encode_response(
         API_VERSIONS, 3, 9, _response()
     )
+
+
+def test_a_flexible_header_answer_is_the_fresh_encoding_too():
+    """The memo keeps the body behind a v1 response header (the tagged fields' byte) too."""
+    heartbeat = 12
+    for correlation_id in (3, 4):
+        body = {"throttle_time_ms": 0, "error_code": 0}
+        assert codec.encode_response_memo(
+            heartbeat, 4, correlation_id, body
+        ) == codec.encode_response(heartbeat, 4, correlation_id, body)
 
 
 def test_a_broker_answers_api_versions_with_each_request_correlation_id(start_broker):

@@ -16,6 +16,7 @@ Handlers use this to cache parts of a response that rarely change (Metadata's to
 
 from __future__ import annotations
 
+import copy
 import struct
 import uuid
 from collections.abc import Callable
@@ -43,6 +44,7 @@ _MIN_SIZE["uuid"] = 16
 _API_HEAD = struct.Struct(">hhi")  # a request's api key, version and correlation id
 _I16 = struct.Struct(">h")
 _SIZE = struct.Struct(">i")
+_SIZE_AND_CORRELATION = struct.Struct(">ii")
 
 
 class Encoded(bytes):
@@ -617,6 +619,27 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: d
     first[0:4] = size.to_bytes(4, "big", signed=True)
     parts[0] = bytes(first)
     return parts
+
+
+_BODIES: dict[tuple[int, int], tuple[dict, bytes]] = {}
+
+
+def encode_response_memo(
+    api_key: int, api_version: int, correlation_id: int, body: dict
+) -> list[Any]:
+    """``encode_response`` for an answer most requests get alike (ApiVersions: every
+    connection asks it first): the body encoded once per distinct answer, kept with a copy
+    of it and used again only for an equal one (compared whole, so a changed configuration or
+    error is never answered from the memo), behind each request's own header.  Answers
+    without log regions only."""
+    memo = _BODIES.get((api_key, api_version))
+    header = b"" if response_header_version(api_key, api_version) == 0 else b"\x00"
+    if memo is None or memo[0] != body:
+        frame = encode_response(api_key, api_version, 0, body)[0]
+        memo = _BODIES[api_key, api_version] = (copy.deepcopy(body), frame[8 + len(header) :])
+    encoded = memo[1]
+    size = 4 + len(header) + len(encoded)
+    return [_SIZE_AND_CORRELATION.pack(size, correlation_id) + header + encoded]
 
 
 def decode_response(api_key: int, api_version: int, frame: bytes | memoryview) -> tuple[int, dict]:
