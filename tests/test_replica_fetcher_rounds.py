@@ -16,6 +16,8 @@ import logging
 import random
 from types import SimpleNamespace
 
+import pytest
+
 from pybroker.clock import ManualClock
 from pybroker.errors import ErrorCode
 from pybroker.fetch_session import FetchPartition, FetchSessionCache
@@ -161,6 +163,15 @@ class ModelLeader:
         return entry
 
 
+@pytest.fixture
+def fetcher_clock(monkeypatch, caplog) -> list[float]:
+    """The fetcher's monotonic clock, set by the test (clock[0]); its warnings captured."""
+    caplog.set_level(logging.WARNING, logger="pybroker.replication.fetcher")
+    clock = [1000.0]
+    monkeypatch.setattr(fetcher_mod, "monotonic", lambda: clock[0])
+    return clock
+
+
 def _setup(tmp_path):
     clock = ManualClock()
     logs = LogManager([tmp_path], LogConfig(), clock)
@@ -189,13 +200,10 @@ def _follow(manager, logs, fetcher, key) -> None:
     fetcher.add(r)
 
 
-def test_each_request_holds_what_a_look_at_every_partition_would(tmp_path, caplog):
+def test_each_request_holds_what_a_look_at_every_partition_would(tmp_path, caplog, fetcher_clock):
     """Random rounds: appends, tails lost by the leader, DeleteRecords on either side,
     errors for a while, partitions removed and added again."""
-    caplog.set_level(logging.WARNING, logger="pybroker.replication.fetcher")
-    clock = [1000.0]
-    old_monotonic = fetcher_mod.monotonic
-    fetcher_mod.monotonic = lambda: clock[0]
+    clock = fetcher_clock
     missed = ReplicaFetcher.missed
 
     async def main() -> None:
@@ -239,21 +247,15 @@ def test_each_request_holds_what_a_look_at_every_partition_would(tmp_path, caplo
         for key in KEYS:
             assert manager.replicas[key].log.log_end_offset == leader.end(key), key
 
-    try:
-        asyncio.run(main())
-    finally:
-        fetcher_mod.monotonic = old_monotonic
+    asyncio.run(main())
     assert ReplicaFetcher.missed == missed
     assert not [r for r in caplog.records if "missed a change" in r.getMessage()]
 
 
-def test_the_audit_finds_a_change_nobody_noted(tmp_path, caplog):
+def test_the_audit_finds_a_change_nobody_noted(tmp_path, caplog, fetcher_clock):
     """A log end moved behind the fetcher's back (no ``touch``): the audit logs it within
     AUDIT_S and the partition is fetched from its new end."""
-    caplog.set_level(logging.WARNING, logger="pybroker.replication.fetcher")
-    clock = [1000.0]
-    old_monotonic = fetcher_mod.monotonic
-    fetcher_mod.monotonic = lambda: clock[0]
+    clock = fetcher_clock
     missed = ReplicaFetcher.missed
 
     async def main() -> None:
@@ -275,9 +277,6 @@ def test_the_audit_finds_a_change_nobody_noted(tmp_path, caplog):
         assert plog.log_end_offset == 2
         assert fetcher._wanted[key]["fetch_offset"] == 2
 
-    try:
-        asyncio.run(main())
-    finally:
-        fetcher_mod.monotonic = old_monotonic
+    asyncio.run(main())
     assert ReplicaFetcher.missed == missed + 1
     assert [r for r in caplog.records if "missed a change of t-0" in r.getMessage()]
