@@ -4,6 +4,7 @@ session is lost."""
 from __future__ import annotations
 
 from kazoo.client import KazooClient  # tests may use kazoo directly
+from kazoo.handlers.threading import KazooTimeoutError
 
 
 def expire_session(connect: str, client_id: tuple[int, bytes], tries: int = 50) -> None:
@@ -12,10 +13,16 @@ def expire_session(connect: str, client_id: tuple[int, bytes], tries: int = 50) 
     The session's owner reconnects at once (ZooKeeperStore's connect string gives kazoo its
     host up to three times, and kazoo tries the entries of a cycle without a pause), and may
     take the connection back before the close is sent: then the close ends nothing, so this
-    repeats until connecting with the id gets a new session."""
+    repeats (also when the two took the connection from each other until the start's
+    timeout) until connecting with the id gets a new session."""
     for _ in range(tries):
         k = KazooClient(hosts=connect, client_id=client_id)
-        k.start(timeout=10)
+        try:
+            k.start(timeout=3)
+        except KazooTimeoutError:  # the owner took the connection back each time: again
+            k.stop()
+            k.close()
+            continue
         gone = k.client_id is None or k.client_id[0] != client_id[0]
         k.stop()
         k.close()
