@@ -1,8 +1,11 @@
 """One client connection: frames in, responses out in request order.  Frames queue up
-(pipelining) and one task per connection handles them one at a time, as Kafka does; reading
-pauses while too much is queued, so a fast sender cannot grow memory without bound; log file
-regions go out through pybroker/transport_layer.py (sendfile, or read and written through the
-TLS layer).  Only framing and decoding violations close the connection; errors a handler can
+(pipelining) and one task per connection handles them one at a time, as Kafka does; a frame
+reaching an idle connection is handled in the callback that read it (``_answer_now``): a
+handler answering without awaiting (a plain function returning the response) has its answer
+written there, with no task switch; one that waits goes to the task, whose coroutine begins
+there.  Reading pauses while too much is queued, so a fast sender cannot grow memory without
+bound; log file regions go out through pybroker/transport_layer.py (sendfile, or read and
+written through the TLS layer).  Only framing and decoding violations close the connection; errors a handler can
 express become error codes.  Each connection has a ``Session``: on a SASL listener only
 ApiVersions and the SASL requests are served before login (KIP-368 re-authentication too); on
 an SSL listener the principal is the client certificate's mapped name.  Details:
@@ -15,7 +18,7 @@ import asyncio
 import logging
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 from pybroker import handlers  # noqa: F401  (registers every handler)
@@ -84,6 +87,20 @@ class _Flag:
         await waiter
 
 
+class _Ready:
+    """An awaitable of a value known already (an answer begun in data_received that the task
+    sends: file regions, a mute to keep)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self.value
+        yield  # (a generator: awaiting it never suspends)
+
+
 class KafkaConnection(asyncio.Protocol):
     def __init__(
         self,
@@ -112,6 +129,8 @@ class KafkaConnection(asyncio.Protocol):
         self._wakeup = _Flag()
         self._can_write = _Flag(True)
         self._task: asyncio.Task | None = None
+        self._idle = True  # the task (if any) waits for a frame: nothing in hand
+        self._carry: Awaitable[Any] | None = None  # a request begun in data_received
         self._on_close = on_close
         self._in_sendfile = False
         self._deferred_close: str | None = None  # "close" / "abort" asked during a sendfile
@@ -150,6 +169,7 @@ class KafkaConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        count = len(self.frames)  # queued before this data: the task's
         try:
             self.decoder.feed(data)
             while (frame := self.decoder.next_frame()) is not None:
@@ -160,9 +180,19 @@ class KafkaConnection(asyncio.Protocol):
             self.abort()
             return
         if self.frames:
-            if self._task is None:
-                self._task = asyncio.get_running_loop().create_task(self._run())
-            self._wakeup.set()
+            if (
+                self._idle
+                and count == 0
+                and self._carry is None
+                and not self._muted_until
+                and self._can_write.is_set()
+            ):
+                self._answer_now()
+            if self.frames or self._carry is not None:
+                self._idle = False
+                if self._task is None:
+                    self._task = asyncio.get_running_loop().create_task(self._run())
+                self._wakeup.set()
         if (
             len(self.frames) >= MAX_QUEUED_FRAMES or self.queued_bytes > self.max_request_bytes
         ) and not self.reading_paused:
@@ -216,22 +246,69 @@ class KafkaConnection(asyncio.Protocol):
         else:
             self.transport.close()
 
+    def _answer_now(self) -> None:
+        """The first frame to reach an idle connection is handled here, in the callback that
+        read it (issue 28: no task switch for a request answered at once): a handler that
+        answers without awaiting has its answer written now; one that returns an awaitable
+        (its coroutine not begun) is handed to the task with the frames after it, as is an
+        answer of file regions, a quota's mute or a full send buffer."""
+        frame = self.frames.pop(0)
+        self.queued_bytes -= len(frame)
+        try:
+            parts = self._handle_now(frame)
+            if parts is False:
+                self.abort()
+            elif parts is None:
+                if self._muted_until:
+                    self._carry = _Ready(None)
+            elif type(parts) is not list:
+                self._carry = parts
+            elif len(parts) == 1 and type(parts[0]) is bytes:
+                self._write(parts[0])
+                if self._muted_until:
+                    self._carry = _Ready(None)
+                why, self.session.close_after_response = self.session.close_after_response, None
+                if why is not None:
+                    log.info("closing %s after the answer: %s", self.peer, why)
+                    self.close()
+            else:
+                self._carry = _Ready(parts)
+        except (ConnectionError, OSError) as e:
+            log.debug("connection %s lost while sending: %s", self.peer, e)
+            self.abort()
+        except Exception:
+            log.exception("unexpected error on connection %s; closing it", self.peer)
+            self.abort()
+
     async def _run(self) -> None:
         frame: bytearray | None = None
-        parts: list[Any] | bool | None = None
+        parts: Any = None
         try:
-            while not self.closed:
-                if not self.frames:
+            while True:
+                carry = self._carry
+                if carry is not None:  # begun in data_received (_answer_now): in hand, so
+                    self._carry = None  # finished even if the connection closed meanwhile
+                    parts = await carry
+                elif self.closed:
+                    return
+                elif self.frames:
+                    frame = self.frames.pop(0)
+                    self.queued_bytes -= len(frame)
+                    if self.reading_paused and len(self.frames) < MAX_QUEUED_FRAMES // 2:
+                        self.reading_paused = False
+                        self.transport.resume_reading()
+                    if not self._can_write.is_set():  # an answer written in data_received
+                        await self._can_write.wait()
+                    parts = self._handle_now(frame)
+                    if parts is not None and parts is not False and type(parts) is not list:
+                        parts = await parts
+                else:
                     frame = parts = None  # an idle connection keeps no request or answer
+                    self._idle = True
                     self._wakeup.clear()
                     await self._wakeup.wait()
+                    self._idle = False
                     continue
-                frame = self.frames.pop(0)
-                self.queued_bytes -= len(frame)
-                if self.reading_paused and len(self.frames) < MAX_QUEUED_FRAMES // 2:
-                    self.reading_paused = False
-                    self.transport.resume_reading()
-                parts = await self._handle(frame)
                 if parts is None:
                     if self._muted_until:
                         await self._mute()
@@ -287,10 +364,12 @@ class KafkaConnection(asyncio.Protocol):
         if self.session.authenticated:
             self.decoder.max_size = self.max_request_bytes
 
-    async def _handle(self, frame: bytearray) -> list[Any] | None | bool:
+    def _handle_now(self, frame: bytearray) -> list[Any] | None | bool | Awaitable[Any]:
+        """The request's answer frame parts (None: no answer; False: close the connection),
+        or, when its handler waits, an awaitable of them (a coroutine not yet begun)."""
         session = self.session
         if session.raw_tokens and session.server is not None:
-            return await self._raw_token(frame)
+            return self._raw_token(frame)
         try:
             api_key, api_version, correlation_id = codec.peek_api(frame)
         except DecodeError:
@@ -349,22 +428,70 @@ class KafkaConnection(asyncio.Protocol):
             listener=self.listener,
             session=session,
         )
-        metrics = self._metrics
-        started = time.perf_counter() if metrics is not None else 0.0
-        timer = Timed(reg.fn(ctx, body)) if request_timer(self.services, api_key) else None
+        started = time.perf_counter() if self._metrics is not None else 0.0
+        if request_timer(self.services, api_key):
+            return self._answer_timed(ctx, reg.fn, body, len(frame), started)
         try:
-            response = await (timer if timer is not None else reg.fn(ctx, body))
+            response = reg.fn(ctx, body)
+            if type(response) is not dict and response is not None:
+                if hasattr(response, "__await__"):  # the handler waits: in the task
+                    return self._answer_later(ctx, body, len(frame), started, response)
         except CloseConnection as e:
-            if metrics is not None:
-                metrics.request(api_key, api_version, body, None, time.perf_counter() - started)
-            log.info("closing %s: %s", self.peer, e)
-            return False
+            return self._closing(ctx, body, started, e)
+        return self._answer(ctx, body, len(frame), started, response, None)
+
+    async def _answer_later(
+        self, ctx: RequestContext, body: dict, size: int, started: float, waiting: Awaitable
+    ) -> list[Any] | None | bool:
+        try:
+            response = await waiting
+        except CloseConnection as e:
+            return self._closing(ctx, body, started, e)
+        return self._answer(ctx, body, size, started, response, None)
+
+    async def _answer_timed(
+        self, ctx: RequestContext, fn: Callable, body: dict, size: int, started: float
+    ) -> list[Any] | None | bool:
+        """A request whose handler time counts for a request quota (quotas/client.py)."""
+        try:
+            began = time.perf_counter()
+            response = fn(ctx, body)
+            seconds = time.perf_counter() - began
+            if type(response) is not dict and hasattr(response, "__await__"):
+                timer = Timed(response)
+                response = await timer
+                seconds += timer.seconds
+        except CloseConnection as e:
+            return self._closing(ctx, body, started, e)
+        return self._answer(ctx, body, size, started, response, seconds)
+
+    def _closing(self, ctx: RequestContext, body: dict, started: float, e: Exception) -> bool:
+        if self._metrics is not None:
+            self._metrics.request(
+                ctx.api_key, ctx.api_version, body, None, time.perf_counter() - started
+            )
+        log.info("closing %s: %s", self.peer, e)
+        return False
+
+    def _answer(
+        self,
+        ctx: RequestContext,
+        body: dict,
+        size: int,
+        started: float,
+        response: Any,
+        seconds: float | None,
+    ) -> list[Any] | None:
+        """Metrics, quotas, and the response encoded (None: no answer)."""
+        api_key, api_version = ctx.api_key, ctx.api_version
+        metrics = self._metrics
         if metrics is not None:
             metrics.request(api_key, api_version, body, response, time.perf_counter() - started)
         self._after_login()
-        self._throttle(api_key, len(frame), ctx, body, response, timer)
+        self._throttle(api_key, size, ctx, body, response, seconds)
         if response is None:
             return None
+        correlation_id = ctx.correlation_id
         if api_key in ANSWERED_ALIKE:
             return codec.encode_response_memo(api_key, api_version, correlation_id, response)
         try:
@@ -381,7 +508,7 @@ class KafkaConnection(asyncio.Protocol):
         ctx: RequestContext,
         body: dict,
         response: Any,
-        timer: Timed | None,
+        seconds: float | None,
     ) -> None:
         """Client quotas (quotas/client.py): the answer's throttle time, if any, mutes the
         connection that long from now (``_mute``)."""
@@ -393,7 +520,7 @@ class KafkaConnection(asyncio.Protocol):
             size,
             body,
             response,
-            timer.seconds if timer is not None else None,
+            seconds,
         )
         if ms > 0:
             self._muted_until = max(self._muted_until, time.monotonic() + ms / 1000.0)

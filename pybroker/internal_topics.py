@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pybroker.coord.metadata.internal_log import CoordinatorWriteError, LogBatch, Record
@@ -55,9 +55,9 @@ class CoordinatorAppends(Protocol):
 
     replicas: dict[tuple[str, int], Replica]
 
-    async def append_as_coordinator(
+    def append_as_coordinator(
         self, topic: str, partition: int, batch: bytes, *, leader_epoch: int, timeout_ms: int
-    ) -> tuple[int, int]: ...
+    ) -> tuple[int, int] | Awaitable[tuple[int, int]]: ...
 
 
 class Host(Protocol):
@@ -215,6 +215,29 @@ class InternalTopic:
     ) -> int:
         """Append ``records`` as one batch to the partition as its leader in
         ``leader_epoch`` and wait for the in-sync replicas; the batch's last offset."""
+        got = self.append_now(
+            partition,
+            records,
+            leader_epoch=leader_epoch,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            transactional=transactional,
+        )
+        return got if type(got) is int else await got
+
+    def append_now(
+        self,
+        partition: int,
+        records: Sequence[Record],
+        *,
+        leader_epoch: int,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        transactional: bool = False,
+    ) -> int | Awaitable[int]:
+        """``append`` without a coroutine when nothing waits: the batch's last offset once
+        the in-sync replicas have it at once, else an awaitable of it.  Raises
+        CoordinatorWriteError (at once, or from the awaitable)."""
         batch = build_keyed_batch(
             records,
             self.broker.clock.time_ms(),
@@ -224,13 +247,22 @@ class InternalTopic:
             is_transactional=transactional,
             partition_leader_epoch=leader_epoch,
         )
-        code, last = await self.broker.replicas.append_as_coordinator(
+        got = self.broker.replicas.append_as_coordinator(
             self.name,
             partition,
             batch,
             leader_epoch=leader_epoch,
             timeout_ms=self._timeout_ms(),
         )
+        if type(got) is tuple:
+            return self._appended(partition, got)
+        return self._replicated(partition, got)
+
+    async def _replicated(self, partition: int, waiting: Awaitable[tuple[int, int]]) -> int:
+        return self._appended(partition, await waiting)
+
+    def _appended(self, partition: int, got: tuple[int, int]) -> int:
+        code, last = got
         if code != _NONE:
             raise CoordinatorWriteError(code, f"{self.name}-{partition}: {ErrorCode(code).name}")
         return last

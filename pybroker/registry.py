@@ -13,7 +13,10 @@ from typing import Any
 from pybroker.wire import messages as _messages  # noqa: F401  (registers the declarations)
 from pybroker.wire.schema import SCHEMAS
 
-Handler = Callable[[Any, dict], Awaitable[dict | None]]
+# A handler is ``async def``, or a plain function returning the response or an awaitable of it
+# (answered without a coroutine when nothing waits: connection.py writes such an answer from
+# the callback that read the request)
+Handler = Callable[[Any, dict], Awaitable[dict | None] | dict | None]
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pybroker import topic_config
@@ -419,7 +419,7 @@ class ReplicaManager(PartitionReplicas):
             code = await self.wait_for_commit(replica, end, timeout_ms)
         return code
 
-    async def append_as_coordinator(
+    def append_as_coordinator(
         self,
         topic: str,
         partition: int,
@@ -427,13 +427,16 @@ class ReplicaManager(PartitionReplicas):
         *,
         leader_epoch: int,
         timeout_ms: int,
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int] | Awaitable[tuple[int, int]]:
         """A coordinator's own v2 batch (one, built by it in ``buf`` with
         records.build_batch_buffer, so neither parsed nor validated again: its header is
         read back as built) appended as the leader in ``leader_epoch``
         (NOT_LEADER_OR_FOLLOWER once the epoch moved: the coordinator's fencing), then waited
         for as an acks=all produce (Kafka's appendRecords with origin COORDINATOR,
-        requiredAcks -1).  (error code, the batch's last offset)."""
+        requiredAcks -1).  (error code, the batch's last offset) when that is known at once
+        (an error, or the in-sync replicas have it already: a partition with no other ISR
+        member), else an awaitable of it (the wait for the high watermark): the coordinator's
+        commit is then answered without a coroutine in between (issue 28)."""
         replica = None
         try:
             replica = self.leader_replica(topic, partition)
@@ -462,8 +465,13 @@ class ReplicaManager(PartitionReplicas):
         end = appended.last_offset + 1
         code = self.commit_result(replica, end, replica.leader_epoch)
         if code is None:
-            code = await self.wait_for_commit(replica, end, timeout_ms)
+            return self._coordinator_wait(replica, end, timeout_ms, appended.last_offset)
         return code, appended.last_offset
+
+    async def _coordinator_wait(
+        self, replica: Replica, end: int, timeout_ms: int, last_offset: int
+    ) -> tuple[int, int]:
+        return await self.wait_for_commit(replica, end, timeout_ms), last_offset
 
     # -- ListOffsets by timestamp (Kafka's fetchOffsetForTimestamp) -------------------------
     async def offset_for_timestamp(self, log: PartitionLog, ts: int) -> tuple[int, int]:

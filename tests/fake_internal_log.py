@@ -69,6 +69,10 @@ class FakeLog:
         )
         return base + len(recs) - 1
 
+    def append_now(self, partition: int, records: Sequence[Record], *, leader_epoch: int):
+        """Always an awaitable here (the append yields once, as the real one may wait)."""
+        return self.append(partition, records, leader_epoch=leader_epoch)
+
     def marker(self, partition: int, producer_id: int, committed: bool) -> None:
         base = self._end(partition)
         self.batches[partition].append(LogBatch(base, base, producer_id, 0, True, committed, []))

@@ -20,37 +20,50 @@ group has no members, else UNKNOWN_MEMBER_ID; NOT_COORDINATOR at other brokers).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from pybroker.handlers._groups import commit_checks, commit_response, coordinator_error
 from pybroker.handlers.context import RequestContext
 from pybroker.registry import handler
 
 
 @handler(8, 0, 9)
-async def offset_commit(ctx: RequestContext, req: dict) -> dict:
+def offset_commit(ctx: RequestContext, req: dict) -> dict | Awaitable[dict]:
+    """Answered without a coroutine when nothing waits (the coordinator's commit_now): the
+    connection then writes the answer from the callback that read the request (issue 28)."""
     code = coordinator_error(ctx, req["group_id"], empty_ok=True)
     results, wanted = commit_checks(ctx, req, code)
-    if wanted:
-        retention = req.get("retention_time_ms", -1)
-        stamps = (
-            {  # v1's explicit commit times (-1: now); no other version has the field
-                (t["name"], p["partition_index"]): p["commit_timestamp"]
-                for t in req["topics"]
-                for p in t["partitions"]
-                if p.get("commit_timestamp", -1) != -1
-            }
-            if ctx.version == 1
-            else None
-        )
-        results.update(
-            await ctx.services.groups.commit(
-                req["group_id"],
-                req.get("member_id", ""),
-                req.get("group_instance_id"),
-                req.get("generation_id_or_member_epoch", -1),
-                wanted,
-                retention_ms=retention if retention is not None and retention >= 0 else None,
-                commit_timestamps=stamps or None,
-                api_version=ctx.version,
-            )
-        )
+    if not wanted:
+        return commit_response(req, results)
+    retention = req.get("retention_time_ms", -1)
+    stamps = (
+        {  # v1's explicit commit times (-1: now); no other version has the field
+            (t["name"], p["partition_index"]): p["commit_timestamp"]
+            for t in req["topics"]
+            for p in t["partitions"]
+            if p.get("commit_timestamp", -1) != -1
+        }
+        if ctx.version == 1
+        else None
+    )
+    got = ctx.services.groups.commit_now(
+        req["group_id"],
+        req.get("member_id", ""),
+        req.get("group_instance_id"),
+        req.get("generation_id_or_member_epoch", -1),
+        wanted,
+        retention_ms=retention if retention is not None and retention >= 0 else None,
+        commit_timestamps=stamps or None,
+        api_version=ctx.version,
+    )
+    if type(got) is dict:
+        results.update(got)
+        return commit_response(req, results)
+    return _answer_later(req, results, got)
+
+
+async def _answer_later(
+    req: dict, results: dict, waiting: Awaitable[dict[tuple[str, int], int]]
+) -> dict:
+    results.update(await waiting)
     return commit_response(req, results)

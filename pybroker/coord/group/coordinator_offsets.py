@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 
 from pybroker.coord.group.classic import Group
 from pybroker.coord.group.consumer import ConsumerGroup
@@ -42,7 +42,69 @@ def _subscribed_topics(g: Group) -> set[str] | None:
     return topics
 
 
+def _commit_failed(
+    group_id: str,
+    e: StoreError,
+    to_write: dict[TopicPartition, CommittedOffset],
+    results: dict[TopicPartition, int],
+) -> dict[TopicPartition, int]:
+    log.warning("offset commit for group %s failed: %s", group_id, e)
+    results.update(dict.fromkeys(to_write, store_error_code(e)))
+    return results
+
+
+async def _committed_later(
+    group_id: str,
+    waiting: Awaitable[None],
+    to_write: dict[TopicPartition, CommittedOffset],
+    results: dict[TopicPartition, int],
+) -> dict[TopicPartition, int]:
+    """The rest of a commit whose append waits (for the in-sync replicas, or the store)."""
+    try:
+        await waiting
+    except StoreError as e:
+        return _commit_failed(group_id, e, to_write, results)
+    results.update(dict.fromkeys(to_write, _NONE))
+    return results
+
+
 class GroupOffsets(GroupCoordinatorCore):
+    def commit_now(
+        self,
+        group_id: str,
+        member_id: str,
+        instance_id: str | None,
+        generation_id: int,
+        offsets: dict[TopicPartition, tuple[int, int, str | None]],
+        *,
+        retention_ms: int | None = None,
+        commit_timestamps: dict[TopicPartition, int] | None = None,
+        api_version: int = 9,
+    ) -> dict[TopicPartition, int] | Awaitable[dict[TopicPartition, int]]:
+        """``commit`` without a coroutine when nothing waits (the group's state loaded, the
+        store's append durable at once): the error per partition, else an awaitable of it."""
+        if group_id not in self._checked:  # its durable state is read first
+            return self.commit(
+                group_id,
+                member_id,
+                instance_id,
+                generation_id,
+                offsets,
+                retention_ms=retention_ms,
+                commit_timestamps=commit_timestamps,
+                api_version=api_version,
+            )
+        return self._commit_loaded(
+            group_id,
+            member_id,
+            instance_id,
+            generation_id,
+            offsets,
+            retention_ms,
+            commit_timestamps,
+            api_version,
+        )
+
     async def commit(
         self,
         group_id: str,
@@ -62,6 +124,29 @@ class GroupOffsets(GroupCoordinatorCore):
         load_error = await self.load_group(group_id)
         if load_error is not None:
             return dict.fromkeys(offsets, load_error)
+        got = self._commit_loaded(
+            group_id,
+            member_id,
+            instance_id,
+            generation_id,
+            offsets,
+            retention_ms,
+            commit_timestamps,
+            api_version,
+        )
+        return got if type(got) is dict else await got
+
+    def _commit_loaded(
+        self,
+        group_id: str,
+        member_id: str,
+        instance_id: str | None,
+        generation_id: int,
+        offsets: dict[TopicPartition, tuple[int, int, str | None]],
+        retention_ms: int | None,
+        commit_timestamps: dict[TopicPartition, int] | None,
+        api_version: int,
+    ) -> dict[TopicPartition, int] | Awaitable[dict[TopicPartition, int]]:
         now = self.clock.time_ms()
         cg = self.groups.get(group_id)
         if isinstance(cg, ConsumerGroup):
@@ -81,13 +166,13 @@ class GroupOffsets(GroupCoordinatorCore):
             to_write[tp] = CommittedOffset(offset, epoch, metadata, stamp, expire)
         if to_write:
             try:
-                await self.offsets.commit(group_id, to_write)
-                code = _NONE
+                waiting = self.offsets.commit_now(group_id, to_write)
             except StoreError as e:
-                log.warning("offset commit for group %s failed: %s", group_id, e)
-                code = store_error_code(e)
+                return _commit_failed(group_id, e, to_write, results)
+            if waiting is not None:
+                return _committed_later(group_id, waiting, to_write, results)
             for tp in to_write:
-                results[tp] = code
+                results[tp] = _NONE
         return results
 
     def _metadata_checked(

@@ -340,6 +340,13 @@ class OffsetStore:
         if offsets:
             await self._submit(group, _Write(dict(offsets)))
 
+    def commit_now(
+        self, group: str, offsets: dict[TopicPartition, CommittedOffset]
+    ) -> Awaitable[None]:
+        """``commit``'s awaitable (a store write always waits; offsets_log.py's answers at
+        once when it can)."""
+        return self.commit(group, offsets)
+
     async def delete_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> None:
         """Delete these partitions' offsets (one multi); missing ones are ignored."""
         wanted = set(partitions)

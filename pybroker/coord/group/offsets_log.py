@@ -275,13 +275,19 @@ class LogOffsetStore(PartitionLoads[PartitionCache]):
                 transactional=producer_id >= 0,
             )
         except CoordinatorWriteError as e:
-            if e.code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
-                # another broker leads the partition now (its leadership notice is on the
-                # way): its groups are unloaded here
-                if self._parts.get(partition) is st:
-                    self.on_resignation(partition)
-            raise CoordinatorWriteError(coordinator_error(e.code), str(e)) from e
+            raise self._append_failed(partition, st, e) from e
         return last - len(records) + 1
+
+    def _append_failed(
+        self, partition: int, st: PartitionCache, e: CoordinatorWriteError
+    ) -> CoordinatorWriteError:
+        """The error to raise for a failed append (Kafka's maybeConvertOffsetCommitError)."""
+        if e.code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+            # another broker leads the partition now (its leadership notice is on the
+            # way): its groups are unloaded here
+            if self._parts.get(partition) is st:
+                self.on_resignation(partition)
+        return CoordinatorWriteError(coordinator_error(e.code), str(e))
 
     async def _append_offsets(
         self,
@@ -294,6 +300,18 @@ class LogOffsetStore(PartitionLoads[PartitionCache]):
         first = await self._append(
             partition, st, [offset_record(group, tp, co) for tp, co in items]
         )
+        self._offsets_appended(partition, st, group, items, first)
+
+    def _offsets_appended(
+        self,
+        partition: int,
+        st: PartitionCache,
+        group: str,
+        items: list[tuple[TopicPartition, CommittedOffset | None]],
+        first: int,
+    ) -> None:
+        """The cache after an append of ``items`` at offsets ``first``...: a partition's newer
+        offset wins (a later commit of it may have finished first)."""
         if self._parts.get(partition) is not st:
             return
         g = st.groups.setdefault(group, _Group())
@@ -308,9 +326,42 @@ class LogOffsetStore(PartitionLoads[PartitionCache]):
     async def commit(self, group: str, offsets: Offsets) -> None:
         """Append the offsets as one batch (all or nothing) and wait for the in-sync
         replicas.  Raises CoordinatorWriteError with the code to answer."""
-        if offsets:
-            p = self.partition_of(group)
-            await self._append_offsets(p, self._served(group), group, dict(offsets))
+        waiting = self.commit_now(group, offsets)
+        if waiting is not None:
+            await waiting
+
+    def commit_now(self, group: str, offsets: Offsets) -> Awaitable[None] | None:
+        """``commit`` without a coroutine when nothing waits: None once the batch is appended
+        and the in-sync replicas have it (at once when the partition has no other ISR
+        member), else an awaitable of the rest.  Raises CoordinatorWriteError."""
+        if not offsets:
+            return None
+        p = self.partition_of(group)
+        st = self._served(group)
+        items = list(offsets.items())
+        records = [offset_record(group, tp, co) for tp, co in items]
+        try:
+            got = self.log.append_now(p, records, leader_epoch=st.leader_epoch)
+        except CoordinatorWriteError as e:
+            raise self._append_failed(p, st, e) from e
+        if type(got) is int:
+            self._offsets_appended(p, st, group, items, got - len(records) + 1)
+            return None
+        return self._offsets_replicated(p, st, group, items, got)
+
+    async def _offsets_replicated(
+        self,
+        partition: int,
+        st: PartitionCache,
+        group: str,
+        items: list[tuple[TopicPartition, CommittedOffset | None]],
+        waiting: Awaitable[int],
+    ) -> None:
+        try:
+            last = await waiting
+        except CoordinatorWriteError as e:
+            raise self._append_failed(partition, st, e) from e
+        self._offsets_appended(partition, st, group, items, last - len(items) + 1)
 
     async def delete_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> None:
         """Tombstones for these partitions' offsets; missing ones are ignored."""

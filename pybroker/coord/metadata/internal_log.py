@@ -12,7 +12,7 @@ broker becomes its leader.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import NamedTuple, Protocol
 
 from pybroker.coord.metadata.store import StoreError
@@ -77,6 +77,14 @@ class InternalLog(Protocol):
         """Append the records, contiguous and all or nothing, as the leader in ``leader_epoch``
         and wait until every in-sync replica has them; the last one's offset.  Raises CoordinatorWriteError (the raw append error in ``code``: NOT_LEADER_OR_FOLLOWER
         when the epoch moved, REQUEST_TIMED_OUT, ...)."""
+        ...
+
+    def append_now(
+        self, partition: int, records: Sequence[Record], *, leader_epoch: int
+    ) -> int | Awaitable[int]:
+        """``append`` (not transactional) answered without a coroutine when nothing waits:
+        the last offset when the in-sync replicas have the records at once, else an
+        awaitable of it.  Raises CoordinatorWriteError (at once, or from the awaitable)."""
         ...
 
     def replay(self, partition: int, leader_epoch: int) -> AsyncIterator[LogBatch]:
