@@ -27,7 +27,8 @@ _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
 @handler(18, 0, 4)
-async def api_versions(ctx: RequestContext, req: dict) -> dict:
+def api_versions(ctx: RequestContext, req: dict) -> dict:
+    # a plain function: answered in the callback that read it (connection.py, issue 28)
     error = ErrorCode.NONE
     if ctx.version >= 3:
         for s in (req["client_software_name"], req["client_software_version"]):

@@ -10,7 +10,8 @@ from pybroker.registry import handler
 
 
 @handler(12, 0, 4)
-async def heartbeat(ctx: RequestContext, req: dict) -> dict:
+def heartbeat(ctx: RequestContext, req: dict) -> dict:
+    # a plain function: answered in the callback that read it (connection.py, issue 28)
     code = coordinator_error(ctx, req["group_id"])
     if code is None:
         code = ctx.services.groups.heartbeat(
