@@ -5,11 +5,11 @@ handler answering without awaiting (a plain function returning the response) has
 written there, with no task switch; one that waits goes to the task, whose coroutine begins
 there.  Reading pauses while too much is queued, so a fast sender cannot grow memory without
 bound; log file regions go out through pybroker/transport_layer.py (sendfile, or read and
-written through the TLS layer).  Only framing and decoding violations close the connection; errors a handler can
-express become error codes.  Each connection has a ``Session``: on a SASL listener only
-ApiVersions and the SASL requests are served before login (KIP-368 re-authentication too); on
-an SSL listener the principal is the client certificate's mapped name.  Details:
-docs/internals.md ("pybroker/connection.py").
+written through the TLS layer).  Only framing and decoding violations close the connection;
+errors a handler can express become error codes.  Each connection has a ``Session``: on a
+SASL listener only ApiVersions and the SASL requests are served before login (KIP-368
+re-authentication too); on an SSL listener the principal is the client certificate's mapped
+name.  Details: docs/internals.md ("pybroker/connection.py").
 """
 
 from __future__ import annotations
