@@ -601,13 +601,12 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: d
     """Response frame parts (size prefix included): bytes, and out-of-band chunks in order."""
     a = SCHEMAS.by_key[api_key]
     w = Writer()
-    w.int32(0)  # size, patched below
-    encode_message(
-        RESPONSE_HEADER,
-        response_header_version(api_key, api_version),
-        {"correlation_id": correlation_id},
-        w,
-    )
+    # the size (patched below) and the response header, packed here (the generic encoder's
+    # plan for two fields was ~2% of an OffsetCommit's path): the correlation id, and in
+    # header v1 its tagged fields, none (uvarint 0)
+    w.buf += _SIZE_AND_CORRELATION.pack(0, correlation_id)
+    if response_header_version(api_key, api_version):
+        w.buf.append(0)
     encode_message(a.response, api_version, body, w)
     buf = w.buf
     if not w.has_chunks:  # no log region: the size patched into the one buffer, one copy

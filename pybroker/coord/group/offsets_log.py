@@ -314,7 +314,9 @@ class LogOffsetStore(PartitionLoads[PartitionCache]):
         offset wins (a later commit of it may have finished first)."""
         if self._parts.get(partition) is not st:
             return
-        g = st.groups.setdefault(group, _Group())
+        g = st.groups.get(group)
+        if g is None:  # (not setdefault: a _Group built per commit, two dicts, 1.8%)
+            g = st.groups[group] = _Group()
         for i, (tp, co) in enumerate(items):
             at = first + i
             if g.record_offsets.get(tp, -1) > at:
