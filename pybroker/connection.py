@@ -529,7 +529,10 @@ class KafkaConnection(asyncio.Protocol):
         """KIP-219: after a throttled answer is sent, nothing more is read from the client
         until its throttle time has passed (requests it already sent wait too)."""
         left = self._muted_until - time.monotonic()
-        if left <= 0 or self.closed:
+        if left <= 0:  # served: the connection may answer in data_received again
+            self._muted_until = 0.0
+            return
+        if self.closed:
             return
         self.transport.pause_reading()
         try:
