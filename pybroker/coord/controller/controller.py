@@ -14,6 +14,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 
+from pybroker.coord.controller.channel import StatePushes
 from pybroker.coord.controller.context import ClusterView, ControllerFence, ControllerFencedError
 from pybroker.coord.controller.election import (
     Decision,
@@ -69,6 +70,8 @@ class Controller:
         self.brokers = LiveBrokers(self.store, epoch, self._full_pass_soon)
         # KIP-455 (coord/controller/reassignment.py)
         self.reassignments = Reassignments(cluster, self.fence, self.wake)
+        # what it writes, pushed to the other live brokers (Kafka's LeaderAndIsr/UpdateMetadata)
+        self.pushes = StatePushes(self.store, cluster.broker_id, epoch)
 
     @property
     def active(self) -> bool:
@@ -104,6 +107,7 @@ class Controller:
             )
         self.fence.active = False
         self.cluster.remove_listener(self._on_event)
+        self.pushes.stop()
         for task in (self._task, self._rebalance_task):
             if task is not None and not task.done():
                 task.cancel()
@@ -491,7 +495,7 @@ class Controller:
                     multis += sent
                     written += len(applied)
                     conflicts += len(conflicted)
-                    self._applied(applied)
+                    self._applied(applied, live | self.shutting_down)
                     for tp, *_ in applied:
                         results[tp] = (ErrorCode.NONE, None)
                     pending += [tp for tp, *_ in conflicted]  # someone wrote meanwhile
@@ -587,8 +591,10 @@ class Controller:
             return chunk, conflicted, sent
         return [], conflicted, sent
 
-    def _applied(self, chunk: list[_Write]) -> None:
+    def _applied(self, chunk: list[_Write], brokers: set[int]) -> None:
+        """What ``chunk`` wrote: into our cache, and pushed to the other live ``brokers``."""
         by_topic: dict[str, dict[int, PartitionState]] = {}
+        pushed: list[paths.PushedState] = []
         for tp, st, replicas, d in chunk:
             log.info(
                 "controller (epoch %d): %s-%d %s: leader %d -> %d, leader_epoch %d, isr %s -> %s",
@@ -605,5 +611,20 @@ class Controller:
             by_topic.setdefault(tp[0], {})[tp[1]] = PartitionState(
                 d.leader, d.leader_epoch, list(replicas), list(d.isr), self.epoch, st.zk_version + 1
             )
+            info = self.cluster.topics.get(tp[0])
+            if info is not None:
+                topic_id = str(info.topic_id)
+                pushed.append(
+                    (
+                        tp[0],
+                        topic_id,
+                        tp[1],
+                        d.leader,
+                        d.leader_epoch,
+                        list(d.isr),
+                        st.zk_version + 1,
+                    )
+                )
         for name, states in by_topic.items():
             self.cluster.put_partition_states(name, states)
+        self.pushes.push(pushed, brokers)
