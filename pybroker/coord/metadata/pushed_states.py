@@ -141,7 +141,15 @@ class PushedStates:
             except (ValueError, KeyError, TypeError) as e:
                 log.warning("unreadable pushed states %s: %s", node, e)
                 continue
-            self.applied += apply_pushed(self.cache, epoch, states)
+            newer = apply_pushed(self.cache, epoch, states)
+            self.applied += newer
+            log.info(
+                "pushed states %s (controller epoch %d): %d of %d newer than the cache's",
+                node.rsplit("/", 1)[-1],
+                epoch,
+                newer,
+                len(states),
+            )
         # deleted together; one gone already (a delete whose answer was lost) fails the
         # multi, so then each alone (applying a push again would change nothing anyway)
         try:
