@@ -13,6 +13,7 @@ from async_wait import wait_until
 from pybroker.coord.controller.controller import Controller
 from pybroker.coord.metadata import paths
 from pybroker.coord.metadata.cluster import Cluster
+from pybroker.coord.metadata.local import LocalStore
 from pybroker.coord.metadata.model import PartitionState, TopicInfo
 from pybroker.coord.metadata.pushed_states import apply_pushed
 from pybroker.coord.metadata.zk import ZooKeeperStore
@@ -132,3 +133,50 @@ def test_brokers_learn_a_controlled_shutdowns_elections_from_the_push(zk_server)
                 await stores[bid].close()
 
     asyncio.run(asyncio.wait_for(main(), 90))
+
+
+def test_a_push_to_a_broker_not_watching_does_not_stop_the_election(tmp_path):
+    """The controller believes broker 9 reads pushes (its parent node is gone): the
+    election's multi fails on that push, is sent again without the pushes, and lands."""
+
+    async def main():
+        store = LocalStore(tmp_path / "meta")
+        await store.start()
+        clusters = {}
+        try:
+            for bid in (1, 2, 3):
+                endpoints = [("PLAINTEXT", "127.0.0.1", 9090 + bid)]
+                clusters[bid] = Cluster(store, bid, endpoints, controller=Controller)
+                await clusters[bid].start()
+            c1 = clusters[1]
+            await wait_until(lambda: set(c1.brokers) == {1, 2, 3}, what="brokers seen")
+            await c1.create_topic("t", 4, 3, assignments={p: [2, 3, 1] for p in range(4)})
+            await wait_until(
+                lambda: len(c1.topics.get("t", TopicInfo("t", TOPIC_ID, {}, {})).partitions) == 4
+            )
+            pushes = c1.controller.pushes
+            await pushes.watching([2, 3])
+            pushes._watching.add(9)
+            real = c1.controller.pushes.watching
+
+            async def also_nine(brokers):
+                return sorted(
+                    {*await real(brokers), 9} if pushes._watching else await real(brokers)
+                )
+
+            pushes.watching = also_nine
+            await store.create(paths.controlled_shutdown(2), b"{}", ephemeral=True, makepath=True)
+            await wait_until(
+                lambda: all(s.leader == 3 for s in c1.topics["t"].partitions.values()),
+                what="moved",
+            )
+            for p in range(4):
+                data, _ = await store.get(paths.partition_state("t", p))
+                assert paths.decode_partition_state(data)["leader"] == 3
+            assert 9 not in pushes._watching  # forgotten: checked again next time
+        finally:
+            for c in clusters.values():
+                await c.stop()
+            await store.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Iterable
 
 from pybroker.coord.metadata import paths
-from pybroker.coord.metadata.store import MetadataStore, StoreError
+from pybroker.coord.metadata.store import Create, MetadataStore, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,35 @@ class StatePushes:
         self.epoch = epoch
         self._tasks: set[asyncio.Task[None]] = set()
         self.pushed = 0  # nodes created (tests, diagnostics)
+        self._watching: set[int] = set()  # brokers whose parent node exists
+
+    async def watching(self, brokers: Iterable[int]) -> list[int]:
+        """Those of ``brokers`` (but this one) that read pushes: their parent node exists
+        (created by the broker once its cache is loaded, never deleted; checked once)."""
+        out = []
+        for b in sorted(set(brokers) - {self.broker_id}):
+            if b not in self._watching:
+                if await self.store.exists(paths.leader_and_isr(b)) is None:
+                    continue
+                self._watching.add(b)
+            out.append(b)
+        return out
+
+    def forget(self) -> None:
+        """A push in a multi found a parent missing: check them all again."""
+        self._watching.clear()
+
+    def creates(self, states: list[paths.PushedState], brokers: list[int]) -> list[Create]:
+        """The push of ``states`` to ``brokers`` as operations of the multi that writes them
+        (the states and their push land together: the brokers' watch on the pushed nodes
+        fires with the states' own)."""
+        if not states:
+            return []
+        data = paths.encode_leader_and_isr(self.epoch, states)
+        return [
+            Create(paths.leader_and_isr(b) + "/n-", data, ephemeral=True, sequence=True)
+            for b in brokers
+        ]
 
     def push(self, states: list[paths.PushedState], brokers: Iterable[int]) -> None:
         """Hand ``states`` to each of ``brokers`` but this one (which applied them itself)."""
