@@ -180,3 +180,72 @@ def test_a_push_to_a_broker_not_watching_does_not_stop_the_election(tmp_path):
             await store.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_elections_on_a_lagging_cache_cost_no_round_trip_per_stale_state(tmp_path):
+    """The controller's cache lags behind 30 ISR writes (its read-back held back): the
+    elections of a controlled shutdown fail their compare-and-set on those states, and the
+    controller reads the rest of the multi's versions once rather than sending the multi again
+    once per stale state (a round trip each); every election lands."""
+
+    async def main():
+        store = LocalStore(tmp_path / "meta")
+        await store.start()
+        clusters = {}
+        try:
+            for bid in (1, 2, 3):
+                endpoints = [("PLAINTEXT", "127.0.0.1", 9090 + bid)]
+                clusters[bid] = Cluster(store, bid, endpoints, controller=Controller)
+                await clusters[bid].start()
+            c1 = clusters[1]
+            await wait_until(lambda: set(c1.brokers) == {1, 2, 3}, what="brokers seen")
+            n = 60
+            await c1.create_topic("t", n, 3, assignments={p: [2, 3, 1] for p in range(n)})
+            await wait_until(
+                lambda: (
+                    "t" in c1.topics
+                    and all(s.zk_version == 0 for s in c1.topics["t"].partitions.values())
+                ),
+                what="created",
+            )
+
+            async def no_read_back(keys):
+                return None
+
+            async def no_read_back_of(*args):
+                return None
+
+            await asyncio.sleep(0.5)  # (the topic's read-back after its creation)
+            c1._refresh_partitions, c1._refresh_partition = no_read_back, no_read_back_of
+            c1._refresh_topic = no_read_back_of
+            for p in range(0, n, 2):  # the leader's ISR writes, unseen by the controller
+                path = paths.partition_state("t", p)
+                await store.set(path, paths.encode_partition_state(2, 0, [2, 3, 1], 1), 0)
+            multis: list[list[str]] = []
+            real_multi = store.multi
+
+            async def counting_multi(ops):
+                states = [op.path for op in ops if "/partitions/" in op.path]
+                if states:
+                    multis.append(states)
+                return await real_multi(ops)
+
+            store.multi = counting_multi
+            await store.create(paths.controlled_shutdown(2), b"{}", ephemeral=True, makepath=True)
+            for p in range(n):
+                for _ in range(400):
+                    data, _ = await store.get(paths.partition_state("t", p))
+                    if paths.decode_partition_state(data)["leader"] == 3:
+                        break
+                    await asyncio.sleep(0.05)
+                assert paths.decode_partition_state(data)["leader"] == 3, p
+            # the first multi, once more without the stale states, then the stale ones read
+            # and decided again: not one multi per stale state
+            assert len(multis[0]) == n and len(multis) <= 4, [len(m) for m in multis]
+        finally:
+            del store.multi
+            for c in clusters.values():
+                await c.stop()
+            await store.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
