@@ -249,3 +249,62 @@ def test_elections_on_a_lagging_cache_cost_no_round_trip_per_stale_state(tmp_pat
             await store.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_states_whose_read_back_is_pending_are_read_before_the_elections(tmp_path):
+    """The controller's cache knows 30 of its states are older than the store's (their
+    watches fired, the read-back has not run): a controlled shutdown's elections read those
+    first and land in one multi, none losing its compare-and-set."""
+
+    async def main():
+        store = LocalStore(tmp_path / "meta")
+        await store.start()
+        clusters = {}
+        try:
+            for bid in (1, 2, 3):
+                endpoints = [("PLAINTEXT", "127.0.0.1", 9090 + bid)]
+                clusters[bid] = Cluster(store, bid, endpoints, controller=Controller)
+                await clusters[bid].start()
+            c1 = clusters[1]
+            await wait_until(lambda: set(c1.brokers) == {1, 2, 3}, what="brokers seen")
+            n = 60
+            await c1.create_topic("t", n, 3, assignments={p: [2, 3, 1] for p in range(n)})
+            await wait_until(
+                lambda: (
+                    "t" in c1.topics
+                    and all(s.zk_version == 0 for s in c1.topics["t"].partitions.values())
+                ),
+                what="created",
+            )
+            await asyncio.sleep(0.5)  # (the topic's read-back after its creation)
+            await c1._stop_sync()  # marked states stay marked
+            for p in range(0, n, 2):  # the leader's ISR writes, not read back yet
+                path = paths.partition_state("t", p)
+                await store.set(path, paths.encode_partition_state(2, 0, [2, 3, 1], 1), 0)
+            await wait_until(lambda: c1.awaiting_read_back("t", n - 2), what="watch fired")
+            multis: list[list[str]] = []
+            real_multi = store.multi
+
+            async def counting_multi(ops):
+                states = [op.path for op in ops if "/partitions/" in op.path]
+                if states:
+                    multis.append(states)
+                return await real_multi(ops)
+
+            store.multi = counting_multi
+            await store.create(paths.controlled_shutdown(2), b"{}", ephemeral=True, makepath=True)
+            for p in range(n):
+                for _ in range(400):
+                    data, _ = await store.get(paths.partition_state("t", p))
+                    if paths.decode_partition_state(data)["leader"] == 3:
+                        break
+                    await asyncio.sleep(0.05)
+                assert paths.decode_partition_state(data)["leader"] == 3, p
+            assert [len(m) for m in multis] == [n]
+        finally:
+            del store.multi
+            for c in clusters.values():
+                await c.stop()
+            await store.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
