@@ -353,3 +353,40 @@ def test_readers_right_after_a_leader_change_get_their_records(cluster):
         stats = load.stop()
     assert not stats.failed, dict(stats.failed)
     assert not problems, "\n".join(problems)
+
+
+MANY = 300  # partitions (x3 replicas)
+
+
+def test_controlled_shutdown_of_hundreds_of_partitions_leaves_each_led(cluster):
+    """SIGTERM to the broker (not the controller) leading the most of 300 partitions: it
+    hands every leadership over before it exits (its log says so), the other brokers' Metadata
+    names a running leader for every partition as soon as it has exited (the controller pushes
+    its elections to them: their logs show the pushed states), and a produce to each partition
+    succeeds."""
+    from kafka import KafkaProducer
+
+    topic = unique_topic("many")
+    cluster.create_topic(topic, MANY, 3, TOPIC_CONFIGS)
+    md = cluster.wait_isr_full(topic, timeout=120, partitions=MANY)
+    led = {b: 0 for b in cluster.ids if b != md.controller_id}
+    for info in md.topic(topic).values():
+        if info.leader in led:
+            led[info.leader] += 1
+    victim = max(led, key=lambda b: led[b])
+    others = [b for b in cluster.ids if b != victim]
+    cluster.stop_broker(victim)
+    assert "controlled shutdown succeeded" in cluster.brokers[victim].output(max_lines=20000)
+    for via in others:
+        parts = cluster.metadata([topic], via=[via]).topic(topic)
+        unled = {p: i.leader for p, i in parts.items() if i.leader not in others}
+        assert len(parts) == MANY and not unled, (via, unled)
+    logs = "\n".join(cluster.brokers[b].output(max_lines=20000) for b in others)
+    assert "pushed states" in logs
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all", retries=5)
+    try:
+        sent = [producer.send(topic, b"after", partition=p) for p in range(MANY)]
+        offsets = [f.get(timeout=60).partition for f in sent]
+    finally:
+        producer.close()
+    assert offsets == list(range(MANY))

@@ -93,6 +93,11 @@ class WatchedCache:
         self._watching.discard(key)
         self._mark(key)
 
+    def awaiting_read_back(self, name: str, p: int) -> bool:
+        """Partition ``p``'s state znode changed (its watch fired) and the cache has not read
+        it again yet: the cached state is older than the store's."""
+        return ("partition", name, p) in self._dirty
+
     def _mark(self, key: tuple) -> None:
         self._dirty[key] = None
         self._wake.set()

@@ -30,6 +30,7 @@ from pybroker.coord.metadata.model import (
     TopicPartition,
 )
 from pybroker.coord.metadata.producer_ids import ProducerIdManager
+from pybroker.coord.metadata.pushed_states import PushedStates
 from pybroker.coord.metadata.store import (
     CONNECTED,
     LOST,
@@ -136,6 +137,8 @@ class Cluster(MetadataCache):
         self._registered = False  # our /brokers/ids/<id> is held by the current session
         self._registration_session = 0  # the session that created it
         self._connected = True
+        # the states the controller pushes to us (its LeaderAndIsr/UpdateMetadata)
+        self.pushed_states = PushedStates(store, broker_id, self)
 
     @property
     def is_controller(self) -> bool:
@@ -226,6 +229,7 @@ class Cluster(MetadataCache):
         await self._load_broker_configs()
         self._started = True
         self._start_sync()
+        self.pushed_states.start()
 
     async def stop(self) -> None:
         """Leave the cluster: stop the watches' work and delete our ephemerals (the controller
@@ -234,6 +238,7 @@ class Cluster(MetadataCache):
         self.store.remove_session_listener(self._on_session_state)
         await self._stop_controller()
         await self._stop_sync()
+        await self.pushed_states.stop()
         for path in (paths.CONTROLLER, paths.broker(self.broker_id)):
             try:
                 data, stat = await self.store.get(path)

@@ -49,6 +49,12 @@ CONSUMERS = "/consumers"
 # pybroker's own (no Kafka path): a broker in controlled shutdown holds the ephemeral
 # <CONTROLLED_SHUTDOWN>/<id> until its session ends; the controller watches the children
 CONTROLLED_SHUTDOWN = "/pybroker/controlled_shutdown"
+# pybroker's own (Kafka's controller sends LeaderAndIsr/UpdateMetadata requests instead): the
+# states a controller just wrote, pushed to each live broker as ephemeral sequential children
+# <LEADER_AND_ISR>/<id>/n-<seq> of the controller's session, read and deleted by broker <id>
+# (coord/metadata/pushed_states.py), so brokers need not wait for the read-back of every
+# changed state znode
+LEADER_AND_ISR = "/pybroker/leader_and_isr"
 # KIP-848 consumer groups' records (coord/group/consumer_store.py)
 CONSUMER_GROUPS = "/pybroker/consumer_groups"
 # offsets.storage=zookeeper after kafka: one child per partition of __consumer_offsets whose
@@ -87,6 +93,7 @@ PERSISTENT_PATHS: tuple[str, ...] = (
     "/config/brokers",
     "/config/ips",
     CONTROLLED_SHUTDOWN,
+    LEADER_AND_ISR,
     CONSUMER_GROUPS,
     CLASSIC_GROUPS,
     OFFLINE_REPLICAS,
@@ -99,6 +106,11 @@ def broker(broker_id: int) -> str:
 
 def controlled_shutdown(broker_id: int) -> str:
     return f"{CONTROLLED_SHUTDOWN}/{broker_id}"
+
+
+def leader_and_isr(broker_id: int) -> str:
+    """The parent of the states pushed to ``broker_id``."""
+    return f"{LEADER_AND_ISR}/{broker_id}"
 
 
 def offline_replicas_prefix(broker_id: int) -> str:
@@ -355,6 +367,26 @@ def decode_partition_state(data: bytes) -> dict[str, Any]:
         "isr": [int(b) for b in obj["isr"]],
         "controller_epoch": int(obj["controller_epoch"]),
     }
+
+
+# one pushed state: (topic, topic id, partition, leader, leader epoch, isr, zk version)
+PushedState = tuple[str, str, int, int, int, list[int], int]
+
+
+def encode_leader_and_isr(controller_epoch: int, states: list[PushedState]) -> bytes:
+    """The states a controller wrote (LEADER_AND_ISR's children): each with the topic id
+    (a recreated topic's states are not another's) and the state znode's version after the
+    write (Kafka's partition epoch)."""
+    return _dumps({"version": 1, "controller_epoch": controller_epoch, "states": states})
+
+
+def decode_leader_and_isr(data: bytes) -> tuple[int, list[PushedState]]:
+    obj = _loads(data)
+    states = [
+        (str(t), str(tid), int(p), int(leader), int(epoch), [int(b) for b in isr], int(zkv))
+        for t, tid, p, leader, epoch, isr, zkv in obj["states"]
+    ]
+    return int(obj["controller_epoch"]), states
 
 
 def encode_topic_config(configs: dict[str, str]) -> bytes:
