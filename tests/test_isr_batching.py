@@ -92,3 +92,49 @@ def test_one_pass_of_isr_changes_is_one_batch_each_with_its_own_outcome():
         assert sorted(c.partition for c in cluster.calls[1]) == [1, 2]
 
     asyncio.run(main())
+
+
+def test_a_follower_being_added_is_stamped_idle_until_the_write_ends():
+    """A follower that reached the log end while out of the ISR: its fetch session may skip
+    the partition (follower_fetch_stamp gives a stamp) while the ISR write adding it is in
+    flight, not read it in full on every round until the write lands; when the write ends,
+    landed or failed, the partition is noted changed so the session reads it again (a
+    failed one: the follower's next fetch asks for the addition again)."""
+
+    def outcome(c):
+        if c.partition == 1:
+            return ConnectionError("lost")
+        return PartitionState(1, c.leader_epoch, [1, 2, 3], list(c.isr), 1, 7)
+
+    async def main():
+        cluster = StubCluster(outcome)
+        info = object()
+        cluster.topics = {"t": info}
+        h = Leaders(cluster)
+        h.offline = None
+        for p in range(2):
+            r = leader(p)
+            r.isr = [1, 2]
+            r.log.log_start_offset = 0
+            r.checked_info = info
+            h.replicas[("t", p)] = r
+        assert h.follower_fetch_stamp("t", 0, 3) is None  # (out of the ISR: the full path)
+        for p in range(2):
+            h.record_follower_fetch(h.replicas[("t", p)], 3, 5)  # at the log end
+        assert all(r.isr_change_in_flight for r in h.replicas.values())
+        position = h.changes.seq
+        stamps = [h.follower_fetch_stamp("t", p, 3) for p in range(2)]
+        assert all(s is not None for s in stamps)
+        assert h.follower_fetch_stamp("t", 0, 2) is not None  # (in the ISR all along)
+        while h.tasks:
+            await asyncio.gather(*h.tasks)
+        assert h.replicas[("t", 0)].isr == [1, 2, 3]
+        assert h.replicas[("t", 1)].isr == [1, 2]  # (its write failed)
+        assert set(h.changes.since(position)) == {("t", 0), ("t", 1)}
+        assert h.follower_fetch_stamp("t", 0, 3) == stamps[0]
+        assert h.follower_fetch_stamp("t", 1, 3) is None
+        h.record_follower_fetch(h.replicas[("t", 1)], 3, 5)  # asked again
+        assert h.replicas[("t", 1)].isr_change_in_flight
+        assert h.follower_fetch_stamp("t", 1, 3) is not None
+
+    asyncio.run(main())

@@ -9,7 +9,8 @@ for the ISR by one assignment (``IdleFetches.last_ms``).  The answer is what com
 stamp would answer.
 
 The audit: each round also compares the stamps of the next few session partitions in turn,
-so many that each is compared at least once every AUDIT_MS; a stamp that moved without being
+so many that each is compared at least once per ``audit_period`` (replication/changes.py:
+10 s, longer for sessions of more than 5,000 partitions); a stamp that moved without being
 noted is a missed change notification (a defect): it is read at once and logged.
 
 Sessions keyed by topic ids (Kafka's followers, Fetch v13+) the same way: the feed's keys are
@@ -22,20 +23,18 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from pybroker.replication.changes import IdleFetches
+from pybroker.replication.changes import AuditPace, IdleFetches
 
 if TYPE_CHECKING:
     from pybroker.fetch_session import FetchPartition, FetchSession
 
 log = logging.getLogger("pybroker.handlers.fetch")
 
-AUDIT_MS = 10_000
-
 
 class FollowerRounds:
     """Kept on the session (``FetchSession.follower``)."""
 
-    __slots__ = ("position", "idle", "audit", "audit_at", "audit_ms", "named")
+    __slots__ = ("position", "idle", "audit", "audit_at", "pace", "named")
 
     def __init__(self) -> None:
         # the change feed's position the last answer reflects (None: look at every partition)
@@ -43,7 +42,7 @@ class FollowerRounds:
         self.idle = IdleFetches()
         self.audit: list = []  # the session's keys, in turn
         self.audit_at = 0
-        self.audit_ms: int | None = None
+        self.pace = AuditPace()
         # topic-id sessions: (topic name, partition) -> the session's (topic id, partition)
         self.named: dict = {}
 
@@ -102,10 +101,9 @@ class FollowerRound:
     def _audit(self, replicas: Any, replica_id: int, picked: dict, now_ms: int) -> None:
         rounds = self.rounds
         parts = self.session.partitions
-        last, rounds.audit_ms = rounds.audit_ms, now_ms
-        if last is None or not parts:
+        budget = rounds.pace.budget(len(parts), now_ms / 1000.0)
+        if not budget:
             return
-        budget = min(len(parts), max(1, len(parts) * max(now_ms - last, 0) // AUDIT_MS))
         audit, i = rounds.audit, rounds.audit_at
         for _ in range(budget):
             if i >= len(audit):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pybroker.errors import ErrorCode
+from pybroker.replication.changes import AuditPace
 from pybroker.replication.client import BrokerConnection
 from pybroker.replication.session_handler import FetchSessionHandler
 from pybroker.wire.records import InvalidRecordError, parse_batches
@@ -45,9 +46,6 @@ monotonic = time.monotonic  # the clock of the partitions' error delays
 # session, and the broker suspended its leadership (W22 at 100,000 replicas, docs/scale.md).
 APPLY_BATCH = 256
 SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH)
-# The audit (ReplicaFetcher._audit): each round compares the kept fetch state of the next few
-# partitions with their logs, so many that each is compared at least once this often.
-AUDIT_S = 10.0
 
 
 @dataclass
@@ -95,7 +93,7 @@ class ReplicaFetcher:
         self._compare_all = False  # the next build compares every partition (after a hold)
         self._audit_keys: list[tuple[str, int]] = []
         self._audit_at = 0
-        self._audit_last: float | None = None
+        self._audit_pace = AuditPace()
 
     missed = 0  # missed change notes the audits found (all fetchers)
 
@@ -268,13 +266,12 @@ class ReplicaFetcher:
 
     def _audit(self, now: float) -> None:
         """Compare the next few partitions' kept state with their logs, so many that each is
-        compared at least once every AUDIT_S; one that differs without having been noted is a
-        missed ``touch`` (a defect): logged, and refreshed."""
-        last, self._audit_last = self._audit_last, now
-        n = len(self.partitions)
-        if last is None or not n:
+        compared at least once every ``audit_period`` (changes.py: 10 s, longer for more than
+        5,000 partitions); one that differs without having been noted is a missed ``touch``
+        (a defect): logged, and refreshed."""
+        budget = self._audit_pace.budget(len(self.partitions), now)
+        if not budget:
             return
-        budget = min(n, max(1, int(n * max(now - last, 0.0) / AUDIT_S)))
         keys, i, dirty = self._audit_keys, self._audit_at, self._dirty
         for _ in range(budget):
             if i >= len(keys):

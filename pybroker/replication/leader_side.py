@@ -67,16 +67,21 @@ class LeaderSide:
     def follower_fetch_stamp(self, topic: str, partition: int, replica_id: int) -> tuple | None:
         """What an in-sync follower's fetch of an idle partition depends on (as fetch_stamp
         for a consumer): the same replica, log and topic metadata object, the same leader
-        epoch, log end, high watermark and log start, the follower in the ISR and the high
-        watermark past this epoch's start.  The first element is the Replica.  None when
-        its fetch must take the full path (not led, offline, not in the ISR, a lagging high
-        watermark).  The caller checks the store session's lease once for the request."""
+        epoch, log end, high watermark and log start, the follower in the ISR (or in the ISR
+        being written: its fetch at the log end asked for nothing more, and the write's end
+        is noted either way, _write_isrs) and the high watermark past this epoch's start.  The
+        first element is the Replica.  None when its fetch must take the full path (not led,
+        offline, not in the ISR, a lagging high watermark).  The caller checks the store
+        session's lease once for the request."""
         key = (topic, partition)
         r = self.replicas.get(key)
         if (
             r is None
             or r.role != LEADER
-            or replica_id not in r.isr
+            or (
+                replica_id not in r.isr
+                and (r.pending_isr is None or replica_id not in r.pending_isr)
+            )
             or r.checked_info is not self.cluster.topics.get(topic)
             or (self.offline and key in self.offline)
         ):
@@ -201,6 +206,7 @@ class LeaderSide:
         if r.isr_change_in_flight or new_isr == r.isr:
             return
         r.isr_change_in_flight = True
+        r.pending_isr = new_isr
         queue = self.isr_queue
         if not queue:
             self._spawn(self._write_isrs(), "isr-writes")
@@ -224,8 +230,13 @@ class LeaderSide:
             results = [e] * len(batch)
         verbose = len(batch) <= 20
         failed = 0
+        note = self.changes.note
         for (r, _, why, _), change, state in zip(batch, changes, results, strict=True):
             r.isr_change_in_flight = False
+            r.pending_isr = None
+            # (a follower session may skip the partition while its addition is written:
+            # follower_fetch_stamp; read it again whatever came of the write)
+            note((r.topic, r.partition))
             if isinstance(state, Exception):
                 failed += 1
                 if verbose or failed == 1:

@@ -77,6 +77,8 @@ class Replica:
     replicas: list[int] = field(default_factory=list)
     followers: dict[int, FollowerState] = field(default_factory=dict)
     isr_change_in_flight: bool = False
+    # As leader: the ISR that change is to write (None when none is in flight)
+    pending_isr: list[int] | None = None
     # As leader: the log end offset when this leader epoch began (Kafka's
     # leaderEpochStartOffsetOpt); -1 otherwise.
     leader_epoch_start_offset: int = -1
