@@ -32,6 +32,8 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pybroker import event_loop
 from pybroker.broker import Broker
 from pybroker.config import build_config
@@ -70,6 +72,16 @@ PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID = 18, 19, 22
 
 _topic_counter = itertools.count()
+
+
+# every event loop (event.loop) this machine can run, as pytest parameters
+LOOPS = [
+    pytest.param(
+        name,
+        marks=pytest.mark.skipif(not event_loop.available(name), reason=f"{name} not installed"),
+    )
+    for name in event_loop.LOOPS
+]
 
 
 def unique_topic(prefix: str = "t") -> str:

@@ -12,20 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from broker_fixture import Client, batch, fetched_values, unique_topic
+from broker_fixture import LOOPS, Client, batch, fetched_values, unique_topic
 
 from pybroker import event_loop
 from pybroker.config import ConfigError, build_config
 from pybroker.connection import KafkaConnection
 from pybroker.testing.process import BrokerProcess
-
-LOOPS = [
-    pytest.param(
-        name,
-        marks=pytest.mark.skipif(not event_loop.available(name), reason=f"{name} not installed"),
-    )
-    for name in event_loop.LOOPS
-]
 
 
 @dataclass
