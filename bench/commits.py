@@ -40,7 +40,8 @@ with <s> the storage of offsets and transaction state: ``zookeeper`` (the defaul
 store) or ``kafka`` (offsets.storage=kafka, transaction.state.storage=kafka), and an optional
 ``-c<N>`` suffix for a node of N broker processes (``node.cores=N``, docs/multicore.md), e.g.
 ``zk1-kafka-c2``: the coordinators' partitions spread over the processes, as over Kafka's
-request handler threads.  The 1-minute
+request handler threads, and an optional ``-uvloop`` or ``-asyncio`` suffix for the broker's
+event loop (``event.loop``), e.g. ``zk1-kafka-uvloop``.  The 1-minute
 load average is recorded before and after each target's part (the machine may be shared).
 """
 
@@ -335,8 +336,11 @@ def start_target(name: str, workdir: Path) -> Running:
         )
     backend, storage, *rest = name.split("-")
     overrides: dict[str, object] = {"group.initial.rebalance.delay.ms": 0}
-    if rest:  # "-c<N>": a node of N broker processes
-        overrides["node.cores"] = int(rest[0].removeprefix("c"))
+    for option in rest:
+        if option in ("asyncio", "uvloop"):  # "-uvloop": event.loop
+            overrides["event.loop"] = option
+        else:  # "-c<N>": a node of N broker processes
+            overrides["node.cores"] = int(option.removeprefix("c"))
     if storage == "kafka":
         overrides.update(KAFKA_STORAGE)
     ensemble = None

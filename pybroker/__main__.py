@@ -24,7 +24,7 @@ import signal
 import sys
 from pathlib import Path
 
-from pybroker import cli, logthrottle
+from pybroker import cli, event_loop, logthrottle
 from pybroker.broker import Broker, describe
 from pybroker.builder import make_store
 from pybroker.clock import SYSTEM_CLOCK
@@ -189,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
             settings = load_settings(args.properties, args.override)
             if "log.dirs" not in settings and "log.dir" not in settings:
                 settings["log.dirs"] = str(config.data_dir)
-            return asyncio.run(serve_node(config, settings, args.log_level))
-        return asyncio.run(_serve(Broker(config)))
+            return event_loop.run(serve_node(config, settings, args.log_level), config.event_loop)
+        return event_loop.run(_serve(Broker(config)), config.event_loop)
     except Exception as e:  # start-up failures: say what and exit non-zero
         logging.getLogger("pybroker").error(
             "fatal: %s", e, exc_info=logging.getLogger().isEnabledFor(logging.DEBUG)

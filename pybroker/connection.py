@@ -554,13 +554,14 @@ class KafkaConnection(asyncio.Protocol):
                 raise ConnectionResetError("the peer closed the connection")
         elif not self.closed:
             # Log regions (transport_layer.py): straight onto the socket when the transport
-            # has nothing buffered, through the TLS layer in chunks, else asyncio's sendfile.
+            # has nothing buffered, in chunks through the TLS layer or a loop without sendfile
+            # (uvloop), else asyncio's sendfile.
             layer = self.layer
             self._in_sendfile = True
             try:
                 if layer.direct and transport.get_write_buffer_size() == 0:
                     await layer.write_direct(parts)
-                elif layer.tls:
+                elif layer.through:
                     await layer.write_through(parts)
                 else:
                     await self._sendfile_parts(parts)

@@ -1,7 +1,7 @@
 """A response onto the connection, its bytes and its log-file regions: Kafka's TransportLayer
-(plaintext: ``os.write`` and ``os.sendfile`` straight onto the socket, zero copies; TLS: the
-region read in chunks and written through the TLS transport; any other transport: asyncio's
-``loop.sendfile``).
+(plaintext: ``os.write`` and ``os.sendfile`` straight onto the socket, zero copies; TLS, or a
+loop without ``sendfile`` (uvloop): the region read in chunks and written through the
+transport; any other transport: asyncio's ``loop.sendfile``).
 
 Invariant: while an answer is written the connection's task is the socket's only writer (the
 transport's buffer is empty when the direct path starts).  Why not ``loop.sendfile``, the
@@ -14,6 +14,8 @@ import asyncio
 import os
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from pybroker.event_loop import native_sendfile
 
 TLS_CHUNK = 256 * 1024
 _RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
@@ -42,6 +44,9 @@ class TransportLayer:
         self.tls = transport.get_extra_info("ssl_object") is not None
         sock = None if self.tls else transport.get_extra_info("socket")
         self._fd = sock.fileno() if sock is not None else -1
+        # regions through the transport (write_through) rather than loop.sendfile: TLS, and
+        # a loop without sendfile (uvloop: event_loop.py)
+        self.through = self.tls or not native_sendfile(asyncio.get_running_loop())
 
     @property
     def direct(self) -> bool:
@@ -117,7 +122,8 @@ class TransportLayer:
 
     # -- TLS and other transports ---------------------------------------------------------
     async def write_through(self, parts: list[Any]) -> None:
-        """All parts through the transport: regions read and written in chunks (TLS)."""
+        """All parts through the transport: regions read and written in chunks (TLS, or a
+        loop without sendfile)."""
         transport = self.transport
         loop = asyncio.get_running_loop()
         for part in parts:

@@ -32,9 +32,13 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from pybroker import event_loop
 from pybroker.broker import Broker
 from pybroker.config import build_config
 from pybroker.coord.metadata import paths
+from pybroker.testing.process import TEST_EVENT_LOOP
 from pybroker.testing.rawkafka import closed_by_peer
 from pybroker.wire import codec
 from pybroker.wire.record_walker import decode_records
@@ -68,6 +72,16 @@ PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID = 18, 19, 22
 
 _topic_counter = itertools.count()
+
+
+# every event loop (event.loop) this machine can run, as pytest parameters
+LOOPS = [
+    pytest.param(
+        name,
+        marks=pytest.mark.skipif(not event_loop.available(name), reason=f"{name} not installed"),
+    )
+    for name in event_loop.LOOPS
+]
 
 
 def unique_topic(prefix: str = "t") -> str:
@@ -353,6 +367,7 @@ class BrokerHarness:
             "broker.id": "0",
             "listeners": f"PLAINTEXT://{self.host}:{self.port}",
             "log.dirs": str(log_dir),
+            **({"event.loop": TEST_EVENT_LOOP} if TEST_EVENT_LOOP else {}),
             **{k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in overrides.items()},
         }
         self.broker: Broker | None = None
@@ -366,14 +381,15 @@ class BrokerHarness:
 
     def start(self) -> BrokerHarness:
         assert self.broker is None, "already running"
-        loop = asyncio.new_event_loop()
+        config = build_config(self.settings)
+        loop = (event_loop.loop_factory(config.event_loop) or asyncio.new_event_loop)()
         loop.set_debug(True)
         loop.slow_callback_duration = 1.0  # debug mode: only report truly blocking callbacks
         loop.set_exception_handler(self._on_loop_error)
         self.loop = loop
         self.thread = threading.Thread(target=loop.run_forever, name="broker-loop", daemon=True)
         self.thread.start()
-        self.broker = Broker(build_config(self.settings))
+        self.broker = Broker(config)
         try:
             self.run(self.broker.start(), timeout=START_TIMEOUT_S)
         except BaseException:

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+from broker_fixture import LOOPS
 from group_fixture import started_coordinator
 
-from pybroker.clock import Clock
+from pybroker import event_loop
+from pybroker.clock import Clock, ManualClock
 from pybroker.coord.group.classic import GroupState, JoinRequest
 from pybroker.coord.metadata.local import LocalStore
 from pybroker.errors import ErrorCode
@@ -55,3 +58,39 @@ def test_commits_keep_a_member_alive_and_its_session_still_expires(tmp_path):
         await store.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("loop_name", LOOPS)
+def test_a_group_whose_deadline_has_passed_can_be_rescheduled_before_it_fires(tmp_path, loop_name):
+    """Found by the protocol fuzzer on uvloop: a request for a group whose member's session
+    had already expired scheduled a timer at a past time, which uvloop's call_at makes a plain
+    Handle (no ``when()``, asyncio's loop still gives a TimerHandle); the next request for the
+    group before the loop ran it failed with AttributeError.  Now the timer is replaced, and
+    the expired member still goes."""
+
+    async def main() -> None:
+        clock = ManualClock()
+        store = LocalStore(tmp_path / "meta")
+        await store.start()
+        gc = await started_coordinator(store, clock)
+        req = JoinRequest(
+            "", None, "c", "/127.0.0.1", SESSION_MS, SESSION_MS, "consumer", [("range", b"")], True
+        )
+        r = await gc.join("g", req)
+        req.member_id = r["member_id"]
+        r = await gc.join("g", req)
+        gen = r["generation_id"]
+        s = await gc.sync("g", req.member_id, None, gen, "consumer", "range", {})
+        assert s["error_code"] == ErrorCode.NONE, s
+        clock.advance(SESSION_MS + 1)  # the member's session has expired: its timer is due
+        for _ in range(2):  # two requests in one go: the second finds the first's timer
+            assert gc.heartbeat("g", "someone-else", None, gen) == ErrorCode.UNKNOWN_MEMBER_ID
+        for _ in range(200):
+            if gc.groups["g"].state == GroupState.EMPTY:
+                break
+            await asyncio.sleep(0.01)
+        assert gc.groups["g"].state == GroupState.EMPTY
+        await gc.stop()
+        await store.close()
+
+    event_loop.run(main(), loop_name)

@@ -428,6 +428,14 @@ class Config:
         doc="pybroker's own: log 'event loop stalled N ms' when the event loop was blocked"
         " longer than this (0: no warnings).",
     )
+    event_loop: str = define(
+        "event.loop",
+        STRING,
+        "asyncio",
+        ValidString("asyncio", "uvloop"),
+        doc="pybroker's own: the event loop the broker runs on: 'asyncio' (the standard"
+        " library's) or 'uvloop' (libuv's, the uvloop package; docs/performance.md, uvloop).",
+    )
     metrics_listener: conv.HttpEndpoint | None = define(
         "metrics.listener",
         STRING,

@@ -26,7 +26,7 @@ import os
 import signal
 import sys
 
-from pybroker import logthrottle
+from pybroker import event_loop, logthrottle
 from pybroker.broker import Broker
 from pybroker.config import ConfigError, build_config
 from pybroker.coord.metadata.remote import RemoteStore
@@ -93,7 +93,8 @@ def main() -> int:
     socket_path = os.environ.get("PYBROKER_NODE_STORE")
     store = RemoteStore(socket_path) if socket_path and not config.zookeeper_connect else None
     try:
-        return asyncio.run(_serve(Broker(config, store=store), ready_fd, parent))
+        serving = _serve(Broker(config, store=store), ready_fd, parent)
+        return event_loop.run(serving, config.event_loop)
     except Exception as e:
         logging.getLogger("pybroker").error(
             "fatal: %s", e, exc_info=logging.getLogger().isEnabledFor(logging.DEBUG)

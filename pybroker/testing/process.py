@@ -32,6 +32,9 @@ from pybroker.testing.procutil import free_ports, tail
 HOST = "127.0.0.1"
 START_TIMEOUT = float(os.environ.get("PYBROKER_TEST_START_TIMEOUT", "30"))
 ZK_SESSION_TIMEOUT_MS = "8000"
+# the event loop of the brokers tests start (event.loop), unless a test sets its own: the
+# whole suite on uvloop is PYBROKER_TEST_EVENT_LOOP=uvloop (docs/testing.md)
+TEST_EVENT_LOOP = os.environ.get("PYBROKER_TEST_EVENT_LOOP", "")
 
 
 class BrokerStartError(RuntimeError):
@@ -111,6 +114,8 @@ class BrokerProcess:
             "log.dirs": str(self.log_dir),
             "broker.id": str(self.broker_id),
         }
+        if TEST_EVENT_LOOP:
+            settings["event.loop"] = TEST_EVENT_LOOP
         if self.zookeeper_connect:
             settings["zookeeper.connect"] = f"{self.zookeeper_connect}{self.chroot}"
             # shorter than Kafka's 18 s so a restart after kill -9 waits less for the old

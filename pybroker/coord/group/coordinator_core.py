@@ -124,7 +124,9 @@ class GroupCoordinatorCore:
         self.offsets_retention_check_interval_ms = offsets_retention_check_interval_ms
         self.offset_metadata_max_bytes = offset_metadata_max_bytes
         self.groups: dict[str, Group | ConsumerGroup] = {}
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        # each group's timer and the loop time it is due: uvloop's call_at makes a due time
+        # already past a plain Handle, which has no when()
+        self._timers: dict[str, tuple[float, asyncio.Handle]] = {}
         self._timer_loop: asyncio.AbstractEventLoop | None = None  # (_schedule's, cached)
         self._expiry_task: asyncio.Task | None = None
         self._adopt_task: asyncio.Task | None = None
@@ -201,7 +203,7 @@ class GroupCoordinatorCore:
                 await task
             except (asyncio.CancelledError, Exception):
                 pass
-        for t in self._timers.values():
+        for _due, t in self._timers.values():
             t.cancel()
         self._timers.clear()
 
@@ -292,17 +294,17 @@ class GroupCoordinatorCore:
         if deadline is None:
             if old is not None:
                 del self._timers[group_id]
-                old.cancel()
+                old[1].cancel()
             return
         loop = self._timer_loop
         if loop is None or loop.is_closed():  # (get_running_loop is a getpid system call)
             loop = self._timer_loop = asyncio.get_running_loop()
         when = loop.time() + max(deadline - self.clock.time_ms(), 0) / 1000.0
         if old is not None:
-            if old.when() <= when:
+            if old[0] <= when:
                 return
-            old.cancel()
-        self._timers[group_id] = loop.call_at(when, self._on_timer, group_id)
+            old[1].cancel()
+        self._timers[group_id] = (when, loop.call_at(when, self._on_timer, group_id))
 
     def _store_metadata(self, g: Group | ConsumerGroup) -> None:
         """Keep a classic group's metadata record in step (classic_group_store.py): written

@@ -1,0 +1,59 @@
+"""The broker's event loop, chosen by ``event.loop`` (pybroker's own key): ``asyncio`` (the
+standard library's selector loop) or ``uvloop`` (libuv's loop, the ``uvloop`` package).
+
+Every entry point that runs a broker (``pybroker serve``, a node's supervisor and its broker
+processes) runs its main coroutine through :func:`run`.  What differs on uvloop, and how the
+broker copes (docs/internals.md, "pybroker/event_loop.py"):
+
+* uvloop's loop has no ``sendfile`` (``AbstractEventLoop.sendfile`` raises
+  NotImplementedError): a log region that cannot go straight onto the socket is read and
+  written through the transport (transport_layer.py, ``TransportLayer.through``);
+* uvloop has no ``_make_socket_transport``: an accepted plaintext connection takes
+  ``connect_accepted_socket`` (server.py), as TLS does on both loops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+try:
+    import uvloop
+except ImportError:  # the broker runs on asyncio's loop without it
+    uvloop = None
+
+T = TypeVar("T")
+log = logging.getLogger("pybroker.event_loop")
+
+LOOPS = ("asyncio", "uvloop")
+
+
+def available(name: str) -> bool:
+    """Whether the loop ``name`` can run here (uvloop: the package is installed)."""
+    return name == "asyncio" or (name == "uvloop" and uvloop is not None)
+
+
+def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """A new loop of kind ``name``; None: asyncio's default (what ``asyncio.run`` makes)."""
+    if name == "asyncio":
+        return None
+    if name == "uvloop":
+        if uvloop is None:
+            raise RuntimeError("event.loop=uvloop but the uvloop package is not installed")
+        return uvloop.new_event_loop
+    raise ValueError(f"unknown event loop {name!r} (one of {', '.join(LOOPS)})")
+
+
+def run(main: Coroutine[Any, Any, T], name: str) -> T:
+    """``asyncio.run(main)`` on a loop of kind ``name``."""
+    with asyncio.Runner(loop_factory=loop_factory(name)) as runner:
+        loop = runner.get_loop()
+        log.info("event loop: %s (%s.%s)", name, type(loop).__module__, type(loop).__name__)
+        return runner.run(main)
+
+
+def native_sendfile(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop.sendfile`` is implemented (asyncio's loops; not uvloop's)."""
+    return type(loop).sendfile is not asyncio.AbstractEventLoop.sendfile
