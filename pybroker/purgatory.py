@@ -20,12 +20,18 @@ def _expire(fut: asyncio.Future) -> None:
 
 class Purgatory:
     def __init__(self) -> None:
-        self._waiters: dict[Hashable, set[asyncio.Future]] = {}
+        # a key's waiter, or a set of them when more than one waits on it (a consumer's fetch
+        # of many partitions registers on each: no set made per key while it waits alone)
+        self._waiters: dict[Hashable, asyncio.Future | set[asyncio.Future]] = {}
         self._parked: set[asyncio.Task] = set()  # the tasks inside wait_any
 
     def notify(self, key: Hashable) -> None:
         waiters = self._waiters.pop(key, None)
-        if not waiters:
+        if waiters is None:
+            return
+        if type(waiters) is not set:
+            if not waiters.done():
+                waiters.set_result(key)
             return
         for fut in waiters:
             if not fut.done():
@@ -38,8 +44,15 @@ class Purgatory:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         keys = list(keys)
+        waiters = self._waiters
         for k in keys:
-            self._waiters.setdefault(k, set()).add(fut)
+            w = waiters.get(k)
+            if w is None:
+                waiters[k] = fut
+            elif type(w) is set:
+                w.add(fut)
+            elif w is not fut:
+                waiters[k] = {w, fut}
         task = asyncio.current_task()
         if task is not None:
             self._parked.add(task)
@@ -52,11 +65,13 @@ class Purgatory:
             timer.cancel()
             self._parked.discard(task)  # type: ignore[arg-type]
             for k in keys:
-                s = self._waiters.get(k)
-                if s is not None:
-                    s.discard(fut)
-                    if not s:
-                        del self._waiters[k]
+                w = waiters.get(k)
+                if w is fut:
+                    del waiters[k]
+                elif type(w) is set:
+                    w.discard(fut)
+                    if not w:
+                        del waiters[k]
 
     def cancel_parked(self) -> int:
         """Cancel every task waiting in ``wait_any`` (the listeners' stop: the connections
@@ -68,4 +83,5 @@ class Purgatory:
         return len(parked)
 
     def waiting(self) -> int:
-        return sum(len(s) for s in self._waiters.values())
+        """Waits registered, one per (key, waiter)."""
+        return sum(len(w) if type(w) is set else 1 for w in self._waiters.values())

@@ -6,6 +6,7 @@ Principals come from SASL/PLAIN logins (tests/test_sasl.py)."""
 from __future__ import annotations
 
 import json
+import time
 from itertools import islice
 
 import pytest
@@ -347,3 +348,54 @@ def test_mutual_tls_principal_and_kafka_python_over_sasl_ssl(start_broker, tmp_p
             p.send(topic, b"refused").get(timeout=20)
     finally:
         p.close()
+
+
+def test_a_read_revoked_on_an_idle_session_partition_is_answered_at_the_next_fetch(secured):
+    """Kafka authorizes every partition of an incremental fetch session on each request: a
+    consumer whose READ is deleted gets TOPIC_AUTHORIZATION_FAILED for its idle partition at
+    once, though nothing changed in the partition (a round picked from the change feed would
+    skip it)."""
+    topic = unique_topic("acl")
+    with as_user(secured, "admin") as admin:
+        assert create_topic(admin, topic) == NONE
+        assert produce(admin, topic) == NONE
+        assert create_acls(admin, acl(TOPIC, topic, "User:alice", READ)) == [NONE]
+
+    def fetch(c: Client, session_id: int, epoch: int) -> dict:
+        parts = [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": 1,
+                  "log_start_offset": -1, "partition_max_bytes": 1 << 20}]  # fmt: skip
+        r = c.request(
+            FETCH,
+            12,
+            {
+                "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                "isolation_level": 0, "session_id": session_id, "session_epoch": epoch,
+                "topics": [{"topic": topic, "partitions": parts}] if epoch == 0 else [],
+                "forgotten_topics_data": [], "rack_id": "",
+            },
+        )  # fmt: skip
+        assert r["error_code"] == NONE
+        return r
+
+    with as_user(secured, "alice") as alice:
+        r = fetch(alice, 0, 0)
+        sid = r["session_id"]
+        assert sid != 0 and r["responses"][0]["partitions"][0]["error_code"] == NONE
+        for epoch in (1, 2, 3):
+            assert fetch(alice, sid, epoch)["responses"] == []  # idle
+        with as_user(secured, "admin") as admin:
+            everything = {
+                "resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
+                "principal_filter": "User:alice", "host_filter": None, "operation": 1,
+                "permission_type": 1,
+            }  # fmt: skip
+            r = admin.request(DELETE_ACLS, 3, {"filters": [everything]})
+            assert len(r["filter_results"][0]["matching_acls"]) == 1
+        epoch = 4
+        while True:  # (the ACL cache follows the store: a few rounds at most)
+            got = fetch(alice, sid, epoch)["responses"]
+            epoch += 1
+            if got or epoch > 200:
+                break
+            time.sleep(0.05)
+        assert [p["error_code"] for t in got for p in t["partitions"]] == [TOPIC_AUTH]

@@ -16,7 +16,14 @@ noted is a missed change notification (a defect): it is read at once and logged.
 Sessions keyed by topic ids (Kafka's followers, Fetch v13+) the same way: the feed's keys are
 topic names, so such a session keeps an index from (topic name, partition) to its own key
 (``FollowerRounds.named``), filled from the partitions each answer looked at (their names as
-resolved then: a stamp exists only for a partition whose topic id resolved to that name)."""
+resolved then: a stamp exists only for a partition whose topic id resolved to that name).
+
+A consumer's session the same way (``FollowerRound(..., consumer=True)``; issue 27): its
+stamp (LeaderSide.fetch_stamp) adds the last stable offset for read_committed, which moves only
+with an append or the high watermark, both noted, and the topic's metadata object, noted when
+the broker handles its change; the audit compares fetch_stamp.  A consumer's skipped
+partitions need no recording (no ISR), and a session whose isolation level changes looks at
+every partition once (its stamps hold the last stable offset or not)."""
 
 from __future__ import annotations
 
@@ -34,7 +41,7 @@ log = logging.getLogger("pybroker.handlers.fetch")
 class FollowerRounds:
     """Kept on the session (``FetchSession.follower``)."""
 
-    __slots__ = ("position", "idle", "audit", "audit_at", "pace", "named")
+    __slots__ = ("position", "idle", "audit", "audit_at", "pace", "named", "read_committed")
 
     def __init__(self) -> None:
         # the change feed's position the last answer reflects (None: look at every partition)
@@ -45,6 +52,7 @@ class FollowerRounds:
         self.pace = AuditPace()
         # topic-id sessions: (topic name, partition) -> the session's (topic id, partition)
         self.named: dict = {}
+        self.read_committed: bool | None = None  # a consumer's, as of the last answer
 
 
 class FollowerRound:
@@ -52,7 +60,14 @@ class FollowerRound:
 
     missed = 0  # missed change notifications found by audits (all sessions)
 
-    def __init__(self, session: FetchSession, fast: bool, uses_ids: bool = False) -> None:
+    def __init__(
+        self,
+        session: FetchSession,
+        fast: bool,
+        uses_ids: bool = False,
+        consumer: bool = False,
+        read_committed: bool = False,
+    ) -> None:
         rounds = session.follower
         if not isinstance(rounds, FollowerRounds):
             rounds = session.follower = FollowerRounds()
@@ -61,6 +76,8 @@ class FollowerRound:
         self.idle = rounds.idle
         self.fast = fast  # False: every partition each pass (stamps compared as before)
         self.uses_ids = uses_ids
+        self.consumer = consumer  # a consumer's session: fetch_stamp, no ISR recording
+        self.read_committed = read_committed
         self.seq = 0
         self.looked: list[FetchPartition] | None = None  # the last pass's (None: all)
 
@@ -72,6 +89,8 @@ class FollowerRound:
         start = self.rounds.position
         if not self.fast or start is None:
             return None
+        if self.consumer and self.rounds.read_committed is not self.read_committed:
+            return None  # (its stamps were taken at the other isolation level)
         changed = feed.since(start)
         if changed is None:
             return None
@@ -115,7 +134,10 @@ class FollowerRound:
             if p is None or p.idle_stamp is None or key in picked or p.topic is None:
                 continue
             name = p.topic  # (key[0], or the name its topic id resolved to when stamped)
-            stamp = replicas.follower_fetch_stamp(name, key[1], replica_id)
+            if self.consumer:
+                stamp = replicas.fetch_stamp(name, key[1], self.read_committed)
+            else:
+                stamp = replicas.follower_fetch_stamp(name, key[1], replica_id)
             if stamp == p.idle_stamp:
                 continue
             picked[key] = p
@@ -126,8 +148,9 @@ class FollowerRound:
             n = FollowerRound.missed
             if n & (n - 1) == 0:
                 log.warning(
-                    "a follower fetch session missed a change of %s-%d (%d so far): "
-                    "(leader epoch, log end, high watermark, log start) %r, last read at %r",
+                    "a %s fetch session missed a change of %s-%d (%d so far): "
+                    "(leader epoch, ...) %r, last read at %r",
+                    "consumer" if self.consumer else "follower",
                     name,
                     key[1],
                     n,
@@ -140,6 +163,7 @@ class FollowerRound:
         """The answer went out: the session reflects the changes up to the last pass (and a
         topic-id session's index holds the names of the partitions it looked at)."""
         self.rounds.position = self.seq
+        self.rounds.read_committed = self.read_committed
         if self.uses_ids:
             named = self.rounds.named
             looked = self.session.partitions.values() if self.looked is None else self.looked
@@ -153,4 +177,5 @@ def _order(p: FetchPartition) -> int:
 
 
 def _shown(stamp: tuple | None) -> tuple | None:
-    return None if stamp is None else (stamp[1], *stamp[4:])
+    """A stamp without its objects (the replica, topic metadata, log)."""
+    return None if stamp is None else tuple(x for x in stamp if type(x) is int)

@@ -126,11 +126,11 @@ async def _read_all(
     (``FetchPartition.idle_stamp`` equals ReplicaManager.fetch_stamp now, and the fetcher did
     not change its parameters) is skipped: its answer would carry no records, no error and the
     high watermark and log start the fetcher already has, which an incremental answer leaves
-    out.  So an incremental fetch of many idle partitions costs a comparison per partition.
-    An in-sync follower's session partitions the same way (follower_fetch_stamp), its fetch
-    of the skipped ones recorded at once (``IdleFetches``): it stays in sync; and its round
-    looks only at the partitions that changed since its last answer (``follower_round``,
-    handlers/_follower_rounds.py), the others skipped with them."""
+    out.  An in-sync follower's session partitions the same way (follower_fetch_stamp), its
+    fetch of the skipped ones recorded at once (``IdleFetches``): it stays in sync.  Either
+    session's round looks only at the partitions that changed since its last answer
+    (``follower_round``, handlers/_follower_rounds.py: the leader's change feed), the others
+    skipped with them, so an incremental fetch of many idle partitions costs what changed."""
     replicas = ctx.services.replicas
     read_committed = req.get("isolation_level", 0) == READ_COMMITTED
     errors = False
@@ -147,8 +147,12 @@ async def _read_all(
     to_read: list[FetchPartition] = []
     read_stamps: list[Any] = []
     idle = None  # the follower session's IdleFetches (its skipped partitions' last fetch)
-    if following and follower_round is not None:
-        idle = follower_round.idle
+    # (a consumer's round looks at every partition while ACLs are checked: a READ revoked on
+    # an idle partition's topic is answered at the next fetch, as Kafka authorizes each one)
+    picking = following or (stamping and not checked and replicas.lease_ok)
+    if follower_round is not None and picking:
+        if following:
+            idle = follower_round.idle
         if follower_ok:
             picked = follower_round.pick(replicas, replica_id, replicas.clock.time_ms())
             if picked is not None:
@@ -352,8 +356,14 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
     wake = leo_key if replica_id >= 0 else consumer_key
     track_idle = context.session is not None or context.create
     follower_round = None
-    if replica_id >= 0 and context.session is not None:
-        follower_round = FollowerRound(context.session, fast=True, uses_ids=uses_ids)
+    if context.session is not None:  # (a consumer's session too: issue 27)
+        follower_round = FollowerRound(
+            context.session,
+            fast=True,
+            uses_ids=uses_ids,
+            consumer=replica_id < 0,
+            read_committed=req.get("isolation_level", 0) == READ_COMMITTED,
+        )
     while True:
         entries, total, errors, stamps = await _read_all(
             ctx, req, partitions, replica_id, uses_ids, resolver, track_idle, follower_round
@@ -366,7 +376,7 @@ async def fetch(ctx: RequestContext, req: dict) -> dict:
         left = deadline - clock.monotonic()
         if left <= 0:
             break
-        if follower_round is not None and follower_round.fast:
+        if replica_id >= 0 and follower_round is not None and follower_round.fast:
             keys = [followers_append_key()]  # (any append: one key, not one per partition)
         else:
             keys = [
