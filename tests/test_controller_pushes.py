@@ -6,7 +6,9 @@ znodes, and a pushed state never replaces a newer cached one."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 
 from async_wait import wait_until
 
@@ -32,6 +34,60 @@ class _Cache:
 
 def _pushed(p: int, leader: int, isr: list[int], zk_version: int, topic_id=TOPIC_ID):
     return ("t", str(topic_id), p, leader, 5, isr, zk_version)
+
+
+@contextlib.asynccontextmanager
+async def _three_brokers(tmp_path) -> AsyncIterator[tuple[LocalStore, dict[int, Cluster]]]:
+    """Brokers 1, 2 and 3 on one embedded store, each seeing the others; 1 the controller."""
+    store = LocalStore(tmp_path / "meta")
+    await store.start()
+    clusters: dict[int, Cluster] = {}
+    try:
+        for bid in (1, 2, 3):
+            endpoints = [("PLAINTEXT", "127.0.0.1", 9090 + bid)]
+            clusters[bid] = Cluster(store, bid, endpoints, controller=Controller)
+            await clusters[bid].start()
+        await wait_until(lambda: set(clusters[1].brokers) == {1, 2, 3}, what="brokers seen")
+        yield store, clusters
+    finally:
+        for c in clusters.values():
+            await c.stop()
+        await store.close()
+
+
+async def _created_at_version_zero(c: Cluster, n: int) -> None:
+    await c.create_topic("t", n, 3, assignments={p: [2, 3, 1] for p in range(n)})
+    await wait_until(
+        lambda: (
+            "t" in c.topics and all(s.zk_version == 0 for s in c.topics["t"].partitions.values())
+        ),
+        what="created",
+    )
+
+
+def _count_multis(store: LocalStore) -> list[list[str]]:
+    """Record the partition-state paths of every multi ``store`` sends from now on."""
+    multis: list[list[str]] = []
+    real_multi = store.multi
+
+    async def counting_multi(ops):
+        states = [op.path for op in ops if "/partitions/" in op.path]
+        if states:
+            multis.append(states)
+        return await real_multi(ops)
+
+    store.multi = counting_multi
+    return multis
+
+
+async def _wait_led_by(store: LocalStore, n: int, leader: int) -> None:
+    for p in range(n):
+        for _ in range(400):
+            data, _ = await store.get(paths.partition_state("t", p))
+            if paths.decode_partition_state(data)["leader"] == leader:
+                break
+            await asyncio.sleep(0.05)
+        assert paths.decode_partition_state(data)["leader"] == leader, p
 
 
 def test_a_pushed_state_older_than_the_cached_one_is_ignored():
@@ -140,16 +196,8 @@ def test_a_push_to_a_broker_not_watching_does_not_stop_the_election(tmp_path):
     election's multi fails on that push, is sent again without the pushes, and lands."""
 
     async def main():
-        store = LocalStore(tmp_path / "meta")
-        await store.start()
-        clusters = {}
-        try:
-            for bid in (1, 2, 3):
-                endpoints = [("PLAINTEXT", "127.0.0.1", 9090 + bid)]
-                clusters[bid] = Cluster(store, bid, endpoints, controller=Controller)
-                await clusters[bid].start()
+        async with _three_brokers(tmp_path) as (store, clusters):
             c1 = clusters[1]
-            await wait_until(lambda: set(c1.brokers) == {1, 2, 3}, what="brokers seen")
             await c1.create_topic("t", 4, 3, assignments={p: [2, 3, 1] for p in range(4)})
             await wait_until(
                 lambda: len(c1.topics.get("t", TopicInfo("t", TOPIC_ID, {}, {})).partitions) == 4
@@ -170,14 +218,8 @@ def test_a_push_to_a_broker_not_watching_does_not_stop_the_election(tmp_path):
                 lambda: all(s.leader == 3 for s in c1.topics["t"].partitions.values()),
                 what="moved",
             )
-            for p in range(4):
-                data, _ = await store.get(paths.partition_state("t", p))
-                assert paths.decode_partition_state(data)["leader"] == 3
+            await _wait_led_by(store, 4, 3)
             assert 9 not in pushes._watching  # forgotten: checked again next time
-        finally:
-            for c in clusters.values():
-                await c.stop()
-            await store.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))
 
@@ -189,25 +231,9 @@ def test_elections_on_a_lagging_cache_cost_no_round_trip_per_stale_state(tmp_pat
     once per stale state (a round trip each); every election lands."""
 
     async def main():
-        store = LocalStore(tmp_path / "meta")
-        await store.start()
-        clusters = {}
-        try:
-            for bid in (1, 2, 3):
-                endpoints = [("PLAINTEXT", "127.0.0.1", 9090 + bid)]
-                clusters[bid] = Cluster(store, bid, endpoints, controller=Controller)
-                await clusters[bid].start()
-            c1 = clusters[1]
-            await wait_until(lambda: set(c1.brokers) == {1, 2, 3}, what="brokers seen")
-            n = 60
-            await c1.create_topic("t", n, 3, assignments={p: [2, 3, 1] for p in range(n)})
-            await wait_until(
-                lambda: (
-                    "t" in c1.topics
-                    and all(s.zk_version == 0 for s in c1.topics["t"].partitions.values())
-                ),
-                what="created",
-            )
+        async with _three_brokers(tmp_path) as (store, clusters):
+            c1, n = clusters[1], 60
+            await _created_at_version_zero(c1, n)
 
             async def no_read_back(keys):
                 return None
@@ -221,32 +247,17 @@ def test_elections_on_a_lagging_cache_cost_no_round_trip_per_stale_state(tmp_pat
             for p in range(0, n, 2):  # the leader's ISR writes, unseen by the controller
                 path = paths.partition_state("t", p)
                 await store.set(path, paths.encode_partition_state(2, 0, [2, 3, 1], 1), 0)
-            multis: list[list[str]] = []
-            real_multi = store.multi
-
-            async def counting_multi(ops):
-                states = [op.path for op in ops if "/partitions/" in op.path]
-                if states:
-                    multis.append(states)
-                return await real_multi(ops)
-
-            store.multi = counting_multi
-            await store.create(paths.controlled_shutdown(2), b"{}", ephemeral=True, makepath=True)
-            for p in range(n):
-                for _ in range(400):
-                    data, _ = await store.get(paths.partition_state("t", p))
-                    if paths.decode_partition_state(data)["leader"] == 3:
-                        break
-                    await asyncio.sleep(0.05)
-                assert paths.decode_partition_state(data)["leader"] == 3, p
+            multis = _count_multis(store)
+            try:
+                await store.create(
+                    paths.controlled_shutdown(2), b"{}", ephemeral=True, makepath=True
+                )
+                await _wait_led_by(store, n, 3)
+            finally:
+                del store.multi
             # the first multi, once more without the stale states, then the stale ones read
             # and decided again: not one multi per stale state
             assert len(multis[0]) == n and len(multis) <= 4, [len(m) for m in multis]
-        finally:
-            del store.multi
-            for c in clusters.values():
-                await c.stop()
-            await store.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))
 
@@ -257,54 +268,23 @@ def test_states_whose_read_back_is_pending_are_read_before_the_elections(tmp_pat
     first and land in one multi, none losing its compare-and-set."""
 
     async def main():
-        store = LocalStore(tmp_path / "meta")
-        await store.start()
-        clusters = {}
-        try:
-            for bid in (1, 2, 3):
-                endpoints = [("PLAINTEXT", "127.0.0.1", 9090 + bid)]
-                clusters[bid] = Cluster(store, bid, endpoints, controller=Controller)
-                await clusters[bid].start()
-            c1 = clusters[1]
-            await wait_until(lambda: set(c1.brokers) == {1, 2, 3}, what="brokers seen")
-            n = 60
-            await c1.create_topic("t", n, 3, assignments={p: [2, 3, 1] for p in range(n)})
-            await wait_until(
-                lambda: (
-                    "t" in c1.topics
-                    and all(s.zk_version == 0 for s in c1.topics["t"].partitions.values())
-                ),
-                what="created",
-            )
+        async with _three_brokers(tmp_path) as (store, clusters):
+            c1, n = clusters[1], 60
+            await _created_at_version_zero(c1, n)
             await asyncio.sleep(0.5)  # (the topic's read-back after its creation)
             await c1._stop_sync()  # marked states stay marked
             for p in range(0, n, 2):  # the leader's ISR writes, not read back yet
                 path = paths.partition_state("t", p)
                 await store.set(path, paths.encode_partition_state(2, 0, [2, 3, 1], 1), 0)
             await wait_until(lambda: c1.awaiting_read_back("t", n - 2), what="watch fired")
-            multis: list[list[str]] = []
-            real_multi = store.multi
-
-            async def counting_multi(ops):
-                states = [op.path for op in ops if "/partitions/" in op.path]
-                if states:
-                    multis.append(states)
-                return await real_multi(ops)
-
-            store.multi = counting_multi
-            await store.create(paths.controlled_shutdown(2), b"{}", ephemeral=True, makepath=True)
-            for p in range(n):
-                for _ in range(400):
-                    data, _ = await store.get(paths.partition_state("t", p))
-                    if paths.decode_partition_state(data)["leader"] == 3:
-                        break
-                    await asyncio.sleep(0.05)
-                assert paths.decode_partition_state(data)["leader"] == 3, p
+            multis = _count_multis(store)
+            try:
+                await store.create(
+                    paths.controlled_shutdown(2), b"{}", ephemeral=True, makepath=True
+                )
+                await _wait_led_by(store, n, 3)
+            finally:
+                del store.multi
             assert [len(m) for m in multis] == [n]
-        finally:
-            del store.multi
-            for c in clusters.values():
-                await c.stop()
-            await store.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))
