@@ -33,6 +33,7 @@ import os
 
 import pytest
 
+from compat_tests.shared_broker import SharedBroker
 from pybroker.testing.client_helpers import ALL_STORAGES, storage_overrides
 from pybroker.testing.debug_process import BrokerProcess
 from pybroker.testing.zookeeper import ZK_SERVER_SH, ZooKeeperServer, zookeeper_available
@@ -223,62 +224,6 @@ def shares_broker(item) -> bool:
     if marker is None or (marker.args and not marker.args[0]):
         return False
     return item.get_closest_marker("allow_broker_tracebacks") is None
-
-
-class SharedBroker:
-    """One broker that the tests of a module share (the `shared_broker` marker).
-
-    Each test's part of the broker's output lies between two harness marks; a traceback in it
-    fails that test, as does the broker not running at its end; the broker of a failed test is
-    stopped (SIGTERM, exit 0) and the next test gets a fresh one."""
-
-    def __init__(self, workdir, zookeeper_connect: str | None, settings: dict[str, str]):
-        self.process = BrokerProcess(
-            workdir, zookeeper_connect=zookeeper_connect, overrides=dict(settings)
-        )
-        self.offset = 0  # where the output not yet checked for tracebacks starts
-
-    def begin(self, nodeid: str) -> BrokerProcess:
-        if not self.process.is_running():
-            self.process.start()
-        self.process.mark(f"test {nodeid} begins with this shared broker")
-        self.offset = self.process.stderr_path.stat().st_size
-        return self.process
-
-    def new_traceback(self) -> str:
-        with open(self.process.stderr_path, "rb") as f:
-            f.seek(self.offset)
-            lines = f.read().decode(errors="replace").splitlines()
-        self.offset = self.process.stderr_path.stat().st_size
-        for i, line in enumerate(lines):
-            if line.startswith("Traceback (most recent call last)"):
-                return "\n".join(lines[max(0, i - 2) : i + 12])
-        return ""
-
-    def end(self, nodeid: str) -> str:
-        """What went wrong with the broker during the test ("" if nothing)."""
-        if not self.process.is_running():
-            return f"the shared broker {self.process.bootstrap} exited during the test"
-        self.process.mark(f"test {nodeid} ends")
-        excerpt = self.new_traceback()
-        if excerpt:
-            return (
-                f"the broker logged a traceback (an unexpected error inside pybroker; mark "
-                f"the test allow_broker_tracebacks if intended):\n{excerpt}"
-            )
-        return ""
-
-    def retire(self) -> str:
-        """Stop the broker: what went wrong ("" if it exited 0 and logged no traceback)."""
-        try:
-            if self.process.is_running():
-                self.process.stop()
-        except AssertionError as e:
-            return f"shared broker {self.process.bootstrap} did not shut down cleanly: {e}"
-        finally:
-            self.process.cleanup()
-        excerpt = self.new_traceback()
-        return f"the shared broker logged a traceback at its stop:\n{excerpt}" if excerpt else ""
 
 
 class SharedBrokers(dict):
