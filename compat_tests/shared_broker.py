@@ -37,9 +37,12 @@ class SharedBroker:
     def new_traceback(self) -> str:
         """The first traceback in the output since the last check (since the start at first:
         what the broker wrote between two tests counts for the next one)."""
-        with open(self.process.stderr_path, "rb") as f:
-            f.seek(self.offset)
-            data = f.read()
+        try:
+            with open(self.process.stderr_path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:  # never started
+            return ""
         self.offset += len(data)
         lines = data.decode(errors="replace").splitlines()
         for i, line in enumerate(lines):
