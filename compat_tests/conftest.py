@@ -10,6 +10,12 @@
   listeners/log.dirs/broker.id (and zookeeper.connect with a fresh chroot on the zookeeper
   backend) plus Kafka-named overrides: start_broker(**{"num.partitions": 3}).
 - `broker`: start_broker() with the overrides of a `@pytest.mark.broker_overrides({...})`.
+  In a module or test marked `shared_broker` it is one broker per module, backend, storage and
+  overrides, started for the first test that asks and shared by the next ones (each uses
+  topics and groups of its own, and none stops, restarts or reconfigures it): a test still
+  fails on a traceback in its part of the broker's output or if the broker exited, and after
+  a failed test the broker is stopped (exit 0 required) and the next test gets a fresh one.
+  `shared_broker(False)` gives a test its own again; so does `allow_broker_tracebacks`.
 - `storage` ("zookeeper" | "kafka"): a test that names it runs with each storage of committed
   offsets and transaction state (offsets.storage and transaction.state.storage; "kafka" with
   the internal topics' replication factor 1 on one broker), and its brokers get them
@@ -27,6 +33,7 @@ import os
 
 import pytest
 
+from compat_tests.shared_broker import SharedBroker
 from pybroker.testing.client_helpers import ALL_STORAGES, storage_overrides
 from pybroker.testing.debug_process import BrokerProcess
 from pybroker.testing.zookeeper import ZK_SERVER_SH, ZooKeeperServer, zookeeper_available
@@ -89,6 +96,11 @@ def pytest_configure(config):
     )
     config.addinivalue_line(
         "markers", "multicore: run the test on a node.cores=2 node too (backend 'multicore')"
+    )
+    config.addinivalue_line(
+        "markers",
+        "shared_broker(True|False): the `broker` fixture is one broker per module, backend, "
+        "storage and overrides, shared by the marked tests (False: the test's own)",
     )
 
 
@@ -177,18 +189,72 @@ def start_broker(request, backend, tmp_path):
 
 
 @pytest.fixture
-def broker(request, start_broker) -> BrokerProcess:
+def broker(request, backend):
     marker = request.node.get_closest_marker("broker_overrides")
     overrides = dict(marker.args[0]) if marker else {}
-    return start_broker(**overrides)
+    if not shares_broker(request.node):
+        yield request.getfixturevalue("start_broker")(**overrides)
+        return
+    settings = dict(MULTICORE_OVERRIDES) if backend == MULTICORE else {}
+    if "storage" in request.fixturenames:
+        settings.update(storage_overrides(request.getfixturevalue("storage")))
+    settings.update({k: str(v) for k, v in overrides.items()})
+    pool = request.getfixturevalue("shared_brokers")
+    key = (backend, tuple(sorted(settings.items())))
+    shared = pool.get(key)
+    if shared is None:
+        zk = request.getfixturevalue("zookeeper").connect if backend == "zookeeper" else None
+        shared = pool[key] = SharedBroker(pool.workdir / f"broker{len(pool.started)}", zk, settings)
+        pool.started.append(shared)
+    request.node._shared_pybrokers = [shared.process]
+    yield shared.begin(request.node.nodeid)
+    problem = shared.end(request.node.nodeid)
+    if problem or getattr(request.node, "_pybroker_call_failed", False):
+        # a fresh broker for the next test: no test sees what a failed one left behind
+        del pool[key]
+        problem = problem or shared.retire()
+    if problem:
+        pytest.fail(problem, pytrace=False)
+
+
+def shares_broker(item) -> bool:
+    """Whether the test's `broker` is its module's shared one: the module or test is marked
+    shared_broker (and not shared_broker(False)), and tracebacks are not allowed in it."""
+    marker = item.get_closest_marker("shared_broker")
+    if marker is None or (marker.args and not marker.args[0]):
+        return False
+    return item.get_closest_marker("allow_broker_tracebacks") is None
+
+
+class SharedBrokers(dict):
+    """The module's shared brokers by (backend, settings), and every one started."""
+
+    def __init__(self, workdir):
+        super().__init__()
+        self.workdir = workdir
+        self.started: list[SharedBroker] = []
+
+
+@pytest.fixture(scope="module")
+def shared_brokers(tmp_path_factory):
+    pool = SharedBrokers(tmp_path_factory.mktemp("shared-brokers"))
+    yield pool
+    problems = [p for p in (shared.retire() for shared in pool.values()) if p]
+    for shared in pool.started:  # (retired ones included: nothing is left running)
+        shared.process.cleanup()
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        item._pybroker_call_failed = True
     if report.failed:
-        for i, b in enumerate(getattr(item, "_pybrokers", [])):
+        brokers = getattr(item, "_pybrokers", []) + getattr(item, "_shared_pybrokers", [])
+        for i, b in enumerate(brokers):
             report.sections.append(
                 (
                     f"broker {i} ({b.backend}, {b.bootstrap}) stderr: {b.stderr_path}",

@@ -39,7 +39,9 @@ from pybroker.testing.cluster_harness import running_cluster
 from pybroker.testing.debug_process import BrokerProcess
 from pybroker.testing.procutil import free_port
 
-pytestmark = [pytest.mark.timeout(300)]
+# the tests that take `broker` share one per backend (and overrides): each uses topics and
+# groups of its own (conftest.py: shared_broker)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.shared_broker]
 
 ROOT = Path(__file__).resolve().parent.parent
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -665,6 +667,7 @@ def test_groups_list_describe_reset_delete(broker):
 
 
 @pytest.mark.multicore
+@pytest.mark.shared_broker(False)  # a broker of its own: no topic led by a rack yet
 def test_cluster_single_broker(broker):
     """One node: one broker, or a multi-core node's brokers, whose rack is the node."""
     c = js(broker.bootstrap, "cluster")

@@ -9,7 +9,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from pybroker.testing.client_helpers import create_topic, unique_topic
 
-pytestmark = pytest.mark.timeout(120)
+# tests share a broker per backend: each uses a topic of its own (conftest.py)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.shared_broker]
 
 
 async def _roundtrip(bootstrap: str, topic: str, partitions: int, n: int, compression):

@@ -13,7 +13,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
 
 from pybroker.testing.client_helpers import create_topic, unique_topic
 
-pytestmark = pytest.mark.timeout(120)
+# tests share a broker per backend: each uses topics of its own (conftest.py)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.shared_broker]
 
 
 def _produce(bootstrap, topic, partitions, n, **extra):

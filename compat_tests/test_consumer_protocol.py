@@ -32,6 +32,8 @@ pytestmark = [
             "group.min.session.timeout.ms": "1000",
         }
     ),
+    # tests share a broker per backend and storage: each uses topics and groups of its own
+    pytest.mark.shared_broker,
 ]
 
 

@@ -24,7 +24,12 @@ from compat_tests.group_member import (
 )
 from pybroker.testing.client_helpers import create_topic, unique_topic
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.broker_overrides(GROUP_BROKER_OVERRIDES)]
+# tests share a broker per backend and storage: each uses topics and groups of its own
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.broker_overrides(GROUP_BROKER_OVERRIDES),
+    pytest.mark.shared_broker,
+]
 
 PARTITIONS = 4
 JOIN_TIMEOUT = 60.0

@@ -30,7 +30,13 @@ from compat_tests.group_member import (
 )
 from pybroker.testing.client_helpers import create_topic, unique_topic
 
-pytestmark = [pytest.mark.timeout(240), pytest.mark.broker_overrides(GROUP_BROKER_OVERRIDES)]
+# tests share a broker per backend (the one that restarts it has its own): each uses topics and
+# groups of its own (conftest.py)
+pytestmark = [
+    pytest.mark.timeout(240),
+    pytest.mark.broker_overrides(GROUP_BROKER_OVERRIDES),
+    pytest.mark.shared_broker,
+]
 
 PARTITIONS = 4
 JOIN_TIMEOUT = 60.0
@@ -269,6 +275,7 @@ def test_group_resumes_after_all_members_restart(broker, tmp_path):
     _phase(tmp_path, broker, topic, group, ["b1", "b2"], second, "restarted members")
 
 
+@pytest.mark.shared_broker(False)  # it restarts the broker
 def test_group_resumes_after_broker_restart(broker, tmp_path, storage):
     topic, group = unique_topic("grp"), _group("brestart")
     create_topic(broker.bootstrap, topic, PARTITIONS)

@@ -15,6 +15,7 @@ from pybroker.testing.client_helpers import create_topic
 pytestmark = [
     pytest.mark.timeout(300),
     pytest.mark.skipif(not java.java_available(), reason="java not found (OpenJDK 17 expected)"),
+    pytest.mark.shared_broker,  # a broker per backend: each test uses a topic of its own
 ]
 
 

@@ -22,6 +22,9 @@ from pybroker.testing.client_helpers import create_topic
 pytestmark = [
     pytest.mark.timeout(300),
     pytest.mark.skipif(not java.java_available(), reason="java not found (OpenJDK 17 expected)"),
+    # a broker per backend and overrides: each test uses topics and groups of its own, and
+    # the survey's tools change only its topic (conftest.py)
+    pytest.mark.shared_broker,
 ]
 
 TOOL_TIMEOUT = 120

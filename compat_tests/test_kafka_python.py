@@ -17,7 +17,8 @@ from pybroker.testing.client_helpers import (
 )
 from pybroker.testing.cluster_harness import wait_for_partitions_everywhere
 
-pytestmark = pytest.mark.timeout(120)
+# tests share a broker per backend and overrides: each uses topics of its own (conftest.py)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.shared_broker]
 
 
 @pytest.mark.parametrize("compression", [None, "gzip", "snappy", "lz4", "zstd"])

@@ -10,8 +10,10 @@ import pytest
 
 from pybroker.testing.client_helpers import create_topic, unique_topic
 
+# tests share a broker per backend: each uses topics of its own (conftest.py)
 pytestmark = [
     pytest.mark.timeout(120),
+    pytest.mark.shared_broker,
     pytest.mark.skipif(
         shutil.which("kcat") is None and not __import__("os").environ.get("CI"),
         reason="kcat not installed (scripts/install-test-deps installs it)",

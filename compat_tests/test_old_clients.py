@@ -24,7 +24,8 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from compat_tests.wire_tap import WireTap, tapped_broker
+from compat_tests.shared_broker import SharedBroker
+from compat_tests.wire_tap import WireTap
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -34,11 +35,43 @@ CODECS = [None, "gzip", "snappy", "lz4"]
 N = 200
 
 
+@pytest.fixture(scope="module")
+def tapped_shared(tmp_path_factory):
+    """One broker behind one tap for the module's tapped tests (each uses topics and groups of
+    its own; starting a broker per test was most of the module's time): [SharedBroker, tap]."""
+    workdir = tmp_path_factory.mktemp("tapped")
+    shared = SharedBroker(workdir / "broker0", None, {"group.initial.rebalance.delay.ms": "0"})
+    tap = WireTap(("127.0.0.1", shared.process.port)).start()
+    shared.process.overrides["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{tap.port}"
+    state = [shared, tap]
+    try:
+        yield state
+        problem = state[0].retire()
+        assert not problem, problem
+    finally:
+        tap.close()
+        state[0].process.cleanup()
+
+
 @pytest.fixture
-def tapped(tmp_path):
-    with tapped_broker(tmp_path / "broker") as (b, tap):
-        yield b, tap
-        assert not b.traceback_excerpt(), b.traceback_excerpt()
+def tapped(request, tapped_shared):
+    """(broker, tap): the shared broker, and its tap with no connection and nothing recorded
+    yet.  A traceback in the broker's output during the test fails it; after a failed test the
+    broker is stopped (exit 0 required) and the next one gets a fresh broker behind the tap."""
+    shared, tap = tapped_shared
+    tap.reset()
+    b = shared.begin(request.node.nodeid)
+    request.node._shared_pybrokers = [b]
+    yield b, tap
+    problem = shared.end(request.node.nodeid)
+    if problem or getattr(request.node, "_pybroker_call_failed", False):
+        problem = problem or shared.retire()
+        workdir = b.workdir.parent / f"broker{len(list(b.workdir.parent.iterdir()))}"
+        fresh = SharedBroker(workdir, None, dict(b.overrides))
+        tap.target = ("127.0.0.1", fresh.process.port)
+        tapped_shared[0] = fresh
+    if problem:
+        pytest.fail(problem, pytrace=False)
 
 
 def topic_name(prefix: str) -> str:

@@ -21,9 +21,11 @@ ck = pytest.importorskip("confluent_kafka")
 if not hasattr(ck, "ShareConsumer"):
     pytest.skip("confluent-kafka without ShareConsumer (2.15+)", allow_module_level=True)
 
+# tests share a broker per backend: each uses topics and groups of its own (conftest.py)
 pytestmark = [
     pytest.mark.timeout(300),
     pytest.mark.broker_overrides(SHARE_OVERRIDES),
+    pytest.mark.shared_broker,
 ]
 
 

@@ -37,6 +37,8 @@ pytestmark = [
             "group.initial.rebalance.delay.ms": "0",
         }
     ),
+    # tests share a broker per backend: each uses topics and groups of its own (conftest.py)
+    pytest.mark.shared_broker,
 ]
 
 

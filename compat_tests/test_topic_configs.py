@@ -15,6 +15,7 @@ from pybroker.testing import java
 pytestmark = [
     pytest.mark.timeout(600),
     pytest.mark.skipif(not java.java_available(), reason="java not found (OpenJDK 17 expected)"),
+    pytest.mark.shared_broker,  # a broker per backend and overrides: each test has its topics
 ]
 
 CONFIG_COMMAND = "kafka.admin.ConfigCommand"

@@ -40,6 +40,7 @@ class WireTap:
         self._server = socket.create_server((self.host, self.port))
         self.port = self._server.getsockname()[1]
         self._stopped = False
+        self._generation = 0  # reset() starts a new one; older connections are not recorded
         self._socks: list[socket.socket] = []
         self._thread = threading.Thread(target=self._accept, daemon=True)
 
@@ -66,6 +67,20 @@ class WireTap:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def reset(self) -> None:
+        """Close every connection through the tap and forget what it saw: from now on it
+        records what new connections carry (a shared tap, one test after another)."""
+        with self._lock:
+            self._generation += 1
+            socks, self._socks = self._socks, []
+            self._log.clear()
+        for s in socks:  # (a close alone would leave the pump blocked in recv, the peer open)
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
     def exchanges(self, api_key: int) -> list[Exchange]:
         with self._lock:
             return [e for e in self._log if e.api_key == api_key and e.response is not None]
@@ -82,13 +97,15 @@ class WireTap:
             except OSError:
                 client.close()
                 continue
-            self._socks += [client, upstream]
+            with self._lock:
+                self._socks += [client, upstream]
+                generation = self._generation
             pending: dict[int, Exchange] = {}
             threading.Thread(
-                target=self._pump, args=(client, upstream, pending, True), daemon=True
+                target=self._pump, args=(client, upstream, pending, True, generation), daemon=True
             ).start()
             threading.Thread(
-                target=self._pump, args=(upstream, client, pending, False), daemon=True
+                target=self._pump, args=(upstream, client, pending, False, generation), daemon=True
             ).start()
 
     @staticmethod
@@ -101,7 +118,7 @@ class WireTap:
             buf += chunk
         return bytes(buf)
 
-    def _pump(self, src, dst, pending: dict[int, Exchange], requests: bool) -> None:
+    def _pump(self, src, dst, pending: dict[int, Exchange], requests: bool, generation: int):
         try:
             while True:
                 size_b = self._read(src, 4)
@@ -111,7 +128,7 @@ class WireTap:
                 if frame is None:
                     break
                 if requests:
-                    self._note_request(frame, pending)
+                    self._note_request(frame, pending, generation)
                 else:
                     self._note_response(frame, pending)
                 dst.sendall(size_b + frame)
@@ -124,13 +141,15 @@ class WireTap:
                 except OSError:
                     pass
 
-    def _note_request(self, frame: bytes, pending: dict[int, Exchange]) -> None:
+    def _note_request(self, frame: bytes, pending: dict[int, Exchange], generation: int) -> None:
         try:
             header, body = decode_request(frame)
         except Exception:
             return
         e = Exchange(header["request_api_key"], header["request_api_version"], body)
         with self._lock:
+            if generation != self._generation:
+                return  # a connection from before reset()
             pending[header["correlation_id"]] = e
             self._log.append(e)
 
