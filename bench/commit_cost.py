@@ -2,7 +2,7 @@
 from a raw asyncio client, so that a change to the commit path is measured by itself.
 
     python -m bench.commit_cost [--groups 256] [--seconds 10] [--storage kafka|zookeeper]
-                                [--zk] [--version 8] [--profile out.txt]
+                                [--zk] [--version 8] [--profile out.txt] [--loop uvloop]
 
 One pybroker process (embedded metadata store, or a 1-node ZooKeeper with ``--zk``); ``--groups``
 connections, each committing offset n+1 of partition 0 of one topic for its own group as a
@@ -160,8 +160,11 @@ def main() -> int:
     ap.add_argument("--zk", action="store_true")
     ap.add_argument("--version", type=int, default=8)
     ap.add_argument("--profile", default="")
+    ap.add_argument("--loop", default="", help="the broker's event.loop (default: its default)")
     args = ap.parse_args()
     overrides: dict[str, object] = {"offsets.storage": args.storage}
+    if args.loop:
+        overrides["event.loop"] = args.loop
     if args.storage == "kafka":
         overrides["offsets.topic.replication.factor"] = 1
     work = Path(tempfile.mkdtemp(prefix="commit-cost-"))
@@ -184,6 +187,7 @@ def main() -> int:
         broker.stop()
         if zk is not None:
             zk.stop()
+    out["loop"] = args.loop or "default"
     out["notes"] = [
         line.split("group commit: ", 1)[1]
         for line in broker.output(400).splitlines()

@@ -3,6 +3,7 @@
 answer's write) driven in-process, so that a change to it is measured on a loaded machine.
 
     PYTHONPATH=<tree> python -m bench.commit_path [--groups 32] [--rounds 100] [--trials 10]
+                                                  [--loop asyncio|uvloop]
 
 One pybroker (embedded metadata store, ``offsets.storage=kafka``, replication factor 1) on
 this process's event loop; ``--groups`` connections (KafkaConnection over a transport that
@@ -30,9 +31,11 @@ import time
 from typing import Any
 
 from bench.commit_cost import TOPIC, Conn, commit_body
+from pybroker import event_loop
 from pybroker.broker import Broker
 from pybroker.config import build_config
 from pybroker.connection import KafkaConnection
+from pybroker.event_loop import LOOPS
 from pybroker.wire import codec
 
 
@@ -149,9 +152,11 @@ def main() -> int:
     ap.add_argument("--groups", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--trials", type=int, default=10)
+    ap.add_argument("--loop", default="asyncio", choices=LOOPS, help="the event loop (event.loop)")
     args = ap.parse_args()
     logging.disable(logging.WARNING)  # (the loop monitor's stalls on a loaded machine)
-    print(json.dumps(asyncio.run(measure(args.groups, args.rounds, args.trials))))
+    got = event_loop.run(measure(args.groups, args.rounds, args.trials), args.loop)
+    print(json.dumps({**got, "loop": args.loop}))
     return 0
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pybroker.wire import messages as _messages  # noqa: F401  (registers the declarations)
+from pybroker.wire import offset_commit_codec
 from pybroker.wire.primitives import (
     ZERO_UUID,
     DecodeError,
@@ -45,6 +46,9 @@ _API_HEAD = struct.Struct(">hhi")  # a request's api key, version and correlatio
 _I16 = struct.Struct(">h")
 _SIZE = struct.Struct(">i")
 _SIZE_AND_CORRELATION = struct.Struct(">ii")
+# APIs with a dedicated decoder and encoder of the common shape, None for the rest: the
+# generic code (issue 28: OffsetCommit, one per poll in W18)
+_DIRECT: dict[int, Any] = {8: offset_commit_codec}
 
 
 class Encoded(bytes):
@@ -563,13 +567,16 @@ def decode_request(frame: bytes | memoryview) -> tuple[dict, dict]:
     Raises UnknownApiError / UnsupportedVersionError (the caller decides: ApiVersions gets an
     error answer, anything else closes the connection) and DecodeError for bad bytes.
     """
-    r = Reader(frame)
     api_key, api_version, _ = peek_api(frame)
     a = SCHEMAS.by_key.get(api_key)
     if a is None:
         raise UnknownApiError(f"unknown api key {api_key}")
     if api_version not in a.request.versions:
         raise UnsupportedVersionError(api_key, api_version)
+    direct = _DIRECT.get(api_key)
+    if direct is not None and (got := direct.decode_request(frame, api_version)) is not None:
+        return got
+    r = Reader(frame)
     header = _plan(REQUEST_HEADER, request_header_version(api_key, api_version))[0](r)
     body = _plan(a.request, api_version)[0](r)
     # Bytes after the body are ignored, as Kafka's request parser does: librdkafka pads some
@@ -599,6 +606,9 @@ def encode_request(
 
 def encode_response(api_key: int, api_version: int, correlation_id: int, body: dict) -> list[Any]:
     """Response frame parts (size prefix included): bytes, and out-of-band chunks in order."""
+    direct = _DIRECT.get(api_key)
+    if direct is not None and (got := direct.encode_response(api_version, correlation_id, body)):
+        return got
     a = SCHEMAS.by_key[api_key]
     w = Writer()
     # the size (patched below) and the response header, packed here (the generic encoder's
