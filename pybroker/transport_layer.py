@@ -1,11 +1,14 @@
 """A response onto the connection, its bytes and its log-file regions: Kafka's TransportLayer
-(plaintext: ``os.write`` and ``os.sendfile`` straight onto the socket, zero copies; TLS, or a
-loop without ``sendfile`` (uvloop): the region read in chunks and written through the
-transport; any other transport: asyncio's ``loop.sendfile``).
+(plaintext, on either loop: ``os.write`` and ``os.sendfile`` straight onto the socket, zero
+copies, once the transport has written out what it buffered; TLS: the region read in chunks
+and written through the transport; a transport without a socket: asyncio's
+``loop.sendfile``, or the chunks on a loop without it).
 
-Invariant: while an answer is written the connection's task is the socket's only writer (the
-transport's buffer is empty when the direct path starts).  Why not ``loop.sendfile``, the
-waits and the TLS reads: docs/internals.md ("pybroker/transport_layer.py").
+Invariant: while an answer is written the connection's task is the socket's only writer, and
+the transport's buffer is empty when the direct path starts (``write_direct`` waits for it:
+asyncio's transport and uvloop's write nothing of their own while their buffers are empty).
+Why not ``loop.sendfile``, the waits and the TLS reads: docs/internals.md
+("pybroker/transport_layer.py").
 """
 
 from __future__ import annotations
@@ -60,7 +63,9 @@ class TransportLayer:
 
     # -- plaintext ------------------------------------------------------------------------
     async def write_direct(self, parts: list[Any]) -> None:
-        """All parts onto the socket; the transport's buffer must be empty."""
+        """All parts onto the socket, after what the transport still buffers (earlier
+        answers to a client that reads slowly): the first byte goes once that is out."""
+        await self._emptied()
         pending: list[Any] = []
         for part in parts:
             if isinstance(part, _BYTES):
@@ -72,6 +77,15 @@ class TransportLayer:
             await self._sendfile(part)
         if pending:
             await self._write_bytes(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    async def _emptied(self) -> None:
+        """Until the transport's buffer is empty (asyncio's, or uvloop's with libuv's write
+        queue): the transport writes it when the socket has room, which wakes this wait too
+        (the next loop iteration sees what the transport wrote)."""
+        while self.transport.get_write_buffer_size():
+            self._check()
+            await self._writable()
+        self._check()
 
     def _check(self) -> None:
         if self._closed() or self.transport.is_closing():
