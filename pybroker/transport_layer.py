@@ -44,6 +44,7 @@ class TransportLayer:
         self._closed = closed
         self._drain = drain
         self._waiter: asyncio.Future | None = None
+        self._watched = -1  # the duplicate descriptor watched for writability, or -1
         self.tls = transport.get_extra_info("ssl_object") is not None
         sock = None if self.tls else transport.get_extra_info("socket")
         self._fd = sock.fileno() if sock is not None else -1
@@ -61,22 +62,27 @@ class TransportLayer:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
+    _ready = wake  # the watched duplicate is writable (or hung up)
+
     # -- plaintext ------------------------------------------------------------------------
     async def write_direct(self, parts: list[Any]) -> None:
         """All parts onto the socket, after what the transport still buffers (earlier
         answers to a client that reads slowly): the first byte goes once that is out."""
-        await self._emptied()
-        pending: list[Any] = []
-        for part in parts:
-            if isinstance(part, _BYTES):
-                pending.append(part)
-                continue
+        try:
+            await self._emptied()
+            pending: list[Any] = []
+            for part in parts:
+                if isinstance(part, _BYTES):
+                    pending.append(part)
+                    continue
+                if pending:
+                    await self._write_bytes(pending[0] if len(pending) == 1 else b"".join(pending))
+                    pending = []
+                await self._sendfile(part)
             if pending:
                 await self._write_bytes(pending[0] if len(pending) == 1 else b"".join(pending))
-                pending = []
-            await self._sendfile(part)
-        if pending:
-            await self._write_bytes(pending[0] if len(pending) == 1 else b"".join(pending))
+        finally:
+            self._unwatch()
 
     async def _emptied(self) -> None:
         """Until the transport's buffer is empty (asyncio's, or uvloop's with libuv's write
@@ -123,16 +129,32 @@ class TransportLayer:
                 await self._writable()
 
     async def _writable(self) -> None:
+        """Until the socket is writable.  The duplicate is watched from the first wait to the
+        answer's end (one registration per answer, not per wait: an answer larger than the
+        send buffer waits many times); the loop refuses a writer on a transport's own
+        descriptor, and a duplicate cannot be closed or reused under the wait."""
         loop = asyncio.get_running_loop()
-        fd = os.dup(self._fd)
+        if self._watched < 0:
+            self._watched = os.dup(self._fd)
+            try:
+                loop.add_writer(self._watched, self._ready)
+            except BaseException:
+                os.close(self._watched)
+                self._watched = -1
+                raise
         waiter = self._waiter = loop.create_future()
         try:
-            loop.add_writer(fd, _done, waiter)
             await waiter
         finally:
             self._waiter = None
-            loop.remove_writer(fd)
-            os.close(fd)
+
+    def _unwatch(self) -> None:
+        if self._watched >= 0:
+            fd, self._watched = self._watched, -1
+            try:
+                asyncio.get_running_loop().remove_writer(fd)
+            finally:
+                os.close(fd)
 
     # -- TLS and other transports ---------------------------------------------------------
     async def write_through(self, parts: list[Any]) -> None:
@@ -160,11 +182,6 @@ class TransportLayer:
                 transport.write(chunk)
                 position += len(chunk)
                 left -= len(chunk)
-
-
-def _done(waiter: asyncio.Future) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 async def _pread(loop: asyncio.AbstractEventLoop, fd: int, n: int, position: int) -> Any:
