@@ -553,13 +553,13 @@ class KafkaConnection(asyncio.Protocol):
             if not self.closed:
                 raise ConnectionResetError("the peer closed the connection")
         elif not self.closed:
-            # Log regions (transport_layer.py): straight onto the socket when the transport
-            # has nothing buffered, in chunks through the TLS layer or a loop without sendfile
-            # (uvloop), else asyncio's sendfile.
+            # Log regions (transport_layer.py): straight onto the socket (once the transport
+            # has written what it buffers), in chunks through the TLS layer, else asyncio's
+            # sendfile (a transport without a socket).
             layer = self.layer
             self._in_sendfile = True
             try:
-                if layer.direct and transport.get_write_buffer_size() == 0:
+                if layer.direct:
                     await layer.write_direct(parts)
                 elif layer.through:
                     await layer.write_through(parts)

@@ -6,8 +6,8 @@ processes) runs its main coroutine through :func:`run`.  What differs on uvloop,
 broker copes (docs/internals.md, "pybroker/event_loop.py"):
 
 * uvloop's loop has no ``sendfile`` (``AbstractEventLoop.sendfile`` raises
-  NotImplementedError): a log region that cannot go straight onto the socket is read and
-  written through the transport (transport_layer.py, ``TransportLayer.through``);
+  NotImplementedError): a plaintext log region goes straight onto the socket with
+  ``os.sendfile`` on both loops (transport_layer.py), once the transport's buffer is empty;
 * uvloop has no ``_make_socket_transport``: an accepted plaintext connection takes
   ``connect_accepted_socket`` (server.py), as TLS does on both loops.
 """

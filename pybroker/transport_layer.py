@@ -1,11 +1,14 @@
 """A response onto the connection, its bytes and its log-file regions: Kafka's TransportLayer
-(plaintext: ``os.write`` and ``os.sendfile`` straight onto the socket, zero copies; TLS, or a
-loop without ``sendfile`` (uvloop): the region read in chunks and written through the
-transport; any other transport: asyncio's ``loop.sendfile``).
+(plaintext, on either loop: ``os.write`` and ``os.sendfile`` straight onto the socket, zero
+copies, once the transport has written out what it buffered; TLS: the region read in chunks
+and written through the transport; a transport without a socket: asyncio's
+``loop.sendfile``, or the chunks on a loop without it).
 
-Invariant: while an answer is written the connection's task is the socket's only writer (the
-transport's buffer is empty when the direct path starts).  Why not ``loop.sendfile``, the
-waits and the TLS reads: docs/internals.md ("pybroker/transport_layer.py").
+Invariant: while an answer is written the connection's task is the socket's only writer, and
+the transport's buffer is empty when the direct path starts (``write_direct`` waits for it:
+asyncio's transport and uvloop's write nothing of their own while their buffers are empty).
+Why not ``loop.sendfile``, the waits and the TLS reads: docs/internals.md
+("pybroker/transport_layer.py").
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class TransportLayer:
         self._closed = closed
         self._drain = drain
         self._waiter: asyncio.Future | None = None
+        self._watched = -1  # the duplicate descriptor watched for writability, or -1
         self.tls = transport.get_extra_info("ssl_object") is not None
         sock = None if self.tls else transport.get_extra_info("socket")
         self._fd = sock.fileno() if sock is not None else -1
@@ -58,20 +62,36 @@ class TransportLayer:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
+    _ready = wake  # the watched duplicate is writable (or hung up)
+
     # -- plaintext ------------------------------------------------------------------------
     async def write_direct(self, parts: list[Any]) -> None:
-        """All parts onto the socket; the transport's buffer must be empty."""
-        pending: list[Any] = []
-        for part in parts:
-            if isinstance(part, _BYTES):
-                pending.append(part)
-                continue
+        """All parts onto the socket, after what the transport still buffers (earlier
+        answers to a client that reads slowly): the first byte goes once that is out."""
+        try:
+            await self._emptied()
+            pending: list[Any] = []
+            for part in parts:
+                if isinstance(part, _BYTES):
+                    pending.append(part)
+                    continue
+                if pending:
+                    await self._write_bytes(pending[0] if len(pending) == 1 else b"".join(pending))
+                    pending = []
+                await self._sendfile(part)
             if pending:
                 await self._write_bytes(pending[0] if len(pending) == 1 else b"".join(pending))
-                pending = []
-            await self._sendfile(part)
-        if pending:
-            await self._write_bytes(pending[0] if len(pending) == 1 else b"".join(pending))
+        finally:
+            self._unwatch()
+
+    async def _emptied(self) -> None:
+        """Until the transport's buffer is empty (asyncio's, or uvloop's with libuv's write
+        queue): the transport writes it when the socket has room, which wakes this wait too
+        (the next loop iteration sees what the transport wrote)."""
+        while self.transport.get_write_buffer_size():
+            self._check()
+            await self._writable()
+        self._check()
 
     def _check(self) -> None:
         if self._closed() or self.transport.is_closing():
@@ -109,16 +129,32 @@ class TransportLayer:
                 await self._writable()
 
     async def _writable(self) -> None:
+        """Until the socket is writable.  The duplicate is watched from the first wait to the
+        answer's end (one registration per answer, not per wait: an answer larger than the
+        send buffer waits many times); the loop refuses a writer on a transport's own
+        descriptor, and a duplicate cannot be closed or reused under the wait."""
         loop = asyncio.get_running_loop()
-        fd = os.dup(self._fd)
+        if self._watched < 0:
+            self._watched = os.dup(self._fd)
+            try:
+                loop.add_writer(self._watched, self._ready)
+            except BaseException:
+                os.close(self._watched)
+                self._watched = -1
+                raise
         waiter = self._waiter = loop.create_future()
         try:
-            loop.add_writer(fd, _done, waiter)
             await waiter
         finally:
             self._waiter = None
-            loop.remove_writer(fd)
-            os.close(fd)
+
+    def _unwatch(self) -> None:
+        if self._watched >= 0:
+            fd, self._watched = self._watched, -1
+            try:
+                asyncio.get_running_loop().remove_writer(fd)
+            finally:
+                os.close(fd)
 
     # -- TLS and other transports ---------------------------------------------------------
     async def write_through(self, parts: list[Any]) -> None:
@@ -146,11 +182,6 @@ class TransportLayer:
                 transport.write(chunk)
                 position += len(chunk)
                 left -= len(chunk)
-
-
-def _done(waiter: asyncio.Future) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 async def _pread(loop: asyncio.AbstractEventLoop, fd: int, n: int, position: int) -> Any:

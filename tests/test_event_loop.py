@@ -1,6 +1,6 @@
 """event.loop (pybroker/event_loop.py): the broker on asyncio's loop or on uvloop's, which has
-no ``loop.sendfile``: a fetch answer whose log region cannot go straight onto the socket is
-read and written through the transport there.  The whole suite runs on uvloop with
+no ``loop.sendfile``: a fetch answer's log regions go onto the socket with ``os.sendfile`` on
+both, behind whatever the transport still buffers.  The whole suite runs on uvloop with
 PYBROKER_TEST_EVENT_LOOP=uvloop (docs/testing.md)."""
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ class _Region:  # what PartitionLog.read hands out: a file region for sendfile
 @pytest.mark.parametrize("name", LOOPS)
 def test_a_region_behind_buffered_bytes_arrives_whole_and_in_order(tmp_path, name):
     """An answer with a log region sent while the transport still holds earlier bytes (a
-    pipelining client that reads slowly): not straight onto the socket but through the
-    transport (uvloop: loop.sendfile raised NotImplementedError) or asyncio's sendfile."""
+    pipelining client that reads slowly): onto the socket once those bytes are out."""
     region = bytes(range(256)) * 4096  # 1 MiB
     path = tmp_path / "segment.log"
     path.write_bytes(region)

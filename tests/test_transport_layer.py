@@ -3,7 +3,8 @@ the client reads are the answer's parts in order, whatever the socket takes at a
 client that reads slowly, through a small receive buffer, makes every write short), over
 plaintext TCP and over TLS; a peer that goes away mid-region ends the answer as a lost peer,
 with no descriptor left behind; a region whose file is shorter than announced drops the
-connection; an answer behind bytes the transport still buffers keeps its place."""
+connection; an answer behind bytes the transport still buffers keeps its place, and its
+regions still go out with sendfile.  Each on both event loops (event.loop)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from broker_fixture import LOOPS
 
+from pybroker import event_loop, transport_layer
 from pybroker.connection import KafkaConnection
 from pybroker.testing.tls_certs import make_certs
 
@@ -118,7 +121,8 @@ async def _connection(server: socket.socket, ssl_context: ssl.SSLContext | None 
     return conn
 
 
-def test_a_slow_reader_gets_every_part_in_order(segment):
+@pytest.mark.parametrize("name", LOOPS)
+def test_a_slow_reader_gets_every_part_in_order(segment, name):
     """Plaintext: regions go out with sendfile straight onto the socket; the writes come
     back short and the writer waits for room, many times per region."""
 
@@ -141,12 +145,19 @@ def test_a_slow_reader_gets_every_part_in_order(segment):
         assert bytes(reader.got) == want + second[0]
         return bytes(reader.got)
 
-    asyncio.run(main())
+    event_loop.run(main(), name)
 
 
-def test_an_answer_behind_buffered_bytes_keeps_its_place(segment):
+@pytest.mark.parametrize("name", LOOPS)
+def test_an_answer_behind_buffered_bytes_keeps_its_place(segment, monkeypatch, name):
     """The transport still holds bytes of an earlier answer (the client was not reading):
-    the regions wait for them, through asyncio's sendfile."""
+    the regions wait for them, then go out with sendfile, never read through Python (on
+    uvloop too, whose loop has no sendfile)."""
+
+    def no_copy(*args: Any) -> None:
+        raise AssertionError("a plaintext region was read through Python")
+
+    monkeypatch.setattr(transport_layer, "_pread", no_copy)
 
     async def main() -> None:
         server, client = _tcp_pair()
@@ -156,18 +167,48 @@ def test_an_answer_behind_buffered_bytes_keeps_its_place(segment):
         assert conn.transport.get_write_buffer_size() > 0
         with segment.open("rb") as f:
             parts, want = _answer(segment, f)
-            reader = _SlowReader(client, len(earlier) + len(want))
+            second = os.urandom(3 << 20)  # an answer of bytes only, behind the regions
+            reader = _SlowReader(client, len(earlier) + 2 * len(want) + len(second))
             reader.start()
+            fds = _open_fds()
             await asyncio.wait_for(conn._send(parts), 60)
+            await asyncio.wait_for(conn._send([second]), 60)
+            await asyncio.wait_for(conn._send(parts), 60)
+            assert _open_fds() == fds  # the waits let go of their descriptors
             await asyncio.to_thread(reader.join, 60)
         conn.abort()
         client.close()
-        assert bytes(reader.got) == earlier + want
+        assert bytes(reader.got) == earlier + want + second + want
 
-    asyncio.run(main())
+    event_loop.run(main(), name)
 
 
-def test_a_peer_that_resets_mid_region_is_a_lost_peer(segment):
+@pytest.mark.parametrize("name", LOOPS)
+def test_a_peer_that_resets_while_earlier_bytes_wait_is_a_lost_peer(segment, name):
+    """The client goes away while the transport still holds an earlier answer: the answer
+    with regions, waiting for those bytes to go, ends as a lost peer, descriptors freed."""
+
+    async def main() -> None:
+        server, client = _tcp_pair()
+        conn = await _connection(server)
+        conn._write(os.urandom(8 << 20))
+        assert conn.transport.get_write_buffer_size() > 0
+        fds = _open_fds()
+        with segment.open("rb") as f:
+            reader = _SlowReader(client, 16 << 20, stop_after=256 << 10)
+            reader.start()
+            with pytest.raises(ConnectionError):
+                await asyncio.wait_for(conn._send([b"head", _Region(f, 0, 6 << 20)]), 30)
+            await asyncio.to_thread(reader.join, 30)
+        await asyncio.sleep(0.05)
+        assert conn.closed
+        assert _open_fds() <= fds
+
+    event_loop.run(main(), name)
+
+
+@pytest.mark.parametrize("name", LOOPS)
+def test_a_peer_that_resets_mid_region_is_a_lost_peer(segment, name):
     async def main() -> None:
         server, client = _tcp_pair()
         conn = await _connection(server)
@@ -182,10 +223,11 @@ def test_a_peer_that_resets_mid_region_is_a_lost_peer(segment):
         assert conn.closed  # the transport saw the reset too
         assert _open_fds() <= fds  # the duplicate is closed, and the connection's socket too
 
-    asyncio.run(main())
+    event_loop.run(main(), name)
 
 
-def test_a_region_longer_than_its_file_drops_the_connection(segment, tmp_path):
+@pytest.mark.parametrize("name", LOOPS)
+def test_a_region_longer_than_its_file_drops_the_connection(segment, tmp_path, name):
     short = tmp_path / "short.log"
     short.write_bytes(b"x" * 1000)
 
@@ -197,10 +239,11 @@ def test_a_region_longer_than_its_file_drops_the_connection(segment, tmp_path):
         conn.abort()
         client.close()
 
-    asyncio.run(main())
+    event_loop.run(main(), name)
 
 
-def test_a_slow_tls_reader_gets_every_part_in_order(segment, certs):
+@pytest.mark.parametrize("name", LOOPS)
+def test_a_slow_tls_reader_gets_every_part_in_order(segment, certs, name):
     """TLS: each region is read in chunks and written through the TLS transport; pages not
     in the page cache are read in a worker thread."""
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -231,4 +274,4 @@ def test_a_slow_tls_reader_gets_every_part_in_order(segment, certs):
         tls_client[0].close()
         assert bytes(reader.got) == want + b"second"
 
-    asyncio.run(main())
+    event_loop.run(main(), name)
