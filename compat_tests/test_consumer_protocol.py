@@ -189,6 +189,7 @@ def test_a_static_member_restarts_without_moving_anyones_partitions(broker, cons
     parts = {f"{topic}-{p}" for p in range(4)}
     a = Member(consumer_cp, tmp_path, broker.bootstrap, group, topic, "a1", "group.instance.id=a")
     b = Member(consumer_cp, tmp_path, broker.bootstrap, group, topic, "b1", "group.instance.id=b")
+    members = [a, b]
     try:
         wait_for("a 2/2 split", lambda: split([a, b], parts), [a, b])
         before_a, b_events = a.owned(), len(b.events())
@@ -196,13 +197,14 @@ def test_a_static_member_restarts_without_moving_anyones_partitions(broker, cons
         a2 = Member(
             consumer_cp, tmp_path, broker.bootstrap, group, topic, "a2", "group.instance.id=a"
         )
+        members.append(a2)  # (a failed assertion below left a2's JVM running for good)
         wait_for("the restarted member's partitions", lambda: a2.owned() == before_a, [a2, b])
         time.sleep(2.0)  # nothing may happen to b meanwhile (a few heartbeats)
         moved = [e for e in b.events()[b_events:] if e["event"] in ("revoked", "lost")]
         assert not moved, moved
         a2.proc.stop()
     finally:
-        for m in (a, b):
+        for m in members:
             if m.proc.is_running():
                 m.proc.stop()
 
