@@ -90,6 +90,18 @@ async def _wait_led_by(store: LocalStore, n: int, leader: int) -> None:
         assert paths.decode_partition_state(data)["leader"] == leader, p
 
 
+async def _shut_down_2_counting_multis(store: LocalStore, n: int) -> list[list[str]]:
+    """Broker 2's controlled shutdown; once broker 3 leads all ``n`` partitions, the
+    partition-state paths of each multi sent meanwhile."""
+    multis = _count_multis(store)
+    try:
+        await store.create(paths.controlled_shutdown(2), b"{}", ephemeral=True, makepath=True)
+        await _wait_led_by(store, n, 3)
+    finally:
+        del store.multi
+    return multis
+
+
 def test_a_pushed_state_older_than_the_cached_one_is_ignored():
     cached = PartitionState(2, 4, [1, 2, 3], [2, 3], 1, zk_version=9)
     cache = _Cache({0: cached, 1: cached, 2: cached, 3: cached})
@@ -247,14 +259,7 @@ def test_elections_on_a_lagging_cache_cost_no_round_trip_per_stale_state(tmp_pat
             for p in range(0, n, 2):  # the leader's ISR writes, unseen by the controller
                 path = paths.partition_state("t", p)
                 await store.set(path, paths.encode_partition_state(2, 0, [2, 3, 1], 1), 0)
-            multis = _count_multis(store)
-            try:
-                await store.create(
-                    paths.controlled_shutdown(2), b"{}", ephemeral=True, makepath=True
-                )
-                await _wait_led_by(store, n, 3)
-            finally:
-                del store.multi
+            multis = await _shut_down_2_counting_multis(store, n)
             # the first multi, once more without the stale states, then the stale ones read
             # and decided again: not one multi per stale state
             assert len(multis[0]) == n and len(multis) <= 4, [len(m) for m in multis]
@@ -277,14 +282,7 @@ def test_states_whose_read_back_is_pending_are_read_before_the_elections(tmp_pat
                 path = paths.partition_state("t", p)
                 await store.set(path, paths.encode_partition_state(2, 0, [2, 3, 1], 1), 0)
             await wait_until(lambda: c1.awaiting_read_back("t", n - 2), what="watch fired")
-            multis = _count_multis(store)
-            try:
-                await store.create(
-                    paths.controlled_shutdown(2), b"{}", ephemeral=True, makepath=True
-                )
-                await _wait_led_by(store, n, 3)
-            finally:
-                del store.multi
+            multis = await _shut_down_2_counting_multis(store, n)
             assert [len(m) for m in multis] == [n]
 
     asyncio.run(asyncio.wait_for(main(), 60))
