@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pybroker.wire import codec
+from pybroker.wire.codegen import zero_default
 from pybroker.wire.primitives import DecodeError, Reader, Writer
 from pybroker.wire.schema import Field, Message
 from tests.test_codec import MESSAGES, _normalize, _struct
@@ -69,7 +70,7 @@ def _read_struct(r: Reader, fields: tuple[Field, ...], version: int, flexible: b
             continue
         if flexible and f.tag is not None and version in f.tagged:
             tagged[f.tag] = f
-            out[f.name] = codec._zero_default(f, version)
+            out[f.name] = zero_default(f, version)
             continue
         out[f.name] = _read_field(r, f, version, flexible)
     if flexible:
@@ -100,7 +101,7 @@ def _write_value(w: Writer, f: Field, t: str, v: Any, version: int, flexible: bo
 def _write_field(w: Writer, f: Field, v: Any, version: int, flexible: bool) -> None:
     flexible = _flex(f, version, flexible)
     if v is None:
-        v = codec._zero_default(f, version)
+        v = zero_default(f, version)
     if f.is_array:
         if v is None:
             (w.uvarint if flexible else w.int32)(0 if flexible else -1)
@@ -124,7 +125,7 @@ def _write_struct(w: Writer, fields: tuple[Field, ...], obj: dict, version: int,
         if version not in f.versions:
             continue
         if flexible and f.tag is not None and version in f.tagged:
-            d = codec._zero_default(f, version)
+            d = zero_default(f, version)
             v = obj.get(f.name, d)
             if v is not None and v != d:
                 sub = Writer()
