@@ -249,18 +249,9 @@ def _decode_value(
     ind: str,
 ) -> list[str]:  # fmt: skip
     """Lines decoding one value of field ``f`` (of element type ``t``) into ``target``."""
+    # (fixed-width scalars are read in runs, and their arrays with one format, elsewhere)
     if f.is_struct:
-        if target.isidentifier():
-            return decode_struct(src, f.fields, version, flexible, target, ind)
-        o = src.var("o")
-        return [*decode_struct(src, f.fields, version, flexible, o, ind), f"{ind}{target} = {o}"]
-    if t in RUN_FORMAT:
-        s = src.const("S", struct.Struct(">" + RUN_FORMAT[t]))
-        return [
-            *_need(str(MIN_SIZE[t]), ind),
-            f"{ind}{target}, = {s}.unpack_from(buf, p)",
-            f"{ind}p += {MIN_SIZE[t]}",
-        ]
+        return decode_struct(src, f.fields, version, flexible, target, ind)
     if t == "uuid":
         return [*_need("16", ind), f"{ind}{target} = UUID(bytes=bytes(buf[p:p + 16]))"] + [
             f"{ind}p += 16"
@@ -413,11 +404,9 @@ def _encode_value(
     src: _Source, f: Field, t: str, version: int, flexible: bool, v: str, ind: str
 ) -> list[str]:
     """Lines writing one value ``v`` of field ``f`` (element type ``t``), no default."""
+    # (fixed-width scalars are written in runs, and their arrays with one format, elsewhere)
     if f.is_struct:
         return encode_struct(src, f.fields, version, flexible, v, ind)
-    if t in RUN_FORMAT:
-        s = src.const("S", struct.Struct(">" + RUN_FORMAT[t]))
-        return [f"{ind}buf += {s}.pack({v})"]
     if t == "uuid":
         return [f"{ind}write_uuid(buf, {v})"]
     return _encode_blob(t, flexible, v, ind)
