@@ -5,7 +5,16 @@ than ``loop.stall.warn.ms`` (default 100 ms) means something ran on the loop for
 without yielding -- a handler decompressing a whole batch, a blocking file or ZooKeeper call --
 and every other client waited.  It is logged as a WARNING::
 
-    event loop stalled 153 ms
+    event loop stalled 153 ms (loop thread on CPU 148 ms, waiting for a CPU 2 ms)
+
+The two figures in brackets say where the loop thread's time went between the previous wake-up
+and this one (the interval plus the lateness), from Linux's per-thread scheduler statistics
+(``/proc/thread-self/schedstat``, read in the loop thread at each wake-up, about 1 us): on
+CPU, the loop was busy (a handler that does not yield); waiting for a CPU, it was runnable but
+the machine ran something else (a loaded machine, a noisy neighbour); the rest of the late time
+it was blocked (a blocking system call, the GIL held by another thread).  The protocol fuzzer
+(tests/fuzz) tells its own stalls from the machine's by them.  Without schedstat only the CPU
+figure is given (``time.thread_time``).
 
 The broker always runs it; ``loop.stall.warn.ms`` (0 = no warnings) sets the logging threshold.
 Listeners (``add_listener``) hear of every late wake-up, and ``blocked_ms()`` says how late
@@ -23,12 +32,50 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import time
 from collections.abc import Callable
 
 log = logging.getLogger("pybroker.loop_monitor")
 
 DEFAULT_INTERVAL_MS = 20
 STALL_MESSAGE = "event loop stalled %d ms"
+SCHEDSTAT = "/proc/thread-self/schedstat"  # ns on CPU, ns waiting on a run queue, slices
+
+
+class ThreadTimes:
+    """The calling thread's time on CPU and waiting for a CPU (ms) since the last call; the
+    file is opened in the thread measured (the loop thread) and read again at each call."""
+
+    def __init__(self) -> None:
+        try:
+            self._fd: int | None = os.open(SCHEDSTAT, os.O_RDONLY)
+        except OSError:
+            self._fd = None
+        self._last = self._read()
+
+    def _read(self) -> tuple[float, float | None]:
+        if self._fd is not None:
+            try:
+                on_cpu, waiting = os.pread(self._fd, 64, 0).split()[:2]
+                return int(on_cpu) / 1e6, int(waiting) / 1e6
+            except (OSError, ValueError):
+                os.close(self._fd)
+                self._fd = None
+        return time.thread_time() * 1000.0, None
+
+    def since_last(self) -> tuple[float, float | None]:
+        """(ms on CPU, ms waiting for a CPU or None when unknown) since the previous call."""
+        now = self._read()
+        cpu = now[0] - self._last[0]
+        waited = None if now[1] is None or self._last[1] is None else now[1] - self._last[1]
+        self._last = now
+        return max(0.0, cpu), None if waited is None else max(0.0, waited)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class LoopMonitor:
@@ -45,18 +92,23 @@ class LoopMonitor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._due = 0.0
+        self._times: ThreadTimes | None = None
 
     def start(self) -> None:
         """Start on the running loop.  A bare timer callback that re-arms itself, not a task:
         no future or task step per wake-up, which keeps the cost at a third of a sleeping
         task's (docs/testing.md)."""
         self._loop = asyncio.get_running_loop()
+        self._times = ThreadTimes()  # opened here: on the loop thread
         self._arm()
 
     async def stop(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._times is not None:
+            self._times.close()
+            self._times = None
         self._loop = None
 
     def add_listener(self, fn: Callable[[float], None]) -> None:
@@ -75,15 +127,30 @@ class LoopMonitor:
         self._timer = self._loop.call_at(self._due, self._wake)
 
     def _wake(self) -> None:
-        self.observe((self._loop.time() - self._due) * 1000.0)
+        late_ms = (self._loop.time() - self._due) * 1000.0
+        cpu_ms, waited_ms = self._times.since_last() if self._times else (None, None)
+        self.observe(late_ms, cpu_ms, waited_ms)
         self._arm()
 
-    def observe(self, late_ms: float) -> None:
-        """Record one wake-up that came ``late_ms`` after its due time."""
+    def observe(
+        self, late_ms: float, cpu_ms: float | None = None, waited_ms: float | None = None
+    ) -> None:
+        """Record one wake-up that came ``late_ms`` after its due time; ``cpu_ms`` and
+        ``waited_ms``: the loop thread's time on CPU and waiting for a CPU meanwhile."""
         if late_ms > self.worst_ms:
             self.worst_ms = late_ms
         if self.threshold_ms and late_ms > self.threshold_ms:
             self.stalls += 1
-            log.warning(STALL_MESSAGE, late_ms)
+            if cpu_ms is None:
+                log.warning(STALL_MESSAGE, late_ms)
+            elif waited_ms is None:
+                log.warning(STALL_MESSAGE + " (loop thread on CPU %d ms)", late_ms, cpu_ms)
+            else:
+                log.warning(
+                    STALL_MESSAGE + " (loop thread on CPU %d ms, waiting for a CPU %d ms)",
+                    late_ms,
+                    cpu_ms,
+                    waited_ms,
+                )
         for fn in self._listeners:
             fn(late_ms)

@@ -73,6 +73,10 @@ class Purgatory:
                     if not w:
                         del waiters[k]
 
+    def parked(self) -> int:
+        """How many tasks wait in ``wait_any`` now."""
+        return len(self._parked)
+
     def cancel_parked(self) -> int:
         """Cancel every task waiting in ``wait_any`` (the listeners' stop: the connections
         are closed, so a parked request's answer has nobody to go to, as in Kafka, whose

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import re
 import time
 
 import pytest
 
 from pybroker.broker import Broker
 from pybroker.config import ConfigError, build_config
-from pybroker.loop_monitor import LoopMonitor
+from pybroker.loop_monitor import SCHEDSTAT, LoopMonitor
 
 
 def test_blocking_the_loop_is_logged_as_a_stall(caplog):
@@ -31,6 +33,46 @@ def test_blocking_the_loop_is_logged_as_a_stall(caplog):
     assert rec.levelno == logging.WARNING
     assert rec.getMessage().startswith("event loop stalled ")
     assert int(rec.getMessage().split()[3]) >= 200
+
+
+def _stall_line(caplog, block) -> str:  # type: ignore[no-untyped-def]
+    async def main() -> None:
+        m = LoopMonitor(threshold_ms=100, interval_ms=10)
+        m.start()
+        await asyncio.sleep(0.05)
+        block()
+        await asyncio.sleep(0.05)
+        await m.stop()
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="pybroker.loop_monitor"):
+        asyncio.run(main())
+    (rec,) = [r for r in caplog.records if r.name == "pybroker.loop_monitor"]
+    return rec.getMessage()
+
+
+def _figures(line: str) -> tuple[int, int | None]:
+    """(ms on CPU, ms waiting for a CPU) of a stall line."""
+    m = re.search(r"on CPU (\d+) ms(?:, waiting for a CPU (\d+) ms)?", line)
+    assert m, line
+    return int(m.group(1)), None if m.group(2) is None else int(m.group(2))
+
+
+def test_a_stall_says_whether_the_loop_was_busy(caplog):
+    """The stall line gives the loop thread's time on CPU (and, from schedstat, waiting for a
+    CPU) over the late wake-up's window: a handler that computes 300 ms shows them on CPU
+    however loaded the machine, one that sleeps 300 ms (a blocking call) does not."""
+
+    def busy() -> None:  # 300 ms of this thread's CPU time, however long that takes
+        end = time.thread_time() + 0.3
+        while time.thread_time() < end:
+            pass
+
+    cpu, waited = _figures(_stall_line(caplog, busy))
+    assert cpu >= 250
+    assert waited is not None or not os.path.exists(SCHEDSTAT)
+    cpu, _ = _figures(_stall_line(caplog, lambda: time.sleep(0.3)))
+    assert cpu < 100
 
 
 def test_short_wakeup_delays_are_not_stalls(caplog):

@@ -16,6 +16,7 @@ from broker_fixture import (
     BrokerFactory,
     batch,
     unique_topic,
+    wait_until,
 )
 
 from pybroker.coord.metadata.paths import MAX_NAME_CHARS
@@ -295,6 +296,38 @@ def test_fetch_acknowledge_and_describe(client, setup):
     r = share_fetch(client, group, member(), 0, tid, max_wait_ms=0)
     assert [(a["first_offset"], a["delivery_count"])
             for a in partition_of(r)["acquired_records"]] == [(10, 3)]  # fmt: skip
+
+
+def test_a_fetch_waiting_on_a_closed_connection_takes_no_records(broker, client, setup):
+    """A share consumer killed (kill -9) while its next ShareFetch waits for records: the
+    connection closes, the member's records are released, and that waiting fetch, whose
+    answer can no longer be sent, must not acquire them again for the dead member.  (It did:
+    the release woke it, it took them back, and they came to the next consumer only when
+    that lock ran out, with one delivery more; compat_tests/test_share_groups_java.py's
+    lost-consumer test under load.)"""
+    group, mid, tid, _ = setup
+    shares = broker.broker.shares
+    with broker.client() as dying:
+        p = partition_of(share_fetch(dying, group, mid, 0, tid))
+        assert {(a["first_offset"], a["last_offset"], a["delivery_count"])
+                for a in p["acquired_records"]} == {(0, 29, 1)}  # fmt: skip
+        parked = broker.run(_parked(shares))
+        dying.send(FETCH, 2, {
+            "group_id": group, "member_id": mid, "share_session_epoch": 1, "max_wait_ms": 30000,
+            "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 100, "batch_size": 100,
+            "topics": [{"topic_id": tid, "partitions": [{"partition_index": 0,
+                                                         "acknowledgement_batches": []}]}],
+            "forgotten_topics_data": [],
+        })  # fmt: skip
+        wait_until(lambda: broker.run(_parked(shares)) > parked, 30)
+    # the connection closed: another member gets the records at once, delivered once before
+    r = share_fetch(client, group, member(), 0, tid, max_wait_ms=5000)
+    assert [(a["first_offset"], a["last_offset"], a["delivery_count"])
+            for a in partition_of(r)["acquired_records"]] == [(0, 29, 2)]  # fmt: skip
+
+
+async def _parked(shares) -> int:  # type: ignore[no-untyped-def]
+    return shares.purgatory.parked()
 
 
 def test_acknowledgement_batches_are_validated(client, setup):

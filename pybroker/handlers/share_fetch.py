@@ -121,6 +121,7 @@ async def share_fetch(ctx: RequestContext, req: dict) -> dict:
                 batch_size=req.get("batch_size", 500),
                 record_limit=acquire_mode == RECORD_LIMIT,
                 rotate=max(epoch, 0),
+                live=lambda: shares.sessions.get(gid, member) is context.session,
             )
     acks = await settled(pending)
     if context.final:

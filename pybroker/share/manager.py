@@ -431,11 +431,15 @@ class SharePartitionManager:
         batch_size: int,
         record_limit: bool,
         rotate: int = 0,
+        live: Callable[[], bool] = lambda: True,
     ) -> dict[tuple, PartitionFetch]:
         """Acquire records for the member from ``keys`` ((topic id, topic, partition)); the
         long poll of the module docstring.  ``min_bytes`` is taken as 1: acquired records are
         answered at once (Kafka's DelayedShareFetch checks min_bytes before acquiring, which
-        comes to the same for the clients' default fetch.min.bytes=1)."""
+        comes to the same for the clients' default fetch.min.bytes=1).  ``live()``: whether
+        the request's share session still stands; once it ended (its connection closed, the
+        member's records released) nothing more is acquired: the answer has nobody to go to,
+        and records acquired for it would stay locked until their lock ran out."""
         if keys and rotate:
             k = rotate % len(keys)
             keys = keys[k:] + keys[:k]
@@ -449,12 +453,12 @@ class SharePartitionManager:
             for key in keys:
                 pf = PartitionFetch()
                 out[key] = pf
-                if records_left <= 0 or bytes_left <= 0:
+                if records_left <= 0 or bytes_left <= 0 or not live():
                     continue
                 try:
                     await self._fetch_one(
                         group_id, member_id, key, pf, settings,
-                        records_left, bytes_left, batch_size, record_limit,
+                        records_left, bytes_left, batch_size, record_limit, live,
                     )  # fmt: skip
                 except KafkaError as e:
                     pf.error, pf.message = e.code, e.message
@@ -468,7 +472,7 @@ class SharePartitionManager:
             if got_bytes > 0 or errors:
                 return out
             left = deadline - self.clock.monotonic()
-            if left <= 0 or not keys:
+            if left <= 0 or not keys or not live():
                 return out
             waits = [k for _, topic, p in keys for k in self._wake_keys(group_id, topic, p)]
             await self.purgatory.wait_any(waits, left)
@@ -487,9 +491,12 @@ class SharePartitionManager:
         max_bytes: int,
         batch_size: int,
         record_limit: bool,
+        live: Callable[[], bool],
     ) -> None:
         topic_id, topic, partition = key
         entry = await self.partition(group_id, topic, topic_id, partition)
+        if not live():  # the session ended while the share-partition loaded
+            return
         replica = self._leader(topic, partition)
         log_ = replica.log
         sp = entry.sp

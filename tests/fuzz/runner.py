@@ -16,7 +16,10 @@
 4. Meanwhile a well-behaved producer keeps appending to the canary (acks=all), RSS is sampled,
    and the broker's log is watched.  A new traceback or "event loop stalled" line pauses the
    workers and the frames of the window are replayed one by one on a fresh connection to
-   find the one that causes it (the reproducer).
+   find the one that causes it (the reproducer).  A stall is the broker's own only when it
+   outlasts the time its loop thread waited for a CPU (the monitor's schedstat figures): a
+   loaded machine that held the process off the CPU is no finding.  A frame is a stall's
+   reproducer only when each of REPLAYS replays of it brings such a stall back.
 5. At the end: the process is alive, its peak RSS (VmHWM) is below --rss-limit-mb, the log
    has no traceback and no stall, the canary reads back exactly (the records written before
    the fuzz and every acknowledged one during it), then SIGTERM must exit 0, the broker must
@@ -50,11 +53,17 @@ from pybroker.wire.schema import SCHEMAS
 
 from .frames import BASE_TIMESTAMP, MUTATIONS, Frame, Pool, encode, make_frame
 
+ROOT = Path(__file__).resolve().parents[2]
 CANARY = "intact-canary-7d1e"
 CANARY_PARTITIONS = 2
 PROBE_CORR_BASE = 0x7E570000
 TRACEBACK = "Traceback (most recent call last)"
 STALL = "event loop stalled"
+STALL_LINE = re.compile(
+    r"event loop stalled (\d+) ms(?: \(loop thread on CPU (\d+) ms(?:, waiting for a CPU (\d+) ms)?\))?"
+)
+STALL_MS = 100  # loop.stall.warn.ms of the fuzzed broker
+REPLAYS = 3  # a stall's reproducer brings it back on each of this many replays
 
 
 @dataclasses.dataclass
@@ -73,6 +82,8 @@ class Options:
     apis: frozenset[int] | None = None  # only these api keys (default: every advertised one)
     mutations: tuple[str, ...] | None = None  # only these mutation kinds (default: all)
     overrides: dict[str, str] = dataclasses.field(default_factory=dict)  # broker settings
+    # what runs as `python -m ...` (before "serve"): tests/fuzz/stalling_broker.py for one
+    broker_module: tuple[str, ...] = ("pybroker",)
 
 
 @dataclasses.dataclass
@@ -150,6 +161,19 @@ class FuzzBroker(BrokerProcess):
     frame rate; the loop-lag monitor reports stalls either way)."""
 
     asyncio_debug = False
+    module: tuple[str, ...] = ("pybroker",)
+
+    def command(self) -> list[str]:
+        python, m, _, *rest = super().command()  # python -m pybroker serve ...
+        return [python, m, *self.module, *rest]
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
+        if self.module[0] != "pybroker":  # a module of this checkout's tests/
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p
+            )
+        return env
 
 
 def rss_mb(pid: int) -> tuple[float, float]:
@@ -380,6 +404,21 @@ class LogWatch:
         return tracebacks, stalls, errors
 
 
+def own_stall_ms(line: str) -> float:
+    """How long the loop was held up by the broker itself: the lateness of a stall line less
+    the time its thread waited for a CPU (the machine's share; loop_monitor.py)."""
+    m = STALL_LINE.search(line)
+    if m is None:
+        return 0.0
+    late, waited = int(m.group(1)), m.group(3)
+    return late - int(waited) if waited is not None else float(late)
+
+
+def own_stalls(lines: list[str]) -> list[str]:
+    """The stall lines the broker caused (held up past the threshold without the machine)."""
+    return [ln for ln in lines if own_stall_ms(ln) > STALL_MS]
+
+
 def traceback_signature(tb: str) -> str:
     lines = tb.splitlines()
     files = [ln.strip() for ln in lines if ln.strip().startswith("File ")]
@@ -573,8 +612,9 @@ class Fuzzer:
             return False
         conn = Conn(self.broker.host, self.broker.port)
         try:
-            await asyncio.wait_for(conn.open(), 10)
-            await conn.request(18, 0, {}, timeout=10)
+            # a loaded machine may hold the broker up for seconds: the deadline is generous
+            await asyncio.wait_for(conn.open(), 30)
+            await conn.request(18, 0, {}, timeout=30)
             return True
         except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
             self.report.add(Finding("unresponsive", f"no ApiVersions answer: {e!r}", "", frame))
@@ -602,14 +642,17 @@ class Fuzzer:
                 tracebacks += more_tb
                 stalls += more_st
                 self.report.error_lines += more_err
-                culprit = None if final else await self.replay_window(window)
+                own = own_stalls(stalls)
+                culprit = None
+                if not final and (tracebacks or own):
+                    culprit = await self.replay_window(window, stalls=bool(own))
                 for tb in tracebacks:
                     self.report.add(Finding("traceback", traceback_signature(tb), tb, culprit))
                 for line in stalls:
-                    if culprit is None:
-                        # no frame of the window brings it back: the loop was held up by
-                        # something else (the machine, a collection); counted, shown, and
-                        # fatal only with --strict-stalls
+                    if culprit is None or line not in own:
+                        # the machine held the loop up (it waited for a CPU), or no frame of
+                        # the window brings the stall back on every replay (a collection, a
+                        # neighbour): counted, shown, and fatal only with --strict-stalls
                         self.report.unattributed_stalls.append(line)
                         if not self.opts.strict_stalls:
                             continue
@@ -618,24 +661,42 @@ class Fuzzer:
             finally:
                 self.gate.set()
 
-    async def replay_window(self, window: list[Frame]) -> Frame | None:
-        """Send the frames of the window one by one; the first after which a traceback or a
-        stall is logged is the reproducer."""
+    async def replay_window(self, window: list[Frame], stalls: bool = True) -> Frame | None:
+        """Send the frames of the window one by one, newest first: the reproducer is the first
+        after which a traceback is logged, or (``stalls``) after which a stall of the broker's
+        own (own_stall_ms) is logged on each of REPLAYS replays.  One replay that happens to
+        meet a stall is no proof on a loaded machine."""
         for frame in reversed(window):
-            conn = Conn(self.broker.host, self.broker.port)
-            try:
-                await conn.open()
-                await self.exchange(conn, frame)
-            except OSError:
+            tbs, sts = await self.replay_once(frame)
+            if tbs is None or tbs:
                 return frame
-            finally:
-                conn.close()
-            await asyncio.sleep(0.15)
-            tbs, sts, errs = self.watch.poll()
-            self.report.error_lines += errs
-            if tbs or sts:
+            if not stalls or not own_stalls(sts):
+                continue
+            for _ in range(REPLAYS - 1):
+                tbs, sts = await self.replay_once(frame)
+                if tbs is None or tbs:
+                    return frame
+                if not own_stalls(sts):
+                    break
+            else:
                 return frame
         return None
+
+    async def replay_once(self, frame: Frame) -> tuple[list[str] | None, list[str]]:
+        """Send the frame on a fresh connection; the tracebacks and stall lines logged after
+        it (None for the tracebacks: the broker could not be reached)."""
+        conn = Conn(self.broker.host, self.broker.port)
+        try:
+            await conn.open()
+            await self.exchange(conn, frame)
+        except OSError:
+            return None, []
+        finally:
+            conn.close()
+        await asyncio.sleep(0.15)
+        tbs, sts, errs = self.watch.poll()
+        self.report.error_lines += errs
+        return tbs, sts
 
     # -- the stored data -------------------------------------------------------------
     async def sweep(self) -> None:
@@ -674,7 +735,12 @@ class Fuzzer:
             self.report.add(
                 Finding("traceback", "reading stored data: " + traceback_signature(tb), tb)
             )
+        own = own_stalls(stalls)
         for line in stalls:
+            if line not in own:  # the machine held the loop up meanwhile
+                self.report.unattributed_stalls.append(line)
+                if not self.opts.strict_stalls:
+                    continue
             self.report.add(Finding("stall", "reading stored data: event loop stalled", line))
 
     async def sweep_partition(self, conn: Conn, topic: str, partition: int) -> None:
@@ -796,7 +862,7 @@ def run(opts: Options) -> Report:
         workdir,
         zookeeper_connect=opts.zookeeper,
         overrides={
-            "loop.stall.warn.ms": 100,
+            "loop.stall.warn.ms": STALL_MS,
             "group.initial.rebalance.delay.ms": 0,
             "group.min.session.timeout.ms": 100,  # members the fuzz abandons expire soon
             "num.partitions": 3,
@@ -804,6 +870,7 @@ def run(opts: Options) -> Report:
         },
     )
     broker.asyncio_debug = opts.asyncio_debug
+    broker.module = opts.broker_module
     broker.start()
     try:
         return asyncio.run(Fuzzer(opts, broker).run())

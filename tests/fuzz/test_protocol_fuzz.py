@@ -7,12 +7,14 @@ import collections
 import os
 import random
 
+import pytest
+
 from pybroker import handlers  # noqa: F401  (registers every handler)
 from pybroker.registry import HANDLERS
 from pybroker.wire import codec
 
 from .frames import BATCH_KINDS, MUTATIONS, Pool, encode, layout, make_frame, valid_body
-from .runner import LogWatch, Options, run, traceback_signature
+from .runner import LogWatch, Options, own_stall_ms, own_stalls, run, traceback_signature
 
 PAIRS = [
     (k, v) for k, r in sorted(HANDLERS.items()) for v in range(r.min_version, r.max_version + 1)
@@ -80,6 +82,9 @@ def test_log_watch_finds_whole_tracebacks_and_stalls(tmp_path):
     )
 
 
+# pytest's 300 s limit is the run's deadline: 15 s on a quiet machine, 180 s at load 10-15
+# on 2 cores (the broker's loop and the fuzzer get a fraction of a core), over 300 s at ~20
+@pytest.mark.timeout(1200)
 def test_short_fuzz_run(tmp_path):
     """A few thousand mutated frames over every served API and version: no crash, no
     traceback, no stall over 100 ms, bounded RSS, the canary intact before and after a
@@ -89,6 +94,54 @@ def test_short_fuzz_run(tmp_path):
     print(report.render())
     assert report.frames > 0.9 * FRAMES
     assert not report.findings, report.render()
+
+
+def test_a_stall_the_machine_caused_is_told_from_the_brokers_own():
+    """The monitor's figures (loop_monitor.py): the lateness less the time the loop thread
+    waited for a CPU is the broker's own part; past 100 ms it is a stall to attribute."""
+    busy = "W pybroker.loop_monitor: event loop stalled 320 ms (loop thread on CPU 300 ms, waiting for a CPU 15 ms)"
+    held = "W pybroker.loop_monitor: event loop stalled 900 ms (loop thread on CPU 12 ms, waiting for a CPU 850 ms)"
+    blocked = "W pybroker.loop_monitor: event loop stalled 400 ms (loop thread on CPU 3 ms, waiting for a CPU 0 ms)"
+    busy_loaded = "W pybroker.loop_monitor: event loop stalled 3100 ms (loop thread on CPU 301 ms, waiting for a CPU 2790 ms)"
+    bare = "W pybroker.loop_monitor: event loop stalled 150 ms"  # no schedstat: all of it
+    assert [own_stall_ms(x) for x in (busy, held, blocked, busy_loaded, bare)] == [
+        305,
+        50,
+        400,
+        310,
+        150,
+    ]
+    assert own_stalls([busy, held, blocked, busy_loaded, bare]) == [
+        busy,
+        blocked,
+        busy_loaded,
+        bare,
+    ]
+
+
+@pytest.mark.timeout(1200)
+def test_a_frame_that_stalls_the_loop_is_found_and_named(tmp_path):
+    """A broker whose DescribeCluster handler keeps the loop busy for 300 ms of CPU
+    (tests/fuzz/stalling_broker.py), fuzzed with DescribeCluster and DescribeConfigs frames:
+    the stall is a finding and its reproducer a DescribeCluster frame.  What keeps a loaded
+    machine's stalls out (the loop's time waiting for a CPU, the repeated replays) must not
+    hide a real one, loaded or not."""
+    report = run(
+        Options(
+            frames=16,
+            seed=SEED,
+            workers=2,
+            workdir=tmp_path,
+            apis=frozenset({32, 60}),
+            mutations=("valid",),
+            broker_module=("tests.fuzz.stalling_broker", "60", "300"),
+        )
+    )
+    print(report.render())
+    stalls = [f for f in report.findings.values() if f.kind == "stall"]
+    assert stalls, report.render()
+    assert all(f.frame is not None and f.frame.api_key == 60 for f in stalls), report.render()
+    assert {f.kind for f in report.findings.values()} == {"stall"}, report.render()
 
 
 def test_log_watch_takes_a_chained_traceback_as_one(tmp_path):

@@ -151,12 +151,9 @@ class ClusterAdmin:
         return {b: info.rack for b, info in self.cache.brokers.items()}
 
     def _replica_counts(self) -> dict[int, int]:
-        counts: dict[int, int] = {}
-        for info in self.cache.topics.values():
-            for st in info.partitions.values():
-                for b in st.replicas:
-                    counts[b] = counts.get(b, 0) + 1
-        return counts
+        """Partition replicas per broker: the cache's tally (kept per topic change), never a
+        scan of every partition per created topic."""
+        return self.cache.replica_counts
 
     def _limit_error(self, detail: str) -> KafkaError:
         return KafkaError(

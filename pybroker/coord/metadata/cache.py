@@ -45,6 +45,11 @@ class MetadataCache(BrokerSet):
         self.controller_id: int = -1
         self.controller_epoch: int = 0
         self.topics: dict[str, TopicInfo] = {}
+        # partition replicas per broker id over every cached topic, kept in step with
+        # ``topics`` by _set_topic and _forget_topic (ClusterAdmin's max.broker.partitions
+        # checks read it per created topic: a scan of every partition there made the creation
+        # of n partitions cost O(n^2), docs/scale.md)
+        self.replica_counts: dict[int, int] = {}
         self._local_gen = 0  # bumped by local topic writes (see _refresh_topics)
         self._locally_written: dict[str, int] = {}
 
@@ -356,11 +361,24 @@ class MetadataCache(BrokerSet):
         """``info`` differs from the cached topic: cached and announced."""
         old = self.topics.get(info.name)
         self.topics[info.name] = info
+        self._count_replicas(old, info)
         if self._departed_leads:
             self._count_departed_leads(old, info)
         self._notify(ClusterEvent("TOPIC_CHANGED", info.name))
 
     def _forget_topic(self, name: str) -> None:
         old = self.topics.pop(name)
+        self._count_replicas(old, None)
         if self._departed_leads:
             self._count_departed_leads(old, None)
+
+    def _count_replicas(self, old: TopicInfo | None, new: TopicInfo | None) -> None:
+        """``replica_counts`` after a topic changed or went: O(its partitions), not O(all)."""
+        counts = self.replica_counts
+        for info, sign in ((old, -1), (new, 1)):
+            if info is not None:
+                for st in info.partitions.values():
+                    for b in st.replicas:
+                        counts[b] = counts.get(b, 0) + sign
+        for b in [b for b, n in counts.items() if n <= 0]:
+            del counts[b]
