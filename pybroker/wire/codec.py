@@ -179,14 +179,17 @@ def encode_request(
 
 def encode_response(api_key: int, api_version: int, correlation_id: int, body: dict) -> list[Any]:
     """Response frame parts (size prefix included): bytes, and out-of-band chunks in order."""
-    answer = _RESPONSES.get((api_key, api_version)) or _response_encoder(api_key, api_version)
+    encode, header_v1 = _RESPONSES.get((api_key, api_version)) or _response_encoder(
+        api_key, api_version
+    )
     w = Writer()
     # the size (patched below) and the response header: the correlation id, and in header v1
     # its tagged fields, none (uvarint 0)
-    w.buf += _SIZE_AND_CORRELATION.pack(0, correlation_id)
-    if answer[1]:
-        w.buf.append(0)
-    answer[0](w, body)
+    buf = w.buf
+    buf += _SIZE_AND_CORRELATION.pack(0, correlation_id)
+    if header_v1:
+        buf.append(0)
+    encode(w, body)
     buf = w.buf
     if not w.has_chunks:  # no log region: the size patched into the one buffer, one copy
         _SIZE.pack_into(buf, 0, len(buf) - 4)
