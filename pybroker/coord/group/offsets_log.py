@@ -10,6 +10,7 @@ docs/internals.md ("pybroker/coord/group/offsets_log.py").
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -84,8 +85,13 @@ def _committed(v: cr.OffsetCommitValue) -> CommittedOffset:
     )
 
 
+# A group's commits repeat the same keys: the last ones built are remembered (a bounded few
+# MiB at most), as placement.partition_for remembers its answers.
+_offset_commit_key = functools.lru_cache(maxsize=16384)(cr.offset_commit_key)
+
+
 def offset_record(group: str, tp: TopicPartition, co: CommittedOffset | None) -> Record:
-    key = cr.offset_commit_key(group, tp[0], tp[1])
+    key = _offset_commit_key(group, tp[0], tp[1])
     if co is None:
         return key, None
     expire = co.expire_timestamp
