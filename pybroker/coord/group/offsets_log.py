@@ -85,13 +85,18 @@ def _committed(v: cr.OffsetCommitValue) -> CommittedOffset:
     )
 
 
-# A group's commits repeat the same keys: the last ones built are remembered (a bounded few
-# MiB at most), as placement.partition_for remembers its answers.
-_offset_commit_key = functools.lru_cache(maxsize=16384)(cr.offset_commit_key)
+# A group's commits repeat the same keys: those of short group ids are remembered (the last
+# 16,384: a few MiB at most, group ids may be 32,767 characters long), as
+# placement.partition_for remembers its answers.
+_CACHED_GROUP_CHARS = 255
+_cached_offset_commit_key = functools.lru_cache(maxsize=16384)(cr.offset_commit_key)
 
 
 def offset_record(group: str, tp: TopicPartition, co: CommittedOffset | None) -> Record:
-    key = _offset_commit_key(group, tp[0], tp[1])
+    if len(group) <= _CACHED_GROUP_CHARS:
+        key = _cached_offset_commit_key(group, tp[0], tp[1])
+    else:
+        key = cr.offset_commit_key(group, tp[0], tp[1])
     if co is None:
         return key, None
     expire = co.expire_timestamp
