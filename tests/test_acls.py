@@ -19,6 +19,7 @@ PRODUCE, FETCH, METADATA, INIT_PRODUCER_ID, CREATE_TOPICS = 0, 1, 3, 22, 19
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS, FIND_COORDINATOR, OFFSET_COMMIT = 29, 30, 31, 10, 8
 NONE, TOPIC_AUTH, GROUP_AUTH, CLUSTER_AUTH, TXN_AUTH = 0, 29, 30, 31, 53
 UNKNOWN_TOPIC = 3
+OFFSET_FETCH = 9
 # ACL codes: resource TOPIC 2, GROUP 3, CLUSTER 4, TRANSACTIONAL_ID 5; pattern LITERAL 3,
 # PREFIXED 4; operation ALL 2, READ 3, WRITE 4, CREATE 5, DESCRIBE 8, IDEMPOTENT_WRITE 12;
 # permission DENY 2, ALLOW 3
@@ -399,3 +400,56 @@ def test_a_read_revoked_on_an_idle_session_partition_is_answered_at_the_next_fet
                 break
             time.sleep(0.05)
         assert [p["error_code"] for t in got for p in t["partitions"]] == [TOPIC_AUTH]
+
+
+def test_an_offset_commit_of_a_topic_without_read_fails_for_that_topic_alone(secured):
+    """OffsetCommit: READ on the group and on each topic (Kafka's handleOffsetCommitRequest):
+    a topic the principal may not read is TOPIC_AUTHORIZATION_FAILED in the answer, the
+    others of the same request are committed."""
+    readable, hidden, group = unique_topic("acl"), unique_topic("hidden"), unique_topic("grp")
+    with as_user(secured, "admin") as admin:
+        assert create_topic(admin, readable) == NONE
+        assert create_topic(admin, hidden) == NONE
+        assert create_acls(
+            admin, acl(TOPIC, readable, "User:alice", READ), acl(GROUP, group, "User:alice", READ)
+        ) == [NONE, NONE]
+    body = {
+        "group_id": group,
+        "generation_id_or_member_epoch": -1,
+        "member_id": "",
+        "group_instance_id": None,
+        "topics": [
+            {
+                "name": t,
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "committed_offset": 7,
+                        "committed_leader_epoch": -1,
+                        "committed_metadata": "",
+                    }
+                ],
+            }
+            for t in (hidden, readable)
+        ],
+    }
+    with as_user(secured, "alice") as alice:
+        deadline = time.monotonic() + 30
+        while True:
+            r = alice.request(OFFSET_COMMIT, 8, body)
+            codes = {t["name"]: t["partitions"][0]["error_code"] for t in r["topics"]}
+            if codes[readable] not in (14, 15) or time.monotonic() > deadline:
+                break  # (COORDINATOR_LOAD_IN_PROGRESS / NOT_AVAILABLE while it starts)
+            time.sleep(0.2)
+        assert codes == {hidden: TOPIC_AUTH, readable: NONE}
+        fetched = alice.request(
+            OFFSET_FETCH,
+            7,
+            {
+                "group_id": group,
+                "topics": [{"name": readable, "partition_indexes": [0]}],
+                "require_stable": False,
+            },
+        )
+        (t,) = fetched["topics"]
+        assert t["partitions"][0]["committed_offset"] == 7

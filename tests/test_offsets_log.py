@@ -11,7 +11,7 @@ import pytest
 
 from pybroker.clock import ManualClock
 from pybroker.coord.group.offsets import CommittedOffset, OffsetStore
-from pybroker.coord.group.offsets_log import LogOffsetStore
+from pybroker.coord.group.offsets_log import LogOffsetStore, offset_record
 from pybroker.coord.group.txn_offsets import PendingTxnOffsets
 from pybroker.coord.metadata.internal_log import CoordinatorWriteError
 from pybroker.coord.metadata.local import LocalStore
@@ -47,6 +47,21 @@ def test_records_are_kafkas_bytes() -> None:
     assert cr.txn_log_key("tx") == struct.pack(">h", 0) + _s("tx")
     empty = cr.txn_log_value(cr.TransactionLogValue(9, 2, 60000, "Empty", (), 5, -1))
     assert empty == struct.pack(">hqhibiqq", 0, 9, 2, 60000, 0, -1, 5, -1)
+
+
+def test_commit_records_carry_each_groups_own_key_whatever_its_length() -> None:
+    """The commit path remembers the keys of short group ids: every record still has its own
+    group's, topic's and partition's key in Kafka's format, long (32,767-character) ids too."""
+    for group in ("g", "h", "é" * 255, "x" * 256, "y" * 32767):
+        for tp in (("t", 0), ("t", 1), ("u", 0)):
+            for _ in range(2):
+                key, value = offset_record(group, tp, co(5))
+                g = group.encode()
+                assert key == struct.pack(">hh", 1, len(g)) + g + _s(tp[0]) + (
+                    struct.pack(">i", tp[1])
+                )
+                assert cr.read_offset_commit_value(value).offset == 5
+        assert offset_record(group, T0, None) == (cr.offset_commit_key(group, *T0), None)
 
 
 def test_records_round_trip_and_flexible_versions_are_read() -> None:

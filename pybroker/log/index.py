@@ -139,7 +139,8 @@ class _Index:
 
     @property
     def is_full(self) -> bool:
-        return self.entries >= self.max_entries
+        keys = self._keys  # (``entries`` inline: asked at every append)
+        return (len(keys) if keys is not None else self._written) >= self.max_entries
 
     def _append(self, key: int, val: int) -> None:
         fd = -1

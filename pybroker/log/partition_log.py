@@ -233,14 +233,15 @@ class PartitionLog(LogLoader, OffsetsByTime, LogRetention):
         return self.segments[-1]
 
     def _should_roll(self, size: int, last_offset_delta: int, now: int) -> bool:
-        seg = self.active_segment
+        seg = self.segments[-1]
         if seg.size == 0:
             return False
-        if seg.size > self.config.segment_bytes - size:
+        config = self.config
+        if seg.size > config.segment_bytes - size:
             return True
         if (
             seg.rolling_base_ms is not None
-            and now - seg.rolling_base_ms > self.config.max_segment_ms - seg.roll_jitter_ms
+            and now - seg.rolling_base_ms > config.max_segment_ms - seg.roll_jitter_ms
         ):
             return True
         if seg.should_roll_for_index():

@@ -25,6 +25,7 @@ from pybroker.replication.replica import (
 
 log = logging.getLogger("pybroker.replication")
 _NONE = ErrorCode.NONE  # (read once: an Enum class attribute is a slow lookup on 3.11)
+_FOLLOWERS_APPEND = followers_append_key()
 
 
 class LeaderSide:
@@ -136,14 +137,16 @@ class LeaderSide:
             )
 
     def after_leader_append(self, r: Replica) -> None:
-        self.changes.note((r.topic, r.partition))
-        self.purgatory.notify(leo_key(r.topic, r.partition))
-        self.purgatory.notify(followers_append_key())
-        self._maybe_advance_hw(r)
+        notify = self.purgatory.notify
+        notify(leo_key(r.topic, r.partition))
+        notify(_FOLLOWERS_APPEND)
+        if not self._maybe_advance_hw(r):  # (when it moved, _wake noted the change)
+            self.changes.note((r.topic, r.partition))
 
-    def _maybe_advance_hw(self, r: Replica) -> None:
+    def _maybe_advance_hw(self, r: Replica) -> bool:
+        """Move the high watermark to the lowest log end of the ISR; True if it moved."""
         if r.role != LEADER:
-            return
+            return False
         leo = r.log.log_end_offset
         candidate = leo
         for b in r.isr:
@@ -164,6 +167,8 @@ class LeaderSide:
                     self.clock.time_ms() - r.leader_since_ms,
                 )
             self._wake(r)
+            return True
+        return False
 
     def _wake(self, r: Replica) -> None:
         self.changes.note((r.topic, r.partition))

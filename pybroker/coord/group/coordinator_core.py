@@ -53,6 +53,9 @@ from pybroker.coord.metadata.store import StoreError
 from pybroker.errors import ErrorCode
 
 log = logging.getLogger(__name__)
+# (read once: an Enum class attribute is a slow lookup on 3.11, and these are on every commit)
+_NOT_COORDINATOR = ErrorCode.NOT_COORDINATOR
+_LOAD_IN_PROGRESS = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 # the states a classic group's metadata record is written in (read once: an Enum class
 # attribute is a slow lookup on 3.11, and _store_metadata runs on every commit)
 RECORDED_STATES = (GroupState.STABLE, GroupState.EMPTY)
@@ -253,8 +256,7 @@ class GroupCoordinatorCore:
         """NOT_COORDINATOR unless this broker coordinates the group now,
         COORDINATOR_LOAD_IN_PROGRESS while it loads the group's partition; None if it
         serves it."""
-        self.check_membership()
-        return self.partition_error(self.partition_of(group_id))
+        return self.partition_error(self.partition_of(group_id))  # (checks the membership)
 
     # -- plumbing --------------------------------------------------------------------------
     def _get(self, group_id: str, create: bool) -> Group | None:
@@ -464,17 +466,15 @@ class GroupCoordinatorCore:
         (COORDINATOR_LOAD_IN_PROGRESS while it loads it)."""
         self.check_membership()
         if self.placement.owner(partition) != self.broker_id:
-            return ErrorCode.NOT_COORDINATOR
+            return _NOT_COORDINATOR
         if isinstance(self.offsets, LogOffsetStore):
             # the metadata names this broker the partition's leader: if the store has not
             # been told yet (the replica takes the leadership up a moment later), it is as
             # good as loading
             code = self.offsets.load_error(partition)
-            return (
-                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-                if code == ErrorCode.NOT_COORDINATOR
-                else code
-            )
+            if code is None:  # (served: every commit's path)
+                return None
+            return _LOAD_IN_PROGRESS if code == _NOT_COORDINATOR else code
         if self.drain is not None and self.drain.blocked(partition):
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return None

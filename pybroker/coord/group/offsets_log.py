@@ -10,6 +10,7 @@ docs/internals.md ("pybroker/coord/group/offsets_log.py").
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -84,8 +85,18 @@ def _committed(v: cr.OffsetCommitValue) -> CommittedOffset:
     )
 
 
+# A group's commits repeat the same keys: those of short group ids are remembered (the last
+# 16,384: a few MiB at most, group ids may be 32,767 characters long), as
+# placement.partition_for remembers its answers.
+_CACHED_GROUP_CHARS = 255
+_cached_offset_commit_key = functools.lru_cache(maxsize=16384)(cr.offset_commit_key)
+
+
 def offset_record(group: str, tp: TopicPartition, co: CommittedOffset | None) -> Record:
-    key = cr.offset_commit_key(group, tp[0], tp[1])
+    if len(group) <= _CACHED_GROUP_CHARS:
+        key = _cached_offset_commit_key(group, tp[0], tp[1])
+    else:
+        key = cr.offset_commit_key(group, tp[0], tp[1])
     if co is None:
         return key, None
     expire = co.expire_timestamp
