@@ -188,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
             from pybroker.node.supervisor import serve_node  # (a node's processes only)
 
             settings = load_settings(args.properties, args.override)
+            # the node's broker processes run on the supervisor's loop (a fallback: one WARN)
+            settings.setdefault("event.loop", loop)
             if "log.dirs" not in settings and "log.dir" not in settings:
                 settings["log.dirs"] = str(config.data_dir)
             return event_loop.run(serve_node(config, settings, args.log_level), loop)

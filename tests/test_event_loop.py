@@ -156,7 +156,7 @@ class _NoUvloopBroker(BrokerProcess):
     """``pybroker serve`` where ``import uvloop`` fails, event.loop left at its default."""
 
     def __init__(self, workdir, shadow):
-        super().__init__(workdir)
+        super().__init__(workdir, overrides={"node.cores": 2})
         self.shadow = shadow
 
     def settings(self) -> dict[str, str]:
@@ -172,19 +172,23 @@ class _NoUvloopBroker(BrokerProcess):
 
 def test_without_uvloop_the_default_runs_on_asyncio_with_one_warning(tmp_path):
     """Where uvloop cannot be imported (no wheel for the platform), the default loop falls
-    back to asyncio's: the broker serves, and says why in one WARN line."""
+    back to asyncio's: a node (node.cores=2) serves, its supervisor and both broker processes
+    on asyncio's loop, and says why in one WARN line."""
     shadow = tmp_path / "shadow" / "uvloop"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('no uvloop on this platform')\n")
     proc = _NoUvloopBroker(tmp_path / "broker", shadow.parent)
     proc.start()
     try:
-        with Client(proc.host, proc.port) as c:
-            assert c.request(3, 1, {"topics": None})["brokers"]
+        for port in proc.ports:
+            with Client(proc.host, port) as c:
+                md = c.request(3, 1, {"topics": None})
+                assert sorted(b["node_id"] for b in md["brokers"]) == proc.broker_ids
     finally:
         code = proc.stop()
     assert code == 0
     out = proc.output(2000)
+    assert out.count("event loop: asyncio") == 3, out  # supervisor + 2 brokers
     warnings = [line for line in out.splitlines() if "cannot be imported" in line]
     assert len(warnings) == 1, out
     assert "WARN" in warnings[0] and "no uvloop on this platform" in warnings[0], warnings
