@@ -183,14 +183,17 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     try:
+        loop = event_loop.configured(config.event_loop, "event.loop" in config.explicit_keys)
         if config.node_cores != 1:  # one broker process per core (docs/multicore.md)
             from pybroker.node.supervisor import serve_node  # (a node's processes only)
 
             settings = load_settings(args.properties, args.override)
+            # the node's broker processes run on the supervisor's loop (a fallback: one WARN)
+            settings.setdefault("event.loop", loop)
             if "log.dirs" not in settings and "log.dir" not in settings:
                 settings["log.dirs"] = str(config.data_dir)
-            return event_loop.run(serve_node(config, settings, args.log_level), config.event_loop)
-        return event_loop.run(_serve(Broker(config)), config.event_loop)
+            return event_loop.run(serve_node(config, settings, args.log_level), loop)
+        return event_loop.run(_serve(Broker(config)), loop)
     except Exception as e:  # start-up failures: say what and exit non-zero
         logging.getLogger("pybroker").error(
             "fatal: %s", e, exc_info=logging.getLogger().isEnabledFor(logging.DEBUG)

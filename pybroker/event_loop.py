@@ -1,5 +1,8 @@
-"""The broker's event loop, chosen by ``event.loop`` (pybroker's own key): ``asyncio`` (the
-standard library's selector loop) or ``uvloop`` (libuv's loop, the ``uvloop`` package).
+"""The broker's event loop, chosen by ``event.loop`` (pybroker's own key): ``uvloop`` (libuv's
+loop, the ``uvloop`` package; the default) or ``asyncio`` (the standard library's selector
+loop).  Where uvloop cannot be imported (no wheel for the platform, PyPy, Windows) the default
+falls back to asyncio's loop with one WARN line saying why (:func:`configured`); an explicit
+``event.loop=uvloop`` there stops the start.
 
 Every entry point that runs a broker (``pybroker serve``, a node's supervisor and its broker
 processes) runs its main coroutine through :func:`run`.  What differs on uvloop, and how the
@@ -21,8 +24,11 @@ from typing import Any, TypeVar
 
 try:
     import uvloop
-except ImportError:  # the broker runs on asyncio's loop without it
+except ImportError as e:  # the broker runs on asyncio's loop without it
     uvloop = None
+    UVLOOP_MISSING = f"{type(e).__name__}: {e}"
+else:
+    UVLOOP_MISSING = ""
 
 T = TypeVar("T")
 log = logging.getLogger("pybroker.event_loop")
@@ -33,6 +39,19 @@ LOOPS = ("asyncio", "uvloop")
 def available(name: str) -> bool:
     """Whether the loop ``name`` can run here (uvloop: the package is installed)."""
     return name == "asyncio" or (name == "uvloop" and uvloop is not None)
+
+
+def configured(name: str, explicit: bool) -> str:
+    """The loop to run for ``event.loop=name``: ``name``, except the default (uvloop, not set
+    explicitly) where uvloop cannot be imported: then asyncio's, with one WARN line."""
+    if name == "uvloop" and uvloop is None and not explicit:
+        log.warning(
+            "event.loop: uvloop (the default) cannot be imported here (%s); running on "
+            "asyncio's loop (set event.loop=asyncio to choose it)",
+            UVLOOP_MISSING,
+        )
+        return "asyncio"
+    return name
 
 
 def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -382,7 +382,8 @@ class BrokerHarness:
     def start(self) -> BrokerHarness:
         assert self.broker is None, "already running"
         config = build_config(self.settings)
-        loop = (event_loop.loop_factory(config.event_loop) or asyncio.new_event_loop)()
+        name = event_loop.configured(config.event_loop, "event.loop" in config.explicit_keys)
+        loop = (event_loop.loop_factory(name) or asyncio.new_event_loop)()
         loop.set_debug(True)
         loop.slow_callback_duration = 1.0  # debug mode: only report truly blocking callbacks
         loop.set_exception_handler(self._on_loop_error)

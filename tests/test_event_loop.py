@@ -1,11 +1,12 @@
 """event.loop (pybroker/event_loop.py): the broker on asyncio's loop or on uvloop's, which has
 no ``loop.sendfile``: a fetch answer's log regions go onto the socket with ``os.sendfile`` on
-both, behind whatever the transport still buffers.  The whole suite runs on uvloop with
-PYBROKER_TEST_EVENT_LOOP=uvloop (docs/testing.md)."""
+both, behind whatever the transport still buffers.  uvloop is the default; the whole suite runs
+on asyncio's loop with PYBROKER_TEST_EVENT_LOOP=asyncio (docs/testing.md)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import threading
 from dataclasses import dataclass
@@ -133,3 +134,63 @@ def test_pybroker_serve_and_a_node_run_on_uvloop(tmp_path):
 def test_an_unknown_event_loop_is_a_configuration_error():
     with pytest.raises(ConfigError, match="event.loop"):
         build_config({"event.loop": "trio"})
+
+
+def test_the_default_loop_is_uvloop():
+    """No event.loop set: uvloop (docs/performance.md, "uvloop"), asyncio's when chosen."""
+    assert build_config({}).event_loop == "uvloop"
+    assert build_config({"event.loop": "asyncio"}).event_loop == "asyncio"
+    if event_loop.available("uvloop"):
+        assert event_loop.configured("uvloop", explicit=False) == "uvloop"
+
+
+def test_an_explicit_uvloop_without_the_package_stops_the_start(monkeypatch):
+    """event.loop=uvloop set by the user where uvloop cannot be imported: no silent fallback."""
+    monkeypatch.setattr(event_loop, "uvloop", None)
+    assert event_loop.configured("uvloop", explicit=True) == "uvloop"
+    with pytest.raises(RuntimeError, match="uvloop package is not installed"):
+        event_loop.loop_factory("uvloop")
+
+
+class _NoUvloopBroker(BrokerProcess):
+    """``pybroker serve`` where ``import uvloop`` fails, event.loop left at its default."""
+
+    def __init__(self, workdir, shadow):
+        super().__init__(workdir, overrides={"node.cores": 2})
+        self.shadow = shadow
+
+    def settings(self) -> dict[str, str]:
+        settings = super().settings()
+        settings.pop("event.loop", None)  # PYBROKER_TEST_EVENT_LOOP would set it
+        return settings
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.shadow), env.get("PYTHONPATH")]))
+        return env
+
+
+def test_without_uvloop_the_default_runs_on_asyncio_with_one_warning(tmp_path):
+    """Where uvloop cannot be imported (no wheel for the platform), the default loop falls
+    back to asyncio's: a node (node.cores=2) serves, its supervisor and both broker processes
+    on asyncio's loop, and says why in one WARN line."""
+    shadow = tmp_path / "shadow" / "uvloop"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('no uvloop on this platform')\n")
+    proc = _NoUvloopBroker(tmp_path / "broker", shadow.parent)
+    proc.start()
+    try:
+        for port in proc.ports:
+            with Client(proc.host, port) as c:
+                md = c.request(3, 1, {"topics": None})
+                assert sorted(b["node_id"] for b in md["brokers"]) == proc.broker_ids
+    finally:
+        code = proc.stop()
+    assert code == 0
+    out = proc.output(2000)
+    assert out.count("event loop: asyncio") == 3, out  # supervisor + 2 brokers
+    warnings = [line for line in out.splitlines() if "cannot be imported" in line]
+    assert len(warnings) == 1, out
+    assert "WARN" in warnings[0] and "no uvloop on this platform" in warnings[0], warnings
+    assert "event loop: asyncio" in out, out
+    assert "Traceback" not in out, proc.traceback_excerpt()

@@ -219,6 +219,8 @@ def test_quick_start(installed, blocks):
         code = broker.stop()
     assert code == 0, broker.output()
     assert "pybroker stopped" in broker.output()
+    # README's install pulled uvloop (a dependency) and the default event.loop runs on it
+    assert "event loop: uvloop (uvloop.Loop)" in broker.output(), broker.output()
 
 
 def test_secured_walk_through(installed, blocks, tmp_path):

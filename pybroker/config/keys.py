@@ -431,10 +431,11 @@ class Config:
     event_loop: str = define(
         "event.loop",
         STRING,
-        "asyncio",
+        "uvloop",
         ValidString("asyncio", "uvloop"),
-        doc="pybroker's own: the event loop the broker runs on: 'asyncio' (the standard"
-        " library's) or 'uvloop' (libuv's, the uvloop package; docs/performance.md, uvloop).",
+        doc="pybroker's own: the event loop the broker runs on: 'uvloop' (libuv's, the uvloop"
+        " package; where it cannot be imported the default falls back to asyncio's with a"
+        " warning) or 'asyncio' (the standard library's); docs/performance.md, uvloop.",
     )
     metrics_listener: conv.HttpEndpoint | None = define(
         "metrics.listener",

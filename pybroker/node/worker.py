@@ -94,7 +94,8 @@ def main() -> int:
     store = RemoteStore(socket_path) if socket_path and not config.zookeeper_connect else None
     try:
         serving = _serve(Broker(config, store=store), ready_fd, parent)
-        return event_loop.run(serving, config.event_loop)
+        loop = event_loop.configured(config.event_loop, "event.loop" in config.explicit_keys)
+        return event_loop.run(serving, loop)
     except Exception as e:
         logging.getLogger("pybroker").error(
             "fatal: %s", e, exc_info=logging.getLogger().isEnabledFor(logging.DEBUG)

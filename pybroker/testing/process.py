@@ -32,8 +32,9 @@ from pybroker.testing.procutil import free_ports, tail
 HOST = "127.0.0.1"
 START_TIMEOUT = float(os.environ.get("PYBROKER_TEST_START_TIMEOUT", "30"))
 ZK_SESSION_TIMEOUT_MS = "8000"
-# the event loop of the brokers tests start (event.loop), unless a test sets its own: the
-# whole suite on uvloop is PYBROKER_TEST_EVENT_LOOP=uvloop (docs/testing.md)
+# the event loop of the brokers tests start (event.loop), unless a test sets its own: unset,
+# the default (uvloop); the whole suite on asyncio's is PYBROKER_TEST_EVENT_LOOP=asyncio
+# (docs/testing.md)
 TEST_EVENT_LOOP = os.environ.get("PYBROKER_TEST_EVENT_LOOP", "")
 
 
