@@ -59,17 +59,20 @@ def main(argv: list[str] | None = None) -> int:
     res = Results(path)
     cmd = "python -m bench.scale " + " ".join(argv if argv is not None else sys.argv[1:])
     load0 = loadavg()
-    for wid in args.workloads.split(","):
-        for size in [int(s) for s in args.sizes.split(",")]:
-            WORKLOADS[wid](size, args.targets.split(","), workdir, res, args.timeout)
-    text = (
-        f"\n## {dt.datetime.now():%Y-%m-%d %H:%M} `{cmd}`\n\n"
-        f"Load average before: {load0}; after: {loadavg()}.  {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, git {_git_rev()}.\n\n{res.table()}\n"
-    )
-    with open(path, "a") as f:
-        f.write(text)
-    print(text)
+    try:
+        for wid in args.workloads.split(","):
+            for size in [int(s) for s in args.sizes.split(",")]:
+                WORKLOADS[wid](size, args.targets.split(","), workdir, res, args.timeout)
+        text = (
+            f"\n## {dt.datetime.now():%Y-%m-%d %H:%M} `{cmd}`\n\n"
+            f"Load average before: {load0}; after: {loadavg()}.  {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}, git {_git_rev()}.\n\n{res.table()}\n"
+        )
+        with open(path, "a") as f:
+            f.write(text)
+        print(text, flush=True)
+    finally:
+        harness.remove_work_dirs()
     return 0
 
 

@@ -381,7 +381,20 @@ def run_on_each(
             system.stop()
             log(f"{wid} n={size:,} {kind}: done (load {loadavg()})")
             if not KEEP:
-                shutil.rmtree(wd, ignore_errors=True)
+                # removed after the last workload (remove_work_dirs): on this machine's ext4
+                # (no journal) each inode allocated in the next minutes would skip over the
+                # deleted ones, one buffer lookup each, and charge the next size's creation
+                # (a 10,000-partition dir is 60,000 inodes; docs/scale.md, scale12)
+                TO_REMOVE.append(wd)
+
+
+TO_REMOVE: list[Path] = []
+
+
+def remove_work_dirs() -> None:
+    """The work dirs run_on_each left for the end of the invocation."""
+    while TO_REMOVE:
+        shutil.rmtree(TO_REMOVE.pop(), ignore_errors=True)
 
 
 def longest_stall_ms(system: System, since: float) -> float | None:

@@ -63,6 +63,27 @@ def process_cpu_seconds(pid: int) -> float | None:
         return None
 
 
+def process_cpu_split(pid: int) -> tuple[float, float] | None:
+    """(user, system) CPU seconds of one process (all its threads) so far; None once gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(")") + 2 :].split()
+        return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def cpu_split(pids: list[int]) -> tuple[float, float]:
+    """(user, system) CPU seconds used so far by the processes and their descendants."""
+    user = system = 0.0
+    for pid in pids:
+        for p in descendants(pid):
+            u, s = process_cpu_split(p) or (0.0, 0.0)
+            user, system = user + u, system + s
+    return user, system
+
+
 def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU seconds used so far by the processes and their descendants."""
     return sum(process_cpu_seconds(p) or 0.0 for pid in pids for p in descendants(pid))
