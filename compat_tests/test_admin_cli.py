@@ -19,6 +19,7 @@ import pty
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import uuid
 from pathlib import Path
@@ -462,13 +463,16 @@ def test_consume_positions_formats_and_limits(broker):
 
 class Follower:
     """`pybroker consume TOPIC --format json` running in the background (follow mode); the
-    JSON lines it printed so far in `got`."""
+    JSON lines it printed so far in `got`.  Its stderr goes to a file (a pipe nobody reads
+    until the end could fill and stop it); `seen(n)` is a wait condition that fails at once,
+    with that stderr, if the follower exited."""
 
     def __init__(self, bootstrap: str, topic: str, *args: str):
+        self.err = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pybroker", "-b", bootstrap, "consume", topic, "--format", "json", *args],
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self.err,
             cwd=ROOT,
             env=dict(os.environ, PYTHONPATH=str(ROOT)),
         )  # fmt: skip
@@ -477,6 +481,20 @@ class Follower:
             target=lambda: self.got.extend(json.loads(x) for x in self.proc.stdout), daemon=True
         )
         self._reader.start()
+
+    def seen(self, n: int) -> bool:
+        """Whether n records were printed; fails the test if the follower exited instead."""
+        if len(self.got) >= n:
+            return True
+        if self.proc.poll() is not None:
+            self._reader.join(10)
+            pytest.fail(f"the follower exited with {self.proc.returncode} after {len(self.got)} "
+                        f"records: {self.stderr()[-3000:]}", pytrace=False)  # fmt: skip
+        return False
+
+    def stderr(self) -> str:
+        self.err.seek(0)
+        return self.err.read().decode(errors="replace")
 
     def interrupt(self) -> tuple[int, str]:
         """Ctrl-C; (exit code, stderr)."""
@@ -488,7 +506,9 @@ class Follower:
             self.proc.kill()
             rc = self.proc.wait(10)
         self._reader.join(10)
-        return rc, self.proc.stderr.read().decode()
+        err = self.stderr()
+        self.err.close()
+        return rc, err
 
 
 def test_consume_follows_until_interrupted(broker):
@@ -499,9 +519,10 @@ def test_consume_follows_until_interrupted(broker):
         # it starts at the log end: produce until the follower has printed something
         def produced_and_seen():
             ok(cli(b, "produce", topic, "-k", ":", input="k:live\n"))
-            return f.got
+            return f.seen(1)
 
-        wait_until(produced_and_seen, 60, 1.0, "followed records")
+        # a deadline, not a timing: each round starts a CLI process (seconds at load 10+)
+        wait_until(produced_and_seen, 180, 1.0, "followed records")
         assert {(r["key"], r["value"]) for r in f.got} == {("k", "live")}
         assert f.proc.poll() is None  # still following
     finally:
@@ -518,13 +539,13 @@ def test_consume_follows_a_leader_change(tmp_path):
         f = Follower(c.bootstrap, topic, "--from-beginning")
         try:
             ok(cli(c.bootstrap, "produce", topic, input="".join(f"a{i}\n" for i in range(5))))
-            wait_until(lambda: len(f.got) == 5, 60, 0.1, "records before the kill")
+            wait_until(lambda: f.seen(5), 180, 0.1, "records before the kill")
             old = c.leader_of(topic, 0).leader
             c.kill9(old)
             c.wait_new_leader(topic, 0, old)
             survivor = f"127.0.0.1:{c.brokers[1 - old].port}"
             ok(cli(survivor, "produce", topic, input="".join(f"b{i}\n" for i in range(5))))
-            wait_until(lambda: len(f.got) == 10, 60, 0.1, "records after the kill")
+            wait_until(lambda: f.seen(10), 180, 0.1, "records after the kill")
             assert [(r["offset"], r["value"]) for r in f.got] == [
                 (i, f"{'a' if i < 5 else 'b'}{i % 5}") for i in range(10)
             ]
