@@ -325,6 +325,30 @@ def _tag_codecs(src: _Source, tagged: dict[int, Field], version: int) -> tuple[s
     return src.const("TK", known), src.const("TO", order)
 
 
+def _layout(
+    fields: tuple[Field, ...], version: int, flexible: bool, close: bool
+) -> tuple[dict[int, Field], list[Field | tuple[struct.Struct, list[Field]]]]:
+    """A struct's tagged fields in ``version`` (by tag; none unless ``close``), and its other
+    fields present there, in order, each run of fixed-width scalars grouped under the one
+    format that reads or writes it."""
+    tagged = _tagged_fields(fields, version, flexible) if close else {}
+    present = [
+        f for f in fields if version in f.versions and (f.tag is None or f.tag not in tagged)
+    ]
+    parts: list[Field | tuple[struct.Struct, list[Field]]] = []
+    run: list[Field] = []
+    for f in present + [None]:  # (None: the end, closing the last run)
+        if f is not None and not f.is_array and f.type in RUN_FORMAT:
+            run.append(f)
+            continue
+        if run:
+            parts.append((struct.Struct(">" + "".join(RUN_FORMAT[r.type] for r in run)), run))
+            run = []
+        if f is not None:
+            parts.append(f)
+    return tagged, parts
+
+
 def decode_struct(
     src: _Source, fields: tuple[Field, ...], version: int, flexible: bool, out: str, ind: str,
     close: bool = True,
@@ -333,18 +357,10 @@ def decode_struct(
     tagged-field section."""
     lines: list[str] = []
     names: list[tuple[str, str]] = []  # (field name, the local holding its value)
-    tagged = _tagged_fields(fields, version, flexible) if close else {}
-    present = [
-        f for f in fields if version in f.versions and (f.tag is None or f.tag not in tagged)
-    ]
-    k = 0
-    while k < len(present):
-        run = []
-        while k < len(present) and not present[k].is_array and present[k].type in RUN_FORMAT:
-            run.append(present[k])
-            k += 1
-        if run:
-            packer = struct.Struct(">" + "".join(RUN_FORMAT[f.type] for f in run))
+    tagged, parts = _layout(fields, version, flexible, close)
+    for part in parts:
+        if isinstance(part, tuple):
+            packer, run = part
             s = src.const("S", packer)
             local = [(f.name, src.var("f")) for f in run]
             names += local
@@ -352,8 +368,7 @@ def decode_struct(
             lines += _need(str(packer.size), ind)
             lines += [f"{ind}{targets}= {s}.unpack_from(buf, p)", f"{ind}p += {packer.size}"]
             continue
-        f = present[k]
-        k += 1
+        f = part
         local = src.var("f")
         names.append((f.name, local))
         lines += _decode_field(src, f, version, flexible, local, ind)
@@ -462,18 +477,11 @@ def encode_struct(
     lines = [f"{ind}if type({obj}) is Encoded:", f"{ind}    buf += {obj}", f"{ind}else:"]
     ind += "    "
     lines.append(f"{ind}pass")  # (a struct with no field in this version)
-    tagged = _tagged_fields(fields, version, flexible) if close else {}
-    present = [
-        f for f in fields if version in f.versions and (f.tag is None or f.tag not in tagged)
-    ]
-    k = 0
-    while k < len(present):
-        run = []
-        while k < len(present) and not present[k].is_array and present[k].type in RUN_FORMAT:
-            run.append(present[k])
-            k += 1
-        if run:
-            s = src.const("S", struct.Struct(">" + "".join(RUN_FORMAT[f.type] for f in run)))
+    tagged, parts = _layout(fields, version, flexible, close)
+    for part in parts:
+        if isinstance(part, tuple):
+            packer, run = part
+            s = src.const("S", packer)
             values = []
             for f in run:
                 v = src.var("v")
@@ -482,9 +490,7 @@ def encode_struct(
                 lines.append(f"{ind}    {v} = {_literal(src, zero_default(f, version))}")
             lines.append(f"{ind}buf += {s}.pack({', '.join(values)})")
             continue
-        f = present[k]
-        k += 1
-        lines += _encode_field(src, f, version, flexible, get, ind)
+        lines += _encode_field(src, part, version, flexible, get, ind)
     if flexible and close:
         if tagged:
             order = _tag_codecs(src, tagged, version)[1]
