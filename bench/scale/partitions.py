@@ -11,6 +11,7 @@ The command is bench/scale/cli.py; docs/scale.md discusses the curves.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -87,6 +88,44 @@ def _restart(
     )
 
 
+class _FetchStats:
+    """librdkafka's statistics (every second) during the consume: its Fetch requests to the
+    broker, and when the last partition left offset-query / offset-wait (librdkafka asks
+    ListOffsets for each partition that has no committed offset, one request per partition;
+    until the last answer the partitions that have one are long-polled alone, each a Fetch
+    naming all of them: docs/scale.md, consume12), with the broker's CPU then."""
+
+    def __init__(self, pids: list[int], t0: float) -> None:
+        self.pids, self.t0 = pids, t0
+        self.fetches = 0
+        self.waiting_until: float | None = None  # seconds from subscribe
+        self.cpu_at_all_active: float | None = None
+        self.fetches_at_all_active = 0
+
+    def __call__(self, raw: str) -> None:
+        s = json.loads(raw)
+        self.fetches = sum(
+            b.get("req", {}).get("Fetch", 0)
+            for b in s.get("brokers", {}).values()
+            if b.get("nodeid", -1) >= 0
+        )
+        if self.waiting_until is not None:
+            return
+        states = [
+            p.get("fetch_state")
+            for t in s.get("topics", {}).values()
+            for k, p in t.get("partitions", {}).items()
+            if k != "-1"
+        ]
+        if states and not any(st in _OFFSET_STATES for st in states):
+            self.waiting_until = time.monotonic() - self.t0
+            self.cpu_at_all_active = cpu_seconds(self.pids)
+            self.fetches_at_all_active = self.fetches
+
+
+_OFFSET_STATES = ("none", "offset-query", "offset-wait")
+
+
 def _produce_consume(system: System, node: Node, names: list[str], res: Results, n: int) -> None:
     """A producer writing round-robin to the first PRODUCE_PARTITIONS partitions (1 KiB
     records), then one consumer of a group reading them all back (confluent-kafka)."""
@@ -129,6 +168,7 @@ def _produce_consume(system: System, node: Node, names: list[str], res: Results,
     res.add(w, n, system, "produce: broker CPU s per GiB", (c1 - c0) / (moved / GIB))
     res.add(w, n, system, "produce: failed deliveries", failures[0] + left)
     topics = sorted({t for t, _ in parts})
+    stats = _FetchStats(pids, time.monotonic())
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -136,10 +176,13 @@ def _produce_consume(system: System, node: Node, names: list[str], res: Results,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
             "fetch.max.bytes": 50 * MIB,
+            "statistics.interval.ms": 1000,
+            "stats_cb": stats,
         }
     )
     with profiled(system, f"w21-{n}-consume"):
         c0, t0 = cpu_seconds(pids), time.monotonic()
+        stats.t0 = t0
         consumer.subscribe(topics)
         got = 0
         first = None
@@ -168,6 +211,24 @@ def _produce_consume(system: System, node: Node, names: list[str], res: Results,
         (c1 - c0) / (max(got, 1) * RECORD_BYTES / GIB),
     )
     res.add(w, n, system, "consume: records read / written", f"{got:,} / {records:,}")
+    res.add(w, n, system, "consume: Fetch requests (librdkafka's count)", stats.fetches)
+    if stats.waiting_until is not None and stats.cpu_at_all_active is not None:
+        # the bimodal figure's cause: how long some partitions waited for their ListOffsets
+        # answer while the others were long-polled (consume12)
+        res.add(
+            w,
+            n,
+            system,
+            "consume: subscribe -> every partition has its offset (s, to 1 s)",
+            stats.waiting_until,
+        )
+        res.add(
+            w,
+            n,
+            system,
+            "consume: broker CPU / Fetch requests until then",
+            f"{stats.cpu_at_all_active - c0:.2f} s / {stats.fetches_at_all_active}",
+        )
 
 
 def w21(system: System, n: int, res: Results, timeout_s: float) -> None:
