@@ -108,7 +108,7 @@ def test_a_follower_being_added_is_stamped_idle_until_the_write_ends():
 
     async def main():
         cluster = StubCluster(outcome)
-        info = object()
+        info = SimpleNamespace(topic_id=None, configs={}, partitions={})  # (a TopicInfo)
         cluster.topics = {"t": info}
         h = Leaders(cluster)
         h.offline = None

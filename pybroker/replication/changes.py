@@ -26,6 +26,7 @@ compared 1,670 a second and took 3-4% of the loops, docs/scale.md)."""
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import Any
 
 # keys kept at most (~100 bytes each): past it the oldest half goes
 MAX_KEYS = 1 << 16
@@ -75,6 +76,17 @@ class IdleFetches:
 
     def __init__(self) -> None:
         self.last_ms = 0
+
+
+def partition_view(info: Any, partition: int) -> tuple | None:
+    """What of a topic's metadata (a TopicInfo, or None) one partition's fetch depends on:
+    the topic id, the configs and that partition's state.  A stamp holds this rather than
+    the TopicInfo object, which the cache replaces whenever any partition of the topic
+    changes: with the object, one ISR change of a topic of P partitions made every session's
+    stamps of all P stale and every one of them was read again (W22's restart, restart12)."""
+    if info is None:
+        return None
+    return (info.topic_id, info.configs, info.partitions.get(partition))
 
 
 def audit_period(n: int) -> float:

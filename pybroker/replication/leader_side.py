@@ -12,7 +12,7 @@ import logging
 from pybroker.coord.metadata.isr import IsrChange
 from pybroker.coord.metadata.model import PartitionState
 from pybroker.errors import ErrorCode, KafkaError
-from pybroker.replication.changes import ChangeFeed, IdleFetches
+from pybroker.replication.changes import ChangeFeed, IdleFetches, partition_view
 from pybroker.replication.replica import (
     LEADER,
     FollowerState,
@@ -48,7 +48,8 @@ class LeaderSide:
     def fetch_stamp(self, topic: str, partition: int, read_committed: bool) -> tuple | None:
         """What a consumer's fetch of an idle partition depends on, for the Fetch handler to
         see that nothing changed since its last answer: this broker still leads the same
-        replica in the same epoch, the topic's metadata object is the same, and the log's
+        replica in the same epoch, the topic's id and configs and the partition's state are
+        the same (changes.partition_view, not the TopicInfo object), and the log's
         end, high watermark, start (and LSO for read_committed) are where they were.  None
         when this broker does not lead it now (the full path then answers the error)."""
         r = self.replicas.get((topic, partition))
@@ -58,7 +59,7 @@ class LeaderSide:
         return (
             r,
             r.leader_epoch,
-            self.cluster.topics.get(topic),
+            partition_view(self.cluster.topics.get(topic), partition),
             log.log_end_offset,
             log.high_watermark,
             log.log_start_offset,
@@ -67,7 +68,7 @@ class LeaderSide:
 
     def follower_fetch_stamp(self, topic: str, partition: int, replica_id: int) -> tuple | None:
         """What an in-sync follower's fetch of an idle partition depends on (as fetch_stamp
-        for a consumer): the same replica, log and topic metadata object, the same leader
+        for a consumer): the same replica, log and partition_view, the same leader
         epoch, log end, high watermark and log start, the follower in the ISR (or in the ISR
         being written: its fetch at the log end asked for nothing more, and the write's end
         is noted either way, _write_isrs) and the high watermark past this epoch's start.  The
@@ -94,7 +95,7 @@ class LeaderSide:
         return (
             r,
             r.leader_epoch,
-            r.checked_info,
+            partition_view(r.checked_info, partition),
             log,
             log.log_end_offset,
             hw,

@@ -33,7 +33,7 @@ from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log import LogManager, PartitionLog
 from pybroker.log.partition_metadata import other_incarnation
 from pybroker.purgatory import Purgatory
-from pybroker.replication.changes import ChangeFeed
+from pybroker.replication.changes import ChangeFeed, partition_view
 from pybroker.replication.leader_side import LeaderSide
 from pybroker.replication.replica import (
     FOLLOWER,
@@ -300,11 +300,25 @@ class ReplicaManager(LeaderSide):
     def _sync_partition(
         self, name: str, index: int, info: TopicInfo, state: PartitionState, budget: _Budget
     ) -> None:
+        """One partition brought in line with its state; noted on the change feed when what
+        a fetch session's stamp of it holds may have changed here: its replica, role, leader,
+        epoch, ISR or partition_view (the others' notes: after_leader_append, _wake, which
+        _detach calls, and the logs' log_start_listeners).  A partition that did not change
+        is not noted: a topic's event (any of its partitions changed) noted all of them, and
+        every follower session then read the whole topic again (W22's restart, restart12)."""
+        key = (name, index)
+        r = self.replicas.get(key)
+        before = _seen(r, index)
+        self._apply_partition(name, index, info, state, budget)
+        after = self.replicas.get(key)
+        if after is not r or _seen(after, index) != before:
+            self.changes.note(key)
+
+    def _apply_partition(
+        self, name: str, index: int, info: TopicInfo, state: PartitionState, budget: _Budget
+    ) -> None:
         me = self.broker_id
         key = (name, index)
-        # noted: its topic metadata, ISR, role and epoch may change here (the others' notes:
-        # after_leader_append, _wake, which _detach calls, and the logs' log_start_listeners)
-        self.changes.note(key)
         if key in self.offline or key in self._opening:
             return
         r = self.replicas.get(key)
@@ -511,6 +525,8 @@ class ReplicaManager(LeaderSide):
         info = self.cluster.topics.get(topic)
         if r is not None and info is not None and r.checked_info is not info:
             if not other_incarnation(r.log.topic_id, info.topic_id):
+                if partition_view(r.checked_info, partition) != partition_view(info, partition):
+                    self.changes.note(key)  # (the topic's event, still queued, will not)
                 r.checked_info = info
         if r is None or (info is not None and r.checked_info is not info):
             # created (or deleted and created again) a moment ago: the change event is still
@@ -584,3 +600,10 @@ __all__ = [
     "hw_key",
     "leo_key",
 ]
+
+
+def _seen(r: Replica | None, index: int) -> tuple | None:
+    """What of a replica a fetch session's stamp depends on and _sync_partition may change."""
+    if r is None:
+        return None
+    return (r.role, r.leader, r.leader_epoch, tuple(r.isr), partition_view(r.checked_info, index))
