@@ -21,14 +21,11 @@ import pytest
 from pybroker.clock import ManualClock
 from pybroker.errors import ErrorCode
 from pybroker.fetch_session import FetchPartition, FetchSessionCache
-from pybroker.log.manager import LogManager
-from pybroker.log.partition_log import LogConfig
-from pybroker.purgatory import Purgatory
 from pybroker.replication import fetcher as fetcher_mod
 from pybroker.replication.fetcher import ReplicaFetcher
-from pybroker.replication.manager import ReplicaManager
 from pybroker.replication.replica import FOLLOWER, Replica
 from pybroker.wire.records import build_batch
+from tests.replica_manager_fixture import replica_manager
 
 LEADER, ME = 0, 1
 KEYS = [("t", p) for p in range(6)] + [("u", 0), ("u", 1)]
@@ -174,20 +171,8 @@ def fetcher_clock(monkeypatch, caplog) -> list[float]:
 
 def _setup(tmp_path):
     clock = ManualClock()
-    logs = LogManager([tmp_path], LogConfig(), clock)
-    logs.load_all()
     cluster = SimpleNamespace(topics={}, brokers={}, lease_ok=True, session_ok=True)
-    manager = ReplicaManager(
-        ME,
-        cluster,  # type: ignore[arg-type]
-        logs,
-        Purgatory(),
-        clock,
-        replica_lag_time_max_ms=30_000,
-        min_insync_replicas=lambda topic: 1,
-        open_log=logs.get_or_create,
-        fetcher_factory=ReplicaFetcher,
-    )
+    manager, logs = replica_manager(tmp_path, ME, cluster, clock)
     fetcher = ReplicaFetcher(manager, LEADER)
     manager.fetchers[LEADER] = fetcher
     return manager, logs, fetcher

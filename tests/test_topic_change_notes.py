@@ -16,11 +16,8 @@ import pytest
 
 from pybroker.clock import ManualClock
 from pybroker.coord.metadata.model import PartitionState, TopicInfo
-from pybroker.log.manager import LogManager
-from pybroker.log.partition_log import LogConfig
-from pybroker.purgatory import Purgatory
-from pybroker.replication.fetcher import ReplicaFetcher
 from pybroker.replication.manager import ReplicaManager
+from tests.replica_manager_fixture import replica_manager
 
 ME = 1
 
@@ -28,24 +25,12 @@ ME = 1
 def _leading(tmp_path, n: int) -> ReplicaManager:
     """This broker leads the n partitions of topic t (replicas 1, 2, 3, all in the ISR)."""
     clock = ManualClock()
-    logs = LogManager([tmp_path], LogConfig(), clock)
-    logs.load_all()
     states = {p: PartitionState(ME, 0, [1, 2, 3], [1, 2, 3], 1, 0) for p in range(n)}
     info = TopicInfo("t", uuid.uuid4(), states, {})
     cluster = SimpleNamespace(
         topics={"t": info}, brokers={1: None, 2: None, 3: None}, lease_ok=True, session_ok=True
     )
-    manager = ReplicaManager(
-        ME,
-        cluster,  # type: ignore[arg-type]
-        logs,
-        Purgatory(),
-        clock,
-        replica_lag_time_max_ms=30_000,
-        min_insync_replicas=lambda topic: 1,
-        open_log=logs.get_or_create,
-        fetcher_factory=ReplicaFetcher,
-    )
+    manager, _ = replica_manager(tmp_path, ME, cluster, clock)
     manager.sync_roles("t")
     return manager
 
