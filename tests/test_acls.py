@@ -156,10 +156,10 @@ def test_read_on_a_topic_and_its_group_lets_a_user_consume_not_produce(secured):
         "sasl_plain_password": "alice-secret",
     }
     consumer = KafkaConsumer(
-        topic, group_id=group, auto_offset_reset="earliest", consumer_timeout_ms=10000, **auth
+        topic, group_id=group, auto_offset_reset="earliest", consumer_timeout_ms=30000, **auth
     )
     try:
-        assert [m.value for m in islice(consumer, 1)] == [b"v"]  # not an idle 10 s after it
+        assert [m.value for m in islice(consumer, 1)] == [b"v"]  # (islice: no idle wait after it)
         consumer.commit()
     finally:
         consumer.close()
@@ -330,7 +330,7 @@ def test_mutual_tls_principal_and_kafka_python_over_sasl_ssl(start_broker, tmp_p
         "sasl_plain_username": "carol",
         "sasl_plain_password": "carol-secret",
     }
-    c = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=10000, **scram_ssl)
+    c = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=30000, **scram_ssl)
     try:
         assert [m.value for m in islice(c, 1)] == [b"from-mtls"]
     finally:

@@ -329,7 +329,9 @@ def test_after_a_restart_every_partition_is_led_before_the_broker_listens(
     with b.client() as c:
         assert create_topic_error(c, "many", 300)["error_code"] == NONE
         for p in (0, 299):  # (the budgeted passes after the creation have run)
-            wait_until(lambda p=p: c.produce("many", p, batch([b"x"]))["error_code"] == NONE)
+            wait_until(
+                lambda p=p: c.produce("many", p, batch([b"x"]))["error_code"] == NONE, timeout=60
+            )
     b.stop()
     b.start()
     with b.client() as c:
