@@ -58,7 +58,7 @@ class Flusher:
 
     def _flush(self, plog: PartitionLog) -> None:
         if plog in self._running:
-            return  # the flush under way will be followed by the timer or the next append
+            return  # (still pending: _done flushes again if it is due)
         self._pending.pop(plog, None)
         self._running.add(plog)
         task = asyncio.ensure_future(asyncio.to_thread(plog.flush))
@@ -66,11 +66,17 @@ class Flusher:
 
     def _done(self, plog: PartitionLog, task: asyncio.Future) -> None:
         self._running.discard(plog)
-        if not task.cancelled() and task.exception() is not None:
-            error = task.exception()
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
             log.error("flush failed: %s", error)
             if isinstance(error, OSError) and self.on_io_error is not None:
                 self.on_io_error(plog, error)
+            return
+        entry = self._pending.get(plog)
+        if entry is not None and 0 < self.policy(entry[2])[0] <= entry[0]:
+            self._flush(plog)  # flush.messages reached during that flush (flush.ms: the timer)
 
     async def _timer_loop(self) -> None:
         while True:

@@ -238,11 +238,12 @@ class HostedLogs:
                 log.exception("retention check failed")
 
     async def checkpoint_loop(self) -> None:
-        # Flushing moves each log's recovery point, which bounds how much of the tail a
-        # start after a crash must scan (the OS page cache already survives a process kill).
+        # Kafka's checkpointLogRecoveryOffsets: write the recovery points the logs reached (a
+        # roll's flush, flush.messages / flush.ms), fsyncing no log; a start after a crash
+        # scans from there (the OS page cache survives a process kill).
         while True:
             await asyncio.sleep(self.config.log_flush_offset_checkpoint_interval_ms / 1000)
             try:
-                await asyncio.to_thread(self.logs.flush_all)
+                await asyncio.to_thread(self.logs.checkpoint)
             except Exception:
                 log.exception("recovery point checkpoint failed")

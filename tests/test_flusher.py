@@ -68,3 +68,31 @@ def test_off_by_default() -> None:
         assert log.flushes == 0
 
     asyncio.run(main(), debug=True)
+
+
+def test_messages_reaching_flush_messages_during_a_flush_are_flushed_after_it() -> None:
+    """flush.messages=1: a produce acknowledged while the previous one's flush is under way
+    is flushed too, with no later produce (it stayed unflushed until the next append)."""
+
+    class SlowLog(CountingLog):
+        def __init__(self) -> None:
+            super().__init__()
+            self.release = threading.Event()
+
+        def flush(self) -> int:
+            self.release.wait(5)
+            return super().flush()
+
+    async def main() -> None:
+        f = Flusher(lambda topic: (1, NEVER), ManualClock())
+        log = SlowLog()
+        f.appended("t", log, 1)  # its flush starts and waits
+        f.appended("t", log, 1)  # due while that flush runs
+        log.release.set()
+        for _ in range(500):
+            if log.flushes == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert log.flushes == 2
+
+    asyncio.run(main(), debug=True)

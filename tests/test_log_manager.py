@@ -9,6 +9,7 @@ import threading
 import uuid
 
 import pytest
+from broker_fixture import wait_until
 
 from pybroker.clock import ManualClock
 from pybroker.log.checkpoints import (
@@ -294,6 +295,9 @@ def test_a_deleted_partition_holds_no_descriptor_while_it_awaits_removal(tmp_pat
     for _ in range(5):
         append(log)
     assert len(log.segments) > 1
+    # the rolls' background flushes are done (one in flight, like a read in flight, keeps
+    # its descriptor until it ends)
+    wait_until(lambda: log.recovery_point == log.active_segment.base_offset)
     log.read(0, 1 << 20)  # an older segment's descriptor too
     mgr.delete("t", 0)
     assert held() == []

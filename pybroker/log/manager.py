@@ -9,7 +9,6 @@
         .kafka_cleanshutdown                     present only after a clean shutdown
         <topic>-<partition>.<hex>-delete/        deleted partitions awaiting removal
 
-The checkpoint files and the marker: pybroker/log/checkpoints.py.
 A partition is in one dir; a dir whose I/O fails is offline from then on.  Placement, start
 and the clean-shutdown marker: docs/internals.md ("pybroker/log/manager.py").
 """
@@ -44,6 +43,7 @@ from pybroker.log.partition_log import (
     parse_future_dir,
     parse_partition_dir,
 )
+from pybroker.log.roll_flush import RolledSegmentFlusher
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +135,7 @@ class LogManager:
             raise ValueError("no log dir")
         # leader-epoch checkpoints that only grew are written by its thread (leader_epoch.py)
         self.epoch_writer = EpochCheckpointWriter()
+        self.roll_flusher = RolledSegmentFlusher(lambda lg, e: self.fail_dir(self.dir_of(lg), e))
         self.log_dir = self.log_dirs[0]  # the first: the cleaner's checkpoint lives there
         self.default_config = default_config
         self.clock = clock
@@ -153,16 +154,14 @@ class LogManager:
         # called (topic, partition) on the loop when a log's start moved without an append
         # (DeleteRecords, retention, a moved log): the leader's followers' sessions look again
         self.log_start_listeners: list[Callable[[str, int], object]] = []
-        # the owner of the logs (the broker's event loop thread) and how to run a call there:
-        # a failure seen in a worker thread (flush, checkpoint) is handled by the owner, so the
-        # tables never change under the loop's feet.  None: any thread (tests, start-up).
+        # the owner of the logs (the event loop's thread) and how to run a call there: a worker
+        # thread's failure is handled by the owner (None: any thread; tests, start-up).
         self.owner_thread: int | None = None
         self.call_on_owner: Callable[..., object] | None = None
         self._pending_dir_deletes: list[tuple[int, Path, PartitionLog]] = []
         self.had_clean_shutdown = False
-        # The checkpoint files are written from the loop (after a move, DeleteRecords) and
-        # from the periodic flush's worker thread: one writer at a time (as Kafka's
-        # CheckpointFile locks), or two share a .tmp file and the second rename fails.
+        # Checkpoints are written from the loop (a move, DeleteRecords) and the periodic
+        # worker thread: one writer at a time (as Kafka's), or two share a .tmp file.
         self._checkpoint_lock = threading.Lock()
         self.start_errors: dict[Path, str] = {}  # why a dir went offline in load_all
 
@@ -186,8 +185,7 @@ class LogManager:
         return plog.directory.parent
 
     def logs_in(self, directory: Path) -> list[tuple[Key, PartitionLog, bool]]:
-        """(key, log, is_future) of every log in ``directory``.  Worker-thread safe (the
-        checkpoint runs in one): the tables are copied first, in one step each."""
+        """(key, log, is_future) of every log in ``directory``; worker-thread safe."""
         current, future = list(self.logs.items()), list(self.future_logs.items())
         out = [(k, lg, False) for k, lg in current if self.dir_of(lg) == directory]
         out += [(k, lg, True) for k, lg in future if self.dir_of(lg) == directory]
@@ -336,7 +334,7 @@ class LogManager:
             plog.high_watermark = max(
                 min(hws.get(parsed, 0), plog.log_end_offset), plog.log_start_offset
             )
-            plog.leader_epochs.writer = self.epoch_writer
+            self._attach(plog)
             table[parsed] = plog
         for key, fut in self.future_logs.items():
             src = self.logs.get(key)
@@ -389,7 +387,7 @@ class LogManager:
                     tried.append(d)
                     self.fail_dir(d, e)
             self.preferred_dirs.pop(key, None)
-            plog.leader_epochs.writer = self.epoch_writer
+            self._attach(plog)
             self.logs[key] = plog
         elif config is not None:
             plog.config = config
@@ -443,8 +441,12 @@ class LogManager:
             plog.topic_id = topic_id
         if leader_epoch is not None and leader_epoch >= 0:
             plog.leader_epochs.assign(leader_epoch, plog.log_end_offset)
-        plog.leader_epochs.writer = self.epoch_writer  # (after the creation's own write)
+        self._attach(plog)  # (after the creation's own epoch write)
         return plog
+
+    def _attach(self, plog: PartitionLog) -> None:
+        plog.leader_epochs.writer = self.epoch_writer
+        plog.on_roll = self.roll_flusher.rolled
 
     def adopt(self, key: Key, plog: PartitionLog) -> bool:
         """Make a log made by :meth:`open_new` the partition's (on the owner).  False (and the
@@ -479,6 +481,7 @@ class LogManager:
         path = directory / f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
         try:
             fut = PartitionLog.open(path, src.config, self.clock, descriptors=self.descriptors)
+            fut.on_roll = self.roll_flusher.rolled
             if src.log_start_offset > 0:
                 fut.truncate_fully_and_start_at(src.log_start_offset)
             if src.topic_id is not None:
@@ -553,6 +556,7 @@ class LogManager:
         )
         os.rename(plog.directory, target)
         plog.moved_to(target)
+        plog.closed = True  # (a deleted log: no flush or clean starts on it)
         for seg in plog.segments:  # as Kafka closes a deleted log's handles at once
             seg.release()
         due = self.clock.time_ms() + plog.config.file_delete_delay_ms
@@ -656,11 +660,10 @@ class LogManager:
                 self.fail_dir(d, e)
 
     def close(self, threads_per_dir: int = 1) -> None:
-        """Clean shutdown: close (flush + producer snapshot) every log, checkpoint, and the
-        marker in every online dir.  As Kafka's LogManager.shutdown, each dir's logs close on
-        a pool of ``threads_per_dir`` threads (num.recovery.threads.per.data.dir), the dirs
-        at once; the markers are written only after every log closed (an error other than a
-        dir's I/O error propagates, leaving no marker: the next start recovers)."""
+        """Clean shutdown, as Kafka's LogManager.shutdown: close (flush + producer snapshot)
+        every log, each dir's on ``threads_per_dir`` threads, the dirs at once; checkpoint; the
+        markers after every log closed (another error than an I/O error leaves none)."""
+        self.roll_flusher.stop()  # (each log's close flushes it)
         by_dir: dict[Path, list[PartitionLog]] = {}
         for plog in [*self.logs.values(), *self.future_logs.values()]:
             by_dir.setdefault(self.dir_of(plog), []).append(plog)

@@ -115,6 +115,8 @@ class PartitionLog(LogLoader, OffsetsByTime, LogRetention):
         self.recovery_point = 0
         # (log end offset, active segment, its size) at the last flush: see flush()
         self._flushed: tuple[int, object, int] | None = None
+        self._truncations = 0  # (a flush that saw one under way leaves the recovery point)
+        self.on_roll: Callable[[PartitionLog, int], None] | None = None
         self.producer_state = ProducerStateManager(directory)
         self.leader_epochs = LeaderEpochCache.for_directory(directory)
         self._pending_deletes: list[tuple[int, LogSegment]] = []
@@ -258,6 +260,8 @@ class PartitionLog(LogLoader, OffsetsByTime, LogRetention):
         self._bases.append(seg.base_offset)
         self.producer_state.map_end_offset = self.log_end_offset
         self.producer_state.take_snapshot()
+        if self.on_roll is not None:
+            self.on_roll(self, seg.base_offset)
         return seg
 
     def append(
@@ -526,11 +530,7 @@ class PartitionLog(LogLoader, OffsetsByTime, LogRetention):
         or below the new LEO plus the headers after it) and epoch cache follow.
 
         At or above the LEO no record goes, but the epoch cache still loses its entries
-        starting at the LEO, as Kafka's truncateTo: a broker that became leader assigned its
-        epoch at its LEO, and if it lost the leadership before appending anything, that
-        epoch is unknown to the next leader.  Kept, it would be this follower's latest epoch,
-        the leader would answer every fetch with a diverging epoch whose end is our LEO, and
-        the follower would never fetch (nor rejoin the ISR) again."""
+        starting at the LEO, as Kafka's truncateTo (why: docs/replication.md, Followers)."""
         if offset >= self.log_end_offset:
             self.leader_epochs.truncate_from_end(self.log_end_offset)
             return
@@ -565,18 +565,16 @@ class PartitionLog(LogLoader, OffsetsByTime, LogRetention):
 
     def _note_truncation(self, offset: int) -> None:
         self._flushed = None  # (the same end and size may hold other bytes now)
+        self._truncations += 1
         self.truncated_to = offset if self.truncated_to is None else min(self.truncated_to, offset)
         future = self.future_copy
         if future is not None and future.log_end_offset > offset:
             future.truncate_to(offset)
 
     def exchange_state(self, other: PartitionLog) -> None:
-        """AlterReplicaLogDirs' swap (LogManager.replace_current_with_future): this object,
-        the one the replica manager, the handlers and the cleaner hold, takes ``other``'s
-        whole state (directory, segments, indexes, offsets, producer state, epoch cache) and
-        ``other`` takes this one's, to be deleted.  Holders of the partition's log keep a
-        valid reference across a move.  Owner (event loop) only, with no await between the
-        last catch-up and this call."""
+        """AlterReplicaLogDirs' swap (LogManager.replace_current_with_future): this object (the
+        one every holder keeps) takes ``other``'s whole state and ``other`` this one's, to be
+        deleted.  Owner (event loop) only, no await between the last catch-up and this call."""
         self.__dict__, other.__dict__ = other.__dict__, self.__dict__
 
     # -- the log cleaner's swap ---------------------------------------------------------------
@@ -591,10 +589,8 @@ class PartitionLog(LogLoader, OffsetsByTime, LogRetention):
         segments of this log that it replaces (Kafka's replaceSegments).  Called by the owner
         (the event loop), the one writer of the segment list.  Returns False, changing
         nothing, when the log moved on meanwhile (a retention, truncation or deletion took
-        one of ``old``); the caller then deletes ``new``.  Order on disk: ``old``'s files are
-        renamed to ``*.deleted`` (unlinked after file.delete.delay.ms, in-flight reads keep
-        their descriptors), then ``new``'s lose their ``.swap`` suffix; recovery completes a
-        swap interrupted in between (:meth:`_complete_swaps`)."""
+        one of ``old``); the caller then deletes ``new``.  Order on disk and recovery of an
+        interrupted swap: docs/internals.md (log cleaner)."""
         if self.closed or not old or not new.log_path.exists():
             return False  # (a deleted topic's directory was renamed away)
         try:
@@ -627,29 +623,34 @@ class PartitionLog(LogLoader, OffsetsByTime, LogRetention):
                 (self.directory / f"{off:020d}.snapshot").unlink(missing_ok=True)
         self._load_producer_state()
 
-    def flush(self) -> int:
-        """fsync every segment holding data at or above the recovery point (its .log, then its
-        index entries, which are written here: a segment below the recovery point always has
-        whole indexes on disk), then advance the recovery point to the LEO seen at the start,
-        and release the descriptors of older segments.  May run in a worker thread."""
-        target = self.log_end_offset
-        segments = list(self.segments)
+    def flush(self, upto: int | None = None) -> int:
+        """fsync the segments holding data from the recovery point to ``upto`` (None: the LEO
+        seen now; a roll passes the new segment's base, Kafka's flushUptoOffsetExclusive), each
+        .log then its index entries (written here: a segment below the recovery point has
+        whole indexes on disk); the recovery point moves there unless a truncation ran
+        meanwhile; older segments' descriptors are released.  May run in a worker thread."""
+        target = self.log_end_offset if upto is None else min(upto, self.log_end_offset)
+        truncations, segments = self._truncations, list(self.segments)
         active = segments[-1]
-        # nothing appended, truncated or rolled since the last flush: no fsync (the periodic
-        # flush of every log would otherwise cost an fsync per partition, idle ones included)
+        if upto is not None and target <= self.recovery_point:
+            return self.recovery_point
+        # nothing appended, truncated or rolled since the last flush: no fsync (an idle log
+        # costs nothing); an empty log's recovery point stays (nothing below it to protect)
         unchanged = (target, active, active.size)
         empty = len(segments) == 1 and active.size == 0 and target == self.recovery_point
         if (unchanged != self._flushed or target != self.recovery_point) and not empty:
             for seg in segments:
-                if seg.next_offset > self.recovery_point or seg is active:
+                below = seg.next_offset > self.recovery_point and seg.base_offset < target
+                if below or (seg is active and upto is None):
                     seg.flush()
-            self._flushed = unchanged
-        if not empty:  # (an empty log's recovery point stays: nothing below it to protect)
+            self._flushed = unchanged if upto is None else self._flushed
+        if not empty:
             self.leader_epochs.sync()  # (its writes are not fsynced: leader_epoch.py)
-        self.recovery_point = max(self.recovery_point, target)
         for seg in segments[:-1]:
             if seg.has_handle:
                 seg.release()
+        if truncations == self._truncations:
+            self.recovery_point = max(self.recovery_point, target)
         return self.recovery_point
 
     def close(self) -> None:
