@@ -185,8 +185,8 @@ class LocalStore(MetadataStore):
             os.fsync(fd)
         finally:
             os.close(fd)
-        self._last_snapshot_bytes = size
         os.replace(tmp, self.data_dir / "snapshot")
+        self._last_snapshot_bytes = size
         _fsync_dir(self.data_dir)
 
     def _start_journal(self) -> None:
