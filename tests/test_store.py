@@ -515,23 +515,41 @@ def test_local_snapshot_rotation(tmp_path):
             await s.create(f"/t/n{i:03d}", b"x" * 20)
             if i % 3 == 0:
                 await s.set("/t/n000", str(i).encode())
+        counter = [0]
+
+        async def next_rotation():
+            job, sets = s._snapshot_job, 0
+            while s._snapshot_job is job:
+                await s.set("/t/n000", b"%d" % counter[0])
+                counter[0] += 1
+                sets += 1
+            await asyncio.wrap_future(s._snapshot_job)
+            return sets
+
         assert s._snapshot_job is not None
         await asyncio.wrap_future(s._snapshot_job)
-        await s.create("/t/last")  # the journal is over the limit again: rotate once more
-        await asyncio.wrap_future(s._snapshot_job)
+        await next_rotation()  # its snapshot holds the whole tree
+        size = s._last_snapshot_bytes
+        assert size > 10_000
+        # the next snapshot comes once the journal is as large as the last snapshot (here
+        # larger than snapshot_bytes): rotations cost O(tree), so their rate falls as it grows
+        sets = await next_rotation()
+        assert sets * 45 >= size - 100  # a set of /t/n000 is at most 45 bytes of journal
         """,
         snapshot_bytes=2000,
     )
     journals = list(tmp_path.glob("journal-*"))
-    assert sum(j.stat().st_size for j in journals) < 4000  # truncated by snapshots
+    snapshot = (tmp_path / "snapshot").stat().st_size
+    assert sum(j.stat().st_size for j in journals) < 100  # truncated by the snapshot
+    assert snapshot > 2000
 
     async def main():
         s = LocalStore(tmp_path)
         await s.start()
         children = await s.get_children("/t")
-        assert len(children) == 301
+        assert len(children) == 300
         data, stat = await s.get("/t/n000")
-        assert data == b"297" and stat.version == 100
+        assert stat.version == 100 + int(data) + 1
         await s.close()
 
     asyncio.run(main(), debug=True)

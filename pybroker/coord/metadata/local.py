@@ -2,7 +2,9 @@
 The tree lives in memory; every committed write is appended to a journal (os.write) before the
 call returns, so a process crash never loses an acknowledged write; fsync is batched on a
 thread (``fsync_interval_ms``, like Kafka's default log flush policy), and a snapshot
-periodically replaces the journal.  Ephemeral nodes belong to this store instance.
+replaces the journal once it is as large as the last snapshot (at least ``snapshot_bytes``),
+encoded and written on that thread from a copy-on-write view of the tree (``_rotate``).
+Ephemeral nodes belong to this store instance.
 
 Directory: the broker passes ``<first log.dir>/__cluster_metadata``; the store owns it::
 
@@ -35,7 +37,7 @@ from pybroker.coord.metadata.local_format import (
     decode_snapshot,
     encode_entry,
     encode_journal_header,
-    encode_snapshot,
+    iter_snapshot,
     read_journal,
 )
 from pybroker.coord.metadata.store import (
@@ -98,6 +100,10 @@ class LocalStore(MetadataStore):
         self._journal_bytes = 0
         self._fsync_handle: asyncio.TimerHandle | None = None
         self._snapshot_job: concurrent.futures.Future[None] | None = None
+        # the tree as of the snapshot being written (a shallow copy of _nodes, its Node objects
+        # shared and never changed while it is set: _own copies a node before its first change)
+        self._frozen: dict[str, Node] | None = None
+        self._last_snapshot_bytes = 0
         self._open = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -130,8 +136,7 @@ class LocalStore(MetadataStore):
         try:
             self._load()
             self._expire_ephemerals()
-            blob = encode_snapshot(self._txid, self._nodes)
-            self._write_snapshot(blob)
+            self._write_snapshot(self._txid, self._nodes)
             for p in self._journal_files():
                 p.unlink()
             self._start_journal()
@@ -166,17 +171,22 @@ class LocalStore(MetadataStore):
                     self._replay(rec, time_ms)
                 self._txid = txid
 
-    def _write_snapshot(self, blob: bytes) -> None:
+    def _write_snapshot(self, txid: int, nodes: dict[str, Node]) -> None:
+        """Encode ``nodes`` (as of ``txid``) into snapshot.tmp piece by piece, fsync, rename."""
         tmp = self.data_dir / "snapshot.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        size = 0
         try:
-            view = memoryview(blob)
-            while view:
-                view = view[os.write(fd, view) :]
+            for chunk in iter_snapshot(txid, nodes):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view) :]
+                size += len(chunk)
             os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, self.data_dir / "snapshot")
+        self._last_snapshot_bytes = size
         _fsync_dir(self.data_dir)
 
     def _start_journal(self) -> None:
@@ -191,7 +201,7 @@ class LocalStore(MetadataStore):
         for path in [p for p, n in self._nodes.items() if n.owner]:
             node = self._nodes.pop(path)
             assert not node.children
-            parent = self._nodes[parent_of(path)]
+            parent = self._own(parent_of(path))
             parent.children.discard(path[path.rfind("/") + 1 :])
             parent.cversion += 1
 
@@ -211,6 +221,7 @@ class LocalStore(MetadataStore):
         assert self._loop is not None and self._executor is not None
         await self._loop.run_in_executor(self._executor, self._close_sync)
         self._executor.shutdown(wait=True)
+        self._frozen = None
         self._data_watches.clear()
         self._child_watches.clear()
 
@@ -296,10 +307,11 @@ class LocalStore(MetadataStore):
         if isinstance(op, SetData):
             old = (node.data, node.version, node.mtime)
 
-            def restore(node=node, old=old) -> None:
+            def restore(path=op.path, old=old) -> None:
+                node = self._own(path)
                 node.data, node.version, node.mtime = old
 
-            self._raw_set(op.path, bytes(op.data), now)
+            node = self._raw_set(op.path, bytes(op.data), now)
             undo.append(restore)
             records.append((K_SET, op.path, bytes(op.data)))
             events.append((self._data_watches, op.path, EventType.CHANGED))
@@ -321,33 +333,45 @@ class LocalStore(MetadataStore):
             return None
         raise TypeError(f"not a store operation: {op!r}")
 
+    def _own(self, path: str) -> Node:
+        """The node at ``path``, to be changed: while a snapshot is being written from
+        ``_frozen``, a node it shares is first replaced in the live tree by a copy (copy on
+        write, once per node and snapshot), so the writer thread sees the tree as of its txid."""
+        node = self._nodes[path]
+        frozen = self._frozen
+        if frozen is not None and frozen.get(path) is node:
+            node = node.copy()
+            self._nodes[path] = node
+        return node
+
     def _raw_create(self, path: str, data: bytes, owner: int, now: int) -> None:
-        parent = self._nodes[parent_of(path)]
+        parent = self._own(parent_of(path))
         self._nodes[path] = Node(data, now, owner)
         parent.children.add(path[path.rfind("/") + 1 :])
         parent.cversion += 1
 
     def _undo_create(self, path: str) -> None:
         del self._nodes[path]
-        parent = self._nodes[parent_of(path)]
+        parent = self._own(parent_of(path))
         parent.children.discard(path[path.rfind("/") + 1 :])
         parent.cversion -= 1
 
-    def _raw_set(self, path: str, data: bytes, now: int) -> None:
-        node = self._nodes[path]
+    def _raw_set(self, path: str, data: bytes, now: int) -> Node:
+        node = self._own(path)
         node.data = data
         node.version += 1
         node.mtime = now
+        return node
 
     def _raw_delete(self, path: str) -> None:
         del self._nodes[path]
-        parent = self._nodes[parent_of(path)]
+        parent = self._own(parent_of(path))
         parent.children.discard(path[path.rfind("/") + 1 :])
         parent.cversion += 1
 
     def _undo_delete(self, path: str, node: Node) -> None:
         self._nodes[path] = node
-        parent = self._nodes[parent_of(path)]
+        parent = self._own(parent_of(path))
         parent.children.add(path[path.rfind("/") + 1 :])
         parent.cversion -= 1
 
@@ -375,10 +399,14 @@ class LocalStore(MetadataStore):
         self._journal_bytes += len(entry)
 
     def _after_write(self) -> None:
-        if self._journal_bytes >= self._snapshot_bytes and (
-            self._snapshot_job is None or self._snapshot_job.done()
-        ):
-            self._rotate()
+        job = self._snapshot_job
+        if job is None or job.done():
+            self._frozen = None  # the snapshot is written: no more copies on write
+            # a snapshot once the journal is as large as the last snapshot (at least
+            # snapshot_bytes): rotations cost O(tree) each, so this keeps their cost per byte
+            # written bounded as the tree grows, and a restart reads at most about twice the tree
+            if self._journal_bytes >= max(self._snapshot_bytes, self._last_snapshot_bytes):
+                self._rotate()
         if self._fsync_handle is None and self._fsync_interval > 0:
             self._fsync_handle = self._loop.call_later(self._fsync_interval, self._fsync_soon)
 
@@ -392,19 +420,30 @@ class LocalStore(MetadataStore):
             await self._loop.run_in_executor(self._executor, os.fsync, self._jfd)
 
     def _rotate(self) -> None:
-        blob = encode_snapshot(self._txid, self._nodes)
+        """Start a new journal and write the tree as of now to the snapshot on the io thread.
+        On the loop: a shallow copy of the node table (the Node objects are shared; _own copies
+        one before its first change while the snapshot is written) and the journal switch;
+        encoding, writing and fsyncing run on the thread.  Writes made meanwhile go to the new
+        journal, which a restart replays after the old snapshot and journals (until the rename)
+        or after the new snapshot (after it): either way the same tree."""
+        self._frozen = frozen = dict(self._nodes)
+        txid = self._txid
         old_fd = self._jfd
         old_files = self._journal_files()
         self._start_journal()
-        self._snapshot_job = self._executor.submit(self._snapshot_job_sync, blob, old_fd, old_files)
+        self._snapshot_job = self._executor.submit(
+            self._snapshot_job_sync, txid, frozen, old_fd, old_files
+        )
 
-    def _snapshot_job_sync(self, blob: bytes, old_fd: int, old_files: list[Path]) -> None:
+    def _snapshot_job_sync(
+        self, txid: int, frozen: dict[str, Node], old_fd: int, old_files: list[Path]
+    ) -> None:
         try:
             os.fsync(old_fd)
         finally:
             os.close(old_fd)
         try:
-            self._write_snapshot(blob)
+            self._write_snapshot(txid, frozen)
             for p in old_files:
                 p.unlink(missing_ok=True)
         except OSError:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import crc32c
@@ -69,6 +69,13 @@ class Node:
         self.mtime = ctime
         self.owner = owner
         self.children: set[str] = set()
+
+    def copy(self) -> Node:
+        """A node of the same content that can change without changing this one."""
+        twin = Node(self.data, self.ctime, self.owner)
+        twin.version, twin.cversion, twin.mtime = self.version, self.cversion, self.mtime
+        twin.children = set(self.children)
+        return twin
 
     def stat(self) -> Stat:
         return Stat(
@@ -155,22 +162,43 @@ def encode_journal_header(first_txid: int) -> bytes:
     return _JOURNAL_HEADER.pack(JOURNAL_MAGIC, FORMAT, first_txid)
 
 
-def encode_snapshot(txid: int, nodes: dict[str, Node]) -> bytes:
-    """The whole tree as of ``txid``, pre-order from "/", with its CRC."""
+SNAPSHOT_CHUNK_BYTES = 1 << 20
+
+
+def iter_snapshot(
+    txid: int, nodes: Mapping[str, Node], chunk_bytes: int = SNAPSHOT_CHUNK_BYTES
+) -> Iterator[bytes]:
+    """The snapshot of ``nodes`` as of ``txid`` in pieces of about ``chunk_bytes``, pre-order
+    from "/", the CRC after the last node: so a writer never holds the whole blob, nor the GIL
+    for longer than one piece's join."""
     parts = [_SNAP_HEADER.pack(SNAPSHOT_MAGIC, FORMAT, txid, len(nodes))]
+    size = len(parts[0])
+    crc = 0
     stack = ["/"]
     while stack:
         path = stack.pop()
         node = nodes[path]
-        parts.append(_encode_path(path))
-        parts.append(_U32.pack(len(node.data)))
+        raw = path.encode()
+        parts.append(_U16.pack(len(raw)) + raw + _U32.pack(len(node.data)))
         parts.append(node.data)
         parts.append(
             _NODE_STAT.pack(node.version, node.cversion, node.ctime, node.mtime, node.owner)
         )
-        stack.extend(join(path, c) for c in sorted(node.children, reverse=True))
-    blob = b"".join(parts)
-    return blob + _U32.pack(crc32c.crc32c(blob))
+        size += len(raw) + len(node.data) + 6 + _NODE_STAT.size
+        if node.children:
+            stack.extend(join(path, c) for c in sorted(node.children, reverse=True))
+        if size >= chunk_bytes:
+            chunk = b"".join(parts)
+            crc = crc32c.crc32c(chunk, crc)
+            yield chunk
+            parts, size = [], 0
+    chunk = b"".join(parts)
+    yield chunk + _U32.pack(crc32c.crc32c(chunk, crc))
+
+
+def encode_snapshot(txid: int, nodes: Mapping[str, Node]) -> bytes:
+    """The whole tree as of ``txid``, pre-order from "/", with its CRC."""
+    return b"".join(iter_snapshot(txid, nodes))
 
 
 def decode_snapshot(buf: bytes, where: str) -> tuple[int, dict[str, Node]]:
