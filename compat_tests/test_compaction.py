@@ -233,4 +233,8 @@ def test_kill9_while_cleaning_keeps_the_latest_values(broker):
         for r in got:
             final[r.key] = r.value
         assert final == latest
-    assert "cleaned " + topic in broker.output(max_lines=100_000)
+    # the broker cleans in the background: wait for it (a deadline, not one look)
+    deadline = time.monotonic() + 60
+    while "cleaned " + topic not in broker.output(max_lines=100_000):
+        assert time.monotonic() < deadline, broker.output()
+        time.sleep(0.2)
