@@ -7,6 +7,9 @@ and every other client waited.  It is logged as a WARNING::
 
     event loop stalled 153 ms (loop thread on CPU 148 ms, waiting for a CPU 2 ms)
 
+Every stall is logged, however alike its figures are to the last one's: the broker's repeat
+filter (logthrottle.py) holds none back (``EVERY_LINE``).
+
 The two figures in brackets say where the loop thread's time went between the previous wake-up
 and this one (the interval plus the lateness), from Linux's per-thread scheduler statistics
 (``/proc/thread-self/schedstat``, read in the loop thread at each wake-up, about 1 us): on
@@ -35,6 +38,8 @@ import logging
 import os
 import time
 from collections.abc import Callable
+
+from pybroker.logthrottle import EVERY_LINE
 
 log = logging.getLogger("pybroker.loop_monitor")
 
@@ -141,16 +146,20 @@ class LoopMonitor:
             self.worst_ms = late_ms
         if self.threshold_ms and late_ms > self.threshold_ms:
             self.stalls += 1
+            # every stall is a line of its own, however alike their figures (logthrottle.py)
             if cpu_ms is None:
-                log.warning(STALL_MESSAGE, late_ms)
+                log.warning(STALL_MESSAGE, late_ms, extra=EVERY_LINE)
             elif waited_ms is None:
-                log.warning(STALL_MESSAGE + " (loop thread on CPU %d ms)", late_ms, cpu_ms)
+                log.warning(
+                    STALL_MESSAGE + " (loop thread on CPU %d ms)", late_ms, cpu_ms, extra=EVERY_LINE
+                )
             else:
                 log.warning(
                     STALL_MESSAGE + " (loop thread on CPU %d ms, waiting for a CPU %d ms)",
                     late_ms,
                     cpu_ms,
                     waited_ms,
+                    extra=EVERY_LINE,
                 )
         for fn in self._listeners:
             fn(late_ms)
