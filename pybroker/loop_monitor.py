@@ -3,12 +3,10 @@
 Every ``interval`` (20 ms) the task sleeps and measures how late it woke up.  A wake-up later
 than ``loop.stall.warn.ms`` (default 100 ms) means something ran on the loop for that long
 without yielding -- a handler decompressing a whole batch, a blocking file or ZooKeeper call --
-and every other client waited.  It is logged as a WARNING::
+and every other client waited.  It is logged as a WARNING, every one however alike its
+figures (the repeat filter holds none back, logthrottle.py)::
 
     event loop stalled 153 ms (loop thread on CPU 148 ms, waiting for a CPU 2 ms)
-
-Every stall is logged, however alike its figures are to the last one's: the broker's repeat
-filter (logthrottle.py) holds none back (``EVERY_LINE``).
 
 The two figures in brackets say where the loop thread's time went between the previous wake-up
 and this one (the interval plus the lateness), from Linux's per-thread scheduler statistics
