@@ -8,6 +8,13 @@ buries the first occurrence.  :class:`RepeatFilter`, installed on the broker's l
 identical line after that says how many were held back.  Only WARNING and above are
 considered: informational lines are never dropped.  At most ``max_keys`` kinds are
 remembered (the oldest are forgotten), so the filter's memory is bounded too.
+
+A line logged with ``extra=EVERY_LINE`` is never held back: each is an event of its own whose
+text only happens to repeat.  The loop monitor's stall lines are such (loop_monitor.py): two
+300 ms stalls on an idle machine often read the same to the millisecond, and holding the second
+back hid it from operators and from the protocol fuzzer, whose replays of a stalling frame then
+saw no stall (tests/fuzz, 2026-11-27).  They need no throttle: a stall line needs the loop held
+up for ``loop.stall.warn.ms``, so there are at most 1000 / that many a second.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from collections.abc import Callable
 
 DEFAULT_INTERVAL_S = 60.0
 DEFAULT_MAX_KEYS = 1024
+EVERY_LINE = {"every_line": True}  # logging's extra= for a line never held back
 
 
 class RepeatFilter(logging.Filter):
@@ -37,7 +45,7 @@ class RepeatFilter(logging.Filter):
         self._seen: OrderedDict[tuple, list] = OrderedDict()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.WARNING:
+        if record.levelno < logging.WARNING or getattr(record, "every_line", False):
             return True
         exc = record.exc_info[0].__name__ if record.exc_info and record.exc_info[0] else None
         try:

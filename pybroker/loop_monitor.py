@@ -3,7 +3,8 @@
 Every ``interval`` (20 ms) the task sleeps and measures how late it woke up.  A wake-up later
 than ``loop.stall.warn.ms`` (default 100 ms) means something ran on the loop for that long
 without yielding -- a handler decompressing a whole batch, a blocking file or ZooKeeper call --
-and every other client waited.  It is logged as a WARNING::
+and every other client waited.  It is logged as a WARNING, every one however alike its
+figures (the repeat filter holds none back, logthrottle.py)::
 
     event loop stalled 153 ms (loop thread on CPU 148 ms, waiting for a CPU 2 ms)
 
@@ -35,6 +36,8 @@ import logging
 import os
 import time
 from collections.abc import Callable
+
+from pybroker.logthrottle import EVERY_LINE
 
 log = logging.getLogger("pybroker.loop_monitor")
 
@@ -141,16 +144,20 @@ class LoopMonitor:
             self.worst_ms = late_ms
         if self.threshold_ms and late_ms > self.threshold_ms:
             self.stalls += 1
+            # every stall is a line of its own, however alike their figures (logthrottle.py)
             if cpu_ms is None:
-                log.warning(STALL_MESSAGE, late_ms)
+                log.warning(STALL_MESSAGE, late_ms, extra=EVERY_LINE)
             elif waited_ms is None:
-                log.warning(STALL_MESSAGE + " (loop thread on CPU %d ms)", late_ms, cpu_ms)
+                log.warning(
+                    STALL_MESSAGE + " (loop thread on CPU %d ms)", late_ms, cpu_ms, extra=EVERY_LINE
+                )
             else:
                 log.warning(
                     STALL_MESSAGE + " (loop thread on CPU %d ms, waiting for a CPU %d ms)",
                     late_ms,
                     cpu_ms,
                     waited_ms,
+                    extra=EVERY_LINE,
                 )
         for fn in self._listeners:
             fn(late_ms)

@@ -12,6 +12,7 @@ import pytest
 
 from pybroker.broker import Broker
 from pybroker.config import ConfigError, build_config
+from pybroker.logthrottle import RepeatFilter
 from pybroker.loop_monitor import SCHEDSTAT, LoopMonitor
 
 
@@ -73,6 +74,36 @@ def test_a_stall_says_whether_the_loop_was_busy(caplog):
     assert waited is not None or not os.path.exists(SCHEDSTAT)
     cpu, _ = _figures(_stall_line(caplog, lambda: time.sleep(0.3)))
     assert cpu < 100
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_every_stall_is_logged_however_alike_its_figures():
+    """Behind the repeat filter ``pybroker serve`` puts on its log handlers (logthrottle.py),
+    two stalls whose figures read the same (two 300 ms handlers on an idle machine, often) are
+    two lines: the second is a stall of its own, not a repeat to hold back for a minute."""
+    lines = _Lines()
+    lines.addFilter(RepeatFilter())
+    logger = logging.getLogger("pybroker.loop_monitor")
+    logger.addHandler(lines)
+    try:
+        m = LoopMonitor(threshold_ms=100)
+        for _ in range(3):
+            m.observe(293.0, 300.0, 1.0)
+        m.observe(150.0)
+        m.observe(150.0)
+    finally:
+        logger.removeHandler(lines)
+    assert m.stalls == 5
+    same = "event loop stalled 293 ms (loop thread on CPU 300 ms, waiting for a CPU 1 ms)"
+    assert lines.lines == [same] * 3 + ["event loop stalled 150 ms"] * 2
 
 
 def test_short_wakeup_delays_are_not_stalls(caplog):

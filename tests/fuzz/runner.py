@@ -15,8 +15,9 @@
    still answer a fresh connection).  Every response is decoded with the codec.
 4. Meanwhile a well-behaved producer keeps appending to the canary (acks=all), RSS is sampled,
    and the broker's log is watched.  A new traceback or "event loop stalled" line pauses the
-   workers and the frames of the window are replayed one by one on a fresh connection to
-   find the one that causes it (the reproducer).  A stall is the broker's own only when it
+   workers and, once the frames in flight are answered, the frames of the window are replayed
+   one by one on a fresh connection to find the one that causes it (the reproducer); two
+   ApiVersions round trips after each make sure the loop monitor has logged its stall.  A stall is the broker's own only when it
    outlasts the time its loop thread waited for a CPU (the monitor's schedstat figures): a
    loaded machine that held the process off the CPU is no finding.  A frame is a stall's
    reproducer only when each of REPLAYS replays of it brings such a stall back.
@@ -632,11 +633,14 @@ class Fuzzer:
             self.report.error_lines += errors
             if not tracebacks and not stalls:
                 return
-            window = list(self.recent)
             self.gate.clear()
             try:
                 while self.in_flight:
                     await asyncio.sleep(0.01)
+                # the window once the frames in flight are answered: the one that stalled the
+                # loop is often still in flight when another connection's answer, held up
+                # behind the stall, comes back first and its worker sees the line
+                window = list(self.recent)
                 await asyncio.sleep(0.2)
                 more_tb, more_st, more_err = self.watch.poll()
                 tracebacks += more_tb
@@ -689,7 +693,8 @@ class Fuzzer:
         try:
             await conn.open()
             await self.exchange(conn, frame)
-        except OSError:
+            await self.monitor_woken()
+        except (OSError, TimeoutError, asyncio.IncompleteReadError):
             return None, []
         finally:
             conn.close()
@@ -697,6 +702,22 @@ class Fuzzer:
         tbs, sts, errs = self.watch.poll()
         self.report.error_lines += errs
         return tbs, sts
+
+    async def monitor_woken(self) -> None:
+        """Return once the broker's loop monitor has logged a stall the frame just answered
+        caused, however late a loaded machine lets the broker run: two ApiVersions round
+        trips, one after the other, on a fresh connection.  The loop monitor's timer fell due
+        during the stall and runs in the loop's next round, after that round's reads, which
+        may answer the first request at once (connection.py answers in data_received); the
+        second request is read only after that answer, so in a later round, after the monitor
+        wrote its line (loop_monitor.py logs it there and then)."""
+        conn = Conn(self.broker.host, self.broker.port)
+        try:
+            await asyncio.wait_for(conn.open(), 30)
+            for _ in range(2):
+                await conn.request(18, 0, {}, timeout=30)
+        finally:
+            conn.close()
 
     # -- the stored data -------------------------------------------------------------
     async def sweep(self) -> None:
