@@ -19,12 +19,11 @@ import json
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka import Consumer
 
-from bench.scale.harness import loadavg, start_kafka, start_pybroker
-from bench.scale.partitions import W21_KAFKA_HEAP
+from bench.scale.harness import loadavg
+from bench.scale.partitions import start_w21_target
 from pybroker.testing.scale import PER_TOPIC, create_topics, topic_names, wait_all_answer
 
 WAITING = ("none", "offset-query", "offset-wait")
@@ -62,16 +61,6 @@ class _Round:
             self.all_have_offsets = took
 
 
-def _start(target: str, wd: Path) -> Any:
-    if target == "pybroker":
-        return start_pybroker(wd, brokers=1)
-    if target == "pybroker-zk":
-        return start_pybroker(wd, brokers=1, metadata_mode="zookeeper")
-    if target == "kafka-zk":
-        return start_kafka(wd, brokers=1, metadata_mode="zookeeper", heap=W21_KAFKA_HEAP)
-    return start_kafka(wd, brokers=1, heap=W21_KAFKA_HEAP)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="pybroker-zk")
@@ -81,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     wd = Path(args.workdir or tempfile.mkdtemp(prefix="offsets-probe-"))
     print(f"load before: {loadavg()}", flush=True)
-    system = _start(args.target, wd)
+    system = start_w21_target(args.target, wd)
     try:
         node = next(iter(system.nodes.values()))
         names = topic_names(args.partitions)

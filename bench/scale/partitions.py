@@ -274,17 +274,21 @@ def w21(system: System, n: int, res: Results, timeout_s: float) -> None:
     _restart(system, node, names, "kill -9", res, n, timeout_s)
 
 
-def run_w21(size: int, targets: list[str], workdir: Path, res: Results, timeout_s: float):
-    def start(kind: str, wd: Path) -> System:
-        if kind == "pybroker":
-            return start_pybroker(wd, brokers=1)
-        if kind == "pybroker-zk":
-            return start_pybroker(wd, brokers=1, metadata_mode="zookeeper")
-        if kind == "kafka-zk":
-            return start_kafka(wd, brokers=1, metadata_mode="zookeeper", heap=W21_KAFKA_HEAP)
-        return start_kafka(wd, brokers=1, heap=W21_KAFKA_HEAP)
+def start_w21_target(kind: str, wd: Path) -> System:
+    """One broker of W21's kind: pybroker, pybroker-zk, kafka (KRaft) or kafka-zk."""
+    if kind == "pybroker":
+        return start_pybroker(wd, brokers=1)
+    if kind == "pybroker-zk":
+        return start_pybroker(wd, brokers=1, metadata_mode="zookeeper")
+    if kind == "kafka-zk":
+        return start_kafka(wd, brokers=1, metadata_mode="zookeeper", heap=W21_KAFKA_HEAP)
+    return start_kafka(wd, brokers=1, heap=W21_KAFKA_HEAP)
 
-    run_on_each("W21", w21, start, size, targets, workdir, res, timeout_s, record_start=True)
+
+def run_w21(size: int, targets: list[str], workdir: Path, res: Results, timeout_s: float):
+    run_on_each(
+        "W21", w21, start_w21_target, size, targets, workdir, res, timeout_s, record_start=True
+    )
 
 
 W21_KAFKA_HEAP = "2g"
