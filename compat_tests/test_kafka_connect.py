@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -23,6 +22,7 @@ from kafka.admin import ConfigResource, ConfigResourceType
 
 from pybroker.testing import java
 from pybroker.testing.client_helpers import assign_consumer, unique_topic
+from pybroker.testing.procutil import free_port
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -30,12 +30,6 @@ pytestmark = [
 ]
 
 CONNECT_DISTRIBUTED = "org.apache.kafka.connect.cli.ConnectDistributed"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rest(port: int, path: str, body: dict | None = None, method: str | None = None):

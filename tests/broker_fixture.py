@@ -39,6 +39,7 @@ from pybroker.broker import Broker
 from pybroker.config import build_config
 from pybroker.coord.metadata import paths
 from pybroker.testing.process import TEST_EVENT_LOOP
+from pybroker.testing.procutil import free_port
 from pybroker.testing.rawkafka import closed_by_peer
 from pybroker.wire import codec
 from pybroker.wire.record_walker import decode_records
@@ -86,12 +87,6 @@ LOOPS = [
 
 def unique_topic(prefix: str = "t") -> str:
     return f"{prefix}-{next(_topic_counter)}-{uuid.uuid4().hex[:6]}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ConnectionClosed(Exception):

@@ -188,6 +188,18 @@ def test_one_varint_reader():
     assert readers == {"pybroker/wire/primitives.py"}, readers
 
 
+def test_one_free_port_helper():
+    """Ports for test servers come from pybroker/testing/procutil.py's free_port/free_ports
+    only: a bare bind to port 0 can hand the same port to two calls in a row (2 in 20,000
+    pairs here), and test_tls' two listeners then collided (ListenerBindError, session 13)."""
+    definers = {
+        str(p.relative_to(ROOT))
+        for p in python_files()
+        if re.search(r"^def free_ports?\(", p.read_text(), re.M)
+    }
+    assert definers == {"pybroker/testing/procutil.py"}, definers
+
+
 # imports inside a function: only lazy loads of optional parts, each named here
 LAZY_IMPORTS = {
     ("pybroker/__main__.py", "pybroker.node.supervisor"),  # a multi-core node only
