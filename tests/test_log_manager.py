@@ -305,7 +305,7 @@ def test_a_deleted_partition_holds_no_descriptor_while_it_awaits_removal(tmp_pat
 
 
 def test_concurrent_checkpoints_never_take_a_healthy_dir_offline(tmp_path, clock):
-    """The periodic checkpoint runs in a worker thread (HostedLogs.checkpoint_loop -> flush_all)
+    """The periodic checkpoint runs in a worker thread (HostedLogs.checkpoint_loop -> LogManager.checkpoint)
     while the loop checkpoints after a replica move or DeleteRecords: both wrote the same
     ``.tmp`` file, and the second rename failed with ENOENT, taking the dir offline."""
     import threading
