@@ -9,18 +9,38 @@ import socket
 import subprocess
 
 _HANDED_OUT: set[int] = set()
+PORT_BLOCK = 64  # ports are shared out among pytest-xdist workers in blocks of this many
+
+
+def _worker_slot() -> tuple[int, int]:
+    """(index, count) of this pytest-xdist worker ("gw1" of 2 -> (1, 2)); (0, 1) outside xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or count <= 1:
+        return 0, 1
+    return int(worker[2:]) % count, count
+
+
+def _ours(port: int) -> bool:
+    """Whether ``port`` is in this xdist worker's share: under ``pytest -n N`` worker i hands
+    out only ports whose block (port // PORT_BLOCK) is i modulo N, so two workers never hand
+    out the same port (a port taken but not yet bound, or a stopped broker's kept for its
+    restart, is not free to the other worker either)."""
+    index, count = _worker_slot()
+    return (port // PORT_BLOCK) % count == index
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port on loopback that nothing listens on right now and that this process has not
     handed out before: the kernel may give the same free port to two calls in a row, and a
     cluster's brokers take theirs before any of them binds (a stopped broker keeps its port
-    for its restart), so two brokers once shared one and the restart failed."""
+    for its restart), so two brokers once shared one and the restart failed.  Under
+    pytest-xdist, only a port of this worker's share (_ours)."""
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind((host, 0))
             port = s.getsockname()[1]
-        if port not in _HANDED_OUT:
+        if port not in _HANDED_OUT and _ours(port):
             _HANDED_OUT.add(port)
             return port
 
@@ -33,7 +53,7 @@ def free_ports(count: int, host: str = "127.0.0.1") -> int:
     while True:
         first = free_port(host)
         rest = range(first + 1, first + count)
-        if any(p in _HANDED_OUT or p > 65535 for p in rest):
+        if any(p in _HANDED_OUT or p > 65535 or not _ours(p) for p in rest):
             continue
         try:
             for p in rest:
