@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from broker_fixture import LOOPS, Client, batch, fetched_values, unique_topic
+from broker_fixture import LOOPS, Client, batch, fetched_values, unique_topic, wait_until
 
 from pybroker import event_loop
 from pybroker.config import ConfigError, build_config
@@ -113,14 +113,20 @@ def _fetch(topic: str) -> dict:
 
 
 def _serve_and_stop(proc: BrokerProcess) -> str:
-    """Start ``proc``, check each of its broker processes answers Metadata with every broker,
-    stop it (exit 0 required) and return its output."""
+    """Start ``proc``, check each of its broker processes comes to answer Metadata with every
+    broker (a broker process is ready once it serves; it learns of its sibling from the cluster
+    state a moment later, as a Kafka broker learns of the others), stop it (exit 0 required)
+    and return its output."""
     proc.start()
     try:
         for port in proc.ports:
             with Client(proc.host, port) as c:
-                md = c.request(3, 1, {"topics": None})
-                assert sorted(b["node_id"] for b in md["brokers"]) == proc.broker_ids
+
+                def every_broker() -> bool:
+                    md = c.request(3, 1, {"topics": None})
+                    return sorted(b["node_id"] for b in md["brokers"]) == proc.broker_ids
+
+                wait_until(every_broker, 30)
     finally:
         code = proc.stop()
     assert code == 0
