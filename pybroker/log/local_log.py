@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pybroker.errors import ErrorCode, KafkaError
+from pybroker.log.checkpoints import fsync_dir
 from pybroker.log.descriptors import FileSlice
 from pybroker.log.segment import SWAP_SUFFIX, LogSegment
 from pybroker.wire.records import BatchHeader
@@ -183,12 +184,18 @@ class LocalLog:
         """fsync the segments holding data from the recovery point to ``upto`` (None: the LEO
         seen now; a roll passes the new segment's base, Kafka's flushUptoOffsetExclusive), each
         .log then its index entries (written here: a segment below the recovery point has
-        whole indexes on disk); the recovery point moves there unless a truncation ran
-        meanwhile; older segments' descriptors are released.  May run in a worker thread."""
+        whole indexes on disk), and first the producer-state snapshots the rolls wrote up to
+        there, then the directory if a segment or snapshot is new there (Kafka's roll flush and
+        LocalLog.flush); the recovery point moves there unless a truncation ran meanwhile (or
+        an fsync failed); older segments' descriptors are released.  May run in a worker
+        thread."""
         target = self.log_end_offset if upto is None else min(upto, self.log_end_offset)
         truncations, segments = self._truncations, list(self.segments)
         active = segments[-1]
+        new_files = self.producer_state.flush_snapshots(target)
         if upto is not None and target <= self.recovery_point:
+            if new_files:
+                fsync_dir(self.directory)
             return self.recovery_point
         # nothing appended, truncated or rolled since the last flush: no fsync (an idle log
         # costs nothing); an empty log's recovery point stays (nothing below it to protect)
@@ -199,7 +206,10 @@ class LocalLog:
                 below = seg.next_offset > self.recovery_point and seg.base_offset < target
                 if below or (seg is active and upto is None):
                     seg.flush()
+                    new_files |= seg.base_offset >= self.recovery_point
             self._flushed = unchanged if upto is None else self._flushed
+        if new_files:  # a new segment's or snapshot's entry (Kafka's LocalLog.flush)
+            fsync_dir(self.directory)
         if not empty:
             self.leader_epochs.sync()  # (its writes are not fsynced: leader_epoch.py)
         for seg in segments[:-1]:
