@@ -36,6 +36,7 @@ from pybroker.log.checkpoints import (
 )
 from pybroker.log.descriptors import DescriptorCache
 from pybroker.log.leader_epoch import EpochCheckpointWriter, LeaderEpochCache
+from pybroker.log.log_flusher import LogFlusher
 from pybroker.log.partition_log import (
     FUTURE_DIR_SUFFIX,
     LogConfig,
@@ -43,7 +44,6 @@ from pybroker.log.partition_log import (
     parse_future_dir,
     parse_partition_dir,
 )
-from pybroker.log.roll_flush import RolledSegmentFlusher
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,8 @@ class LogManager:
             raise ValueError("no log dir")
         # leader-epoch checkpoints that only grew are written by its thread (leader_epoch.py)
         self.epoch_writer = EpochCheckpointWriter()
-        self.roll_flusher = RolledSegmentFlusher(lambda lg, e: self.fail_dir(self.dir_of(lg), e))
+        # every flush of a log while the broker runs: a roll's, the flush policy's
+        self.log_flusher = LogFlusher(lambda lg, e: self.fail_dir(self.dir_of(lg), e))
         self.log_dir = self.log_dirs[0]  # the first: the cleaner's checkpoint lives there
         self.default_config = default_config
         self.clock = clock
@@ -446,7 +447,7 @@ class LogManager:
 
     def _attach(self, plog: PartitionLog) -> None:
         plog.leader_epochs.writer = self.epoch_writer
-        plog.on_roll = self.roll_flusher.rolled
+        plog.on_roll = self.log_flusher.rolled
 
     def adopt(self, key: Key, plog: PartitionLog) -> bool:
         """Make a log made by :meth:`open_new` the partition's (on the owner).  False (and the
@@ -481,7 +482,7 @@ class LogManager:
         path = directory / f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
         try:
             fut = PartitionLog.open(path, src.config, self.clock, descriptors=self.descriptors)
-            fut.on_roll = self.roll_flusher.rolled
+            fut.on_roll = self.log_flusher.rolled
             if src.log_start_offset > 0:
                 fut.truncate_fully_and_start_at(src.log_start_offset)
             if src.topic_id is not None:
@@ -633,15 +634,6 @@ class LogManager:
                 keep.append((due, path, plog))
         self._pending_dir_deletes = keep
 
-    def flush_all(self) -> None:
-        """fsync every log and checkpoint the recovery points (may run in a worker thread)."""
-        for plog in [*self.logs.values(), *self.future_logs.values()]:
-            try:
-                plog.flush()
-            except OSError as e:
-                self.fail_dir(self.dir_of(plog), e)
-        self.checkpoint()
-
     def checkpoint(self) -> None:
         """Each online dir's three checkpoint files (its current and future logs); a dir
         whose write fails goes offline.  Safe from any thread (one writer at a time)."""
@@ -663,7 +655,7 @@ class LogManager:
         """Clean shutdown, as Kafka's LogManager.shutdown: close (flush + producer snapshot)
         every log, each dir's on ``threads_per_dir`` threads, the dirs at once; checkpoint; the
         markers after every log closed (another error than an I/O error leaves none)."""
-        self.roll_flusher.stop()  # (each log's close flushes it)
+        self.log_flusher.stop()  # (each log's close flushes it)
         by_dir: dict[Path, list[PartitionLog]] = {}
         for plog in [*self.logs.values(), *self.future_logs.values()]:
             by_dir.setdefault(self.dir_of(plog), []).append(plog)
