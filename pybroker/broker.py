@@ -121,7 +121,7 @@ class Broker:
         self.flusher = Flusher(
             lambda topic: self.hosted.flush_policy(topic),
             clock,
-            on_io_error=lambda plog, e: self.logs.fail_dir(self.logs.dir_of(plog), e),
+            lambda plog: self.logs.log_flusher.flush(plog),
         )
         self.server: KafkaServer | None = None
         self.cleaner: LogCleaner | None = None

@@ -2,13 +2,15 @@
 its oldest unflushed append is flush.ms old (topic configs; broker defaults
 log.flush.interval.messages / log.flush.interval.ms).  Both are off by default, as in Kafka:
 replication, not fsync, is the durability mechanism, and the page cache survives a process
-crash.  Flushes run in a worker thread, one at a time per partition, and advance the
-partition's recovery point.
+crash.  This decides when; the flush itself is the log manager's LogFlusher
+(pybroker/log/log_flusher.py, which also runs the roll's flush and reports an I/O error), one
+at a time per partition, and advances the partition's recovery point.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -27,13 +29,12 @@ class Flusher:
         self,
         policy: Callable[[str], tuple[int, int]],
         clock: Clock,
-        on_io_error: Callable[[PartitionLog, OSError], None] | None = None,
+        flush: Callable[[PartitionLog], concurrent.futures.Future],
     ) -> None:
         """``policy(topic) -> (flush.messages, flush.ms)``; NEVER (or below 1) disables one.
-        ``on_io_error(log, error)``: a flush failed with an OSError (the broker takes the log
-        dir offline)."""
+        ``flush(log)``: LogFlusher.flush, a future of the recovery point reached."""
         self.policy = policy
-        self.on_io_error = on_io_error
+        self.flush = flush
         self.clock = clock
         self._pending: dict[PartitionLog, list] = {}  # log -> [messages, first unflushed ms, topic]
         self._running: set[PartitionLog] = set()
@@ -61,7 +62,7 @@ class Flusher:
             return  # (still pending: _done flushes again if it is due)
         self._pending.pop(plog, None)
         self._running.add(plog)
-        task = asyncio.ensure_future(asyncio.to_thread(plog.flush))
+        task = asyncio.wrap_future(self.flush(plog))
         task.add_done_callback(lambda t, p=plog: self._done(p, t))
 
     def _done(self, plog: PartitionLog, task: asyncio.Future) -> None:
@@ -70,9 +71,7 @@ class Flusher:
             return
         error = task.exception()
         if error is not None:
-            log.error("flush failed: %s", error)
-            if isinstance(error, OSError) and self.on_io_error is not None:
-                self.on_io_error(plog, error)
+            log.error("flush failed: %s", error)  # (LogFlusher took its dir offline)
             return
         entry = self._pending.get(plog)
         if entry is not None and 0 < self.policy(entry[2])[0] <= entry[0]:

@@ -389,7 +389,8 @@ def _crash_scenario(tmp_path: Path, clock):
     write_keys(plog, [(b"k%d" % (i % 7), b"w%03d" % i) for i in range(30)], per_batch=3)
     plog.roll()
     append(plog, [(b"tail", b"1")])
-    mgr.flush_all()
+    mgr.log_flusher.flush(plog).result()  # (as flush.ms would: recovery point at the end)
+    mgr.checkpoint()
     return mgr, plog, cleaner, cfg
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = {"tests", "compat_tests", "spark_it"}
 # helper modules of tests/ that tests import by their bare name (pytest's rootdir-less mode)
-SUITE_MODULES = {"broker_fixture", "scram_clients", "small_disk", "fake_internal_log"}
+SUITE_MODULES = {"broker_fixture", "scram_clients", "small_disk", "fake_internal_log", "power_loss"}
 # sys.path.insert( / .append( / .extend( / sys.path[0] = / sys.path = / sys.path += ...
 SYS_PATH_EDIT = re.compile(
     r"\bsys\.path\s*(?:\.\s*(?:insert|append|extend|remove|pop|clear)\s*\(|\[[^\]]*\]\s*=|\+?=(?!=))"

@@ -214,7 +214,8 @@ def test_delete_partition_and_retention(tmp_path, clock):
     clock.advance(10)
     mgr.delete_pending_files()
     assert not list(tmp_path.glob("t-0.*-delete"))
-    mgr.flush_all()
+    mgr.checkpoint()  # the periodic work: the deleted log is in no checkpoint
+    assert read_checkpoint(tmp_path / RECOVERY_POINT_CHECKPOINT) == {}
     mgr.close()
 
 

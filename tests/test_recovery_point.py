@@ -6,13 +6,16 @@ kill) and the restart scans only from the recovery point, truncating a torn tail
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from broker_fixture import BrokerFactory, batch, unique_topic, wait_until
+from power_loss import PowerLoss
 
 from pybroker.clock import ManualClock
 from pybroker.log.checkpoints import RECOVERY_POINT_CHECKPOINT, read_checkpoint
 from pybroker.log.manager import LogManager
-from pybroker.log.partition_log import LogConfig
+from pybroker.log.partition_log import LogConfig, PartitionLog
 from pybroker.log.segment import LogSegment
 from pybroker.wire.records import build_batch, parse_batches
 
@@ -118,3 +121,72 @@ def test_flush_messages_moves_the_recovery_point_and_the_checkpoint_writes_it(st
     wait_until(lambda: read_checkpoint(path).get((flushed, 0)) == 3)
     assert read_checkpoint(path).get((default, 0)) == 0
     assert b.broker.logs.get(default, 0).log_end_offset == 3
+
+
+def idempotent(log, pid, seq, value=b"v"):
+    buf = bytearray(
+        build_batch(
+            [(None, value, [])], timestamp=1, producer_id=pid, producer_epoch=0, base_sequence=seq
+        )
+    )
+    info = log.append(buf, parse_batches(buf))
+    log.high_watermark = log.log_end_offset
+    return info
+
+
+def test_a_power_loss_after_a_roll_keeps_the_producer_state_the_recovery_point_passed(
+    tmp_path, monkeypatch
+):
+    """Kafka 3.9 (KAFKA-15046): the producer-state snapshot a roll writes is not fsynced on the
+    append path; the roll's background flush fsyncs it before the recovery point moves past
+    it.  A power loss then keeps the snapshot, and a producer's retry of a batch whose
+    segment DeleteRecords removed is still a duplicate (its original offsets), as Kafka's."""
+    power = PowerLoss(monkeypatch)
+    cfg = LogConfig(segment_bytes=300)
+    mgr = LogManager(tmp_path, cfg, ManualClock())
+    log = mgr.get_or_create("t", 0)
+    first = idempotent(log, pid=7, seq=0)
+    while len(log.segments) < 2:
+        append(log)
+    active = log.active_segment.base_offset
+    wait_until(lambda: log.recovery_point == active)  # the roll's flush
+    snapshot = log.directory / f"{active:020d}.snapshot"
+    assert str(snapshot) in power.fsynced  # before the recovery point moved past it
+    assert mgr.delete_records("t", 0, active) == active  # the batch's segment goes
+    crash(mgr)
+    power.cut(tmp_path)
+
+    again = LogManager(tmp_path, cfg, ManualClock())
+    again.load_all()
+    log2 = again.get("t", 0)
+    assert (log2.log_start_offset, log2.recovery_point) == (active, active)
+    retry = idempotent(log2, pid=7, seq=0)
+    assert retry.duplicate and (retry.first_offset, retry.last_offset) == (
+        first.first_offset,
+        first.last_offset,
+    )
+    assert log2.log_end_offset == active  # nothing appended
+    nxt = idempotent(log2, pid=7, seq=1)  # the producer's next batch is in sequence
+    assert not nxt.duplicate and nxt.first_offset == active
+    again.close()
+
+
+def test_the_recovery_point_stays_when_the_snapshot_fsync_fails(tmp_path, monkeypatch):
+    """Kafka's testRecoveryPointNotIncrementedOnProducerStateSnapshotFlushFailure: the roll's
+    flush fails on the snapshot, the recovery point does not move past it."""
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(), ManualClock())
+    append(log)
+    log.roll()
+    assert log.producer_state.unflushed_snapshots == [1]
+
+    def fail(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", fail)
+    with pytest.raises(OSError):
+        log.flush(upto=1)
+    assert log.recovery_point == 0
+    monkeypatch.undo()
+    assert log.flush(upto=1) == 1
+    assert log.producer_state.unflushed_snapshots == []
+    log.close()

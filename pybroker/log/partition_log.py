@@ -1,21 +1,22 @@
-"""The log of one partition: its segments, offsets, roll, retention, truncation and recovery
-(Kafka's UnifiedLog and LogLoader).  Offsets: log start <= high watermark <= log end offset
-(LEO); everything below the recovery point is fsynced.  Recovery trusts segments below the
-recovery point (or all after a clean shutdown) and scans the rest, truncating at the first torn
-or corrupt batch, so its cost grows with the unflushed tail.  One owner (the event loop)
-appends, reads, rolls and truncates; ``flush`` and ``delete_pending_files`` may run in a worker
-thread.  At most one descriptor per partition in steady state.  Directory layout, recovery and
-descriptors: docs/internals.md ("pybroker/log/partition_log.py").
+"""The log of one partition (Kafka's UnifiedLog): its fields, opening, appends (leader,
+follower, transaction markers), roll and producer state.  Offsets: log start <= high watermark
+<= log end offset (LEO); everything below the recovery point is fsynced.  Its parts:
+local_log.py (reads, truncation, flush, close: Kafka's LocalLog), log_loader.py (opening and
+recovery: trusts segments below the recovery point, or all after a clean shutdown, and scans
+the rest, truncating at the first torn or corrupt batch), offsets_by_time.py, retention.py.
+One owner (the event loop) appends, reads, rolls and truncates; ``flush`` and
+``delete_pending_files`` may run in a worker thread.  At most one descriptor per partition in
+steady state.  Directory layout, recovery and descriptors: docs/internals.md
+("pybroker/log/partition_log.py").
 """
 
 from __future__ import annotations
 
-import bisect
 import logging
 import random
 import struct
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -24,6 +25,7 @@ from pybroker.errors import ErrorCode, KafkaError
 from pybroker.log import partition_metadata
 from pybroker.log.descriptors import DescriptorCache, FileSlice
 from pybroker.log.leader_epoch import LeaderEpochCache
+from pybroker.log.local_log import LocalLog
 from pybroker.log.log_config import LogConfig
 from pybroker.log.log_loader import LogLoader
 from pybroker.log.offsets_by_time import OffsetsByTime
@@ -32,7 +34,6 @@ from pybroker.log.retention import LogRetention
 from pybroker.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
-    SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     LogSegment,
 )
@@ -90,7 +91,7 @@ def parse_future_dir(name: str) -> tuple[str, int] | None:
     return parse_partition_dir(stem)
 
 
-class PartitionLog(LogLoader, OffsetsByTime, LogRetention):
+class PartitionLog(LocalLog, LogLoader, OffsetsByTime, LogRetention):
     def __init__(
         self,
         directory: Path,
@@ -175,24 +176,6 @@ class PartitionLog(LogLoader, OffsetsByTime, LogRetention):
         if jitter <= 0:
             return 0
         return self.rng.randrange(2**31) % min(jitter, self.config.roll_ms)
-
-    def _headers_from(self, start: int) -> Iterator[BatchHeader]:
-        """Headers of every batch from the one containing offset ``start`` to the LEO."""
-        for seg in self.segments[self._segment_index(start) :]:
-            if seg.next_offset <= start:
-                continue
-            self._reading(seg)
-            h0 = seg.translate_offset(start) if seg.base_offset < start else None
-            yield from seg.headers_from(h0.position if h0 else 0)
-
-    def _segment_headers_from(self, start: int) -> Iterator[tuple[LogSegment, BatchHeader]]:
-        for seg in self.segments[self._segment_index(start) :]:
-            if seg.next_offset <= start:
-                continue
-            self._reading(seg)
-            h0 = seg.translate_offset(start) if seg.base_offset < start else None
-            for h in seg.headers_from(h0.position if h0 else 0):
-                yield seg, h
 
     def _stored_marker(self, seg: LogSegment, h: BatchHeader) -> EndTransactionMarker | None:
         if not h.has_producer_id:
@@ -475,216 +458,11 @@ class PartitionLog(LogLoader, OffsetsByTime, LogRetention):
         LeaderEpochCache.end_offset_for; (-1, -1) if unknown."""
         return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
 
-    # -- reading ------------------------------------------------------------------------------
-
-    def _segment_index(self, offset: int) -> int:
-        return max(0, bisect.bisect_right(self._bases, offset) - 1)
-
-    def _reading(self, seg: LogSegment) -> None:
-        """About to read ``seg``: if it is an older segment, it becomes the one older segment
-        whose descriptor stays open (the previous one is released)."""
-        if seg is self.segments[-1] or seg is self._reader:
-            return
-        prev, self._reader = self._reader, seg
-        if prev is not None and prev is not self.segments[-1]:
-            prev.release()
-
-    def read(
-        self,
-        offset: int,
-        max_bytes: int,
-        *,
-        min_one_batch: bool = True,
-        max_offset: int | None = None,
-    ) -> FileSlice | None:
-        """Whole batches from the one containing ``offset`` (one segment per call).  None at
-        the LEO; KafkaError(OFFSET_OUT_OF_RANGE) outside [log start, LEO]."""
-        if offset < self.log_start_offset or offset > self.log_end_offset:
-            raise KafkaError(
-                ErrorCode.OFFSET_OUT_OF_RANGE,
-                f"offset {offset} not in [{self.log_start_offset}, {self.log_end_offset}]",
-            )
-        if offset == self.log_end_offset:
-            return None
-        for seg in self.segments[self._segment_index(offset) :]:
-            if seg.next_offset <= offset:
-                continue
-            if max_offset is not None and seg.base_offset >= max_offset:
-                return None
-            self._reading(seg)
-            got = seg.read(offset, max_bytes, min_one_batch, max_offset)
-            if got is not None or seg.size:
-                return got
-        return None
-
-    @property
-    def size(self) -> int:
-        return sum(s.size for s in self.segments)
-
-    # -- truncation, flush, close -------------------------------------------------------------
-
-    def truncate_to(self, offset: int) -> None:
-        """Remove everything at and above ``offset`` (whole batches: the LEO may end below
-        ``offset`` if it falls inside a batch), as a follower does before replicating from a
-        new leader.  The high watermark, recovery point, producer state (newest snapshot at
-        or below the new LEO plus the headers after it) and epoch cache follow.
-
-        At or above the LEO no record goes, but the epoch cache still loses its entries
-        starting at the LEO, as Kafka's truncateTo (why: docs/replication.md, Followers)."""
-        if offset >= self.log_end_offset:
-            self.leader_epochs.truncate_from_end(self.log_end_offset)
-            return
-        if offset <= self.log_start_offset:
-            self.truncate_fully_and_start_at(offset if offset >= 0 else self.log_start_offset)
-            return
-        while len(self.segments) > 1 and self.active_segment.base_offset >= offset:
-            seg = self.segments.pop()
-            self._bases.pop()
-            seg.delete_files()
-        self.active_segment.truncate_to(offset)
-        self.log_end_offset = self.active_segment.next_offset
-        self._note_truncation(self.log_end_offset)
-        self.high_watermark = min(self.high_watermark, self.log_end_offset)
-        self.recovery_point = min(self.recovery_point, self.log_end_offset)
-        self.leader_epochs.truncate_from_end(self.log_end_offset)
-        self._reload_producer_state()
-
-    def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Delete every segment and start an empty log at ``offset`` (a follower whose log
-        is wholly below the leader's log start).  As Kafka: producer state and its snapshots
-        and the epoch cache are cleared."""
-        for seg in self.segments:
-            seg.delete_files()
-        self.segments = [self._new_segment(offset)]
-        self._bases = [offset]
-        self.log_start_offset = self.log_end_offset = self.high_watermark = offset
-        self.recovery_point = offset
-        self._note_truncation(offset)
-        self.producer_state.truncate_fully_and_start_at(offset)
-        self.leader_epochs.clear()
-
-    def _note_truncation(self, offset: int) -> None:
-        self._flushed = None  # (the same end and size may hold other bytes now)
-        self._truncations += 1
-        self.truncated_to = offset if self.truncated_to is None else min(self.truncated_to, offset)
-        future = self.future_copy
-        if future is not None and future.log_end_offset > offset:
-            future.truncate_to(offset)
-
     def exchange_state(self, other: PartitionLog) -> None:
         """AlterReplicaLogDirs' swap (LogManager.replace_current_with_future): this object (the
         one every holder keeps) takes ``other``'s whole state and ``other`` this one's, to be
         deleted.  Owner (event loop) only, no await between the last catch-up and this call."""
         self.__dict__, other.__dict__ = other.__dict__, self.__dict__
-
-    # -- the log cleaner's swap ---------------------------------------------------------------
-
-    def replace_segments(
-        self,
-        new: LogSegment,
-        old: list[LogSegment],
-        step: Callable[[str], None] | None = None,
-    ) -> bool:
-        """Swap a cleaned segment (files ``*.swap``, fsynced) in for ``old``, consecutive
-        segments of this log that it replaces (Kafka's replaceSegments).  Called by the owner
-        (the event loop), the one writer of the segment list.  Returns False, changing
-        nothing, when the log moved on meanwhile (a retention, truncation or deletion took
-        one of ``old``); the caller then deletes ``new``.  Order on disk and recovery of an
-        interrupted swap: docs/internals.md (log cleaner)."""
-        if self.closed or not old or not new.log_path.exists():
-            return False  # (a deleted topic's directory was renamed away)
-        try:
-            i = next(k for k, seg in enumerate(self.segments) if seg is old[0])
-        except StopIteration:
-            return False
-        if self.segments[i : i + len(old)] != old or i + len(old) >= len(self.segments):
-            return False  # changed, or would replace the active segment
-        if any(seg.deleted for seg in old) or new.base_offset != old[0].base_offset:
-            return False
-        due = self.clock.time_ms() + self.config.file_delete_delay_ms
-        for seg in old:
-            if seg is self._reader:
-                self._reader = None
-            seg.rename_for_delete()
-            seg.release()
-            self._pending_deletes.append((due, seg))
-            if step is not None:
-                step(f"renamed {seg.log_path.name}")
-        new.change_file_suffixes(
-            SWAP_SUFFIX, "", None if step is None else lambda p: step(f"renamed to {p.name}")
-        )
-        self.segments[i : i + len(old)] = [new]
-        self._bases[i : i + len(old)] = [new.base_offset]
-        return True
-
-    def _reload_producer_state(self) -> None:
-        for off in self.producer_state.snapshot_offsets():
-            if off > self.log_end_offset:
-                (self.directory / f"{off:020d}.snapshot").unlink(missing_ok=True)
-        self._load_producer_state()
-
-    def flush(self, upto: int | None = None) -> int:
-        """fsync the segments holding data from the recovery point to ``upto`` (None: the LEO
-        seen now; a roll passes the new segment's base, Kafka's flushUptoOffsetExclusive), each
-        .log then its index entries (written here: a segment below the recovery point has
-        whole indexes on disk); the recovery point moves there unless a truncation ran
-        meanwhile; older segments' descriptors are released.  May run in a worker thread."""
-        target = self.log_end_offset if upto is None else min(upto, self.log_end_offset)
-        truncations, segments = self._truncations, list(self.segments)
-        active = segments[-1]
-        if upto is not None and target <= self.recovery_point:
-            return self.recovery_point
-        # nothing appended, truncated or rolled since the last flush: no fsync (an idle log
-        # costs nothing); an empty log's recovery point stays (nothing below it to protect)
-        unchanged = (target, active, active.size)
-        empty = len(segments) == 1 and active.size == 0 and target == self.recovery_point
-        if (unchanged != self._flushed or target != self.recovery_point) and not empty:
-            for seg in segments:
-                below = seg.next_offset > self.recovery_point and seg.base_offset < target
-                if below or (seg is active and upto is None):
-                    seg.flush()
-            self._flushed = unchanged if upto is None else self._flushed
-        if not empty:
-            self.leader_epochs.sync()  # (its writes are not fsynced: leader_epoch.py)
-        for seg in segments[:-1]:
-            if seg.has_handle:
-                seg.release()
-        if truncations == self._truncations:
-            self.recovery_point = max(self.recovery_point, target)
-        return self.recovery_point
-
-    def close(self) -> None:
-        """Flush, snapshot the producer state at the LEO (fsynced), close the files."""
-        if self.closed:
-            return
-        if self.leader_epochs.dirty:
-            self.leader_epochs.flush()
-        self.flush()
-        self.producer_state.map_end_offset = self.log_end_offset
-        self.producer_state.take_snapshot(fsync=True)
-        for seg in self.segments:
-            seg.close()
-        self.delete_pending_files(force=True)
-        self.closed = True
-
-    def moved_to(self, directory: Path) -> None:
-        """LogManager renamed this log's directory (Kafka's renameDir, for a deletion): every
-        path it holds now names the new place, so that removing its files later cannot touch
-        a new log created under the old name."""
-        self.directory = directory
-        for seg in [*self.segments, *(s for _, s in self._pending_deletes)]:
-            seg.moved_to(directory)
-        self.producer_state.directory = directory
-        if self.leader_epochs.path is not None:
-            self.leader_epochs.path = directory / self.leader_epochs.path.name
-
-    def delete(self) -> None:
-        """Close and remove every file of this log (the directory itself is LogManager's)."""
-        for seg in self.segments:
-            seg.delete_files()
-        self.delete_pending_files(force=True)
-        self.leader_epochs.delete_file()
-        self.closed = True
 
 
 __all__ = [
