@@ -16,6 +16,7 @@ import contextlib
 import os
 import shutil
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -115,10 +116,15 @@ def test_partitions_spread_and_moves_under_load_lose_nothing(start_broker, tmp_p
     print(f"\n{len(stats.acked)} records acknowledged, all read back once")
 
 
-def _produce(bootstrap: str, topic: str, partition: int, value: bytes, timeout: float = 10):
+def _produce(
+    bootstrap: str, topic: str, partition: int, value: bytes, timeout: float = 10, retries=0
+):
+    """One record, acks=all, acknowledged within ``timeout`` (``retries``: None, the client's
+    default, retries a retriable error such as NOT_LEADER_OR_FOLLOWER until then)."""
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", retries=0, max_block_ms=5000)
+    extra = {} if retries is None else {"retries": retries}
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", max_block_ms=5000, **extra)
     try:
         return producer.send(topic, value, partition=partition).get(timeout=timeout)
     finally:
@@ -240,12 +246,13 @@ def test_moving_leader_and_follower_replicas_on_a_cluster_loses_nothing(tmp_path
         cluster.create_topic(topic, partitions=4, rf=3, configs={"min.insync.replicas": "2"})
         mover = 1  # leads some of the partitions, follows the others
         work = cluster.brokers[mover].workdir
-        here = {p: "d1" if (work / "d1" / f"{topic}-{p}").is_dir() else "d2" for p in range(4)}
+        # where broker 1 made each replica (metadata names the replicas before their logs exist)
+        here = {p: dirs[mover] for p, dirs in cluster.wait_replicas_on_disk(topic, 4).items()}
         load = KafkaPythonLoad("kp", cluster.bootstrap, topic, 4, 0.002)
         load.start()
         wait_until(lambda: len(load.stats.acked) >= 300, 60, what="load running")
         moves = {
-            TopicPartitionReplica(topic, p, mover): str(work / ("d2" if d == "d1" else "d1"))
+            TopicPartitionReplica(topic, p, mover): str(work / ("d2" if d.name == "d1" else "d1"))
             for p, d in here.items()
         }
         adm = admin(cluster.bootstrap)
@@ -257,7 +264,7 @@ def test_moving_leader_and_follower_replicas_on_a_cluster_loses_nothing(tmp_path
         def moved():
             return all(
                 (Path(t) / f"{topic}-{r.partition}").is_dir()
-                and not (work / here[r.partition] / f"{topic}-{r.partition}").exists()
+                and not (here[r.partition] / f"{topic}-{r.partition}").exists()
                 for r, t in moves.items()
             ) and not any(n.endswith("-future") for d in ("d1", "d2") for n in os.listdir(work / d))
 
@@ -276,13 +283,19 @@ def test_a_failed_dir_moves_leadership_on_a_zookeeper_cluster(tmp_path):
     with jbod_cluster(tmp_path) as cluster:
         topic = unique_topic("jbod-cluster")
         cluster.create_topic(topic, partitions=6, rf=3, configs={"min.insync.replicas": "2"})
-        md = cluster.metadata([topic]).topic(topic)
-        victim = md[0].leader
-        vdir = cluster.brokers[victim].workdir
-        failed = vdir / ("d1" if (vdir / "d1" / f"{topic}-0").is_dir() else "d2")
-        lost = sorted(p for p in range(6) if (failed / f"{topic}-{p}").is_dir())
+        # metadata names the leaders before the brokers made their logs: look at the disk
+        # once every replica is there (a replica not made yet is not one in the other dir)
+        on_disk = cluster.wait_replicas_on_disk(topic, partitions=6)
+        for i in cluster.ids:  # the fewest logs first: three replicas per dir on each broker
+            assert sorted(Counter(dirs[i].name for dirs in on_disk.values()).items()) == [
+                ("d1", 3),
+                ("d2", 3),
+            ], (i, on_disk)
+        victim = cluster.metadata([topic]).topic(topic)[0].leader
+        failed = on_disk[0][victim]
+        lost = sorted(p for p, dirs in on_disk.items() if dirs[victim] == failed)
         kept = sorted(set(range(6)) - set(lost))
-        assert 0 in lost and kept  # three replicas per dir on each broker
+        assert 0 in lost and len(lost) == 3
         fail(failed)
 
         def moved():
@@ -292,8 +305,11 @@ def test_a_failed_dir_moves_leadership_on_a_zookeeper_cluster(tmp_path):
             ) and all(victim in parts[p].isr for p in kept)
 
         wait_until(moved, 60, what="leadership off the failed replicas")
-        for p in range(6):  # acks=all still works everywhere (two in-sync replicas left)
-            _produce(cluster.bootstrap, topic, p, b"after-failure", timeout=20)
+        # acks=all still works everywhere (two in-sync replicas left); a new leader named by
+        # metadata may not have taken the leadership yet: NOT_LEADER_OR_FOLLOWER is retried,
+        # as every Kafka client does
+        for p in range(6):
+            _produce(cluster.bootstrap, topic, p, b"after-failure", timeout=20, retries=None)
         # AlterReplicaLogDirs to a broker that holds no replica of the partition
         from kafka.admin import NewTopic
         from kafka.errors import ReplicaNotAvailableError

@@ -200,6 +200,40 @@ def test_one_free_port_helper():
     assert definers == {"pybroker/testing/procutil.py"}, definers
 
 
+def path_tests_in_choices(path: Path) -> list[int]:
+    """Lines of ``a if <path with an f-string>.is_dir()/.exists() else b``: a choice made from
+    whether a file is there, such as which log dir holds a replica."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.IfExp):
+            for call in ast.walk(node.test):
+                if (
+                    isinstance(call, ast.Call)
+                    and isinstance(call.func, ast.Attribute)
+                    and call.func.attr in {"is_dir", "exists", "is_file"}
+                    and any(isinstance(n, ast.JoinedStr) for n in ast.walk(call.func.value))
+                ):
+                    out.append(node.lineno)
+    return out
+
+
+def test_no_test_reads_a_replica_dir_from_an_absence():
+    """A test does not decide where a broker put something from a file's absence
+    (``"d1" if (dir / f"{topic}-0").is_dir() else "d2"``): metadata names a partition's
+    replicas and leader before the brokers made their logs, and a log not made yet is not one
+    in the other dir (test_log_dirs' ZooKeeper cluster test failed so in a fresh-clone CI
+    run, session 14).  Cluster.wait_replicas_on_disk waits for the logs and says where each
+    is."""
+    offenders = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in python_files()
+        if p.relative_to(ROOT).parts[0] in SUITES | {"bench"}
+        or p.is_relative_to(ROOT / "pybroker" / "testing")
+        for n in path_tests_in_choices(p)
+    ]
+    assert not offenders, "a choice from a path's absence (wait for it):\n" + "\n".join(offenders)
+
+
 # imports inside a function: only lazy loads of optional parts, each named here
 LAZY_IMPORTS = {
     ("pybroker/__main__.py", "pybroker.node.supervisor"),  # a multi-core node only

@@ -8,6 +8,7 @@
     md.partitions[("t", 0)].leader            #  leader epochs, replicas, ISR)
     c.kill9(1); c.restart(1); c.pause(2); c.resume(2)
     c.wait_isr_full("t")                      # every partition: ISR == replicas, leader live
+    c.wait_replicas_on_disk("t")              # {partition: {broker: log dir}}, once made
     c.find_coordinator("group")               # FindCoordinator v1, by hand
     c.stop()                                  # SIGTERM to every broker; exit 0 asserted
     c.replica_batches("t", 0)                 # on-disk batch headers of each replica
@@ -56,6 +57,7 @@ from pybroker.testing.replica_files import (  # noqa: F401 (named here for their
     compare_replicas,
     read_batches,
     read_checkpoint,
+    replica_dirs,
     segment_problems,
 )
 from pybroker.testing.zookeeper import ZooKeeperServer
@@ -419,6 +421,47 @@ class Cluster:
             except OSError as oe:
                 state = oe
             raise AssertionError(f"{e}; last metadata: {state}") from None
+
+    def replicas_on_disk(
+        self, topic: str, partitions: int | None = None
+    ) -> dict[int, dict[int, Path]] | None:
+        """{partition: {broker: the log dir holding its replica}} if every replica of the
+        topic on a running broker has its log in exactly one of that broker's log dirs."""
+        try:
+            parts = self.metadata([topic]).topic(topic)
+        except OSError:
+            return None
+        if not parts or (partitions is not None and len(parts) != partitions):
+            return None
+        running = set(self.running())
+        out: dict[int, dict[int, Path]] = {}
+        for p, info in sorted(parts.items()):
+            out[p] = {}
+            for i in info.replicas:
+                if i not in running:
+                    continue
+                found = replica_dirs(self.brokers[i], topic, p)
+                if len(found) != 1:
+                    return None
+                out[p][i] = found[0]
+        return out
+
+    def wait_replicas_on_disk(
+        self, topic: str, partitions: int | None = None, timeout: float = 30.0
+    ) -> dict[int, dict[int, Path]]:
+        """Until every replica of the topic on a running broker has its log on disk, in one
+        log dir: returns {partition: {broker: log dir}}.  Metadata, from any broker, names a
+        partition's replicas, leader and ISR from the cluster's state as soon as the topic
+        exists, before each broker has handled the change and made its logs (Kafka's
+        LeaderAndIsr too is handled by each broker in its own time), so a test that looks at
+        a broker's disk after creating a topic waits here first: a replica not there yet is
+        not a replica in the other dir."""
+        return wait_until(
+            lambda: self.replicas_on_disk(topic, partitions),
+            timeout,
+            0.05,
+            f"{topic}: every replica's log on disk",
+        )
 
     def leader_of(self, topic: str, partition: int) -> PartitionInfo:
         return self.metadata([topic]).partitions[(topic, partition)]

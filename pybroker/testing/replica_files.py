@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pybroker.testing.cluster_harness import Cluster
+    from pybroker.testing.process import BrokerProcess
 
 # ------------------------------------------------------------------------------------------
 # on-disk replicas: batch headers (Kafka's format, 61-byte record batch header)
@@ -100,6 +101,18 @@ def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
     return out
 
 
+def log_dirs_of(b: BrokerProcess) -> list[Path]:
+    """A broker process's log dirs (its log.dirs setting, in order)."""
+    return [Path(d) for d in b.settings()["log.dirs"].split(",")]
+
+
+def replica_dirs(b: BrokerProcess, topic: str, partition: int) -> list[Path]:
+    """The log dirs of broker process ``b`` holding the partition's current log (a
+    ``-future`` or ``-delete`` copy is named otherwise and is not one).  What a broker's disk
+    holds is looked at only once it is there: see Cluster.wait_replicas_on_disk."""
+    return [d for d in log_dirs_of(b) if (d / f"{topic}-{partition}").is_dir()]
+
+
 @dataclass
 class ReplicaCheck:
     partition: int
@@ -118,8 +131,7 @@ def compare_replicas(cluster: Cluster, topic: str, partition: int) -> ReplicaChe
     batches: dict[int, list[BatchHeader]] = {}
     torn: list[str] = []
     for i, b in cluster.brokers.items():
-        log_dirs = [Path(d) for d in b.settings()["log.dirs"].split(",")]
-        found = [ld for ld in log_dirs if (ld / f"{topic}-{partition}").is_dir()]
+        found = replica_dirs(b, topic, partition)
         if not found:
             continue
         log_dir = found[0]
