@@ -93,22 +93,24 @@ class _FetchStats:
     broker, and when the last partition left offset-query / offset-wait (librdkafka asks
     ListOffsets for each partition that has no committed offset, one request per partition;
     until the last answer the partitions that have one are long-polled alone, each a Fetch
-    naming all of them: docs/scale.md, consume12), with the broker's CPU then."""
+    naming all of them: docs/scale.md, consume12), with the broker's CPU then; and the
+    hold (offsets14): how many ListOffsets librdkafka had made but not handed to its
+    connection (``offset-wait``, out-queue empty, only the Fetch in flight) and how many it
+    had sent before, which sets how long the hold lasts."""
 
     def __init__(self, pids: list[int], t0: float) -> None:
         self.pids, self.t0 = pids, t0
         self.fetches = 0
+        self.held = 0
+        self.sent_before_hold = 0
         self.waiting_until: float | None = None  # seconds from subscribe
         self.cpu_at_all_active: float | None = None
         self.fetches_at_all_active = 0
 
     def __call__(self, raw: str) -> None:
         s = json.loads(raw)
-        self.fetches = sum(
-            b.get("req", {}).get("Fetch", 0)
-            for b in s.get("brokers", {}).values()
-            if b.get("nodeid", -1) >= 0
-        )
+        brokers = [b for b in s.get("brokers", {}).values() if b.get("nodeid", -1) >= 0]
+        self.fetches = sum(b.get("req", {}).get("Fetch", 0) for b in brokers)
         if self.waiting_until is not None:
             return
         states = [
@@ -117,6 +119,15 @@ class _FetchStats:
             for k, p in t.get("partitions", {}).items()
             if k != "-1"
         ]
+        made = states.count("offset-wait")
+        queued = sum(b.get("outbuf_cnt", 0) for b in brokers)
+        inflight = sum(b.get("waitresp_cnt", 0) for b in brokers)
+        if made and queued == 0 and inflight <= 1:
+            self.held = max(self.held, made)
+            self.sent_before_hold = max(
+                self.sent_before_hold,
+                sum(b.get("req", {}).get("ListOffsets", 0) for b in brokers),
+            )
         if states and not any(st in _OFFSET_STATES for st in states):
             self.waiting_until = time.monotonic() - self.t0
             self.cpu_at_all_active = cpu_seconds(self.pids)
@@ -228,6 +239,13 @@ def _produce_consume(system: System, node: Node, names: list[str], res: Results,
             system,
             "consume: broker CPU / Fetch requests until then",
             f"{stats.cpu_at_all_active - c0:.2f} s / {stats.fetches_at_all_active}",
+        )
+        res.add(
+            w,
+            n,
+            system,
+            "consume: ListOffsets librdkafka held / had sent before (offsets14)",
+            f"{stats.held:,} / {stats.sent_before_hold:,}",
         )
 
 
