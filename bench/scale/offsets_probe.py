@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +35,24 @@ from bench.scale.partitions import start_w21_target
 from pybroker.testing.scale import PER_TOPIC, create_topics, topic_names, wait_all_answer
 
 WAITING = ("none", "offset-query", "offset-wait")
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def broker_threads_cpu() -> float:
+    """CPU seconds of this process's librdkafka broker threads for real brokers (named
+    rdk:broker<id> by librdkafka; the bootstrap and coordinator handles are rdk:broker-1)."""
+    total = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if not re.fullmatch(r"rdk:broker\d+", f.read().strip()):
+                    continue
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / _TICK
 
 
 class _Round:
@@ -49,6 +69,8 @@ class _Round:
         self.answered_before = 0
         self.hold_wakeups = 0
         self.hold_reports = 0
+        self.cpu = 0.0
+        self.hold_cpu = 0.0
 
     def __call__(self, raw: str) -> None:
         s = json.loads(raw)
@@ -66,18 +88,25 @@ class _Round:
         inflight = sum(b.get("waitresp_cnt", 0) for b in brokers)
         wakeups = sum(b.get("wakeups", 0) for b in brokers)
         woke, self.wakeups = wakeups - self.wakeups, wakeups
+        cpu = broker_threads_cpu()
+        used, self.cpu = cpu - self.cpu, cpu
         took = time.monotonic() - self.t0
         print(
             f"{took:6.1f} s  states {dict(states)}  ListOffsets sent {req['ListOffsets']}  "
             f"Fetch sent {req['Fetch']}  out-queue {queued}  in flight {inflight}  "
-            f"broker thread wake-ups {woke}",
+            f"broker thread wake-ups {woke} (its CPU {used:.2f} s)",
             flush=True,
         )
-        if states["offset-wait"] and queued == 0 and inflight <= 1:
+        # made but not sent: every partition here needs one ListOffsets (a fresh group);
+        # "offset-wait" also counts those answered whose answer the main thread has not
+        # handled yet, hence made - sent
+        held = states["offset-wait"] + states["active"] - req["ListOffsets"]
+        if held > 0 and queued == 0 and inflight <= 1:
             self.hold_reports += 1
             self.hold_wakeups += woke
-            self.held = max(self.held, states["offset-wait"])
-            self.answered_before = max(self.answered_before, req["ListOffsets"])
+            self.hold_cpu += used
+            if held > self.held:
+                self.held, self.answered_before = held, req["ListOffsets"]
         waiting = sum(states[st] for st in WAITING)
         if states and not waiting and self.all_have_offsets is None:
             self.all_have_offsets = took
@@ -125,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.target} {args.partitions:,} partitions, round {i}: subscribe -> every "
                 f"partition has its offset {r.all_have_offsets} s; held {r.held} ListOffsets "
                 f"in {r.hold_reports} reports (1 s each) after {r.answered_before} sent, "
-                f"broker thread wake-ups in them {r.hold_wakeups}",
+                f"broker thread wake-ups in them {r.hold_wakeups}, its CPU {r.hold_cpu:.2f} s",
                 flush=True,
             )
     finally:

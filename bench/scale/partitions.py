@@ -119,15 +119,14 @@ class _FetchStats:
             for k, p in t.get("partitions", {}).items()
             if k != "-1"
         ]
-        made = states.count("offset-wait")
+        # made but not sent (a fresh group: one ListOffsets per partition; "offset-wait"
+        # also counts answers the main thread has not handled yet, hence made - sent)
+        sent = sum(b.get("req", {}).get("ListOffsets", 0) for b in brokers)
+        held = states.count("offset-wait") + states.count("active") - sent
         queued = sum(b.get("outbuf_cnt", 0) for b in brokers)
         inflight = sum(b.get("waitresp_cnt", 0) for b in brokers)
-        if made and queued == 0 and inflight <= 1:
-            self.held = max(self.held, made)
-            self.sent_before_hold = max(
-                self.sent_before_hold,
-                sum(b.get("req", {}).get("ListOffsets", 0) for b in brokers),
-            )
+        if held > self.held and queued == 0 and inflight <= 1:
+            self.held, self.sent_before_hold = held, sent
         if states and not any(st in _OFFSET_STATES for st in states):
             self.waiting_until = time.monotonic() - self.t0
             self.cpu_at_all_active = cpu_seconds(self.pids)
