@@ -246,6 +246,56 @@ def _produce_consume(system: System, node: Node, names: list[str], res: Results,
             "consume: ListOffsets librdkafka held / had sent before (offsets14)",
             f"{stats.held:,} / {stats.sent_before_hold:,}",
         )
+    _read_from_zero(Consumer, system, n, bootstrap, topics, records, res)
+
+
+def _read_from_zero(
+    consumer_cls: Any,
+    system: System,
+    n: int,
+    bootstrap: str,
+    topics: list[str],
+    records: int,
+    res: Results,
+) -> None:
+    """The same read by a second group whose consumer gives every partition its start offset
+    (0) when assigned, so librdkafka asks no ListOffsets: the broker's reading without the
+    client's offset-lookup hold, whose length is librdkafka's race (docs/scale.md,
+    offsets14), comparable across brokers and runs."""
+    w = "W21"
+    pids = system.pids()
+
+    def from_zero(consumer: Any, partitions: list) -> None:
+        for tp in partitions:
+            tp.offset = 0
+        consumer.assign(partitions)
+
+    consumer = consumer_cls(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"w21-zero-{uuid_hex()}",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 50 * MIB,
+        }
+    )
+    with profiled(system, f"w21-{n}-consume-from-zero"):
+        c0, t0 = cpu_seconds(pids), time.monotonic()
+        consumer.subscribe(topics, on_assign=from_zero)
+        got = 0
+        while got < records and time.monotonic() - t0 < 900:
+            got += sum(m.error() is None for m in consumer.consume(10000, 1.0))
+        took = time.monotonic() - t0
+        c1 = cpu_seconds(pids)
+        consumer.close()
+    moved = max(got, 1) * RECORD_BYTES
+    res.add(
+        w,
+        n,
+        system,
+        "consume, start offsets given (no ListOffsets): broker CPU s per GiB (MB/s)",
+        f"{(c1 - c0) / (moved / GIB):.1f} ({moved / MIB / took:.1f})",
+    )
+    res.add(w, n, system, "consume, start offsets given: records read", f"{got:,}")
 
 
 def w21(system: System, n: int, res: Results, timeout_s: float) -> None:
