@@ -1,7 +1,8 @@
 """W21: one broker, ``n`` partitions (topics of 100, RF 1; CreateTopics 50 topics at a time):
 time (and broker CPU) until every partition answers ListOffsets; RSS and open descriptors at
 rest; Metadata for all topics (time, bytes); a producer writing round-robin to min(n,
-10,000) partitions and a consumer group reading them (MB/s, broker CPU s per GiB); a clean
+10,000) partitions and a consumer group reading them (MB/s, broker CPU s per GiB; then a
+second group given its start offsets, so without librdkafka's offset lookup); a clean
 restart and a restart after kill -9 until the broker listens and until every partition
 answers.  pybroker with its embedded store (``--w21-metadata zookeeper``: on ZooKeeper)
 beside Kafka in KRaft mode (one node).
