@@ -1,7 +1,8 @@
 """W21: one broker, ``n`` partitions (topics of 100, RF 1; CreateTopics 50 topics at a time):
 time (and broker CPU) until every partition answers ListOffsets; RSS and open descriptors at
 rest; Metadata for all topics (time, bytes); a producer writing round-robin to min(n,
-10,000) partitions and a consumer group reading them (MB/s, broker CPU s per GiB); a clean
+10,000) partitions and a consumer group reading them (MB/s, broker CPU s per GiB; then a
+second group given its start offsets, so without librdkafka's offset lookup); a clean
 restart and a restart after kill -9 until the broker listens and until every partition
 answers.  pybroker with its embedded store (``--w21-metadata zookeeper``: on ZooKeeper)
 beside Kafka in KRaft mode (one node).
@@ -93,22 +94,24 @@ class _FetchStats:
     broker, and when the last partition left offset-query / offset-wait (librdkafka asks
     ListOffsets for each partition that has no committed offset, one request per partition;
     until the last answer the partitions that have one are long-polled alone, each a Fetch
-    naming all of them: docs/scale.md, consume12), with the broker's CPU then."""
+    naming all of them: docs/scale.md, consume12), with the broker's CPU then; and the
+    hold (offsets14): how many ListOffsets librdkafka had made but not handed to its
+    connection (``offset-wait``, out-queue empty, only the Fetch in flight) and how many it
+    had sent before, which sets how long the hold lasts."""
 
     def __init__(self, pids: list[int], t0: float) -> None:
         self.pids, self.t0 = pids, t0
         self.fetches = 0
+        self.held = 0
+        self.sent_before_hold = 0
         self.waiting_until: float | None = None  # seconds from subscribe
         self.cpu_at_all_active: float | None = None
         self.fetches_at_all_active = 0
 
     def __call__(self, raw: str) -> None:
         s = json.loads(raw)
-        self.fetches = sum(
-            b.get("req", {}).get("Fetch", 0)
-            for b in s.get("brokers", {}).values()
-            if b.get("nodeid", -1) >= 0
-        )
+        brokers = [b for b in s.get("brokers", {}).values() if b.get("nodeid", -1) >= 0]
+        self.fetches = sum(b.get("req", {}).get("Fetch", 0) for b in brokers)
         if self.waiting_until is not None:
             return
         states = [
@@ -117,6 +120,14 @@ class _FetchStats:
             for k, p in t.get("partitions", {}).items()
             if k != "-1"
         ]
+        # made but not sent (a fresh group: one ListOffsets per partition; "offset-wait"
+        # also counts answers the main thread has not handled yet, hence made - sent)
+        sent = sum(b.get("req", {}).get("ListOffsets", 0) for b in brokers)
+        held = states.count("offset-wait") + states.count("active") - sent
+        queued = sum(b.get("outbuf_cnt", 0) for b in brokers)
+        inflight = sum(b.get("waitresp_cnt", 0) for b in brokers)
+        if held > self.held and queued == 0 and inflight <= 1:
+            self.held, self.sent_before_hold = held, sent
         if states and not any(st in _OFFSET_STATES for st in states):
             self.waiting_until = time.monotonic() - self.t0
             self.cpu_at_all_active = cpu_seconds(self.pids)
@@ -229,6 +240,63 @@ def _produce_consume(system: System, node: Node, names: list[str], res: Results,
             "consume: broker CPU / Fetch requests until then",
             f"{stats.cpu_at_all_active - c0:.2f} s / {stats.fetches_at_all_active}",
         )
+        res.add(
+            w,
+            n,
+            system,
+            "consume: ListOffsets librdkafka held / had sent before (offsets14)",
+            f"{stats.held:,} / {stats.sent_before_hold:,}",
+        )
+    _read_from_zero(Consumer, system, n, bootstrap, topics, records, res)
+
+
+def _read_from_zero(
+    consumer_cls: Any,
+    system: System,
+    n: int,
+    bootstrap: str,
+    topics: list[str],
+    records: int,
+    res: Results,
+) -> None:
+    """The same read by a second group whose consumer gives every partition its start offset
+    (0) when assigned, so librdkafka asks no ListOffsets: the broker's reading without the
+    client's offset-lookup hold, whose length is librdkafka's race (docs/scale.md,
+    offsets14), comparable across brokers and runs."""
+    w = "W21"
+    pids = system.pids()
+
+    def from_zero(consumer: Any, partitions: list) -> None:
+        for tp in partitions:
+            tp.offset = 0
+        consumer.assign(partitions)
+
+    consumer = consumer_cls(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"w21-zero-{uuid_hex()}",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 50 * MIB,
+        }
+    )
+    with profiled(system, f"w21-{n}-consume-from-zero"):
+        c0, t0 = cpu_seconds(pids), time.monotonic()
+        consumer.subscribe(topics, on_assign=from_zero)
+        got = 0
+        while got < records and time.monotonic() - t0 < 900:
+            got += sum(m.error() is None for m in consumer.consume(10000, 1.0))
+        took = time.monotonic() - t0
+        c1 = cpu_seconds(pids)
+        consumer.close()
+    moved = max(got, 1) * RECORD_BYTES
+    res.add(
+        w,
+        n,
+        system,
+        "consume, start offsets given (no ListOffsets): broker CPU s per GiB (MB/s)",
+        f"{(c1 - c0) / (moved / GIB):.1f} ({moved / MIB / took:.1f})",
+    )
+    res.add(w, n, system, "consume, start offsets given: records read", f"{got:,}")
 
 
 def w21(system: System, n: int, res: Results, timeout_s: float) -> None:
