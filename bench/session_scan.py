@@ -16,7 +16,8 @@ partition and 3 a topic) plus one long-lived session's ephemeral, with a probe t
 * rotations: three ``_rotate()`` calls, each waited for: the time ``_rotate()`` held the loop
   (median, max) and the probe's longest stall;
 * watches: a RemoteStore client served by a StoreServer (a Unix socket, in this process)
-  watches ``min(n, --watches)`` partition states, then every one is written: the process CPU
+  watches ``min(n, --watches)`` partition states, then every one is written (in a shuffled
+  order, as leaderships move): the process CPU
   from the first write until the client has heard every event, and the probe's longest stall.
 
 The long-lived session's ephemeral must survive every other session's end (checked).
@@ -28,6 +29,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -150,7 +152,7 @@ def _child(partitions: int, sessions: int, watches: int) -> dict:
             await asyncio.sleep(0.5)
             phase[0] = "watches"
             cpu0, t0 = time.process_time(), time.perf_counter()
-            for path in watched:
+            for path in random.Random(1).sample(watched, len(watched)):  # any order
                 await s.set(path, _state(2, 1))
                 await asyncio.sleep(0)  # (a set never suspends: let the server send)
             await all_heard.wait()

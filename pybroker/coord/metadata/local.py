@@ -4,7 +4,8 @@ call returns, so a process crash never loses an acknowledged write; fsync is bat
 thread (``fsync_interval_ms``, like Kafka's default log flush policy), and a snapshot
 replaces the journal once it is as large as the last snapshot (at least ``snapshot_bytes``),
 encoded and written on that thread from a copy-on-write view of the tree (``_rotate``).
-Ephemeral nodes belong to this store instance.
+Ephemeral nodes belong to this store instance or to a session of its store server
+(store_server.py), and are kept by session, so a session's start and end cost what it owns.
 
 Directory: the broker passes ``<first log.dir>/__cluster_metadata``; the store owns it::
 
