@@ -16,7 +16,7 @@ import pytest
 
 from pybroker.coord.metadata import local_format
 from pybroker.coord.metadata.local import LocalStore
-from pybroker.coord.metadata.local_format import decode_snapshot
+from pybroker.coord.metadata.local_format import SnapshotView, decode_snapshot
 from pybroker.coord.metadata.store import Create, Delete, NodeExistsError, SetData
 
 # The child: fill a store until a rotation starts, hold the io thread at PHASE (mid-encoding:
@@ -203,7 +203,7 @@ def test_copy_on_write_keeps_the_frozen_view(tmp_path):
             await st.start()
             await st.multi([Create("/p", b"p"), Create("/p/a", b"a"), Create("/p/b", b"b")])
         # as _rotate leaves it: the view frozen, its (here never finishing) writer pending
-        s._frozen = frozen = dict(s._nodes)
+        s._frozen = frozen = SnapshotView(s._nodes)
         s._snapshot_job = concurrent.futures.Future()
         before = {p: (n.data, n.version, n.cversion, sorted(n.children)) for p, n in frozen.items()}
         for st in (s, plain):

@@ -4,7 +4,8 @@ call returns, so a process crash never loses an acknowledged write; fsync is bat
 thread (``fsync_interval_ms``, like Kafka's default log flush policy), and a snapshot
 replaces the journal once it is as large as the last snapshot (at least ``snapshot_bytes``),
 encoded and written on that thread from a copy-on-write view of the tree (``_rotate``).
-Ephemeral nodes belong to this store instance.
+Ephemeral nodes belong to this store instance or to a session of its store server
+(store_server.py), and are kept by session, so a session's start and end cost what it owns.
 
 Directory: the broker passes ``<first log.dir>/__cluster_metadata``; the store owns it::
 
@@ -34,6 +35,7 @@ from pybroker.coord.metadata.local_format import (
     K_SET,
     Node,
     Record,
+    SnapshotView,
     decode_snapshot,
     encode_entry,
     encode_journal_header,
@@ -89,6 +91,10 @@ class LocalStore(MetadataStore):
         self._snapshot_bytes = snapshot_bytes
         self._session_id = random.getrandbits(62) | 1
         self._nodes: dict[str, Node] = {}
+        # each session's ephemeral paths in creation order (ZooKeeper's DataTree keeps them by
+        # session too): a session's start and end cost what it owns, not the whole tree
+        self._ephemerals: dict[int, dict[str, None]] = {}
+        self._sessions: set[int] = set()  # the other sessions (new_session to end_session)
         self._data_watches: dict[str, list[WatchCallback]] = {}
         self._child_watches: dict[str, list[WatchCallback]] = {}
         self._listeners: list[SessionListener] = []
@@ -100,9 +106,10 @@ class LocalStore(MetadataStore):
         self._journal_bytes = 0
         self._fsync_handle: asyncio.TimerHandle | None = None
         self._snapshot_job: concurrent.futures.Future[None] | None = None
-        # the tree as of the snapshot being written (a shallow copy of _nodes, its Node objects
-        # shared and never changed while it is set: _own copies a node before its first change)
-        self._frozen: dict[str, Node] | None = None
+        # the tree as of the snapshot being written: the live table plus the nodes as they were
+        # before their first change since (no copy of the table; its Node objects are never
+        # changed while it is set: _own copies a node before its first change)
+        self._frozen: SnapshotView | None = None
         self._last_snapshot_bytes = 0
         self._open = False
 
@@ -160,6 +167,10 @@ class LocalStore(MetadataStore):
         snap = self.data_dir / "snapshot"
         if snap.exists():
             self._txid, self._nodes = decode_snapshot(snap.read_bytes(), str(snap))
+        self._ephemerals = {}
+        for path, node in self._nodes.items():  # (once, at start-up, beside the decode)
+            if node.owner:
+                self._ephemerals.setdefault(node.owner, {})[path] = None
         for jpath in self._journal_files():
             for txid, time_ms, records in read_journal(jpath):
                 if txid <= self._txid:
@@ -198,17 +209,21 @@ class LocalStore(MetadataStore):
         self._journal_bytes = 0
 
     def _expire_ephemerals(self) -> None:
-        for path in [p for p, n in self._nodes.items() if n.owner]:
-            node = self._nodes.pop(path)
-            assert not node.children
-            parent = self._own(parent_of(path))
-            parent.children.discard(path[path.rfind("/") + 1 :])
-            parent.cversion += 1
+        """The previous process's sessions are over: their ephemerals go (at load, unjournaled:
+        the snapshot written next records the tree without them)."""
+        for paths in self._ephemerals.values():
+            for path in paths:
+                node = self._nodes.pop(path)
+                assert not node.children
+                parent = self._own(parent_of(path))
+                parent.children.discard(path[path.rfind("/") + 1 :])
+                parent.cversion += 1
+        self._ephemerals = {}
 
     async def close(self) -> None:
         if not self._open:
             return
-        mine = [p for p, n in self._nodes.items() if n.owner == self._session_id]
+        mine = list(self._ephemerals.get(self._session_id, ()))
         if mine:
             try:
                 await self.multi([Delete(p) for p in mine])
@@ -333,25 +348,43 @@ class LocalStore(MetadataStore):
             return None
         raise TypeError(f"not a store operation: {op!r}")
 
+    def _keep(self, path: str) -> bool:
+        """Before ``path``'s entry in the live table changes: while a snapshot is being written
+        from ``_frozen``, it records the entry as of the snapshot (first change only).  ->
+        whether the live node is the snapshot's (to be copied before it changes)."""
+        view = self._frozen
+        return view is not None and view.keep(path, self._nodes.get(path))
+
     def _own(self, path: str) -> Node:
         """The node at ``path``, to be changed: while a snapshot is being written from
         ``_frozen``, a node it shares is first replaced in the live tree by a copy (copy on
         write, once per node and snapshot), so the writer thread sees the tree as of its txid."""
-        node = self._nodes[path]
-        frozen = self._frozen
-        if frozen is not None and frozen.get(path) is node:
-            node = node.copy()
-            self._nodes[path] = node
-        return node
+        if self._keep(path):
+            self._nodes[path] = self._nodes[path].copy()
+        return self._nodes[path]
+
+    def _index(self, path: str, owner: int) -> None:
+        if owner:
+            self._ephemerals.setdefault(owner, {})[path] = None
+
+    def _unindex(self, path: str, owner: int) -> None:
+        if owner:
+            paths = self._ephemerals[owner]
+            del paths[path]
+            if not paths:
+                del self._ephemerals[owner]
 
     def _raw_create(self, path: str, data: bytes, owner: int, now: int) -> None:
         parent = self._own(parent_of(path))
+        self._keep(path)
         self._nodes[path] = Node(data, now, owner)
+        self._index(path, owner)
         parent.children.add(path[path.rfind("/") + 1 :])
         parent.cversion += 1
 
     def _undo_create(self, path: str) -> None:
-        del self._nodes[path]
+        self._keep(path)
+        self._unindex(path, self._nodes.pop(path).owner)
         parent = self._own(parent_of(path))
         parent.children.discard(path[path.rfind("/") + 1 :])
         parent.cversion -= 1
@@ -364,13 +397,16 @@ class LocalStore(MetadataStore):
         return node
 
     def _raw_delete(self, path: str) -> None:
-        del self._nodes[path]
+        self._keep(path)
+        self._unindex(path, self._nodes.pop(path).owner)
         parent = self._own(parent_of(path))
         parent.children.discard(path[path.rfind("/") + 1 :])
         parent.cversion += 1
 
     def _undo_delete(self, path: str, node: Node) -> None:
+        self._keep(path)
         self._nodes[path] = node
+        self._index(path, node.owner)
         parent = self._own(parent_of(path))
         parent.children.add(path[path.rfind("/") + 1 :])
         parent.cversion -= 1
@@ -421,12 +457,12 @@ class LocalStore(MetadataStore):
 
     def _rotate(self) -> None:
         """Start a new journal and write the tree as of now to the snapshot on the io thread.
-        On the loop: a shallow copy of the node table (the Node objects are shared; _own copies
-        one before its first change while the snapshot is written) and the journal switch;
+        On the loop: a view of the node table (no copy: the loop records each node's state as of
+        the snapshot before its first change, and _own copies the node) and the journal switch;
         encoding, writing and fsyncing run on the thread.  Writes made meanwhile go to the new
         journal, which a restart replays after the old snapshot and journals (until the rename)
         or after the new snapshot (after it): either way the same tree."""
-        self._frozen = frozen = dict(self._nodes)
+        self._frozen = frozen = SnapshotView(self._nodes)
         txid = self._txid
         old_fd = self._jfd
         old_files = self._journal_files()
@@ -436,7 +472,7 @@ class LocalStore(MetadataStore):
         )
 
     def _snapshot_job_sync(
-        self, txid: int, frozen: dict[str, Node], old_fd: int, old_files: list[Path]
+        self, txid: int, frozen: SnapshotView, old_fd: int, old_files: list[Path]
     ) -> None:
         try:
             os.fsync(old_fd)
@@ -575,7 +611,12 @@ class LocalStore(MetadataStore):
         """A fresh session id, never this store's own nor one in use."""
         while True:
             sid = random.getrandbits(62) | 1
-            if sid != self._session_id and not any(n.owner == sid for n in self._nodes.values()):
+            if (
+                sid != self._session_id
+                and sid not in self._sessions
+                and sid not in self._ephemerals
+            ):
+                self._sessions.add(sid)
                 return sid
 
     async def commit_for(self, session_id: int, ops: list[Op]) -> list[str | Stat | None]:
@@ -588,9 +629,10 @@ class LocalStore(MetadataStore):
     async def end_session(self, session_id: int) -> None:
         """The session is over (its client went away): its ephemerals are deleted at once,
         in one journaled transaction, and their watchers told."""
+        self._sessions.discard(session_id)
         if not self._open:
             return
-        theirs = [p for p, n in self._nodes.items() if n.owner == session_id]
+        theirs = list(self._ephemerals.get(session_id, ()))
         if theirs:
             await self.commit_for(session_id, [Delete(p) for p in theirs])
 

@@ -83,6 +83,50 @@ class Node:
         )
 
 
+_ABSENT = object()
+
+
+class SnapshotView(Mapping[str, Node]):
+    """The tree as of a snapshot's txid, read by the io thread while the loop changes the live
+    table: no copy of the table is made.  The loop records in ``saved`` each path's node as it
+    was before the path's first change since the view was taken (None: the path did not exist
+    then), and records it *before* it changes the live table, so a reader that finds a path
+    unsaved after reading its live node has read the node as of the view.  A node the view
+    reaches is never changed (LocalStore._own copies it first)."""
+
+    def __init__(self, live: dict[str, Node]) -> None:
+        self._live = live
+        self._count = len(live)
+        self.saved: dict[str, Node | None] = {}
+
+    def __getitem__(self, path: str) -> Node:
+        node = self._live.get(path)  # first the live node, then whether it had changed
+        prev = self.saved.get(path, _ABSENT)
+        if prev is not _ABSENT:
+            node = prev
+        if node is None:
+            raise KeyError(path)
+        return node
+
+    def keep(self, path: str, node: Node | None) -> bool:
+        """The loop is about to change ``path`` (its live node ``node``, None if absent): the
+        first time, record the node as of the view.  -> whether ``node`` is the view's (it must
+        then be copied, not changed)."""
+        prev = self.saved.get(path, _ABSENT)
+        if prev is _ABSENT:
+            self.saved[path] = prev = node
+        return node is not None and prev is node
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[str]:
+        """Every path of the view (on the loop's thread only: it walks the live table)."""
+        saved = self.saved
+        yield from (p for p in list(self._live) if saved.get(p, _ABSENT) is not None)
+        yield from (p for p, n in list(saved.items()) if n is not None and p not in self._live)
+
+
 def _encode_path(path: str) -> bytes:
     raw = path.encode()
     return _U16.pack(len(raw)) + raw

@@ -70,7 +70,9 @@ class _Session:
         self.server = server
         self.writer = writer
         self.id = session_id
-        self.watches: list[tuple[str, Any]] = []  # (path, the LocalStore callback) not fired
+        # the LocalStore callbacks set and not fired -> their paths: a fire or a drop costs
+        # O(1), not O(the session's watches) (a broker watches every partition's state)
+        self.watches: dict[Any, str] = {}
         self.open = True
 
     def send(self, value: Any) -> None:
@@ -78,24 +80,18 @@ class _Session:
             self.writer.write(fmt.encode(value))
 
     def watcher(self, table: str, path: str) -> Any:
-        entry: list[Any] = []
-
         def fire(event: WatchedEvent) -> None:
-            if entry and entry[0] in self.watches:
-                self.watches.remove(entry[0])
+            self.watches.pop(fire, None)
             self.send([0, table, event.type.value, event.path])
 
-        entry.append((path, fire))
-        self.watches.append(entry[0])
+        self.watches[fire] = path
         return fire
 
     def drop_watch(self, cb: Any) -> None:
         """A call that raised sets no watch."""
-        for item in self.watches:
-            if item[1] is cb:
-                self.watches.remove(item)
-                self.server.store.remove_watch(item[0], cb)
-                return
+        path = self.watches.pop(cb, None)
+        if path is not None:
+            self.server.store.remove_watch(path, cb)
 
 
 class StoreServer:
@@ -161,7 +157,7 @@ class StoreServer:
         finally:
             session.open = False
             self._sessions.discard(session)
-            for path, cb in session.watches:
+            for cb, path in session.watches.items():
                 self.store.remove_watch(path, cb)
             session.watches.clear()
             try:
