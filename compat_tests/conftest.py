@@ -36,6 +36,7 @@ import pytest
 from compat_tests.shared_broker import SharedBroker
 from pybroker.testing.client_helpers import ALL_STORAGES, storage_overrides
 from pybroker.testing.debug_process import BrokerProcess
+from pybroker.testing.procutil import ctrl_c_as_at_a_terminal
 from pybroker.testing.zookeeper import ZK_SERVER_SH, ZooKeeperServer, zookeeper_available
 
 ALL_BACKENDS = ["embedded", "zookeeper"]
@@ -87,6 +88,7 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_configure(config):
+    ctrl_c_as_at_a_terminal()  # (pybroker/testing/procutil.py: a run started with `cmd &`)
     config.addinivalue_line(
         "markers", "broker_overrides(dict): Kafka-named settings for the `broker` fixture"
     )

@@ -26,6 +26,7 @@ import pytest
 
 from compat_tests.conftest import zookeeper  # noqa: F401  (session ZooKeeper fixture)
 from pybroker.testing.debug_process import BrokerProcess
+from pybroker.testing.procutil import ctrl_c_as_at_a_terminal
 from spark_it import census
 from spark_it.session import SparkDepsError, build_session, connector_jars
 
@@ -91,6 +92,7 @@ class SparkBrokerProcess(BrokerProcess):
 
 
 def pytest_configure(config):
+    ctrl_c_as_at_a_terminal()  # (pybroker/testing/procutil.py: a run started with `cmd &`)
     # py4j reads its resources through importlib's legacy API (one warning per call)
     config.addinivalue_line("filterwarnings", "ignore:open_text is deprecated:DeprecationWarning")
 

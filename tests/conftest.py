@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 from broker_fixture import BrokerFactory
 
+from pybroker.testing.procutil import ctrl_c_as_at_a_terminal
 from pybroker.testing.zookeeper import ZooKeeperServer, require_zookeeper
 
 
@@ -56,3 +57,7 @@ def zk_server() -> Iterator[ZooKeeperServer]:
 @pytest.fixture
 def zk_connect(zk_server: ZooKeeperServer) -> str:
     return f"{zk_server.connect}/t-{uuid.uuid4().hex[:12]}"
+
+
+def pytest_configure(config):
+    ctrl_c_as_at_a_terminal()  # (pybroker/testing/procutil.py: a run started with `cmd &`)

@@ -6,6 +6,7 @@ that stopped and keeps it for its restart)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -36,3 +37,35 @@ def test_one_worker_uses_every_port():
     """Under -n 1 (or none) nothing is set aside: its ports come from both halves."""
     ports = handed_out("gw0", "1")
     assert {p // 64 % 2 for p in ports} == {0, 1}
+
+
+# a child started with SIGINT ignored, as under `nohup ... &`; it starts a grandchild and
+# prints the grandchild's SIGINT disposition, before and after ctrl_c_as_at_a_terminal
+DEAF_PARENT = (
+    "import signal, subprocess, sys\n"
+    "from pybroker.testing.procutil import ctrl_c_as_at_a_terminal\n"
+    "probe = [sys.executable, '-c', 'import signal; print(signal.getsignal(signal.SIGINT))']\n"
+    "before = subprocess.run(probe, capture_output=True, text=True).stdout.strip()\n"
+    "ctrl_c_as_at_a_terminal()\n"
+    "after = subprocess.run(probe, capture_output=True, text=True).stdout.strip()\n"
+    "print(before, '|', after)\n"
+)
+
+
+def test_a_run_started_in_the_background_still_gives_its_children_ctrl_c():
+    """What the follower tests of compat_tests/test_admin_cli.py met in a CI run started with
+    `nohup .ci/run &`: `pybroker consume` inherited an ignored SIGINT and was killed after 30 s
+    instead of stopping on Ctrl-C.  The conftests call ctrl_c_as_at_a_terminal at start-up."""
+    out = subprocess.run(
+        [sys.executable, "-c", DEAF_PARENT],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, PYTHONPATH=os.getcwd()),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    ).stdout.strip()
+    before, after = (s.strip() for s in out.split("|"))
+    assert before == str(
+        int(signal.SIG_IGN)
+    )  # what the tests' children got before (raw: Python left it)
+    assert after == "<built-in function default_int_handler>"

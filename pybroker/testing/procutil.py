@@ -103,3 +103,14 @@ def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
         os.killpg(proc.pid, sig)
     except ProcessLookupError:
         pass
+
+
+def ctrl_c_as_at_a_terminal() -> None:
+    """Give this process (and so every process it starts) Ctrl-C's usual meaning: SIGINT
+    raises KeyboardInterrupt.  A test run started in the background by a non-interactive shell
+    (``nohup .ci/run &``, a CI runner's ``cmd &``) has SIGINT ignored, Python then leaves it
+    ignored, and every child inherits that: a test that stops a CLI with Ctrl-C, as a user at a
+    terminal does, would find it deaf to SIGINT.  A handler (unlike SIG_IGN) is reset to the
+    default when a child execs, so the children start as a terminal's foreground job does."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
