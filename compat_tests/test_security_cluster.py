@@ -114,6 +114,16 @@ def test_secured_cluster_replicates_fails_over_and_shares_acls(tmp_path):
         admin0 = admin_via(0)  # (kept: the futures need their client alive)
         for f in admin0.create_acls([write, read, grp]).values():
             f.result(30)
+        # each broker learns the ACLs from ZooKeeper in its own time, as Kafka's brokers from
+        # /kafka-acl-changes: wait until every broker describes all three before alice writes
+        alices = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:alice",
+                                  None, AclOperation.ANY, AclPermissionType.ANY)  # fmt: skip
+        admins = {i: admin_via(i) for i in cluster.ids}  # (kept: the futures need them alive)
+
+        def every_broker_has_them() -> bool:
+            return all(len(a.describe_acls(alices).result(30)) == 3 for a in admins.values())
+
+        wait_until(every_broker_has_them, 60, 0.2, "alice's ACLs on every broker")
         alice = _user(",".join(f"localhost:{p}" for p in sasl_ports.values()), certs.ca, "alice")
         first = [f"a{i}".encode() for i in range(300)]
         assert _produce(alice, topic, first) == []  # leaders on every broker took the ACLs
