@@ -137,6 +137,26 @@ class _FetchStats:
 _OFFSET_STATES = ("none", "offset-query", "offset-wait")
 
 
+def producer_config(bootstrap: str) -> dict[str, Any]:
+    """W21's producer (confluent-kafka): acks=1, 50 ms linger, queues deep enough for the
+    whole produce."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "acks": 1,
+        "linger.ms": 50,
+        "queue.buffering.max.messages": 2_000_000,
+        "queue.buffering.max.kbytes": 2_000_000,
+        "enable.idempotence": False,
+    }
+
+
+def assign_from_zero(consumer: Any, partitions: list) -> None:
+    """on_assign: every partition from offset 0 (no ListOffsets)."""
+    for tp in partitions:
+        tp.offset = 0
+    consumer.assign(partitions)
+
+
 def _produce_consume(system: System, node: Node, names: list[str], res: Results, n: int) -> None:
     """A producer writing round-robin to the first PRODUCE_PARTITIONS partitions (1 KiB
     records), then one consumer of a group reading them all back (confluent-kafka)."""
@@ -148,16 +168,7 @@ def _produce_consume(system: System, node: Node, names: list[str], res: Results,
     value = os.urandom(RECORD_BYTES)
     bootstrap = f"{node.host}:{node.port}"
     pids = system.pids()
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": 1,
-            "linger.ms": 50,
-            "queue.buffering.max.messages": 2_000_000,
-            "queue.buffering.max.kbytes": 2_000_000,
-            "enable.idempotence": False,
-        }
-    )
+    producer = Producer(producer_config(bootstrap))
     failures = [0]
 
     def delivered(err: Any, _msg: Any) -> None:
@@ -266,11 +277,6 @@ def _read_from_zero(
     w = "W21"
     pids = system.pids()
 
-    def from_zero(consumer: Any, partitions: list) -> None:
-        for tp in partitions:
-            tp.offset = 0
-        consumer.assign(partitions)
-
     consumer = consumer_cls(
         {
             "bootstrap.servers": bootstrap,
@@ -281,7 +287,7 @@ def _read_from_zero(
     )
     with profiled(system, f"w21-{n}-consume-from-zero"):
         c0, t0 = cpu_seconds(pids), time.monotonic()
-        consumer.subscribe(topics, on_assign=from_zero)
+        consumer.subscribe(topics, on_assign=assign_from_zero)
         got = 0
         while got < records and time.monotonic() - t0 < 900:
             got += sum(m.error() is None for m in consumer.consume(10000, 1.0))

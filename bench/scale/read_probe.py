@@ -31,7 +31,14 @@ from confluent_kafka import Consumer, Producer
 
 from bench.clients import produce_retrying
 from bench.scale.harness import GIB, MIB, loadavg
-from bench.scale.partitions import PRODUCE_BYTES, PRODUCE_PARTITIONS, RECORD_BYTES, start_w21_target
+from bench.scale.partitions import (
+    PRODUCE_BYTES,
+    PRODUCE_PARTITIONS,
+    RECORD_BYTES,
+    assign_from_zero,
+    producer_config,
+    start_w21_target,
+)
 from pybroker.testing.procstat import cpu_seconds
 from pybroker.testing.scale import PER_TOPIC, create_topics, topic_names, wait_all_answer
 
@@ -55,16 +62,7 @@ def _produce(bootstrap: str, names: list[str]) -> int:
     parts = [(t, p) for t in names for p in range(PER_TOPIC)][:PRODUCE_PARTITIONS]
     records = PRODUCE_BYTES // RECORD_BYTES
     value = os.urandom(RECORD_BYTES)
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": 1,
-            "linger.ms": 50,
-            "queue.buffering.max.messages": 2_000_000,
-            "queue.buffering.max.kbytes": 2_000_000,
-            "enable.idempotence": False,
-        }
-    )
+    producer = Producer(producer_config(bootstrap))
     for i in range(records):
         t, p = parts[i % len(parts)]
         produce_retrying(producer, t, value, partition=p)
@@ -99,11 +97,6 @@ def _round(
     time.sleep(idle)
     base = (cpu_seconds(pids) - b0) / idle
 
-    def from_zero(consumer, partitions) -> None:
-        for tp in partitions:
-            tp.offset = 0
-        consumer.assign(partitions)
-
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -116,7 +109,7 @@ def _round(
     )
     spy = _spy(*spy_args) if spy_args else None
     c0, t0 = cpu_seconds(pids), time.monotonic()
-    consumer.subscribe(topics, on_assign=from_zero)
+    consumer.subscribe(topics, on_assign=assign_from_zero)
     got = 0
     while got < records and time.monotonic() - t0 < 600:
         got += sum(m.error() is None for m in consumer.consume(10000, 0.2))
